@@ -1,0 +1,141 @@
+/* tierllm.h - the public C API of tierllm.
+ *
+ * tierllm runs large language models stored as GGUF files on the CPU. All handles are
+ * opaque. Every fallible function returns tl_status (0 = TL_OK, negative = error); the
+ * message that explains the last error of the calling thread is tl_last_error().
+ * The library never calls exit() or abort() on bad input.
+ *
+ * Typical use:
+ *   tl_model_params mp = tl_model_default_params();
+ *   tl_model *m; if (tl_model_open("model.gguf", &mp, &m) != TL_OK) puts(tl_last_error());
+ *   tl_context_params cp = tl_context_default_params();
+ *   tl_context *c; tl_context_open(m, &cp, &c);
+ *   tl_generate(c, "Once upon", &gp, on_piece, user);
+ *   tl_context_close(c); tl_model_close(m);
+ */
+#ifndef TIERLLM_H
+#define TIERLLM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef int32_t tl_status;
+
+enum {
+    TL_OK = 0,
+    TL_ERR_INVALID = -1,     /* an argument is out of range or inconsistent */
+    TL_ERR_IO = -2,          /* a read or write failed */
+    TL_ERR_FORMAT = -3,      /* a file is malformed, truncated or hostile */
+    TL_ERR_UNSUPPORTED = -4, /* valid, but not supported (tensor type, architecture) */
+    TL_ERR_NOMEM = -5,       /* an allocation failed or would exceed the memory budget */
+    TL_ERR_CONTEXT = -6,     /* the prompt or generation does not fit in the context */
+    TL_ERR_NOSPACE = -7,     /* the disk is full */
+    TL_ERR_CANCELLED = -8    /* the caller's callback asked to stop */
+};
+
+/* Short constant name of a status ("TL_ERR_FORMAT"). */
+const char *tl_status_str(tl_status st);
+/* The message describing the most recent error on this thread ("" if none). */
+const char *tl_last_error(void);
+
+/* ---- model ---------------------------------------------------------------------- */
+
+typedef struct tl_model tl_model;
+
+typedef struct tl_model_params {
+    int32_t n_threads; /* worker threads for compute; <= 0 means all cores */
+} tl_model_params;
+
+tl_model_params tl_model_default_params(void);
+
+/* Opens a GGUF model read-only and loads its weights. */
+tl_status tl_model_open(const char *path, const tl_model_params *params, tl_model **out);
+void tl_model_close(tl_model *model);
+
+typedef struct tl_model_desc {
+    char arch[32];
+    int32_t n_vocab, n_embd, n_ff, n_layer, n_head, n_head_kv, head_dim, n_ctx_train;
+    int32_t bos_id, eos_id;
+    uint64_t n_params, weight_bytes;
+} tl_model_desc;
+
+tl_status tl_model_describe(const tl_model *model, tl_model_desc *out);
+
+/* Tokenizes UTF-8 text. Writes at most `cap` ids; *n_out receives the count needed.
+ * Returns TL_ERR_INVALID if cap is too small (the ids written are a prefix). */
+tl_status tl_tokenize(const tl_model *model, const char *text, size_t len, int add_bos,
+                      int32_t *ids, size_t cap, size_t *n_out);
+/* Returns the bytes of one token's piece (may be a partial UTF-8 sequence). */
+tl_status tl_token_piece(const tl_model *model, int32_t id, const char **bytes, size_t *len);
+
+/* ---- context: one sequence's state (KV cache) ------------------------------------- */
+
+typedef struct tl_context tl_context;
+
+typedef struct tl_context_params {
+    int32_t n_ctx;   /* context length in tokens; <= 0 means the model's training length,
+                        capped at 4096 */
+    int32_t n_batch; /* prompt tokens processed per matrix-matrix step; <= 0: 64 */
+} tl_context_params;
+
+tl_context_params tl_context_default_params(void);
+
+tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_context **out);
+void tl_context_close(tl_context *ctx);
+
+/* Forgets all tokens in the context. */
+void tl_context_reset(tl_context *ctx);
+
+/* Appends tokens to the context and computes them. If `logits` is not NULL it receives
+ * n_vocab floats: the logits after the last token. */
+tl_status tl_decode(tl_context *ctx, const int32_t *tokens, size_t n, float *logits);
+
+/* As tl_decode, but `logits` receives n * n_vocab floats, one row per token. */
+tl_status tl_decode_all_logits(tl_context *ctx, const int32_t *tokens, size_t n,
+                               float *logits);
+
+/* ---- sampling and generation ------------------------------------------------------ */
+
+typedef struct tl_sampler_params {
+    float temperature;        /* 0 = greedy */
+    int32_t top_k;            /* <= 0: disabled */
+    float top_p;              /* >= 1: disabled */
+    float repeat_penalty;     /* 1 = disabled */
+    int32_t repeat_last_n;    /* tokens considered by the repetition penalty */
+    uint64_t seed;
+} tl_sampler_params;
+
+tl_sampler_params tl_sampler_default_params(void);
+
+typedef struct tl_generate_params {
+    int32_t n_predict;        /* tokens to generate; < 0: until EOS or the context is full */
+    int32_t add_bos;          /* prepend BOS to the prompt (1 default) */
+    int32_t stop_at_eos;      /* 1 default */
+    tl_sampler_params sampler;
+} tl_generate_params;
+
+tl_generate_params tl_generate_default_params(void);
+
+typedef struct tl_generate_stats {
+    int32_t n_prompt, n_generated;
+    double prefill_seconds, decode_seconds;
+    int32_t finish_eos; /* 1 if generation stopped at EOS */
+} tl_generate_stats;
+
+/* Called with each generated piece of text, always complete UTF-8 sequences. Return
+ * nonzero to stop. `token` is the id that completed the text (-1 at the final flush). */
+typedef int (*tl_piece_fn)(void *user, int32_t token, const char *text, size_t len);
+
+/* Resets the context, evaluates the prompt, then samples up to n_predict tokens. */
+tl_status tl_generate(tl_context *ctx, const char *prompt, const tl_generate_params *params,
+                      tl_piece_fn on_piece, void *user, tl_generate_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,21 @@
+/* threadpool.h - the project's own fixed-size thread pool (no OpenMP).
+ *
+ * tl_pool_run() runs fn(arg, task, thread) for task in [0, n_tasks) on the pool's
+ * threads (the caller's thread participates as thread 0) and returns when all are done.
+ * Tasks are handed out dynamically; `thread` in [0, n_threads) identifies per-thread
+ * scratch. One tl_pool_run at a time per pool.
+ */
+#ifndef TL_BASE_THREADPOOL_H
+#define TL_BASE_THREADPOOL_H
+
+#include "tierllm.h"
+
+typedef struct tl_pool tl_pool;
+typedef void (*tl_pool_fn)(void *arg, int task, int thread);
+
+tl_status tl_pool_open(int n_threads, tl_pool **out);
+void tl_pool_close(tl_pool *pool);
+int tl_pool_threads(const tl_pool *pool);
+void tl_pool_run(tl_pool *pool, int n_tasks, tl_pool_fn fn, void *arg);
+
+#endif

@@ -1,0 +1,55 @@
+/* tokenizer.h - tokenizers built from GGUF metadata (tokenizer.ggml.*).
+ *
+ * Two models, chosen by tokenizer.ggml.model:
+ *  - "llama": SentencePiece-style BPE over scores (llama.cpp's llm_tokenizer_spm):
+ *    spaces become U+2581, a leading space is added, pieces merge by best score, and
+ *    unknown bytes fall back to <0xXX> byte tokens.
+ *  - "gpt2": byte-level BPE with the GPT-2 pre-tokenizer regex and the merges list.
+ * Both reproduce llama.cpp's tokenizer test vectors exactly (tests/test_tokenizer.c).
+ * Detokenization returns each token's raw bytes; tl_utf8_stream turns a sequence of
+ * pieces into complete UTF-8 characters.
+ */
+#ifndef TL_TEXT_TOKENIZER_H
+#define TL_TEXT_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "tierllm.h"
+#include "../format/gguf.h"
+
+typedef struct tl_tokenizer tl_tokenizer;
+
+tl_status tl_tokenizer_from_gguf(const tl_gguf *g, tl_tokenizer **out);
+void tl_tokenizer_free(tl_tokenizer *tok);
+
+int32_t tl_tokenizer_n_vocab(const tl_tokenizer *tok);
+int32_t tl_tokenizer_bos(const tl_tokenizer *tok); /* -1 if none */
+int32_t tl_tokenizer_eos(const tl_tokenizer *tok); /* -1 if none */
+/* tokenizer.ggml.add_bos_token if present, else 1 for llama and 0 for gpt2. */
+int tl_tokenizer_add_bos_default(const tl_tokenizer *tok);
+
+/* Encodes UTF-8 text (invalid UTF-8 is encoded byte-wise, never rejected). Writes up
+ * to cap ids; *n_out = the number the text needs. TL_ERR_INVALID if cap < *n_out. */
+tl_status tl_tokenizer_encode(const tl_tokenizer *tok, const char *text, size_t len,
+                              int add_bos, int32_t *ids, size_t cap, size_t *n_out);
+
+/* The bytes this token decodes to (U+2581 -> ' ', <0xXX> -> that byte, gpt2 byte
+ * mapping undone, control tokens such as <s> -> empty). TL_ERR_INVALID if id is out
+ * of range. */
+tl_status tl_tokenizer_piece(const tl_tokenizer *tok, int32_t id, const char **bytes,
+                             size_t *len);
+
+/* Accumulates decoded bytes and releases only complete UTF-8 characters; an invalid
+ * sequence is released as U+FFFD so the output is always valid UTF-8. */
+typedef struct tl_utf8_stream {
+    unsigned char pending[4];
+    size_t n_pending;
+} tl_utf8_stream;
+
+/* Appends `len` bytes; writes the complete characters to out (cap >= len + 8 always
+ * suffices) and returns the number of bytes written. */
+size_t tl_utf8_stream_push(tl_utf8_stream *s, const char *bytes, size_t len, char *out);
+/* Releases what is still pending (as U+FFFD if incomplete). */
+size_t tl_utf8_stream_flush(tl_utf8_stream *s, char *out);
+
+#endif

@@ -1,0 +1,33 @@
+/* testutil.h - tiny assertion helpers shared by the C tests. A failed check prints
+ * file:line and the expression, counts the failure, and the test exits 1 at the end. */
+#ifndef TL_TESTUTIL_H
+#define TL_TESTUTIL_H
+
+#include <stdio.h>
+
+extern int tl_test_failures;
+
+#define CHECK(cond)                                                                      \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);     \
+            tl_test_failures++;                                                          \
+        }                                                                                \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                             \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);     \
+            fprintf(stderr, __VA_ARGS__);                                                \
+            fputc('\n', stderr);                                                         \
+            tl_test_failures++;                                                          \
+        }                                                                                \
+    } while (0)
+
+/* Path of a file in ../shared/models; the test fails (never skips) if it is missing. */
+const char *tl_test_model(const char *name);
+/* Prints a summary line and returns the process exit code. */
+int tl_test_finish(const char *name);
+
+#endif
