@@ -47,7 +47,8 @@ const char *tl_last_error(void);
 typedef struct tl_model tl_model;
 
 typedef struct tl_model_params {
-    int32_t n_threads; /* worker threads for compute; <= 0 means all cores */
+    int32_t n_threads;         /* worker threads for compute; <= 0 means all cores */
+    int32_t reference_kernels; /* 1: scalar reference kernels (slow; for verification) */
 } tl_model_params;
 
 tl_model_params tl_model_default_params(void);
@@ -122,6 +123,7 @@ tl_generate_params tl_generate_default_params(void);
 
 typedef struct tl_generate_stats {
     int32_t n_prompt, n_generated;
+    int32_t n_decoded; /* single-token forward passes (n_generated - 1 normally) */
     double prefill_seconds, decode_seconds;
     int32_t finish_eos; /* 1 if generation stopped at EOS */
 } tl_generate_stats;
@@ -133,6 +135,26 @@ typedef int (*tl_piece_fn)(void *user, int32_t token, const char *text, size_t l
 /* Resets the context, evaluates the prompt, then samples up to n_predict tokens. */
 tl_status tl_generate(tl_context *ctx, const char *prompt, const tl_generate_params *params,
                       tl_piece_fn on_piece, void *user, tl_generate_stats *stats);
+
+/* ---- synthetic models ------------------------------------------------------------ */
+
+/* Shape and type of a synthetic Llama model with random weights (for benchmarks: speed
+ * does not depend on the values). Presets: "stories260k", "tinyllama-1.1b", "llama2-7b". */
+typedef struct tl_synth_params {
+    int32_t n_vocab, n_embd, n_ff, n_layer, n_head, n_head_kv, n_ctx;
+    int32_t weight_type;    /* GGML type id of the matrices: 0 F32, 1 F16, 2 Q4_0, 8 Q8_0,
+                               30 BF16 */
+    int32_t tied_output;    /* 1: no output.weight (classifier tied to the embedding) */
+    float rope_base;
+    uint64_t seed;
+} tl_synth_params;
+
+/* Fills *out with a preset's shape (F32 weights, seed 1); TL_ERR_INVALID if unknown. */
+tl_status tl_synth_preset(const char *name, tl_synth_params *out);
+/* Writes the model to `path` (atomically: a temporary file renamed into place). */
+tl_status tl_synth_write(const tl_synth_params *params, const char *path);
+/* Bytes the file will have. */
+uint64_t tl_synth_file_bytes(const tl_synth_params *params);
 
 #ifdef __cplusplus
 }

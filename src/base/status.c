@@ -40,6 +40,13 @@ tl_status tl_error_wrap(tl_status st, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, tl_err_msg, sizeof old);
-    snprintf(tl_err_msg, sizeof tl_err_msg, "%s: %s", prefix, old);
+    size_t n = strlen(prefix);
+    if (n > sizeof tl_err_msg - 3) n = sizeof tl_err_msg - 3;
+    memcpy(tl_err_msg, prefix, n);
+    memcpy(tl_err_msg + n, ": ", 2);
+    size_t room = sizeof tl_err_msg - n - 3;
+    size_t m = strnlen(old, room);
+    memcpy(tl_err_msg + n + 2, old, m);
+    tl_err_msg[n + 2 + m] = 0;
     return st;
 }

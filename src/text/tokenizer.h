@@ -40,16 +40,18 @@ tl_status tl_tokenizer_piece(const tl_tokenizer *tok, int32_t id, const char **b
                              size_t *len);
 
 /* Accumulates decoded bytes and releases only complete UTF-8 characters; an invalid
- * sequence is released as U+FFFD so the output is always valid UTF-8. */
+ * sequence is released as U+FFFD so the output is always valid UTF-8. Zero-initialize
+ * before use ({0}). */
 typedef struct tl_utf8_stream {
     unsigned char pending[4];
     size_t n_pending;
 } tl_utf8_stream;
 
-/* Appends `len` bytes; writes the complete characters to out (cap >= len + 8 always
- * suffices) and returns the number of bytes written. */
+/* Appends `len` bytes; writes the complete characters to out and returns the number of
+ * bytes written. Each invalid byte can become a 3-byte U+FFFD, so out needs room for
+ * 3 * len + 3 bytes in the worst case (len + 3 if the bytes are valid UTF-8). */
 size_t tl_utf8_stream_push(tl_utf8_stream *s, const char *bytes, size_t len, char *out);
-/* Releases what is still pending (as U+FFFD if incomplete). */
+/* Releases what is still pending (as U+FFFD if incomplete; out needs 3 bytes). */
 size_t tl_utf8_stream_flush(tl_utf8_stream *s, char *out);
 
 #endif

@@ -1,0 +1,84 @@
+/* llama.h - the Llama-family model: hyperparameters, weights, and the forward pass.
+ *
+ * A weight matrix W with `rows` output features and `cols` input features is stored as
+ * `rows` rows of `cols` elements in its GGUF type (GGUF ne = [cols, rows]); y = W x.
+ * Norm vectors are always converted to f32 at load.
+ */
+#ifndef TL_MODEL_LLAMA_H
+#define TL_MODEL_LLAMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "tierllm.h"
+#include "../base/budget.h"
+#include "../base/threadpool.h"
+#include "../format/gguf.h"
+#include "../kernels/types.h"
+#include "../text/tokenizer.h"
+
+typedef struct tl_weight {
+    tl_type type;
+    size_t rows, cols;
+    const void *data;
+    const char *name; /* the GGUF tensor name */
+} tl_weight;
+
+typedef struct tl_llama_hparams {
+    char arch[32];
+    int32_t n_vocab, n_embd, n_ff, n_layer, n_head, n_head_kv, head_dim, rope_dim;
+    int32_t n_ctx_train;
+    float rms_eps, rope_base;
+} tl_llama_hparams;
+
+typedef struct tl_llama_layer {
+    const float *attn_norm, *ffn_norm; /* [n_embd] */
+    tl_weight wq;     /* [n_head*head_dim][n_embd] */
+    tl_weight wk, wv; /* [n_head_kv*head_dim][n_embd] */
+    tl_weight wo;     /* [n_embd][n_head*head_dim] */
+    tl_weight w_gate, w_up; /* [n_ff][n_embd] */
+    tl_weight w_down;       /* [n_embd][n_ff] */
+} tl_llama_layer;
+
+struct tl_model {
+    char *path;
+    tl_gguf *gguf;
+    tl_llama_hparams hp;
+    tl_weight tok_embd;        /* [n_vocab][n_embd] */
+    const float *output_norm;  /* [n_embd] */
+    tl_weight output;          /* [n_vocab][n_embd], may alias tok_embd */
+    tl_llama_layer *layers;
+    tl_tokenizer *tok;
+    tl_budget *budget;
+    tl_pool *pool;
+    int use_reference;         /* 1: scalar reference kernels everywhere */
+    void **buffers;            /* budget allocations owned by the model */
+    size_t n_buffers, cap_buffers;
+    uint64_t weight_bytes, n_params;
+};
+
+/* Reads hyperparameters from GGUF metadata and checks them for consistency. */
+tl_status tl_llama_read_hparams(const tl_gguf *g, tl_llama_hparams *hp);
+
+/* ---- forward pass ---- */
+
+/* Per-sequence state: the KV cache and the activation scratch for up to n_batch
+ * tokens. */
+typedef struct tl_llama_state {
+    int32_t n_ctx, n_batch, n_past;
+    float *k_cache, *v_cache; /* [n_layer][n_ctx][n_head_kv*head_dim] */
+    float *x, *xn, *q, *k, *v, *att_out, *gate, *up; /* [n_batch][...] */
+    float *scores;             /* [n_threads][n_ctx] */
+    float *mm_scratch;         /* [n_threads][scratch floats] */
+    size_t mm_scratch_floats;
+} tl_llama_state;
+
+tl_status tl_llama_state_init(tl_model *m, int32_t n_ctx, int32_t n_batch, tl_llama_state *s);
+void tl_llama_state_free(tl_model *m, tl_llama_state *s);
+
+/* Computes n tokens at positions n_past.. (n <= n_batch, n_past + n <= n_ctx), appends
+ * their K/V, and writes logits for the last token (logits_all = 0) or for every token
+ * (logits_all = 1, n rows of n_vocab) when `logits` is not NULL. */
+tl_status tl_llama_forward(tl_model *m, tl_llama_state *s, const int32_t *tokens, size_t n,
+                           float *logits, int logits_all);
+
+#endif

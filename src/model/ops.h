@@ -1,0 +1,33 @@
+/* ops.h - the forward pass's operations, threaded over the model's pool.
+ *
+ * Each op picks the scalar reference kernel or the fast kernel by m->use_reference,
+ * so one readable forward pass (llama_forward.c) serves both paths. Shapes are given
+ * in the comments as [rows][cols] of row-major f32 unless stated otherwise.
+ */
+#ifndef TL_MODEL_OPS_H
+#define TL_MODEL_OPS_H
+
+#include "llama.h"
+
+/* Y[n][w->rows] = X[n][w->cols] * W^T. `scratch` is per-thread matmul scratch of
+ * `scratch_floats` floats each (tl_matmul_scratch_floats). */
+void tl_op_matmul(tl_model *m, const tl_weight *w, const float *X, size_t n, float *Y,
+                  float *scratch, size_t scratch_floats);
+
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * g[i] for each of n rows of d. */
+void tl_op_rmsnorm(const float *x, const float *g, size_t n, size_t d, float eps, float *out);
+
+/* Rotates adjacent pairs (x[2i], x[2i+1]) of the first rope_dim dims of each of n_heads
+ * heads of head_dim in row x by angle pos * base^(-2i/rope_dim) (GGML "normal" mode). */
+void tl_op_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, float base);
+
+/* Causal grouped-query attention for n new tokens at positions n_past..n_past+n-1.
+ * q [n][n_head*hd]; k_cache/v_cache [n_ctx][n_kv*hd] already hold positions up to
+ * n_past+n-1; out [n][n_head*hd]. scores: per-thread [n_ctx] floats. */
+void tl_op_attention(tl_model *m, const float *q, const float *k_cache, const float *v_cache,
+                     size_t n, int32_t n_past, float *out, float *scores, size_t n_ctx);
+
+/* gate[i] = silu(gate[i]) * up[i] for n elements. */
+void tl_op_swiglu(float *gate, const float *up, size_t n);
+
+#endif

@@ -1,0 +1,292 @@
+/* synth.c - synthetic Llama GGUF models with random weights, for realistic-size
+ * benchmarks without downloads.
+ *
+ * The vocabulary is a usable SentencePiece-style one: <unk>, <s>, </s>, the 256 byte
+ * tokens <0x00>..<0xFF>, then pieces built from letters, digits and punctuation with
+ * and without the U+2581 word prefix, scored so shorter pieces merge first. Any text
+ * therefore tokenizes (byte fallback) and detokenizes exactly.
+ * Weights are uniform in +-1/sqrt(cols) (activations stay near unit scale), generated
+ * row by row from a counter-based RNG so any byte range can be produced independently;
+ * norms are 1. Quantized types use tl_quant_row, so the file is what a converter would
+ * write.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tierllm.h"
+#include "../base/status.h"
+#include "../format/gguf.h"
+#include "../kernels/kernels.h"
+
+typedef struct synth_tensor {
+    char name[64];
+    uint64_t cols, rows;
+    tl_type type;
+    int is_norm;
+} synth_tensor;
+
+typedef struct synth {
+    const tl_synth_params *p;
+    synth_tensor *t;
+    size_t n;
+    float *row_f;     /* [max cols] */
+    uint8_t *row_q;   /* [max row bytes] */
+} synth;
+
+static const struct { const char *name; tl_synth_params p; } presets[] = {
+    {"stories260k", {512, 64, 172, 5, 8, 4, 512, TL_TYPE_F32, 0, 10000.0f, 1}},
+    {"tinyllama-1.1b", {32000, 2048, 5632, 22, 32, 4, 2048, TL_TYPE_F32, 0, 10000.0f, 1}},
+    {"llama2-7b", {32000, 4096, 11008, 32, 32, 32, 4096, TL_TYPE_F32, 0, 10000.0f, 1}},
+};
+
+tl_status tl_synth_preset(const char *name, tl_synth_params *out) {
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (strcmp(presets[i].name, name) == 0) {
+            *out = presets[i].p;
+            return TL_OK;
+        }
+    return tl_error_set(TL_ERR_INVALID, "unknown preset '%s' (stories260k, tinyllama-1.1b, "
+                        "llama2-7b)", name);
+}
+
+static uint64_t mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static tl_status check_params(const tl_synth_params *p) {
+    if (p->n_vocab < 260 || p->n_embd <= 0 || p->n_ff <= 0 || p->n_layer <= 0 ||
+        p->n_head <= 0 || p->n_head_kv <= 0 || p->n_ctx <= 0)
+        return tl_error_set(TL_ERR_INVALID, "synth: every dimension must be positive and the "
+                            "vocabulary at least 260 tokens");
+    if (p->n_embd % p->n_head != 0 || p->n_head % p->n_head_kv != 0 ||
+        (p->n_embd / p->n_head) % 2 != 0)
+        return tl_error_set(TL_ERR_INVALID, "synth: n_embd %d must divide into %d heads of "
+                            "even size, and heads %d into %d kv heads", p->n_embd, p->n_head,
+                            p->n_head, p->n_head_kv);
+    if (!tl_type_known((uint32_t)p->weight_type))
+        return tl_error_set(TL_ERR_INVALID, "synth: unsupported weight type %d",
+                            p->weight_type);
+    size_t be = tl_type_block_elems((tl_type)p->weight_type);
+    if ((size_t)p->n_embd % be || (size_t)p->n_ff % be)
+        return tl_error_set(TL_ERR_INVALID, "synth: %s needs n_embd (%d) and n_ff (%d) to be "
+                            "multiples of %zu", tl_type_name((tl_type)p->weight_type),
+                            p->n_embd, p->n_ff, be);
+    return TL_OK;
+}
+
+static size_t build_tensors(const tl_synth_params *p, synth_tensor *t) {
+    size_t n = 0;
+    const uint64_t d = (uint64_t)p->n_embd, hd = d / (uint64_t)p->n_head;
+    const uint64_t kvd = hd * (uint64_t)p->n_head_kv, f = (uint64_t)p->n_ff;
+    const tl_type wt = (tl_type)p->weight_type;
+#define ADD(nm, c, r, ty, norm)                                                              \
+    do {                                                                                     \
+        if (t) {                                                                             \
+            snprintf(t[n].name, sizeof t[n].name, "%s", nm);                                 \
+            t[n].cols = c; t[n].rows = r; t[n].type = ty; t[n].is_norm = norm;               \
+        }                                                                                    \
+        n++;                                                                                 \
+    } while (0)
+    ADD("token_embd.weight", d, (uint64_t)p->n_vocab, wt, 0);
+    ADD("output_norm.weight", d, 1, TL_TYPE_F32, 1);
+    if (!p->tied_output) ADD("output.weight", d, (uint64_t)p->n_vocab, wt, 0);
+    for (int l = 0; l < p->n_layer; l++) {
+        char nm[64];
+#define LNAME(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
+        ADD(LNAME("attn_norm.weight"), d, 1, TL_TYPE_F32, 1);
+        ADD(LNAME("attn_q.weight"), d, d, wt, 0);
+        ADD(LNAME("attn_k.weight"), d, kvd, wt, 0);
+        ADD(LNAME("attn_v.weight"), d, kvd, wt, 0);
+        ADD(LNAME("attn_output.weight"), d, d, wt, 0);
+        ADD(LNAME("ffn_norm.weight"), d, 1, TL_TYPE_F32, 1);
+        ADD(LNAME("ffn_gate.weight"), d, f, wt, 0);
+        ADD(LNAME("ffn_up.weight"), d, f, wt, 0);
+        ADD(LNAME("ffn_down.weight"), f, d, wt, 0);
+#undef LNAME
+    }
+#undef ADD
+    return n;
+}
+
+uint64_t tl_synth_file_bytes(const tl_synth_params *p) {
+    if (check_params(p)) return 0;
+    size_t n = build_tensors(p, NULL);
+    synth_tensor *t = calloc(n, sizeof *t);
+    if (!t) return 0;
+    build_tensors(p, t);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += (tl_type_row_bytes(t[i].type, t[i].cols) * t[i].rows + 31) / 32 * 32;
+    free(t);
+    return bytes; /* plus a header of a few hundred KiB */
+}
+
+static void gen_row(const synth *s, size_t ti, uint64_t row) {
+    const synth_tensor *t = &s->t[ti];
+    if (t->is_norm) {
+        for (uint64_t c = 0; c < t->cols; c++) s->row_f[c] = 1.0f;
+    } else {
+        float a = 1.0f / sqrtf((float)t->cols);
+        uint64_t key = mix(s->p->seed * 0x9e3779b97f4a7c15ull + ti * 0x1000003ull) ^ row;
+        for (uint64_t c = 0; c < t->cols; c += 2) {
+            uint64_t r = mix(key * 0x100000001b3ull + c);
+            s->row_f[c] = a * ((float)(uint32_t)r * (2.0f / 4294967296.0f) - 1.0f);
+            if (c + 1 < t->cols)
+                s->row_f[c + 1] = a * ((float)(uint32_t)(r >> 32) * (2.0f / 4294967296.0f) - 1.0f);
+        }
+    }
+    tl_quant_row(t->type, s->row_f, s->row_q, (size_t)t->cols);
+}
+
+static tl_status fill(void *user, size_t index, uint64_t offset, void *dst, size_t len) {
+    synth *s = user;
+    const synth_tensor *t = &s->t[index];
+    const uint64_t rb = tl_type_row_bytes(t->type, (size_t)t->cols);
+    uint8_t *out = dst;
+    for (uint64_t row = offset / rb; len > 0; row++) {
+        gen_row(s, index, row);
+        uint64_t start = offset - row * rb;
+        size_t take = (size_t)(rb - start) < len ? (size_t)(rb - start) : len;
+        memcpy(out, s->row_q + start, take);
+        out += take;
+        offset += take;
+        len -= take;
+    }
+    return TL_OK;
+}
+
+/* Deterministic vocabulary: specials, bytes, then pieces of growing length. */
+static char **make_vocab(int32_t n_vocab, float *scores, int32_t *types) {
+    static const char alpha[] = "etaoinshrdlucmfwypvbgkjqxzETAOINSHRDLUCMFWYPVBGKJQXZ"
+                                "0123456789.,!?'\"-:;()";
+    const size_t na = sizeof alpha - 1;
+    char **v = calloc((size_t)n_vocab, sizeof *v);
+    if (!v) return NULL;
+    int32_t n = 0;
+    const char *specials[] = {"<unk>", "<s>", "</s>"};
+    for (int i = 0; i < 3; i++) {
+        v[n] = strdup(specials[i]);
+        types[n] = i == 0 ? 2 : 3;
+        scores[n] = 0;
+        n++;
+    }
+    for (int b = 0; b < 256; b++) {
+        char buf[8];
+        snprintf(buf, sizeof buf, "<0x%02X>", b);
+        v[n] = strdup(buf);
+        types[n] = 6;
+        scores[n] = 0;
+        n++;
+    }
+    /* pieces: U+2581 alone, then every string of length 1, 2, ... (first character
+     * from all of alpha, later ones lowercase), each with and without the prefix */
+    char buf[64];
+    for (int len = 0; len <= 6 && n < n_vocab; len++) {
+        size_t idx[8] = {0};
+        for (;;) {
+            for (int pre = 1; pre >= 0 && n < n_vocab; pre--) {
+                size_t o = 0;
+                if (pre) { memcpy(buf, "\xe2\x96\x81", 3); o = 3; }
+                for (int i = 0; i < len; i++) buf[o++] = alpha[idx[i]];
+                buf[o] = 0;
+                if (o == 0) continue;
+                v[n] = strdup(buf);
+                types[n] = 1;
+                scores[n] = -(float)n;
+                n++;
+            }
+            int i = len - 1;
+            while (i >= 0 && ++idx[i] == (i == 0 ? na : 26)) idx[i--] = 0;
+            if (i < 0 || n >= n_vocab) break;
+        }
+    }
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (!v[i]) { /* ran out of pieces (never for realistic sizes): unused fillers */
+            char buf[32];
+            snprintf(buf, sizeof buf, "<unused%d>", (int)i);
+            v[i] = strdup(buf);
+            types[i] = 5;
+            scores[i] = -1e9f;
+        }
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (!v[i]) { /* strdup failed */
+            for (int32_t j = 0; j < n_vocab; j++) free(v[j]);
+            free(v);
+            return NULL;
+        }
+    return v;
+}
+
+tl_status tl_synth_write(const tl_synth_params *p, const char *path) {
+    tl_status st = check_params(p);
+    if (st) return st;
+    synth s = {p, NULL, 0, NULL, NULL};
+    s.n = build_tensors(p, NULL);
+    s.t = calloc(s.n, sizeof *s.t);
+    size_t max_cols = (size_t)(p->n_ff > p->n_embd ? p->n_ff : p->n_embd);
+    s.row_f = malloc(max_cols * sizeof(float));
+    s.row_q = malloc(max_cols * sizeof(float));
+    float *scores = malloc((size_t)p->n_vocab * sizeof *scores);
+    int32_t *types = malloc((size_t)p->n_vocab * sizeof *types);
+    char **vocab = NULL;
+    tl_gguf_writer *w = NULL;
+    if (!s.t || !s.row_f || !s.row_q || !scores || !types ||
+        !(vocab = make_vocab(p->n_vocab, scores, types))) {
+        st = tl_error_set(TL_ERR_NOMEM, "synth: out of memory");
+        goto done;
+    }
+    build_tensors(p, s.t);
+    if ((st = tl_gguf_writer_open(&w))) goto done;
+    char name[64];
+    snprintf(name, sizeof name, "synthetic-llama-%dL-%dd-%s", p->n_layer, p->n_embd,
+             tl_type_name((tl_type)p->weight_type));
+    const uint32_t file_type = p->weight_type == TL_TYPE_F32 ? 0 :
+                               p->weight_type == TL_TYPE_F16 ? 1 :
+                               p->weight_type == TL_TYPE_Q4_0 ? 2 :
+                               p->weight_type == TL_TYPE_Q8_0 ? 7 : 32;
+    if ((st = tl_gguf_writer_set_str(w, "general.architecture", "llama")) ||
+        (st = tl_gguf_writer_set_str(w, "general.name", name)) ||
+        (st = tl_gguf_writer_set_u32(w, "general.file_type", file_type)) ||
+        (st = tl_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)p->n_ctx)) ||
+        (st = tl_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)p->n_embd)) ||
+        (st = tl_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)p->n_ff)) ||
+        (st = tl_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)p->n_layer)) ||
+        (st = tl_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)p->n_head)) ||
+        (st = tl_gguf_writer_set_u32(w, "llama.attention.head_count_kv",
+                                     (uint32_t)p->n_head_kv)) ||
+        (st = tl_gguf_writer_set_u32(w, "llama.rope.dimension_count",
+                                     (uint32_t)(p->n_embd / p->n_head))) ||
+        (st = tl_gguf_writer_set_f32(w, "llama.rope.freq_base", p->rope_base)) ||
+        (st = tl_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f)) ||
+        (st = tl_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama")) ||
+        (st = tl_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens",
+                                         (const char *const *)vocab, (uint64_t)p->n_vocab)) ||
+        (st = tl_gguf_writer_set_arr(w, "tokenizer.ggml.scores", TL_GGUF_FLOAT32, scores,
+                                     (uint64_t)p->n_vocab)) ||
+        (st = tl_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", TL_GGUF_INT32, types,
+                                     (uint64_t)p->n_vocab)) ||
+        (st = tl_gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0)) ||
+        (st = tl_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1)) ||
+        (st = tl_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2)))
+        goto done;
+    for (size_t i = 0; i < s.n && !st; i++) {
+        uint64_t ne[2] = {s.t[i].cols, s.t[i].rows};
+        st = tl_gguf_writer_add_tensor(w, s.t[i].name, s.t[i].type, s.t[i].rows > 1 ? 2 : 1,
+                                       ne);
+    }
+    if (!st) st = tl_gguf_writer_write(w, path, fill, &s);
+done:
+    if (vocab)
+        for (int32_t i = 0; i < p->n_vocab; i++) free(vocab[i]);
+    free(vocab);
+    free(scores);
+    free(types);
+    free(s.t);
+    free(s.row_f);
+    free(s.row_q);
+    tl_gguf_writer_close(w);
+    return st;
+}

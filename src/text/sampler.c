@@ -1,0 +1,123 @@
+/* sampler.c - see sampler.h. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "sampler.h"
+#include "../base/status.h"
+
+typedef struct tl_cand { int32_t id; float v; } tl_cand;
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t next_u64(uint64_t *s) {
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
+    s[2] ^= t; s[3] = rotl(s[3], 45);
+    return r;
+}
+
+static uint64_t splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+tl_sampler_params tl_sampler_default_params(void) {
+    tl_sampler_params p;
+    p.temperature = 0.8f;
+    p.top_k = 40;
+    p.top_p = 0.95f;
+    p.repeat_penalty = 1.0f;
+    p.repeat_last_n = 64;
+    p.seed = 0x5eed;
+    return p;
+}
+
+tl_status tl_sampler_init(tl_sampler *s, const tl_sampler_params *p, size_t n_vocab) {
+    memset(s, 0, sizeof *s);
+    s->p = *p;
+    if (!(p->temperature >= 0) || !(p->top_p > 0) || !(p->repeat_penalty > 0) ||
+        p->repeat_last_n < 0)
+        return tl_error_set(TL_ERR_INVALID, "sampler: temperature must be >= 0, top-p > 0 and "
+                            "the repetition penalty > 0");
+    uint64_t x = p->seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix(&x);
+    s->n_vocab = n_vocab;
+    s->cap_history = (size_t)p->repeat_last_n;
+    s->cand = malloc(n_vocab * sizeof *s->cand);
+    s->history = malloc((s->cap_history ? s->cap_history : 1) * sizeof *s->history);
+    if (!s->cand || !s->history) {
+        tl_sampler_free(s);
+        return tl_error_set(TL_ERR_NOMEM, "sampler: out of memory");
+    }
+    return TL_OK;
+}
+
+void tl_sampler_free(tl_sampler *s) {
+    free(s->cand);
+    free(s->history);
+    memset(s, 0, sizeof *s);
+}
+
+void tl_sampler_accept(tl_sampler *s, int32_t token) {
+    if (s->cap_history == 0) return;
+    s->history[s->head] = token;
+    s->head = (s->head + 1) % s->cap_history;
+    if (s->n_history < s->cap_history) s->n_history++;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    const tl_cand *x = a, *y = b;
+    if (x->v != y->v) return x->v < y->v ? 1 : -1;
+    return x->id < y->id ? -1 : x->id > y->id; /* stable tie-break by id */
+}
+
+int32_t tl_sampler_sample(tl_sampler *s, float *logits) {
+    const size_t n = s->n_vocab;
+    if (s->p.repeat_penalty != 1.0f) {
+        /* penalize each distinct recent token once */
+        for (size_t i = 0; i < s->n_history; i++) {
+            int32_t t = s->history[i];
+            int seen = 0;
+            for (size_t j = 0; j < i; j++) seen |= s->history[j] == t;
+            if (seen || t < 0 || (size_t)t >= n) continue;
+            logits[t] = logits[t] > 0 ? logits[t] / s->p.repeat_penalty
+                                      : logits[t] * s->p.repeat_penalty;
+        }
+    }
+    if (s->p.temperature <= 0) {
+        size_t best = 0;
+        for (size_t i = 1; i < n; i++)
+            if (logits[i] > logits[best]) best = i;
+        return (int32_t)best;
+    }
+    size_t k = n;
+    for (size_t i = 0; i < n; i++) s->cand[i] = (tl_cand){(int32_t)i, logits[i]};
+    qsort(s->cand, n, sizeof *s->cand, cmp_desc);
+    if (s->p.top_k > 0 && (size_t)s->p.top_k < k) k = (size_t)s->p.top_k;
+    double sum = 0;
+    const float mx = s->cand[0].v;
+    for (size_t i = 0; i < k; i++) {
+        s->cand[i].v = expf((s->cand[i].v - mx) / s->p.temperature);
+        sum += s->cand[i].v;
+    }
+    if (s->p.top_p < 1.0f) {
+        double cum = 0;
+        size_t keep = k;
+        for (size_t i = 0; i < k; i++) {
+            cum += s->cand[i].v / sum;
+            if (cum >= s->p.top_p) { keep = i + 1; break; }
+        }
+        k = keep;
+        sum = 0;
+        for (size_t i = 0; i < k; i++) sum += s->cand[i].v;
+    }
+    double r = (double)(next_u64(s->rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
+    double acc = 0;
+    for (size_t i = 0; i < k; i++) {
+        acc += s->cand[i].v;
+        if (r < acc) return s->cand[i].id;
+    }
+    return s->cand[k - 1].id;
+}

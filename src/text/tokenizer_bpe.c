@@ -1,0 +1,317 @@
+/* tokenizer_bpe.c - GPT-2 byte-level BPE, as llama.cpp's llm_tokenizer_bpe with the
+ * "gpt-2" pre-tokenizer.
+ *
+ * 1. Pre-tokenize with the GPT-2 regex
+ *      's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *    matched by hand over code points, following llama.cpp's
+ *    unicode_regex_split_custom_gpt2. A byte that is not valid UTF-8 is one unit that
+ *    classes like U+FFFD (as llama.cpp decodes it) but keeps its own byte, so every
+ *    input byte is encoded.
+ * 2. Write each word's bytes in the GPT-2 byte alphabet (each byte one code point).
+ * 3. Start from one symbol per byte and merge the adjacent pair with the lowest merge
+ *    rank (ties: leftmost) until no pair is in the merges list.
+ * 4. Emit each symbol's token; a symbol that is not a token (only with an inconsistent
+ *    vocabulary) emits its characters' tokens, or <unk>.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/status.h"
+#include "tokenizer_impl.h"
+#include "unicode.h"
+
+/* ---- GPT-2 byte alphabet ------------------------------------------------------------ */
+
+/* Printable bytes (0x21-0x7E, 0xA1-0xAC, 0xAE-0xFF) stand for themselves; the 68 others
+ * map in order to U+0100..U+0143. */
+uint32_t tl__bpe_byte_to_cpt(unsigned char b)
+{
+    if (b <= 0x20)
+        return 0x100u + b;
+    if (b >= 0x7F && b <= 0xA0)
+        return 0x100u + 33 + (b - 0x7Fu);
+    if (b == 0xAD)
+        return 0x100u + 67;
+    return b;
+}
+
+int tl__bpe_cpt_to_byte(uint32_t cpt)
+{
+    if ((cpt >= 0x21 && cpt <= 0x7E) || (cpt >= 0xA1 && cpt <= 0xAC) ||
+        (cpt >= 0xAE && cpt <= 0xFF))
+        return (int)cpt;
+    if (cpt >= 0x100 && cpt <= 0x120)
+        return (int)(cpt - 0x100);
+    if (cpt >= 0x121 && cpt <= 0x142)
+        return (int)(cpt - 0x121 + 0x7F);
+    if (cpt == 0x143)
+        return 0xAD;
+    return -1;
+}
+
+/* ---- merging ------------------------------------------------------------------------ */
+
+typedef struct bpe_sym {
+    int32_t prev, next;
+    uint32_t off, n; /* in the encoded word */
+} bpe_sym;
+
+typedef struct bpe_bigram {
+    int32_t rank;
+    int32_t left, right;
+    uint32_t size;
+} bpe_bigram;
+
+typedef struct bpe_state {
+    const tl_tokenizer *tok;
+    const char *text;
+    /* per code point unit of the text */
+    uint32_t *u_off;
+    uint32_t *u_cpt;
+    unsigned char *u_cls;
+    size_t n_units;
+    /* per word, reused */
+    char *enc;
+    bpe_sym *sym;
+    bpe_bigram *heap;
+    size_t n_heap, cap_heap;
+    tl__ids *out;
+} bpe_state;
+
+static int bigram_before(const bpe_bigram *a, const bpe_bigram *b)
+{
+    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+static tl_status heap_push(bpe_state *s, bpe_bigram bg)
+{
+    if (s->n_heap == s->cap_heap) {
+        size_t cap = s->cap_heap ? s->cap_heap * 2 : 64;
+        bpe_bigram *h = realloc(s->heap, cap * sizeof(*h));
+        if (!h)
+            return tl_error_set(TL_ERR_NOMEM, "tokenizer: out of memory");
+        s->heap = h;
+        s->cap_heap = cap;
+    }
+    size_t i = s->n_heap++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!bigram_before(&bg, &s->heap[p]))
+            break;
+        s->heap[i] = s->heap[p];
+        i = p;
+    }
+    s->heap[i] = bg;
+    return TL_OK;
+}
+
+static bpe_bigram heap_pop(bpe_state *s)
+{
+    bpe_bigram top = s->heap[0], last = s->heap[--s->n_heap];
+    size_t i = 0, n = s->n_heap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && bigram_before(&s->heap[c + 1], &s->heap[c]))
+            c++;
+        if (!bigram_before(&s->heap[c], &last))
+            break;
+        s->heap[i] = s->heap[c];
+        i = c;
+    }
+    if (n)
+        s->heap[i] = last;
+    return top;
+}
+
+static tl_status try_bigram(bpe_state *s, int32_t left, int32_t right)
+{
+    if (left < 0 || right < 0)
+        return TL_OK;
+    const bpe_sym *l = &s->sym[left], *r = &s->sym[right];
+    int32_t rank = tl__strmap_find(&s->tok->merges, s->enc + l->off, l->n, s->enc + r->off,
+                                   r->n, ' ');
+    if (rank < 0)
+        return TL_OK;
+    bpe_bigram bg = {rank, left, right, l->n + r->n};
+    return heap_push(s, bg);
+}
+
+static tl_status emit_symbol(bpe_state *s, const bpe_sym *y)
+{
+    const tl_tokenizer *tok = s->tok;
+    const char *p = s->enc + y->off;
+    int32_t id = tl__strmap_find(&tok->vocab, p, y->n, NULL, 0, -1);
+    if (id >= 0)
+        return tl__ids_push(s->out, id);
+    for (uint32_t j = 0; j < y->n;) {
+        size_t l = tl_utf8_lead_len((unsigned char)p[j]);
+        if (l > y->n - j)
+            l = y->n - j;
+        id = tl__strmap_find(&tok->vocab, p + j, l, NULL, 0, -1);
+        if (id < 0)
+            id = tok->unk;
+        if (id >= 0) {
+            tl_status st = tl__ids_push(s->out, id);
+            if (st)
+                return st;
+        }
+        j += (uint32_t)l;
+    }
+    return TL_OK;
+}
+
+/* Encodes the word made of units [u0, u1). */
+static tl_status bpe_word(bpe_state *s, size_t u0, size_t u1)
+{
+    size_t b0 = s->u_off[u0], b1 = s->u_off[u1]; /* u_off has n_units + 1 entries */
+    size_t e = 0;
+    int32_t n_sym = 0;
+    for (size_t i = b0; i < b1; i++) {
+        size_t l = tl_utf8_encode(tl__bpe_byte_to_cpt((unsigned char)s->text[i]), s->enc + e);
+        bpe_sym *y = &s->sym[n_sym];
+        y->off = (uint32_t)e;
+        y->n = (uint32_t)l;
+        y->prev = n_sym - 1;
+        y->next = i + 1 == b1 ? -1 : n_sym + 1;
+        e += l;
+        n_sym++;
+    }
+    tl_status st = TL_OK;
+    s->n_heap = 0;
+    for (int32_t i = 1; i < n_sym && !st; i++)
+        st = try_bigram(s, i - 1, i);
+    while (!st && s->n_heap) {
+        bpe_bigram bg = heap_pop(s);
+        bpe_sym *l = &s->sym[bg.left], *r = &s->sym[bg.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size)
+            continue; /* stale: one side has merged since */
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0)
+            s->sym[r->next].prev = bg.left;
+        st = try_bigram(s, l->prev, bg.left);
+        if (!st)
+            st = try_bigram(s, bg.left, l->next);
+    }
+    for (int32_t i = 0; !st && n_sym > 0 && i != -1; i = s->sym[i].next)
+        st = emit_symbol(s, &s->sym[i]);
+    return st;
+}
+
+/* ---- pre-tokenizer ------------------------------------------------------------------ */
+
+#define CLS_IN 8 /* set for every unit inside the text: llama.cpp's flags.as_uint() != 0 */
+#define OUT_OF_RANGE 0xFFFFFFFFu
+
+static unsigned cls_at(const bpe_state *s, size_t pos)
+{
+    return pos < s->n_units ? s->u_cls[pos] : 0;
+}
+
+static uint32_t cpt_at(const bpe_state *s, size_t pos)
+{
+    return pos < s->n_units ? s->u_cpt[pos] : OUT_OF_RANGE;
+}
+
+/* End of the GPT-2 regex match that starts at unit pos (< n_units). */
+static size_t match_end(const bpe_state *s, size_t pos)
+{
+    const unsigned L = TL_UNICODE_LETTER, N = TL_UNICODE_NUMBER, W = TL_UNICODE_WHITESPACE;
+    size_t n = s->n_units;
+    uint32_t c = s->u_cpt[pos];
+    if (c == '\'' && pos + 1 < n) { /* 's|'t|'re|'ve|'m|'ll|'d */
+        uint32_t c1 = s->u_cpt[pos + 1];
+        if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd')
+            return pos + 2;
+        if (pos + 2 < n) {
+            uint32_t c2 = s->u_cpt[pos + 2];
+            if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l'))
+                return pos + 3;
+        }
+    }
+    unsigned f2 = cls_at(s, c == ' ' ? pos + 1 : pos);
+    if (f2 & L) { /* ' ?\p{L}+' */
+        pos += c == ' ';
+        while (cls_at(s, pos) & L)
+            pos++;
+        return pos;
+    }
+    if (f2 & N) { /* ' ?\p{N}+' */
+        pos += c == ' ';
+        while (cls_at(s, pos) & N)
+            pos++;
+        return pos;
+    }
+    if (!(f2 & (W | L | N)) && (f2 & CLS_IN)) { /* ' ?[^\s\p{L}\p{N}]+' */
+        pos += c == ' ';
+        for (unsigned f = cls_at(s, pos); !(f & (W | L | N)) && (f & CLS_IN); f = cls_at(s, pos))
+            pos++;
+        return pos;
+    }
+    size_t nw = 0;
+    while (cls_at(s, pos + nw) & W)
+        nw++;
+    if (nw > 1 && cpt_at(s, pos + nw) != OUT_OF_RANGE) /* '\s+(?!\S)' */
+        return pos + nw - 1;
+    if (nw > 0) /* '\s+' */
+        return pos + nw;
+    return pos + 1; /* no match: the unit stands alone */
+}
+
+static tl_status split_words(bpe_state *s)
+{
+    tl_status st = TL_OK;
+    for (size_t pos = 0; pos < s->n_units && !st;) {
+        size_t end = match_end(s, pos);
+        st = bpe_word(s, pos, end);
+        pos = end;
+    }
+    return st;
+}
+
+tl_status tl__bpe_encode(const tl_tokenizer *tok, const char *text, size_t len, tl__ids *out)
+{
+    if (len > UINT32_MAX / 4)
+        return tl_error_set(TL_ERR_INVALID, "tokenizer: text of %zu bytes is too long", len);
+    bpe_state s;
+    memset(&s, 0, sizeof(s));
+    s.tok = tok;
+    s.text = text;
+    s.out = out;
+    s.u_off = malloc((len + 1) * sizeof(*s.u_off));
+    s.u_cpt = malloc(len * sizeof(*s.u_cpt));
+    s.u_cls = malloc(len);
+    s.enc = malloc(2 * len);
+    s.sym = malloc(len * sizeof(*s.sym));
+    tl_status st = TL_OK;
+    if (!s.u_off || !s.u_cpt || !s.u_cls || !s.enc || !s.sym) {
+        st = tl_error_set(TL_ERR_NOMEM, "tokenizer: out of memory for %zu bytes of text", len);
+        goto done;
+    }
+    for (size_t i = 0; i < len;) {
+        uint32_t cpt;
+        size_t l = tl_utf8_decode((const unsigned char *)text + i, len - i, &cpt);
+        if (!l) { /* invalid byte: classed like U+FFFD, encoded as itself */
+            cpt = TL_UNICODE_REPLACEMENT;
+            l = 1;
+        }
+        s.u_off[s.n_units] = (uint32_t)i;
+        s.u_cpt[s.n_units] = cpt;
+        s.u_cls[s.n_units] = (unsigned char)(tl_unicode_class(cpt) | CLS_IN);
+        s.n_units++;
+        i += l;
+    }
+    s.u_off[s.n_units] = (uint32_t)len;
+    st = split_words(&s);
+done:
+    free(s.u_off);
+    free(s.u_cpt);
+    free(s.u_cls);
+    free(s.enc);
+    free(s.sym);
+    free(s.heap);
+    return st;
+}

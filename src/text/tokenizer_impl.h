@@ -1,0 +1,85 @@
+/* tokenizer_impl.h - internals shared by tokenizer.c, tokenizer_spm.c, tokenizer_bpe.c.
+ * Not part of the API.
+ */
+#ifndef TL_TEXT_TOKENIZER_IMPL_H
+#define TL_TEXT_TOKENIZER_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "tokenizer.h"
+
+/* tokenizer.ggml.token_type values (llama.cpp's llama_token_type). */
+enum {
+    TL_TOKTYPE_UNDEFINED = 0, TL_TOKTYPE_NORMAL = 1, TL_TOKTYPE_UNKNOWN = 2,
+    TL_TOKTYPE_CONTROL = 3, TL_TOKTYPE_USER_DEFINED = 4, TL_TOKTYPE_UNUSED = 5,
+    TL_TOKTYPE_BYTE = 6
+};
+
+typedef enum tl_tok_kind { TL_TOK_SPM, TL_TOK_BPE } tl_tok_kind;
+
+/* Open-addressing string table (linear probing, power-of-two capacity). A key is a byte
+ * string; with split < len it is "left<sep>right" where the separator byte sits at
+ * `split`, so a pair can be looked up without building the joined string. Keys point
+ * into memory the owner keeps alive. */
+typedef struct tl__strmap_entry {
+    const char *key;
+    uint32_t len;
+    uint32_t split; /* == len when the key is not a pair */
+    uint32_t hash;
+    int32_t val;
+} tl__strmap_entry;
+
+typedef struct tl__strmap {
+    tl__strmap_entry *slots; /* key == NULL marks an empty slot */
+    size_t cap, n;
+} tl__strmap;
+
+struct tl_tokenizer {
+    tl_tok_kind kind;
+    int32_t n_vocab;
+    int32_t bos, eos, unk;
+    int add_bos;
+    int add_space_prefix; /* spm only */
+
+    /* token i's text is text_pool[text_off[i] .. + text_len[i]] */
+    char *text_pool;
+    uint64_t *text_off;
+    uint32_t *text_len;
+    /* token i's decoded piece */
+    char *piece_pool;
+    uint64_t *piece_off;
+    uint32_t *piece_len;
+
+    float *scores;  /* n_vocab; zeros if the file has none */
+    int32_t *types; /* n_vocab; TL_TOKTYPE_* */
+
+    tl__strmap vocab;  /* token text -> id; a later duplicate wins, as in llama.cpp */
+    tl__strmap merges; /* bpe: "left right" -> rank; the first duplicate wins */
+    char *merge_pool;
+
+    int32_t byte_token[256]; /* spm: id of <0xXX>, or -1 */
+};
+
+uint32_t tl__strmap_hash(const char *a, size_t alen, const char *b, size_t blen, int sep);
+/* Looks up the key a, or with sep >= 0 the pair a<sep>b. Returns the value or -1. */
+int32_t tl__strmap_find(const tl__strmap *m, const char *a, size_t alen, const char *b,
+                        size_t blen, int sep);
+
+/* A growable id list. */
+typedef struct tl__ids {
+    int32_t *v;
+    size_t n, cap;
+} tl__ids;
+
+tl_status tl__ids_push(tl__ids *ids, int32_t id);
+
+/* Model-specific encoders: append the ids for text[0..len) (no BOS) to out. */
+tl_status tl__spm_encode(const tl_tokenizer *tok, const char *text, size_t len, tl__ids *out);
+tl_status tl__bpe_encode(const tl_tokenizer *tok, const char *text, size_t len, tl__ids *out);
+
+/* GPT-2 byte alphabet: the code point byte b is written as, and the inverse (-1 for a
+ * code point that stands for no byte). */
+uint32_t tl__bpe_byte_to_cpt(unsigned char b);
+int tl__bpe_cpt_to_byte(uint32_t cpt);
+
+#endif

@@ -1,0 +1,39 @@
+/* unicode.h - the little Unicode the tokenizers need: UTF-8 decoding and encoding, and
+ * membership in \p{L}, \p{N} and \s (White_Space), from generated range tables
+ * (unicode_tables.inc, made by gen_unicode_tables.py). No global state.
+ */
+#ifndef TL_TEXT_UNICODE_H
+#define TL_TEXT_UNICODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TL_UNICODE_REPLACEMENT 0xFFFDu
+
+enum {
+    TL_UNICODE_LETTER = 1,     /* \p{L} */
+    TL_UNICODE_NUMBER = 2,     /* \p{N} */
+    TL_UNICODE_WHITESPACE = 4  /* \s */
+};
+
+/* Bit set of TL_UNICODE_* classes of a code point (0 for anything else, including
+ * values beyond U+10FFFF). */
+unsigned tl_unicode_class(uint32_t cpt);
+
+/* Decodes one strictly valid UTF-8 character (no overlongs, surrogates or values past
+ * U+10FFFF) at s[0..n). Returns its length (1..4) and sets *cpt; for an invalid or
+ * truncated sequence returns 0 and leaves *cpt unset. n must be >= 1. */
+size_t tl_utf8_decode(const unsigned char *s, size_t n, uint32_t *cpt);
+
+/* Writes cpt (<= U+10FFFF) as UTF-8 to out (>= 4 bytes); returns the length. */
+size_t tl_utf8_encode(uint32_t cpt, char *out);
+
+/* Length of the UTF-8 sequence a lead byte announces, as llama.cpp's unicode_len_utf8:
+ * by its high nibble, 1 for ASCII and stray continuation bytes. */
+static inline size_t tl_utf8_lead_len(unsigned char b)
+{
+    static const unsigned char lens[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    return lens[b >> 4];
+}
+
+#endif

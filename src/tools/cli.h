@@ -1,0 +1,25 @@
+/* cli.h - the tierllm command line: one file per subcommand, shared argument helpers.
+ * Subcommands return the process exit code (0 ok, 1 error, 2 usage). */
+#ifndef TL_TOOLS_CLI_H
+#define TL_TOOLS_CLI_H
+
+#include <stdint.h>
+#include "tierllm.h"
+
+int tl_cmd_run(int argc, char **argv);
+int tl_cmd_info(int argc, char **argv);
+int tl_cmd_synth(int argc, char **argv);
+int tl_cmd_logits(int argc, char **argv);
+
+/* Argument parsing helpers: each prints a message and returns 0 on a bad value. */
+int cli_int(const char *flag, const char *s, long lo, long hi, int32_t *out);
+int cli_float(const char *flag, const char *s, float *out);
+int cli_u64(const char *flag, const char *s, uint64_t *out);
+/* "2G", "512M", "1.5GiB", "4096" (bytes) */
+int cli_size(const char *flag, const char *s, uint64_t *out);
+/* Returns argv[*i + 1] and advances, or prints "flag needs a value" and returns NULL. */
+const char *cli_value(int argc, char **argv, int *i);
+/* Prints "error: <message>" for a failed status and returns 1. */
+int cli_fail(tl_status st);
+
+#endif

@@ -1,0 +1,77 @@
+/* cli_args.c - strict parsing of numeric flags (the whole value must parse). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include "cli.h"
+
+int cli_int(const char *flag, const char *s, long lo, long hi, int32_t *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "error: %s expects an integer in [%ld, %ld], got '%s'\n", flag, lo, hi, s);
+        return 0;
+    }
+    *out = (int32_t)v;
+    return 1;
+}
+
+int cli_float(const char *flag, const char *s, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) {
+        fprintf(stderr, "error: %s expects a number, got '%s'\n", flag, s);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int cli_u64(const char *flag, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (*s == '-') end = (char *)s;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || *s == '-') {
+        fprintf(stderr, "error: %s expects a non-negative integer, got '%s'\n", flag, s);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int cli_size(const char *flag, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    double mul = 1;
+    if (!strcasecmp(end, "k") || !strcasecmp(end, "kib") || !strcasecmp(end, "kb")) mul = 1024.0;
+    else if (!strcasecmp(end, "m") || !strcasecmp(end, "mib") || !strcasecmp(end, "mb")) mul = 1048576.0;
+    else if (!strcasecmp(end, "g") || !strcasecmp(end, "gib") || !strcasecmp(end, "gb")) mul = 1073741824.0;
+    else if (!strcasecmp(end, "t") || !strcasecmp(end, "tib") || !strcasecmp(end, "tb")) mul = 1099511627776.0;
+    else if (*end) mul = -1;
+    if (errno || end == s || mul < 0 || !(v >= 0) || v * mul > 1.8e19) {
+        fprintf(stderr, "error: %s expects a size such as 512M or 2G, got '%s'\n", flag, s);
+        return 0;
+    }
+    *out = (uint64_t)(v * mul);
+    return 1;
+}
+
+const char *cli_value(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "error: %s needs a value\n", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+int cli_fail(tl_status st) {
+    const char *msg = tl_last_error();
+    fprintf(stderr, "error: %s\n", msg && *msg ? msg : tl_status_str(st));
+    return 1;
+}

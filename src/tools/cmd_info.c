@@ -1,0 +1,73 @@
+/* cmd_info.c - `tierllm info`: architecture, shapes, tensor types and sizes of a GGUF.
+ * Reads only the header (no weights), so it works on any size of model. */
+#include <stdio.h>
+#include <string.h>
+#include "cli.h"
+#include "format/gguf.h"
+#include "model/llama.h"
+
+int tl_cmd_info(int argc, char **argv) {
+    const char *path = NULL;
+    int tensors = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
+            if (!(path = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(argv[i], "--tensors")) {
+            tensors = 1;
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: tierllm info -m MODEL.gguf [--tensors]\n");
+            return 0;
+        } else {
+            fprintf(stderr, "error: unknown option '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "error: -m MODEL is required\n");
+        return 2;
+    }
+    tl_gguf *g;
+    tl_status st = tl_gguf_open(path, &g);
+    if (st) return cli_fail(st);
+    tl_llama_hparams hp;
+    st = tl_llama_read_hparams(g, &hp);
+    if (st) {
+        tl_gguf_free(g);
+        return cli_fail(st);
+    }
+    const tl_gguf_str *name = NULL;
+    const tl_gguf_kv *nk = tl_gguf_find(g, "general.name");
+    if (nk && nk->type == TL_GGUF_STRING) name = &nk->v.str;
+    uint64_t bytes[64] = {0}, elems = 0, total = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        bytes[g->tensors[i].type & 63] += g->tensors[i].nbytes;
+        elems += g->tensors[i].n_elems;
+        total += g->tensors[i].nbytes;
+    }
+    const tl_gguf_tensor *emb = tl_gguf_find_tensor(g, "token_embd.weight");
+    printf("file:          %s (GGUF v%u, %llu tensors, %llu metadata keys)\n", path, g->version,
+           (unsigned long long)g->n_tensors, (unsigned long long)g->n_kv);
+    printf("name:          %s\n", name ? name->s : "(none)");
+    printf("architecture:  %s\n", hp.arch);
+    printf("vocabulary:    %llu\n", emb ? (unsigned long long)emb->ne[1] : 0ull);
+    printf("embedding:     %d\nfeed-forward:  %d\nlayers:        %d\n", hp.n_embd, hp.n_ff,
+           hp.n_layer);
+    printf("heads:         %d (kv %d, head dim %d, rope dims %d, base %g)\n", hp.n_head,
+           hp.n_head_kv, hp.head_dim, hp.rope_dim, hp.rope_base);
+    printf("context:       %d\n", hp.n_ctx_train);
+    printf("parameters:    %.3f M\n", elems / 1e6);
+    printf("weights:       %.2f MiB", total / 1048576.0);
+    for (int t = 0; t < 64; t++)
+        if (bytes[t]) printf("  %s %.2f MiB", tl_type_name((tl_type)t), bytes[t] / 1048576.0);
+    printf("\n");
+    if (tensors)
+        for (uint64_t i = 0; i < g->n_tensors; i++) {
+            const tl_gguf_tensor *t = &g->tensors[i];
+            printf("  %-28s %-5s [%llu, %llu, %llu, %llu] %llu bytes\n", t->name,
+                   tl_type_name(t->type), (unsigned long long)t->ne[0],
+                   (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
+                   (unsigned long long)t->ne[3], (unsigned long long)t->nbytes);
+        }
+    tl_gguf_free(g);
+    return 0;
+}

@@ -1,0 +1,136 @@
+/* cmd_run.c - `tierllm run`: generate text from a prompt, streaming it to stdout.
+ * Flags follow llama.cpp's llama-cli where they overlap. Timing goes to stderr. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+
+static void usage(void) {
+    printf("usage: tierllm run -m MODEL.gguf [options]\n"
+           "  -m, --model PATH        GGUF model file\n"
+           "  -p, --prompt TEXT       prompt (default: empty, start from BOS)\n"
+           "  -f, --file PATH         read the prompt from a file\n"
+           "  -n, --n-predict N       tokens to generate (default 128, -1 = until EOS)\n"
+           "  -c, --ctx-size N        context length (default: model's, at most 4096)\n"
+           "  -b, --batch-size N      prompt tokens per matrix-matrix step (default 64)\n"
+           "  -t, --threads N         compute threads (default: all cores)\n"
+           "  --temp T                temperature (default 0.8; 0 = greedy)\n"
+           "  --top-k K               top-k (default 40; 0 = off)\n"
+           "  --top-p P               top-p (default 0.95; 1 = off)\n"
+           "  --repeat-penalty R      repetition penalty (default 1.0 = off)\n"
+           "  --repeat-last-n N       tokens the penalty looks back over (default 64)\n"
+           "  -s, --seed S            random seed (default 24301)\n"
+           "  --ignore-eos            keep generating past end-of-sequence\n"
+           "  --reference             use the scalar reference kernels (slow)\n");
+}
+
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    size_t r;
+    while (buf && (r = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += r;
+        if (cap - len < 2) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) { free(buf); buf = NULL; }
+            else buf = nb;
+        }
+    }
+    if (buf) buf[len] = 0;
+    if (ferror(f)) { free(buf); buf = NULL; }
+    fclose(f);
+    return buf;
+}
+
+static int on_piece(void *user, int32_t token, const char *text, size_t len) {
+    (void)user;
+    (void)token;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+int tl_cmd_run(int argc, char **argv) {
+    const char *model_path = NULL, *prompt = "", *prompt_file = NULL;
+    tl_model_params mp = tl_model_default_params();
+    tl_context_params cp = tl_context_default_params();
+    tl_generate_params gp = tl_generate_default_params();
+    gp.sampler.seed = 24301;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+#define VAL() if (!(v = cli_value(argc, argv, &i))) return 2
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); model_path = v; }
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { VAL(); prompt = v; }
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { VAL(); prompt_file = v; }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+            VAL(); if (!cli_int(a, v, -1, 1 << 24, &gp.n_predict)) return 2;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            VAL(); if (!cli_int(a, v, 0, 1 << 24, &cp.n_ctx)) return 2;
+        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
+            VAL(); if (!cli_int(a, v, 1, 1 << 16, &cp.n_batch)) return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            VAL(); if (!cli_int(a, v, 1, 256, &mp.n_threads)) return 2;
+        } else if (!strcmp(a, "--temp")) {
+            VAL(); if (!cli_float(a, v, &gp.sampler.temperature)) return 2;
+        } else if (!strcmp(a, "--top-k")) {
+            VAL(); if (!cli_int(a, v, 0, 1 << 24, &gp.sampler.top_k)) return 2;
+        } else if (!strcmp(a, "--top-p")) {
+            VAL(); if (!cli_float(a, v, &gp.sampler.top_p)) return 2;
+        } else if (!strcmp(a, "--repeat-penalty")) {
+            VAL(); if (!cli_float(a, v, &gp.sampler.repeat_penalty)) return 2;
+        } else if (!strcmp(a, "--repeat-last-n")) {
+            VAL(); if (!cli_int(a, v, 0, 1 << 20, &gp.sampler.repeat_last_n)) return 2;
+        } else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
+            VAL(); if (!cli_u64(a, v, &gp.sampler.seed)) return 2;
+        } else if (!strcmp(a, "--ignore-eos")) gp.stop_at_eos = 0;
+        else if (!strcmp(a, "--reference")) mp.reference_kernels = 1;
+        else {
+            fprintf(stderr, "error: unknown option '%s' (see tierllm run --help)\n", a);
+            return 2;
+        }
+#undef VAL
+    }
+    if (!model_path) {
+        fprintf(stderr, "error: -m MODEL is required (see tierllm run --help)\n");
+        return 2;
+    }
+    char *file_prompt = NULL;
+    if (prompt_file) {
+        file_prompt = read_file(prompt_file);
+        if (!file_prompt) {
+            fprintf(stderr, "error: cannot read prompt file %s\n", prompt_file);
+            return 1;
+        }
+        prompt = file_prompt;
+    }
+    tl_model *m = NULL;
+    tl_context *c = NULL;
+    tl_generate_stats gs;
+    tl_status st = tl_model_open(model_path, &mp, &m);
+    if (!st) st = tl_context_open(m, &cp, &c);
+    if (!st) {
+        fputs(prompt, stdout);
+        fflush(stdout);
+        st = tl_generate(c, prompt, &gp, on_piece, NULL, &gs);
+    }
+    int rc = 0;
+    if (st) {
+        fputc('\n', stdout);
+        rc = cli_fail(st);
+    } else {
+        printf("\n");
+        fflush(stdout);
+        fprintf(stderr, "prefill: %d tokens in %.3f s (%.2f tok/s) | decode: %d tokens in "
+                "%.3f s (%.2f tok/s)\n", gs.n_prompt, gs.prefill_seconds,
+                gs.prefill_seconds > 0 ? gs.n_prompt / gs.prefill_seconds : 0.0, gs.n_decoded,
+                gs.decode_seconds,
+                gs.decode_seconds > 0 ? gs.n_decoded / gs.decode_seconds : 0.0);
+    }
+    tl_context_close(c);
+    tl_model_close(m);
+    free(file_prompt);
+    return rc;
+}

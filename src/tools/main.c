@@ -1,0 +1,30 @@
+/* main.c - `tierllm <command>`: dispatch to the subcommands. */
+#include <stdio.h>
+#include <string.h>
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tierllm <command> [options]\n"
+            "commands:\n"
+            "  run     generate text:   tierllm run -m MODEL.gguf -p PROMPT -n N [--temp T]\n"
+            "  info    describe a model: tierllm info -m MODEL.gguf\n"
+            "  synth   write a random-weight Llama GGUF: tierllm synth --preset NAME -o OUT\n"
+            "  logits  dump logits:     tierllm logits -m MODEL --tokens 1,2,3 -o OUT.f32\n"
+            "run 'tierllm <command> --help' for its options\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "run")) return tl_cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info")) return tl_cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "synth")) return tl_cmd_synth(argc - 1, argv + 1);
+    if (!strcmp(cmd, "logits")) return tl_cmd_logits(argc - 1, argv + 1);
+    fprintf(stderr, "error: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}

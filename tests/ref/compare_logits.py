@@ -1,0 +1,174 @@
+"""Compare the C engine's logits with the NumPy reference (llama_ref.py).
+
+Usage:
+    /usr/bin/python3 tests/ref/compare_logits.py --tierllm build/tierllm \\
+        --model M.gguf --tokens 1,2,3 --tol 1e-4
+
+Runs the reference in-process (float64), then runs the engine as
+    TIERLLM logits -m MODEL --tokens 1,2,3 -o OUT.f32
+which must write float32 little-endian [n_tokens, n_vocab], raw.
+
+Error metric, per position (row) r:
+    rel[r] = max_j |engine[r,j] - ref[r,j]| / max_j |ref[r,j]|
+and the reported value is max over rows.  Any non-finite engine value, a
+wrong output size, a missing binary or a non-zero engine exit is a FAIL.
+
+Prints one line  "model M: max rel err X (tol T) OK"  (or FAIL) and exits
+0 on OK, 1 on FAIL.
+
+--ref-only-dump: skip the engine; only run the reference and write its
+float32 logits to --ref-out (default: ./<model name>.ref.f32).
+--self-test: check the comparison logic itself on synthetic arrays.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def rel_errors(engine, ref):
+    """Per-row relative error max|a-b| / max|b|; inf for non-finite rows."""
+    engine = np.asarray(engine, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    assert engine.shape == ref.shape
+    num = np.abs(engine - ref).max(axis=1)
+    den = np.abs(ref).max(axis=1)
+    den = np.where(den > 0, den, 1.0)   # all-zero reference row: absolute error
+    rel = num / den
+    bad = ~np.all(np.isfinite(engine), axis=1) | ~np.isfinite(rel)
+    return np.where(bad, np.inf, rel)
+
+
+def judge(engine, ref, tol):
+    """(ok, max_rel, worst_row). NaN/inf anywhere fails: comparisons with NaN
+    are False, so the non-finite case is turned into +inf explicitly."""
+    rel = rel_errors(engine, ref)
+    worst = int(np.argmax(rel))
+    max_rel = float(rel[worst])
+    return (max_rel <= tol), max_rel, worst
+
+
+def run_engine(tierllm, model, tokens, n_vocab, timeout):
+    """Run the engine; return (logits array, None) or (None, error message)."""
+    if not os.path.isfile(tierllm) or not os.access(tierllm, os.X_OK):
+        return None, "engine binary not found or not executable: %s" % tierllm
+    with tempfile.TemporaryDirectory(prefix="tierllm_cmp_") as tmp:
+        out = os.path.join(tmp, "engine_logits.f32")
+        cmd = [tierllm, "logits", "-m", model,
+               "--tokens", ",".join(str(t) for t in tokens), "-o", out]
+        try:
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None, "engine timed out after %ss: %s" % (timeout, " ".join(cmd))
+        except OSError as e:
+            return None, "cannot run engine: %s" % e
+        if p.returncode != 0:
+            tail = p.stdout.decode("utf-8", "replace")[-2000:].rstrip()
+            if tail:
+                print("engine output (tail):\n" + tail)
+            return None, "engine exited with status %d: %s" % (p.returncode, " ".join(cmd))
+        if not os.path.isfile(out):
+            return None, "engine wrote no output file %s" % out
+        size = os.path.getsize(out)
+        want = len(tokens) * n_vocab * 4
+        if size != want:
+            return None, ("engine output is %d bytes, expected %d (= %d tokens x %d vocab x 4)"
+                          % (size, want, len(tokens), n_vocab))
+        return np.fromfile(out, dtype="<f4").reshape(len(tokens), n_vocab), None
+
+
+def self_test():
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((4, 512)) * 5
+    eng = ref.astype(np.float32)
+    ok, e, _ = judge(eng, ref, 1e-4)
+    assert ok and e < 1e-6, e                       # f32 rounding only: passes
+    pert = eng.copy()
+    pert[2, 100] += 0.01 * np.abs(ref[2]).max()     # 1% error in one logit, row 2
+    ok, e, row = judge(pert, ref, 1e-4)
+    assert not ok and row == 2 and abs(e - 0.01) < 1e-4, (ok, e, row)
+    pert = eng.copy()
+    pert[1, 7] = np.nan                             # NaN must fail
+    ok, e, row = judge(pert, ref, 1e-4)
+    assert not ok and row == 1 and e == np.inf, (ok, e, row)
+    pert = eng.copy()
+    pert[3, 0] = np.inf                             # inf must fail
+    assert not judge(pert, ref, 1e-4)[0]
+    ok, e, _ = judge(eng * 1.001, ref, 1e-4)        # 0.1% scale error fails
+    assert not ok and 5e-4 < e < 2e-3, e
+    ok, _, _ = judge(eng, ref, 1e-9)                # tolerance is honoured
+    assert not ok
+    z = np.zeros((1, 8))                            # all-zero reference row
+    assert judge(z.astype(np.float32), z, 1e-4)[0]
+    assert not judge(z + 1e-3, z, 1e-4)[0]
+    print("compare_logits self-test OK")
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tierllm", help="path to the tierllm binary")
+    ap.add_argument("--model", help="GGUF model")
+    ap.add_argument("--tokens", help="comma-separated token ids, e.g. 1,403,407")
+    ap.add_argument("--tol", type=float, default=1e-4, help="max relative error (default 1e-4)")
+    ap.add_argument("--timeout", type=float, default=600, help="engine timeout, seconds")
+    ap.add_argument("--ref-only-dump", action="store_true",
+                    help="run only the reference and write its logits to --ref-out")
+    ap.add_argument("--ref-out", help="also write the reference logits (float32) here")
+    ap.add_argument("--self-test", action="store_true", help="test the comparison logic")
+    args = ap.parse_args(argv)
+
+    if args.self_test:
+        return self_test()
+    if not args.model or not args.tokens:
+        ap.error("--model and --tokens are required")
+    if not args.ref_only_dump and not args.tierllm:
+        ap.error("--tierllm is required (or use --ref-only-dump)")
+    name = os.path.basename(args.model)
+
+    def fail(msg):
+        print("model %s: FAIL: %s" % (name, msg))
+        return 1
+
+    try:
+        from llama_ref import LlamaRef, parse_tokens
+        tokens = parse_tokens(args.tokens)
+        ref_model = LlamaRef(args.model)
+        ref = ref_model.forward(tokens)
+    except Exception as e:  # noqa: BLE001 - any reference failure is a test failure
+        return fail("reference: %s: %s" % (type(e).__name__, e))
+    if not np.all(np.isfinite(ref)):
+        return fail("reference produced non-finite logits")
+    n_vocab = ref.shape[1]
+
+    if args.ref_only_dump or args.ref_out:
+        path = args.ref_out or (os.path.splitext(name)[0] + ".ref.f32")
+        ref.astype("<f4").tofile(path)
+        print("model %s: reference logits [%d, %d] float32 -> %s"
+              % (name, len(tokens), n_vocab, path))
+        if args.ref_only_dump:
+            return 0
+
+    engine, err = run_engine(args.tierllm, args.model, tokens, n_vocab, args.timeout)
+    if err:
+        return fail(err)
+
+    ok, max_rel, worst = judge(engine, ref, args.tol)
+    agree = int(np.sum(np.argmax(engine, axis=1) == np.argmax(ref, axis=1)))
+    print("model %s: worst row %d of %d; argmax agrees on %d/%d rows"
+          % (name, worst, len(tokens), agree, len(tokens)))
+    print("model %s: max rel err %.3g (tol %g) %s"
+          % (name, max_rel, args.tol, "OK" if ok else "FAIL"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

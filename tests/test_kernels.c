@@ -1,0 +1,250 @@
+/* test_kernels.c - every fast kernel against its scalar reference, on random inputs of
+ * awkward sizes (odd k, n around the micro-tile sizes, j-ranges not starting at 0,
+ * strides larger than the rows, weight rows at 2-aligned addresses), plus the
+ * quantization formats: exact layouts on hand-made blocks, error bounds, round trips.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kernels/kernels.h"
+#include "testutil.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rng_u32(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+/* Uniform in [-1, 1). */
+static float rng_f(void) { return (float)rng_u32() / 2147483648.0f - 1.0f; }
+
+static void fill(float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = scale * rng_f();
+}
+
+static const tl_type all_types[] = {TL_TYPE_F32, TL_TYPE_F16, TL_TYPE_BF16, TL_TYPE_Q8_0,
+                                    TL_TYPE_Q4_0};
+
+/* ---- quantization formats ---- */
+
+static uint16_t u16_at(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static void test_layouts(void) {
+    float x[TL_QK], y[TL_QK];
+    for (int i = 0; i < TL_QK; i++) x[i] = (float)(i - 16); /* max |x| at i=0: -16 */
+
+    uint8_t q4[sizeof(tl_block_q4_0)];
+    tl_quant_row(TL_TYPE_Q4_0, x, q4, TL_QK);
+    CHECK(u16_at(q4) == 0x4000); /* d = -16 / -8 = 2.0 */
+    /* q = min(15, trunc(x/2 + 8.5)): elem 0 -> 0, elem 16 (x=0) -> 8, elem 31 (x=15) -> 15 */
+    CHECK(q4[2 + 0] == 0x80);
+    CHECK(q4[2 + 15] == ((15 << 4) | 8)); /* elem 15: x=-1 -> 8; elem 31 -> 15 (clamped) */
+    tl_dequant_row(TL_TYPE_Q4_0, q4, y, TL_QK);
+    CHECK(y[0] == -16.0f && y[16] == 0.0f && y[31] == 14.0f && y[15] == 0.0f);
+
+    uint8_t q8[sizeof(tl_block_q8_0)];
+    for (int i = 0; i < TL_QK; i++) x[i] = (float)(i - 16) * 0.5f; /* amax = 8 */
+    tl_quant_row(TL_TYPE_Q8_0, x, q8, TL_QK);
+    CHECK(u16_at(q8) == tl_f32_to_f16(8.0f / 127.0f));
+    CHECK((int8_t)q8[2 + 0] == -127);
+    CHECK((int8_t)q8[2 + 16] == 0);
+    CHECK((int8_t)q8[2 + 31] == (int8_t)roundf(7.5f * 127.0f / 8.0f));
+    tl_dequant_row(TL_TYPE_Q8_0, q8, y, TL_QK);
+    CHECK(y[0] == -127.0f * tl_f16_to_f32(u16_at(q8)));
+
+    /* an all-zero block has d = 0 and decodes to zeros */
+    memset(x, 0, sizeof x);
+    tl_quant_row(TL_TYPE_Q8_0, x, q8, TL_QK);
+    tl_dequant_row(TL_TYPE_Q8_0, q8, y, TL_QK);
+    CHECK(u16_at(q8) == 0 && y[5] == 0.0f);
+    tl_quant_row(TL_TYPE_Q4_0, x, q4, TL_QK);
+    tl_dequant_row(TL_TYPE_Q4_0, q4, y, TL_QK);
+    CHECK((u16_at(q4) & 0x7fff) == 0 && y[5] == 0.0f); /* d = -0.0, as in GGML */
+}
+
+static void test_half_formats(void) {
+    /* every finite f16 and bf16 survives f16 -> f32 -> f16 (and likewise bf16) */
+    int bad16 = 0, badbf = 0;
+    for (uint32_t h = 0; h < 0x10000u; h++) {
+        if ((h & 0x7c00u) != 0x7c00u && tl_f32_to_f16(tl_f16_to_f32((uint16_t)h)) != h) bad16++;
+        if ((h & 0x7f80u) != 0x7f80u && tl_f32_to_bf16(tl_bf16_to_f32((uint16_t)h)) != h) badbf++;
+    }
+    CHECK_MSG(bad16 == 0, "%d f16 values", bad16);
+    CHECK_MSG(badbf == 0, "%d bf16 values", badbf);
+
+    /* rows: conversion error within half an ulp, dequant(quant(dequant(q))) stable */
+    enum { N = 1000 };
+    float x[N], y[N];
+    uint8_t buf[2 * N + 2], buf2[2 * N + 2];
+    fill(x, N, 3.0f);
+    for (int t = 0; t < 2; t++) {
+        tl_type type = t ? TL_TYPE_BF16 : TL_TYPE_F16;
+        float rel = t ? 1.0f / 256 : 1.0f / 2048; /* half an ulp at 8 / 11 bit mantissa */
+        tl_quant_row(type, x, buf + 2, N); /* 2-aligned, not 4-aligned */
+        tl_dequant_row(type, buf + 2, y, N);
+        int bad = 0;
+        for (int i = 0; i < N; i++)
+            if (fabsf(x[i] - y[i]) > rel * fabsf(x[i]) + 1e-7f) bad++;
+        CHECK_MSG(bad == 0, "%s: %d elements off", tl_type_name(type), bad);
+        tl_quant_row(type, y, buf2 + 2, N);
+        CHECK(memcmp(buf + 2, buf2 + 2, 2 * N) == 0);
+    }
+}
+
+static void test_block_formats(void) {
+    enum { N = 32 * 40 };
+    static float x[N], y[N];
+    static uint8_t b1[N * 2], b2[N * 2];
+    for (int t = 0; t < 2; t++) {
+        tl_type type = t ? TL_TYPE_Q4_0 : TL_TYPE_Q8_0;
+        size_t bb = tl_type_block_bytes(type);
+        for (int rep = 0; rep < 4; rep++) {
+            fill(x, N, rep == 0 ? 1.0f : rep == 1 ? 1e-3f : 50.0f);
+            if (rep == 3)
+                for (int i = 0; i < N; i += 7) x[i] = 0.0f;
+            tl_quant_row(type, x, b1 + 2, N);
+            tl_dequant_row(type, b1 + 2, y, N);
+            int bad = 0;
+            for (int b = 0; b < N / TL_QK; b++) {
+                const float *xb = x + b * TL_QK;
+                float amax = 0.0f, max = 0.0f;
+                for (int i = 0; i < TL_QK; i++)
+                    if (fabsf(xb[i]) > amax) amax = fabsf(xb[i]), max = xb[i];
+                float dt = t ? max / -8.0f : amax / 127.0f; /* scale before fp16 rounding */
+                float d16 = tl_f16_to_f32(u16_at(b1 + 2 + b * bb)), dd = fabsf(dt - d16);
+                /* Q8_0: rounding error d/2, plus 127 * the fp16 rounding of d.
+                 * Q4_0: up to d where x/d = 8 clamps to 7, plus 8 * fp16 rounding of d. */
+                float bound = t ? fabsf(dt) + 8.0f * dd : 0.5f * dt + 127.0f * dd;
+                for (int i = 0; i < TL_QK; i++)
+                    if (fabsf(xb[i] - y[b * TL_QK + i]) > bound * 1.0001f + 1e-30f) bad++;
+            }
+            CHECK_MSG(bad == 0, "%s rep %d: %d elements off", tl_type_name(type), rep, bad);
+            /* quantizing the dequantized row reproduces the same bytes */
+            tl_quant_row(type, y, b2 + 2, N);
+            CHECK_MSG(memcmp(b1 + 2, b2 + 2, tl_type_row_bytes(type, N)) == 0, "%s rep %d",
+                      tl_type_name(type), rep);
+        }
+    }
+    /* Q8_0 error <= d/2 exactly when d is representable in fp16 (amax = 127 * 2^-e) */
+    for (int i = 0; i < TL_QK; i++) x[i] = rng_f() * 127.0f / 64.0f;
+    x[3] = 127.0f / 64.0f;
+    tl_quant_row(TL_TYPE_Q8_0, x, b1, TL_QK);
+    tl_dequant_row(TL_TYPE_Q8_0, b1, y, TL_QK);
+    for (int i = 0; i < TL_QK; i++) CHECK(fabsf(x[i] - y[i]) <= 0.5f / 64.0f);
+}
+
+/* ---- matmul ---- */
+
+static int matmul_case(tl_type type, size_t k, size_t n, size_t j0, size_t j1) {
+    size_t rows = j1, ldx = k + 3, ldy = j1 + 5;
+    size_t rb = tl_type_row_bytes(type, k);
+    /* weight rows 2-aligned only (4 for F32), as tensor data in a file may be */
+    size_t woff = type == TL_TYPE_F32 ? 4 : 2;
+    uint8_t *wbuf = malloc(rows * rb + woff);
+    float *row = malloc(k * sizeof(float));
+    float *wf = malloc(rows * k * sizeof(float)); /* dequantized weights */
+    float *xbuf = malloc((n * ldx + 1) * sizeof(float)), *X = xbuf + 1;
+    float *yref = malloc(n * ldy * sizeof(float)), *yfast = malloc(n * ldy * sizeof(float));
+    size_t sf = tl_matmul_scratch_floats(k, n);
+    float *scratch = aligned_alloc(64, (sf * sizeof(float) + 63) / 64 * 64 + 64);
+    uint8_t *W = wbuf + woff;
+    for (size_t j = 0; j < rows; j++) {
+        fill(row, k, 1.0f);
+        tl_quant_row(type, row, W + j * rb, k);
+        tl_dequant_row(type, W + j * rb, wf + j * k, k);
+    }
+    fill(X, n * ldx, 2.0f);
+    for (size_t i = 0; i < n * ldy; i++) yref[i] = yfast[i] = 1e30f; /* sentinel */
+    for (size_t i = 0; i < sf; i++) scratch[i] = NAN; /* fast path must not read stale */
+    tl_matmul_ref(type, W, k, j0, j1, X, ldx, n, yref, ldy);
+    tl_matmul_fast(type, W, k, j0, j1, X, ldx, n, yfast, ldy, scratch);
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < ldy; j++) {
+            float r = yref[i * ldy + j], f = yfast[i * ldy + j];
+            if (j < j0 || j >= j1) {
+                if (f != 1e30f || r != 1e30f) bad++;
+                continue;
+            }
+            double mag = 0.0, exact = 0.0;
+            for (size_t c = 0; c < k; c++) {
+                mag += fabs((double)X[i * ldx + c] * wf[j * k + c]);
+                exact += (double)X[i * ldx + c] * wf[j * k + c];
+            }
+            double tol = 1e-5 * mag + 1e-6;
+            if (!(fabs((double)f - r) <= tol) || !(fabs(r - exact) <= 1e-6 * mag + 1e-6)) {
+                if (bad < 3)
+                    fprintf(stderr, "  %s k=%zu n=%zu j=[%zu,%zu) at i=%zu j=%zu: fast %g ref %g\n",
+                            tl_type_name(type), k, n, j0, j1, i, j, f, r);
+                bad++;
+            }
+        }
+    }
+    free(wbuf), free(row), free(wf), free(xbuf), free(yref), free(yfast), free(scratch);
+    return bad;
+}
+
+static void test_matmul(void) {
+    static const size_t kf[] = {1, 7, 33, 257, 1000};       /* float types */
+    static const size_t kq[] = {32, 64, 96, 288, 4096 + 32}; /* block types */
+    static const size_t ns[] = {1, 2, 3, 4, 5, 7, 8, 13, 64, 65};
+    static const size_t jr[][2] = {{0, 1}, {5, 8}, {3, 20}, {16, 48}, {1, 101}};
+    for (size_t t = 0; t < sizeof all_types / sizeof all_types[0]; t++) {
+        tl_type type = all_types[t];
+        const size_t *ks = tl_type_block_elems(type) == 1 ? kf : kq;
+        for (size_t a = 0; a < 5; a++)
+            for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
+                for (size_t c = 0; c < sizeof jr / sizeof jr[0]; c++) {
+                    size_t k = ks[a], n = ns[b];
+                    if (k > 1000 && n > 8 && c != 4 && c != 2) continue; /* keep it quick */
+                    int bad = matmul_case(type, k, n, jr[c][0], jr[c][1]);
+                    CHECK_MSG(bad == 0, "%s k=%zu n=%zu j=[%zu,%zu): %d outputs wrong",
+                              tl_type_name(type), k, n, jr[c][0], jr[c][1], bad);
+                }
+    }
+}
+
+/* ---- vector kernels ---- */
+
+static void test_vector(void) {
+    static const size_t ns[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 1000, 4099};
+    enum { MAXN = 4099 + 1 };
+    static float a[MAXN], b[MAXN], y1[MAXN], y2[MAXN];
+    for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
+        size_t n = ns[t];
+        float *pa = a + 1, *pb = b + (t & 1); /* unaligned starts */
+        fill(pa, n, 1.0f);
+        fill(pb, n, 3.0f);
+        double mag = 0.0;
+        for (size_t i = 0; i < n; i++) mag += fabs((double)pa[i] * pb[i]);
+        float r = tl_dot_f32_ref(pa, pb, n), f = tl_dot_f32_fast(pa, pb, n);
+        CHECK_MSG(fabs((double)r - f) <= 1e-5 * mag + 1e-6, "dot n=%zu: %g vs %g", n, f, r);
+
+        float s = rng_f() * 4.0f;
+        fill(y1, n, 2.0f);
+        memcpy(y2, y1, n * sizeof(float));
+        y1[n] = y2[n] = 7.0f;
+        tl_axpy_f32_ref(y1, s, pa, n);
+        tl_axpy_f32_fast(y2, s, pa, n);
+        int bad = 0;
+        for (size_t i = 0; i < n; i++)
+            if (fabsf(y1[i] - y2[i]) > 1e-6f * (fabsf(s * pa[i]) + fabsf(y1[i])) + 1e-7f) bad++;
+        CHECK_MSG(bad == 0 && y2[n] == 7.0f, "axpy n=%zu: %d wrong", n, bad);
+    }
+}
+
+int main(void) {
+    test_layouts();
+    test_half_formats();
+    test_block_formats();
+    test_vector();
+    test_matmul();
+    return tl_test_finish("test_kernels");
+}
