@@ -232,6 +232,27 @@ static int run_vectors(const char *name, int spm, int *n_total)
     free(db);
     free(ib);
 
+    /* random bytes: never an error, and the pieces give the bytes back (unless the
+     * input happens to hold a literal U+2581, which spm decodes as a space) */
+    uint64_t r = 0x2545F4914F6CDD1Dull;
+    for (int iter = 0; iter < 300; iter++) {
+        char in[96];
+        size_t len = (size_t)iter % sizeof(in);
+        for (size_t i = 0; i < len; i++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            in[i] = iter % 3 ? (char)r : " a\xE2\x96\x81\xC3\xA9\xF0\x9F\x98\x81"[r % 11];
+        }
+        int32_t *fi = encode(tok, in, len, 0, &nbad);
+        char *fd = detokenize(tok, fi, nbad, &dl);
+        if (!memmem(in, len, "\xE2\x96\x81", 3)) {
+            off = spm && len ? 1 : 0;
+            CHECK_MSG(dl == len + off && memcmp(fd + off, in, len) == 0,
+                      "%s: random bytes %d do not round-trip", name, iter);
+        }
+        free(fd);
+        free(fi);
+    }
+
     free(inp);
     free(out);
     tl_tokenizer_free(tok);
@@ -513,6 +534,42 @@ static void test_hostile(void)
 #undef WITH
 }
 
+/* USER_DEFINED tokens are split out of the text before the model runs; for spm the
+ * text after one gets the space prefix again (llama.cpp, parse_special off). */
+static void test_user_defined(void)
+{
+    static tl_gguf_str toks[] = {{5, "<unk>"}, {3, "<s>"}, {4, "</s>"}, {4, "\xE2\x96\x81" "a"},
+                                 {1, "a"},     {3, "\xE2\x96\x81"}, {1, "b"}, {5, "<|u|>"},
+                                 {3, "<|u"}};
+    static const int32_t types[9] = {2, 3, 3, 1, 1, 1, 1, 4, 4};
+    static tl_gguf_str merges[] = {{3, "a b"}};
+    for (int spm = 0; spm < 2; spm++) {
+        tl_gguf_kv kv[] = {
+            KV_STR("tokenizer.ggml.model", spm ? "llama" : "gpt2"),
+            KV_ARR("tokenizer.ggml.tokens", TL_GGUF_STRING, 9, toks),
+            KV_ARR("tokenizer.ggml.token_type", TL_GGUF_INT32, 9, types),
+            KV_ARR("tokenizer.ggml.merges", TL_GGUF_STRING, 1, merges),
+        };
+        tl_tokenizer *tok = NULL;
+        CHECK_MSG(from_kvs(kv, 4, &tok) == TL_OK, "%s", tl_last_error());
+        if (!tok)
+            continue;
+        int32_t ids[16];
+        size_t n = 0;
+        const char *text = "a<|u|>a<|ub";
+        CHECK(tl_tokenizer_encode(tok, text, strlen(text), 0, ids, 16, &n) == TL_OK);
+        /* spm: "a" <|u|> "a" <|u "b", each raw piece with the prefix: ▁a, ▁a, ▁ b */
+        const int32_t want_spm[] = {3, 7, 3, 8, 5, 6}, want_bpe[] = {4, 7, 4, 8, 6};
+        size_t nw = spm ? 6 : 5;
+        CHECK_MSG(n == nw && memcmp(ids, spm ? want_spm : want_bpe, nw * sizeof(int32_t)) == 0,
+                  "user-defined split (%s)", spm ? "spm" : "gpt2");
+        const char *p;
+        size_t pl;
+        CHECK(tl_tokenizer_piece(tok, 7, &p, &pl) == TL_OK && pl == 5 && memcmp(p, "<|u|>", 5) == 0);
+        tl_tokenizer_free(tok);
+    }
+}
+
 int main(void)
 {
     int n_spm = 0, n_gpt2 = 0;
@@ -524,5 +581,6 @@ int main(void)
     test_stream_pieces();
     test_stories();
     test_hostile();
+    test_user_defined();
     return tl_test_finish("test_tokenizer");
 }

@@ -56,7 +56,8 @@ static void drain(tl_pool *p, int thread) {
 static void *worker_main(void *arg) {
     worker *w = arg;
     tl_pool *p = w->pool;
-    unsigned seen = atomic_load(&p->generation);
+    unsigned seen = 0; /* the generation at creation: a late-starting thread must not
+                          skip runs issued before it got here */
     for (;;) {
         unsigned gen;
         int spins = 0;

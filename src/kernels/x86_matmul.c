@@ -7,8 +7,10 @@
  *  - gemm (larger n, prefill): compute-bound, BLIS-style. For each KC-slice of k and each
  *    panel of NR=16 output columns, the weights are dequantized and packed transposed
  *    (panel[c][16], padded with zero columns past j1) into scratch; a 6x16 register-tile
- *    micro-kernel then sweeps all n rows of X. The first k-slice stores into Y, later
- *    ones add to it.
+ *    micro-kernel then sweeps all n rows of X (split into near-equal tiles of <= 6 rows).
+ *    The first k-slice stores into Y, later ones add to it. The next panel's weight rows
+ *    are software-prefetched: they are short runs at a large stride, which the hardware
+ *    prefetcher does not follow.
  * Invariants: dequantization is exact (as in quant.c), accumulation is f32, so results
  * agree with tl_matmul_ref to float rounding. Weight rows may start at any 2-aligned
  * address: all vector loads are unaligned, block scales are read with memcpy. Scratch is
@@ -19,6 +21,9 @@
 #include "kernels.h"
 
 #define TL_MATVEC_MAX_N 4
+#ifndef TL_PREFETCH
+#define TL_PREFETCH 4096 /* bytes ahead in the weight row stream, n > 1 matvec */
+#endif
 #define MR 6    /* micro-tile rows of X (and Y) */
 #define NR 16   /* micro-tile columns j (two ymm) */
 #define KC 256  /* k-slice; a multiple of TL_QK */
@@ -135,32 +140,54 @@ static ALWAYS_INLINE float hsum(__m256 v) {
 
 /* ---- matvec: n <= TL_MATVEC_MAX_N ---- */
 
+/* Accumulators per activation row: 8 FMA chains in flight in total (2 FMA units x 4
+ * cycles latency), which needs two 32-element groups per step when N = 1. */
 static ALWAYS_INLINE void matvec(tl_type type, const int N, const uint8_t *W, size_t k,
                                  size_t j0, size_t j1, const float *X, size_t ldx, float *Y,
                                  size_t ldy) {
-    enum { A = 4 }; /* accumulators per activation row, folded for N > 1 */
-    const int na = N == 1 ? 4 : 2;
-    size_t row_bytes = tl_type_row_bytes(type, k), k32 = k / 32 * 32;
+    const int na = N == 1 ? 8 : N == 2 ? 4 : 2;
+    const int G = N == 1 ? 2 : 1; /* 32-element groups per step */
+    size_t row_bytes = tl_type_row_bytes(type, k), k32 = k / 32 * 32, kg = k / (32 * G) * (32 * G);
     size_t es = tl_type_block_bytes(type);
     for (size_t j = j0; j < j1; j++) {
-        const uint8_t *row = W + j * row_bytes, *p = row;
-        __m256 acc[TL_MATVEC_MAX_N][A];
+        const uint8_t *p = W + j * row_bytes;
+        __m256 acc[TL_MATVEC_MAX_N][8];
         UNROLL
         for (int i = 0; i < N; i++)
             UNROLL
             for (int a = 0; a < na; a++) acc[i][a] = _mm256_setzero_ps();
-        for (size_t c = 0; c < k32; c += 32, p += bytes32(type)) {
+        size_t c = 0;
+        for (; c < kg; c += 32 * G) {
+            UNROLL
+            for (int g = 0; g < G; g++, p += bytes32(type)) {
+                __m256 w[4];
+                if (N > 1) { /* the hardware prefetcher alone falls behind here */
+                    _mm_prefetch((const char *)(p + TL_PREFETCH), _MM_HINT_T0);
+                    if (type == TL_TYPE_F32)
+                        _mm_prefetch((const char *)(p + TL_PREFETCH + 64), _MM_HINT_T0);
+                }
+                dequant32(type, p, w);
+                UNROLL
+                for (int i = 0; i < N; i++) {
+                    const float *x = X + i * ldx + c + 32 * g;
+                    UNROLL
+                    for (int q = 0; q < 4; q++) {
+                        int a = (4 * g + q) % na;
+                        acc[i][a] = _mm256_fmadd_ps(w[q], _mm256_loadu_ps(x + 8 * q), acc[i][a]);
+                    }
+                }
+            }
+        }
+        for (; c < k32; c += 32, p += bytes32(type)) {
             __m256 w[4];
             dequant32(type, p, w);
             UNROLL
-            for (int i = 0; i < N; i++) {
-                const float *x = X + i * ldx + c;
+            for (int i = 0; i < N; i++)
                 UNROLL
                 for (int q = 0; q < 4; q++)
-                    acc[i][q % na] = _mm256_fmadd_ps(w[q], _mm256_loadu_ps(x + 8 * q), acc[i][q % na]);
-            }
+                    acc[i][q % na] =
+                        _mm256_fmadd_ps(w[q], _mm256_loadu_ps(X + i * ldx + c + 8 * q), acc[i][q % na]);
         }
-        size_t c = k32;
         for (; c + 8 <= k; c += 8, p += 8 * es) { /* float types only */
             __m256 w = load8(type, p);
             UNROLL
@@ -270,6 +297,13 @@ static void ukernel_any(size_t m, size_t kc, const float *panel, const float *X,
     }
 }
 
+/* Rows of X in micro-tile t when n rows are split into ceil(n/MR) tiles as evenly as
+ * possible (n = 8 runs as 4+4, not 6+2: a 2-row tile cannot keep the FMA units busy). */
+static inline size_t m_of(size_t n, size_t t) {
+    size_t tiles = (n + MR - 1) / MR;
+    return n / tiles + (t < n % tiles);
+}
+
 static void prefetch_rows(const uint8_t *p, size_t stride, size_t rows, size_t bytes) {
     for (size_t r = 0; r < rows; r++, p += stride)
         for (size_t b = 0; b < bytes; b += 64) _mm_prefetch((const char *)(p + b), _MM_HINT_T0);
@@ -295,8 +329,8 @@ static ALWAYS_INLINE void gemm(tl_type type, const uint8_t *W, size_t k, size_t 
                 prefetch_rows(W + j0 * row_bytes + tl_type_row_bytes(type, c0 + KC), row_bytes,
                               j1 - j0 < NR ? j1 - j0 : NR,
                               tl_type_row_bytes(type, k - c0 - KC < KC ? k - c0 - KC : KC));
-            for (size_t i0 = 0; i0 < n; i0 += MR) {
-                size_t m = n - i0 < MR ? n - i0 : MR;
+            for (size_t i0 = 0, t = 0; i0 < n; i0 += m_of(n, t++)) {
+                size_t m = m_of(n, t);
                 const float *xb = X + i0 * ldx + c0;
                 float *yb = Y + i0 * ldy + jb;
                 if (nj == NR) {

@@ -401,6 +401,44 @@ static tl_status load_merges(const tl_gguf *g, tl_tokenizer *tok)
     return TL_OK;
 }
 
+typedef struct user_tok {
+    uint32_t len;
+    int32_t id;
+} user_tok;
+
+static int user_tok_cmp(const void *a, const void *b)
+{
+    const user_tok *x = a, *y = b;
+    if (x->len != y->len)
+        return x->len > y->len ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static tl_status collect_user_tokens(tl_tokenizer *tok)
+{
+    size_t n = 0;
+    for (int32_t i = 0; i < tok->n_vocab; i++)
+        n += tok->types[i] == TL_TOKTYPE_USER_DEFINED && tok->text_len[i] > 0;
+    if (!n)
+        return TL_OK;
+    user_tok *u = malloc(n * sizeof(*u));
+    tok->user_ids = malloc(n * sizeof(*tok->user_ids));
+    if (!u || !tok->user_ids) {
+        free(u);
+        return tl_error_set(TL_ERR_NOMEM, "tokenizer: out of memory");
+    }
+    n = 0;
+    for (int32_t i = 0; i < tok->n_vocab; i++)
+        if (tok->types[i] == TL_TOKTYPE_USER_DEFINED && tok->text_len[i] > 0)
+            u[n++] = (user_tok){tok->text_len[i], i};
+    qsort(u, n, sizeof(*u), user_tok_cmp);
+    for (size_t i = 0; i < n; i++)
+        tok->user_ids[i] = u[i].id;
+    tok->n_user = n;
+    free(u);
+    return TL_OK;
+}
+
 tl_status tl_tokenizer_from_gguf(const tl_gguf *g, tl_tokenizer **out)
 {
     if (!out)
@@ -445,6 +483,8 @@ tl_status tl_tokenizer_from_gguf(const tl_gguf *g, tl_tokenizer **out)
         st = read_flag(g, "tokenizer.ggml.add_bos_token", spm, &tok->add_bos);
     if (!st)
         st = read_flag(g, "tokenizer.ggml.add_space_prefix", 1, &tok->add_space_prefix);
+    if (!st)
+        st = collect_user_tokens(tok);
     if (st) {
         tl_tokenizer_free(tok);
         return st;
@@ -485,6 +525,7 @@ void tl_tokenizer_free(tl_tokenizer *tok)
     free(tok->piece_len);
     free(tok->scores);
     free(tok->types);
+    free(tok->user_ids);
     free(tok);
 }
 
@@ -494,6 +535,92 @@ int32_t tl_tokenizer_eos(const tl_tokenizer *tok) { return tok->eos; }
 int tl_tokenizer_add_bos_default(const tl_tokenizer *tok) { return tok->add_bos; }
 
 /* ---- encode / decode -------------------------------------------------------------- */
+
+typedef struct frag {
+    size_t off, len;
+    int32_t id; /* >= 0: a user-defined token; -1: raw text */
+} frag;
+
+typedef struct frags {
+    frag *v;
+    size_t n, cap;
+} frags;
+
+static tl_status frag_push(frags *f, size_t off, size_t len, int32_t id)
+{
+    if (id < 0 && len == 0)
+        return TL_OK;
+    if (f->n == f->cap) {
+        size_t cap = f->cap ? f->cap * 2 : 16;
+        frag *v = realloc(f->v, cap * sizeof(*v));
+        if (!v)
+            return tl_error_set(TL_ERR_NOMEM, "tokenizer: out of memory");
+        f->v = v;
+        f->cap = cap;
+    }
+    f->v[f->n++] = (frag){off, len, id};
+    return TL_OK;
+}
+
+/* Splits text around the user-defined tokens (longest first, each over what the
+ * longer ones left raw, occurrences left to right, as llama.cpp's
+ * tokenizer_st_partition), then runs the model on each raw fragment. For spm a raw
+ * fragment gets the space prefix when it starts the text or follows such a token. */
+static tl_status encode_text(const tl_tokenizer *tok, const char *text, size_t len,
+                             tl__ids *out)
+{
+    if (!tok->n_user)
+        return tok->kind == TL_TOK_SPM ? tl__spm_encode(tok, text, len, tok->add_space_prefix, out)
+                                       : tl__bpe_encode(tok, text, len, out);
+    frags cur = {0}, next = {0};
+    tl_status st = frag_push(&cur, 0, len, -1);
+    for (size_t u = 0; u < tok->n_user && !st; u++) {
+        int32_t id = tok->user_ids[u];
+        const char *t = tok->text_pool + tok->text_off[id];
+        size_t tl = tok->text_len[id];
+        next.n = 0;
+        for (size_t i = 0; i < cur.n && !st; i++) {
+            frag f = cur.v[i];
+            if (f.id >= 0) {
+                st = frag_push(&next, f.off, f.len, f.id);
+                continue;
+            }
+            size_t pos = f.off, end = f.off + f.len;
+            while (!st && pos < end) {
+                const char *hit = memmem(text + pos, end - pos, t, tl);
+                if (!hit)
+                    break;
+                size_t h = (size_t)(hit - text);
+                st = frag_push(&next, pos, h - pos, -1);
+                if (!st)
+                    st = frag_push(&next, h, tl, id);
+                pos = h + tl;
+            }
+            if (!st)
+                st = frag_push(&next, pos, end - pos, -1);
+        }
+        frags tmp = cur;
+        cur = next;
+        next = tmp;
+    }
+    int prev_special = 1;
+    for (size_t i = 0; i < cur.n && !st; i++) {
+        const frag *f = &cur.v[i];
+        if (f->id >= 0) {
+            st = tl__ids_push(out, f->id);
+            prev_special = 1;
+            continue;
+        }
+        st = tok->kind == TL_TOK_SPM
+                 ? tl__spm_encode(tok, text + f->off, f->len,
+                                  tok->add_space_prefix && prev_special, out)
+                 : tl__bpe_encode(tok, text + f->off, f->len, out);
+        prev_special = 0;
+    }
+    free(cur.v);
+    free(next.v);
+    return st;
+}
 
 tl_status tl_tokenizer_encode(const tl_tokenizer *tok, const char *text, size_t len,
                               int add_bos, int32_t *ids, size_t cap, size_t *n_out)
@@ -507,8 +634,7 @@ tl_status tl_tokenizer_encode(const tl_tokenizer *tok, const char *text, size_t 
     if (add_bos && tok->bos >= 0)
         st = tl__ids_push(&v, tok->bos);
     if (!st && len)
-        st = tok->kind == TL_TOK_SPM ? tl__spm_encode(tok, text, len, &v)
-                                     : tl__bpe_encode(tok, text, len, &v);
+        st = encode_text(tok, text, len, &v);
     if (!st) {
         *n_out = v.n;
         if (v.n && cap)

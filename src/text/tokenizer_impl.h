@@ -58,6 +58,11 @@ struct tl_tokenizer {
     char *merge_pool;
 
     int32_t byte_token[256]; /* spm: id of <0xXX>, or -1 */
+
+    /* USER_DEFINED tokens, longest text first (ties: lower id): the text is split
+     * around them before the model runs, as llama.cpp does without parse_special */
+    int32_t *user_ids;
+    size_t n_user;
 };
 
 uint32_t tl__strmap_hash(const char *a, size_t alen, const char *b, size_t blen, int sep);
@@ -73,8 +78,10 @@ typedef struct tl__ids {
 
 tl_status tl__ids_push(tl__ids *ids, int32_t id);
 
-/* Model-specific encoders: append the ids for text[0..len) (no BOS) to out. */
-tl_status tl__spm_encode(const tl_tokenizer *tok, const char *text, size_t len, tl__ids *out);
+/* Model-specific encoders: append the ids for text[0..len) (no BOS) to out. spm
+ * prepends a space when `prefix`. */
+tl_status tl__spm_encode(const tl_tokenizer *tok, const char *text, size_t len, int prefix,
+                         tl__ids *out);
 tl_status tl__bpe_encode(const tl_tokenizer *tok, const char *text, size_t len, tl__ids *out);
 
 /* GPT-2 byte alphabet: the code point byte b is written as, and the inverse (-1 for a

@@ -1,5 +1,5 @@
 /* tokenizer_spm.c - SentencePiece-style BPE over token scores, as llama.cpp's
- * llm_tokenizer_spm: spaces become U+2581 (with one prepended when add_space_prefix),
+ * llm_tokenizer_spm: spaces become U+2581 (with one prepended when asked),
  * the text splits into UTF-8 characters (by lead byte, so invalid bytes stand alone),
  * then the adjacent pair whose concatenation is the highest-scoring vocabulary token is
  * merged (ties: leftmost first) until no pair is in the vocabulary. A final symbol that
@@ -115,7 +115,8 @@ static tl_status emit(const spm_state *s, const spm_sym *sym, tl__ids *out)
     return TL_OK;
 }
 
-tl_status tl__spm_encode(const tl_tokenizer *tok, const char *text, size_t len, tl__ids *out)
+tl_status tl__spm_encode(const tl_tokenizer *tok, const char *text, size_t len, int prefix,
+                         tl__ids *out)
 {
     /* escape: ' ' -> U+2581 (3 bytes), with an optional leading one */
     size_t n_spaces = 0;
@@ -123,7 +124,7 @@ tl_status tl__spm_encode(const tl_tokenizer *tok, const char *text, size_t len, 
         n_spaces += text[i] == ' ';
     if (len > (UINT32_MAX - 8) / 3)
         return tl_error_set(TL_ERR_INVALID, "tokenizer: text of %zu bytes is too long", len);
-    size_t elen = len + 2 * n_spaces + (tok->add_space_prefix ? 3 : 0);
+    size_t elen = len + 2 * n_spaces + (prefix ? 3 : 0);
     spm_state s = {tok, NULL, NULL, NULL, 0, 0};
     char *esc = malloc(elen + 1);
     s.sym = malloc((elen + 1) * sizeof(*s.sym));
@@ -133,7 +134,7 @@ tl_status tl__spm_encode(const tl_tokenizer *tok, const char *text, size_t len, 
         goto done;
     }
     size_t e = 0;
-    if (tok->add_space_prefix) {
+    if (prefix) {
         memcpy(esc, "\xE2\x96\x81", 3);
         e = 3;
     }

@@ -54,14 +54,14 @@ def judge(engine, ref, tol):
     return (max_rel <= tol), max_rel, worst
 
 
-def run_engine(tierllm, model, tokens, n_vocab, timeout):
+def run_engine(tierllm, model, tokens, n_vocab, timeout, extra=()):
     """Run the engine; return (logits array, None) or (None, error message)."""
     if not os.path.isfile(tierllm) or not os.access(tierllm, os.X_OK):
         return None, "engine binary not found or not executable: %s" % tierllm
     with tempfile.TemporaryDirectory(prefix="tierllm_cmp_") as tmp:
         out = os.path.join(tmp, "engine_logits.f32")
         cmd = [tierllm, "logits", "-m", model,
-               "--tokens", ",".join(str(t) for t in tokens), "-o", out]
+               "--tokens", ",".join(str(t) for t in tokens), "-o", out] + list(extra)
         try:
             p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                timeout=timeout)
@@ -123,6 +123,8 @@ def main(argv=None):
     ap.add_argument("--ref-only-dump", action="store_true",
                     help="run only the reference and write its logits to --ref-out")
     ap.add_argument("--ref-out", help="also write the reference logits (float32) here")
+    ap.add_argument("--engine-arg", action="append", default=[],
+                    help="extra argument for the engine (repeatable), e.g. --engine-arg=-b5")
     ap.add_argument("--self-test", action="store_true", help="test the comparison logic")
     args = ap.parse_args(argv)
 
@@ -157,7 +159,8 @@ def main(argv=None):
         if args.ref_only_dump:
             return 0
 
-    engine, err = run_engine(args.tierllm, args.model, tokens, n_vocab, args.timeout)
+    engine, err = run_engine(args.tierllm, args.model, tokens, n_vocab, args.timeout,
+                             args.engine_arg)
     if err:
         return fail(err)
 
