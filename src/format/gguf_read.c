@@ -295,6 +295,10 @@ static tl_status read_tensors(cursor *c, tl_gguf *g, uint64_t n_tensors) {
             return tl_error_set(TL_ERR_FORMAT, "%s: tensor '%s' has %llu elements, not a "
                                 "multiple of the %s block size %zu", c->what, t->name,
                                 (unsigned long long)n_elems, tl_type_name(t->type), be);
+        if (n_elems / be > UINT64_MAX / tl_type_block_bytes(t->type))
+            return tl_error_set(TL_ERR_FORMAT, "%s: tensor '%s' has an overflowing shape (%llu "
+                                "%s elements do not fit in 2^64 bytes)", c->what, t->name,
+                                (unsigned long long)n_elems, tl_type_name(t->type));
         t->nbytes = n_elems / be * tl_type_block_bytes(t->type);
         st = cur_u64(c, &t->offset, t->name);
         if (st) return st;

@@ -120,8 +120,8 @@ static const tl_gguf_tensor *find_checked(tl_model *m, const char *name, uint64_
     uint64_t want_dims = ne1 > 1 ? 2 : 1;
     if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1 ||
         t->n_dims > 2 || t->n_dims < want_dims) {
-        *st = tl_error_set(TL_ERR_FORMAT, "%s: tensor '%s' has shape [%llu, %llu, %llu, %llu], "
-                           "expected [%llu, %llu]", m->path, name,
+        *st = tl_error_set(TL_ERR_FORMAT, "%s: tensor '%s' has %u-d shape [%llu, %llu, %llu, "
+                           "%llu], expected [%llu, %llu]", m->path, name, t->n_dims,
                            (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
                            (unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
                            (unsigned long long)ne0, (unsigned long long)ne1);
@@ -238,7 +238,7 @@ tl_status tl_model_open(const char *path, const tl_model_params *params, tl_mode
     tl_status st = m->path ? TL_OK : tl_error_set(TL_ERR_NOMEM, "out of memory");
     if (!st) st = tl_gguf_open(path, &m->gguf);
     if (!st && (st = tl_llama_read_hparams(m->gguf, &m->hp))) tl_error_wrap(st, "%s", path);
-    if (!st) st = tl_tokenizer_from_gguf(m->gguf, &m->tok);
+    if (!st && (st = tl_tokenizer_from_gguf(m->gguf, &m->tok))) tl_error_wrap(st, "%s", path);
     if (!st) st = tl_budget_open(0, &m->budget);
     if (!st) st = tl_pool_open(p.n_threads, &m->pool);
     if (!st) st = tl_file_open_ro(path, &f);

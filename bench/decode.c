@@ -1,0 +1,160 @@
+/* decode.c (bench_decode) - decode and prefill speed against this machine's bounds.
+ *
+ * Synthesizes TinyLlama-1.1B-shape models (Q8_0 and F16; reused if present in the work
+ * directory), then in the same run measures: DRAM read bandwidth and FMA peak on the
+ * same thread pool, prefill tokens/s for a 128-token prompt, and decode tokens/s.
+ *   decode bound  = DRAM bandwidth / weight bytes read per token (every matrix, plus one
+ *                   embedding row)
+ *   prefill ratio = matmul FLOPs per second / FMA peak (attention FLOPs are counted too)
+ * Reports medians of repeated runs. Usage:
+ *   bench_decode [--dir DIR] [--threads N] [--reps R] [--types q8_0,f16] [--gen N]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "tierllm.h"
+#include "base/clock.h"
+#include "kernels/probe.h"
+#include "model/llama.h"
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return v[n / 2];
+}
+
+static uint64_t matrix_bytes(const tl_weight *w) {
+    return tl_type_row_bytes(w->type, w->cols) * w->rows;
+}
+
+/* Bytes of weights one decode step reads, and matmul FLOPs per token. */
+static void per_token_costs(const tl_model *m, uint64_t *bytes, double *flops) {
+    uint64_t b = matrix_bytes(&m->output) + tl_type_row_bytes(m->tok_embd.type, m->tok_embd.cols);
+    double f = 2.0 * (double)m->output.rows * (double)m->output.cols;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const tl_llama_layer *L = &m->layers[l];
+        const tl_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < 7; i++) {
+            b += matrix_bytes(ws[i]);
+            f += 2.0 * (double)ws[i]->rows * (double)ws[i]->cols;
+        }
+        b += 2 * (uint64_t)m->hp.n_embd * sizeof(float); /* norms */
+    }
+    *bytes = b;
+    *flops = f;
+}
+
+static int run_type(const char *dir, const char *type_name, int32_t type, int threads, int reps,
+                    int n_gen, int n_prompt) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tinyllama-1.1b-%s.gguf", dir, type_name);
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        tl_synth_params sp;
+        tl_synth_preset("tinyllama-1.1b", &sp);
+        sp.weight_type = type;
+        printf("synthesizing %s ...\n", path);
+        fflush(stdout);
+        if (tl_synth_write(&sp, path)) {
+            fprintf(stderr, "error: %s\n", tl_last_error());
+            return 1;
+        }
+    }
+    tl_model_params mp = tl_model_default_params();
+    mp.n_threads = threads;
+    tl_model *m;
+    if (tl_model_open(path, &mp, &m)) {
+        fprintf(stderr, "error: %s\n", tl_last_error());
+        return 1;
+    }
+    tl_context_params cp = tl_context_default_params();
+    cp.n_ctx = n_prompt + n_gen + 8;
+    cp.n_batch = n_prompt;
+    tl_context *c;
+    if (tl_context_open(m, &cp, &c)) {
+        fprintf(stderr, "error: %s\n", tl_last_error());
+        tl_model_close(m);
+        return 1;
+    }
+    uint64_t bytes;
+    double flops;
+    per_token_costs(m, &bytes, &flops);
+    int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
+    float *logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
+    for (int i = 0; i < n_prompt; i++) prompt[i] = 3 + (i * 7919) % (m->hp.n_vocab - 3);
+    double pre[64], dec[64];
+    /* warm-up: touch every weight once */
+    tl_context_reset(c);
+    tl_decode(c, prompt, 1, logits);
+    for (int r = 0; r < reps; r++) {
+        tl_context_reset(c);
+        double t0 = tl_now();
+        tl_decode(c, prompt, (size_t)n_prompt, logits);
+        pre[r] = tl_now() - t0;
+        int32_t tok = 5;
+        t0 = tl_now();
+        for (int i = 0; i < n_gen; i++) {
+            if (tl_decode(c, &tok, 1, logits)) {
+                fprintf(stderr, "error: %s\n", tl_last_error());
+                return 1;
+            }
+            tok = 3 + (tok * 31 + i) % (m->hp.n_vocab - 3);
+        }
+        dec[r] = tl_now() - t0;
+    }
+    /* bounds measured in the same run, on the same pool, around the model runs */
+    double bw = tl_probe_read_bandwidth(m->pool, (size_t)1 << 30, 5);
+    double peak = tl_probe_fma_peak(m->pool, 5);
+    double t_pre = median(pre, reps), t_dec = median(dec, reps);
+    double dec_tps = n_gen / t_dec, bound_tps = bw / (double)bytes;
+    /* attention FLOPs of the prompt: 2 matrices (QK^T and PV), causal half */
+    double attn = 2.0 * 2.0 * (double)m->hp.n_layer * m->hp.n_head * m->hp.head_dim *
+                  (double)n_prompt * (n_prompt + 1) / 2.0;
+    double pre_flops = (flops * n_prompt + attn) / t_pre;
+    printf("%-5s threads %d | weights/token %.1f MiB | DRAM read %.1f GB/s | FMA peak %.1f "
+           "GFLOP/s\n", type_name, tl_pool_threads(m->pool), bytes / 1048576.0, bw / 1e9,
+           peak / 1e9);
+    printf("%-5s decode  %.2f tok/s  bound %.2f tok/s  ratio %.0f%%  (%.1f GB/s of weights)\n",
+           type_name, dec_tps, bound_tps, 100.0 * dec_tps / bound_tps,
+           dec_tps * (double)bytes / 1e9);
+    printf("%-5s prefill %.1f tok/s (%d-token prompt)  %.1f GFLOP/s  ratio to FMA peak %.0f%%\n",
+           type_name, n_prompt / t_pre, n_prompt, pre_flops / 1e9, 100.0 * pre_flops / peak);
+    fflush(stdout);
+    free(prompt);
+    free(logits);
+    tl_context_close(c);
+    tl_model_close(m);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *dir = "/tmp/tierllm-bench", *types = "q8_0,f16";
+    int threads = 2, reps = 5, n_gen = 32, n_prompt = 128;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--dir")) dir = argv[i + 1];
+        else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--types")) types = argv[i + 1];
+        else if (!strcmp(argv[i], "--gen")) n_gen = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--prompt")) n_prompt = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "usage: bench_decode [--dir DIR] [--threads N] [--reps R] "
+                    "[--types q8_0,f16,f32,bf16,q4_0] [--gen N] [--prompt N]\n");
+            return 2;
+        }
+    }
+    if (reps < 1 || reps > 64 || threads < 1 || n_gen < 1 || n_prompt < 1) return 2;
+    mkdir(dir, 0755);
+    static const struct { const char *n; int32_t t; } known[] = {
+        {"q8_0", 8}, {"f16", 1}, {"f32", 0}, {"bf16", 30}, {"q4_0", 2}};
+    int rc = 0;
+    for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+        if (strstr(types, known[k].n))
+            rc |= run_type(dir, known[k].n, known[k].t, threads, reps, n_gen, n_prompt);
+    return rc;
+}

@@ -1,0 +1,67 @@
+/* probe.c - see probe.h. */
+#include <stdlib.h>
+#include <string.h>
+#include "probe.h"
+#include "../base/clock.h"
+
+typedef struct read_job { const float *p; size_t n, per; volatile float sink; } read_job;
+
+static void read_task(void *arg, int task, int thread) {
+    (void)thread;
+    read_job *j = arg;
+    size_t start = (size_t)task * j->per;
+    size_t len = start + j->per <= j->n ? j->per : j->n - start;
+    j->sink += tl_probe_read_kernel(j->p + start, len);
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return v[n / 2];
+}
+
+double tl_probe_read_bandwidth(tl_pool *pool, size_t bytes, int reps) {
+    size_t n = bytes / sizeof(float);
+    float *p = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+    if (!p || reps < 1 || reps > 64) {
+        free(p);
+        return 0;
+    }
+    memset(p, 0, n * sizeof(float)); /* fault the pages in before timing */
+    int tasks = 8 * tl_pool_threads(pool); /* several per thread: a late thread can't skew */
+    read_job j = {p, n, (n + (size_t)tasks - 1) / (size_t)tasks, 0};
+    double t[64];
+    for (int r = 0; r < reps; r++) {
+        double t0 = tl_now();
+        tl_pool_run(pool, tasks, read_task, &j);
+        t[r] = tl_now() - t0;
+    }
+    free(p);
+    return (double)(n * sizeof(float)) / median(t, reps);
+}
+
+typedef struct fma_job { size_t iters; volatile float sink; } fma_job;
+
+static void fma_task(void *arg, int task, int thread) {
+    (void)thread;
+    fma_job *j = arg;
+    j->sink += tl_probe_fma_kernel(j->iters, (float)task);
+}
+
+double tl_probe_fma_peak(tl_pool *pool, int reps) {
+    int tasks = 8 * tl_pool_threads(pool);
+    fma_job j = {2500u * 1000, 0};
+    double t[64];
+    if (reps < 1 || reps > 64) return 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = tl_now();
+        tl_pool_run(pool, tasks, fma_task, &j);
+        t[r] = tl_now() - t0;
+    }
+    /* per iteration: 12 FMAs x 8 lanes x 2 FLOPs, per task */
+    return (double)j.iters * 12 * 8 * 2 * tasks / median(t, reps);
+}

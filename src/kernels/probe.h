@@ -1,0 +1,21 @@
+/* probe.h - measuring this machine's physical bounds: DRAM read bandwidth and FMA peak.
+ * Benchmarks report their speed as a ratio to these, measured in the same run; the
+ * hardware profile (plan/) stores them. Both run on the caller's thread pool so the
+ * thread count matches the engine's. */
+#ifndef TL_KERNELS_PROBE_H
+#define TL_KERNELS_PROBE_H
+
+#include <stddef.h>
+#include "../base/threadpool.h"
+
+/* Streams `bytes` of freshly allocated memory (> last-level cache) `reps` times with all
+ * pool threads; returns the median read bandwidth in bytes/s (0 on allocation failure). */
+double tl_probe_read_bandwidth(tl_pool *pool, size_t bytes, int reps);
+/* Runs independent FMA chains on every pool thread; returns the median FLOP/s. */
+double tl_probe_fma_peak(tl_pool *pool, int reps);
+
+/* x86 inner loops (kernels/x86_probe.c). */
+float tl_probe_read_kernel(const float *p, size_t n);
+float tl_probe_fma_kernel(size_t iters, float seed);
+
+#endif
