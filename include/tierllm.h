@@ -49,6 +49,15 @@ typedef struct tl_model tl_model;
 typedef struct tl_model_params {
     int32_t n_threads;         /* worker threads for compute; <= 0 means all cores */
     int32_t reference_kernels; /* 1: scalar reference kernels (slow; for verification) */
+    uint64_t mem_budget;       /* bytes the engine may hold (weights, IO buffers, KV,
+                                  activations, scratch); 0 = 80% of MemAvailable. Weights
+                                  that do not fit stream from the model file. */
+    int32_t prefetch;          /* streamed layers read ahead of compute (default 2) */
+    int32_t overlap;           /* 1 (default): IO overlaps compute; 0: synchronous reads */
+    int32_t io_backend;        /* 0 auto (io_uring if it works), 1 pread pool, 2 io_uring */
+    int32_t io_queue_depth;    /* chunks in flight (default 8) */
+    uint64_t io_chunk_bytes;   /* read chunk size (default 1 MiB) */
+    int32_t direct_io;         /* 1 (default): O_DIRECT, bypassing the page cache */
 } tl_model_params;
 
 tl_model_params tl_model_default_params(void);
@@ -87,6 +96,24 @@ tl_context_params tl_context_default_params(void);
 
 tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_context **out);
 void tl_context_close(tl_context *ctx);
+
+/* What the engine measured since the context opened (or the last reset). */
+typedef struct tl_run_stats {
+    uint64_t forward_passes, tokens;  /* forward calls, token positions computed */
+    uint64_t bytes_read_disk;         /* weight bytes read from the model file */
+    uint64_t bytes_read_mem;          /* resident weight bytes used by compute */
+    double io_busy_s;                 /* wall time with >= 1 read in flight */
+    double stall_s;                   /* compute waiting for data not yet arrived */
+    double compute_s;                 /* forward time minus stalls */
+    double wall_s;                    /* forward time */
+    /* placement */
+    uint64_t budget_bytes, budget_peak_bytes;
+    uint64_t weights_resident_bytes, weights_streamed_bytes; /* per forward pass */
+    int32_t slots, io_uring;          /* layer buffers in the ring; 1 if io_uring */
+} tl_run_stats;
+
+tl_status tl_context_get_stats(const tl_context *ctx, tl_run_stats *out);
+void tl_context_reset_stats(tl_context *ctx);
 
 /* Forgets all tokens in the context. */
 void tl_context_reset(tl_context *ctx);

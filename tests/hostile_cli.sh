@@ -3,10 +3,10 @@
 # Every corrupt file written by `test_gguf_hostile --write` must make `tierllm run` exit
 # with exactly 1 and print "error:" on stderr, with no sanitizer report. `tierllm info`
 # reads only the header and hyperparameters, so it must fail the same way on the
-# parse-* files (damaged header, metadata, tensor directory or hyperparameters found by
-# the parser) and may describe the model-* files (missing or mis-shaped tensors, a bad
-# tokenizer), but never crash. The valid model still exits 0. Also: a missing path, a
-# directory and an empty file.
+# parse-* files (damaged header, metadata or tensor directory) and on the model-* files
+# may either refuse (bad hyperparameters) or describe the file (missing or mis-shaped
+# tensors, a bad tokenizer), but never crash. The valid model still exits 0. Also: a
+# missing path, a directory and an empty file.
 set -u
 cli=$1
 gen=$2

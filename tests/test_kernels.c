@@ -1,7 +1,9 @@
 /* test_kernels.c - every fast kernel against its scalar reference, on random inputs of
  * awkward sizes (odd k, n around the micro-tile sizes, j-ranges not starting at 0,
  * strides larger than the rows, weight rows at 2-aligned addresses), plus the
- * quantization formats: exact layouts on hand-made blocks, error bounds, round trips.
+ * quantization formats: exact layouts on hand-made blocks, error bounds, round trips;
+ * and the activation rounding of Q8_0/Q4_0 products (kernels.h): hand-computed blocks,
+ * fast == reference bit for bit, and results that do not depend on the batch size.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -140,9 +142,91 @@ static void test_block_formats(void) {
     for (int i = 0; i < TL_QK; i++) CHECK(fabsf(x[i] - y[i]) <= 0.5f / 64.0f);
 }
 
+/* ---- activation rounding ---- */
+
+static void test_act_rounding(void) {
+    /* amax = 31.75 = 127/4, so d = 0.25 exactly and x/d is exact: ties are real ties */
+    float x[2 * TL_QK], xr[2 * TL_QK];
+    tl_block_q8_act a[2];
+    static const float in[] = {31.75f, -31.75f, 0.625f, -0.625f, 0.375f, -0.375f,
+                               0.1f, 0.2f, -0.2f, 0.125f, -0.125f, 30.0f, 0.0f};
+    static const int want[] = {127, -127, 3, -3, 2, -2, 0, 1, -1, 1, -1, 120, 0};
+    enum { NIN = sizeof in / sizeof in[0] };
+    memset(x, 0, sizeof x);
+    memcpy(x, in, sizeof in);                  /* block 0 */
+    for (int i = 0; i < TL_QK; i++) x[TL_QK + i] = 0.0f; /* block 1: all zero, d = 0 */
+    x[TL_QK + 3] = -0.0f;
+    tl_quant_act_row(x, a, 2 * TL_QK);
+    tl_round_act_row(x, xr, 2 * TL_QK);
+    CHECK(a[0].d == 0.25f && a[1].d == 0.0f);
+    for (int i = 0; i < NIN; i++) {
+        CHECK_MSG(a[0].q[i] == want[i], "x=%g: q %d, want %d", in[i], a[0].q[i], want[i]);
+        CHECK_MSG(xr[i] == 0.25f * (float)want[i], "x=%g: x' %g", in[i], xr[i]);
+    }
+    for (int i = NIN; i < TL_QK; i++) CHECK(a[0].q[i] == 0 && xr[i] == 0.0f);
+    for (int i = 0; i < TL_QK; i++) CHECK(a[1].q[i] == 0 && xr[TL_QK + i] == 0.0f);
+
+    /* the scale stays f32: amax = 1 gives d = 1/127 rounded to f32, not to fp16 */
+    for (int i = 0; i < TL_QK; i++) x[i] = (float)(i - 16) / 16.0f; /* amax = 1 at i = 0 */
+    tl_quant_act_row(x, a, TL_QK);
+    CHECK(a[0].d == 1.0f / 127.0f && a[0].d != tl_f16_to_f32(tl_f32_to_f16(1.0f / 127.0f)));
+    CHECK(a[0].q[0] == -127 && a[0].q[16] == 0 && a[0].q[24] == 64); /* 0.5*127 = 63.5 -> 64 */
+    /* just below a tie: 0.49999997 rounds to 0 (floor(v + 0.5) in f32 would give 1) */
+    for (int i = 0; i < TL_QK; i++) x[i] = 0.0f;
+    x[0] = 127.0f, x[1] = 0.49999997f, x[2] = -0.49999997f, x[3] = 2.5f, x[4] = -126.5f;
+    tl_quant_act_row(x, a, TL_QK);
+    CHECK(a[0].d == 1.0f && a[0].q[1] == 0 && a[0].q[2] == 0 && a[0].q[3] == 3 &&
+          a[0].q[4] == -127);
+
+    /* the fast quantizer agrees bit for bit on random rows, ties and tiny values */
+    enum { N = 32 * 64 };
+    static float r[N];
+    static tl_block_q8_act qa[N / TL_QK], qb[N / TL_QK];
+    for (int rep = 0; rep < 6; rep++) {
+        fill(r, N, rep == 1 ? 1e-30f : rep == 2 ? 1e4f : 1.0f);
+        if (rep == 3) /* ties: amax = 127 * 2^-3, x = (m + 1/2) * 2^-3 */
+            for (int i = 0; i < N; i++)
+                r[i] = i % TL_QK == 5 ? 127.0f / 8 : ((float)(int)(rng_f() * 120.0f) + 0.5f) / 8;
+        if (rep == 4) /* all-zero and near-denormal blocks */
+            for (int i = 0; i < N; i++) r[i] = (i / TL_QK) % 2 ? 0.0f : r[i] * 1e-38f;
+        if (rep == 5) /* values next to the ties */
+            for (int i = 0; i < N; i++)
+                r[i] = i % TL_QK == 0 ? 127.0f
+                                      : nextafterf((float)(int)(rng_f() * 120.0f) + 0.5f,
+                                                   (i & 1) ? 1e9f : -1e9f);
+        tl_quant_act_row(r, qa, N);
+        tl_quant_act_row_fast(r, qb, N);
+        int bad = 0;
+        for (int b = 0; b < N / TL_QK; b++)
+            bad += memcmp(&qa[b].d, &qb[b].d, sizeof(float)) != 0 ||
+                   memcmp(qa[b].q, qb[b].q, TL_QK) != 0;
+        CHECK_MSG(bad == 0, "rep %d: %d blocks differ", rep, bad);
+        /* x' is d*q, and within d/2 of x */
+        tl_round_act_row(r, r, N); /* in place */
+        bad = 0;
+        for (int i = 0; i < N; i++)
+            if (r[i] != qa[i / TL_QK].d * (float)qa[i / TL_QK].q[i % TL_QK]) bad++;
+        CHECK_MSG(bad == 0, "rep %d: %d x' values differ from d*q", rep, bad);
+    }
+}
+
 /* ---- matmul ---- */
 
-static int matmul_case(tl_type type, size_t k, size_t n, size_t j0, size_t j1) {
+/* X patterns: 0 uniform random, 1 ties (every block has amax 127/4 and elements at
+ * (m + 1/2)/4, so roundf and round-half-even differ), 2 blocks of zeros among randoms. */
+static void fill_x(float *X, size_t ldx, size_t n, size_t k, int pattern) {
+    fill(X, n * ldx, 2.0f);
+    for (size_t i = 0; i < n && pattern; i++)
+        for (size_t c = 0; c < k; c++) {
+            float *x = X + i * ldx + c;
+            if (pattern == 1)
+                *x = c % 32 == 7 ? -127.0f / 4 : ((float)(int)(rng_f() * 100.0f) + 0.5f) / 4;
+            else if ((c / 32) % 3 == 1)
+                *x = 0.0f;
+        }
+}
+
+static int matmul_case_x(tl_type type, size_t k, size_t n, size_t j0, size_t j1, int xpat) {
     size_t rows = j1, ldx = k + 3, ldy = j1 + 5;
     size_t rb = tl_type_row_bytes(type, k);
     /* weight rows 2-aligned only (4 for F32), as tensor data in a file may be */
@@ -160,7 +244,12 @@ static int matmul_case(tl_type type, size_t k, size_t n, size_t j0, size_t j1) {
         tl_quant_row(type, row, W + j * rb, k);
         tl_dequant_row(type, W + j * rb, wf + j * k, k);
     }
-    fill(X, n * ldx, 2.0f);
+    fill_x(X, ldx, n, k, xpat);
+    float *xr = malloc(n * k * sizeof(float)); /* the activations the product uses */
+    for (size_t i = 0; i < n; i++) {
+        if (tl_type_rounds_act(type)) tl_round_act_row(X + i * ldx, xr + i * k, k);
+        else memcpy(xr + i * k, X + i * ldx, k * sizeof(float));
+    }
     for (size_t i = 0; i < n * ldy; i++) yref[i] = yfast[i] = 1e30f; /* sentinel */
     for (size_t i = 0; i < sf; i++) scratch[i] = NAN; /* fast path must not read stale */
     tl_matmul_ref(type, W, k, j0, j1, X, ldx, n, yref, ldy);
@@ -175,8 +264,8 @@ static int matmul_case(tl_type type, size_t k, size_t n, size_t j0, size_t j1) {
             }
             double mag = 0.0, exact = 0.0;
             for (size_t c = 0; c < k; c++) {
-                mag += fabs((double)X[i * ldx + c] * wf[j * k + c]);
-                exact += (double)X[i * ldx + c] * wf[j * k + c];
+                mag += fabs((double)xr[i * k + c] * wf[j * k + c]);
+                exact += (double)xr[i * k + c] * wf[j * k + c];
             }
             double tol = 1e-5 * mag + 1e-6;
             if (!(fabs((double)f - r) <= tol) || !(fabs(r - exact) <= 1e-6 * mag + 1e-6)) {
@@ -188,7 +277,58 @@ static int matmul_case(tl_type type, size_t k, size_t n, size_t j0, size_t j1) {
         }
     }
     free(wbuf), free(row), free(wf), free(xbuf), free(yref), free(yfast), free(scratch);
+    free(xr);
     return bad;
+}
+
+static int matmul_case(tl_type type, size_t k, size_t n, size_t j0, size_t j1) {
+    return matmul_case_x(type, k, n, j0, j1, 0);
+}
+
+/* The same activation row gives the same products whether it runs alone (matvec) or in
+ * a batch of 8 (GEMM), up to f32 rounding: the contract rounds x' identically for all n. */
+static void test_batch_invariance(void) {
+    enum { K = 4096 + 96, ROWS = 37, NB = 8 };
+    for (int t = 0; t < 5; t++) {
+        tl_type type = all_types[t];
+        size_t rb = tl_type_row_bytes(type, K);
+        uint8_t *W = malloc(ROWS * rb);
+        float *row = malloc(K * sizeof(float)), *X = malloc(NB * K * sizeof(float));
+        float *y1 = malloc(ROWS * sizeof(float)), *y8 = malloc(NB * ROWS * sizeof(float));
+        float *r1 = malloc(ROWS * sizeof(float)), *r8 = malloc(NB * ROWS * sizeof(float));
+        size_t sf = tl_matmul_scratch_floats(K, NB);
+        float *scratch = aligned_alloc(64, (sf * sizeof(float) + 63) / 64 * 64);
+        for (size_t j = 0; j < ROWS; j++) {
+            fill(row, K, 1.0f);
+            tl_quant_row(type, row, W + j * rb, K);
+        }
+        fill_x(X, K, NB, K, t % 3);
+        int bad = 0;
+        for (size_t i = 0; i < NB; i++) {
+            tl_matmul_fast(type, W, K, 0, ROWS, X + i * K, K, 1, y1, ROWS, scratch);
+            tl_matmul_ref(type, W, K, 0, ROWS, X + i * K, K, 1, r1, ROWS);
+            if (i == 0) {
+                tl_matmul_fast(type, W, K, 0, ROWS, X, K, NB, y8, ROWS, scratch);
+                tl_matmul_ref(type, W, K, 0, ROWS, X, K, NB, r8, ROWS);
+            }
+            for (size_t j = 0; j < ROWS; j++) {
+                double mag = 0.0;
+                tl_dequant_row(type, W + j * rb, row, K);
+                for (size_t c = 0; c < K; c++) mag += fabs((double)X[i * K + c] * row[c]);
+                /* reference: identical; fast: f32 rounding (|x'| <= |x| * 128/127) */
+                if (r1[j] != r8[i * ROWS + j] ||
+                    !(fabs((double)y1[j] - y8[i * ROWS + j]) <= 1e-5 * mag + 1e-6)) {
+                    if (bad < 3)
+                        fprintf(stderr, "  %s row %zu j %zu: n=1 %g n=8 %g (ref %g %g)\n",
+                                tl_type_name(type), i, j, y1[j], y8[i * ROWS + j], r1[j],
+                                r8[i * ROWS + j]);
+                    bad++;
+                }
+            }
+        }
+        CHECK_MSG(bad == 0, "%s: %d outputs depend on the batch size", tl_type_name(type), bad);
+        free(W), free(row), free(X), free(y1), free(y8), free(r1), free(r8), free(scratch);
+    }
 }
 
 static void test_matmul(void) {
@@ -209,6 +349,15 @@ static void test_matmul(void) {
                               tl_type_name(type), k, n, jr[c][0], jr[c][1], bad);
                 }
     }
+    /* activations full of exact ties and of all-zero blocks, matvec and GEMM */
+    for (size_t t = 0; t < sizeof all_types / sizeof all_types[0]; t++)
+        for (int pat = 1; pat <= 2; pat++)
+            for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++) {
+                size_t k = tl_type_block_elems(all_types[t]) == 1 ? 257 : 288;
+                int bad = matmul_case_x(all_types[t], k, ns[b], 3, 20, pat);
+                CHECK_MSG(bad == 0, "%s pattern %d k=%zu n=%zu: %d outputs wrong",
+                          tl_type_name(all_types[t]), pat, k, ns[b], bad);
+            }
 }
 
 /* ---- vector kernels ---- */
@@ -244,7 +393,9 @@ int main(void) {
     test_layouts();
     test_half_formats();
     test_block_formats();
+    test_act_rounding();
     test_vector();
     test_matmul();
+    test_batch_invariance();
     return tl_test_finish("test_kernels");
 }

@@ -1,28 +1,27 @@
 /* threadpool.c - fixed pool of worker threads for data-parallel kernels.
  *
- * A run publishes (fn, arg, n_tasks) and bumps `generation`; workers claim task indices
- * from an atomic counter, and the caller claims tasks too, then waits until `done`
- * reaches n_tasks. Workers spin briefly on `generation` before sleeping on a condition
- * variable, because a decode step issues hundreds of short runs and a futex wake-up per
- * run would cost more than the work. Invariant: tl_pool_run returns only after every
- * worker has drained this generation, so no worker touches job state between runs.
+ * A run publishes (fn, arg) and one 64-bit claim word = generation | n_tasks | next index,
+ * then bumps `generation`. Threads claim a task with a compare-and-swap on the claim
+ * word, which fails for a thread holding a stale generation, so a worker that wakes late
+ * can never run a task of the wrong run. The caller claims tasks too and returns when
+ * `done` reaches n_tasks: it never waits for a worker that has not joined (on a busy
+ * machine the caller simply does the work itself). Workers spin briefly on `generation`
+ * before sleeping on a condition variable, because a decode step issues hundreds of
+ * short runs and a futex wake-up per run would cost more than the work.
  */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include "threadpool.h"
 #include "status.h"
 
 #define SPIN_ITERS 20000
+#define MAX_TASKS ((1u << 20) - 1)
 
-typedef struct worker {
-    tl_pool *pool;
-    int index;
-    pthread_t thread;
-    atomic_uint finished; /* last generation this worker has fully drained */
-} worker;
+typedef struct worker { tl_pool *pool; int index; pthread_t thread; } worker;
 
 struct tl_pool {
     int n_threads;
@@ -30,12 +29,11 @@ struct tl_pool {
     pthread_mutex_t lock;
     pthread_cond_t wake;
     atomic_uint generation;
-    atomic_int next_task;
+    _Atomic uint64_t claim; /* gen (24 bits) | n_tasks (20) | next index (20) */
     atomic_int done;
     atomic_int stop;
     tl_pool_fn fn;
     void *arg;
-    int n_tasks;
 };
 
 static inline void cpu_relax(void) {
@@ -44,12 +42,23 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static void drain(tl_pool *p, int thread) {
+static uint64_t claim_word(unsigned gen, unsigned n, unsigned idx) {
+    return (uint64_t)(gen & 0xffffffu) << 40 | (uint64_t)n << 20 | idx;
+}
+
+/* Runs tasks of generation `gen` until none are left or the run has moved on. */
+static void drain(tl_pool *p, unsigned gen, int thread) {
+    uint64_t w = atomic_load_explicit(&p->claim, memory_order_acquire);
     for (;;) {
-        int t = atomic_fetch_add_explicit(&p->next_task, 1, memory_order_relaxed);
-        if (t >= p->n_tasks) break;
-        p->fn(p->arg, t, thread);
+        unsigned wgen = (unsigned)(w >> 40), n = (unsigned)(w >> 20) & MAX_TASKS;
+        unsigned idx = (unsigned)w & MAX_TASKS;
+        if (wgen != (gen & 0xffffffu) || idx >= n) return;
+        if (!atomic_compare_exchange_weak_explicit(&p->claim, &w, w + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue; /* w was reloaded */
+        p->fn(p->arg, (int)idx, thread);
         atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+        w = atomic_load_explicit(&p->claim, memory_order_acquire);
     }
 }
 
@@ -74,11 +83,9 @@ static void *worker_main(void *arg) {
         }
         if (atomic_load(&p->stop)) return NULL;
         seen = gen;
-        drain(p, w->index);
-        atomic_store_explicit(&w->finished, gen, memory_order_release);
+        drain(p, gen, w->index);
     }
 }
-
 tl_status tl_pool_open(int n_threads, tl_pool **out) {
     *out = NULL;
     if (n_threads <= 0) {
@@ -127,31 +134,23 @@ int tl_pool_threads(const tl_pool *p) { return p->n_threads; }
 
 void tl_pool_run(tl_pool *p, int n_tasks, tl_pool_fn fn, void *arg) {
     if (n_tasks <= 0) return;
-    if (p->n_threads == 1 || n_tasks == 1) {
+    if (p->n_threads == 1 || n_tasks == 1 || (unsigned)n_tasks > MAX_TASKS) {
         for (int t = 0; t < n_tasks; t++) fn(arg, t, 0);
         return;
     }
     p->fn = fn;
     p->arg = arg;
-    p->n_tasks = n_tasks;
-    atomic_store(&p->done, 0);
-    atomic_store(&p->next_task, 0);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    unsigned gen = atomic_load_explicit(&p->generation, memory_order_relaxed) + 1;
+    atomic_store_explicit(&p->claim, claim_word(gen, (unsigned)n_tasks, 0), memory_order_release);
     pthread_mutex_lock(&p->lock);
-    unsigned gen = atomic_fetch_add_explicit(&p->generation, 1, memory_order_release) + 1;
+    atomic_store_explicit(&p->generation, gen, memory_order_release);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
-    drain(p, 0);
+    drain(p, gen, 0);
     int spins = 0;
     while (atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks) {
         if (++spins < SPIN_ITERS) cpu_relax();
         else sched_yield();
-    }
-    /* No worker may still be inside drain() when the next run resets the job. */
-    for (int i = 1; i < p->n_threads; i++) {
-        spins = 0;
-        while (atomic_load_explicit(&p->workers[i].finished, memory_order_acquire) != gen) {
-            if (++spins < SPIN_ITERS) cpu_relax();
-            else sched_yield();
-        }
     }
 }

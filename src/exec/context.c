@@ -12,10 +12,15 @@
 #include "../base/status.h"
 #include "../model/llama.h"
 #include "../text/sampler.h"
+#include "../tier/aio.h"
+#include "residency.h"
 
 struct tl_context {
     tl_model *model;
     tl_llama_state state;
+    tl_run_stats stats;            /* counters of this context */
+    tl_residency_stats res_base;   /* residency counters at the last stats reset */
+    tl_aio_stats aio_base;
 };
 
 tl_context_params tl_context_default_params(void) {
@@ -25,20 +30,53 @@ tl_context_params tl_context_default_params(void) {
     return p;
 }
 
+/* The first context fixes the placement: what the budget leaves after this context's
+ * KV cache and activations decides which weights are resident and which stream. */
+static tl_status place_weights(tl_model *m, uint64_t state_bytes) {
+    const uint64_t limit = tl_budget_limit(m->budget), used = tl_budget_used(m->budget);
+    const tl_model_params *p = &m->params;
+    if (m->res) {
+        if (used + state_bytes > limit)
+            return tl_error_set(TL_ERR_NOMEM, "memory budget of %.1f MiB: another context "
+                                "needs %.1f MiB but only %.1f MiB are free", limit / 1048576.0,
+                                state_bytes / 1048576.0, (limit - used) / 1048576.0);
+        return TL_OK;
+    }
+    const uint64_t minimum = used + state_bytes + tl_weight_plan_minimum(m, p->prefetch, p->overlap);
+    if (minimum > limit)
+        return tl_error_set(TL_ERR_NOMEM, "the memory budget of %.1f MiB is too small for "
+                            "this model and context: the minimum is %.1f MiB (KV cache and "
+                            "activations %.1f MiB, %d streamed-layer buffers and norms %.1f "
+                            "MiB); raise --mem-budget or lower --ctx-size/--batch-size",
+                            limit / 1048576.0, minimum / 1048576.0, state_bytes / 1048576.0,
+                            p->overlap ? p->prefetch + 1 : 1,
+                            (minimum - used - state_bytes) / 1048576.0);
+    tl_weight_plan plan;
+    tl_status st = tl_weight_plan_make(m, limit - used - state_bytes, p->prefetch, p->overlap,
+                                       &plan);
+    if (!st) st = tl_residency_open(m, &plan, &m->res);
+    tl_weight_plan_free(&plan);
+    return st;
+}
+
 tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_context **out) {
     *out = NULL;
     tl_context_params p = params ? *params : tl_context_default_params();
     int32_t n_ctx = p.n_ctx > 0 ? p.n_ctx : model->hp.n_ctx_train;
     if (p.n_ctx <= 0 && n_ctx > 4096) n_ctx = 4096;
     int32_t n_batch = p.n_batch > 0 ? p.n_batch : 64;
+    if (n_batch > n_ctx) n_batch = n_ctx;
+    tl_status st = place_weights(model, tl_llama_state_bytes(model, n_ctx, n_batch));
+    if (st) return st;
     tl_context *c = calloc(1, sizeof *c);
     if (!c) return tl_error_set(TL_ERR_NOMEM, "out of memory");
     c->model = model;
-    tl_status st = tl_llama_state_init(model, n_ctx, n_batch, &c->state);
+    st = tl_llama_state_init(model, n_ctx, n_batch, &c->state);
     if (st) {
         free(c);
         return st;
     }
+    tl_context_reset_stats(c);
     *out = c;
     return TL_OK;
 }
@@ -50,6 +88,34 @@ void tl_context_close(tl_context *c) {
 }
 
 void tl_context_reset(tl_context *c) { c->state.n_past = 0; }
+
+void tl_context_reset_stats(tl_context *c) {
+    memset(&c->stats, 0, sizeof c->stats);
+    tl_residency_get_stats(c->model->res, &c->res_base);
+    tl_aio_get_stats(c->model->aio, &c->aio_base);
+}
+
+tl_status tl_context_get_stats(const tl_context *c, tl_run_stats *out) {
+    const tl_model *m = c->model;
+    tl_residency_stats rs;
+    tl_aio_stats as;
+    tl_residency_get_stats(m->res, &rs);
+    tl_aio_get_stats(m->aio, &as);
+    *out = c->stats;
+    out->stall_s = rs.stall_s - c->res_base.stall_s;
+    out->bytes_read_disk = rs.bytes_read_disk - c->res_base.bytes_read_disk;
+    out->bytes_read_mem = rs.bytes_read_mem - c->res_base.bytes_read_mem;
+    out->io_busy_s = as.read_busy_s - c->aio_base.read_busy_s;
+    out->compute_s = out->wall_s - out->stall_s;
+    const tl_weight_plan *p = tl_residency_plan(m->res);
+    out->budget_bytes = tl_budget_limit(m->budget);
+    out->budget_peak_bytes = tl_budget_peak(m->budget);
+    out->weights_resident_bytes = p->resident_bytes;
+    out->weights_streamed_bytes = p->streamed_bytes;
+    out->slots = p->n_slots;
+    out->io_uring = tl_aio_uses_uring(m->aio);
+    return TL_OK;
+}
 
 static tl_status decode(tl_context *c, const int32_t *tokens, size_t n, float *logits,
                         int all) {
@@ -63,8 +129,12 @@ static tl_status decode(tl_context *c, const int32_t *tokens, size_t n, float *l
         float *out = NULL;
         if (logits && all) out = logits + i * vocab;
         else if (logits && i + len == n) out = logits;
+        double t0 = tl_now();
         tl_status st = tl_llama_forward(c->model, s, tokens + i, len, out, all);
+        c->stats.wall_s += tl_now() - t0;
         if (st) return st;
+        c->stats.forward_passes++;
+        c->stats.tokens += len;
     }
     return TL_OK;
 }

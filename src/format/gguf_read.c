@@ -440,7 +440,8 @@ static tl_status fd_read(void *src, uint64_t offset, void *dst, size_t len) {
 
 tl_status tl_gguf_open(const char *path, tl_gguf **out) {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return tl_error_set(TL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {

@@ -6,9 +6,18 @@
  * Kernels never allocate and never do IO; threading is the caller's job (split the
  * output rows [j0, j1) across threads, each thread with its own scratch).
  *
- * Numerics: weights are dequantized exactly to f32 and multiplied with f32 activations,
- * accumulating in f32. No activation quantization, so every weight type agrees with a
- * float64 reference to ~1e-6 relative per dot product.
+ * Numerics (the contract every matmul path and tests/ref/llama_ref.py implement):
+ *  - F32, F16, BF16 weights: weights are dequantized exactly to f32 and multiplied with
+ *    the f32 activations as given, accumulating in f32 (~1e-6 relative per dot product
+ *    against a float64 reference).
+ *  - Q8_0, Q4_0 weights: the activation row x is first rounded blockwise to x'. For each
+ *    32-element block: d_x = amax/127 in f32 (an f32 scale, not fp16), q = roundf(x/d_x)
+ *    (f32 division; roundf rounds halves away from zero; q = 0 when d_x == 0), and
+ *    x' = d_x*q in f32. The product is sum_c w(j,c) * x'(c) with w dequantized exactly.
+ *    This holds for every n: the matvec path (n <= 4) computes it with int8 dot products
+ *    (sum_b d_w*d_x * sum q_w*q_x), the GEMM path rounds X to x' and multiplies in f32,
+ *    so the result does not depend on the batch size beyond f32 rounding. x' differs
+ *    from x by at most d_x/2 per element (relative error <= 1/254 of the block's amax).
  */
 #ifndef TL_KERNELS_KERNELS_H
 #define TL_KERNELS_KERNELS_H
@@ -26,15 +35,35 @@ void tl_dequant_row(tl_type type, const void *src, float *dst, size_t n);
  * the signed value of largest magnitude, q = min(15, trunc(x/d + 8.5))). */
 void tl_quant_row(tl_type type, const float *src, void *dst, size_t n);
 
+/* ---- activation rounding (Q8_0 / Q4_0 weights, see the contract above) ---- */
+
+/* 1 if products with weights of `type` round the activations to x'. */
+static inline int tl_type_rounds_act(tl_type type) {
+    return type == TL_TYPE_Q8_0 || type == TL_TYPE_Q4_0;
+}
+
+/* One block of rounded activations: x'[i] = d * q[i]. Internal to the kernels. */
+typedef struct { float d; int8_t q[TL_QK]; } tl_block_q8_act; /* 36 bytes */
+
+/* Rounds n activations (n a multiple of TL_QK) to blocks (d, q), and to x' = d*q.
+ * The _fast version gives bit-identical blocks. dst may equal src for the float one. */
+void tl_quant_act_row(const float *src, tl_block_q8_act *dst, size_t n);
+void tl_quant_act_row_fast(const float *src, tl_block_q8_act *dst, size_t n);
+void tl_round_act_row(const float *src, float *dst, size_t n);
+
 /* ---- matrix products ----
  * Y[i*ldy + j] = sum_{c<k} X[i*ldx + c] * W(j, c)   for i in [0, n), j in [j0, j1)
  * where row j of W starts at (const uint8_t *)W + j * tl_type_row_bytes(type, k).
  * k must be a multiple of tl_type_block_elems(type). n >= 1 (n = 1 is matrix-vector).
+ * For Q8_0/Q4_0 the X rows are rounded to x' first (see the numeric contract above).
  */
 void tl_matmul_ref(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                    const float *X, size_t ldx, size_t n, float *Y, size_t ldy);
 
-/* Floats of scratch the fast path needs for a given k and n (per calling thread). */
+/* Floats of scratch the fast path needs for a given k and n (per calling thread): the
+ * rounded activations (n <= 4: n*k/32 blocks; larger n: one k-slice of x') and the GEMM's
+ * packed weights. Non-decreasing in k and n, so a buffer sized for the widest k and the
+ * largest batch serves every call. Must be 4-byte aligned (32 is better). */
 size_t tl_matmul_scratch_floats(size_t k, size_t n);
 void tl_matmul_fast(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                     const float *X, size_t ldx, size_t n, float *Y, size_t ldy,

@@ -1,4 +1,5 @@
-/* quant.c - scalar conversion between f32 and every weight type (reference quality).
+/* quant.c - scalar conversion between f32 and every weight type (reference quality),
+ * and the activation rounding of the Q8_0/Q4_0 matmul contract (kernels.h).
  *
  * Invariants: dequantization is exact (every f16/bf16 value, and every d*q of a Q8_0 or
  * Q4_0 block, is representable in f32). Quantization follows GGML's reference rounding
@@ -95,5 +96,29 @@ void tl_quant_row(tl_type type, const float *src, void *dst, size_t n) {
             }
         }
         return;
+    }
+}
+
+/* Scale of one activation block: amax/127 in f32. */
+static float act_scale(const float *x) {
+    float amax = 0.0f;
+    for (int i = 0; i < TL_QK; i++) amax = fmaxf(amax, fabsf(x[i]));
+    return amax / 127.0f;
+}
+
+void tl_quant_act_row(const float *src, tl_block_q8_act *dst, size_t n) {
+    for (size_t b = 0; b < n / TL_QK; b++) {
+        const float *x = src + b * TL_QK;
+        float d = act_scale(x);
+        dst[b].d = d;
+        for (int i = 0; i < TL_QK; i++) dst[b].q[i] = d != 0.0f ? (int8_t)roundf(x[i] / d) : 0;
+    }
+}
+
+void tl_round_act_row(const float *src, float *dst, size_t n) {
+    for (size_t b = 0; b < n / TL_QK; b++) {
+        const float *x = src + b * TL_QK;
+        float d = act_scale(x), *o = dst + b * TL_QK;
+        for (int i = 0; i < TL_QK; i++) o[i] = d != 0.0f ? d * roundf(x[i] / d) : 0.0f;
     }
 }

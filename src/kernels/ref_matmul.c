@@ -1,7 +1,9 @@
 /* ref_matmul.c - scalar reference kernels: the definition the fast kernels are tested
  * against. Written to be read, not to be fast: each weight row is dequantized to floats
- * (exactly, see quant.c) and dotted with each activation row in double precision.
- * Invariant: allocation-free; the row buffer lives on the stack in fixed-size chunks.
+ * (exactly, see quant.c) and dotted with each activation row in double precision. For
+ * Q8_0/Q4_0 weights the activations are first rounded to x' (tl_round_act_row), which
+ * is the whole numeric contract of kernels.h in one line.
+ * Invariant: allocation-free; the row buffers live on the stack in fixed-size chunks.
  */
 #include "kernels.h"
 
@@ -11,15 +13,20 @@
 void tl_matmul_ref(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                    const float *X, size_t ldx, size_t n, float *Y, size_t ldy) {
     size_t row_bytes = tl_type_row_bytes(type, k);
-    float w[REF_CHUNK];
+    float w[REF_CHUNK], xr[REF_CHUNK];
     for (size_t j = j0; j < j1; j++) {
         const uint8_t *row = (const uint8_t *)W + j * row_bytes;
         for (size_t i = 0; i < n; i++) {
             double sum = 0.0;
             for (size_t c0 = 0; c0 < k; c0 += REF_CHUNK) {
                 size_t len = k - c0 < REF_CHUNK ? k - c0 : REF_CHUNK;
+                const float *x = X + i * ldx + c0;
+                if (tl_type_rounds_act(type)) { /* len is a multiple of TL_QK here */
+                    tl_round_act_row(x, xr, len);
+                    x = xr;
+                }
                 tl_dequant_row(type, row + tl_type_row_bytes(type, c0), w, len);
-                for (size_t c = 0; c < len; c++) sum += (double)X[i * ldx + c0 + c] * w[c];
+                for (size_t c = 0; c < len; c++) sum += (double)x[c] * w[c];
             }
             Y[i * ldy + j] = (float)sum;
         }

@@ -2,17 +2,23 @@
  *
  * Two paths, chosen by the number of activation rows n:
  *  - matvec (n <= TL_MATVEC_MAX_N, decode): memory-bound. Each weight row is streamed
- *    once, 32 elements at a time, dequantized in registers and FMA'd against all n
- *    activation rows. Scratch is not touched.
+ *    once, 32 elements at a time, and used against all n activation rows. Float types
+ *    are dequantized in registers and FMA'd (scratch is not touched). Q8_0/Q4_0 use the
+ *    rounded-activation contract of kernels.h: the n rows of X are first quantized into
+ *    scratch as (f32 d_x, 32 x int8) blocks, then each block pair is an int8 dot product
+ *    (maddubs on |w| and sign(x, w), then madd into int32 - exact, no saturation since
+ *    |w| <= 128 and |q_x| <= 127) scaled by d_w*d_x in f32.
  *  - gemm (larger n, prefill): compute-bound, BLIS-style. For each KC-slice of k and each
  *    panel of NR=16 output columns, the weights are dequantized and packed transposed
  *    (panel[c][16], padded with zero columns past j1) into scratch; a 6x16 register-tile
  *    micro-kernel then sweeps all n rows of X (split into near-equal tiles of <= 6 rows).
  *    The first k-slice stores into Y, later ones add to it. The next panel's weight rows
  *    are software-prefetched: they are short runs at a large stride, which the hardware
- *    prefetcher does not follow.
- * Invariants: dequantization is exact (as in quant.c), accumulation is f32, so results
- * agree with tl_matmul_ref to float rounding. Weight rows may start at any 2-aligned
+ *    prefetcher does not follow. For Q8_0/Q4_0 each k-slice of X is rounded to x' into
+ *    scratch before it is used (n x KC floats), so no full copy of X is needed.
+ * Invariants: dequantization is exact (as in quant.c), activation rounding is bit-exact
+ * with quant.c's, accumulation is f32, so results agree with tl_matmul_ref to float
+ * rounding. Weight rows may start at any 2-aligned
  * address: all vector loads are unaligned, block scales are read with memcpy. Scratch is
  * assumed 32-byte aligned only (all accesses are loadu/storeu anyway).
  */
@@ -23,6 +29,9 @@
 #define TL_MATVEC_MAX_N 4
 #ifndef TL_PREFETCH
 #define TL_PREFETCH 4096 /* bytes ahead in the weight row stream, n > 1 matvec */
+#endif
+#ifndef TL_PREFETCH_Q
+#define TL_PREFETCH_Q 2048 /* bytes ahead in the weight stream, Q8_0/Q4_0 matvec */
 #endif
 #define MR 6    /* micro-tile rows of X (and Y) */
 #define NR 16   /* micro-tile columns j (two ymm) */
@@ -38,6 +47,12 @@ static ALWAYS_INLINE float load_f16_scale(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, sizeof h);
     return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+
+static ALWAYS_INLINE uint16_t load_u16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return h;
 }
 
 static ALWAYS_INLINE __m256 load8_f16(const uint8_t *p) {
@@ -207,6 +222,215 @@ static ALWAYS_INLINE void matvec(tl_type type, const int N, const uint8_t *W, si
     }
 }
 
+/* ---- activation rounding (bit-exact with quant.c) ---- */
+
+/* Rounds one 32-block: d = amax/127, r[q] = roundf(x/d) as floats (0 when d == 0). */
+static ALWAYS_INLINE float act_block(const float *x, __m256 r[4]) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], m = _mm256_setzero_ps();
+    UNROLL
+    for (int q = 0; q < 4; q++) {
+        v[q] = _mm256_loadu_ps(x + 8 * q);
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[q]));
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float d = _mm_cvtss_f32(h) / 127.0f;
+    if (d == 0.0f) {
+        UNROLL
+        for (int q = 0; q < 4; q++) r[q] = _mm256_setzero_ps();
+        return d;
+    }
+    const __m256 vd = _mm256_set1_ps(d), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+    UNROLL
+    for (int q = 0; q < 4; q++) {
+        /* roundf: truncate, then step away from zero when the (exact) remainder is >= 1/2 */
+        __m256 y = _mm256_div_ps(v[q], vd);
+        __m256 t = _mm256_round_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        __m256 up = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(y, t)), half, _CMP_GE_OQ);
+        __m256 step = _mm256_or_ps(_mm256_and_ps(y, sign), one); /* copysign(1, y) */
+        r[q] = _mm256_add_ps(t, _mm256_and_ps(up, step));
+    }
+    return d;
+}
+
+void tl_quant_act_row_fast(const float *src, tl_block_q8_act *dst, size_t n) {
+    for (size_t b = 0; b < n / TL_QK; b++) {
+        __m256 r[4];
+        dst[b].d = act_block(src + b * TL_QK, r);
+        __m256i i01 = _mm256_packs_epi32(_mm256_cvtps_epi32(r[0]), _mm256_cvtps_epi32(r[1]));
+        __m256i i23 = _mm256_packs_epi32(_mm256_cvtps_epi32(r[2]), _mm256_cvtps_epi32(r[3]));
+        __m256i i8 = _mm256_packs_epi16(i01, i23); /* lanes interleaved by the packs */
+        i8 = _mm256_permutevar8x32_epi32(i8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)(void *)dst[b].q, i8);
+    }
+}
+
+/* x' for len elements (a multiple of 32) of each of n rows: dst[i*ldd + c]. */
+static void round_act_rows(const float *X, size_t ldx, size_t n, size_t len, float *dst,
+                           size_t ldd) {
+    for (size_t i = 0; i < n; i++)
+        for (size_t c = 0; c < len; c += TL_QK) {
+            __m256 r[4];
+            __m256 d = _mm256_set1_ps(act_block(X + i * ldx + c, r));
+            UNROLL
+            for (int q = 0; q < 4; q++) _mm256_storeu_ps(dst + i * ldd + c + 8 * q, _mm256_mul_ps(d, r[q]));
+        }
+}
+
+/* ---- matvec over Q8_0 / Q4_0 with int8 dot products ----
+ *
+ * Blocks go in pairs (A, B) so that one int->float conversion, one scale product and one
+ * FMA serve two blocks. Each activation row is laid out as act_pair records, made from
+ * the bit-exact blocks of tl_quant_act_row_fast:
+ *  - Q8_0: q = A.q, B.q; the two blocks' int32 sums are folded into lanes A A B B A A B B,
+ *    so d = dA dA dB dB dA dA dB dB.
+ *  - Q4_0: both blocks' 16 nibble bytes fill one register: low nibbles are elements
+ *    0..15 of A | of B, high nibbles 16..31 of A | of B; q is stored in that order
+ *    (A 0..15, B 0..15, A 16..31, B 16..31), the sums land in lanes A x4 | B x4, so
+ *    d = dA x4 | dB x4. The nibbles are used unsigned (0..15): c holds the lane sums of
+ *    8*q_x, subtracted to make them nibble-8.
+ * An odd last block is a pair record with B absent: q = A.q in element order, d = dA x8.
+ */
+typedef struct act_pair {
+    int8_t q[2 * TL_QK];
+    float d[8];
+    int32_t c[8]; /* Q4_0 only */
+} act_pair;      /* 128 bytes */
+
+#define ACT_PAIR_FLOATS (sizeof(act_pair) / sizeof(float))
+
+static ALWAYS_INLINE __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static ALWAYS_INLINE __m128i loadu128(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
+
+/* Sum of 8*q over lo/hi byte lanes, in the lane layout of the Q4_0 dot below. */
+static ALWAYS_INLINE __m256i q4_corr(__m256i lo, __m256i hi) {
+    const __m256i eight = _mm256_set1_epi8(8), ones = _mm256_set1_epi16(1);
+    __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(eight, lo), _mm256_maddubs_epi16(eight, hi));
+    return _mm256_madd_epi16(s, ones);
+}
+
+/* Lays out one activation row (k/32 blocks) as pair records for weights of `type`. */
+static void act_pairs(tl_type type, const float *x, size_t k, act_pair *out) {
+    size_t nb = k / TL_QK;
+    for (size_t b = 0; b < nb; b += 2, out++) {
+        tl_block_q8_act blk[2];
+        int two = b + 1 < nb;
+        tl_quant_act_row_fast(x + b * TL_QK, blk, (size_t)(1 + two) * TL_QK);
+        float da = blk[0].d, db = two ? blk[1].d : da;
+        if (!two) memset(blk[1].q, 0, TL_QK);
+        if (type == TL_TYPE_Q4_0 && two) {
+            memcpy(out->q, blk[0].q, 16), memcpy(out->q + 16, blk[1].q, 16);
+            memcpy(out->q + 32, blk[0].q + 16, 16), memcpy(out->q + 48, blk[1].q + 16, 16);
+            for (int l = 0; l < 8; l++) out->d[l] = l < 4 ? da : db;
+            __m256i c = q4_corr(loadu256(out->q), loadu256(out->q + 32));
+            _mm256_storeu_si256((__m256i *)(void *)out->c, c);
+        } else {
+            memcpy(out->q, blk[0].q, TL_QK), memcpy(out->q + TL_QK, blk[1].q, TL_QK);
+            for (int l = 0; l < 8; l++) out->d[l] = (l & 2) ? db : da;
+            if (type == TL_TYPE_Q4_0) { /* the odd tail: nibbles in element order */
+                __m256i c = q4_corr(loadu256(out->q), _mm256_setzero_si256());
+                _mm256_storeu_si256((__m256i *)(void *)out->c, c);
+            }
+        }
+    }
+}
+
+/* Four copies of the fp16 scale at p, as a 64-bit pattern of words. */
+static ALWAYS_INLINE uint64_t scale_x4(const uint8_t *p) { return load_u16(p) * 0x0001000100010001ull; }
+
+/* One pair of weight blocks at p (or one block when `single`) against N activation
+ * rows (record r of each row, rows `np` records apart), into acc[i]. */
+static ALWAYS_INLINE void q_pair(tl_type type, const int N, const int single, const uint8_t *p,
+                                 const act_pair *xa, size_t np, __m256 *acc) {
+    const size_t bb = bytes32(type);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 dw;
+    if (type == TL_TYPE_Q8_0) {
+        /* lanes A A B B A A B B */
+        uint64_t h = load_u16(p) * 0x00010001ull;
+        h |= (single ? h : load_u16(p + bb) * 0x00010001ull) << 32;
+        dw = _mm256_cvtph_ps(_mm_set1_epi64x((long long)h));
+        __m256i wa = loadu256(p + 2), ua = _mm256_abs_epi8(wa);
+        __m256i wb = single ? wa : loadu256(p + bb + 2), ub = _mm256_abs_epi8(wb);
+        UNROLL
+        for (int i = 0; i < N; i++) {
+            const act_pair *x = xa + i * np;
+            __m256i sa = _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(loadu256(x->q), wa)), ones);
+            __m256i s;
+            if (single) {
+                s = sa;
+            } else {
+                __m256i sb = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(ub, _mm256_sign_epi8(loadu256(x->q + TL_QK), wb)), ones);
+                s = _mm256_add_epi32(_mm256_unpacklo_epi64(sa, sb), _mm256_unpackhi_epi64(sa, sb));
+            }
+            __m256 sc = _mm256_mul_ps(dw, _mm256_loadu_ps(x->d));
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sc, acc[i]);
+        }
+    } else {
+        /* lanes A x4 | B x4 (single: A x8, nibbles in element order) */
+        const __m256i m4 = _mm256_set1_epi8(0x0f);
+        uint64_t ha = scale_x4(p), hb = single ? ha : scale_x4(p + bb);
+        dw = _mm256_cvtph_ps(_mm_set_epi64x((long long)hb, (long long)ha));
+        __m256i lo, hi;
+        if (single) {
+            __m128i t = loadu128(p + 2);
+            lo = _mm256_and_si256(_mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1), m4);
+            hi = _mm256_setzero_si256();
+        } else {
+            __m256i v = _mm256_insertf128_si256(_mm256_castsi128_si256(loadu128(p + 2)), loadu128(p + bb + 2), 1);
+            lo = _mm256_and_si256(v, m4);
+            hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        }
+        UNROLL
+        for (int i = 0; i < N; i++) {
+            const act_pair *x = xa + i * np;
+            __m256i s16 = _mm256_maddubs_epi16(lo, loadu256(x->q));
+            if (!single) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi, loadu256(x->q + TL_QK)));
+            __m256i s = _mm256_sub_epi32(_mm256_madd_epi16(s16, ones), loadu256(x->c));
+            __m256 sc = _mm256_mul_ps(dw, _mm256_loadu_ps(x->d));
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sc, acc[i]);
+        }
+    }
+}
+
+/* xa holds N rows of ceil(k/64) pair records. G pairs per step give each row G
+ * independent FMA chains. */
+static ALWAYS_INLINE void matvec_q(tl_type type, const int N, const uint8_t *W, size_t k,
+                                   size_t j0, size_t j1, const act_pair *xa, float *Y,
+                                   size_t ldy) {
+    const int G = N == 1 ? 2 : 1;
+    const size_t nb = k / TL_QK, np = (nb + 1) / 2, bb = bytes32(type), row_bytes = nb * bb;
+    const size_t full = nb / 2; /* pairs with two blocks */
+    for (size_t j = j0; j < j1; j++) {
+        const uint8_t *p = W + j * row_bytes;
+        __m256 acc[2][TL_MATVEC_MAX_N];
+        UNROLL
+        for (int g = 0; g < G; g++)
+            UNROLL
+            for (int i = 0; i < N; i++) acc[g][i] = _mm256_setzero_ps();
+        size_t r = 0;
+        for (; r + G <= full; r += G, p += 2 * G * bb) {
+            UNROLL
+            for (size_t o = 0; o < 2 * G * bb; o += 64)
+                _mm_prefetch((const char *)(p + TL_PREFETCH_Q + o), _MM_HINT_T0);
+            UNROLL
+            for (int g = 0; g < G; g++) q_pair(type, N, 0, p + 2 * g * bb, xa + r + g, np, acc[g]);
+        }
+        for (; r < full; r++, p += 2 * bb) q_pair(type, N, 0, p, xa + r, np, acc[0]);
+        if (nb & 1) q_pair(type, N, 1, p, xa + r, np, acc[0]);
+        UNROLL
+        for (int i = 0; i < N; i++) {
+            __m256 s = acc[0][i];
+            UNROLL
+            for (int g = 1; g < G; g++) s = _mm256_add_ps(s, acc[g][i]);
+            Y[i * ldy + j] = hsum(s);
+        }
+    }
+}
+
 /* ---- gemm ---- */
 
 /* 8x8 transpose: rows src[r*lds + 0..7] -> dst[c*ldd + 0..7] holds column c. */
@@ -313,10 +537,16 @@ static ALWAYS_INLINE void gemm(tl_type type, const uint8_t *W, size_t k, size_t 
                                const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
                                float *scratch) {
     size_t row_bytes = tl_type_row_bytes(type, k);
-    float *panel = scratch, *tmp = scratch + NR * KC;
+    float *panel = scratch, *tmp = scratch + NR * KC, *xr = scratch + 2 * NR * KC;
     for (size_t c0 = 0; c0 < k; c0 += KC) {
         size_t kc = k - c0 < KC ? k - c0 : KC;
         int add = c0 > 0;
+        const float *xs = X + c0; /* this k-slice of X (or of x') */
+        size_t lds = ldx;
+        if (tl_type_rounds_act(type)) {
+            round_act_rows(X + c0, ldx, n, kc, xr, KC);
+            xs = xr, lds = KC;
+        }
         for (size_t jb = j0; jb < j1; jb += NR) {
             size_t nj = j1 - jb < NR ? j1 - jb : NR;
             pack_panel(type, W, row_bytes, c0, kc, jb, nj, tmp, panel);
@@ -331,13 +561,13 @@ static ALWAYS_INLINE void gemm(tl_type type, const uint8_t *W, size_t k, size_t 
                               tl_type_row_bytes(type, k - c0 - KC < KC ? k - c0 - KC : KC));
             for (size_t i0 = 0, t = 0; i0 < n; i0 += m_of(n, t++)) {
                 size_t m = m_of(n, t);
-                const float *xb = X + i0 * ldx + c0;
+                const float *xb = xs + i0 * lds;
                 float *yb = Y + i0 * ldy + jb;
                 if (nj == NR) {
-                    ukernel_any(m, kc, panel, xb, ldx, yb, ldy, add);
+                    ukernel_any(m, kc, panel, xb, lds, yb, ldy, add);
                 } else { /* partial panel: compute a full tile, write back valid columns */
                     float tile[MR * NR];
-                    ukernel_any(m, kc, panel, xb, ldx, tile, NR, 0);
+                    ukernel_any(m, kc, panel, xb, lds, tile, NR, 0);
                     for (size_t r = 0; r < m; r++)
                         for (size_t jj = 0; jj < nj; jj++)
                             yb[r * ldy + jj] = (add ? yb[r * ldy + jj] : 0.0f) + tile[r * NR + jj];
@@ -350,9 +580,11 @@ static ALWAYS_INLINE void gemm(tl_type type, const uint8_t *W, size_t k, size_t 
 /* ---- dispatch ---- */
 
 size_t tl_matmul_scratch_floats(size_t k, size_t n) {
-    (void)k;
-    (void)n;
-    return 2 * NR * KC;
+    size_t nv = n < TL_MATVEC_MAX_N ? n : TL_MATVEC_MAX_N;
+    size_t act = nv * ((k / TL_QK + 1) / 2) * ACT_PAIR_FLOATS; /* matvec: pair records */
+    size_t gemm = 2 * NR * KC + (n > TL_MATVEC_MAX_N ? n * KC : 0); /* panels, x' slice */
+    size_t f = act > gemm ? act : gemm;
+    return (f + 15) / 16 * 16; /* whole cache lines: per-thread slices stay aligned */
 }
 
 #define MATVEC_CASES(T)                                                                  \
@@ -369,10 +601,23 @@ static void matvec_f16(const uint8_t *w, size_t k, size_t j0, size_t j1, const f
                        size_t ldx, size_t n, float *Y, size_t ldy) { MATVEC_CASES(TL_TYPE_F16) }
 static void matvec_bf16(const uint8_t *w, size_t k, size_t j0, size_t j1, const float *X,
                         size_t ldx, size_t n, float *Y, size_t ldy) { MATVEC_CASES(TL_TYPE_BF16) }
-static void matvec_q8_0(const uint8_t *w, size_t k, size_t j0, size_t j1, const float *X,
-                        size_t ldx, size_t n, float *Y, size_t ldy) { MATVEC_CASES(TL_TYPE_Q8_0) }
-static void matvec_q4_0(const uint8_t *w, size_t k, size_t j0, size_t j1, const float *X,
-                        size_t ldx, size_t n, float *Y, size_t ldy) { MATVEC_CASES(TL_TYPE_Q4_0) }
+
+/* Quantizes the n rows of X into scratch, then the int8 matvec. */
+#define MATVEC_Q_FN(name, T)                                                             \
+    static void name(const uint8_t *w, size_t k, size_t j0, size_t j1, const float *X,   \
+                     size_t ldx, size_t n, float *Y, size_t ldy, float *scratch) {       \
+        act_pair *xa = (act_pair *)(void *)scratch;                                      \
+        size_t np = (k / TL_QK + 1) / 2;                                                 \
+        for (size_t i = 0; i < n; i++) act_pairs(T, X + i * ldx, k, xa + i * np);        \
+        switch (n) {                                                                     \
+        case 1: matvec_q(T, 1, w, k, j0, j1, xa, Y, ldy); return;                        \
+        case 2: matvec_q(T, 2, w, k, j0, j1, xa, Y, ldy); return;                        \
+        case 3: matvec_q(T, 3, w, k, j0, j1, xa, Y, ldy); return;                        \
+        default: matvec_q(T, 4, w, k, j0, j1, xa, Y, ldy); return;                       \
+        }                                                                                \
+    }
+MATVEC_Q_FN(matvec_q8_0, TL_TYPE_Q8_0)
+MATVEC_Q_FN(matvec_q4_0, TL_TYPE_Q4_0)
 
 #define GEMM_FN(name, T)                                                                 \
     static void name(const uint8_t *w, size_t k, size_t j0, size_t j1, const float *X,   \
@@ -395,8 +640,8 @@ void tl_matmul_fast(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
         case TL_TYPE_F32: matvec_f32(w, k, j0, j1, X, ldx, n, Y, ldy); return;
         case TL_TYPE_F16: matvec_f16(w, k, j0, j1, X, ldx, n, Y, ldy); return;
         case TL_TYPE_BF16: matvec_bf16(w, k, j0, j1, X, ldx, n, Y, ldy); return;
-        case TL_TYPE_Q8_0: matvec_q8_0(w, k, j0, j1, X, ldx, n, Y, ldy); return;
-        case TL_TYPE_Q4_0: matvec_q4_0(w, k, j0, j1, X, ldx, n, Y, ldy); return;
+        case TL_TYPE_Q8_0: matvec_q8_0(w, k, j0, j1, X, ldx, n, Y, ldy, scratch); return;
+        case TL_TYPE_Q4_0: matvec_q4_0(w, k, j0, j1, X, ldx, n, Y, ldy, scratch); return;
         }
         return;
     }

@@ -17,10 +17,13 @@
 #include "../text/tokenizer.h"
 
 typedef struct tl_weight {
-    tl_type type;
+    tl_type type;      /* type of `data` (F32 after a load-time conversion) */
     size_t rows, cols;
-    const void *data;
-    const char *name; /* the GGUF tensor name */
+    const void *data;  /* NULL while not resident (streamed weights between uses) */
+    const char *name;  /* the GGUF tensor name */
+    tl_type file_type; /* type in the file */
+    uint64_t file_offset, file_bytes;
+    int convert;       /* 1: converted to f32 at load (norms, rows splitting blocks) */
 } tl_weight;
 
 typedef struct tl_llama_hparams {
@@ -31,7 +34,7 @@ typedef struct tl_llama_hparams {
 } tl_llama_hparams;
 
 typedef struct tl_llama_layer {
-    const float *attn_norm, *ffn_norm; /* [n_embd] */
+    tl_weight attn_norm, ffn_norm; /* [n_embd], always resident f32 */
     tl_weight wq;     /* [n_head*head_dim][n_embd] */
     tl_weight wk, wv; /* [n_head_kv*head_dim][n_embd] */
     tl_weight wo;     /* [n_embd][n_head*head_dim] */
@@ -44,17 +47,24 @@ struct tl_model {
     tl_gguf *gguf;
     tl_llama_hparams hp;
     tl_weight tok_embd;        /* [n_vocab][n_embd] */
-    const float *output_norm;  /* [n_embd] */
-    tl_weight output;          /* [n_vocab][n_embd], may alias tok_embd */
+    tl_weight output_norm;     /* [n_embd] */
+    tl_weight output;          /* [n_vocab][n_embd] */
+    int tied_output;           /* output.weight absent: the classifier is tok_embd */
     tl_llama_layer *layers;
     tl_tokenizer *tok;
     tl_budget *budget;
     tl_pool *pool;
+    struct tl_tier *tier;      /* the model file, read-only (O_DIRECT unless disabled) */
+    struct tl_aio *aio;        /* every weight read goes through this queue */
+    struct tl_residency *res;  /* set when the weights are placed (first context) */
+    tl_model_params params;
     int use_reference;         /* 1: scalar reference kernels everywhere */
-    void **buffers;            /* budget allocations owned by the model */
-    size_t n_buffers, cap_buffers;
     uint64_t weight_bytes, n_params;
 };
+
+/* Every weight of the model in a fixed order: token_embd, output_norm, output (unless
+ * tied), then per layer attn_norm, q, k, v, o, ffn_norm, gate, up, down. */
+size_t tl_llama_weights(tl_model *m, tl_weight **out, size_t cap);
 
 /* Reads hyperparameters from GGUF metadata and checks them for consistency. */
 tl_status tl_llama_read_hparams(const tl_gguf *g, tl_llama_hparams *hp);
@@ -72,6 +82,8 @@ typedef struct tl_llama_state {
     size_t mm_scratch_floats;
 } tl_llama_state;
 
+/* Budget bytes tl_llama_state_init will allocate. */
+uint64_t tl_llama_state_bytes(const tl_model *m, int32_t n_ctx, int32_t n_batch);
 tl_status tl_llama_state_init(tl_model *m, int32_t n_ctx, int32_t n_batch, tl_llama_state *s);
 void tl_llama_state_free(tl_model *m, tl_llama_state *s);
 

@@ -17,45 +17,71 @@
 #include "llama.h"
 #include "ops.h"
 #include "../base/status.h"
+#include "../exec/residency.h"
 #include "../kernels/kernels.h"
 
 static tl_status alloc_f(tl_model *m, size_t n, const char *what, float **out) {
     return tl_budget_calloc(m->budget, n * sizeof(float), what, (void **)out);
 }
 
+/* The state's buffers, sized for (n_ctx, n_batch): one table serves sizing and
+ * allocation, so the budget check before a run is exact. */
+typedef struct state_buf { float **ptr; size_t floats; const char *what; } state_buf;
+
+static size_t state_table(const tl_model *m, tl_llama_state *s, int32_t n_ctx, int32_t n_batch,
+                          state_buf *t) {
+    const tl_llama_hparams *hp = &m->hp;
+    const size_t nb = (size_t)n_batch, d = (size_t)hp->n_embd, f = (size_t)hp->n_ff;
+    const size_t qd = (size_t)hp->n_head * hp->head_dim;
+    const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim;
+    const size_t threads = (size_t)tl_pool_threads(m->pool);
+    const size_t cache = (size_t)hp->n_layer * (size_t)n_ctx * kvd;
+    size_t widest = f > d ? f : d;
+    if (qd > widest) widest = qd;
+    s->mm_scratch_floats = tl_matmul_scratch_floats(widest, nb);
+    size_t n = 0;
+    t[n++] = (state_buf){&s->k_cache, cache, "KV cache (K)"};
+    t[n++] = (state_buf){&s->v_cache, cache, "KV cache (V)"};
+    t[n++] = (state_buf){&s->x, nb * d, "activations"};
+    t[n++] = (state_buf){&s->xn, nb * (d > qd ? d : qd), "activations"};
+    t[n++] = (state_buf){&s->q, nb * qd, "activations"};
+    t[n++] = (state_buf){&s->k, nb * kvd, "activations"};
+    t[n++] = (state_buf){&s->v, nb * kvd, "activations"};
+    t[n++] = (state_buf){&s->att_out, nb * qd, "activations"};
+    t[n++] = (state_buf){&s->gate, nb * f, "activations"};
+    t[n++] = (state_buf){&s->up, nb * f, "activations"};
+    t[n++] = (state_buf){&s->scores, threads * (size_t)n_ctx, "attention scores"};
+    t[n++] = (state_buf){&s->mm_scratch, threads * (s->mm_scratch_floats ? s->mm_scratch_floats : 1),
+                         "matmul scratch"};
+    return n;
+}
+
+uint64_t tl_llama_state_bytes(const tl_model *m, int32_t n_ctx, int32_t n_batch) {
+    tl_llama_state s;
+    state_buf t[16];
+    if (n_batch > n_ctx) n_batch = n_ctx;
+    size_t n = state_table(m, &s, n_ctx, n_batch, t);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++) bytes += t[i].floats * sizeof(float) + 64;
+    return bytes;
+}
+
 tl_status tl_llama_state_init(tl_model *m, int32_t n_ctx, int32_t n_batch, tl_llama_state *s) {
     memset(s, 0, sizeof *s);
-    const tl_llama_hparams *hp = &m->hp;
     if (n_ctx <= 0 || n_batch <= 0)
         return tl_error_set(TL_ERR_INVALID, "context %d and batch %d must be positive",
                             (int)n_ctx, (int)n_batch);
     if (n_batch > n_ctx) n_batch = n_ctx;
     s->n_ctx = n_ctx;
     s->n_batch = n_batch;
-    const size_t nb = (size_t)n_batch, d = (size_t)hp->n_embd;
-    const size_t qd = (size_t)hp->n_head * hp->head_dim;
-    const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim;
-    const size_t threads = (size_t)tl_pool_threads(m->pool);
-    const size_t cache = (size_t)hp->n_layer * (size_t)n_ctx * kvd;
-    size_t widest = (size_t)hp->n_ff > d ? (size_t)hp->n_ff : d;
-    if (qd > widest) widest = qd;
-    s->mm_scratch_floats = tl_matmul_scratch_floats(widest, nb);
-    tl_status st;
-    if ((st = alloc_f(m, cache, "KV cache (K)", &s->k_cache)) ||
-        (st = alloc_f(m, cache, "KV cache (V)", &s->v_cache)) ||
-        (st = alloc_f(m, nb * d, "activations", &s->x)) ||
-        (st = alloc_f(m, nb * (d > qd ? d : qd), "activations", &s->xn)) ||
-        (st = alloc_f(m, nb * qd, "activations", &s->q)) ||
-        (st = alloc_f(m, nb * kvd, "activations", &s->k)) ||
-        (st = alloc_f(m, nb * kvd, "activations", &s->v)) ||
-        (st = alloc_f(m, nb * qd, "activations", &s->att_out)) ||
-        (st = alloc_f(m, nb * (size_t)hp->n_ff, "activations", &s->gate)) ||
-        (st = alloc_f(m, nb * (size_t)hp->n_ff, "activations", &s->up)) ||
-        (st = alloc_f(m, threads * (size_t)n_ctx, "attention scores", &s->scores)) ||
-        (st = alloc_f(m, threads * (s->mm_scratch_floats ? s->mm_scratch_floats : 1),
-                      "matmul scratch", &s->mm_scratch))) {
-        tl_llama_state_free(m, s);
-        return st;
+    state_buf t[16];
+    size_t n = state_table(m, s, n_ctx, n_batch, t);
+    for (size_t i = 0; i < n; i++) {
+        tl_status st = alloc_f(m, t[i].floats, t[i].what, t[i].ptr);
+        if (st) {
+            tl_llama_state_free(m, s);
+            return st;
+        }
     }
     return TL_OK;
 }
@@ -86,7 +112,7 @@ static void layer_forward(tl_model *m, tl_llama_state *s, int32_t l, size_t n) {
     float *v_cache = s->v_cache + (size_t)l * (size_t)s->n_ctx * kvd;
 
     /* attention block */
-    tl_op_rmsnorm(s->x, L->attn_norm, n, d, hp->rms_eps, s->xn);
+    tl_op_rmsnorm(s->x, L->attn_norm.data, n, d, hp->rms_eps, s->xn);
     matmul(m, s, &L->wq, s->xn, n, s->q);
     matmul(m, s, &L->wk, s->xn, n, s->k);
     matmul(m, s, &L->wv, s->xn, n, s->v);
@@ -104,7 +130,7 @@ static void layer_forward(tl_model *m, tl_llama_state *s, int32_t l, size_t n) {
     add_rows(s->x, s->xn, n * d);
 
     /* feed-forward block */
-    tl_op_rmsnorm(s->x, L->ffn_norm, n, d, hp->rms_eps, s->xn);
+    tl_op_rmsnorm(s->x, L->ffn_norm.data, n, d, hp->rms_eps, s->xn);
     matmul(m, s, &L->w_gate, s->xn, n, s->gate);
     matmul(m, s, &L->w_up, s->xn, n, s->up);
     tl_op_swiglu(s->gate, s->up, n * f);
@@ -123,21 +149,28 @@ tl_status tl_llama_forward(tl_model *m, tl_llama_state *s, const int32_t *tokens
     if ((size_t)s->n_past + n > (size_t)s->n_ctx)
         return tl_error_set(TL_ERR_CONTEXT, "context full: %d tokens held, %zu more do not "
                             "fit in the context of %d", (int)s->n_past, n, (int)s->n_ctx);
-    const size_t emb_row = tl_type_row_bytes(m->tok_embd.type, d);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
             return tl_error_set(TL_ERR_INVALID, "token id %d is outside the vocabulary (0..%d)",
                                 (int)tokens[i], (int)hp->n_vocab - 1);
-        tl_dequant_row(m->tok_embd.type,
-                       (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * emb_row,
-                       s->x + i * d, d);
+    /* weights are acquired unit by unit: resident ones are no-ops, streamed ones wait
+     * for reads the residency manager issued ahead of time */
+    tl_residency *r = m->res;
+    tl_status st = tl_residency_begin_pass(r, logits != NULL);
+    for (size_t i = 0; i < n && !st; i++) st = tl_residency_embedding(r, tokens[i], s->x + i * d);
+    for (int32_t l = 0; l < hp->n_layer && !st; l++) {
+        if ((st = tl_residency_acquire(r, l))) break;
+        layer_forward(m, s, l, n);
+        tl_residency_release(r, l);
     }
-    for (int32_t l = 0; l < hp->n_layer; l++) layer_forward(m, s, l, n);
+    if (st) return st;
     s->n_past += (int32_t)n;
     if (logits) {
         size_t first = logits_all ? 0 : n - 1, rows = n - first;
-        tl_op_rmsnorm(s->x + first * d, m->output_norm, rows, d, hp->rms_eps, s->xn);
+        tl_op_rmsnorm(s->x + first * d, m->output_norm.data, rows, d, hp->rms_eps, s->xn);
+        if ((st = tl_residency_acquire(r, hp->n_layer))) return st;
         matmul(m, s, &m->output, s->xn, rows, logits);
+        tl_residency_release(r, hp->n_layer);
     }
     return TL_OK;
 }

@@ -2,10 +2,12 @@
  *
  * Every tensor the forward pass uses is looked up by its GGUF name and its shape is
  * checked against the hyperparameters before any data is read, so a file with missing
- * or mis-shaped tensors fails with a message naming the tensor. Weights are read into
- * budget buffers. Two conversions happen at load: norm vectors become f32, and a
- * quantized matrix whose rows are not a whole number of blocks (the Q8_0 stories260K
- * file's ffn_down, 172 columns) is dequantized as one flat block stream into f32 rows.
+ * or mis-shaped tensors fails with a message naming the tensor. Opening reads no
+ * weights: it records each tensor's place in the file; the residency manager
+ * (exec/residency.c) reads them when the first context fixes the memory budget. Two
+ * tensors kinds are converted to f32 when read (and always kept resident): norm vectors,
+ * and quantized matrices whose rows are not a whole number of blocks (the Q8_0
+ * stories260K file's ffn_down, 172 columns), dequantized as one flat block stream.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +15,9 @@
 #include "llama.h"
 #include "../base/status.h"
 #include "../kernels/kernels.h"
-#include "../tier/file.h"
+#include "../exec/residency.h"
+#include "../tier/aio.h"
+#include "../tier/tier.h"
 
 static tl_status get_arch_u32(const tl_gguf *g, const char *arch, const char *key,
                               uint32_t *out, int required, uint32_t dflt) {
@@ -90,25 +94,6 @@ tl_status tl_llama_read_hparams(const tl_gguf *g, tl_llama_hparams *hp) {
     return TL_OK;
 }
 
-static tl_status track(tl_model *m, void *buf) {
-    if (m->n_buffers == m->cap_buffers) {
-        size_t cap = m->cap_buffers ? 2 * m->cap_buffers : 64;
-        void **b = realloc(m->buffers, cap * sizeof *b);
-        if (!b) return tl_error_set(TL_ERR_NOMEM, "out of memory");
-        m->buffers = b;
-        m->cap_buffers = cap;
-    }
-    m->buffers[m->n_buffers++] = buf;
-    return TL_OK;
-}
-
-static tl_status alloc_tracked(tl_model *m, size_t size, const char *what, void **out) {
-    tl_status st = tl_budget_alloc(m->budget, size, 64, what, out);
-    if (st) return st;
-    st = track(m, *out);
-    if (st) tl_budget_free(m->budget, *out);
-    return st;
-}
 
 static const tl_gguf_tensor *find_checked(tl_model *m, const char *name, uint64_t ne0,
                                           uint64_t ne1, tl_status *st) {
@@ -131,56 +116,32 @@ static const tl_gguf_tensor *find_checked(tl_model *m, const char *name, uint64_
     return t;
 }
 
-/* Reads tensor data; converts to f32 when `to_f32` or when rows split blocks. */
-static tl_status load_tensor(tl_model *m, const tl_file *f, const tl_gguf_tensor *t,
-                             int to_f32, tl_weight *w) {
-    size_t cols = (size_t)t->ne[0], rows = (size_t)t->ne[1];
-    int split_blocks = cols % tl_type_block_elems(t->type) != 0;
-    void *raw;
+/* Records where a tensor's data lives and how it will be held in memory. */
+static tl_status describe(tl_model *m, const char *name, uint64_t cols, uint64_t rows,
+                          int is_norm, tl_weight *w) {
     tl_status st;
-    if (!to_f32 && !split_blocks) {
-        if ((st = alloc_tracked(m, (size_t)t->nbytes, t->name, &raw))) return st;
-        if ((st = tl_file_read_at(f, t->offset, raw, (size_t)t->nbytes)))
-            return tl_error_wrap(st, "loading tensor '%s'", t->name);
-        *w = (tl_weight){t->type, rows, cols, raw, t->name};
-        m->weight_bytes += t->nbytes;
-    } else {
-        if ((st = tl_budget_alloc(m->budget, (size_t)t->nbytes, 64, t->name, &raw))) return st;
-        float *dst;
-        st = alloc_tracked(m, (size_t)t->n_elems * sizeof(float), t->name, (void **)&dst);
-        if (!st) st = tl_file_read_at(f, t->offset, raw, (size_t)t->nbytes);
-        if (!st) tl_dequant_row(t->type, raw, dst, (size_t)t->n_elems);
-        tl_budget_free(m->budget, raw);
-        if (st) return tl_error_wrap(st, "loading tensor '%s'", t->name);
-        *w = (tl_weight){TL_TYPE_F32, rows, cols, dst, t->name};
-        m->weight_bytes += (uint64_t)t->n_elems * sizeof(float);
-    }
+    const tl_gguf_tensor *t = find_checked(m, name, cols, rows, &st);
+    if (!t) return st;
+    int split_blocks = cols % tl_type_block_elems(t->type) != 0;
+    memset(w, 0, sizeof *w);
+    w->convert = is_norm || split_blocks;
+    w->type = w->convert ? TL_TYPE_F32 : t->type;
+    w->rows = (size_t)rows;
+    w->cols = (size_t)cols;
+    w->name = t->name;
+    w->file_type = t->type;
+    w->file_offset = t->offset;
+    w->file_bytes = t->nbytes;
+    m->weight_bytes += t->nbytes;
     m->n_params += t->n_elems;
     return TL_OK;
 }
 
-static tl_status load_matrix(tl_model *m, const tl_file *f, const char *name, uint64_t cols,
-                             uint64_t rows, tl_weight *w) {
-    tl_status st;
-    const tl_gguf_tensor *t = find_checked(m, name, cols, rows, &st);
-    return t ? load_tensor(m, f, t, 0, w) : st;
-}
-
-static tl_status load_norm(tl_model *m, const tl_file *f, const char *name, uint64_t n,
-                           const float **out) {
-    tl_status st;
-    const tl_gguf_tensor *t = find_checked(m, name, n, 1, &st);
-    if (!t) return st;
-    tl_weight w;
-    if ((st = load_tensor(m, f, t, 1, &w))) return st;
-    *out = w.data;
-    return TL_OK;
-}
-
-static tl_status load_weights(tl_model *m, const tl_file *f) {
+static tl_status describe_weights(tl_model *m) {
     const tl_llama_hparams *hp = &m->hp;
     const uint64_t d = (uint64_t)hp->n_embd, hd = (uint64_t)hp->head_dim;
     const uint64_t q_dim = hd * (uint64_t)hp->n_head, kv_dim = hd * (uint64_t)hp->n_head_kv;
+    const uint64_t f = (uint64_t)hp->n_ff;
     tl_status st;
     const tl_gguf_tensor *emb = tl_gguf_find_tensor(m->gguf, "token_embd.weight");
     if (!emb) return tl_error_set(TL_ERR_FORMAT, "%s: missing tensor 'token_embd.weight'",
@@ -189,12 +150,16 @@ static tl_status load_weights(tl_model *m, const tl_file *f) {
         return tl_error_set(TL_ERR_FORMAT, "%s: token_embd.weight has an invalid vocabulary "
                             "size %llu", m->path, (unsigned long long)emb->ne[1]);
     m->hp.n_vocab = (int32_t)emb->ne[1];
-    if ((st = load_matrix(m, f, "token_embd.weight", d, emb->ne[1], &m->tok_embd))) return st;
-    if ((st = load_norm(m, f, "output_norm.weight", d, &m->output_norm))) return st;
-    if (tl_gguf_find_tensor(m->gguf, "output.weight")) {
-        if ((st = load_matrix(m, f, "output.weight", d, emb->ne[1], &m->output))) return st;
-    } else {
-        m->output = m->tok_embd; /* tied classifier */
+    if ((st = describe(m, "token_embd.weight", d, emb->ne[1], 0, &m->tok_embd))) return st;
+    if (m->tok_embd.convert)
+        return tl_error_set(TL_ERR_UNSUPPORTED, "%s: token_embd.weight rows split %s blocks",
+                            m->path, tl_type_name(m->tok_embd.file_type));
+    if ((st = describe(m, "output_norm.weight", d, 1, 1, &m->output_norm))) return st;
+    m->tied_output = tl_gguf_find_tensor(m->gguf, "output.weight") == NULL;
+    if (m->tied_output) {
+        m->output = m->tok_embd;
+    } else if ((st = describe(m, "output.weight", d, emb->ne[1], 0, &m->output))) {
+        return st;
     }
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return tl_error_set(TL_ERR_NOMEM, "out of memory");
@@ -202,52 +167,148 @@ static tl_status load_weights(tl_model *m, const tl_file *f) {
         tl_llama_layer *L = &m->layers[l];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, (int)l), n)
-        if ((st = load_norm(m, f, NAME("attn_norm.weight"), d, &L->attn_norm)) ||
-            (st = load_matrix(m, f, NAME("attn_q.weight"), d, q_dim, &L->wq)) ||
-            (st = load_matrix(m, f, NAME("attn_k.weight"), d, kv_dim, &L->wk)) ||
-            (st = load_matrix(m, f, NAME("attn_v.weight"), d, kv_dim, &L->wv)) ||
-            (st = load_matrix(m, f, NAME("attn_output.weight"), q_dim, d, &L->wo)) ||
-            (st = load_norm(m, f, NAME("ffn_norm.weight"), d, &L->ffn_norm)) ||
-            (st = load_matrix(m, f, NAME("ffn_gate.weight"), d, (uint64_t)hp->n_ff,
-                              &L->w_gate)) ||
-            (st = load_matrix(m, f, NAME("ffn_up.weight"), d, (uint64_t)hp->n_ff, &L->w_up)) ||
-            (st = load_matrix(m, f, NAME("ffn_down.weight"), (uint64_t)hp->n_ff, d,
-                              &L->w_down)))
+        if ((st = describe(m, NAME("attn_norm.weight"), d, 1, 1, &L->attn_norm)) ||
+            (st = describe(m, NAME("attn_q.weight"), d, q_dim, 0, &L->wq)) ||
+            (st = describe(m, NAME("attn_k.weight"), d, kv_dim, 0, &L->wk)) ||
+            (st = describe(m, NAME("attn_v.weight"), d, kv_dim, 0, &L->wv)) ||
+            (st = describe(m, NAME("attn_output.weight"), q_dim, d, 0, &L->wo)) ||
+            (st = describe(m, NAME("ffn_norm.weight"), d, 1, 1, &L->ffn_norm)) ||
+            (st = describe(m, NAME("ffn_gate.weight"), d, f, 0, &L->w_gate)) ||
+            (st = describe(m, NAME("ffn_up.weight"), d, f, 0, &L->w_up)) ||
+            (st = describe(m, NAME("ffn_down.weight"), f, d, 0, &L->w_down)))
             return st;
 #undef NAME
     }
     return TL_OK;
 }
 
+size_t tl_llama_weights(tl_model *m, tl_weight **out, size_t cap) {
+    size_t n = 0;
+#define PUT(w) do { if (n < cap) out[n] = (w); n++; } while (0)
+    PUT(&m->tok_embd);
+    PUT(&m->output_norm);
+    if (!m->tied_output) PUT(&m->output);
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+        tl_llama_layer *L = &m->layers[l];
+        PUT(&L->attn_norm); PUT(&L->wq); PUT(&L->wk); PUT(&L->wv); PUT(&L->wo);
+        PUT(&L->ffn_norm); PUT(&L->w_gate); PUT(&L->w_up); PUT(&L->w_down);
+    }
+#undef PUT
+    return n;
+}
+
 tl_model_params tl_model_default_params(void) {
-    tl_model_params p = {0};
+    tl_model_params p;
+    memset(&p, 0, sizeof p);
     p.n_threads = 0;
-    p.reference_kernels = 0;
+    p.mem_budget = 0;
+    p.prefetch = 2;
+    p.overlap = 1;
+    p.io_backend = TL_AIO_AUTO;
+    p.io_queue_depth = 8;
+    p.io_chunk_bytes = 1u << 20;
+    p.direct_io = 1;
     return p;
+}
+
+/* 80% of MemAvailable, the default budget: a model larger than that streams. */
+static uint64_t default_budget(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    unsigned long long kb = 0;
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (kb == 0) kb = 4ull << 20; /* unknown: assume 4 GiB */
+    return kb * 1024ull / 10 * 8;
+}
+
+static tl_status check_params(const tl_model_params *p) {
+    if (p->prefetch < 0 || p->prefetch > 64)
+        return tl_error_set(TL_ERR_INVALID, "prefetch depth %d is outside 0..64", (int)p->prefetch);
+    if (p->io_queue_depth < 1 || p->io_queue_depth > 1024)
+        return tl_error_set(TL_ERR_INVALID, "IO queue depth %d is outside 1..1024",
+                            (int)p->io_queue_depth);
+    if (p->io_chunk_bytes < 4096 || p->io_chunk_bytes % 4096 || p->io_chunk_bytes > (1u << 30))
+        return tl_error_set(TL_ERR_INVALID, "IO chunk size %llu must be a multiple of 4096 "
+                            "up to 1 GiB", (unsigned long long)p->io_chunk_bytes);
+    if (p->io_backend < 0 || p->io_backend > 2)
+        return tl_error_set(TL_ERR_INVALID, "unknown IO backend %d", (int)p->io_backend);
+    return TL_OK;
+}
+
+/* GGUF header bytes read through the model's tier (O_DIRECT: aligned reads through a
+ * bounce buffer), so opening a model leaves none of its pages in the page cache. */
+typedef struct tier_src { tl_tier *t; uint8_t *bounce; size_t cap; } tier_src;
+
+static tl_status tier_src_read(void *src, uint64_t offset, void *dst, size_t len) {
+    tier_src *s = src;
+    const uint64_t a = s->t->align > 1 ? s->t->align : 1;
+    while (len > 0) {
+        uint64_t a0 = offset / a * a;
+        size_t want = (size_t)(((offset + len - a0) + a - 1) / a * a);
+        if (want > s->cap) want = s->cap;
+        size_t got = 0, done;
+        while (got < want && a0 + got < s->t->size) { /* short at the end: expected */
+            tl_status st = s->t->ops->read_at(s->t, a0 + got, s->bounce + got, want - got, &done);
+            if (st) return st;
+            if (done == 0) break;
+            got += done;
+        }
+        if (a0 + got <= offset)
+            return tl_error_set(TL_ERR_FORMAT, "%s: unexpected end of file at offset %llu",
+                                s->t->name, (unsigned long long)offset);
+        size_t take = (size_t)(a0 + got - offset);
+        if (take > len) take = len;
+        memcpy(dst, s->bounce + (offset - a0), take);
+        dst = (uint8_t *)dst + take;
+        offset += take;
+        len -= take;
+    }
+    return TL_OK;
+}
+
+static tl_status parse_header(tl_model *m) {
+    tier_src src = {m->tier, NULL, 256u << 10};
+    if (posix_memalign((void **)&src.bounce, 4096, src.cap) != 0)
+        return tl_error_set(TL_ERR_NOMEM, "out of memory");
+    tl_status st = tl_gguf_parse(tier_src_read, &src, m->tier->size, m->path, &m->gguf);
+    free(src.bounce);
+    return st;
 }
 
 tl_status tl_model_open(const char *path, const tl_model_params *params, tl_model **out) {
     *out = NULL;
     tl_error_clear();
     tl_model_params p = params ? *params : tl_model_default_params();
+    tl_status st = check_params(&p);
+    if (st) return st;
     tl_model *m = calloc(1, sizeof *m);
     if (!m) return tl_error_set(TL_ERR_NOMEM, "out of memory");
+    m->params = p;
     m->path = strdup(path);
     m->use_reference = p.reference_kernels;
-    tl_file f = {.fd = -1};
-    tl_status st = m->path ? TL_OK : tl_error_set(TL_ERR_NOMEM, "out of memory");
-    if (!st) st = tl_gguf_open(path, &m->gguf);
+    st = m->path ? TL_OK : tl_error_set(TL_ERR_NOMEM, "out of memory");
+    if (!st)
+        st = tl_tier_file_open(path, p.direct_io ? TL_TIER_FILE_DIRECT : 0, &m->tier);
+    if (!st) st = parse_header(m);
     if (!st && (st = tl_llama_read_hparams(m->gguf, &m->hp))) tl_error_wrap(st, "%s", path);
     if (!st && (st = tl_tokenizer_from_gguf(m->gguf, &m->tok))) tl_error_wrap(st, "%s", path);
-    if (!st) st = tl_budget_open(0, &m->budget);
-    if (!st) st = tl_pool_open(p.n_threads, &m->pool);
-    if (!st) st = tl_file_open_ro(path, &f);
-    if (!st) st = load_weights(m, &f);
+    if (!st) st = describe_weights(m);
     if (!st && tl_tokenizer_n_vocab(m->tok) > m->hp.n_vocab)
         st = tl_error_set(TL_ERR_FORMAT, "%s: the tokenizer has %d tokens but token_embd has "
                           "only %d rows", path, (int)tl_tokenizer_n_vocab(m->tok),
                           (int)m->hp.n_vocab);
-    tl_file_close(&f);
+    if (!st) st = tl_budget_open(p.mem_budget ? p.mem_budget : default_budget(), &m->budget);
+    if (!st) st = tl_pool_open(p.n_threads, &m->pool);
+    if (!st) {
+        tl_aio_params ap = tl_aio_default_params();
+        ap.backend = (tl_aio_backend)p.io_backend;
+        ap.queue_depth = p.io_queue_depth;
+        ap.chunk_bytes = (size_t)p.io_chunk_bytes;
+        ap.n_threads = p.io_queue_depth;
+        st = tl_aio_open(&ap, &m->aio);
+    }
     if (st) {
         tl_model_close(m);
         return st;
@@ -258,8 +319,9 @@ tl_status tl_model_open(const char *path, const tl_model_params *params, tl_mode
 
 void tl_model_close(tl_model *m) {
     if (!m) return;
-    for (size_t i = 0; i < m->n_buffers; i++) tl_budget_free(m->budget, m->buffers[i]);
-    free(m->buffers);
+    tl_residency_close(m->res);
+    tl_aio_close(m->aio);
+    if (m->tier) tl_tier_close(m->tier);
     free(m->layers);
     tl_pool_close(m->pool);
     tl_budget_close(m->budget);

@@ -21,7 +21,17 @@ static void usage(void) {
            "  --repeat-last-n N       tokens the penalty looks back over (default 64)\n"
            "  -s, --seed S            random seed (default 24301)\n"
            "  --ignore-eos            keep generating past end-of-sequence\n"
-           "  --reference             use the scalar reference kernels (slow)\n");
+           "  --reference             use the scalar reference kernels (slow)\n"
+           "memory and IO:\n"
+           "  --mem-budget SIZE       memory the engine may hold, e.g. 2G (default: 80%% of\n"
+           "                          available memory); weights that do not fit stream\n"
+           "  --prefetch N            streamed layers read ahead (default 2)\n"
+           "  --no-overlap            read streamed layers synchronously (for comparison)\n"
+           "  --io auto|pool|uring    IO backend (default auto: io_uring if it works)\n"
+           "  --io-chunk SIZE         read chunk size (default 1M)\n"
+           "  --io-depth N            chunks in flight (default 8)\n"
+           "  --no-direct             read through the page cache instead of O_DIRECT\n"
+           "  --stats                 print IO/compute/stall statistics per token\n");
 }
 
 static char *read_file(const char *path) {
@@ -44,11 +54,35 @@ static char *read_file(const char *path) {
     return buf;
 }
 
+typedef struct run_state {
+    tl_context *ctx;
+    int stats;
+    tl_run_stats last;
+    int n;
+} run_state;
+
+static void print_token_stats(const tl_run_stats *a, const tl_run_stats *b, int n) {
+    double wall = b->wall_s - a->wall_s, stall = b->stall_s - a->stall_s;
+    double io = b->io_busy_s - a->io_busy_s;
+    uint64_t disk = b->bytes_read_disk - a->bytes_read_disk;
+    uint64_t mem = b->bytes_read_mem - a->bytes_read_mem;
+    fprintf(stderr, "[stats] token %d: disk %.1f MiB, mem %.1f MiB | io busy %.3f s, compute "
+            "%.3f s, stall %.3f s | read %.2f GB/s | overlap %.2f\n", n, disk / 1048576.0,
+            mem / 1048576.0, io, wall - stall, stall, io > 0 ? disk / io / 1e9 : 0.0,
+            wall > 0 ? 1.0 - stall / wall : 1.0);
+}
+
 static int on_piece(void *user, int32_t token, const char *text, size_t len) {
-    (void)user;
+    run_state *rs = user;
     (void)token;
     fwrite(text, 1, len, stdout);
     fflush(stdout);
+    if (rs->stats && token >= 0) {
+        tl_run_stats now;
+        tl_context_get_stats(rs->ctx, &now);
+        print_token_stats(&rs->last, &now, rs->n++);
+        rs->last = now;
+    }
     return 0;
 }
 
@@ -58,6 +92,7 @@ int tl_cmd_run(int argc, char **argv) {
     tl_context_params cp = tl_context_default_params();
     tl_generate_params gp = tl_generate_default_params();
     gp.sampler.seed = 24301;
+    int stats = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
 #define VAL() if (!(v = cli_value(argc, argv, &i))) return 2
@@ -87,6 +122,23 @@ int tl_cmd_run(int argc, char **argv) {
             VAL(); if (!cli_u64(a, v, &gp.sampler.seed)) return 2;
         } else if (!strcmp(a, "--ignore-eos")) gp.stop_at_eos = 0;
         else if (!strcmp(a, "--reference")) mp.reference_kernels = 1;
+        else if (!strcmp(a, "--mem-budget")) {
+            VAL(); if (!cli_size(a, v, &mp.mem_budget)) return 2;
+        } else if (!strcmp(a, "--prefetch")) {
+            VAL(); if (!cli_int(a, v, 0, 64, &mp.prefetch)) return 2;
+        } else if (!strcmp(a, "--no-overlap")) mp.overlap = 0;
+        else if (!strcmp(a, "--io")) {
+            VAL();
+            if (!strcmp(v, "auto")) mp.io_backend = 0;
+            else if (!strcmp(v, "pool")) mp.io_backend = 1;
+            else if (!strcmp(v, "uring")) mp.io_backend = 2;
+            else { fprintf(stderr, "error: --io expects auto, pool or uring\n"); return 2; }
+        } else if (!strcmp(a, "--io-chunk")) {
+            VAL(); if (!cli_size(a, v, &mp.io_chunk_bytes)) return 2;
+        } else if (!strcmp(a, "--io-depth")) {
+            VAL(); if (!cli_int(a, v, 1, 1024, &mp.io_queue_depth)) return 2;
+        } else if (!strcmp(a, "--no-direct")) mp.direct_io = 0;
+        else if (!strcmp(a, "--stats")) stats = 1;
         else {
             fprintf(stderr, "error: unknown option '%s' (see tierllm run --help)\n", a);
             return 2;
@@ -111,10 +163,11 @@ int tl_cmd_run(int argc, char **argv) {
     tl_generate_stats gs;
     tl_status st = tl_model_open(model_path, &mp, &m);
     if (!st) st = tl_context_open(m, &cp, &c);
+    run_state rs = {c, stats, {0}, 0};
     if (!st) {
         fputs(prompt, stdout);
         fflush(stdout);
-        st = tl_generate(c, prompt, &gp, on_piece, NULL, &gs);
+        st = tl_generate(c, prompt, &gp, on_piece, &rs, &gs);
     }
     int rc = 0;
     if (st) {
@@ -128,6 +181,18 @@ int tl_cmd_run(int argc, char **argv) {
                 gs.prefill_seconds > 0 ? gs.n_prompt / gs.prefill_seconds : 0.0, gs.n_decoded,
                 gs.decode_seconds,
                 gs.decode_seconds > 0 ? gs.n_decoded / gs.decode_seconds : 0.0);
+        if (stats) {
+            tl_run_stats t;
+            tl_context_get_stats(c, &t);
+            fprintf(stderr, "[stats] budget %.1f MiB (peak %.1f MiB) | weights resident %.1f "
+                    "MiB, streamed %.1f MiB per pass through %d buffers (%s) | total: disk "
+                    "%.1f MiB, io busy %.2f s, compute %.2f s, stall %.2f s, overlap %.2f\n",
+                    t.budget_bytes / 1048576.0, t.budget_peak_bytes / 1048576.0,
+                    t.weights_resident_bytes / 1048576.0, t.weights_streamed_bytes / 1048576.0,
+                    t.slots, t.io_uring ? "io_uring" : "pread pool",
+                    t.bytes_read_disk / 1048576.0, t.io_busy_s, t.compute_s, t.stall_s,
+                    t.wall_s > 0 ? 1.0 - t.stall_s / t.wall_s : 1.0);
+        }
     }
     tl_context_close(c);
     tl_model_close(m);

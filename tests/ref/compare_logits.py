@@ -16,6 +16,20 @@ wrong output size, a missing binary or a non-zero engine exit is a FAIL.
 Prints one line  "model M: max rel err X (tol T) OK"  (or FAIL) and exits
 0 on OK, 1 on FAIL.
 
+Models with Q8_0/Q4_0 matmuls (the engine rounds their activations, see
+llama_ref.py): the reference emulates the rounding, but rounding is
+discontinuous at ties, and float-level differences between any two correct
+implementations flip a few q by one; on these tiny models one flip moves the
+logits by up to ~2e-2 (the reference itself, run in float32 and in float64,
+differs by 1.7e-2 on the synthetic Q4_0 model, and by 8e-7 without rounding).
+So for such models the emulated check uses max(--tol, --round-tol) (default
+5e-2; the line says so), and the engine is also compared with the
+exact-activation reference, printed as "activation rounding effect: max rel
+err X", which must stay below --act-tol (default 5e-2; rounding moves each
+activation by at most 1/254 of its block's amax, measured 1e-2..2e-2 on
+logits). Both only catch a broken scheme; kernel precision under the contract
+is checked exactly by tests/test_kernels.c.
+
 --ref-only-dump: skip the engine; only run the reference and write its
 float32 logits to --ref-out (default: ./<model name>.ref.f32).
 --self-test: check the comparison logic itself on synthetic arrays.
@@ -119,6 +133,12 @@ def main(argv=None):
     ap.add_argument("--model", help="GGUF model")
     ap.add_argument("--tokens", help="comma-separated token ids, e.g. 1,403,407")
     ap.add_argument("--tol", type=float, default=1e-4, help="max relative error (default 1e-4)")
+    ap.add_argument("--round-tol", type=float, default=5e-2,
+                    help="tolerance of the emulated check for models with Q8_0/Q4_0 matmuls "
+                         "(tie flips, see above; default 5e-2)")
+    ap.add_argument("--act-tol", type=float, default=5e-2,
+                    help="max relative error against the exact-activation reference, "
+                         "for models with Q8_0/Q4_0 matmuls (default 5e-2)")
     ap.add_argument("--timeout", type=float, default=600, help="engine timeout, seconds")
     ap.add_argument("--ref-only-dump", action="store_true",
                     help="run only the reference and write its logits to --ref-out")
@@ -164,13 +184,25 @@ def main(argv=None):
     if err:
         return fail(err)
 
-    ok, max_rel, worst = judge(engine, ref, args.tol)
+    tol, why = args.tol, ""
+    if ref_model.rounds_any and args.round_tol > tol:
+        tol, why = args.round_tol, ", activation rounding: tie flips"
+    ok, max_rel, worst = judge(engine, ref, tol)
     agree = int(np.sum(np.argmax(engine, axis=1) == np.argmax(ref, axis=1)))
     print("model %s: worst row %d of %d; argmax agrees on %d/%d rows"
           % (name, worst, len(tokens), agree, len(tokens)))
-    print("model %s: max rel err %.3g (tol %g) %s"
-          % (name, max_rel, args.tol, "OK" if ok else "FAIL"))
-    return 0 if ok else 1
+    act_ok = True
+    if ref_model.rounds_any:
+        ref_model.exact_activations = True
+        exact = ref_model.forward(tokens)
+        act_ok, act_rel, _ = judge(engine, exact, args.act_tol)
+        agree = int(np.sum(np.argmax(engine, axis=1) == np.argmax(exact, axis=1)))
+        print("model %s: activation rounding effect: max rel err %.3g (bound %g), "
+              "argmax agrees on %d/%d rows %s"
+              % (name, act_rel, args.act_tol, agree, len(tokens), "OK" if act_ok else "FAIL"))
+    print("model %s: max rel err %.3g (tol %g%s) %s"
+          % (name, max_rel, tol, why, "OK" if ok and act_ok else "FAIL"))
+    return 0 if ok and act_ok else 1
 
 
 if __name__ == "__main__":

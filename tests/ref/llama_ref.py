@@ -4,6 +4,14 @@ This is a test oracle for the C engine: it is written for clarity, not speed,
 and processes the whole token sequence at once (full causal attention over
 all positions), returning logits for every position.
 
+Activation rounding (the engine's numeric contract, src/kernels/kernels.h): a
+matmul whose weight the engine keeps as Q8_0 or Q4_0 (rows a whole number of
+32-blocks; other quantized matrices are dequantized to f32 at load) first rounds
+its input rows blockwise: per 32 elements, in float32, d = amax/127,
+q = roundf(x/d) (half away from zero; 0 if d == 0), x' = d*q. The product is
+then taken in float64. --exact-activations turns this off (the plain float64
+forward pass).
+
 Usage:
     /usr/bin/python3 tests/ref/llama_ref.py MODEL.gguf --tokens 1,403,407 --out logits.f32
         writes float32 little-endian [n_tokens, n_vocab], raw (no header)
@@ -18,7 +26,24 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gguf_np import GGUFFile  # noqa: E402
+from gguf_np import GGUFFile, GGML_Q4_0, GGML_Q8_0  # noqa: E402
+
+QK = 32
+
+
+def round_activations(x):
+    """x' of the engine's contract for rows of x (last axis a multiple of 32),
+    computed exactly as the C code does: float32 scale and division, C roundf."""
+    x32 = np.asarray(x, dtype=np.float32)
+    blocks = x32.reshape(x32.shape[:-1] + (x32.shape[-1] // QK, QK))
+    d = (np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = (blocks / np.where(d == 0, np.float32(1), d)).astype(np.float32)
+    v = v.astype(np.float64)                     # |v|+0.5 is exact in float64
+    q = np.sign(v) * np.floor(np.abs(v) + 0.5)   # roundf: halves away from zero
+    q = np.where(d == 0, 0.0, q).astype(np.float32)
+    xr = (d * q).astype(np.float32)              # d*q rounded to float32, as in C
+    return xr.reshape(x32.shape).astype(np.asarray(x).dtype)
 
 
 class LlamaConfig:
@@ -56,14 +81,19 @@ class LlamaConfig:
 
 
 class LlamaRef:
-    def __init__(self, path, dtype=np.float64):
+    def __init__(self, path, dtype=np.float64, exact_activations=False):
         self.gguf = GGUFFile(path)
         self.cfg = LlamaConfig(self.gguf)
         self.dtype = dtype
+        self.exact_activations = exact_activations
         g = self.gguf
+        self.rounds = {}    # id(weight array) -> activations rounded (Q8_0/Q4_0 in engine)
 
         def w(name):
-            return g.tensor(name).astype(dtype)
+            a = g.tensor(name).astype(dtype)
+            t = g.tensors[name]
+            self.rounds[id(a)] = (t.type in (GGML_Q8_0, GGML_Q4_0) and t.ne[0] % QK == 0)
+            return a
 
         self.tok_embd = w("token_embd.weight")                  # (n_vocab, n_embd)
         self.n_vocab = self.tok_embd.shape[0]
@@ -79,6 +109,19 @@ class LlamaRef:
                 "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
                 "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")})
         self._check_shapes()
+
+    @property
+    def rounds_any(self):
+        """True if some matmul rounds its activations (a Q8_0/Q4_0 weight)."""
+        mats = [self.output] + [L[k] for L in self.layers for k in (
+            "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")]
+        return any(self.rounds[id(m)] for m in mats)
+
+    def mm(self, x, W):
+        """x @ W.T, with x rounded to x' first when the engine's W is Q8_0/Q4_0."""
+        if self.rounds[id(W)] and not self.exact_activations:
+            x = round_activations(x)
+        return x @ W.T
 
     def _check_shapes(self):
         c = self.cfg
@@ -125,9 +168,9 @@ class LlamaRef:
     def attention(self, x, L, positions):
         c = self.cfg
         T = x.shape[0]
-        q = (x @ L["attn_q"].T).reshape(T, c.n_head, c.head_dim)
-        k = (x @ L["attn_k"].T).reshape(T, c.n_head_kv, c.head_dim)
-        v = (x @ L["attn_v"].T).reshape(T, c.n_head_kv, c.head_dim)
+        q = (self.mm(x, L["attn_q"])).reshape(T, c.n_head, c.head_dim)
+        k = (self.mm(x, L["attn_k"])).reshape(T, c.n_head_kv, c.head_dim)
+        v = (self.mm(x, L["attn_v"])).reshape(T, c.n_head_kv, c.head_dim)
         q = self.rope(q, positions)
         k = self.rope(k, positions)
 
@@ -146,13 +189,13 @@ class LlamaRef:
         p = np.exp(scores)
         p = p / p.sum(axis=-1, keepdims=True)
         out = (p @ v).transpose(1, 0, 2).reshape(T, c.n_embd)          # (T, n_embd)
-        return out @ L["attn_output"].T
+        return self.mm(out, L["attn_output"])
 
     def ffn(self, x, L):
-        g = x @ L["ffn_gate"].T
-        u = x @ L["ffn_up"].T
+        g = self.mm(x, L["ffn_gate"])
+        u = self.mm(x, L["ffn_up"])
         silu = g / (1.0 + np.exp(-g))
-        return (silu * u) @ L["ffn_down"].T
+        return self.mm(silu * u, L["ffn_down"])
 
     # --- forward ---------------------------------------------------------
 
@@ -169,7 +212,7 @@ class LlamaRef:
             x = x + self.attention(self.rmsnorm(x, L["attn_norm"]), L, positions)
             x = x + self.ffn(self.rmsnorm(x, L["ffn_norm"]), L)
         x = self.rmsnorm(x, self.output_norm)
-        return x @ self.output.T
+        return self.mm(x, self.output)
 
     def greedy(self, tokens, n):
         """n greedy (argmax) continuation ids; full recompute each step."""
@@ -203,12 +246,15 @@ def main(argv=None):
                     help="print N greedy-generated token ids")
     ap.add_argument("--float32", action="store_true",
                     help="compute in float32 instead of float64")
+    ap.add_argument("--exact-activations", action="store_true",
+                    help="do not round activations for Q8_0/Q4_0 matmuls (plain float64)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     if args.out is None and args.greedy is None:
         ap.error("nothing to do: give --out and/or --greedy")
 
-    m = LlamaRef(args.model, dtype=np.float32 if args.float32 else np.float64)
+    m = LlamaRef(args.model, dtype=np.float32 if args.float32 else np.float64,
+                 exact_activations=args.exact_activations)
     if args.verbose:
         print(m.cfg, "n_vocab=%d" % m.n_vocab, file=sys.stderr)
     if args.out is not None:

@@ -1,0 +1,588 @@
+/* residency.c - resident weights, the streaming ring, and its prefetch pipeline.
+ *
+ * States of a slot: EMPTY -> LOADING (its unit's reads are queued in the IO queue) ->
+ * IN_USE (acquired: the reads were waited for, the unit's weight pointers point into
+ * the slot) -> EMPTY (released: pointers cleared, the slot is refilled at once).
+ * Issue order follows the forward pass: layers 0..n-1, then the output if this pass
+ * needs logits, then the next pass's layers; at most `prefetch` units are LOADING while
+ * one is IN_USE, so while layer l computes, the reads of l+1..l+prefetch are in flight.
+ * Invariants: a slot is never refilled while IN_USE; units are acquired in issue order
+ * (a mismatch drains the ring and restarts it, correct but slow); after an IO error the
+ * manager stays in the error state and every later acquire returns the same error.
+ * Reads are widened to the tier's alignment (O_DIRECT): a tensor's data pointer is its
+ * extent's buffer plus the offset of the tensor inside the widened extent.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "residency.h"
+#include "../base/clock.h"
+#include "../base/status.h"
+#include "../kernels/kernels.h"
+#include "../tier/aio.h"
+#include "../tier/tier.h"
+
+#define ALIGN 4096u
+#define MAX_UNIT_TENSORS 8
+
+typedef struct placed { tl_weight *w; size_t buf_off; } placed;
+typedef struct extent { uint64_t file_off; size_t len, buf_off; } extent;
+
+/* Where a set of tensors lands in one buffer: merged aligned extents. */
+typedef struct layout {
+    placed t[MAX_UNIT_TENSORS];
+    extent e[MAX_UNIT_TENSORS];
+    int n_t, n_e;
+    size_t bytes;
+} layout;
+
+enum { SLOT_EMPTY, SLOT_LOADING, SLOT_IN_USE };
+
+typedef struct slot {
+    uint8_t *buf;
+    int state, unit;
+    uint64_t tags[MAX_UNIT_TENSORS];
+    int n_tags;
+} slot;
+
+struct tl_residency {
+    tl_model *m;
+    tl_weight_plan plan;
+    int n_units;            /* n_layer + 1 */
+    layout *units;          /* streamed parts of each unit (n_t == 0: fully resident) */
+    void **resident;        /* budget buffers of resident weights */
+    size_t n_resident, cap_resident;
+    slot *slots;
+    int *queue;             /* issued, not yet acquired: slot indices in issue order */
+    int q_head, q_len;
+    int *seq;               /* streamed units of this pass, then of the next pass's layers */
+    int seq_len, seq_cur;   /* seq_cur = units of the current pass in seq */
+    int issue_idx, carried; /* next seq index to issue; issued units of the next pass */
+    int need_output;
+    uint64_t next_tag;
+    uint8_t *row_buf;       /* embedding row reads */
+    size_t row_buf_bytes;
+    tl_status error;
+    char error_msg[512];
+    double stall_s;
+    uint64_t bytes_disk, bytes_mem;
+};
+
+static uint64_t align_down(uint64_t x) { return x & ~(uint64_t)(ALIGN - 1); }
+static uint64_t align_up(uint64_t x) { return (x + ALIGN - 1) & ~(uint64_t)(ALIGN - 1); }
+
+static int cmp_placed(const void *a, const void *b) {
+    const placed *x = a, *y = b;
+    return (x->w->file_offset > y->w->file_offset) - (x->w->file_offset < y->w->file_offset);
+}
+
+/* Builds the merged, aligned extents of tensors ws[0..n). */
+static void layout_build(layout *L, tl_weight *const *ws, int n) {
+    memset(L, 0, sizeof *L);
+    for (int i = 0; i < n; i++) L->t[L->n_t++].w = ws[i];
+    qsort(L->t, (size_t)L->n_t, sizeof L->t[0], cmp_placed);
+    for (int i = 0; i < L->n_t; i++) {
+        const tl_weight *w = L->t[i].w;
+        uint64_t a0 = align_down(w->file_offset), a1 = align_up(w->file_offset + w->file_bytes);
+        extent *last = L->n_e ? &L->e[L->n_e - 1] : NULL;
+        if (last && a0 <= last->file_off + last->len) { /* overlaps or touches: merge */
+            uint64_t end = a1 > last->file_off + last->len ? a1 : last->file_off + last->len;
+            L->bytes += (size_t)(end - (last->file_off + last->len));
+            last->len = (size_t)(end - last->file_off);
+        } else {
+            L->e[L->n_e++] = (extent){a0, (size_t)(a1 - a0), L->bytes};
+            L->bytes += (size_t)(a1 - a0);
+            last = &L->e[L->n_e - 1];
+        }
+        L->t[i].buf_off = last->buf_off + (size_t)(w->file_offset - last->file_off);
+    }
+}
+
+/* A layer's attention (part 0) or FFN (part 1) matrices, without those converted to
+ * f32 at load (always resident, never streamed). Returns the count. */
+static int layer_part(const tl_llama_layer *L, int part, tl_weight **ws) {
+    tl_llama_layer *ly = (tl_llama_layer *)L;
+    tl_weight *attn[4] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo};
+    tl_weight *ffn[3] = {&ly->w_gate, &ly->w_up, &ly->w_down};
+    tl_weight **src = part ? ffn : attn;
+    int n = 0;
+    for (int i = 0; i < (part ? 3 : 4); i++)
+        if (!src[i]->convert) ws[n++] = src[i];
+    return n;
+}
+
+/* The weights of unit u that the plan streams (attn/ffn parts, or the output). */
+static int unit_streamed(const tl_model *m, const tl_weight_plan *p, int u, tl_weight **ws) {
+    int n = 0;
+    if (u == m->hp.n_layer) {
+        if (!p->output_resident) ws[n++] = (tl_weight *)&m->output;
+        return n;
+    }
+    if (!p->attn_resident[u]) n += layer_part(&m->layers[u], 0, ws + n);
+    if (!p->ffn_resident[u]) n += layer_part(&m->layers[u], 1, ws + n);
+    return n;
+}
+
+static uint64_t part_cost(tl_weight *const *ws, int n) {
+    layout L;
+    layout_build(&L, ws, n);
+    return L.bytes + ALIGN; /* one budget allocation, aligned */
+}
+
+/* Bytes of the f32 tensors converted at load, and the largest raw read they need. */
+static void converted_bytes(const tl_model *m, uint64_t *held, uint64_t *temp) {
+    tl_weight *all[4096];
+    tl_model *mm = (tl_model *)m;
+    size_t n = tl_llama_weights(mm, all, 4096);
+    *held = *temp = 0;
+    for (size_t i = 0; i < n && i < 4096; i++)
+        if (all[i]->convert) {
+            *held += (uint64_t)all[i]->rows * all[i]->cols * sizeof(float) + 64;
+            uint64_t t = align_up(all[i]->file_bytes + ALIGN) + ALIGN;
+            if (t > *temp) *temp = t;
+        }
+}
+
+static uint64_t row_buf_bytes(const tl_model *m) {
+    return align_up(tl_type_row_bytes(m->tok_embd.type, m->tok_embd.cols) + 2 * ALIGN);
+}
+
+uint64_t tl_weight_plan_bytes(const tl_model *m, const tl_weight_plan *p) {
+    const int L = m->hp.n_layer;
+    uint64_t held, temp, total = 0, slot = 0;
+    converted_bytes(m, &held, &temp);
+    total = held;
+    tl_weight *ws[MAX_UNIT_TENSORS];
+    for (int u = 0; u <= L; u++) {
+        int n = unit_streamed(m, p, u, ws);
+        if (n) {
+            uint64_t b = part_cost(ws, n) - ALIGN;
+            if (b > slot) slot = b;
+        }
+        if (u < L) {
+            tl_weight *ws2[MAX_UNIT_TENSORS];
+            int na;
+            if (p->attn_resident[u] && (na = layer_part(&m->layers[u], 0, ws2)))
+                total += part_cost(ws2, na);
+            if (p->ffn_resident[u] && (na = layer_part(&m->layers[u], 1, ws2)))
+                total += part_cost(ws2, na);
+        } else if (p->output_resident && !m->tied_output) {
+            tl_weight *o = (tl_weight *)&m->output;
+            total += part_cost(&o, 1);
+        }
+    }
+    if (p->embd_resident) {
+        tl_weight *e = (tl_weight *)&m->tok_embd;
+        total += part_cost(&e, 1);
+    } else {
+        total += row_buf_bytes(m) + ALIGN;
+    }
+    int slots = slot ? (p->overlap ? p->prefetch + 1 : 1) : 0;
+    total += (uint64_t)slots * (slot + ALIGN);
+    /* the converted tensors' raw reads happen before the slots exist */
+    return total > held + temp ? total : held + temp;
+}
+
+uint64_t tl_weight_plan_minimum(const tl_model *m, int prefetch, int overlap) {
+    tl_weight_plan p;
+    memset(&p, 0, sizeof p);
+    p.attn_resident = calloc((size_t)m->hp.n_layer, 1);
+    p.ffn_resident = calloc((size_t)m->hp.n_layer, 1);
+    p.prefetch = prefetch;
+    p.overlap = overlap;
+    uint64_t b = p.attn_resident && p.ffn_resident ? tl_weight_plan_bytes(m, &p) : UINT64_MAX;
+    tl_weight_plan_free(&p);
+    return b;
+}
+
+void tl_weight_plan_free(tl_weight_plan *p) {
+    free(p->attn_resident);
+    free(p->ffn_resident);
+    memset(p, 0, sizeof *p);
+}
+
+static void plan_totals(const tl_model *m, tl_weight_plan *p) {
+    tl_weight *ws[MAX_UNIT_TENSORS];
+    uint64_t slot = 0, streamed = 0;
+    for (int u = 0; u <= m->hp.n_layer; u++) {
+        int n = unit_streamed(m, p, u, ws);
+        if (!n) continue;
+        uint64_t b = part_cost(ws, n) - ALIGN;
+        streamed += b;
+        if (b > slot) slot = b;
+    }
+    p->slot_bytes = slot;
+    p->n_slots = slot ? (p->overlap ? p->prefetch + 1 : 1) : 0;
+    p->streamed_bytes = streamed;
+    p->total_bytes = tl_weight_plan_bytes(m, p);
+    p->resident_bytes = m->weight_bytes > streamed ? m->weight_bytes - streamed : 0;
+}
+
+tl_status tl_weight_plan_make(const tl_model *m, uint64_t budget, int prefetch, int overlap,
+                              tl_weight_plan *p) {
+    const int L = m->hp.n_layer;
+    memset(p, 0, sizeof *p);
+    p->attn_resident = calloc((size_t)L, 1);
+    p->ffn_resident = calloc((size_t)L, 1);
+    if (!p->attn_resident || !p->ffn_resident) {
+        tl_weight_plan_free(p);
+        return tl_error_set(TL_ERR_NOMEM, "out of memory");
+    }
+    p->prefetch = prefetch;
+    p->overlap = overlap;
+    uint64_t minimum = tl_weight_plan_bytes(m, p);
+    if (minimum > budget) {
+        tl_weight_plan_free(p);
+        return tl_error_set(TL_ERR_NOMEM, "%.1f MiB are left for weights, but streaming "
+                            "needs at least %.1f MiB (%d layer buffers of the largest layer "
+                            "plus norms)", budget / 1048576.0, minimum / 1048576.0,
+                            overlap ? prefetch + 1 : 1);
+    }
+    /* greedy in value order: attention of each layer, the output, FFN of each layer,
+     * the embedding (with a tied output: both at once). An item that does not fit is
+     * skipped and later, smaller ones are still tried. */
+    for (int item = 0; item < 2 * L + 2; item++) {
+        uint8_t one = 0, *flag = &one;
+        if (item < L) flag = &p->attn_resident[item];
+        else if (item > L && item <= 2 * L) flag = &p->ffn_resident[item - L - 1];
+        int is_output = item == L, is_embd = item == 2 * L + 1;
+        if (is_output && m->tied_output) continue;
+        if (is_output) p->output_resident = 1;
+        else if (is_embd) { p->embd_resident = 1; if (m->tied_output) p->output_resident = 1; }
+        else *flag = 1;
+        if (tl_weight_plan_bytes(m, p) <= budget) continue;
+        if (is_output) p->output_resident = 0;
+        else if (is_embd) { p->embd_resident = 0; if (m->tied_output) p->output_resident = 0; }
+        else *flag = 0;
+    }
+    /* tied: the output is the embedding, resident only together with it */
+    if (m->tied_output) p->output_resident = p->embd_resident;
+    plan_totals(m, p);
+    return TL_OK;
+}
+
+/* ---- the manager ---- */
+
+static tl_status fail(tl_residency *r, tl_status st) {
+    if (!r->error) {
+        r->error = st;
+        snprintf(r->error_msg, sizeof r->error_msg, "%s", tl_last_error());
+    }
+    return st;
+}
+
+static tl_status sticky(tl_residency *r) {
+    return r->error ? tl_error_set(r->error, "%s", r->error_msg) : TL_OK;
+}
+
+static tl_status keep(tl_residency *r, void *buf) {
+    if (r->n_resident == r->cap_resident) {
+        size_t cap = r->cap_resident ? 2 * r->cap_resident : 64;
+        void **b = realloc(r->resident, cap * sizeof *b);
+        if (!b) return tl_error_set(TL_ERR_NOMEM, "out of memory");
+        r->resident = b;
+        r->cap_resident = cap;
+    }
+    r->resident[r->n_resident++] = buf;
+    return TL_OK;
+}
+
+/* Submits the reads of layout L into buf; tags go to tags[]. */
+static tl_status submit_layout(tl_residency *r, const layout *L, uint8_t *buf, uint64_t *tags) {
+    for (int i = 0; i < L->n_e; i++) {
+        tags[i] = ++r->next_tag;
+        tl_status st = tl_aio_read(r->m->aio, r->m->tier, L->e[i].file_off,
+                                   buf + L->e[i].buf_off, L->e[i].len, tags[i]);
+        if (st) {
+            for (int j = 0; j < i; j++) tl_aio_wait(r->m->aio, tags[j]);
+            return st;
+        }
+    }
+    return TL_OK;
+}
+
+static tl_status wait_tags(tl_residency *r, const uint64_t *tags, int n) {
+    tl_status first = TL_OK;
+    char msg[512] = "";
+    for (int i = 0; i < n; i++) {
+        tl_status st = tl_aio_wait(r->m->aio, tags[i]);
+        if (st && !first) {
+            first = st;
+            snprintf(msg, sizeof msg, "%s", tl_last_error());
+        }
+    }
+    if (first) tl_error_set(first, "%s", msg);
+    return first;
+}
+
+/* Reads a resident part into a new budget buffer and points its weights there. */
+static tl_status load_resident(tl_residency *r, tl_weight *const *ws, int n) {
+    layout L;
+    layout_build(&L, ws, n);
+    uint8_t *buf;
+    tl_status st = tl_budget_alloc(r->m->budget, L.bytes, ALIGN, ws[0]->name, (void **)&buf);
+    if (st) return st;
+    if ((st = keep(r, buf))) {
+        tl_budget_free(r->m->budget, buf);
+        return st;
+    }
+    uint64_t tags[MAX_UNIT_TENSORS];
+    if ((st = submit_layout(r, &L, buf, tags))) return st;
+    if ((st = wait_tags(r, tags, L.n_e))) return st;
+    for (int i = 0; i < L.n_t; i++) L.t[i].w->data = buf + L.t[i].buf_off;
+    return TL_OK;
+}
+
+/* Reads a tensor and converts it to f32 (norms; rows that split quant blocks). */
+static tl_status load_converted(tl_residency *r, tl_weight *w) {
+    layout L;
+    tl_weight *one = w;
+    layout_build(&L, &one, 1);
+    uint8_t *raw;
+    float *dst;
+    size_t n = w->rows * w->cols;
+    tl_status st = tl_budget_alloc(r->m->budget, L.bytes, ALIGN, w->name, (void **)&raw);
+    if (st) return st;
+    uint64_t tags[MAX_UNIT_TENSORS];
+    st = submit_layout(r, &L, raw, tags);
+    if (!st) st = wait_tags(r, tags, L.n_e);
+    if (!st) st = tl_budget_alloc(r->m->budget, n * sizeof(float), 64, w->name, (void **)&dst);
+    if (!st) {
+        tl_dequant_row(w->file_type, raw + L.t[0].buf_off, dst, n);
+        w->data = dst;
+        st = keep(r, dst);
+        if (st) tl_budget_free(r->m->budget, dst);
+    }
+    tl_budget_free(r->m->budget, raw);
+    return st;
+}
+
+tl_status tl_residency_open(tl_model *m, const tl_weight_plan *plan, tl_residency **out) {
+    *out = NULL;
+    const int L = m->hp.n_layer;
+    tl_residency *r = calloc(1, sizeof *r);
+    if (!r) return tl_error_set(TL_ERR_NOMEM, "out of memory");
+    r->m = m;
+    r->n_units = L + 1;
+    r->plan = *plan;
+    r->plan.attn_resident = malloc((size_t)L);
+    r->plan.ffn_resident = malloc((size_t)L);
+    r->units = calloc((size_t)r->n_units, sizeof *r->units);
+    r->seq = malloc(2 * (size_t)r->n_units * sizeof *r->seq);
+    r->queue = malloc(((size_t)plan->n_slots + 1) * sizeof *r->queue);
+    r->slots = calloc((size_t)plan->n_slots + 1, sizeof *r->slots);
+    tl_status st = TL_OK;
+    if (!r->plan.attn_resident || !r->plan.ffn_resident || !r->units || !r->seq || !r->queue ||
+        !r->slots) {
+        st = tl_error_set(TL_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    memcpy(r->plan.attn_resident, plan->attn_resident, (size_t)L);
+    memcpy(r->plan.ffn_resident, plan->ffn_resident, (size_t)L);
+    /* converted tensors first: their raw reads are transient */
+    tl_weight *all[4096];
+    size_t n_all = tl_llama_weights(m, all, 4096);
+    if (n_all > 4096) {
+        st = tl_error_set(TL_ERR_UNSUPPORTED, "too many layers");
+        goto fail;
+    }
+    for (size_t i = 0; i < n_all && !st; i++)
+        if (all[i]->convert) st = load_converted(r, all[i]);
+    for (int u = 0; u < L && !st; u++) {
+        tl_weight *ws[MAX_UNIT_TENSORS];
+        int n;
+        if (plan->attn_resident[u] && (n = layer_part(&m->layers[u], 0, ws)))
+            st = load_resident(r, ws, n);
+        if (!st && plan->ffn_resident[u] && (n = layer_part(&m->layers[u], 1, ws)))
+            st = load_resident(r, ws, n);
+    }
+    if (!st && plan->embd_resident) {
+        tl_weight *e = &m->tok_embd;
+        st = load_resident(r, &e, 1);
+        if (!st && m->tied_output) m->output.data = m->tok_embd.data;
+    }
+    if (!st && plan->output_resident && !m->tied_output) {
+        tl_weight *o = &m->output;
+        st = load_resident(r, &o, 1);
+    }
+    if (!st && !plan->embd_resident) {
+        r->row_buf_bytes = row_buf_bytes(m);
+        st = tl_budget_alloc(m->budget, r->row_buf_bytes, ALIGN, "embedding row buffer",
+                             (void **)&r->row_buf);
+    }
+    for (int u = 0; u <= L && !st; u++) {
+        tl_weight *ws[MAX_UNIT_TENSORS];
+        int n = unit_streamed(m, plan, u, ws);
+        if (n) layout_build(&r->units[u], ws, n);
+    }
+    for (int i = 0; i < plan->n_slots && !st; i++) {
+        st = tl_budget_alloc(m->budget, plan->slot_bytes, ALIGN, "layer buffer",
+                             (void **)&r->slots[i].buf);
+        r->slots[i].state = SLOT_EMPTY;
+        r->slots[i].unit = -1;
+    }
+    if (st) goto fail;
+    *out = r;
+    return TL_OK;
+fail:
+    tl_residency_close(r);
+    return st;
+}
+
+static void drain(tl_residency *r) {
+    while (r->q_len > 0) {
+        slot *s = &r->slots[r->queue[r->q_head]];
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", tl_last_error());
+        wait_tags(r, s->tags, s->n_tags); /* results dropped: the unit will be re-read */
+        tl_error_set(TL_OK, "%s", msg);
+        s->state = SLOT_EMPTY;
+        s->unit = -1;
+        r->q_head = (r->q_head + 1) % (r->plan.n_slots + 1);
+        r->q_len--;
+    }
+    r->carried = 0;
+}
+
+void tl_residency_close(tl_residency *r) {
+    if (!r) return;
+    drain(r);
+    if (r->slots)
+        for (int i = 0; i < r->plan.n_slots; i++) tl_budget_free(r->m->budget, r->slots[i].buf);
+    for (size_t i = 0; i < r->n_resident; i++) tl_budget_free(r->m->budget, r->resident[i]);
+    tl_budget_free(r->m->budget, r->row_buf);
+    free(r->resident);
+    free(r->slots);
+    free(r->queue);
+    free(r->seq);
+    free(r->units);
+    free(r->plan.attn_resident);
+    free(r->plan.ffn_resident);
+    free(r);
+}
+
+/* Issues unit seq[issue_idx] into a free slot, while there is one. */
+static tl_status fill(tl_residency *r) {
+    if (!r->plan.overlap) return TL_OK;
+    while (r->issue_idx < r->seq_len) {
+        int free_slot = -1;
+        for (int i = 0; i < r->plan.n_slots; i++)
+            if (r->slots[i].state == SLOT_EMPTY) { free_slot = i; break; }
+        if (free_slot < 0) break;
+        int u = r->seq[r->issue_idx];
+        slot *s = &r->slots[free_slot];
+        tl_status st = submit_layout(r, &r->units[u], s->buf, s->tags);
+        if (st) return fail(r, st);
+        s->n_tags = r->units[u].n_e;
+        s->state = SLOT_LOADING;
+        s->unit = u;
+        r->queue[(r->q_head + r->q_len) % (r->plan.n_slots + 1)] = free_slot;
+        r->q_len++;
+        if (r->issue_idx >= r->seq_cur) r->carried++;
+        r->issue_idx++;
+    }
+    return TL_OK;
+}
+
+tl_status tl_residency_begin_pass(tl_residency *r, int need_output) {
+    if (r->error) return sticky(r);
+    const int L = r->m->hp.n_layer;
+    /* anything still queued from the previous pass that is not a carried unit of this
+     * pass means the last pass stopped early: start clean */
+    if (r->q_len != r->carried) drain(r);
+    int carried = r->carried;
+    r->need_output = need_output;
+    r->seq_len = 0;
+    for (int u = 0; u < L; u++)
+        if (r->units[u].n_t) r->seq[r->seq_len++] = u;
+    if (need_output && r->units[L].n_t) r->seq[r->seq_len++] = L;
+    r->seq_cur = r->seq_len;
+    for (int u = 0; u < L; u++)
+        if (r->units[u].n_t) r->seq[r->seq_len++] = u;
+    r->issue_idx = carried;
+    r->carried = 0;
+    r->bytes_mem += r->plan.resident_bytes;
+    return fill(r);
+}
+
+tl_status tl_residency_acquire(tl_residency *r, int u) {
+    if (r->error) return sticky(r);
+    layout *L = &r->units[u];
+    if (!L->n_t) return TL_OK; /* fully resident */
+    int head = r->q_len ? r->queue[r->q_head] : -1;
+    if (head < 0 || r->slots[head].unit != u) {
+        /* not what was prefetched (or no overlap): read it now, synchronously */
+        drain(r);
+        int idx = -1;
+        for (int i = 0; i < r->seq_cur; i++)
+            if (r->seq[i] == u) { idx = i; break; }
+        slot *s = &r->slots[0];
+        tl_status st = submit_layout(r, L, s->buf, s->tags);
+        if (st) return fail(r, st);
+        s->n_tags = L->n_e;
+        s->state = SLOT_LOADING;
+        s->unit = u;
+        r->queue[r->q_head] = 0;
+        r->q_len = 1;
+        r->issue_idx = idx >= 0 ? idx + 1 : r->seq_len;
+        head = 0;
+        if ((st = fill(r))) return st;
+    }
+    slot *s = &r->slots[head];
+    double t0 = tl_now();
+    tl_status st = wait_tags(r, s->tags, s->n_tags);
+    r->stall_s += tl_now() - t0;
+    s->n_tags = 0;
+    r->q_head = (r->q_head + 1) % (r->plan.n_slots + 1);
+    r->q_len--;
+    if (st) {
+        s->state = SLOT_EMPTY;
+        return fail(r, tl_error_wrap(st, "reading weights of %s", L->t[0].w->name));
+    }
+    s->state = SLOT_IN_USE;
+    r->bytes_disk += L->bytes;
+    for (int i = 0; i < L->n_t; i++) L->t[i].w->data = s->buf + L->t[i].buf_off;
+    return TL_OK;
+}
+
+void tl_residency_release(tl_residency *r, int u) {
+    layout *L = &r->units[u];
+    if (!L->n_t) return;
+    for (int i = 0; i < r->plan.n_slots; i++)
+        if (r->slots[i].state == SLOT_IN_USE && r->slots[i].unit == u) {
+            r->slots[i].state = SLOT_EMPTY;
+            r->slots[i].unit = -1;
+        }
+    for (int i = 0; i < L->n_t; i++) L->t[i].w->data = NULL;
+    if (!r->error) fill(r);
+}
+
+tl_status tl_residency_embedding(tl_residency *r, int32_t id, float *dst) {
+    tl_model *m = r->m;
+    const tl_weight *w = &m->tok_embd;
+    const size_t rb = tl_type_row_bytes(w->type, w->cols);
+    if (w->data) {
+        tl_dequant_row(w->type, (const uint8_t *)w->data + (size_t)id * rb, dst, w->cols);
+        return TL_OK;
+    }
+    if (r->error) return sticky(r);
+    uint64_t off = w->file_offset + (uint64_t)id * rb;
+    uint64_t a0 = align_down(off), a1 = align_up(off + rb);
+    uint64_t tag = ++r->next_tag;
+    double t0 = tl_now();
+    tl_status st = tl_aio_read(m->aio, m->tier, a0, r->row_buf, (size_t)(a1 - a0), tag);
+    if (!st) st = tl_aio_wait(m->aio, tag);
+    r->stall_s += tl_now() - t0;
+    if (st) return fail(r, tl_error_wrap(st, "reading the embedding of token %d", (int)id));
+    r->bytes_disk += a1 - a0;
+    tl_dequant_row(w->type, r->row_buf + (off - a0), dst, w->cols);
+    return TL_OK;
+}
+
+void tl_residency_get_stats(const tl_residency *r, tl_residency_stats *out) {
+    out->stall_s = r->stall_s;
+    out->bytes_read_disk = r->bytes_disk;
+    out->bytes_read_mem = r->bytes_mem;
+}
+
+const tl_weight_plan *tl_residency_plan(const tl_residency *r) { return &r->plan; }

@@ -1,0 +1,75 @@
+/* tier.h - a level of storage behind one small method table (like SQLite's VFS).
+ *
+ * Implementations: memory (tier_mem.c: a byte array standing in for a device, for
+ * tests and for the in-memory tier), file (tier_file.c: pread/pwrite, O_DIRECT when
+ * asked and supported), and fault (tier_fault.c: wraps any tier and injects EIO, short
+ * transfers, ENOSPC or latency). Storage tests run over every implementation.
+ *
+ * Contract: read_at/write_at transfer up to len bytes at offset and report how many
+ * through *done; a short transfer is not an error (callers loop), 0 bytes read at or
+ * past the end is end-of-file. Errors are TL_ERR_IO / TL_ERR_NOSPACE with a message.
+ * Callers of a tier with align > 1 pass offsets, lengths and buffers that are multiples
+ * of align (O_DIRECT). Methods are thread-safe: concurrent calls at different offsets.
+ */
+#ifndef TL_TIER_TIER_H
+#define TL_TIER_TIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "tierllm.h"
+
+typedef struct tl_tier tl_tier;
+
+typedef struct tl_tier_ops {
+    tl_status (*read_at)(tl_tier *t, uint64_t offset, void *dst, size_t len, size_t *done);
+    tl_status (*write_at)(tl_tier *t, uint64_t offset, const void *src, size_t len,
+                          size_t *done);
+    void (*close)(tl_tier *t);
+} tl_tier_ops;
+
+struct tl_tier {
+    const tl_tier_ops *ops;
+    const char *name;  /* for messages: the file path, "memory", ... */
+    uint64_t size;     /* current size in bytes (files: at open) */
+    size_t align;      /* required alignment of offset, length and buffer (1 = none) */
+    int fd;            /* a file descriptor io_uring may use directly, or -1 */
+    int writable;
+};
+
+/* Reads exactly len bytes (looping over short reads); end-of-file is TL_ERR_IO with a
+ * "truncated" message. Same for writes. */
+tl_status tl_tier_read_full(tl_tier *t, uint64_t offset, void *dst, size_t len);
+tl_status tl_tier_write_full(tl_tier *t, uint64_t offset, const void *src, size_t len);
+void tl_tier_close(tl_tier *t);
+
+/* A memory tier of `size` bytes (zeroed), writable, align 1. */
+tl_status tl_tier_mem_open(uint64_t size, tl_tier **out);
+/* The memory tier's bytes (for tests). */
+uint8_t *tl_tier_mem_data(tl_tier *t);
+
+/* Opens a file. TL_TIER_FILE_DIRECT asks for O_DIRECT (align becomes the device's
+ * logical block size, 4096 by default); where the filesystem refuses O_DIRECT (tmpfs)
+ * the file is opened without it and align is 1. TL_TIER_FILE_WRITE opens read-write and
+ * creates the file (a spill file); otherwise the file is opened read-only and never
+ * modified. */
+enum { TL_TIER_FILE_DIRECT = 1, TL_TIER_FILE_WRITE = 2, TL_TIER_FILE_CREATE_EXCL = 4 };
+tl_status tl_tier_file_open(const char *path, int flags, tl_tier **out);
+/* 1 if the file tier really uses O_DIRECT. */
+int tl_tier_file_is_direct(const tl_tier *t);
+
+/* Fault injection: wraps `inner` (which it then owns). Every read/write call counts
+ * from 1. */
+typedef struct tl_fault_spec {
+    uint64_t fail_call;      /* this call (and every later one if sticky) fails; 0 = never */
+    int sticky;              /* keep failing after fail_call */
+    int fail_errno;          /* EIO (TL_ERR_IO) or ENOSPC (TL_ERR_NOSPACE) */
+    int fail_writes_only;    /* apply fail_call counting to writes only */
+    size_t short_max;        /* if > 0: transfer at most this many bytes per call (rounded
+                                down to the inner tier's alignment, at least one unit) */
+    double latency_s;        /* sleep this long in every call */
+} tl_fault_spec;
+tl_status tl_tier_fault_open(tl_tier *inner, const tl_fault_spec *spec, tl_tier **out);
+/* Calls seen so far (reads + writes). */
+uint64_t tl_tier_fault_calls(const tl_tier *t);
+
+#endif
