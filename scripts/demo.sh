@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# demo.sh - builds tierllm, then runs the real stories260K model (if ../shared/models is
-# there) and a synthetic Llama model it writes itself, streaming text with timings.
+# demo.sh - builds tierllm, then (1) runs the real stories260K model if ../shared/models is
+# there, and (2) streams a synthetic TinyLlama-1.1B-shape Q8_0 model (1.1 GiB, random
+# weights) under a 400 MiB memory budget, about a third of its size: weights stream from
+# the SSD with O_DIRECT, overlapped with compute, and --stats shows the IO per token.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -11,9 +13,12 @@ if [ -f ../shared/models/stories260K.gguf ]; then
     echo "== a real (tiny) trained model: stories260K, greedy"
     $bin run -m ../shared/models/stories260K.gguf -p "Once upon a time" -n 60 --temp 0
 fi
-model=${TMPDIR:-/tmp}/tierllm-demo-q8_0.gguf
-echo "== a synthetic 12-layer, 1024-wide Llama in Q8_0 (random weights: the text is noise)"
-[ -f "$model" ] || $bin synth --embd 1024 --ff 2816 --layers 12 --heads 16 --kv-heads 4 \
-    --vocab 32000 --type q8_0 -o "$model"
-$bin info -m "$model"
-$bin run -m "$model" -p "The meaning of life is" -n 32 --temp 0.7 --seed 1
+dir=${TIERLLM_DEMO_DIR:-$HOME/.cache/tierllm}
+mkdir -p "$dir"
+model=$dir/demo-tinyllama-1.1b-q8_0.gguf
+echo "== a synthetic TinyLlama-1.1B-shape model in Q8_0 (random weights: the text is noise)"
+[ -f "$model" ] || $bin synth --preset tinyllama-1.1b --type q8_0 -o "$model"
+$bin info -m "$model" | grep -E "weights|layers|embedding"
+echo "== streamed under --mem-budget 400M (the model is ~2.9x larger than the budget)"
+$bin run -m "$model" -p "The meaning of life is" -n 12 --temp 0.7 --seed 1 \
+    --mem-budget 400M --stats
