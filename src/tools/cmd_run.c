@@ -57,8 +57,9 @@ static char *read_file(const char *path) {
 typedef struct run_state {
     tl_context *ctx;
     int stats;
-    tl_run_stats last;
-    int n;
+    tl_run_stats *snap; /* stats after each generated token (printed at the end, so they
+                           do not interleave with the streamed text) */
+    int n, cap;
 } run_state;
 
 static void print_token_stats(const tl_run_stats *a, const tl_run_stats *b, int n) {
@@ -66,8 +67,9 @@ static void print_token_stats(const tl_run_stats *a, const tl_run_stats *b, int 
     double io = b->io_busy_s - a->io_busy_s;
     uint64_t disk = b->bytes_read_disk - a->bytes_read_disk;
     uint64_t mem = b->bytes_read_mem - a->bytes_read_mem;
-    fprintf(stderr, "[stats] token %d: disk %.1f MiB, mem %.1f MiB | io busy %.3f s, compute "
-            "%.3f s, stall %.3f s | read %.2f GB/s | overlap %.2f\n", n, disk / 1048576.0,
+    fprintf(stderr, "[stats] %s %d: disk %.1f MiB, mem %.1f MiB | io busy %.3f s, compute "
+            "%.3f s, stall %.3f s | read %.2f GB/s | overlap %.2f\n",
+            n ? "token" : "prefill+token", n, disk / 1048576.0,
             mem / 1048576.0, io, wall - stall, stall, io > 0 ? disk / io / 1e9 : 0.0,
             wall > 0 ? 1.0 - stall / wall : 1.0);
 }
@@ -77,12 +79,7 @@ static int on_piece(void *user, int32_t token, const char *text, size_t len) {
     (void)token;
     fwrite(text, 1, len, stdout);
     fflush(stdout);
-    if (rs->stats && token >= 0) {
-        tl_run_stats now;
-        tl_context_get_stats(rs->ctx, &now);
-        print_token_stats(&rs->last, &now, rs->n++);
-        rs->last = now;
-    }
+    if (rs->stats && token >= 0 && rs->n < rs->cap) tl_context_get_stats(rs->ctx, &rs->snap[rs->n++]);
     return 0;
 }
 
@@ -163,7 +160,12 @@ int tl_cmd_run(int argc, char **argv) {
     tl_generate_stats gs;
     tl_status st = tl_model_open(model_path, &mp, &m);
     if (!st) st = tl_context_open(m, &cp, &c);
-    run_state rs = {c, stats, {0}, 0};
+    run_state rs = {c, stats, NULL, 0, 0};
+    if (stats && !st) {
+        rs.cap = gp.n_predict >= 0 ? gp.n_predict + 1 : 4096;
+        rs.snap = calloc((size_t)rs.cap + 1, sizeof *rs.snap);
+        if (!rs.snap) rs.cap = 0;
+    }
     if (!st) {
         fputs(prompt, stdout);
         fflush(stdout);
@@ -182,8 +184,11 @@ int tl_cmd_run(int argc, char **argv) {
                 gs.decode_seconds,
                 gs.decode_seconds > 0 ? gs.n_decoded / gs.decode_seconds : 0.0);
         if (stats) {
-            tl_run_stats t;
+            tl_run_stats t, zero = {0};
             tl_context_get_stats(c, &t);
+            /* token 0 comes out of the prefill pass; each later one out of one decode */
+            for (int i = 0; i < rs.n; i++)
+                print_token_stats(i ? &rs.snap[i - 1] : &zero, &rs.snap[i], i);
             fprintf(stderr, "[stats] budget %.1f MiB (peak %.1f MiB) | weights resident %.1f "
                     "MiB, streamed %.1f MiB per pass through %d buffers (%s) | total: disk "
                     "%.1f MiB, io busy %.2f s, compute %.2f s, stall %.2f s, overlap %.2f\n",
@@ -194,6 +199,7 @@ int tl_cmd_run(int argc, char **argv) {
                     t.wall_s > 0 ? 1.0 - t.stall_s / t.wall_s : 1.0);
         }
     }
+    free(rs.snap);
     tl_context_close(c);
     tl_model_close(m);
     free(file_prompt);
