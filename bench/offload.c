@@ -7,9 +7,10 @@
  *     with --no-overlap, and reports tokens/s beside the bound
  *        max(T_compute, streamed bytes per token / disk bandwidth)
  *     where T_compute is the compute time the same run measured (forward time minus
- *     stalls) and the disk bandwidth is re-measured right before each run, since this
- *     machine's disk varies from run to run. The no-overlap run is compared with
- *     T_compute + T_io.
+ *     stalls) and T_io is measured in the same run, just before and just after the
+ *     decoded tokens: the engine's own ring reads every streamed byte of one pass with
+ *     nothing else running (same bytes, same queue, same moment; this machine's disk
+ *     varies from run to run). The no-overlap run is compared with T_compute + T_io.
  * Medians over the decoded tokens. Usage:
  *   bench_offload [--dir DIR] [--budgets 2G,4G] [--tokens N] [--threads N] [--quick]
  */
@@ -19,6 +20,8 @@
 #include <sys/stat.h>
 #include "tierllm.h"
 #include "base/clock.h"
+#include "exec/residency.h"
+#include "model/llama.h"
 #include "tier/aio.h"
 #include "tier/tier.h"
 
@@ -96,10 +99,10 @@ static int run(const char *path, uint64_t budget, int overlap, int threads, int 
     float *logits = malloc((size_t)d.n_vocab * sizeof *logits);
     int32_t prompt[4] = {1, 300, 301, 302};
     st = tl_decode(c, prompt, 4, logits);
-    double tok_s[64], comp_s[64];
+    double tok_s[64], comp_s[64], io_before = 0, io_after = 0;
+    uint64_t io_bytes = 0;
     tl_run_stats a, b;
-    /* disk bandwidth measured in this run, just before decoding */
-    res->bw = disk_bandwidth(path, chunk, depth, (uint64_t)1 << 30, (size_t)1 << 30);
+    if (!st) st = tl_residency_measure_io(m->res, &io_before, &io_bytes);
     for (int i = 0; i < n_tokens && !st; i++) {
         tl_context_get_stats(c, &a);
         int32_t tok = 400 + i;
@@ -109,12 +112,15 @@ static int run(const char *path, uint64_t budget, int overlap, int threads, int 
         comp_s[i] = (b.wall_s - a.wall_s) - (b.stall_s - a.stall_s);
         res->streamed = (double)(b.bytes_read_disk - a.bytes_read_disk);
     }
+    if (!st) st = tl_residency_measure_io(m->res, &io_after, &io_bytes);
     if (st) fprintf(stderr, "error: %s\n", tl_last_error());
     if (!st) {
         res->t_tok = median(tok_s, n_tokens);
         res->t_compute = median(comp_s, n_tokens);
-        res->t_io = res->bw > 0 ? res->streamed / res->bw : 0;
+        res->t_io = 0.5 * (io_before + io_after);
+        res->bw = (double)io_bytes / res->t_io;
         res->tps = 1.0 / res->t_tok;
+        printf("  (pure IO pass before %.2f s, after %.2f s)\n", io_before, io_after);
     }
     free(logits);
     tl_context_close(c);

@@ -58,6 +58,7 @@ typedef struct tl_model_params {
     int32_t io_queue_depth;    /* chunks in flight (default 8) */
     uint64_t io_chunk_bytes;   /* read chunk size (default 1 MiB) */
     int32_t direct_io;         /* 1 (default): O_DIRECT, bypassing the page cache */
+    int32_t w_mem_pct;         /* at most this percent of the weights resident (default 100) */
 } tl_model_params;
 
 tl_model_params tl_model_default_params(void);
@@ -90,6 +91,7 @@ typedef struct tl_context_params {
     int32_t n_ctx;   /* context length in tokens; <= 0 means the model's training length,
                         capped at 4096 */
     int32_t n_batch; /* prompt tokens processed per matrix-matrix step; <= 0: 64 */
+    int32_t kv_bits; /* KV storage: 32 (default, exact), 16, 8 or 4 (group-wise) */
 } tl_context_params;
 
 tl_context_params tl_context_default_params(void);
@@ -162,6 +164,54 @@ typedef int (*tl_piece_fn)(void *user, int32_t token, const char *text, size_t l
 /* Resets the context, evaluates the prompt, then samples up to n_predict tokens. */
 tl_status tl_generate(tl_context *ctx, const char *prompt, const tl_generate_params *params,
                       tl_piece_fn on_piece, void *user, tl_generate_stats *stats);
+
+/* ---- batch generation (FlexGen's block schedule) ---------------------------------- */
+
+typedef struct tl_batch_params {
+    int32_t gbs;            /* sequences per micro-batch (default 8) */
+    int32_t num_gb;         /* micro-batches per block (default 4) */
+    int32_t n_ctx;          /* prompt + generated tokens per sequence (default 512) */
+    int32_t prefill_rows;   /* prompt rows per micro-batch per step (default 512) */
+    int32_t kv_bits;        /* KV storage: 32 (default, exact), 16, 8 or 4 */
+    int32_t kv_mem_pct;     /* share of full KV pages homed in memory (default 100) */
+    int32_t page_tokens;    /* positions per KV page (default 16) */
+    const char *spill_dir;  /* where KV spill files go (default: $TMPDIR or /tmp) */
+} tl_batch_params;
+
+tl_batch_params tl_batch_default_params(void);
+
+typedef struct tl_batch_result {
+    int32_t index;               /* the prompt's position in the input */
+    const int32_t *tokens;       /* generated ids */
+    int32_t n_tokens, n_prompt;
+    const char *text;            /* generated text, valid UTF-8 */
+    size_t text_len;
+    int32_t finish_eos;          /* 1: stopped at EOS; 0: length (n_predict or context) */
+} tl_batch_result;
+
+typedef struct tl_batch_stats {
+    int32_t done_prompts, total_prompts;
+    uint64_t prompt_tokens, generated_tokens;
+    double prefill_s, decode_s, elapsed_s;
+    uint64_t ssd_bytes_written;  /* KV pages written to the spill file */
+    uint64_t kv_bytes_read;      /* KV pages read back from the spill file */
+    uint64_t weight_bytes_read;  /* weights streamed from the model file */
+} tl_batch_stats;
+
+/* Called once per prompt, in input order, as soon as it and every earlier prompt are
+ * complete. Return nonzero to stop the run (TL_ERR_CANCELLED). */
+typedef int (*tl_batch_result_fn)(void *user, const tl_batch_result *r);
+/* Called after every step with the counters so far. */
+typedef void (*tl_batch_progress_fn)(void *user, const tl_batch_stats *s);
+
+/* Generates for every prompt, gbs * num_gb at a time. n_predict[i] (or gp->n_predict
+ * when n_predict is NULL) caps prompt i. Every prompt is tokenized and checked against
+ * n_ctx before any compute. */
+tl_status tl_batch_generate(tl_model *model, const tl_batch_params *bp,
+                            const tl_generate_params *gp, const char *const *prompts,
+                            const int32_t *n_predict, int32_t n_prompts,
+                            tl_batch_result_fn on_result, tl_batch_progress_fn on_progress,
+                            void *user, tl_batch_stats *stats);
 
 /* ---- synthetic models ------------------------------------------------------------ */
 

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "base/status.h"
+#include "exec/engine.h"
 #include "exec/residency.h"
 #include "model/llama.h"
 #include "testutil.h"
@@ -68,7 +69,7 @@ static tl_status greedy(const char *path, tl_model_params mp, const tl_fault_spe
 static uint64_t minimum_budget(const char *path, const tl_model_params *mp) {
     tl_model *m;
     if (tl_model_open(path, mp, &m) != TL_OK) return 0;
-    uint64_t b = tl_budget_used(m->budget) + tl_llama_state_bytes(m, 96, 5) +
+    uint64_t b = tl_budget_used(m->budget) + tl_context_budget_bytes(m, 96, 5) +
                  tl_weight_plan_minimum(m, mp->prefetch, mp->overlap);
     tl_model_close(m);
     return b;

@@ -13,11 +13,18 @@
 #include "../model/llama.h"
 #include "../text/sampler.h"
 #include "../tier/aio.h"
+#include "engine.h"
 #include "residency.h"
 
 struct tl_context {
     tl_model *model;
-    tl_llama_state state;
+    tl_kv *kv;                     /* one sequence, pages in memory */
+    int32_t seq;
+    int32_t n_ctx, n_batch;
+    tl_llama_scratch scratch;
+    float *x;                      /* [n_batch][n_embd] hidden states */
+    int32_t *pos, *seqs, *row_idx; /* [n_batch] row positions, sequence ids, 0..n-1 */
+    tl_status broken;              /* a failed step leaves the cache inconsistent */
     tl_run_stats stats;            /* counters of this context */
     tl_residency_stats res_base;   /* residency counters at the last stats reset */
     tl_aio_stats aio_base;
@@ -27,36 +34,32 @@ tl_context_params tl_context_default_params(void) {
     tl_context_params p;
     p.n_ctx = 0;
     p.n_batch = 0;
+    p.kv_bits = 32;
     return p;
 }
 
-/* The first context fixes the placement: what the budget leaves after this context's
- * KV cache and activations decides which weights are resident and which stream. */
-static tl_status place_weights(tl_model *m, uint64_t state_bytes) {
-    const uint64_t limit = tl_budget_limit(m->budget), used = tl_budget_used(m->budget);
-    const tl_model_params *p = &m->params;
-    if (m->res) {
-        if (used + state_bytes > limit)
-            return tl_error_set(TL_ERR_NOMEM, "memory budget of %.1f MiB: another context "
-                                "needs %.1f MiB but only %.1f MiB are free", limit / 1048576.0,
-                                state_bytes / 1048576.0, (limit - used) / 1048576.0);
-        return TL_OK;
-    }
-    const uint64_t minimum = used + state_bytes + tl_weight_plan_minimum(m, p->prefetch, p->overlap);
-    if (minimum > limit)
-        return tl_error_set(TL_ERR_NOMEM, "the memory budget of %.1f MiB is too small for "
-                            "this model and context: the minimum is %.1f MiB (KV cache and "
-                            "activations %.1f MiB, %d streamed-layer buffers and norms %.1f "
-                            "MiB); raise --mem-budget or lower --ctx-size/--batch-size",
-                            limit / 1048576.0, minimum / 1048576.0, state_bytes / 1048576.0,
-                            p->overlap ? p->prefetch + 1 : 1,
-                            (minimum - used - state_bytes) / 1048576.0);
-    tl_weight_plan plan;
-    tl_status st = tl_weight_plan_make(m, limit - used - state_bytes, p->prefetch, p->overlap,
-                                       &plan);
-    if (!st) st = tl_residency_open(m, &plan, &m->res);
-    tl_weight_plan_free(&plan);
-    return st;
+static tl_kv_params kv_params(const tl_model *m, int32_t n_ctx, int32_t n_batch,
+                              int32_t bits) {
+    tl_kv_params kp;
+    memset(&kp, 0, sizeof kp);
+    kp.n_layer = m->hp.n_layer;
+    kp.kv_dim = m->hp.n_head_kv * m->hp.head_dim;
+    kp.head_dim = m->hp.head_dim;
+    kp.page_tokens = 16;
+    kp.bits = bits;
+    kp.kv_mem_pct = 100;
+    kp.max_seqs = 1;
+    kp.max_tokens = n_ctx;
+    kp.max_block = n_batch; /* positions appended between two commits */
+    return kp;
+}
+
+uint64_t tl_context_budget_bytes(const tl_model *m, int32_t n_ctx, int32_t n_batch) {
+    if (n_batch > n_ctx) n_batch = n_ctx;
+    const tl_kv_params kp = kv_params(m, n_ctx, n_batch, 32);
+    return tl_llama_scratch_bytes(m, n_batch, n_ctx, kp.page_tokens) +
+           (uint64_t)n_batch * (size_t)m->hp.n_embd * sizeof(float) + 64 +
+           tl_kv_budget_bytes(&kp, 1);
 }
 
 tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_context **out) {
@@ -66,14 +69,29 @@ tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_c
     if (p.n_ctx <= 0 && n_ctx > 4096) n_ctx = 4096;
     int32_t n_batch = p.n_batch > 0 ? p.n_batch : 64;
     if (n_batch > n_ctx) n_batch = n_ctx;
-    tl_status st = place_weights(model, tl_llama_state_bytes(model, n_ctx, n_batch));
+    if (p.kv_bits != 32 && p.kv_bits != 16 && p.kv_bits != 8 && p.kv_bits != 4)
+        return tl_error_set(TL_ERR_INVALID, "kv_bits must be 32, 16, 8 or 4 (got %d)",
+                            (int)p.kv_bits);
+    const tl_kv_params kp = kv_params(model, n_ctx, n_batch, p.kv_bits);
+    const uint64_t x_bytes = (uint64_t)n_batch * (size_t)model->hp.n_embd * sizeof(float) + 64;
+    tl_status st = tl_engine_place(model, tl_context_budget_bytes(model, n_ctx, n_batch));
     if (st) return st;
     tl_context *c = calloc(1, sizeof *c);
     if (!c) return tl_error_set(TL_ERR_NOMEM, "out of memory");
     c->model = model;
-    st = tl_llama_state_init(model, n_ctx, n_batch, &c->state);
+    c->n_ctx = n_ctx;
+    c->n_batch = n_batch;
+    c->pos = malloc((size_t)n_batch * sizeof *c->pos);
+    c->seqs = malloc((size_t)n_batch * sizeof *c->seqs);
+    c->row_idx = malloc((size_t)n_batch * sizeof *c->row_idx);
+    if (!c->pos || !c->seqs || !c->row_idx) st = tl_error_set(TL_ERR_NOMEM, "out of memory");
+    for (int32_t i = 0; !st && i < n_batch; i++) c->row_idx[i] = i;
+    if (!st) st = tl_llama_scratch_init(model, n_batch, n_ctx, kp.page_tokens, &c->scratch);
+    if (!st) st = tl_budget_alloc(model->budget, x_bytes - 64, 64, "hidden states", (void **)&c->x);
+    if (!st) st = tl_kv_open(&kp, model->budget, model->aio, &c->kv);
+    if (!st) st = tl_kv_seq_open(c->kv, &c->seq);
     if (st) {
-        free(c);
+        tl_context_close(c);
         return st;
     }
     tl_context_reset_stats(c);
@@ -83,11 +101,19 @@ tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_c
 
 void tl_context_close(tl_context *c) {
     if (!c) return;
-    tl_llama_state_free(c->model, &c->state);
+    if (c->kv) tl_kv_close(c->kv);
+    tl_llama_scratch_free(c->model, &c->scratch);
+    tl_budget_free(c->model->budget, c->x);
+    free(c->pos);
+    free(c->seqs);
+    free(c->row_idx);
     free(c);
 }
 
-void tl_context_reset(tl_context *c) { c->state.n_past = 0; }
+void tl_context_reset(tl_context *c) {
+    tl_kv_seq_close(c->kv, c->seq);
+    c->broken = tl_kv_seq_open(c->kv, &c->seq);
+}
 
 void tl_context_reset_stats(tl_context *c) {
     memset(&c->stats, 0, sizeof c->stats);
@@ -119,22 +145,40 @@ tl_status tl_context_get_stats(const tl_context *c, tl_run_stats *out) {
 
 static tl_status decode(tl_context *c, const int32_t *tokens, size_t n, float *logits,
                         int all) {
-    tl_llama_state *s = &c->state;
-    if ((size_t)s->n_past + n > (size_t)s->n_ctx)
+    if (c->broken)
+        return tl_error_set(c->broken, "the context failed earlier; reset it before reuse");
+    const int32_t past = tl_kv_seq_len(c->kv, c->seq);
+    if ((size_t)past + n > (size_t)c->n_ctx)
         return tl_error_set(TL_ERR_CONTEXT, "%zu tokens do not fit in the context: %d of %d "
-                            "positions are in use", n, (int)s->n_past, (int)s->n_ctx);
+                            "positions are in use", n, (int)past, (int)c->n_ctx);
     const size_t vocab = (size_t)c->model->hp.n_vocab;
-    for (size_t i = 0; i < n; i += (size_t)s->n_batch) {
-        size_t len = n - i < (size_t)s->n_batch ? n - i : (size_t)s->n_batch;
-        float *out = NULL;
-        if (logits && all) out = logits + i * vocab;
-        else if (logits && i + len == n) out = logits;
+    for (size_t i = 0; i < n; i += (size_t)c->n_batch) {
+        int32_t len = (int32_t)(n - i < (size_t)c->n_batch ? n - i : (size_t)c->n_batch);
+        int32_t base = tl_kv_seq_len(c->kv, c->seq);
+        for (int32_t j = 0; j < len; j++) {
+            c->pos[j] = base + j;
+            c->seqs[j] = c->seq;
+        }
+        tl_microbatch mb = {len, tokens + i, {len, c->seqs, c->pos}, c->x, NULL, 0, NULL,
+                            &c->seq, 1};
+        if (logits && all) { /* every row's logits */
+            mb.logit_rows = c->row_idx;
+            mb.n_logits = len;
+            mb.logits = logits + i * vocab;
+        } else if (logits && i + (size_t)len == n) { /* the last row's */
+            mb.logit_rows = &c->row_idx[len - 1];
+            mb.n_logits = 1;
+            mb.logits = logits;
+        }
         double t0 = tl_now();
-        tl_status st = tl_llama_forward(c->model, s, tokens + i, len, out, all);
+        tl_status st = tl_engine_step(c->model, &c->scratch, c->kv, &mb, 1);
         c->stats.wall_s += tl_now() - t0;
-        if (st) return st;
+        if (st) {
+            c->broken = st;
+            return st;
+        }
         c->stats.forward_passes++;
-        c->stats.tokens += len;
+        c->stats.tokens += (uint64_t)len;
     }
     return TL_OK;
 }
@@ -187,7 +231,8 @@ tl_status tl_generate(tl_context *c, const char *prompt, const tl_generate_param
     tl_generate_stats *gs = stats ? stats : &local;
     memset(gs, 0, sizeof *gs);
     tl_context_reset(c);
-    const size_t n_ctx = (size_t)c->state.n_ctx, vocab = (size_t)m->hp.n_vocab;
+    if (c->broken) return c->broken;
+    const size_t n_ctx = (size_t)c->n_ctx, vocab = (size_t)m->hp.n_vocab;
     const size_t plen = prompt ? strlen(prompt) : 0;
 
     size_t n_prompt = 0;
@@ -234,7 +279,7 @@ tl_status tl_generate(tl_context *c, const char *prompt, const tl_generate_param
             break;
         }
         if (i + 1 == limit) break;
-        if ((size_t)c->state.n_past >= n_ctx) break; /* context full: stop cleanly */
+        if ((size_t)tl_kv_seq_len(c->kv, c->seq) >= n_ctx) break; /* context full: stop */
         if ((st = tl_decode(c, &tok, 1, logits))) break;
         gs->n_decoded++;
     }

@@ -579,6 +579,41 @@ tl_status tl_residency_embedding(tl_residency *r, int32_t id, float *dst) {
     return TL_OK;
 }
 
+tl_status tl_residency_measure_io(tl_residency *r, double *seconds, uint64_t *bytes) {
+    *seconds = 0;
+    *bytes = 0;
+    if (r->error) return sticky(r);
+    drain(r);
+    const int n_slots = r->plan.n_slots;
+    tl_status st = TL_OK;
+    int unit_of[65], oldest = 0, in_flight = 0; /* slots used round robin, FIFO order */
+    double t0 = tl_now();
+    for (int u = 0; u <= r->m->hp.n_layer && n_slots > 0 && !st; u++) {
+        if (!r->units[u].n_t) continue;
+        if (in_flight == n_slots) { /* wait for the oldest before reusing its slot */
+            slot *o = &r->slots[oldest];
+            st = wait_tags(r, o->tags, o->n_tags);
+            *bytes += r->units[unit_of[oldest]].bytes;
+            oldest = (oldest + 1) % n_slots;
+            in_flight--;
+        }
+        int i = (oldest + in_flight) % n_slots;
+        if (!st && !(st = submit_layout(r, &r->units[u], r->slots[i].buf, r->slots[i].tags))) {
+            r->slots[i].n_tags = r->units[u].n_e;
+            unit_of[i] = u;
+            in_flight++;
+        }
+    }
+    for (; in_flight > 0; in_flight--, oldest = (oldest + 1) % n_slots) {
+        tl_status w = wait_tags(r, r->slots[oldest].tags, r->slots[oldest].n_tags);
+        if (!st) st = w;
+        *bytes += r->units[unit_of[oldest]].bytes;
+    }
+    *seconds = tl_now() - t0;
+    for (int i = 0; i < n_slots; i++) r->slots[i].state = SLOT_EMPTY;
+    return st ? fail(r, st) : TL_OK;
+}
+
 void tl_residency_get_stats(const tl_residency *r, tl_residency_stats *out) {
     out->stall_s = r->stall_s;
     out->bytes_read_disk = r->bytes_disk;

@@ -54,6 +54,10 @@ void tl_residency_release(tl_residency *r, int unit);
 /* Writes token `id`'s embedding row as f32 (from memory or one small read). */
 tl_status tl_residency_embedding(tl_residency *r, int32_t id, float *dst);
 
+/* Reads every streamed unit once through the same ring and queue, with nothing else
+ * running: the pure IO time of one forward pass (the bound benchmarks compare with). */
+tl_status tl_residency_measure_io(tl_residency *r, double *seconds, uint64_t *bytes);
+
 typedef struct tl_residency_stats {
     double stall_s;
     uint64_t bytes_read_disk, bytes_read_mem;

@@ -69,6 +69,24 @@ void tl_matmul_fast(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                     const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
                     float *scratch);
 
+/* Splitting one product over threads: the work all output rows share - for Q8_0/Q4_0
+ * with n <= 4, rounding the n rows of X into int8 blocks - is done once by
+ * tl_matmul_act_prepare into `act`, a buffer of tl_matmul_act_floats(type, k, n) floats
+ * (4-byte aligned; at most tl_matmul_scratch_floats(k, n)); then tl_matmul_fast_act
+ * computes any row range [j0, j1) from it, read-only, so threads may share one `act`.
+ * Results equal tl_matmul_fast's bit for bit. tl_matmul_act_floats returns 0 when
+ * (type, n) has nothing to share: then call tl_matmul_fast. */
+size_t tl_matmul_act_floats(tl_type type, size_t k, size_t n);
+void tl_matmul_act_prepare(tl_type type, size_t k, const float *X, size_t ldx, size_t n,
+                           float *act);
+void tl_matmul_fast_act(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
+                        const float *act, size_t n, float *Y, size_t ldy);
+/* Internal, for tests: tl_matmul_fast_act on one instruction set, isa 0 = AVX2+FMA+F16C,
+ * 1 = AVX-VNNI (which tl_matmul_fast_act picks when this CPU has it). Returns 0, without
+ * computing, when that path is not built in or this CPU lacks it. */
+int tl__matmul_fast_act_isa(int isa, tl_type type, const void *W, size_t k, size_t j0,
+                            size_t j1, const float *act, size_t n, float *Y, size_t ldy);
+
 /* ---- small vector kernels used by attention ---- */
 float tl_dot_f32_ref(const float *a, const float *b, size_t n);
 float tl_dot_f32_fast(const float *a, const float *b, size_t n);

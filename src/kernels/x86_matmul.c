@@ -22,38 +22,16 @@
  * address: all vector loads are unaligned, block scales are read with memcpy. Scratch is
  * assumed 32-byte aligned only (all accesses are loadu/storeu anyway).
  */
-#include <immintrin.h>
-#include <string.h>
-#include "kernels.h"
+#include "x86_simd.h"
 
-#define TL_MATVEC_MAX_N 4
 #ifndef TL_PREFETCH
 #define TL_PREFETCH 4096 /* bytes ahead in the weight row stream, n > 1 matvec */
-#endif
-#ifndef TL_PREFETCH_Q
-#define TL_PREFETCH_Q 2048 /* bytes ahead in the weight stream, Q8_0/Q4_0 matvec */
 #endif
 #define MR 6    /* micro-tile rows of X (and Y) */
 #define NR 16   /* micro-tile columns j (two ymm) */
 #define KC 256  /* k-slice; a multiple of TL_QK */
 
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-/* Small register-array loops must be fully unrolled at -O2, or the arrays live in memory. */
-#define UNROLL _Pragma("GCC unroll 16")
-
 /* ---- dequantization into registers ---- */
-
-static ALWAYS_INLINE float load_f16_scale(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, sizeof h);
-    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
-}
-
-static ALWAYS_INLINE uint16_t load_u16(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, sizeof h);
-    return h;
-}
 
 static ALWAYS_INLINE __m256 load8_f16(const uint8_t *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
@@ -144,13 +122,6 @@ static ALWAYS_INLINE void dequant_slice(tl_type type, const uint8_t *p, size_t l
     size_t es = tl_type_block_bytes(type);
     for (; c + 8 <= len; c += 8, p += 8 * es) _mm256_storeu_ps(dst + c, load8(type, p));
     for (; c < len; c++, p += es) dst[c] = load1(type, p);
-}
-
-static ALWAYS_INLINE float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 /* ---- matvec: n <= TL_MATVEC_MAX_N ---- */
@@ -279,30 +250,10 @@ static void round_act_rows(const float *X, size_t ldx, size_t n, size_t len, flo
         }
 }
 
-/* ---- matvec over Q8_0 / Q4_0 with int8 dot products ----
- *
- * Blocks go in pairs (A, B) so that one int->float conversion, one scale product and one
- * FMA serve two blocks. Each activation row is laid out as act_pair records, made from
- * the bit-exact blocks of tl_quant_act_row_fast:
- *  - Q8_0: q = A.q, B.q; the two blocks' int32 sums are folded into lanes A A B B A A B B,
- *    so d = dA dA dB dB dA dA dB dB.
- *  - Q4_0: both blocks' 16 nibble bytes fill one register: low nibbles are elements
- *    0..15 of A | of B, high nibbles 16..31 of A | of B; q is stored in that order
- *    (A 0..15, B 0..15, A 16..31, B 16..31), the sums land in lanes A x4 | B x4, so
- *    d = dA x4 | dB x4. The nibbles are used unsigned (0..15): c holds the lane sums of
- *    8*q_x, subtracted to make them nibble-8.
- * An odd last block is a pair record with B absent: q = A.q in element order, d = dA x8.
- */
-typedef struct act_pair {
-    int8_t q[2 * TL_QK];
-    float d[8];
-    int32_t c[8]; /* Q4_0 only */
-} act_pair;      /* 128 bytes */
+/* ---- matvec over Q8_0 / Q4_0 with int8 dot products (x86_matvec_q.inl) ---- */
 
-#define ACT_PAIR_FLOATS (sizeof(act_pair) / sizeof(float))
-
-static ALWAYS_INLINE __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-static ALWAYS_INLINE __m128i loadu128(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
+#define TL_MATVEC_Q_NAME tl__matvec_q_avx2
+#include "x86_matvec_q.inl"
 
 /* Sum of 8*q over lo/hi byte lanes, in the lane layout of the Q4_0 dot below. */
 static ALWAYS_INLINE __m256i q4_corr(__m256i lo, __m256i hi) {
@@ -333,100 +284,6 @@ static void act_pairs(tl_type type, const float *x, size_t k, act_pair *out) {
                 __m256i c = q4_corr(loadu256(out->q), _mm256_setzero_si256());
                 _mm256_storeu_si256((__m256i *)(void *)out->c, c);
             }
-        }
-    }
-}
-
-/* Four copies of the fp16 scale at p, as a 64-bit pattern of words. */
-static ALWAYS_INLINE uint64_t scale_x4(const uint8_t *p) { return load_u16(p) * 0x0001000100010001ull; }
-
-/* One pair of weight blocks at p (or one block when `single`) against N activation
- * rows (record r of each row, rows `np` records apart), into acc[i]. */
-static ALWAYS_INLINE void q_pair(tl_type type, const int N, const int single, const uint8_t *p,
-                                 const act_pair *xa, size_t np, __m256 *acc) {
-    const size_t bb = bytes32(type);
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 dw;
-    if (type == TL_TYPE_Q8_0) {
-        /* lanes A A B B A A B B */
-        uint64_t h = load_u16(p) * 0x00010001ull;
-        h |= (single ? h : load_u16(p + bb) * 0x00010001ull) << 32;
-        dw = _mm256_cvtph_ps(_mm_set1_epi64x((long long)h));
-        __m256i wa = loadu256(p + 2), ua = _mm256_abs_epi8(wa);
-        __m256i wb = single ? wa : loadu256(p + bb + 2), ub = _mm256_abs_epi8(wb);
-        UNROLL
-        for (int i = 0; i < N; i++) {
-            const act_pair *x = xa + i * np;
-            __m256i sa = _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(loadu256(x->q), wa)), ones);
-            __m256i s;
-            if (single) {
-                s = sa;
-            } else {
-                __m256i sb = _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(ub, _mm256_sign_epi8(loadu256(x->q + TL_QK), wb)), ones);
-                s = _mm256_add_epi32(_mm256_unpacklo_epi64(sa, sb), _mm256_unpackhi_epi64(sa, sb));
-            }
-            __m256 sc = _mm256_mul_ps(dw, _mm256_loadu_ps(x->d));
-            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sc, acc[i]);
-        }
-    } else {
-        /* lanes A x4 | B x4 (single: A x8, nibbles in element order) */
-        const __m256i m4 = _mm256_set1_epi8(0x0f);
-        uint64_t ha = scale_x4(p), hb = single ? ha : scale_x4(p + bb);
-        dw = _mm256_cvtph_ps(_mm_set_epi64x((long long)hb, (long long)ha));
-        __m256i lo, hi;
-        if (single) {
-            __m128i t = loadu128(p + 2);
-            lo = _mm256_and_si256(_mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1), m4);
-            hi = _mm256_setzero_si256();
-        } else {
-            __m256i v = _mm256_insertf128_si256(_mm256_castsi128_si256(loadu128(p + 2)), loadu128(p + bb + 2), 1);
-            lo = _mm256_and_si256(v, m4);
-            hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        }
-        UNROLL
-        for (int i = 0; i < N; i++) {
-            const act_pair *x = xa + i * np;
-            __m256i s16 = _mm256_maddubs_epi16(lo, loadu256(x->q));
-            if (!single) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi, loadu256(x->q + TL_QK)));
-            __m256i s = _mm256_sub_epi32(_mm256_madd_epi16(s16, ones), loadu256(x->c));
-            __m256 sc = _mm256_mul_ps(dw, _mm256_loadu_ps(x->d));
-            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sc, acc[i]);
-        }
-    }
-}
-
-/* xa holds N rows of ceil(k/64) pair records. G pairs per step give each row G
- * independent FMA chains. */
-static ALWAYS_INLINE void matvec_q(tl_type type, const int N, const uint8_t *W, size_t k,
-                                   size_t j0, size_t j1, const act_pair *xa, float *Y,
-                                   size_t ldy) {
-    const int G = N == 1 ? 2 : 1;
-    const size_t nb = k / TL_QK, np = (nb + 1) / 2, bb = bytes32(type), row_bytes = nb * bb;
-    const size_t full = nb / 2; /* pairs with two blocks */
-    for (size_t j = j0; j < j1; j++) {
-        const uint8_t *p = W + j * row_bytes;
-        __m256 acc[2][TL_MATVEC_MAX_N];
-        UNROLL
-        for (int g = 0; g < G; g++)
-            UNROLL
-            for (int i = 0; i < N; i++) acc[g][i] = _mm256_setzero_ps();
-        size_t r = 0;
-        for (; r + G <= full; r += G, p += 2 * G * bb) {
-            UNROLL
-            for (size_t o = 0; o < 2 * G * bb; o += 64)
-                _mm_prefetch((const char *)(p + TL_PREFETCH_Q + o), _MM_HINT_T0);
-            UNROLL
-            for (int g = 0; g < G; g++) q_pair(type, N, 0, p + 2 * g * bb, xa + r + g, np, acc[g]);
-        }
-        for (; r < full; r++, p += 2 * bb) q_pair(type, N, 0, p, xa + r, np, acc[0]);
-        if (nb & 1) q_pair(type, N, 1, p, xa + r, np, acc[0]);
-        UNROLL
-        for (int i = 0; i < N; i++) {
-            __m256 s = acc[0][i];
-            UNROLL
-            for (int g = 1; g < G; g++) s = _mm256_add_ps(s, acc[g][i]);
-            Y[i * ldy + j] = hsum(s);
         }
     }
 }
@@ -581,7 +438,7 @@ static ALWAYS_INLINE void gemm(tl_type type, const uint8_t *W, size_t k, size_t 
 
 size_t tl_matmul_scratch_floats(size_t k, size_t n) {
     size_t nv = n < TL_MATVEC_MAX_N ? n : TL_MATVEC_MAX_N;
-    size_t act = nv * ((k / TL_QK + 1) / 2) * ACT_PAIR_FLOATS; /* matvec: pair records */
+    size_t act = tl_matmul_act_floats(TL_TYPE_Q8_0, k, nv); /* matvec: pair records */
     size_t gemm = 2 * NR * KC + (n > TL_MATVEC_MAX_N ? n * KC : 0); /* panels, x' slice */
     size_t f = act > gemm ? act : gemm;
     return (f + 15) / 16 * 16; /* whole cache lines: per-thread slices stay aligned */
@@ -602,23 +459,6 @@ static void matvec_f16(const uint8_t *w, size_t k, size_t j0, size_t j1, const f
 static void matvec_bf16(const uint8_t *w, size_t k, size_t j0, size_t j1, const float *X,
                         size_t ldx, size_t n, float *Y, size_t ldy) { MATVEC_CASES(TL_TYPE_BF16) }
 
-/* Quantizes the n rows of X into scratch, then the int8 matvec. */
-#define MATVEC_Q_FN(name, T)                                                             \
-    static void name(const uint8_t *w, size_t k, size_t j0, size_t j1, const float *X,   \
-                     size_t ldx, size_t n, float *Y, size_t ldy, float *scratch) {       \
-        act_pair *xa = (act_pair *)(void *)scratch;                                      \
-        size_t np = (k / TL_QK + 1) / 2;                                                 \
-        for (size_t i = 0; i < n; i++) act_pairs(T, X + i * ldx, k, xa + i * np);        \
-        switch (n) {                                                                     \
-        case 1: matvec_q(T, 1, w, k, j0, j1, xa, Y, ldy); return;                        \
-        case 2: matvec_q(T, 2, w, k, j0, j1, xa, Y, ldy); return;                        \
-        case 3: matvec_q(T, 3, w, k, j0, j1, xa, Y, ldy); return;                        \
-        default: matvec_q(T, 4, w, k, j0, j1, xa, Y, ldy); return;                       \
-        }                                                                                \
-    }
-MATVEC_Q_FN(matvec_q8_0, TL_TYPE_Q8_0)
-MATVEC_Q_FN(matvec_q4_0, TL_TYPE_Q4_0)
-
 #define GEMM_FN(name, T)                                                                 \
     static void name(const uint8_t *w, size_t k, size_t j0, size_t j1, const float *X,   \
                      size_t ldx, size_t n, float *Y, size_t ldy, float *scratch) {       \
@@ -630,20 +470,73 @@ GEMM_FN(gemm_bf16, TL_TYPE_BF16)
 GEMM_FN(gemm_q8_0, TL_TYPE_Q8_0)
 GEMM_FN(gemm_q4_0, TL_TYPE_Q4_0)
 
+size_t tl_matmul_act_floats(tl_type type, size_t k, size_t n) {
+    if (!tl_type_rounds_act(type) || n == 0 || n > TL_MATVEC_MAX_N) return 0;
+    return n * ((k / TL_QK + 1) / 2) * ACT_PAIR_FLOATS;
+}
+
+void tl_matmul_act_prepare(tl_type type, size_t k, const float *X, size_t ldx, size_t n,
+                           float *act) {
+    act_pair *xa = (act_pair *)(void *)act;
+    size_t np = (k / TL_QK + 1) / 2;
+    if (tl_matmul_act_floats(type, k, n) == 0) return;
+    for (size_t i = 0; i < n; i++) act_pairs(type, X + i * ldx, k, xa + i * np);
+}
+
+/* AVX-VNNI is used when the compiler could build it and this CPU has it. */
+static int use_vnni(void) {
+#ifdef TL_HAVE_AVXVNNI
+    return __builtin_cpu_supports("avxvnni");
+#else
+    return 0;
+#endif
+}
+
+void tl_matmul_fast_act(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
+                        const float *act, size_t n, float *Y, size_t ldy) {
+    const act_pair *xa = (const act_pair *)(const void *)act;
+    if (j0 >= j1 || n == 0) return;
+#ifdef TL_HAVE_AVXVNNI
+    if (use_vnni()) {
+        tl__matvec_q_vnni(type, W, k, j0, j1, xa, n, Y, ldy);
+        return;
+    }
+#endif
+    tl__matvec_q_avx2(type, W, k, j0, j1, xa, n, Y, ldy);
+}
+
+int tl__matmul_fast_act_isa(int isa, tl_type type, const void *W, size_t k, size_t j0,
+                            size_t j1, const float *act, size_t n, float *Y, size_t ldy) {
+    const act_pair *xa = (const act_pair *)(const void *)act;
+    if (isa == 1 && !use_vnni()) return 0;
+    if (j0 >= j1 || n == 0) return 1;
+#ifdef TL_HAVE_AVXVNNI
+    if (isa == 1) {
+        tl__matvec_q_vnni(type, W, k, j0, j1, xa, n, Y, ldy);
+        return 1;
+    }
+#endif
+    tl__matvec_q_avx2(type, W, k, j0, j1, xa, n, Y, ldy);
+    return 1;
+}
+
 void tl_matmul_fast(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                     const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
                     float *scratch) {
     const uint8_t *w = W;
     if (j0 >= j1 || n == 0) return;
+    if (tl_matmul_act_floats(type, k, n)) { /* Q8_0/Q4_0 matvec */
+        tl_matmul_act_prepare(type, k, X, ldx, n, scratch);
+        tl_matmul_fast_act(type, W, k, j0, j1, scratch, n, Y, ldy);
+        return;
+    }
     if (n <= TL_MATVEC_MAX_N) {
         switch (type) {
         case TL_TYPE_F32: matvec_f32(w, k, j0, j1, X, ldx, n, Y, ldy); return;
         case TL_TYPE_F16: matvec_f16(w, k, j0, j1, X, ldx, n, Y, ldy); return;
         case TL_TYPE_BF16: matvec_bf16(w, k, j0, j1, X, ldx, n, Y, ldy); return;
-        case TL_TYPE_Q8_0: matvec_q8_0(w, k, j0, j1, X, ldx, n, Y, ldy, scratch); return;
-        case TL_TYPE_Q4_0: matvec_q4_0(w, k, j0, j1, X, ldx, n, Y, ldy, scratch); return;
+        default: return;
         }
-        return;
     }
     switch (type) {
     case TL_TYPE_F32: gemm_f32(w, k, j0, j1, X, ldx, n, Y, ldy, scratch); return;

@@ -69,28 +69,47 @@ size_t tl_llama_weights(tl_model *m, tl_weight **out, size_t cap);
 /* Reads hyperparameters from GGUF metadata and checks them for consistency. */
 tl_status tl_llama_read_hparams(const tl_gguf *g, tl_llama_hparams *hp);
 
-/* ---- forward pass ---- */
+/* ---- forward pass ----
+ * The forward pass works on *rows*: each row is one token of some sequence at some
+ * position. A prompt is many rows of one sequence; a batched decode step is one row of
+ * each of many sequences; both go through the same matrix products, and attention reads
+ * each row's own sequence from the paged KV cache (kv/kv_cache.h). */
 
-/* Per-sequence state: the KV cache and the activation scratch for up to n_batch
- * tokens. */
-typedef struct tl_llama_state {
-    int32_t n_ctx, n_batch, n_past;
-    float *k_cache, *v_cache; /* [n_layer][n_ctx][n_head_kv*head_dim] */
-    float *x, *xn, *q, *k, *v, *att_out, *gate, *up; /* [n_batch][...] */
-    float *scores;             /* [n_threads][n_ctx] */
-    float *mm_scratch;         /* [n_threads][scratch floats] */
+struct tl_kv;
+
+/* Activation scratch for up to max_rows rows at once. */
+typedef struct tl_llama_scratch {
+    int32_t max_rows, max_ctx;
+    float *xn, *q, *k, *v, *att_out, *gate, *up; /* [max_rows][...] */
+    float *attn;               /* per thread: scores [group][max_ctx] + a decoded page */
+    size_t attn_floats;
+    float *mm_scratch;         /* per thread: matmul scratch */
     size_t mm_scratch_floats;
-} tl_llama_state;
+} tl_llama_scratch;
 
-/* Budget bytes tl_llama_state_init will allocate. */
-uint64_t tl_llama_state_bytes(const tl_model *m, int32_t n_ctx, int32_t n_batch);
-tl_status tl_llama_state_init(tl_model *m, int32_t n_ctx, int32_t n_batch, tl_llama_state *s);
-void tl_llama_state_free(tl_model *m, tl_llama_state *s);
+/* Budget bytes tl_llama_scratch_init will allocate. */
+uint64_t tl_llama_scratch_bytes(const tl_model *m, int32_t max_rows, int32_t max_ctx,
+                                int32_t page_tokens);
+tl_status tl_llama_scratch_init(tl_model *m, int32_t max_rows, int32_t max_ctx,
+                                int32_t page_tokens, tl_llama_scratch *s);
+void tl_llama_scratch_free(tl_model *m, tl_llama_scratch *s);
 
-/* Computes n tokens at positions n_past.. (n <= n_batch, n_past + n <= n_ctx), appends
- * their K/V, and writes logits for the last token (logits_all = 0) or for every token
- * (logits_all = 1, n rows of n_vocab) when `logits` is not NULL. */
-tl_status tl_llama_forward(tl_model *m, tl_llama_state *s, const int32_t *tokens, size_t n,
-                           float *logits, int logits_all);
+/* Rows of one forward step. Rows of one sequence are contiguous and in position order;
+ * pos[i] = the sequence's KV length before the step + the row's offset in its run. */
+typedef struct tl_llama_rows {
+    int32_t n;
+    const int32_t *seq; /* [n] KV sequence of each row */
+    const int32_t *pos; /* [n] */
+} tl_llama_rows;
+
+/* x[i] = embedding of tokens[i] (f32 [n][n_embd]). */
+tl_status tl_llama_embed(tl_model *m, const int32_t *tokens, int32_t n, float *x);
+/* One layer over the rows, in place on x [n][n_embd]: appends each row's K/V at this
+ * layer to the KV cache (the caller commits after the last layer). */
+tl_status tl_llama_layer_forward(tl_model *m, tl_llama_scratch *s, struct tl_kv *kv, int32_t layer,
+                         const tl_llama_rows *rows, float *x);
+/* logits[j] (n_vocab floats each) for rows idx[0..n_out) of x. */
+void tl_llama_logits(tl_model *m, tl_llama_scratch *s, const float *x, const int32_t *idx,
+                     int32_t n_out, float *logits);
 
 #endif

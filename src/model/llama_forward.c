@@ -1,17 +1,22 @@
-/* llama_forward.c - the Llama forward pass, one block of tokens at a time.
+/* llama_forward.c - the Llama forward pass over rows (tokens of one or many sequences).
  *
- * Read top to bottom this is the whole model (shapes in brackets, n = tokens in the
- * block, d = n_embd, qd = n_head*head_dim, kvd = n_head_kv*head_dim, f = n_ff):
- *   x[n][d] = token_embd[tokens]
- *   per layer:  xn = rmsnorm(x) * attn_norm
- *               q[n][qd], k[n][kvd], v[n][kvd] = xn Wq^T, xn Wk^T, xn Wv^T; rope(q, k)
- *               append k, v to the cache; att[n][qd] = causal GQA attention
+ * Read top to bottom this is the whole model (shapes in brackets, n = rows, d = n_embd,
+ * qd = n_head*head_dim, kvd = n_head_kv*head_dim, f = n_ff):
+ *   x[n][d] = token_embd[tokens]                                  (tl_llama_embed)
+ *   per layer (tl_llama_layer_forward):
+ *               xn = rmsnorm(x) * attn_norm
+ *               q[n][qd], k[n][kvd], v[n][kvd] = xn Wq^T, xn Wk^T, xn Wv^T
+ *               rope(q, k) at each row's position; append k, v to the row's sequence
+ *               att[n][qd] = causal GQA attention of each row over its sequence's pages
  *               x += att Wo^T
  *               xn = rmsnorm(x) * ffn_norm
  *               x += (silu(xn Wgate^T) * (xn Wup^T)) Wdown^T      [n][f] inside
- *   logits = rmsnorm(x) * output_norm  Woutput^T
- * Prefill runs all n tokens through each matrix at once (matrix-matrix products).
+ *   logits = rmsnorm(x) * output_norm  Woutput^T                  (tl_llama_logits)
+ * All rows go through each matrix at once (matrix-matrix products), whether they are a
+ * prompt of one sequence or one token of each of many sequences. Weights are made
+ * resident by the caller (exec/) around each layer; this file never does IO.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "llama.h"
@@ -19,82 +24,78 @@
 #include "../base/status.h"
 #include "../exec/residency.h"
 #include "../kernels/kernels.h"
+#include "../kv/kv_cache.h"
 
-static tl_status alloc_f(tl_model *m, size_t n, const char *what, float **out) {
-    return tl_budget_calloc(m->budget, n * sizeof(float), what, (void **)out);
-}
+typedef struct scratch_buf { float **ptr; size_t floats; const char *what; } scratch_buf;
 
-/* The state's buffers, sized for (n_ctx, n_batch): one table serves sizing and
- * allocation, so the budget check before a run is exact. */
-typedef struct state_buf { float **ptr; size_t floats; const char *what; } state_buf;
-
-static size_t state_table(const tl_model *m, tl_llama_state *s, int32_t n_ctx, int32_t n_batch,
-                          state_buf *t) {
+/* One table serves sizing and allocation, so the budget check before a run is exact. */
+static size_t scratch_table(const tl_model *m, tl_llama_scratch *s, int32_t max_rows,
+                            int32_t max_ctx, int32_t page_tokens, scratch_buf *t) {
     const tl_llama_hparams *hp = &m->hp;
-    const size_t nb = (size_t)n_batch, d = (size_t)hp->n_embd, f = (size_t)hp->n_ff;
+    const size_t nr = (size_t)max_rows, d = (size_t)hp->n_embd, f = (size_t)hp->n_ff;
     const size_t qd = (size_t)hp->n_head * hp->head_dim;
     const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t threads = (size_t)tl_pool_threads(m->pool);
-    const size_t cache = (size_t)hp->n_layer * (size_t)n_ctx * kvd;
+    const size_t group = (size_t)(hp->n_head / hp->n_head_kv);
     size_t widest = f > d ? f : d;
     if (qd > widest) widest = qd;
-    s->mm_scratch_floats = tl_matmul_scratch_floats(widest, nb);
+    s->mm_scratch_floats = tl_matmul_scratch_floats(widest, nr);
+    s->attn_floats = group * (size_t)max_ctx + 2 * (size_t)page_tokens * kvd;
     size_t n = 0;
-    t[n++] = (state_buf){&s->k_cache, cache, "KV cache (K)"};
-    t[n++] = (state_buf){&s->v_cache, cache, "KV cache (V)"};
-    t[n++] = (state_buf){&s->x, nb * d, "activations"};
-    t[n++] = (state_buf){&s->xn, nb * (d > qd ? d : qd), "activations"};
-    t[n++] = (state_buf){&s->q, nb * qd, "activations"};
-    t[n++] = (state_buf){&s->k, nb * kvd, "activations"};
-    t[n++] = (state_buf){&s->v, nb * kvd, "activations"};
-    t[n++] = (state_buf){&s->att_out, nb * qd, "activations"};
-    t[n++] = (state_buf){&s->gate, nb * f, "activations"};
-    t[n++] = (state_buf){&s->up, nb * f, "activations"};
-    t[n++] = (state_buf){&s->scores, threads * (size_t)n_ctx, "attention scores"};
-    t[n++] = (state_buf){&s->mm_scratch, threads * (s->mm_scratch_floats ? s->mm_scratch_floats : 1),
-                         "matmul scratch"};
+    t[n++] = (scratch_buf){&s->xn, nr * (d > qd ? d : qd), "activations"};
+    t[n++] = (scratch_buf){&s->q, nr * qd, "activations"};
+    t[n++] = (scratch_buf){&s->k, nr * kvd, "activations"};
+    t[n++] = (scratch_buf){&s->v, nr * kvd, "activations"};
+    t[n++] = (scratch_buf){&s->att_out, nr * qd, "activations"};
+    t[n++] = (scratch_buf){&s->gate, nr * f, "activations"};
+    t[n++] = (scratch_buf){&s->up, nr * f, "activations"};
+    t[n++] = (scratch_buf){&s->attn, threads * s->attn_floats, "attention scratch"};
+    t[n++] = (scratch_buf){&s->mm_scratch,
+                           threads * (s->mm_scratch_floats ? s->mm_scratch_floats : 1),
+                           "matmul scratch"};
     return n;
 }
 
-uint64_t tl_llama_state_bytes(const tl_model *m, int32_t n_ctx, int32_t n_batch) {
-    tl_llama_state s;
-    state_buf t[16];
-    if (n_batch > n_ctx) n_batch = n_ctx;
-    size_t n = state_table(m, &s, n_ctx, n_batch, t);
+uint64_t tl_llama_scratch_bytes(const tl_model *m, int32_t max_rows, int32_t max_ctx,
+                                int32_t page_tokens) {
+    tl_llama_scratch s;
+    scratch_buf t[16];
+    size_t n = scratch_table(m, &s, max_rows, max_ctx, page_tokens, t);
     uint64_t bytes = 0;
     for (size_t i = 0; i < n; i++) bytes += t[i].floats * sizeof(float) + 64;
     return bytes;
 }
 
-tl_status tl_llama_state_init(tl_model *m, int32_t n_ctx, int32_t n_batch, tl_llama_state *s) {
+tl_status tl_llama_scratch_init(tl_model *m, int32_t max_rows, int32_t max_ctx,
+                                int32_t page_tokens, tl_llama_scratch *s) {
     memset(s, 0, sizeof *s);
-    if (n_ctx <= 0 || n_batch <= 0)
-        return tl_error_set(TL_ERR_INVALID, "context %d and batch %d must be positive",
-                            (int)n_ctx, (int)n_batch);
-    if (n_batch > n_ctx) n_batch = n_ctx;
-    s->n_ctx = n_ctx;
-    s->n_batch = n_batch;
-    state_buf t[16];
-    size_t n = state_table(m, s, n_ctx, n_batch, t);
+    if (max_rows <= 0 || max_ctx <= 0 || page_tokens <= 0)
+        return tl_error_set(TL_ERR_INVALID, "rows %d, context %d and page size %d must be "
+                            "positive", (int)max_rows, (int)max_ctx, (int)page_tokens);
+    s->max_rows = max_rows;
+    s->max_ctx = max_ctx;
+    scratch_buf t[16];
+    size_t n = scratch_table(m, s, max_rows, max_ctx, page_tokens, t);
     for (size_t i = 0; i < n; i++) {
-        tl_status st = alloc_f(m, t[i].floats, t[i].what, t[i].ptr);
+        tl_status st = tl_budget_calloc(m->budget, t[i].floats * sizeof(float), t[i].what,
+                                        (void **)t[i].ptr);
         if (st) {
-            tl_llama_state_free(m, s);
+            tl_llama_scratch_free(m, s);
             return st;
         }
     }
     return TL_OK;
 }
 
-void tl_llama_state_free(tl_model *m, tl_llama_state *s) {
-    float *bufs[] = {s->k_cache, s->v_cache, s->x, s->xn, s->q, s->k, s->v,
-                     s->att_out, s->gate, s->up, s->scores, s->mm_scratch};
+void tl_llama_scratch_free(tl_model *m, tl_llama_scratch *s) {
+    float *bufs[] = {s->xn, s->q, s->k, s->v, s->att_out, s->gate, s->up, s->attn,
+                     s->mm_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tl_budget_free(m->budget, bufs[i]);
     memset(s, 0, sizeof *s);
 }
 
-static void matmul(tl_model *m, tl_llama_state *s, const tl_weight *w, const float *X, size_t n,
-                   float *Y) {
+static void matmul(tl_model *m, tl_llama_scratch *s, const tl_weight *w, const float *X,
+                   size_t n, float *Y) {
     tl_op_matmul(m, w, X, n, Y, s->mm_scratch, s->mm_scratch_floats);
 }
 
@@ -102,75 +103,151 @@ static void add_rows(float *x, const float *y, size_t count) {
     for (size_t i = 0; i < count; i++) x[i] += y[i];
 }
 
-static void layer_forward(tl_model *m, tl_llama_state *s, int32_t l, size_t n) {
+tl_status tl_llama_embed(tl_model *m, const int32_t *tokens, int32_t n, float *x) {
+    const size_t d = (size_t)m->hp.n_embd;
+    for (int32_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
+            return tl_error_set(TL_ERR_INVALID, "token id %d is outside the vocabulary (0..%d)",
+                                (int)tokens[i], (int)m->hp.n_vocab - 1);
+        tl_status st = tl_residency_embedding(m->res, tokens[i], x + (size_t)i * d);
+        if (st) return st;
+    }
+    return TL_OK;
+}
+
+/* ---- attention over the paged KV cache ---- */
+
+typedef struct attn_job {
+    tl_model *m;
+    tl_llama_scratch *s;
+    struct tl_kv *kv;
+    int32_t layer;
+    const tl_llama_rows *rows;
+    const float *q;
+    float *out;
+    tl_status status; /* first failure (a page not in memory: a programmer error) */
+} attn_job;
+
+/* Row r, kv head g: the `group` query heads that share kv head g. */
+static void attn_task(void *arg, int task, int thread) {
+    attn_job *j = arg;
+    const tl_llama_hparams *hp = &j->m->hp;
+    const int hd = hp->head_dim, n_head = hp->n_head, n_kv = hp->n_head_kv;
+    const int group = n_head / n_kv;
+    const int r = task / n_kv, g = task % n_kv;
+    const int32_t seq = j->rows->seq[r], pos = j->rows->pos[r];
+    const size_t qd = (size_t)n_head * hd, max_ctx = (size_t)j->s->max_ctx;
+    float *scores = j->s->attn + (size_t)thread * j->s->attn_floats; /* [group][max_ctx] */
+    float *page_buf = scores + (size_t)group * max_ctx;
+    const int fast = !j->m->use_reference;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const float *q = j->q + (size_t)r * qd + (size_t)g * group * hd;
+    float *out = j->out + (size_t)r * qd + (size_t)g * group * hd;
+    int32_t page_tokens = 0;
+    /* pass 1: scores of every visible position */
+    for (int32_t p = 0, t0 = 0; t0 <= pos; p++) {
+        const float *K, *V;
+        int32_t n;
+        tl_status st = tl_kv_view(j->kv, seq, j->layer, p, page_buf, &K, &V, &n);
+        if (st || n <= 0) {
+            j->status = st ? st : TL_ERR_INVALID;
+            return;
+        }
+        if (!page_tokens) page_tokens = n;
+        const int32_t kvd = n_kv * hd;
+        for (int32_t t = 0; t < n && t0 + t <= pos; t++)
+            for (int h = 0; h < group; h++) {
+                const float *k = K + (size_t)t * kvd + (size_t)g * hd;
+                const float *qh = q + (size_t)h * hd;
+                scores[(size_t)h * max_ctx + t0 + t] =
+                    (fast ? tl_dot_f32_fast(qh, k, (size_t)hd) : tl_dot_f32_ref(qh, k, (size_t)hd)) *
+                    scale;
+            }
+        t0 += n;
+    }
+    for (int h = 0; h < group; h++) {
+        float *sc = scores + (size_t)h * max_ctx, mx = -INFINITY, sum = 0;
+        for (int32_t t = 0; t <= pos; t++) mx = sc[t] > mx ? sc[t] : mx;
+        for (int32_t t = 0; t <= pos; t++) {
+            sc[t] = expf(sc[t] - mx);
+            sum += sc[t];
+        }
+        for (int32_t t = 0; t <= pos; t++) sc[t] /= sum;
+        memset(out + (size_t)h * hd, 0, (size_t)hd * sizeof *out);
+    }
+    /* pass 2: weighted sum of V */
+    for (int32_t p = 0, t0 = 0; t0 <= pos; p++) {
+        const float *K, *V;
+        int32_t n;
+        if (tl_kv_view(j->kv, seq, j->layer, p, page_buf, &K, &V, &n) || n <= 0) return;
+        const int32_t kvd = n_kv * hd;
+        for (int32_t t = 0; t < n && t0 + t <= pos; t++)
+            for (int h = 0; h < group; h++) {
+                const float *v = V + (size_t)t * kvd + (size_t)g * hd;
+                float w = scores[(size_t)h * max_ctx + t0 + t];
+                if (fast) tl_axpy_f32_fast(out + (size_t)h * hd, w, v, (size_t)hd);
+                else tl_axpy_f32_ref(out + (size_t)h * hd, w, v, (size_t)hd);
+            }
+        t0 += n;
+    }
+}
+
+tl_status tl_llama_layer_forward(tl_model *m, tl_llama_scratch *s, struct tl_kv *kv, int32_t l,
+                         const tl_llama_rows *rows, float *x) {
     const tl_llama_hparams *hp = &m->hp;
     const tl_llama_layer *L = &m->layers[l];
-    const size_t d = (size_t)hp->n_embd, f = (size_t)hp->n_ff;
+    const size_t n = (size_t)rows->n, d = (size_t)hp->n_embd, f = (size_t)hp->n_ff;
     const size_t qd = (size_t)hp->n_head * hp->head_dim;
     const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim;
-    float *k_cache = s->k_cache + (size_t)l * (size_t)s->n_ctx * kvd;
-    float *v_cache = s->v_cache + (size_t)l * (size_t)s->n_ctx * kvd;
+    if (rows->n > s->max_rows)
+        return tl_error_set(TL_ERR_INVALID, "%d rows exceed the scratch for %d", (int)rows->n,
+                            (int)s->max_rows);
 
     /* attention block */
-    tl_op_rmsnorm(s->x, L->attn_norm.data, n, d, hp->rms_eps, s->xn);
+    tl_op_rmsnorm(x, L->attn_norm.data, n, d, hp->rms_eps, s->xn);
     matmul(m, s, &L->wq, s->xn, n, s->q);
     matmul(m, s, &L->wk, s->xn, n, s->k);
     matmul(m, s, &L->wv, s->xn, n, s->v);
     for (size_t i = 0; i < n; i++) {
-        int32_t pos = s->n_past + (int32_t)i;
-        tl_op_rope(s->q + i * qd, hp->n_head, hp->head_dim, hp->rope_dim, pos, hp->rope_base);
-        tl_op_rope(s->k + i * kvd, hp->n_head_kv, hp->head_dim, hp->rope_dim, pos,
+        if (rows->pos[i] >= s->max_ctx)
+            return tl_error_set(TL_ERR_CONTEXT, "position %d is past the context of %d",
+                                (int)rows->pos[i], (int)s->max_ctx);
+        tl_op_rope(s->q + i * qd, hp->n_head, hp->head_dim, hp->rope_dim, rows->pos[i],
+                   hp->rope_base);
+        tl_op_rope(s->k + i * kvd, hp->n_head_kv, hp->head_dim, hp->rope_dim, rows->pos[i],
                    hp->rope_base);
     }
-    memcpy(k_cache + (size_t)s->n_past * kvd, s->k, n * kvd * sizeof(float));
-    memcpy(v_cache + (size_t)s->n_past * kvd, s->v, n * kvd * sizeof(float));
-    tl_op_attention(m, s->q, k_cache, v_cache, n, s->n_past, s->att_out, s->scores,
-                    (size_t)s->n_ctx);
+    for (size_t i = 0; i < n;) { /* append each sequence's run of rows */
+        size_t e = i + 1;
+        while (e < n && rows->seq[e] == rows->seq[i]) e++;
+        tl_status st = tl_kv_append(kv, rows->seq[i], l, s->k + i * kvd, s->v + i * kvd,
+                                    (int32_t)(e - i));
+        if (st) return st;
+        i = e;
+    }
+    attn_job j = {m, s, kv, l, rows, s->q, s->att_out, TL_OK};
+    tl_pool_run(m->pool, (int)(n * (size_t)hp->n_head_kv), attn_task, &j);
+    if (j.status)
+        return tl_error_set(j.status, "attention at layer %d could not read a KV page",
+                            (int)l);
     matmul(m, s, &L->wo, s->att_out, n, s->xn); /* xn reused as [n][d] output */
-    add_rows(s->x, s->xn, n * d);
+    add_rows(x, s->xn, n * d);
 
     /* feed-forward block */
-    tl_op_rmsnorm(s->x, L->ffn_norm.data, n, d, hp->rms_eps, s->xn);
+    tl_op_rmsnorm(x, L->ffn_norm.data, n, d, hp->rms_eps, s->xn);
     matmul(m, s, &L->w_gate, s->xn, n, s->gate);
     matmul(m, s, &L->w_up, s->xn, n, s->up);
     tl_op_swiglu(s->gate, s->up, n * f);
     matmul(m, s, &L->w_down, s->gate, n, s->xn);
-    add_rows(s->x, s->xn, n * d);
+    add_rows(x, s->xn, n * d);
+    return TL_OK;
 }
 
-tl_status tl_llama_forward(tl_model *m, tl_llama_state *s, const int32_t *tokens, size_t n,
-                           float *logits, int logits_all) {
-    const tl_llama_hparams *hp = &m->hp;
-    const size_t d = (size_t)hp->n_embd;
-    if (n == 0) return TL_OK;
-    if (n > (size_t)s->n_batch)
-        return tl_error_set(TL_ERR_INVALID, "%zu tokens exceed the batch size %d", n,
-                            (int)s->n_batch);
-    if ((size_t)s->n_past + n > (size_t)s->n_ctx)
-        return tl_error_set(TL_ERR_CONTEXT, "context full: %d tokens held, %zu more do not "
-                            "fit in the context of %d", (int)s->n_past, n, (int)s->n_ctx);
-    for (size_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
-            return tl_error_set(TL_ERR_INVALID, "token id %d is outside the vocabulary (0..%d)",
-                                (int)tokens[i], (int)hp->n_vocab - 1);
-    /* weights are acquired unit by unit: resident ones are no-ops, streamed ones wait
-     * for reads the residency manager issued ahead of time */
-    tl_residency *r = m->res;
-    tl_status st = tl_residency_begin_pass(r, logits != NULL);
-    for (size_t i = 0; i < n && !st; i++) st = tl_residency_embedding(r, tokens[i], s->x + i * d);
-    for (int32_t l = 0; l < hp->n_layer && !st; l++) {
-        if ((st = tl_residency_acquire(r, l))) break;
-        layer_forward(m, s, l, n);
-        tl_residency_release(r, l);
-    }
-    if (st) return st;
-    s->n_past += (int32_t)n;
-    if (logits) {
-        size_t first = logits_all ? 0 : n - 1, rows = n - first;
-        tl_op_rmsnorm(s->x + first * d, m->output_norm.data, rows, d, hp->rms_eps, s->xn);
-        if ((st = tl_residency_acquire(r, hp->n_layer))) return st;
-        matmul(m, s, &m->output, s->xn, rows, logits);
-        tl_residency_release(r, hp->n_layer);
-    }
-    return TL_OK;
+void tl_llama_logits(tl_model *m, tl_llama_scratch *s, const float *x, const int32_t *idx,
+                     int32_t n_out, float *logits) {
+    const size_t d = (size_t)m->hp.n_embd;
+    for (int32_t i = 0; i < n_out; i++) /* gather the rows, normalized, into xn */
+        tl_op_rmsnorm(x + (size_t)idx[i] * d, m->output_norm.data, 1, d, m->hp.rms_eps,
+                      s->xn + (size_t)i * d);
+    matmul(m, s, &m->output, s->xn, (size_t)n_out, logits);
 }

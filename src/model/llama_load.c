@@ -208,6 +208,7 @@ tl_model_params tl_model_default_params(void) {
     p.io_queue_depth = 8;
     p.io_chunk_bytes = 1u << 20;
     p.direct_io = 1;
+    p.w_mem_pct = 100;
     return p;
 }
 
@@ -232,6 +233,9 @@ static tl_status check_params(const tl_model_params *p) {
     if (p->io_chunk_bytes < 4096 || p->io_chunk_bytes % 4096 || p->io_chunk_bytes > (1u << 30))
         return tl_error_set(TL_ERR_INVALID, "IO chunk size %llu must be a multiple of 4096 "
                             "up to 1 GiB", (unsigned long long)p->io_chunk_bytes);
+    if (p->w_mem_pct < 0 || p->w_mem_pct > 100)
+        return tl_error_set(TL_ERR_INVALID, "weight memory share %d%% is outside 0..100",
+                            (int)p->w_mem_pct);
     if (p->io_backend < 0 || p->io_backend > 2)
         return tl_error_set(TL_ERR_INVALID, "unknown IO backend %d", (int)p->io_backend);
     return TL_OK;

@@ -1,7 +1,6 @@
 /* ops.c - see ops.h. Matrix products are split over output rows in chunks that are
- * multiples of 16 (the fast GEMM's panel width); attention is split over (token, head)
- * pairs. Each thread writes only its own rows, so results do not depend on the number
- * of threads. */
+ * multiples of 16 (the fast GEMM's panel width). Each thread writes only its own rows,
+ * so results do not depend on the number of threads. */
 #include <math.h>
 #include <string.h>
 #include "ops.h"
@@ -62,54 +61,6 @@ void tl_op_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, 
             p[1] = a * s + b * c;
         }
     }
-}
-
-typedef struct attn_job {
-    const tl_llama_hparams *hp;
-    const float *q, *k_cache, *v_cache;
-    int32_t n_past;
-    float *out, *scores;
-    size_t n_ctx;
-    int reference;
-} attn_job;
-
-static void attn_task(void *arg, int task, int thread) {
-    attn_job *j = arg;
-    const int hd = j->hp->head_dim, n_head = j->hp->n_head;
-    const int group = n_head / j->hp->n_head_kv;
-    const size_t kv_dim = (size_t)j->hp->n_head_kv * hd;
-    const size_t i = (size_t)task / (size_t)n_head;
-    const int h = task % n_head, kvh = h / group;
-    const int32_t pos = j->n_past + (int32_t)i;
-    const float *q = j->q + i * (size_t)n_head * hd + (size_t)h * hd;
-    float *out = j->out + i * (size_t)n_head * hd + (size_t)h * hd;
-    float *sc = j->scores + (size_t)thread * j->n_ctx;
-    const float scale = 1.0f / sqrtf((float)hd);
-    float mx = -INFINITY;
-    for (int32_t t = 0; t <= pos; t++) {
-        const float *k = j->k_cache + (size_t)t * kv_dim + (size_t)kvh * hd;
-        float s = (j->reference ? tl_dot_f32_ref(q, k, (size_t)hd)
-                                : tl_dot_f32_fast(q, k, (size_t)hd)) * scale;
-        sc[t] = s;
-        if (s > mx) mx = s;
-    }
-    float sum = 0;
-    for (int32_t t = 0; t <= pos; t++) {
-        sc[t] = expf(sc[t] - mx);
-        sum += sc[t];
-    }
-    memset(out, 0, (size_t)hd * sizeof *out);
-    for (int32_t t = 0; t <= pos; t++) {
-        const float *v = j->v_cache + (size_t)t * kv_dim + (size_t)kvh * hd;
-        if (j->reference) tl_axpy_f32_ref(out, sc[t] / sum, v, (size_t)hd);
-        else tl_axpy_f32_fast(out, sc[t] / sum, v, (size_t)hd);
-    }
-}
-
-void tl_op_attention(tl_model *m, const float *q, const float *k_cache, const float *v_cache,
-                     size_t n, int32_t n_past, float *out, float *scores, size_t n_ctx) {
-    attn_job j = {&m->hp, q, k_cache, v_cache, n_past, out, scores, n_ctx, m->use_reference};
-    tl_pool_run(m->pool, (int)(n * (size_t)m->hp.n_head), attn_task, &j);
 }
 
 void tl_op_swiglu(float *gate, const float *up, size_t n) {

@@ -21,12 +21,6 @@ void tl_op_rmsnorm(const float *x, const float *g, size_t n, size_t d, float eps
  * heads of head_dim in row x by angle pos * base^(-2i/rope_dim) (GGML "normal" mode). */
 void tl_op_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, float base);
 
-/* Causal grouped-query attention for n new tokens at positions n_past..n_past+n-1.
- * q [n][n_head*hd]; k_cache/v_cache [n_ctx][n_kv*hd] already hold positions up to
- * n_past+n-1; out [n][n_head*hd]. scores: per-thread [n_ctx] floats. */
-void tl_op_attention(tl_model *m, const float *q, const float *k_cache, const float *v_cache,
-                     size_t n, int32_t n_past, float *out, float *scores, size_t n_ctx);
-
 /* gate[i] = silu(gate[i]) * up[i] for n elements. */
 void tl_op_swiglu(float *gate, const float *up, size_t n);
 

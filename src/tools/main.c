@@ -8,6 +8,7 @@ static void usage(FILE *f) {
             "usage: tierllm <command> [options]\n"
             "commands:\n"
             "  run     generate text:   tierllm run -m MODEL.gguf -p PROMPT -n N [--temp T]\n"
+            "  batch   many prompts:    tierllm batch -m MODEL -i in.jsonl -o out.jsonl\n"
             "  info    describe a model: tierllm info -m MODEL.gguf\n"
             "  synth   write a random-weight Llama GGUF: tierllm synth --preset NAME -o OUT\n"
             "  logits  dump logits:     tierllm logits -m MODEL --tokens 1,2,3 -o OUT.f32\n"
@@ -24,6 +25,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "info")) return tl_cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return tl_cmd_synth(argc - 1, argv + 1);
     if (!strcmp(cmd, "logits")) return tl_cmd_logits(argc - 1, argv + 1);
+    if (!strcmp(cmd, "batch")) return tl_cmd_batch(argc - 1, argv + 1);
     fprintf(stderr, "error: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

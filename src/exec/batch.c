@@ -1,0 +1,373 @@
+/* batch.c - batch generation: blocks of gbs x num_gb sequences through the block
+ * schedule of engine.c, with the paged KV cache possibly spilling to the SSD.
+ *
+ * Per block: tokenize (all prompts were checked against n_ctx before the first block);
+ * prefill in steps of up to prefill_rows rows per micro-batch (each sequence contributes
+ * a chunk of its prompt; a sequence's first token is sampled when its last prompt chunk
+ * has run); then decode steps with one row per unfinished sequence until every sequence
+ * stops (EOS, its n_predict, or the context). Results are reported in input order at
+ * the end of each block. Sampling is per sequence, seeded with seed + prompt index, so
+ * a sequence's tokens do not depend on which block or micro-batch it ran in.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "tierllm.h"
+#include "engine.h"
+#include "residency.h"
+#include "../base/clock.h"
+#include "../base/status.h"
+#include "../text/sampler.h"
+
+typedef struct seq_state {
+    int32_t index, kv_seq;
+    int32_t *prompt, n_prompt, fed; /* prompt tokens, how many have run */
+    int32_t *out, n_out, cap_out, limit;
+    char *text;
+    size_t text_len, text_cap;
+    tl_utf8_stream utf8;
+    tl_sampler smp;
+    int32_t next;                   /* the sampled token not yet fed */
+    int done, eos;
+} seq_state;
+
+typedef struct batch {
+    tl_model *m;
+    tl_batch_params bp;
+    tl_generate_params gp;
+    tl_kv *kv;
+    tl_llama_scratch scratch;
+    int32_t rows_per_mb;
+    float *x;                 /* [num_gb][rows_per_mb][n_embd] */
+    float *logits;            /* [num_gb][gbs][n_vocab] */
+    int32_t *tok, *seq, *pos, *lrow, *lseq, *mseqs; /* per micro-batch row arrays */
+    tl_microbatch *mb;
+    seq_state *ss;            /* [gbs * num_gb] */
+    tl_batch_stats st;
+    double t_start;
+} batch;
+
+tl_batch_params tl_batch_default_params(void) {
+    tl_batch_params p;
+    memset(&p, 0, sizeof p);
+    p.gbs = 8;
+    p.num_gb = 4;
+    p.n_ctx = 512;
+    p.prefill_rows = 512;
+    p.kv_bits = 32;
+    p.kv_mem_pct = 100;
+    p.page_tokens = 16;
+    p.spill_dir = NULL;
+    return p;
+}
+
+static tl_kv_params kv_params(const batch *b) {
+    tl_kv_params kp;
+    memset(&kp, 0, sizeof kp);
+    kp.n_layer = b->m->hp.n_layer;
+    kp.kv_dim = b->m->hp.n_head_kv * b->m->hp.head_dim;
+    kp.head_dim = b->m->hp.head_dim;
+    kp.page_tokens = b->bp.page_tokens;
+    kp.bits = b->bp.kv_bits;
+    kp.kv_mem_pct = b->bp.kv_mem_pct;
+    kp.max_seqs = b->bp.gbs * b->bp.num_gb;
+    kp.max_tokens = b->bp.n_ctx;
+    kp.spill_dir = b->bp.spill_dir;
+    kp.max_block = b->rows_per_mb / b->bp.gbs; /* a prefill chunk per sequence */
+    if (kp.max_block < 1) kp.max_block = 1;
+    return kp;
+}
+
+static tl_status check_params(tl_batch_params *p) {
+    if (!p->spill_dir || !*p->spill_dir) {
+        const char *t = getenv("TMPDIR");
+        p->spill_dir = t && *t ? t : "/tmp";
+    }
+    if (p->gbs < 1 || p->gbs > 4096 || p->num_gb < 1 || p->num_gb > 4096 ||
+        (int64_t)p->gbs * p->num_gb > 65536)
+        return tl_error_set(TL_ERR_INVALID, "gbs %d x num_gb %d: each must be 1..4096 and the "
+                            "block at most 65536 sequences", (int)p->gbs, (int)p->num_gb);
+    if (p->n_ctx < 2 || p->page_tokens < 1 || p->prefill_rows < 1)
+        return tl_error_set(TL_ERR_INVALID, "context %d, page size %d and prefill rows %d "
+                            "must be positive", (int)p->n_ctx, (int)p->page_tokens,
+                            (int)p->prefill_rows);
+    if (p->kv_bits != 32 && p->kv_bits != 16 && p->kv_bits != 8 && p->kv_bits != 4)
+        return tl_error_set(TL_ERR_INVALID, "--kv-bits must be 32, 16, 8 or 4 (got %d)",
+                            (int)p->kv_bits);
+    if (p->kv_mem_pct < 0 || p->kv_mem_pct > 100)
+        return tl_error_set(TL_ERR_INVALID, "--kv-mem must be 0..100 (got %d)",
+                            (int)p->kv_mem_pct);
+    return TL_OK;
+}
+
+static void seq_free(seq_state *s) {
+    free(s->prompt);
+    free(s->out);
+    free(s->text);
+    tl_sampler_free(&s->smp);
+    memset(s, 0, sizeof *s);
+}
+
+static void batch_free(batch *b) {
+    tl_model *m = b->m;
+    if (b->ss)
+        for (int32_t i = 0; i < b->bp.gbs * b->bp.num_gb; i++) seq_free(&b->ss[i]);
+    free(b->ss);
+    if (b->kv) tl_kv_close(b->kv);
+    tl_llama_scratch_free(m, &b->scratch);
+    tl_budget_free(m->budget, b->x);
+    tl_budget_free(m->budget, b->logits);
+    free(b->tok);
+    free(b->seq);
+    free(b->pos);
+    free(b->lrow);
+    free(b->lseq);
+    free(b->mseqs);
+    free(b->mb);
+}
+
+static uint64_t budget_bytes(const batch *b);
+
+uint64_t tl_batch_budget_bytes(const tl_model *m, const tl_batch_params *bp) {
+    batch b;
+    memset(&b, 0, sizeof b);
+    b.m = (tl_model *)m;
+    b.bp = *bp;
+    b.rows_per_mb = bp->prefill_rows < bp->gbs ? bp->gbs : bp->prefill_rows;
+    return budget_bytes(&b);
+}
+
+static uint64_t budget_bytes(const batch *b) {
+    const tl_model *m = b->m;
+    const uint64_t nb = (uint64_t)b->bp.num_gb;
+    tl_kv_params kp = kv_params(b);
+    return tl_llama_scratch_bytes(m, b->rows_per_mb, b->bp.n_ctx, b->bp.page_tokens) +
+           nb * (uint64_t)b->rows_per_mb * (uint64_t)m->hp.n_embd * sizeof(float) + 64 +
+           nb * (uint64_t)b->bp.gbs * (uint64_t)m->hp.n_vocab * sizeof(float) + 64 +
+           tl_kv_budget_bytes(&kp, 2 * b->bp.gbs); /* two micro-batches staged at once */
+}
+
+static tl_status batch_init(batch *b) {
+    tl_model *m = b->m;
+    const int32_t gbs = b->bp.gbs, ng = b->bp.num_gb;
+    const size_t R = (size_t)b->rows_per_mb, n_all = (size_t)ng * R;
+    tl_status st = tl_engine_place(m, budget_bytes(b));
+    if (st) return st;
+    b->tok = malloc(n_all * sizeof *b->tok);
+    b->seq = malloc(n_all * sizeof *b->seq);
+    b->pos = malloc(n_all * sizeof *b->pos);
+    b->lrow = malloc((size_t)ng * gbs * sizeof *b->lrow);
+    b->lseq = malloc((size_t)ng * gbs * sizeof *b->lseq);
+    b->mseqs = malloc((size_t)ng * gbs * sizeof *b->mseqs);
+    b->mb = calloc((size_t)ng, sizeof *b->mb);
+    b->ss = calloc((size_t)ng * gbs, sizeof *b->ss);
+    if (!b->tok || !b->seq || !b->pos || !b->lrow || !b->lseq || !b->mseqs || !b->mb || !b->ss)
+        return tl_error_set(TL_ERR_NOMEM, "out of memory");
+    if ((st = tl_llama_scratch_init(m, b->rows_per_mb, b->bp.n_ctx, b->bp.page_tokens,
+                                    &b->scratch)) ||
+        (st = tl_budget_alloc(m->budget, n_all * (size_t)m->hp.n_embd * sizeof(float), 64,
+                              "hidden states", (void **)&b->x)) ||
+        (st = tl_budget_alloc(m->budget, (size_t)ng * gbs * (size_t)m->hp.n_vocab * sizeof(float),
+                              64, "logits", (void **)&b->logits)))
+        return st;
+    tl_kv_params kp = kv_params(b);
+    return tl_kv_open(&kp, m->budget, m->aio, &b->kv);
+}
+
+/* Appends a token's text to the sequence's output. */
+static tl_status take_token(batch *b, seq_state *s, int32_t tok) {
+    if (s->n_out == s->cap_out) {
+        int32_t cap = s->cap_out ? 2 * s->cap_out : 64;
+        int32_t *o = realloc(s->out, (size_t)cap * sizeof *o);
+        if (!o) return tl_error_set(TL_ERR_NOMEM, "out of memory");
+        s->out = o;
+        s->cap_out = cap;
+    }
+    s->out[s->n_out++] = tok;
+    tl_sampler_accept(&s->smp, tok);
+    const char *bytes;
+    size_t len;
+    if (tl_token_piece(b->m, tok, &bytes, &len) != TL_OK) len = 0;
+    if (s->text_len + 3 * len + 8 > s->text_cap) {
+        size_t cap = (s->text_cap ? 2 * s->text_cap : 256) + 3 * len + 8;
+        char *t = realloc(s->text, cap);
+        if (!t) return tl_error_set(TL_ERR_NOMEM, "out of memory");
+        s->text = t;
+        s->text_cap = cap;
+    }
+    s->text_len += tl_utf8_stream_push(&s->utf8, bytes, len, s->text + s->text_len);
+    return TL_OK;
+}
+
+/* Samples the next token of a sequence from its logits and decides whether it stops. */
+static tl_status sample(batch *b, seq_state *s, float *logits) {
+    int32_t tok = tl_sampler_sample(&s->smp, logits);
+    const int32_t eos = tl_tokenizer_eos(b->m->tok);
+    if (b->gp.stop_at_eos && tok == eos) {
+        s->done = s->eos = 1;
+        return TL_OK;
+    }
+    tl_status st = take_token(b, s, tok);
+    s->next = tok;
+    if (s->n_out >= s->limit || s->n_prompt + s->n_out >= b->bp.n_ctx) s->done = 1;
+    b->st.generated_tokens++;
+    return st;
+}
+
+/* Builds micro-batch k for this step: prompt chunks (prefill) or one row per unfinished
+ * sequence (decode). Returns the number of rows. */
+static int32_t build(batch *b, int32_t k, int32_t n_seqs_block, int prefill, int32_t chunk) {
+    const int32_t gbs = b->bp.gbs, R = b->rows_per_mb;
+    tl_microbatch *mb = &b->mb[k];
+    int32_t *tok = b->tok + (size_t)k * R, *seq = b->seq + (size_t)k * R;
+    int32_t *pos = b->pos + (size_t)k * R, *lrow = b->lrow + (size_t)k * gbs;
+    int32_t *mseqs = b->mseqs + (size_t)k * gbs;
+    int32_t n = 0, nl = 0, ns = 0;
+    for (int32_t i = k * gbs; i < (k + 1) * gbs && i < n_seqs_block; i++) {
+        seq_state *s = &b->ss[i];
+        int32_t base = tl_kv_seq_len(b->kv, s->kv_seq), len;
+        if (prefill) {
+            len = s->n_prompt - s->fed < chunk ? s->n_prompt - s->fed : chunk;
+            for (int32_t j = 0; j < len; j++) tok[n + j] = s->prompt[s->fed + j];
+        } else {
+            len = s->done ? 0 : 1;
+            if (len) tok[n] = s->next;
+        }
+        if (!len) continue;
+        for (int32_t j = 0; j < len; j++) {
+            seq[n + j] = s->kv_seq;
+            pos[n + j] = base + j;
+        }
+        if (prefill) s->fed += len;
+        if (!prefill || s->fed == s->n_prompt) {
+            lrow[nl] = n + len - 1;
+            b->lseq[k * gbs + nl] = i;
+            nl++;
+        }
+        mseqs[ns++] = s->kv_seq;
+        n += len;
+    }
+    *mb = (tl_microbatch){n, tok, {n, seq, pos}, b->x + (size_t)k * R * b->m->hp.n_embd,
+                          lrow, nl, b->logits + (size_t)k * gbs * b->m->hp.n_vocab, mseqs, ns};
+    return n;
+}
+
+/* One step over every non-empty micro-batch, then sampling. */
+static tl_status step(batch *b, int32_t n_seqs_block, int prefill, int32_t chunk, int *any) {
+    const int32_t gbs = b->bp.gbs;
+    int32_t n_mb = 0;
+    *any = 0;
+    for (int32_t k = 0; k < b->bp.num_gb; k++) {
+        if (build(b, k, n_seqs_block, prefill, chunk) == 0) continue;
+        if (n_mb != k) { /* keep non-empty micro-batches contiguous */
+            b->mb[n_mb] = b->mb[k];
+            memmove(b->lseq + (size_t)n_mb * gbs, b->lseq + (size_t)k * gbs,
+                    (size_t)gbs * sizeof *b->lseq);
+        }
+        n_mb++;
+    }
+    if (n_mb == 0) return TL_OK;
+    *any = 1;
+    double t0 = tl_now();
+    tl_status st = tl_engine_step(b->m, &b->scratch, b->kv, b->mb, n_mb);
+    for (int32_t k = 0; k < n_mb && !st; k++) {
+        b->st.prompt_tokens += prefill ? (uint64_t)b->mb[k].n_rows : 0;
+        for (int32_t j = 0; j < b->mb[k].n_logits && !st; j++)
+            st = sample(b, &b->ss[b->lseq[(size_t)k * gbs + j]],
+                        b->mb[k].logits + (size_t)j * b->m->hp.n_vocab);
+    }
+    double dt = tl_now() - t0;
+    if (prefill) b->st.prefill_s += dt;
+    else b->st.decode_s += dt;
+    return st;
+}
+
+static void fill_io_stats(batch *b) {
+    tl_kv_stats ks;
+    tl_residency_stats rs;
+    tl_kv_get_stats(b->kv, &ks);
+    tl_residency_get_stats(b->m->res, &rs);
+    b->st.ssd_bytes_written = ks.bytes_written;
+    b->st.kv_bytes_read = ks.bytes_read;
+    b->st.weight_bytes_read = rs.bytes_read_disk;
+    b->st.elapsed_s = tl_now() - b->t_start;
+}
+
+tl_status tl_batch_generate(tl_model *m, const tl_batch_params *bpp, const tl_generate_params *gpp,
+                            const char *const *prompts, const int32_t *n_predict,
+                            int32_t n_prompts, tl_batch_result_fn on_result,
+                            tl_batch_progress_fn on_progress, void *user,
+                            tl_batch_stats *stats) {
+    batch b;
+    memset(&b, 0, sizeof b);
+    b.m = m;
+    b.bp = bpp ? *bpp : tl_batch_default_params();
+    b.gp = gpp ? *gpp : tl_generate_default_params();
+    b.t_start = tl_now();
+    b.st.total_prompts = n_prompts;
+    tl_status st = check_params(&b.bp);
+    if (st) return st;
+    /* every prompt must fit with room for one generated token, checked up front */
+    for (int32_t i = 0; i < n_prompts; i++) {
+        size_t need = 0;
+        tl_status t = tl_tokenize(m, prompts[i], strlen(prompts[i]), b.gp.add_bos, NULL, 0, &need);
+        if (t && t != TL_ERR_INVALID) return t;
+        if (need == 0 || need >= (size_t)b.bp.n_ctx)
+            return tl_error_set(TL_ERR_CONTEXT, "prompt %d is %zu tokens; the context holds %d "
+                                "(prompt plus at least one generated token): raise --ctx-size",
+                                (int)i, need, (int)b.bp.n_ctx);
+    }
+    b.rows_per_mb = b.bp.prefill_rows < b.bp.gbs ? b.bp.gbs : b.bp.prefill_rows;
+    const int32_t block = b.bp.gbs * b.bp.num_gb;
+    if ((st = batch_init(&b))) goto out;
+    for (int32_t first = 0; first < n_prompts && !st; first += block) {
+        int32_t n_blk = n_prompts - first < block ? n_prompts - first : block;
+        for (int32_t i = 0; i < n_blk && !st; i++) {
+            seq_state *s = &b.ss[i];
+            seq_free(s);
+            s->index = first + i;
+            size_t np = 0;
+            const char *p = prompts[first + i];
+            tl_tokenize(m, p, strlen(p), b.gp.add_bos, NULL, 0, &np);
+            s->prompt = malloc(np * sizeof *s->prompt);
+            if (!s->prompt) { st = tl_error_set(TL_ERR_NOMEM, "out of memory"); break; }
+            if ((st = tl_tokenize(m, p, strlen(p), b.gp.add_bos, s->prompt, np, &np))) break;
+            s->n_prompt = (int32_t)np;
+            int32_t lim = n_predict ? n_predict[first + i] : b.gp.n_predict;
+            s->limit = lim < 0 ? b.bp.n_ctx : lim;
+            tl_sampler_params sp = b.gp.sampler;
+            sp.seed += (uint64_t)s->index;
+            if ((st = tl_sampler_init(&s->smp, &sp, (size_t)m->hp.n_vocab))) break;
+            for (int32_t j = 0; j < s->n_prompt; j++) tl_sampler_accept(&s->smp, s->prompt[j]);
+            if ((st = tl_kv_seq_open(b.kv, &s->kv_seq))) break;
+            s->done = s->limit == 0;
+        }
+        int32_t chunk = b.rows_per_mb / b.bp.gbs;
+        int any = 1;
+        while (!st && any) { /* prefill, chunk by chunk */
+            st = step(&b, n_blk, 1, chunk, &any);
+            if (on_progress) { fill_io_stats(&b); on_progress(user, &b.st); }
+        }
+        any = 1;
+        while (!st && any) { /* decode until every sequence is done */
+            st = step(&b, n_blk, 0, 1, &any);
+            if (on_progress) { fill_io_stats(&b); on_progress(user, &b.st); }
+        }
+        for (int32_t i = 0; i < n_blk && !st; i++) {
+            seq_state *s = &b.ss[i];
+            if (s->text) s->text_len += tl_utf8_stream_flush(&s->utf8, s->text + s->text_len);
+            tl_batch_result r = {s->index, s->out, s->n_out, s->n_prompt,
+                                 s->text ? s->text : "", s->text_len, s->eos};
+            b.st.done_prompts++;
+            if (on_result && on_result(user, &r)) st = tl_error_set(TL_ERR_CANCELLED, "stopped");
+        }
+        for (int32_t i = 0; i < n_blk; i++) {
+            if (b.ss[i].kv_seq >= 0 && b.ss[i].prompt) tl_kv_seq_close(b.kv, b.ss[i].kv_seq);
+            seq_free(&b.ss[i]);
+        }
+    }
+out:
+    if (b.kv) fill_io_stats(&b);
+    if (stats) *stats = b.st;
+    batch_free(&b);
+    return st;
+}

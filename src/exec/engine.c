@@ -1,0 +1,92 @@
+/* engine.c - see engine.h. Loop order of one step (block schedule):
+ *   embed every micro-batch
+ *   for each layer l:   acquire weights of l (prefetched by the residency ring)
+ *       for each micro-batch k:   read-ahead KV pages of k+1 at l (or of 0 at l+1)
+ *                                 wait for k's pages at l; compute l for k; release them
+ *       release weights of l      (its slot is refilled with layer l+prefetch+1)
+ *   commit each micro-batch's new K/V (full disk-homed pages are written asynchronously)
+ *   output: acquire the output weights; logits of every micro-batch
+ * Weights are queued before KV (the residency ring issues its reads first), as LLM in a
+ * Flash loads weights before KV.
+ */
+#include <string.h>
+#include "engine.h"
+#include "residency.h"
+#include "../base/status.h"
+
+tl_status tl_engine_place(tl_model *m, uint64_t state_bytes) {
+    const uint64_t limit = tl_budget_limit(m->budget), used = tl_budget_used(m->budget);
+    const tl_model_params *p = &m->params;
+    if (m->res) {
+        if (used + state_bytes > limit)
+            return tl_error_set(TL_ERR_NOMEM, "memory budget of %.1f MiB: this context needs "
+                                "%.1f MiB but only %.1f MiB are free", limit / 1048576.0,
+                                state_bytes / 1048576.0, (limit - used) / 1048576.0);
+        return TL_OK;
+    }
+    const uint64_t minimum = used + state_bytes + tl_weight_plan_minimum(m, p->prefetch, p->overlap);
+    if (minimum > limit)
+        return tl_error_set(TL_ERR_NOMEM, "the memory budget of %.1f MiB is too small for "
+                            "this model and context: the minimum is %.1f MiB (KV cache and "
+                            "activations %.1f MiB, %d streamed-layer buffers and norms %.1f "
+                            "MiB); raise --mem-budget or lower --ctx-size/--batch-size",
+                            limit / 1048576.0, minimum / 1048576.0, state_bytes / 1048576.0,
+                            p->overlap ? p->prefetch + 1 : 1,
+                            (minimum - used - state_bytes) / 1048576.0);
+    /* --w-mem caps the resident share of the weights (a policy knob, FlexGen's wg) */
+    uint64_t for_weights = limit - used - state_bytes;
+    if (p->w_mem_pct < 100) {
+        uint64_t cap = tl_weight_plan_minimum(m, p->prefetch, p->overlap) +
+                       m->weight_bytes / 100 * (uint64_t)p->w_mem_pct;
+        if (cap < for_weights) for_weights = cap;
+    }
+    tl_weight_plan plan;
+    tl_status st = tl_weight_plan_make(m, for_weights, p->prefetch, p->overlap, &plan);
+    if (!st) st = tl_residency_open(m, &plan, &m->res);
+    tl_weight_plan_free(&plan);
+    return st;
+}
+
+tl_status tl_engine_step(tl_model *m, tl_llama_scratch *s, tl_kv *kv, tl_microbatch *mb,
+                         int32_t num_gb) {
+    const int32_t L = m->hp.n_layer;
+    int need_output = 0;
+    for (int32_t k = 0; k < num_gb; k++) need_output |= mb[k].n_logits > 0;
+    tl_residency *r = m->res;
+    tl_status st = tl_residency_begin_pass(r, need_output);
+    for (int32_t k = 0; k < num_gb && !st; k++)
+        st = tl_llama_embed(m, mb[k].tokens, mb[k].n_rows, mb[k].x);
+    if (!st) st = tl_kv_prefetch(kv, mb[0].seqs, mb[0].n_seqs, 0);
+    for (int32_t l = 0; l < L && !st; l++) {
+        if ((st = tl_residency_acquire(r, l))) break;
+        for (int32_t k = 0; k < num_gb && !st; k++) {
+            /* read ahead: the next micro-batch at this layer, or the first at the next */
+            if (k + 1 < num_gb) st = tl_kv_prefetch(kv, mb[k + 1].seqs, mb[k + 1].n_seqs, l);
+            else if (l + 1 < L) st = tl_kv_prefetch(kv, mb[0].seqs, mb[0].n_seqs, l + 1);
+            if (!st) st = tl_kv_wait(kv, mb[k].seqs, mb[k].n_seqs, l);
+            if (!st) st = tl_llama_layer_forward(m, s, kv, l, &mb[k].rows, mb[k].x);
+            tl_kv_release(kv, mb[k].seqs, mb[k].n_seqs, l);
+        }
+        tl_residency_release(r, l);
+    }
+    for (int32_t k = 0; k < num_gb && !st; k++)
+        for (int32_t i = 0; i < mb[k].n_rows && !st;) { /* commit each sequence's run */
+            int32_t e = i + 1;
+            while (e < mb[k].n_rows && mb[k].rows.seq[e] == mb[k].rows.seq[i]) e++;
+            st = tl_kv_seq_commit(kv, mb[k].rows.seq[i], e - i);
+            i = e;
+        }
+    if (!st && need_output) {
+        if (!(st = tl_residency_acquire(r, L))) {
+            const size_t vocab = (size_t)m->hp.n_vocab;
+            for (int32_t k = 0; k < num_gb; k++)
+                for (int32_t i = 0; i < mb[k].n_logits; i += s->max_rows) {
+                    int32_t n = mb[k].n_logits - i < s->max_rows ? mb[k].n_logits - i : s->max_rows;
+                    tl_llama_logits(m, s, mb[k].x, mb[k].logit_rows + i, n,
+                                    mb[k].logits + (size_t)i * vocab);
+                }
+            tl_residency_release(r, L);
+        }
+    }
+    return st;
+}

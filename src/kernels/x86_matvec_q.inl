@@ -1,0 +1,138 @@
+/* x86_matvec_q.inl - the Q8_0 / Q4_0 int8 matvec, compiled twice: in x86_matmul.c as
+ * tl__matvec_q_avx2 (maddubs + madd) and in x86vnni_matmul.c, with -mavxvnni, as
+ * tl__matvec_q_vnni (vpdpbusd fuses the two). Include after defining TL_MATVEC_Q_NAME.
+ * Integer sums are exact either way (|w| <= 128, |q_x| <= 127: no int16 saturation), so
+ * both produce bit-identical results. See x86_simd.h for the activation layout.
+ */
+#ifndef TL_PREFETCH_Q
+#define TL_PREFETCH_Q 2048 /* bytes ahead in the weight stream */
+#endif
+
+/* Lane sums of 4 adjacent u8*s8 products (int32 lanes). */
+static ALWAYS_INLINE __m256i dot4_u8s8(__m256i u, __m256i s) {
+#ifdef __AVXVNNI__
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+/* acc + lane sums of 4 adjacent u8*s8 products, for u, s small enough that maddubs's
+ * int16 pair sums of two calls do not saturate (Q4_0: u <= 15). */
+static ALWAYS_INLINE __m256i dot4x2_u8s8(__m256i u0, __m256i s0, __m256i u1, __m256i s1) {
+#ifdef __AVXVNNI__
+    return _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u0, s0), u1, s1);
+#else
+    __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1));
+    return _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+#endif
+}
+
+/* Four copies of the fp16 scale at p, as a 64-bit pattern of words. */
+static ALWAYS_INLINE uint64_t scale_x4(const uint8_t *p) { return load_u16(p) * 0x0001000100010001ull; }
+
+/* Bytes of one weight block. */
+static ALWAYS_INLINE size_t q_block_bytes(tl_type type) { return type == TL_TYPE_Q8_0 ? 34 : 18; }
+
+/* One pair of weight blocks at p (or one block when `single`) against N activation
+ * rows (record r of each row, rows `np` records apart), into acc[i]. */
+static ALWAYS_INLINE void q_pair(tl_type type, const int N, const int single, const uint8_t *p,
+                                 const act_pair *xa, size_t np, __m256 *acc) {
+    const size_t bb = q_block_bytes(type);
+    __m256 dw;
+    if (type == TL_TYPE_Q8_0) {
+        /* lanes A A B B A A B B */
+        uint64_t h = load_u16(p) * 0x00010001ull;
+        h |= (single ? h : load_u16(p + bb) * 0x00010001ull) << 32;
+        dw = _mm256_cvtph_ps(_mm_set1_epi64x((long long)h));
+        __m256i wa = loadu256(p + 2), ua = _mm256_abs_epi8(wa);
+        __m256i wb = single ? wa : loadu256(p + bb + 2), ub = _mm256_abs_epi8(wb);
+        UNROLL
+        for (int i = 0; i < N; i++) {
+            const act_pair *x = xa + i * np;
+            __m256i sa = dot4_u8s8(ua, _mm256_sign_epi8(loadu256(x->q), wa));
+            __m256i s;
+            if (single) {
+                s = sa;
+            } else {
+                __m256i sb = dot4_u8s8(ub, _mm256_sign_epi8(loadu256(x->q + TL_QK), wb));
+                s = _mm256_add_epi32(_mm256_unpacklo_epi64(sa, sb), _mm256_unpackhi_epi64(sa, sb));
+            }
+            __m256 sc = _mm256_mul_ps(dw, _mm256_loadu_ps(x->d));
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sc, acc[i]);
+        }
+    } else {
+        /* lanes A x4 | B x4 (single: A x8, nibbles in element order) */
+        const __m256i m4 = _mm256_set1_epi8(0x0f);
+        uint64_t ha = scale_x4(p), hb = single ? ha : scale_x4(p + bb);
+        dw = _mm256_cvtph_ps(_mm_set_epi64x((long long)hb, (long long)ha));
+        __m256i lo, hi;
+        if (single) {
+            __m128i t = loadu128(p + 2);
+            lo = _mm256_and_si256(_mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1), m4);
+            hi = _mm256_setzero_si256();
+        } else {
+            __m256i v = _mm256_insertf128_si256(_mm256_castsi128_si256(loadu128(p + 2)), loadu128(p + bb + 2), 1);
+            lo = _mm256_and_si256(v, m4);
+            hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        }
+        UNROLL
+        for (int i = 0; i < N; i++) {
+            const act_pair *x = xa + i * np;
+            __m256i s = single ? dot4_u8s8(lo, loadu256(x->q))
+                               : dot4x2_u8s8(lo, loadu256(x->q), hi, loadu256(x->q + TL_QK));
+            s = _mm256_sub_epi32(s, loadu256(x->c));
+            __m256 sc = _mm256_mul_ps(dw, _mm256_loadu_ps(x->d));
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sc, acc[i]);
+        }
+    }
+}
+
+/* xa holds N rows of ceil(k/64) pair records. G pairs per step give each row G
+ * independent FMA chains. */
+static ALWAYS_INLINE void matvec_q(tl_type type, const int N, const uint8_t *W, size_t k,
+                                   size_t j0, size_t j1, const act_pair *xa, float *Y,
+                                   size_t ldy) {
+    const int G = N == 1 ? 2 : 1;
+    const size_t nb = k / TL_QK, np = (nb + 1) / 2, bb = q_block_bytes(type), row_bytes = nb * bb;
+    const size_t full = nb / 2; /* pairs with two blocks */
+    for (size_t j = j0; j < j1; j++) {
+        const uint8_t *p = W + j * row_bytes;
+        __m256 acc[2][TL_MATVEC_MAX_N];
+        UNROLL
+        for (int g = 0; g < G; g++)
+            UNROLL
+            for (int i = 0; i < N; i++) acc[g][i] = _mm256_setzero_ps();
+        size_t r = 0;
+        for (; r + G <= full; r += G, p += 2 * G * bb) {
+            UNROLL
+            for (size_t o = 0; o < 2 * G * bb; o += 64)
+                _mm_prefetch((const char *)(p + TL_PREFETCH_Q + o), _MM_HINT_T0);
+            UNROLL
+            for (int g = 0; g < G; g++) q_pair(type, N, 0, p + 2 * g * bb, xa + r + g, np, acc[g]);
+        }
+        for (; r < full; r++, p += 2 * bb) q_pair(type, N, 0, p, xa + r, np, acc[0]);
+        if (nb & 1) q_pair(type, N, 1, p, xa + r, np, acc[0]);
+        UNROLL
+        for (int i = 0; i < N; i++) {
+            __m256 s = acc[0][i];
+            UNROLL
+            for (int g = 1; g < G; g++) s = _mm256_add_ps(s, acc[g][i]);
+            Y[i * ldy + j] = hsum(s);
+        }
+    }
+}
+
+#define TL_MATVEC_Q_CASES(T)                                                             \
+    switch (n) {                                                                         \
+    case 1: matvec_q(T, 1, W, k, j0, j1, xa, Y, ldy); return;                            \
+    case 2: matvec_q(T, 2, W, k, j0, j1, xa, Y, ldy); return;                            \
+    case 3: matvec_q(T, 3, W, k, j0, j1, xa, Y, ldy); return;                            \
+    default: matvec_q(T, 4, W, k, j0, j1, xa, Y, ldy); return;                           \
+    }
+
+void TL_MATVEC_Q_NAME(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
+                      const act_pair *xa, size_t n, float *Y, size_t ldy) {
+    if (type == TL_TYPE_Q8_0) TL_MATVEC_Q_CASES(TL_TYPE_Q8_0)
+    else TL_MATVEC_Q_CASES(TL_TYPE_Q4_0)
+}

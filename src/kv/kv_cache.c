@@ -1,0 +1,747 @@
+/* kv_cache.c - the paged KV cache (kv_cache.h): page tables, page frames from the budget,
+ * placement, the append-only spill file, prefetch/staging, sticky errors.
+ *
+ * States of a page (one per (seq, layer, index)):
+ *   EMPTY  no frame.
+ *   OPEN   frame = f32 K rows then f32 V rows (page_tokens x kv_dim each): being appended,
+ *          or full but not stored yet (stored by the commit that completes it, or by a
+ *          later commit if that one ran out of budget).
+ *   MEM    full, homed in memory: frame = the stored page (page_bytes; with 32 bits the
+ *          OPEN frame itself, kept as is).
+ *   DISK   full, homed on disk at `slot` (offset slot * slot_bytes), written exactly once.
+ *          frame = the 4096-aligned write buffer while the write is in flight (`writing`,
+ *          its tag in the write ring) or while a prefetch pinned it (`pinned`), else NULL;
+ *          stage = the staging frame a prefetch reads into (`reading` until waited).
+ * Invariants: pages [0, stored) of a (seq, layer) are MEM or DISK, later ones OPEN or
+ * EMPTY; a DISK page has a frame iff writing || pinned; no frame with a request in flight
+ * is freed before that request is waited for; slots only grow (the spill file is
+ * append-only, never rewritten); at most ring_cap writes are in flight (a commit waits
+ * for the oldest when the ring is full). Errors of the spill IO are sticky (err, errmsg):
+ * every later call returns the same status and message. One thread calls this API.
+ * Tags: 0x4B << 56 | instance << 40 | counter, apart from the residency's small counters.
+ */
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "base/status.h"
+#include "kernels/types.h"
+#include "kv_cache.h"
+
+enum { PG_EMPTY, PG_OPEN, PG_MEM, PG_DISK };
+enum { SLOT_ALIGN = 4096, FRAME_ALIGN = 64 };
+#define KV_TAG ((uint64_t)0x4B << 56) /* then 16 bits of instance, 40 of counter */
+
+typedef struct kv_page {
+    uint8_t *frame, *stage;
+    uint64_t slot, wtag, rtag;
+    uint8_t state, writing, reading, pinned;
+} kv_page;
+
+typedef struct kv_sl { int32_t pending, stored; } kv_sl; /* per (seq, layer) */
+typedef struct kv_seq { int32_t open, len; } kv_seq;
+typedef struct kv_wr { kv_page *pg; uint64_t tag; int32_t seq, layer, page; } kv_wr;
+
+struct tl_kv {
+    tl_kv_params p;
+    tl_budget *budget;
+    tl_aio *aio;
+    tl_tier *tier; /* the spill file (maybe wrapped in the fault shim), or NULL */
+    char *spill_path;
+    int32_t group, np;
+    size_t row_bytes, page_bytes, f32_bytes, slot_bytes;
+    void *meta; /* one budget block holding the four tables below */
+    kv_page *pages;
+    kv_sl *sl;
+    kv_seq *seqs;
+    kv_wr *ring;
+    size_t ring_cap, ring_head, ring_n;
+    uint64_t next_slot, tag_base, next_tag, frames, frames_peak;
+    tl_kv_stats stats;
+    tl_status err;
+    char errmsg[1024];
+};
+
+static atomic_uint kv_instances;
+
+/* ---- sizes and the budget formula ---- */
+
+static tl_status check_params(const tl_kv_params *p) {
+    if (!p) return tl_error_set(TL_ERR_INVALID, "kv: no parameters");
+    if (p->n_layer < 1 || p->n_layer > 4096 || p->kv_dim < 1 || p->kv_dim > (1 << 20) ||
+        p->head_dim < 1 || p->kv_dim % p->head_dim != 0)
+        return tl_error_set(TL_ERR_INVALID, "kv: bad shape: %d layers, kv_dim %d, head_dim %d",
+                            (int)p->n_layer, (int)p->kv_dim, (int)p->head_dim);
+    if (p->page_tokens < 1 || p->page_tokens > 65536)
+        return tl_error_set(TL_ERR_INVALID, "kv: page_tokens %d out of range [1, 65536]",
+                            (int)p->page_tokens);
+    if (p->bits != 32 && p->bits != 16 && p->bits != 8 && p->bits != 4)
+        return tl_error_set(TL_ERR_INVALID, "kv: bits %d (32, 16, 8 or 4)", (int)p->bits);
+    if (p->bits == 4 && p->head_dim % 2 != 0)
+        return tl_error_set(TL_ERR_INVALID, "kv: 4-bit KV needs an even head_dim, not %d",
+                            (int)p->head_dim);
+    if (p->kv_mem_pct < 0 || p->kv_mem_pct > 100)
+        return tl_error_set(TL_ERR_INVALID, "kv: kv_mem_pct %d out of range [0, 100]",
+                            (int)p->kv_mem_pct);
+    if (p->max_seqs < 1 || p->max_seqs > 65536 || p->max_tokens < 1 ||
+        p->max_tokens > (1 << 26) || p->max_block < 0)
+        return tl_error_set(TL_ERR_INVALID, "kv: max_seqs %d, max_tokens %d, max_block %d",
+                            (int)p->max_seqs, (int)p->max_tokens, (int)p->max_block);
+    uint64_t np = ((uint64_t)p->max_tokens + (uint64_t)p->page_tokens - 1) / (uint64_t)p->page_tokens;
+    if ((uint64_t)p->max_seqs * (uint64_t)p->n_layer * np > ((uint64_t)1 << 28))
+        return tl_error_set(TL_ERR_INVALID, "kv: page table of %" PRIu64 " pages is too large",
+                            (uint64_t)p->max_seqs * (uint64_t)p->n_layer * np);
+    if (p->kv_mem_pct < 100 && (!p->spill_dir || !p->spill_dir[0]))
+        return tl_error_set(TL_ERR_INVALID,
+                            "kv: kv_mem_pct %d < 100 needs a spill directory",
+                            (int)p->kv_mem_pct);
+    return TL_OK;
+}
+
+static int32_t quant_group(const tl_kv_params *p) {
+    return p->head_dim % 64 == 0 ? 64 : p->head_dim;
+}
+
+static size_t row_bytes(const tl_kv_params *p) {
+    if (p->bits == 32 || p->bits == 16) return (size_t)p->kv_dim * (size_t)p->bits / 8;
+    return tl_kv_quant_row_bytes(p->kv_dim, quant_group(p), p->bits);
+}
+
+static size_t slot_of(size_t page_bytes) {
+    return (page_bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
+}
+
+static uint64_t pages_per_sl(const tl_kv_params *p) {
+    return ((uint64_t)p->max_tokens + (uint64_t)p->page_tokens - 1) / (uint64_t)p->page_tokens;
+}
+
+/* Page i of a (seq, layer) is homed on disk iff floor((i+1)d) > floor(i d), d = the disk
+ * share: the disk pages are spread evenly, and floor(n d) of the first n are on disk. */
+static int on_disk(int32_t pct, uint64_t i) {
+    uint64_t d = (uint64_t)(100 - pct);
+    return (i + 1) * d / 100 > i * d / 100;
+}
+
+/* Bytes of the page tables (one budget block): pages, (seq, layer) counters, sequences,
+ * the write ring. *ring_cap gets the ring's capacity. */
+static uint64_t meta_bytes(const tl_kv_params *p, uint64_t *ring_cap, uint64_t off[4]) {
+    uint64_t sl = (uint64_t)p->max_seqs * (uint64_t)p->n_layer, np = pages_per_sl(p);
+    uint64_t nd = np * (uint64_t)(100 - p->kv_mem_pct) / 100; /* disk pages per (seq, layer) */
+    uint64_t cap = 2 * sl < sl * nd ? 2 * sl : sl * nd;
+    if (cap == 0) cap = 1;
+    *ring_cap = cap;
+    uint64_t o = 0;
+    off[0] = o; o += sl * np * sizeof(kv_page);
+    o = (o + 63) / 64 * 64; off[1] = o; o += sl * sizeof(kv_sl);
+    o = (o + 63) / 64 * 64; off[2] = o; o += (uint64_t)p->max_seqs * sizeof(kv_seq);
+    o = (o + 63) / 64 * 64; off[3] = o; o += cap * sizeof(kv_wr);
+    return o;
+}
+
+size_t tl_kv_page_bytes(const tl_kv_params *p) {
+    if (!p || p->kv_dim < 1 || p->page_tokens < 1 || p->head_dim < 1 ||
+        (p->bits != 32 && p->bits != 16 && p->bits != 8 && p->bits != 4))
+        return 0;
+    return 2 * (size_t)p->page_tokens * row_bytes(p);
+}
+
+/* The bound, with S = max_seqs, L = n_layer, NP = ceil(max_tokens / page_tokens) pages per
+ * (seq, layer), ND = floor(NP * (100 - kv_mem_pct) / 100) of them homed on disk (the
+ * placement rule puts floor(n d) of the first n pages on disk), NM = NP - ND,
+ * OPEN = 1 + ceil(max_block / page_tokens) open f32 pages per (seq, layer) (2 when
+ * max_block <= page_tokens), W = min(2 S L, S L ND) write buffers in flight (the ring),
+ * and each budget block costing its size + its alignment (the allocator's header):
+ *   S L (NM (page_bytes + 64) + OPEN (f32_page_bytes + 64))   resident and open pages
+ *   + (active ND + W) (slot_bytes + 4096)                      staging and write buffers
+ *   + meta + 64                                                page tables and write ring
+ * slot_bytes = page_bytes rounded up to 4096. A page being stored holds its open frame
+ * and its new frame for a moment; both are counted. A page pinned by a prefetch while
+ * its write was in flight keeps its write buffer in place of a staging frame. */
+uint64_t tl_kv_budget_bytes(const tl_kv_params *p, int32_t active) {
+    if (check_params(p) != TL_OK || active < 0) return UINT64_MAX;
+    uint64_t S = (uint64_t)p->max_seqs, L = (uint64_t)p->n_layer, np = pages_per_sl(p);
+    uint64_t nd = np * (uint64_t)(100 - p->kv_mem_pct) / 100, nm = np - nd;
+    uint64_t P = (uint64_t)p->page_tokens, M = p->max_block ? (uint64_t)p->max_block : P;
+    uint64_t open = 1 + (M + P - 1) / P;
+    uint64_t page = tl_kv_page_bytes(p), f32 = 2 * P * (uint64_t)p->kv_dim * 4;
+    uint64_t slot = slot_of(page), cap, off[4];
+    uint64_t meta = meta_bytes(p, &cap, off);
+    uint64_t w = nd ? cap : 0;
+    return S * L * (nm * (page + FRAME_ALIGN) + open * (f32 + FRAME_ALIGN)) +
+           ((uint64_t)active * nd + w) * (slot + SLOT_ALIGN) + meta + FRAME_ALIGN;
+}
+
+/* ---- small helpers ---- */
+
+static kv_page *page_at(const tl_kv *kv, int32_t seq, int32_t layer, int32_t i) {
+    return &kv->pages[((size_t)seq * (size_t)kv->p.n_layer + (size_t)layer) * (size_t)kv->np +
+                      (size_t)i];
+}
+
+static kv_sl *sl_at(const tl_kv *kv, int32_t seq, int32_t layer) {
+    return &kv->sl[(size_t)seq * (size_t)kv->p.n_layer + (size_t)layer];
+}
+
+static tl_status sticky(const tl_kv *kv) {
+    return kv->err ? tl_error_set(kv->err, "%s", kv->errmsg) : TL_OK;
+}
+
+/* Makes the current error (status st, message tl_last_error()) sticky unless an earlier
+ * one is; returns the sticky error. */
+static tl_status stick(tl_kv *kv, tl_status st) {
+    if (!kv->err) {
+        kv->err = st;
+        snprintf(kv->errmsg, sizeof kv->errmsg, "%s", tl_last_error());
+    }
+    return sticky(kv);
+}
+
+static tl_status frame_alloc(tl_kv *kv, size_t size, size_t align, uint8_t **out,
+                             const char *what, int32_t seq, int32_t layer, int32_t i) {
+    char name[160];
+    snprintf(name, sizeof name, "KV %s (seq %d, layer %d, page %d)", what, (int)seq,
+             (int)layer, (int)i);
+    void *f;
+    tl_status st = tl_budget_alloc(kv->budget, size, align, name, &f);
+    if (st != TL_OK) return st;
+    *out = f;
+    if (++kv->frames > kv->frames_peak) kv->frames_peak = kv->frames;
+    return TL_OK;
+}
+
+static void frame_free(tl_kv *kv, uint8_t **f) {
+    if (!*f) return;
+    tl_budget_free(kv->budget, *f);
+    *f = NULL;
+    kv->frames--;
+}
+
+static uint64_t new_tag(tl_kv *kv) {
+    return kv->tag_base | (kv->next_tag++ & (((uint64_t)1 << 40) - 1));
+}
+
+static tl_status check_seq(const tl_kv *kv, int32_t seq, const char *what) {
+    if (seq < 0 || seq >= kv->p.max_seqs || !kv->seqs[seq].open)
+        return tl_error_set(TL_ERR_INVALID, "kv %s: sequence %d is not open", what, (int)seq);
+    return TL_OK;
+}
+
+static tl_status check_layer(const tl_kv *kv, int32_t layer, const char *what) {
+    if (layer < 0 || layer >= kv->p.n_layer)
+        return tl_error_set(TL_ERR_INVALID, "kv %s: layer %d out of range [0, %d)", what,
+                            (int)layer, (int)kv->p.n_layer);
+    return TL_OK;
+}
+
+/* ---- encoding ---- */
+
+/* Stores an open page (f32 K rows, then V rows) in the configured format. */
+static void encode_page(const tl_kv *kv, const float *f32, uint8_t *out) {
+    size_t D = (size_t)kv->p.kv_dim, rows = 2 * (size_t)kv->p.page_tokens;
+    for (size_t r = 0; r < rows; r++) {
+        const float *x = f32 + r * D;
+        uint8_t *o = out + r * kv->row_bytes;
+        if (kv->p.bits == 32) {
+            memcpy(o, x, D * sizeof(float));
+        } else if (kv->p.bits == 16) {
+            uint16_t *h = (uint16_t *)(void *)o;
+            for (size_t j = 0; j < D; j++) h[j] = tl_f32_to_f16(x[j]);
+        } else {
+            tl_kv_quant_row(x, kv->p.kv_dim, kv->group, kv->p.bits, o);
+        }
+    }
+}
+
+/* Decodes n K rows and n V rows of a stored page into scratch (K at 0, V at P * D). */
+static void decode_page(const tl_kv *kv, const uint8_t *in, int32_t n, float *scratch) {
+    size_t D = (size_t)kv->p.kv_dim, P = (size_t)kv->p.page_tokens;
+    for (int half = 0; half < 2; half++) {
+        for (size_t r = 0; r < (size_t)n; r++) {
+            const uint8_t *src = in + (half * P + r) * kv->row_bytes;
+            float *x = scratch + half * P * D + r * D;
+            if (kv->p.bits == 16) {
+                const uint16_t *h = (const uint16_t *)(const void *)src;
+                for (size_t j = 0; j < D; j++) x[j] = tl_f16_to_f32(h[j]);
+            } else {
+                tl_kv_dequant_row(src, kv->p.kv_dim, kv->group, kv->p.bits, x);
+            }
+        }
+    }
+}
+
+/* ---- the write ring ---- */
+
+/* Finishes the oldest write in the ring: waits for it if `block`, else only if it has
+ * completed. *progress is set when an entry was removed. */
+static tl_status ring_pop(tl_kv *kv, int block, int *progress) {
+    *progress = 0;
+    if (kv->ring_n == 0) return TL_OK;
+    kv_wr *w = &kv->ring[kv->ring_head];
+    kv_page *pg = w->pg;
+    tl_status st = TL_OK;
+    if (pg->writing && pg->wtag == w->tag) { /* else the sequence closed and waited */
+        if (!block && !tl_aio_poll(kv->aio, w->tag)) return TL_OK;
+        st = tl_aio_wait(kv->aio, w->tag);
+        pg->writing = 0;
+        if (!pg->pinned) frame_free(kv, &pg->frame);
+        if (st == TL_OK) {
+            kv->stats.pages_written++;
+            kv->stats.bytes_written += kv->slot_bytes;
+        } else {
+            tl_error_wrap(st, "KV spill write (seq %d, layer %d, page %d)", (int)w->seq,
+                          (int)w->layer, (int)w->page);
+            st = stick(kv, st);
+        }
+    }
+    kv->ring_head = (kv->ring_head + 1) % kv->ring_cap;
+    kv->ring_n--;
+    *progress = 1;
+    return st;
+}
+
+/* Reaps the writes that have completed, oldest first. */
+static tl_status reap(tl_kv *kv) {
+    int progress = 1;
+    while (progress) {
+        tl_status st = ring_pop(kv, 0, &progress);
+        if (st != TL_OK) return st;
+    }
+    return TL_OK;
+}
+
+/* Waits for every write in flight; returns the first error (all are waited). */
+static tl_status drain(tl_kv *kv) {
+    tl_status first = TL_OK;
+    int progress;
+    while (kv->ring_n > 0) {
+        tl_status st = ring_pop(kv, 1, &progress);
+        if (first == TL_OK) first = st;
+    }
+    return first;
+}
+
+/* Waits for the read of a staged page; keeps the staging frame. */
+static tl_status finish_read(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, int32_t i) {
+    if (!pg->reading) return TL_OK;
+    pg->reading = 0;
+    tl_status st = tl_aio_wait(kv->aio, pg->rtag);
+    if (st != TL_OK) {
+        tl_error_wrap(st, "KV spill read (seq %d, layer %d, page %d)", (int)seq, (int)layer,
+                      (int)i);
+        return stick(kv, st);
+    }
+    kv->stats.pages_read++;
+    kv->stats.bytes_read += kv->slot_bytes;
+    return TL_OK;
+}
+
+/* ---- storing a full page ---- */
+
+static tl_status store_page(tl_kv *kv, int32_t seq, int32_t layer, int32_t i) {
+    kv_page *pg = page_at(kv, seq, layer, i);
+    const float *f32 = (const float *)(const void *)pg->frame;
+    tl_status st;
+    if (!on_disk(kv->p.kv_mem_pct, (uint64_t)i)) {
+        if (kv->p.bits != 32) {
+            uint8_t *f;
+            st = frame_alloc(kv, kv->page_bytes, FRAME_ALIGN, &f, "stored page", seq, layer, i);
+            if (st != TL_OK) return st;
+            encode_page(kv, f32, f);
+            frame_free(kv, &pg->frame);
+            pg->frame = f;
+        }
+        pg->state = PG_MEM;
+        return TL_OK;
+    }
+    int progress;
+    while (kv->ring_n == kv->ring_cap) /* bound the write buffers in flight */
+        if ((st = ring_pop(kv, 1, &progress)) != TL_OK) return st;
+    uint8_t *buf;
+    st = frame_alloc(kv, kv->slot_bytes, SLOT_ALIGN, &buf, "spill write buffer", seq, layer, i);
+    if (st != TL_OK) return st;
+    encode_page(kv, f32, buf);
+    memset(buf + kv->page_bytes, 0, kv->slot_bytes - kv->page_bytes);
+    uint64_t tag = new_tag(kv);
+    st = tl_aio_write(kv->aio, kv->tier, kv->next_slot * kv->slot_bytes, buf, kv->slot_bytes,
+                      tag);
+    if (st != TL_OK) {
+        frame_free(kv, &buf);
+        tl_error_wrap(st, "KV spill write (seq %d, layer %d, page %d)", (int)seq, (int)layer,
+                      (int)i);
+        return stick(kv, st);
+    }
+    frame_free(kv, &pg->frame);
+    pg->frame = buf;
+    pg->slot = kv->next_slot++;
+    pg->state = PG_DISK;
+    pg->writing = 1;
+    pg->wtag = tag;
+    kv_wr *w = &kv->ring[(kv->ring_head + kv->ring_n++) % kv->ring_cap];
+    w->pg = pg;
+    w->tag = tag;
+    w->seq = seq;
+    w->layer = layer;
+    w->page = i;
+    return TL_OK;
+}
+
+/* ---- open / close ---- */
+
+static tl_status open_spill(tl_kv *kv, const char *dir, unsigned inst) {
+    size_t len = strlen(dir) + 64;
+    kv->spill_path = malloc(len);
+    if (!kv->spill_path) return tl_error_set(TL_ERR_NOMEM, "kv: out of memory");
+    tl_status st = TL_ERR_IO;
+    int tried = 0;
+    for (unsigned attempt = 0; attempt < 64 && !tried; attempt++) {
+        unsigned c = attempt ? atomic_fetch_add(&kv_instances, 1) : inst;
+        snprintf(kv->spill_path, len, "%s/tierllm-kv-%ld-%u.spill", dir,
+                 (long)getpid(), c);
+        if (access(kv->spill_path, F_OK) == 0) continue; /* a stale file: next name */
+        st = tl_tier_file_open(kv->spill_path,
+                               TL_TIER_FILE_DIRECT | TL_TIER_FILE_WRITE |
+                                   TL_TIER_FILE_CREATE_EXCL,
+                               &kv->tier);
+        tried = 1;
+    }
+    if (!tried) tl_error_set(st, "no free spill file name in %s", dir);
+    if (st != TL_OK) {
+        free(kv->spill_path);
+        kv->spill_path = NULL;
+        return tl_error_wrap(st, "kv: spill file");
+    }
+    return TL_OK;
+}
+
+tl_status tl_kv_open(const tl_kv_params *p, tl_budget *budget, tl_aio *aio, tl_kv **out) {
+    if (!out) return tl_error_set(TL_ERR_INVALID, "kv open: no output");
+    *out = NULL;
+    tl_status st = check_params(p);
+    if (st != TL_OK) return st;
+    if (!budget || (p->kv_mem_pct < 100 && !aio))
+        return tl_error_set(TL_ERR_INVALID, "kv open: no budget or IO queue");
+    tl_kv *kv = calloc(1, sizeof *kv);
+    if (!kv) return tl_error_set(TL_ERR_NOMEM, "kv: out of memory");
+    kv->p = *p;
+    kv->p.spill_dir = NULL; /* not kept: the caller's string may go away */
+    kv->budget = budget;
+    kv->aio = aio;
+    kv->group = quant_group(p);
+    kv->np = (int32_t)pages_per_sl(p);
+    kv->row_bytes = row_bytes(p);
+    kv->page_bytes = tl_kv_page_bytes(p);
+    kv->f32_bytes = 2 * (size_t)p->page_tokens * (size_t)p->kv_dim * sizeof(float);
+    kv->slot_bytes = slot_of(kv->page_bytes);
+    uint64_t cap, off[4], mb = meta_bytes(p, &cap, off);
+    st = tl_budget_calloc(budget, (size_t)mb, "KV page tables", &kv->meta);
+    if (st != TL_OK) {
+        free(kv);
+        return st;
+    }
+    uint8_t *m = kv->meta;
+    kv->pages = (kv_page *)(void *)(m + off[0]);
+    kv->sl = (kv_sl *)(void *)(m + off[1]);
+    kv->seqs = (kv_seq *)(void *)(m + off[2]);
+    kv->ring = (kv_wr *)(void *)(m + off[3]);
+    kv->ring_cap = (size_t)cap;
+    unsigned inst = atomic_fetch_add(&kv_instances, 1);
+    kv->tag_base = KV_TAG | ((uint64_t)(inst & 0xFFFF) << 40);
+    if (p->kv_mem_pct < 100) {
+        st = open_spill(kv, p->spill_dir, inst);
+        if (st != TL_OK) {
+            tl_budget_free(budget, kv->meta);
+            free(kv);
+            return st;
+        }
+    }
+    *out = kv;
+    return TL_OK;
+}
+
+/* Waits for the page's IO and frees its frames. */
+static void page_clear(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, int32_t i) {
+    if (pg->writing) {
+        tl_status st = tl_aio_wait(kv->aio, pg->wtag);
+        pg->writing = 0; /* its ring entry is now dead */
+        if (st == TL_OK) {
+            kv->stats.pages_written++;
+            kv->stats.bytes_written += kv->slot_bytes;
+        } else {
+            tl_error_wrap(st, "KV spill write (seq %d, layer %d, page %d)", (int)seq,
+                          (int)layer, (int)i);
+            stick(kv, st);
+        }
+    }
+    (void)finish_read(kv, pg, seq, layer, i);
+    frame_free(kv, &pg->frame);
+    frame_free(kv, &pg->stage);
+    memset(pg, 0, sizeof *pg);
+}
+
+void tl_kv_close(tl_kv *kv) {
+    if (!kv) return;
+    (void)drain(kv);
+    for (int32_t s = 0; s < kv->p.max_seqs; s++)
+        for (int32_t l = 0; l < kv->p.n_layer; l++)
+            for (int32_t i = 0; i < kv->np; i++) page_clear(kv, page_at(kv, s, l, i), s, l, i);
+    tl_budget_free(kv->budget, kv->meta);
+    if (kv->tier) tl_tier_close(kv->tier);
+    if (kv->spill_path) unlink(kv->spill_path);
+    free(kv->spill_path);
+    free(kv);
+}
+
+/* ---- sequences ---- */
+
+tl_status tl_kv_seq_open(tl_kv *kv, int32_t *seq) {
+    if (!kv || !seq) return tl_error_set(TL_ERR_INVALID, "kv seq open: null argument");
+    *seq = -1;
+    tl_status st = sticky(kv);
+    if (st == TL_OK) st = reap(kv);
+    if (st != TL_OK) return st;
+    for (int32_t s = 0; s < kv->p.max_seqs; s++) {
+        if (kv->seqs[s].open) continue;
+        kv->seqs[s].open = 1;
+        kv->seqs[s].len = 0;
+        for (int32_t l = 0; l < kv->p.n_layer; l++) *sl_at(kv, s, l) = (kv_sl){0, 0};
+        *seq = s;
+        return TL_OK;
+    }
+    return tl_error_set(TL_ERR_INVALID, "kv: all %d sequences are in use", (int)kv->p.max_seqs);
+}
+
+void tl_kv_seq_close(tl_kv *kv, int32_t seq) {
+    if (!kv || check_seq(kv, seq, "seq close") != TL_OK) return;
+    for (int32_t l = 0; l < kv->p.n_layer; l++) {
+        for (int32_t i = 0; i < kv->np; i++) page_clear(kv, page_at(kv, seq, l, i), seq, l, i);
+        *sl_at(kv, seq, l) = (kv_sl){0, 0};
+    }
+    kv->seqs[seq].open = 0;
+    kv->seqs[seq].len = 0;
+}
+
+int32_t tl_kv_seq_len(const tl_kv *kv, int32_t seq) {
+    if (!kv || check_seq(kv, seq, "seq len") != TL_OK) return 0;
+    return kv->seqs[seq].len;
+}
+
+int32_t tl_kv_visible(const tl_kv *kv, int32_t seq, int32_t layer) {
+    if (!kv || check_seq(kv, seq, "visible") != TL_OK || layer < 0 || layer >= kv->p.n_layer)
+        return 0;
+    return kv->seqs[seq].len + sl_at(kv, seq, layer)->pending;
+}
+
+tl_status tl_kv_append(tl_kv *kv, int32_t seq, int32_t layer, const float *k, const float *v,
+                       int32_t n) {
+    if (!kv) return tl_error_set(TL_ERR_INVALID, "kv append: no cache");
+    tl_status st = sticky(kv);
+    if (st == TL_OK) st = check_seq(kv, seq, "append");
+    if (st == TL_OK) st = check_layer(kv, layer, "append");
+    if (st != TL_OK) return st;
+    if (n < 0 || (n > 0 && (!k || !v)))
+        return tl_error_set(TL_ERR_INVALID, "kv append: %d rows, k %p, v %p", (int)n,
+                            (const void *)k, (const void *)v);
+    kv_sl *sl = sl_at(kv, seq, layer);
+    int64_t pos0 = (int64_t)kv->seqs[seq].len + sl->pending;
+    if (pos0 + n > kv->p.max_tokens)
+        return tl_error_set(TL_ERR_CONTEXT,
+                            "kv append: sequence %d layer %d: %" PRId64 " + %d positions "
+                            "exceed the context of %d",
+                            (int)seq, (int)layer, pos0, (int)n, (int)kv->p.max_tokens);
+    if (n == 0) return TL_OK;
+    if ((st = reap(kv)) != TL_OK) return st;
+    const int32_t P = kv->p.page_tokens;
+    const size_t D = (size_t)kv->p.kv_dim;
+    for (int32_t i = (int32_t)(pos0 / P); i <= (int32_t)((pos0 + n - 1) / P); i++) {
+        kv_page *pg = page_at(kv, seq, layer, i);
+        if (pg->state != PG_EMPTY) continue;
+        st = frame_alloc(kv, kv->f32_bytes, FRAME_ALIGN, &pg->frame, "open page", seq, layer, i);
+        if (st != TL_OK) return st; /* frames allocated so far stay, empty and open */
+        pg->state = PG_OPEN;
+    }
+    for (int32_t r = 0; r < n; r++) {
+        int64_t pos = pos0 + r;
+        float *f = (float *)(void *)page_at(kv, seq, layer, (int32_t)(pos / P))->frame;
+        size_t row = (size_t)(pos % P);
+        memcpy(f + row * D, k + (size_t)r * D, D * sizeof(float));
+        memcpy(f + ((size_t)P + row) * D, v + (size_t)r * D, D * sizeof(float));
+    }
+    sl->pending += n;
+    return TL_OK;
+}
+
+tl_status tl_kv_seq_commit(tl_kv *kv, int32_t seq, int32_t n) {
+    if (!kv) return tl_error_set(TL_ERR_INVALID, "kv commit: no cache");
+    tl_status st = sticky(kv);
+    if (st == TL_OK) st = check_seq(kv, seq, "commit");
+    if (st != TL_OK) return st;
+    for (int32_t l = 0; l < kv->p.n_layer; l++)
+        if (sl_at(kv, seq, l)->pending != n)
+            return tl_error_set(TL_ERR_INVALID,
+                                "kv commit of %d positions of sequence %d: layer %d has %d "
+                                "appended", (int)n, (int)seq, (int)l,
+                                (int)sl_at(kv, seq, l)->pending);
+    kv->seqs[seq].len += n;
+    for (int32_t l = 0; l < kv->p.n_layer; l++) sl_at(kv, seq, l)->pending = 0;
+    if ((st = reap(kv)) != TL_OK) return st;
+    int32_t full = kv->seqs[seq].len / kv->p.page_tokens;
+    for (int32_t l = 0; l < kv->p.n_layer; l++) {
+        kv_sl *sl = sl_at(kv, seq, l);
+        while (sl->stored < full) {
+            if ((st = store_page(kv, seq, l, sl->stored)) != TL_OK) return st;
+            sl->stored++;
+        }
+    }
+    return TL_OK;
+}
+
+/* ---- reading ---- */
+
+static tl_status check_seqs(const tl_kv *kv, const int32_t *seqs, int32_t n_seqs,
+                            int32_t layer, const char *what) {
+    tl_status st = sticky(kv);
+    if (st == TL_OK && (n_seqs < 0 || (n_seqs > 0 && !seqs)))
+        st = tl_error_set(TL_ERR_INVALID, "kv %s: %d sequences", what, (int)n_seqs);
+    if (st == TL_OK && n_seqs > 0) st = check_layer(kv, layer, what);
+    for (int32_t j = 0; st == TL_OK && j < n_seqs; j++) st = check_seq(kv, seqs[j], what);
+    return st;
+}
+
+tl_status tl_kv_prefetch(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t layer) {
+    if (!kv) return tl_error_set(TL_ERR_INVALID, "kv prefetch: no cache");
+    tl_status st = check_seqs(kv, seqs, n_seqs, layer, "prefetch");
+    if (st == TL_OK) st = reap(kv);
+    if (st != TL_OK) return st;
+    for (int32_t j = 0; j < n_seqs; j++) {
+        int32_t s = seqs[j], stored = sl_at(kv, s, layer)->stored;
+        for (int32_t i = 0; i < stored; i++) {
+            kv_page *pg = page_at(kv, s, layer, i);
+            if (pg->state != PG_DISK || pg->stage || pg->pinned) continue;
+            if (pg->frame) { /* its write is in flight: use the buffer, no read */
+                pg->pinned = 1;
+                continue;
+            }
+            st = frame_alloc(kv, kv->slot_bytes, SLOT_ALIGN, &pg->stage, "staging frame", s,
+                             layer, i);
+            if (st != TL_OK) return st; /* what is queued so far is undone by release */
+            pg->rtag = new_tag(kv);
+            st = tl_aio_read(kv->aio, kv->tier, pg->slot * kv->slot_bytes, pg->stage,
+                             kv->slot_bytes, pg->rtag);
+            if (st != TL_OK) {
+                frame_free(kv, &pg->stage);
+                tl_error_wrap(st, "KV spill read (seq %d, layer %d, page %d)", (int)s,
+                              (int)layer, (int)i);
+                return stick(kv, st);
+            }
+            pg->reading = 1;
+        }
+    }
+    return TL_OK;
+}
+
+tl_status tl_kv_wait(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t layer) {
+    if (!kv) return tl_error_set(TL_ERR_INVALID, "kv wait: no cache");
+    tl_status st = check_seqs(kv, seqs, n_seqs, layer, "wait");
+    if (st != TL_OK) return st;
+    tl_status first = TL_OK;
+    for (int32_t j = 0; j < n_seqs; j++) {
+        int32_t s = seqs[j], stored = sl_at(kv, s, layer)->stored;
+        for (int32_t i = 0; i < stored; i++) {
+            st = finish_read(kv, page_at(kv, s, layer, i), s, layer, i);
+            if (first == TL_OK) first = st;
+        }
+    }
+    return first != TL_OK ? first : reap(kv);
+}
+
+void tl_kv_release(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t layer) {
+    if (!kv || !seqs || layer < 0 || layer >= kv->p.n_layer) return;
+    for (int32_t j = 0; j < n_seqs; j++) {
+        int32_t s = seqs[j];
+        if (check_seq(kv, s, "release") != TL_OK) continue;
+        int32_t stored = sl_at(kv, s, layer)->stored;
+        for (int32_t i = 0; i < stored; i++) {
+            kv_page *pg = page_at(kv, s, layer, i);
+            if (pg->state != PG_DISK) continue;
+            (void)finish_read(kv, pg, s, layer, i);
+            frame_free(kv, &pg->stage);
+            if (pg->pinned) {
+                pg->pinned = 0;
+                if (!pg->writing) frame_free(kv, &pg->frame);
+            }
+        }
+    }
+}
+
+tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float *scratch,
+                     const float **k, const float **v, int32_t *n) {
+    if (!kv || !k || !v || !n) return tl_error_set(TL_ERR_INVALID, "kv view: null argument");
+    tl_status st = sticky(kv);
+    if (st == TL_OK) st = check_seq(kv, seq, "view");
+    if (st == TL_OK) st = check_layer(kv, layer, "view");
+    if (st != TL_OK) return st;
+    const int32_t P = kv->p.page_tokens;
+    int32_t vis = tl_kv_visible(kv, seq, layer);
+    if (page < 0 || (int64_t)page * P >= vis)
+        return tl_error_set(TL_ERR_INVALID,
+                            "kv view: page %d of sequence %d layer %d is past its %d "
+                            "positions", (int)page, (int)seq, (int)layer, (int)vis);
+    int32_t rows = vis - page * P < P ? vis - page * P : P;
+    kv_page *pg = page_at(kv, seq, layer, page);
+    const uint8_t *src = NULL;
+    if (pg->state == PG_OPEN) {
+        const float *f = (const float *)(const void *)pg->frame;
+        *k = f;
+        *v = f + (size_t)P * (size_t)kv->p.kv_dim;
+        *n = rows;
+        return TL_OK;
+    }
+    if (pg->state == PG_MEM) {
+        src = pg->frame;
+    } else if (pg->state == PG_DISK && pg->stage && !pg->reading) {
+        src = pg->stage;
+    } else if (pg->state == PG_DISK && pg->pinned) {
+        src = pg->frame;
+    } else {
+        return tl_error_set(TL_ERR_INVALID,
+                            "kv view: page %d of sequence %d layer %d is on disk and %s "
+                            "(tl_kv_prefetch and tl_kv_wait first)", (int)page, (int)seq,
+                            (int)layer, pg->stage ? "its read was not waited for" : "not staged");
+    }
+    if (kv->p.bits == 32) {
+        *k = (const float *)(const void *)src;
+        *v = *k + (size_t)P * (size_t)kv->p.kv_dim;
+    } else {
+        if (!scratch) return tl_error_set(TL_ERR_INVALID, "kv view: no scratch buffer");
+        decode_page(kv, src, rows, scratch);
+        *k = scratch;
+        *v = scratch + (size_t)P * (size_t)kv->p.kv_dim;
+    }
+    *n = rows;
+    return TL_OK;
+}
+
+void tl_kv_get_stats(const tl_kv *kv, tl_kv_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!kv) return;
+    *out = kv->stats;
+    out->mem_pages_peak = kv->frames_peak;
+}
+
+void tl_kv_set_spill_fault(tl_kv *kv, const tl_fault_spec *spec) {
+    if (!kv || !kv->tier) return;
+    (void)drain(kv);
+    for (int32_t s = 0; s < kv->p.max_seqs; s++)
+        for (int32_t l = 0; l < kv->p.n_layer; l++)
+            for (int32_t i = 0; i < kv->np; i++)
+                (void)finish_read(kv, page_at(kv, s, l, i), s, l, i);
+    tl_tier *f;
+    tl_status st = tl_tier_fault_open(kv->tier, spec, &f);
+    if (st != TL_OK) {
+        stick(kv, st);
+        return;
+    }
+    kv->tier = f;
+}

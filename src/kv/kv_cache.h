@@ -1,0 +1,109 @@
+/* kv_cache.h - the paged KV cache: fixed-size pages of K and V per layer, a page table
+ * per sequence, pages homed in memory or on the SSD.
+ *
+ * A page holds `page_tokens` consecutive positions of one sequence at one layer: K rows
+ * then V rows, each row kv_dim values, stored as f32 (bits 32), f16 (16), or group-wise
+ * quantized (8 or 4: groups of `group` values along the head dimension, each with an f32
+ * min and scale, FlexGen's scheme) when the page is stored. Sequences of different
+ * lengths share one pool of page frames; nothing is padded.
+ *
+ * Homes: the last (partial) page of a sequence is always in memory (appends go there).
+ * When a page fills up, its home is decided by the placement rule (kv_mem_pct: about
+ * that percent of each sequence's full pages stay in memory, the others spread evenly
+ * among its pages go to disk). A disk page is written once, asynchronously, to the
+ * append-only spill file (O_DIRECT, created in spill_dir, deleted at close), and never
+ * rewritten; its memory frame is released when the write completes.
+ * Reading: before attention at layer l, tl_kv_prefetch() queues reads of the disk pages
+ * of the given sequences at that layer into staging frames; tl_kv_wait() waits for them;
+ * tl_kv_view() then gives f32 K/V rows for any page (dequantized into the caller's
+ * scratch when stored quantized); tl_kv_release() frees the staging frames.
+ * All frames come from the budget; IO goes through the shared tl_aio queue.
+ * Errors (ENOSPC, EIO on the spill file) are sticky: every later call returns them.
+ */
+#ifndef TL_KV_KV_CACHE_H
+#define TL_KV_KV_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "tierllm.h"
+#include "../base/budget.h"
+#include "../tier/aio.h"
+
+typedef struct tl_kv_params {
+    int32_t n_layer;
+    int32_t kv_dim;       /* values per token per layer in K (and in V) */
+    int32_t head_dim;     /* quantization groups never straddle heads */
+    int32_t page_tokens;  /* positions per page (default 16) */
+    int32_t bits;         /* 32, 16, 8 or 4 */
+    int32_t kv_mem_pct;   /* 0..100: share of full pages homed in memory */
+    int32_t max_seqs;     /* sequences alive at once */
+    int32_t max_tokens;   /* per sequence (context length) */
+    const char *spill_dir;/* where the spill file is created (needed if kv_mem_pct < 100) */
+    int32_t max_block;    /* most positions appended to a sequence between two commits
+                             (prefill block); 0 = page_tokens. Only tl_kv_budget_bytes uses
+                             it: open f32 pages per (seq, layer) <= 1 + ceil(max_block /
+                             page_tokens). */
+} tl_kv_params;
+
+typedef struct tl_kv tl_kv;
+
+typedef struct tl_kv_stats {
+    uint64_t bytes_written;  /* to the spill file */
+    uint64_t bytes_read;     /* from the spill file */
+    uint64_t pages_written, pages_read;
+    uint64_t mem_pages_peak; /* frames in memory at once */
+} tl_kv_stats;
+
+/* Bytes of one stored page (K and V) in this format. */
+size_t tl_kv_page_bytes(const tl_kv_params *p);
+/* Budget bytes the cache needs at most for these parameters, when each of `active`
+ * sequences is read at one layer at a time (resident pages + staging + write buffers). */
+uint64_t tl_kv_budget_bytes(const tl_kv_params *p, int32_t active);
+
+tl_status tl_kv_open(const tl_kv_params *p, tl_budget *budget, tl_aio *aio, tl_kv **out);
+/* Waits for pending writes, frees every frame, closes and deletes the spill file. */
+void tl_kv_close(tl_kv *kv);
+
+/* Sequences: ids are 0..max_seqs-1. */
+tl_status tl_kv_seq_open(tl_kv *kv, int32_t *seq);
+void tl_kv_seq_close(tl_kv *kv, int32_t seq); /* frees its frames (disk slots are not reused) */
+int32_t tl_kv_seq_len(const tl_kv *kv, int32_t seq);
+
+/* Writes K and V rows (f32, n rows of kv_dim) of layer `layer` for positions
+ * [len, len+n) of the sequence. Call for every layer, then tl_kv_seq_commit(n). */
+tl_status tl_kv_append(tl_kv *kv, int32_t seq, int32_t layer, const float *k, const float *v,
+                       int32_t n);
+/* The n appended positions are complete in every layer: the length grows by n, and
+ * pages that became full are stored (quantized, and written out if homed on disk). */
+tl_status tl_kv_seq_commit(tl_kv *kv, int32_t seq, int32_t n);
+
+/* Reading pages for attention at one layer. */
+tl_status tl_kv_prefetch(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t layer);
+tl_status tl_kv_wait(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t layer);
+void tl_kv_release(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t layer);
+
+/* Number of positions of `seq` visible at `layer` (committed + appended, not committed). */
+int32_t tl_kv_visible(const tl_kv *kv, int32_t seq, int32_t layer);
+/* f32 views of page `page` (positions page*page_tokens ..) of seq at layer: *k and *v
+ * point to `*n` rows of kv_dim floats. For f32 pages they point into the page; otherwise
+ * the page is decoded into `scratch` (2 * page_tokens * kv_dim floats). The page must be
+ * in memory (its home, or staged by prefetch+wait). */
+tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float *scratch,
+                     const float **k, const float **v, int32_t *n);
+
+void tl_kv_get_stats(const tl_kv *kv, tl_kv_stats *out);
+
+/* Group-wise quantization of one row of `n` values in groups of `group` (FlexGen): each
+ * group stores min and scale = (max - min) / (2^bits - 1) as f32, then values
+ * q = round((x - min) / scale) packed (4 bits: two per byte, low nibble first). */
+size_t tl_kv_quant_row_bytes(int32_t n, int32_t group, int32_t bits);
+void tl_kv_quant_row(const float *x, int32_t n, int32_t group, int32_t bits, uint8_t *out);
+void tl_kv_dequant_row(const uint8_t *in, int32_t n, int32_t group, int32_t bits, float *x);
+
+/* ---- testing only ---- */
+/* Waits for the spill IO in flight, then wraps the spill tier in the fault shim
+ * (tl_tier_fault_open): call counting starts at this point. No-op without a spill file;
+ * a failure to wrap becomes the sticky error. */
+void tl_kv_set_spill_fault(tl_kv *kv, const tl_fault_spec *spec);
+
+#endif

@@ -1,0 +1,581 @@
+/* test_kv.c - the paged KV cache: every format (32/16/8/4 bits) x kv_mem_pct {100, 50, 0}
+ * x page_tokens {1, 3, 16}, three sequences of different lengths appended in blocks of 1,
+ * 5 and 17 rows over three layers, checked through prefetch/wait/view at every step
+ * (uncommitted rows included) and at the end: bit-exact f32 (through disk too), f16-exact,
+ * within half a quantization step for 8/4 bits, and identical views whatever kv_mem_pct.
+ * Spill accounting (each disk page written once, slot-sized), the spill file's life,
+ * the budget (back to the start value after close; peak under tl_kv_budget_bytes), a slow
+ * disk (writes in flight when read back, a full write ring), sticky ENOSPC and EIO from the
+ * fault shim, budget exhaustion, bad calls, and quant_row by hand-computed bytes. */
+#include <dirent.h>
+#include <float.h>
+#include <math.h>
+#include "kernels/types.h"
+#include "kv/kv_cache.h"
+#include "tier/aio.h"
+#include "tier_kinds.h"
+
+static int has(const char *needle) { return strstr(tl_last_error(), needle) != NULL; }
+
+static tl_aio *aio;
+
+/* ---- values ---- */
+
+static float val(int ident, int layer, int pos, int j, int which) {
+    uint64_t x = ((uint64_t)ident * 1000003u + (uint64_t)layer * 7919u + (uint64_t)pos * 131u +
+                  (uint64_t)j) * 2u + (uint64_t)which;
+    x *= 0x9E3779B97F4A7C15ull;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    float f = (float)((int)(x % 20001) - 10000) / 997.0f;
+    if (j % 7 == 3) f *= 1e-3f; /* a spread of magnitudes */
+    return f;
+}
+
+static void gen_rows(int ident, int layer, int pos0, int n, int D, float *k, float *v) {
+    for (int r = 0; r < n; r++)
+        for (int j = 0; j < D; j++) {
+            k[r * D + j] = val(ident, layer, pos0 + r, j, 0);
+            v[r * D + j] = val(ident, layer, pos0 + r, j, 1);
+        }
+}
+
+static int count_spill_files(void) {
+    DIR *d = opendir(tk_dir);
+    int n = 0;
+    if (!d) return -1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strncmp(e->d_name, "tierllm-kv-", 11) == 0) n++;
+    closedir(d);
+    return n;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t len) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < len; i++) h = (h ^ b[i]) * 0x100000001B3ull;
+    return h;
+}
+
+/* ---- checking views ---- */
+
+typedef struct kv_case {
+    tl_kv_params p;
+    tl_kv *kv;
+    uint64_t hash;
+    int bad;        /* mismatches reported (capped) */
+    char label[96];
+} kv_case;
+
+/* Checks one decoded row against the generator. stored: the page is in its stored
+ * format (else it is open and exact f32). */
+static void check_row(kv_case *c, const float *got, int ident, int layer, int pos, int which,
+                      int stored) {
+    const int D = c->p.kv_dim, bits = c->p.bits;
+    const int group = c->p.head_dim % 64 == 0 ? 64 : c->p.head_dim;
+    for (int g0 = 0; g0 < D; g0 += group) {
+        float mn = INFINITY, mx = -INFINITY;
+        for (int j = g0; j < g0 + group; j++) {
+            float x = val(ident, layer, pos, j, which);
+            mn = fminf(mn, x);
+            mx = fmaxf(mx, x);
+        }
+        float qmax = (float)((1 << (bits < 16 ? bits : 1)) - 1);
+        float scale = (mx - mn) / qmax;
+        float tol = scale / 2 + 4 * FLT_EPSILON * (fabsf(mn) + fabsf(mx) + scale * qmax);
+        for (int j = g0; j < g0 + group; j++) {
+            float x = val(ident, layer, pos, j, which), y = got[j];
+            int ok;
+            if (!stored || bits == 32)
+                ok = memcmp(&x, &y, sizeof x) == 0;
+            else if (bits == 16)
+                ok = tl_f16_to_f32(tl_f32_to_f16(x)) == y;
+            else
+                ok = fabsf(x - y) <= tol;
+            if (!ok && c->bad++ < 5)
+                fprintf(stderr, "%s: layer %d pos %d %s[%d]: got %.9g want %.9g\n", c->label,
+                        layer, pos, which ? "V" : "K", j, (double)y, (double)x);
+            if (!ok) tl_test_failures++;
+        }
+    }
+}
+
+/* Prefetch, wait, view every visible page of the sequences at `layer`, release. */
+static void verify(kv_case *c, const int32_t *seqs, const int *idents, int n, int layer) {
+    tl_kv *kv = c->kv;
+    const int P = c->p.page_tokens, D = c->p.kv_dim;
+    CHECK_MSG(tl_kv_prefetch(kv, seqs, n, layer) == TL_OK, "%s: %s", c->label, tl_last_error());
+    CHECK_MSG(tl_kv_wait(kv, seqs, n, layer) == TL_OK, "%s: %s", c->label, tl_last_error());
+    float *scratch = malloc(sizeof(float) * 2 * (size_t)P * (size_t)D);
+    for (int j = 0; j < n; j++) {
+        int vis = tl_kv_visible(kv, seqs[j], layer), len = tl_kv_seq_len(kv, seqs[j]);
+        for (int pg = 0; pg * P < vis; pg++) {
+            const float *k = NULL, *v = NULL;
+            int32_t rows = -1;
+            tl_status st = tl_kv_view(kv, seqs[j], layer, pg, scratch, &k, &v, &rows);
+            CHECK_MSG(st == TL_OK, "%s: view page %d: %s", c->label, pg, tl_last_error());
+            if (st != TL_OK) continue;
+            int want = vis - pg * P < P ? vis - pg * P : P;
+            CHECK(rows == want);
+            int stored = (pg + 1) * P <= len; /* full at the last commit */
+            for (int r = 0; r < rows && r < want; r++) {
+                check_row(c, k + (size_t)r * D, idents[j], layer, pg * P + r, 0, stored);
+                check_row(c, v + (size_t)r * D, idents[j], layer, pg * P + r, 1, stored);
+                c->hash = fnv(c->hash, k + (size_t)r * D, sizeof(float) * (size_t)D);
+                c->hash = fnv(c->hash, v + (size_t)r * D, sizeof(float) * (size_t)D);
+            }
+        }
+        /* past the end */
+        const float *k, *v;
+        int32_t rows;
+        CHECK(tl_kv_view(kv, seqs[j], layer, (vis + P - 1) / P, scratch, &k, &v, &rows) ==
+              TL_ERR_INVALID);
+    }
+    free(scratch);
+    tl_kv_release(kv, seqs, n, layer);
+}
+
+static uint64_t disk_pages(int pct, int full) {
+    uint64_t n = 0, d = (uint64_t)(100 - pct);
+    for (uint64_t i = 0; i < (uint64_t)full; i++) n += (i + 1) * d / 100 > i * d / 100;
+    return n;
+}
+
+static tl_kv_params base_params(int bits, int pct, int P, int head_dim) {
+    tl_kv_params p;
+    memset(&p, 0, sizeof p);
+    p.n_layer = 3;
+    p.head_dim = head_dim;
+    p.kv_dim = 2 * head_dim;
+    p.page_tokens = P;
+    p.bits = bits;
+    p.kv_mem_pct = pct;
+    p.max_seqs = 4;
+    p.max_tokens = 48;
+    p.spill_dir = tk_dir;
+    p.max_block = 17;
+    return p;
+}
+
+static int n_tight; /* cases where the 1.05x spill bound was checked */
+
+/* One configuration of the matrix; returns the hash of every view it saw. */
+static uint64_t run_case(int bits, int pct, int P) {
+    enum { NS = 3 };
+    static const int LENS[NS] = {23, 40, 7}, BLOCKS[3] = {1, 5, 17};
+    kv_case c;
+    memset(&c, 0, sizeof c);
+    c.p = base_params(bits, pct, P, P == 16 ? 64 : 10); /* groups of 64; of head_dim */
+    c.hash = 0xCBF29CE484222325ull;
+    snprintf(c.label, sizeof c.label, "bits %d pct %d page %d", bits, pct, P);
+    tl_budget *b;
+    CHECK(tl_budget_open(0, &b) == TL_OK);
+    tl_status st = tl_kv_open(&c.p, b, aio, &c.kv);
+    CHECK_MSG(st == TL_OK, "%s: open: %s", c.label, tl_last_error());
+    if (st != TL_OK) {
+        tl_budget_close(b);
+        return 0;
+    }
+    CHECK(count_spill_files() == (pct < 100));
+    const int D = c.p.kv_dim, L = c.p.n_layer;
+    int32_t seqs[NS];
+    int idents[NS], done[NS];
+    for (int s = 0; s < NS; s++) {
+        CHECK(tl_kv_seq_open(c.kv, &seqs[s]) == TL_OK);
+        idents[s] = 100 + s;
+        done[s] = 0;
+    }
+    float *k = malloc(sizeof(float) * 17 * (size_t)D), *v = malloc(sizeof(float) * 17 * (size_t)D);
+    for (int step = 0;; step++) {
+        int any = 0;
+        for (int s = 0; s < NS; s++) {
+            if (done[s] == LENS[s]) continue;
+            any = 1;
+            int n = BLOCKS[(step + s) % 3];
+            if (n > LENS[s] - done[s]) n = LENS[s] - done[s];
+            for (int l = 0; l < L; l++) {
+                gen_rows(idents[s], l, done[s], n, D, k, v);
+                st = tl_kv_append(c.kv, seqs[s], l, k, v, n);
+                CHECK_MSG(st == TL_OK, "%s: append: %s", c.label, tl_last_error());
+                CHECK(tl_kv_visible(c.kv, seqs[s], l) == done[s] + n);
+                if (l == step % L) verify(&c, &seqs[s], &idents[s], 1, l);
+            }
+            CHECK(tl_kv_seq_len(c.kv, seqs[s]) == done[s]);
+            st = tl_kv_seq_commit(c.kv, seqs[s], n);
+            CHECK_MSG(st == TL_OK, "%s: commit: %s", c.label, tl_last_error());
+            done[s] += n;
+            CHECK(tl_kv_seq_len(c.kv, seqs[s]) == done[s]);
+            verify(&c, &seqs[s], &idents[s], 1, (step + 1) % L);
+        }
+        if (!any) break;
+    }
+    /* once every write is done, the final views read every disk page from the file */
+    uint64_t want_pages = 0;
+    for (int s = 0; s < NS; s++) want_pages += (uint64_t)L * disk_pages(pct, LENS[s] / P);
+    tl_kv_stats ks;
+    for (int i = 0; i < 2000; i++) {
+        CHECK(tl_kv_prefetch(c.kv, NULL, 0, 0) == TL_OK); /* reaps finished writes */
+        tl_kv_get_stats(c.kv, &ks);
+        if (ks.pages_written == want_pages) break;
+        usleep(1000);
+    }
+    uint64_t read0 = ks.pages_read;
+    for (int l = 0; l < L; l++) verify(&c, seqs, idents, NS, l);
+    tl_kv_get_stats(c.kv, &ks);
+    CHECK_MSG(ks.pages_read - read0 == want_pages, "%s: %llu pages read, %llu on disk", c.label,
+              (unsigned long long)(ks.pages_read - read0), (unsigned long long)want_pages);
+    /* a disk page that is not staged cannot be viewed */
+    int first_disk = 0;
+    while (pct < 100 && disk_pages(pct, first_disk + 1) == 0) first_disk++;
+    if (pct < 100 && LENS[1] / P > first_disk) {
+        float *scratch = malloc(sizeof(float) * 2 * (size_t)P * (size_t)D);
+        const float *kk, *vv;
+        int32_t rows;
+        st = tl_kv_view(c.kv, seqs[1], 0, first_disk, scratch, &kk, &vv, &rows);
+        CHECK_MSG(st == TL_ERR_INVALID && has("not staged"), "%s: %d %s", c.label, st,
+                  tl_last_error());
+        free(scratch);
+    }
+    for (int s = 0; s < NS; s++) tl_kv_seq_close(c.kv, seqs[s]);
+    tl_kv_get_stats(c.kv, &ks);
+    size_t page = tl_kv_page_bytes(&c.p), slot = (page + 4095) / 4096 * 4096;
+    CHECK_MSG(ks.pages_written == want_pages, "%s: %llu pages written, %llu disk pages",
+              c.label, (unsigned long long)ks.pages_written, (unsigned long long)want_pages);
+    CHECK(ks.bytes_written == ks.pages_written * slot);
+    CHECK(ks.bytes_read == ks.pages_read * slot);
+    CHECK(pct < 100 || ks.pages_read == 0);
+    if (page % 4096 == 0) { /* f32 and f16 with 16 tokens x 128: no slot padding */
+        CHECK((double)ks.bytes_written <= 1.05 * (double)(ks.pages_written * page));
+        n_tight += pct < 100;
+    }
+    CHECK(ks.mem_pages_peak > 0);
+    uint64_t bound = tl_kv_budget_bytes(&c.p, NS);
+    CHECK_MSG(tl_budget_peak(b) <= bound, "%s: budget peak %llu over the bound %llu", c.label,
+              (unsigned long long)tl_budget_peak(b), (unsigned long long)bound);
+    CHECK(count_spill_files() == (pct < 100));
+    tl_kv_close(c.kv);
+    CHECK_MSG(count_spill_files() == 0, "%s: spill file left behind", c.label);
+    CHECK_MSG(tl_budget_used(b) == 0, "%s: %llu budget bytes left", c.label,
+              (unsigned long long)tl_budget_used(b));
+    tl_budget_close(b);
+    free(k);
+    free(v);
+    return c.hash;
+}
+
+static void test_matrix(void) {
+    static const int BITS[] = {32, 16, 8, 4}, PCTS[] = {100, 50, 0}, PAGES[] = {1, 3, 16};
+    for (int bi = 0; bi < 4; bi++)
+        for (int pi = 0; pi < 3; pi++) {
+            uint64_t h[3];
+            for (int m = 0; m < 3; m++) h[m] = run_case(BITS[bi], PCTS[m], PAGES[pi]);
+            CHECK_MSG(h[0] == h[1] && h[0] == h[2],
+                      "bits %d page %d: views differ between kv_mem_pct 100, 50, 0", BITS[bi],
+                      PAGES[pi]);
+        }
+    CHECK(n_tight == 4);
+    n_tight = 0;
+}
+
+/* ---- quant_row ---- */
+
+static void test_quant_by_hand(void) {
+    /* 4 bits, groups of 4: {0, 1, 7.5, 15}: min 0, scale 1, q 0 1 8 15; {-3 x4}: scale 0 */
+    float x[8] = {0, 1, 7.5f, 15, -3, -3, -3, -3}, y[8];
+    CHECK(tl_kv_quant_row_bytes(8, 4, 4) == 2 * 8 + 4);
+    uint8_t out[20], want[20] = {0};
+    float f;
+    f = 0;
+    memcpy(want + 0, &f, 4);
+    f = 1;
+    memcpy(want + 4, &f, 4);
+    want[8] = 0x10;
+    want[9] = 0xF8;
+    f = -3;
+    memcpy(want + 10, &f, 4);
+    f = 0;
+    memcpy(want + 14, &f, 4);
+    memset(out, 0xAA, sizeof out);
+    tl_kv_quant_row(x, 8, 4, 4, out);
+    CHECK(memcmp(out, want, sizeof want) == 0);
+    tl_kv_dequant_row(out, 8, 4, 4, y);
+    float wy[8] = {0, 1, 8, 15, -3, -3, -3, -3};
+    CHECK(memcmp(y, wy, sizeof y) == 0);
+    /* 8 bits, groups of 2: {1, 2}: min 1, scale 1/255, q 0 255; {5, -5}: q 255 0 */
+    float a[4] = {1, 2, 5, -5}, b[4];
+    uint8_t o8[20];
+    CHECK(tl_kv_quant_row_bytes(4, 2, 8) == 2 * 8 + 4);
+    tl_kv_quant_row(a, 4, 2, 8, o8);
+    float mn, sc;
+    memcpy(&mn, o8, 4);
+    memcpy(&sc, o8 + 4, 4);
+    CHECK(mn == 1 && sc == 1.0f / 255.0f && o8[8] == 0 && o8[9] == 255);
+    memcpy(&mn, o8 + 10, 4);
+    memcpy(&sc, o8 + 14, 4);
+    CHECK(mn == -5 && sc == 10.0f / 255.0f && o8[18] == 255 && o8[19] == 0);
+    tl_kv_dequant_row(o8, 4, 2, 8, b);
+    CHECK(b[0] == 1 && fabsf(b[1] - 2) < 1e-6f && fabsf(b[2] - 5) < 1e-5f && b[3] == -5);
+    /* random rows: error within half a step */
+    static const int GROUPS[] = {64, 32, 10};
+    for (int gi = 0; gi < 3; gi++)
+        for (int bits = 4; bits <= 8; bits += 4) {
+            int g = GROUPS[gi], n = g * 3;
+            float in[192], dq[192];
+            uint8_t q[192 + 64];
+            for (int i = 0; i < n; i++) in[i] = val(7, gi, bits, i, 0) * (i < g ? 100.0f : 1.0f);
+            in[g] = in[g + 1] = in[g + 2] = 0.25f; /* repeated values are fine */
+            size_t nb = tl_kv_quant_row_bytes(n, g, bits);
+            CHECK(nb == (size_t)(n / g) * 8 + (size_t)n * (size_t)bits / 8);
+            tl_kv_quant_row(in, n, g, bits, q);
+            tl_kv_dequant_row(q, n, g, bits, dq);
+            for (int g0 = 0; g0 < n; g0 += g) {
+                float lo = in[g0], hi = in[g0];
+                for (int i = g0; i < g0 + g; i++) lo = fminf(lo, in[i]), hi = fmaxf(hi, in[i]);
+                float step = (hi - lo) / (float)((1 << bits) - 1);
+                float tol = step / 2 + 8 * FLT_EPSILON * (fabsf(lo) + fabsf(hi));
+                for (int i = g0; i < g0 + g; i++)
+                    CHECK_MSG(fabsf(in[i] - dq[i]) <= tol, "group %d bits %d: %g vs %g", g, bits,
+                              (double)in[i], (double)dq[i]);
+                CHECK(dq[g0] >= lo - tol && dq[g0] <= hi + tol);
+            }
+        }
+    /* a constant group decodes exactly; a NaN does not crash */
+    float cst[4] = {2.5f, 2.5f, NAN, 2.5f}, dc[4];
+    uint8_t oc[12];
+    tl_kv_quant_row(cst, 4, 4, 8, oc);
+    tl_kv_dequant_row(oc, 4, 4, 8, dc);
+    CHECK(dc[0] == 2.5f && dc[1] == 2.5f && dc[3] == 2.5f);
+}
+
+/* ---- slow disk: writes in flight when read back, the write ring full ---- */
+
+static void test_slow_disk(void) {
+    tl_kv_params p = base_params(8, 0, 1, 10);
+    p.max_seqs = 1;
+    p.n_layer = 2; /* ring of 4 writes */
+    tl_budget *b;
+    CHECK(tl_budget_open(0, &b) == TL_OK);
+    tl_kv *kv;
+    CHECK(tl_kv_open(&p, b, aio, &kv) == TL_OK);
+    tl_fault_spec spec = {0};
+    spec.latency_s = 0.002;
+    tl_kv_set_spill_fault(kv, &spec);
+    kv_case c;
+    memset(&c, 0, sizeof c);
+    c.p = p;
+    c.kv = kv;
+    snprintf(c.label, sizeof c.label, "slow disk");
+    int32_t s;
+    int ident = 5;
+    CHECK(tl_kv_seq_open(kv, &s) == TL_OK);
+    float k[17 * 20], v[17 * 20];
+    for (int l = 0; l < 2; l++) {
+        gen_rows(ident, l, 0, 17, 20, k, v);
+        CHECK(tl_kv_append(kv, s, l, k, v, 17) == TL_OK);
+    }
+    CHECK_MSG(tl_kv_seq_commit(kv, s, 17) == TL_OK, "%s", tl_last_error()); /* 34 writes */
+    for (int l = 0; l < 2; l++) verify(&c, &s, &ident, 1, l); /* the last 4 are pinned */
+    /* close the sequence with writes in flight, reuse its id with other data */
+    for (int l = 0; l < 2; l++) {
+        gen_rows(ident, l, 17, 2, 20, k, v);
+        CHECK(tl_kv_append(kv, s, l, k, v, 2) == TL_OK);
+    }
+    CHECK(tl_kv_seq_commit(kv, s, 2) == TL_OK);
+    tl_kv_seq_close(kv, s);
+    CHECK(tl_kv_seq_open(kv, &s) == TL_OK && s == 0);
+    ident = 6;
+    for (int l = 0; l < 2; l++) {
+        gen_rows(ident, l, 0, 3, 20, k, v);
+        CHECK(tl_kv_append(kv, s, l, k, v, 3) == TL_OK);
+    }
+    CHECK(tl_kv_seq_commit(kv, s, 3) == TL_OK);
+    for (int l = 0; l < 2; l++) verify(&c, &s, &ident, 1, l);
+    tl_kv_seq_close(kv, s);
+    tl_kv_stats ks;
+    tl_kv_get_stats(kv, &ks);
+    CHECK_MSG(ks.pages_written == 2 * (17 + 2 + 3), "%llu", (unsigned long long)ks.pages_written);
+    CHECK(tl_budget_peak(b) <= tl_kv_budget_bytes(&p, 1));
+    tl_kv_close(kv);
+    CHECK(count_spill_files() == 0 && tl_budget_used(b) == 0);
+    tl_budget_close(b);
+}
+
+/* ---- faults ---- */
+
+static void fill(tl_kv *kv, int32_t s, int L, int D, int pos0, int n) {
+    float *k = malloc(sizeof(float) * (size_t)(n * D)), *v = malloc(sizeof(float) * (size_t)(n * D));
+    for (int l = 0; l < L; l++) {
+        gen_rows(9, l, pos0, n, D, k, v);
+        CHECK_MSG(tl_kv_append(kv, s, l, k, v, n) == TL_OK, "%s", tl_last_error());
+    }
+    CHECK_MSG(tl_kv_seq_commit(kv, s, n) == TL_OK, "%s", tl_last_error());
+    free(k);
+    free(v);
+}
+
+/* Every call after a sticky error returns it with the same message. */
+static void check_sticky(tl_kv *kv, int32_t s, tl_status want, const char *msg) {
+    float k[20] = {0}, v[20] = {0}, scratch[40];
+    const float *kk, *vv;
+    int32_t rows, s2;
+    tl_status sts[6] = {
+        tl_kv_append(kv, s, 0, k, v, 1), tl_kv_seq_commit(kv, s, 0),
+        tl_kv_prefetch(kv, &s, 1, 0),    tl_kv_wait(kv, &s, 1, 0),
+        tl_kv_view(kv, s, 0, 0, scratch, &kk, &vv, &rows), tl_kv_seq_open(kv, &s2)};
+    for (int i = 0; i < 6; i++) {
+        CHECK_MSG(sts[i] == want, "call %d: %s", i, tl_status_str(sts[i]));
+    }
+    CHECK_MSG(strcmp(tl_last_error(), msg) == 0, "'%s' vs '%s'", tl_last_error(), msg);
+}
+
+static void test_enospc(void) {
+    tl_kv_params p = base_params(32, 0, 1, 10);
+    tl_budget *b;
+    CHECK(tl_budget_open(0, &b) == TL_OK);
+    tl_kv *kv;
+    CHECK(tl_kv_open(&p, b, aio, &kv) == TL_OK);
+    tl_fault_spec spec = {0};
+    spec.fail_call = 3;
+    spec.fail_errno = ENOSPC;
+    spec.fail_writes_only = 1;
+    tl_kv_set_spill_fault(kv, &spec);
+    int32_t s;
+    CHECK(tl_kv_seq_open(kv, &s) == TL_OK);
+    fill(kv, s, 3, 20, 0, 1); /* 3 pages, the third write fails */
+    tl_status st = TL_OK;
+    for (int i = 0; i < 400 && st == TL_OK; i++) {
+        st = tl_kv_prefetch(kv, NULL, 0, 0);
+        if (st == TL_OK) usleep(5000);
+    }
+    CHECK_MSG(st == TL_ERR_NOSPACE && has("ENOSPC") && has("KV spill write"), "%s: %s",
+              tl_status_str(st), tl_last_error());
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", tl_last_error());
+    check_sticky(kv, s, TL_ERR_NOSPACE, msg);
+    tl_kv_seq_close(kv, s);
+    tl_kv_close(kv);
+    CHECK(count_spill_files() == 0 && tl_budget_used(b) == 0);
+    tl_budget_close(b);
+}
+
+static void test_eio_read(void) {
+    tl_kv_params p = base_params(4, 0, 3, 10);
+    tl_budget *b;
+    CHECK(tl_budget_open(0, &b) == TL_OK);
+    tl_kv *kv;
+    CHECK(tl_kv_open(&p, b, aio, &kv) == TL_OK);
+    int32_t s;
+    CHECK(tl_kv_seq_open(kv, &s) == TL_OK);
+    fill(kv, s, 3, 20, 0, 10);
+    tl_fault_spec spec = {0};
+    spec.fail_call = 1; /* the first read; not sticky in the shim, sticky in the cache */
+    spec.fail_errno = EIO;
+    tl_kv_set_spill_fault(kv, &spec);
+    CHECK(tl_kv_prefetch(kv, &s, 1, 1) == TL_OK);
+    tl_status st = tl_kv_wait(kv, &s, 1, 1);
+    CHECK_MSG(st == TL_ERR_IO && has("EIO") && has("KV spill read"), "%s: %s",
+              tl_status_str(st), tl_last_error());
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", tl_last_error());
+    check_sticky(kv, s, TL_ERR_IO, msg);
+    tl_kv_release(kv, &s, 1, 1);
+    tl_kv_close(kv); /* with the sequence still open */
+    CHECK(count_spill_files() == 0 && tl_budget_used(b) == 0);
+    tl_budget_close(b);
+}
+
+static void test_nomem(void) {
+    tl_kv_params p = base_params(8, 50, 3, 10);
+    tl_budget *b;
+    CHECK(tl_budget_open(48 * 1024, &b) == TL_OK);
+    tl_kv *kv;
+    CHECK_MSG(tl_kv_open(&p, b, aio, &kv) == TL_OK, "%s", tl_last_error());
+    int32_t s[4];
+    for (int i = 0; i < 4; i++) CHECK(tl_kv_seq_open(kv, &s[i]) == TL_OK);
+    float k[5 * 20], v[5 * 20];
+    tl_status st = TL_OK;
+    int committed = 0;
+    for (int step = 0; step < 9 && st == TL_OK; step++)
+        for (int i = 0; i < 4 && st == TL_OK; i++) {
+            for (int l = 0; l < 3 && st == TL_OK; l++) {
+                gen_rows(i, l, step * 5, 5, 20, k, v);
+                st = tl_kv_append(kv, s[i], l, k, v, 5);
+            }
+            if (st == TL_OK) st = tl_kv_seq_commit(kv, s[i], 5);
+            if (st == TL_OK) committed++;
+        }
+    CHECK_MSG(st == TL_ERR_NOMEM && has("KV") && has("budget"), "%s: %s", tl_status_str(st),
+              tl_last_error());
+    CHECK(committed > 0);
+    CHECK(tl_budget_peak(b) <= 48 * 1024);
+    tl_kv_close(kv);
+    CHECK(count_spill_files() == 0 && tl_budget_used(b) == 0);
+    tl_budget_close(b);
+}
+
+/* ---- bad calls ---- */
+
+static void test_bad_calls(void) {
+    tl_budget *b;
+    CHECK(tl_budget_open(0, &b) == TL_OK);
+    tl_kv *kv = (tl_kv *)1;
+    tl_kv_params p = base_params(32, 50, 4, 10);
+    p.spill_dir = NULL;
+    CHECK(tl_kv_open(&p, b, aio, &kv) == TL_ERR_INVALID && kv == NULL && has("spill"));
+    p = base_params(7, 100, 4, 10);
+    CHECK(tl_kv_open(&p, b, aio, &kv) == TL_ERR_INVALID && has("bits"));
+    p = base_params(4, 100, 4, 7);
+    CHECK(tl_kv_open(&p, b, aio, &kv) == TL_ERR_INVALID);
+    CHECK(tl_kv_budget_bytes(&p, 1) == UINT64_MAX);
+    p = base_params(32, 0, 4, 10);
+    p.spill_dir = "/nonexistent-dir-for-tierllm";
+    CHECK(tl_kv_open(&p, b, aio, &kv) == TL_ERR_IO && has("nonexistent"));
+    p = base_params(32, 100, 4, 10);
+    p.max_seqs = 1;
+    CHECK(tl_kv_open(&p, b, aio, &kv) == TL_OK);
+    int32_t s, s2;
+    CHECK(tl_kv_seq_open(kv, &s) == TL_OK);
+    CHECK(tl_kv_seq_open(kv, &s2) == TL_ERR_INVALID && has("in use"));
+    float k[49 * 20] = {0}, v[49 * 20] = {0};
+    CHECK(tl_kv_append(kv, s, 3, k, v, 1) == TL_ERR_INVALID);
+    CHECK(tl_kv_append(kv, 5, 0, k, v, 1) == TL_ERR_INVALID);
+    CHECK(tl_kv_append(kv, s, 0, k, v, 49) == TL_ERR_CONTEXT);
+    CHECK(tl_kv_append(kv, s, 0, k, v, 2) == TL_OK);
+    CHECK(tl_kv_seq_commit(kv, s, 2) == TL_ERR_INVALID && has("layer 1"));
+    CHECK(tl_kv_visible(kv, s, 0) == 2 && tl_kv_visible(kv, s, 1) == 0);
+    const float *kk, *vv;
+    int32_t rows;
+    CHECK(tl_kv_view(kv, s, 1, 0, NULL, &kk, &vv, &rows) == TL_ERR_INVALID);
+    CHECK(tl_kv_view(kv, s, 0, 0, NULL, &kk, &vv, &rows) == TL_OK && rows == 2);
+    CHECK(tl_kv_prefetch(kv, &s2, 1, 0) == TL_ERR_INVALID);
+    tl_kv_set_spill_fault(kv, NULL); /* no spill file: no-op */
+    tl_kv_close(kv);
+    tl_kv_close(NULL);
+    CHECK(tl_budget_used(b) == 0);
+    tl_budget_close(b);
+}
+
+int main(void) {
+    tk_setup("test_kv");
+    (void)TK_KINDS;
+    test_quant_by_hand();
+    /* the pread pool, then io_uring where it works (the file tier exposes its fd) */
+    for (int bi = 0; bi < 2; bi++) {
+        tl_aio_params ap = tl_aio_default_params();
+        ap.backend = bi ? TL_AIO_URING : TL_AIO_POOL;
+        if (tl_aio_open(&ap, &aio) != TL_OK) {
+            fprintf(stderr, "note: io_uring unavailable (%s); its pass skips\n", tl_last_error());
+            continue;
+        }
+        test_bad_calls();
+        test_matrix();
+        test_slow_disk();
+        test_enospc();
+        test_eio_read();
+        test_nomem();
+        tl_aio_close(aio);
+    }
+    tk_teardown();
+    return tl_test_finish("test_kv");
+}
