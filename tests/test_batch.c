@@ -150,17 +150,30 @@ static void no_rewrites(const char *path) {
     CHECK(tl_model_open(path, NULL, &m) == TL_OK);
     tl_model_desc d;
     tl_model_describe(m, &d);
+    static const int bits_list[] = {32, 8, 4};
+    for (int bi = 0; bi < 3; bi++)
     for (int pct = 0; pct <= 50; pct += 25) {
+        const int bits = bits_list[bi];
         tl_batch_params bp = tl_batch_default_params();
+        bp.kv_bits = bits;
         bp.gbs = 4;
         bp.num_gb = 2;
-        bp.n_ctx = 96;
+        const int gen = bits == 4 ? 250 : 100; /* 4-bit pages are 128 tokens */
+        bp.n_ctx = 300;
         bp.kv_mem_pct = pct;
         bp.page_tokens = 16;
+        /* bytes of one token's K and V as stored: f32, or groups of head_dim values with
+         * an f32 min and scale each; pages are rounded to whole 4096-byte units */
+        const int kvd = d.n_head_kv * d.head_dim;
+        const double row = bits == 32 ? kvd * 4.0 : (kvd / d.head_dim) * 8.0 + kvd * bits / 8.0;
+        const double per_token = 2 * row;
+        int unit = 1;
+        while (((long)(unit * per_token)) % 4096) unit++;
+        const int pt = (16 + unit - 1) / unit * unit;
         bp.spill_dir = ".";
         tl_generate_params gp = tl_generate_default_params();
         gp.sampler.temperature = 0;
-        gp.n_predict = 40;
+        gp.n_predict = gen;
         gp.stop_at_eos = 0;
         collect got;
         memset(&got, 0, sizeof got);
@@ -172,17 +185,16 @@ static void no_rewrites(const char *path) {
             int32_t ids[128];
             size_t n;
             tl_tokenize(m, prompts[p], strlen(prompts[p]), 1, ids, 128, &n);
-            int32_t len = (int32_t)n + 40 - 1; /* the last token is sampled, never fed */
-            int32_t full = len / bp.page_tokens;
+            int32_t len = (int32_t)n + gen - 1; /* the last token is sampled, never fed */
+            int32_t full = len / pt;
             double dfrac = (100 - pct) / 100.0;
             int32_t on_disk = 0;
             for (int32_t i = 0; i < full; i++)
                 on_disk += (int32_t)((i + 1) * dfrac) > (int32_t)(i * dfrac);
-            spilled += (double)on_disk * d.n_layer * bp.page_tokens * 2.0 *
-                       (d.n_head_kv * d.head_dim) * 4.0;
+            spilled += (double)on_disk * d.n_layer * pt * per_token;
         }
-        printf("kv-mem %d%%: SSD written %llu bytes, spilled KV %.0f bytes, ratio %.3f\n", pct,
-               (unsigned long long)bs.ssd_bytes_written, spilled,
+        printf("kv-bits %d, kv-mem %d%%, page %d tokens: SSD written %llu bytes, spilled KV %.0f bytes, ratio %.3f\n",
+               bits, pct, pt, (unsigned long long)bs.ssd_bytes_written, spilled,
                spilled > 0 ? bs.ssd_bytes_written / spilled : 0.0);
         CHECK(spilled > 0);
         CHECK(bs.ssd_bytes_written <= 1.05 * spilled);

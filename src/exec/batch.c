@@ -9,6 +9,8 @@
  * the end of each block. Sampling is per sequence, seeded with seed + prompt index, so
  * a sequence's tokens do not depend on which block or micro-batch it ran in.
  */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "tierllm.h"
@@ -17,6 +19,7 @@
 #include "../base/clock.h"
 #include "../base/status.h"
 #include "../text/sampler.h"
+#include "../tier/tier.h"
 
 typedef struct seq_state {
     int32_t index, kv_seq;
@@ -75,6 +78,45 @@ static tl_kv_params kv_params(const batch *b) {
     kp.max_block = b->rows_per_mb / b->bp.gbs; /* a prefill chunk per sequence */
     if (kp.max_block < 1) kp.max_block = 1;
     return kp;
+}
+
+static int32_t gcd32(int32_t a, int32_t b) {
+    while (b) { int32_t t = a % b; a = b; b = t; }
+    return a;
+}
+
+/* Spilled pages are written with O_DIRECT in 4096-byte units: a page whose size is not
+ * a multiple of 4096 would pad its slot and write more than the KV it holds. When KV may
+ * spill, page_tokens is rounded up so that a page is a whole number of 4096-byte units. */
+static void align_pages(const tl_model *m, tl_batch_params *p) {
+    if (p->kv_mem_pct >= 100) return;
+    tl_kv_params kp;
+    memset(&kp, 0, sizeof kp);
+    kp.kv_dim = m->hp.n_head_kv * m->hp.head_dim;
+    kp.head_dim = m->hp.head_dim;
+    kp.page_tokens = 1;
+    kp.bits = p->kv_bits;
+    size_t per_token = tl_kv_page_bytes(&kp);
+    if (per_token == 0) return;
+    int32_t unit = 4096 / gcd32(4096, (int32_t)(per_token % 4096)); /* gcd(a, 0) = a */
+    p->page_tokens = (p->page_tokens + unit - 1) / unit * unit;
+}
+
+/* A test hook (as SQLite's test VFS): TIERLLM_TEST_SPILL_FAULT="enospc:N" or "eio:N"
+ * makes the Nth call on the KV spill file fail, so tests can check what a full or
+ * failing disk does to a batch run. */
+static void test_spill_fault(tl_kv *kv) {
+    const char *spec = getenv("TIERLLM_TEST_SPILL_FAULT");
+    char kind[16];
+    unsigned long long n;
+    if (!spec || sscanf(spec, "%15[a-z]:%llu", kind, &n) != 2) return;
+    tl_fault_spec f;
+    memset(&f, 0, sizeof f);
+    f.fail_call = n;
+    f.sticky = 1;
+    f.fail_errno = strcmp(kind, "enospc") ? EIO : ENOSPC;
+    f.fail_writes_only = 1; /* writes are deterministic: each full disk page once */
+    tl_kv_set_spill_fault(kv, &f);
 }
 
 static tl_status check_params(tl_batch_params *p) {
@@ -170,7 +212,9 @@ static tl_status batch_init(batch *b) {
                               64, "logits", (void **)&b->logits)))
         return st;
     tl_kv_params kp = kv_params(b);
-    return tl_kv_open(&kp, m->budget, m->aio, &b->kv);
+    st = tl_kv_open(&kp, m->budget, m->aio, &b->kv);
+    if (!st) test_spill_fault(b->kv);
+    return st;
 }
 
 /* Appends a token's text to the sequence's output. */
@@ -306,6 +350,7 @@ tl_status tl_batch_generate(tl_model *m, const tl_batch_params *bpp, const tl_ge
     b.st.total_prompts = n_prompts;
     tl_status st = check_params(&b.bp);
     if (st) return st;
+    align_pages(m, &b.bp);
     /* every prompt must fit with room for one generated token, checked up front */
     for (int32_t i = 0; i < n_prompts; i++) {
         size_t need = 0;
