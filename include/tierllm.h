@@ -193,6 +193,9 @@ typedef struct tl_batch_stats {
     int32_t done_prompts, total_prompts;
     uint64_t prompt_tokens, generated_tokens;
     double prefill_s, decode_s, elapsed_s;
+    double prefill_stall_s, decode_stall_s; /* of which waiting for weights or KV */
+    uint64_t prefill_passes, decode_passes; /* forward passes (each reads the streamed
+                                               weights once) */
     uint64_t ssd_bytes_written;  /* KV pages written to the spill file */
     uint64_t kv_bytes_read;      /* KV pages read back from the spill file */
     uint64_t weight_bytes_read;  /* weights streamed from the model file */

@@ -312,7 +312,17 @@ static tl_status step(batch *b, int32_t n_seqs_block, int prefill, int32_t chunk
     if (n_mb == 0) return TL_OK;
     *any = 1;
     double t0 = tl_now();
+    tl_residency_stats r0, r1;
+    tl_residency_get_stats(b->m->res, &r0);
     tl_status st = tl_engine_step(b->m, &b->scratch, b->kv, b->mb, n_mb);
+    tl_residency_get_stats(b->m->res, &r1);
+    if (prefill) {
+        b->st.prefill_stall_s += r1.stall_s - r0.stall_s;
+        b->st.prefill_passes += r1.passes - r0.passes;
+    } else {
+        b->st.decode_stall_s += r1.stall_s - r0.stall_s;
+        b->st.decode_passes += r1.passes - r0.passes;
+    }
     for (int32_t k = 0; k < n_mb && !st; k++) {
         b->st.prompt_tokens += prefill ? (uint64_t)b->mb[k].n_rows : 0;
         for (int32_t j = 0; j < b->mb[k].n_logits && !st; j++)

@@ -65,7 +65,7 @@ struct tl_residency {
     tl_status error;
     char error_msg[512];
     double stall_s;
-    uint64_t bytes_disk, bytes_mem;
+    uint64_t bytes_disk, bytes_mem, passes;
 };
 
 static uint64_t align_down(uint64_t x) { return x & ~(uint64_t)(ALIGN - 1); }
@@ -502,6 +502,7 @@ tl_status tl_residency_begin_pass(tl_residency *r, int need_output) {
     r->issue_idx = carried;
     r->carried = 0;
     r->bytes_mem += r->plan.resident_bytes;
+    r->passes++;
     return fill(r);
 }
 
@@ -615,6 +616,7 @@ tl_status tl_residency_measure_io(tl_residency *r, double *seconds, uint64_t *by
 }
 
 void tl_residency_get_stats(const tl_residency *r, tl_residency_stats *out) {
+    out->passes = r->passes;
     out->stall_s = r->stall_s;
     out->bytes_read_disk = r->bytes_disk;
     out->bytes_read_mem = r->bytes_mem;

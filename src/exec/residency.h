@@ -59,6 +59,7 @@ tl_status tl_residency_embedding(tl_residency *r, int32_t id, float *dst);
 tl_status tl_residency_measure_io(tl_residency *r, double *seconds, uint64_t *bytes);
 
 typedef struct tl_residency_stats {
+    uint64_t passes;  /* forward passes begun */
     double stall_s;
     uint64_t bytes_read_disk, bytes_read_mem;
 } tl_residency_stats;
