@@ -80,28 +80,6 @@ static tl_kv_params kv_params(const batch *b) {
     return kp;
 }
 
-static int32_t gcd32(int32_t a, int32_t b) {
-    while (b) { int32_t t = a % b; a = b; b = t; }
-    return a;
-}
-
-/* Spilled pages are written with O_DIRECT in 4096-byte units: a page whose size is not
- * a multiple of 4096 would pad its slot and write more than the KV it holds. When KV may
- * spill, page_tokens is rounded up so that a page is a whole number of 4096-byte units. */
-static void align_pages(const tl_model *m, tl_batch_params *p) {
-    if (p->kv_mem_pct >= 100) return;
-    tl_kv_params kp;
-    memset(&kp, 0, sizeof kp);
-    kp.kv_dim = m->hp.n_head_kv * m->hp.head_dim;
-    kp.head_dim = m->hp.head_dim;
-    kp.page_tokens = 1;
-    kp.bits = p->kv_bits;
-    size_t per_token = tl_kv_page_bytes(&kp);
-    if (per_token == 0) return;
-    int32_t unit = 4096 / gcd32(4096, (int32_t)(per_token % 4096)); /* gcd(a, 0) = a */
-    p->page_tokens = (p->page_tokens + unit - 1) / unit * unit;
-}
-
 /* A test hook (as SQLite's test VFS): TIERLLM_TEST_SPILL_FAULT="enospc:N" or "eio:N"
  * makes the Nth call on the KV spill file fail, so tests can check what a full or
  * failing disk does to a batch run. */
@@ -167,6 +145,28 @@ static void batch_free(batch *b) {
     free(b->mb);
 }
 
+static int32_t gcd32(int32_t a, int32_t b) {
+    while (b) { int32_t t = a % b; a = b; b = t; }
+    return a;
+}
+
+/* Spilled pages are written with O_DIRECT in 4096-byte units: a page whose size is not
+ * a multiple of 4096 would pad its slot and write more than the KV it holds. When KV may
+ * spill, page_tokens is rounded up so that a page is a whole number of 4096-byte units. */
+static void align_pages(const tl_model *m, tl_batch_params *p) {
+    if (p->kv_mem_pct >= 100) return;
+    tl_kv_params kp;
+    memset(&kp, 0, sizeof kp);
+    kp.kv_dim = m->hp.n_head_kv * m->hp.head_dim;
+    kp.head_dim = m->hp.head_dim;
+    kp.page_tokens = 1;
+    kp.bits = p->kv_bits;
+    size_t per_token = tl_kv_page_bytes(&kp);
+    if (per_token == 0) return;
+    int32_t unit = 4096 / gcd32(4096, (int32_t)(per_token % 4096)); /* gcd(a, 0) = a */
+    p->page_tokens = (p->page_tokens + unit - 1) / unit * unit;
+}
+
 static uint64_t budget_bytes(const batch *b);
 
 uint64_t tl_batch_budget_bytes(const tl_model *m, const tl_batch_params *bp) {
@@ -174,6 +174,7 @@ uint64_t tl_batch_budget_bytes(const tl_model *m, const tl_batch_params *bp) {
     memset(&b, 0, sizeof b);
     b.m = (tl_model *)m;
     b.bp = *bp;
+    align_pages(m, &b.bp); /* as tl_batch_generate will */
     b.rows_per_mb = bp->prefill_rows < bp->gbs ? bp->gbs : bp->prefill_rows;
     return budget_bytes(&b);
 }
