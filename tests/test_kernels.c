@@ -226,6 +226,46 @@ static void fill_x(float *X, size_t ldx, size_t n, size_t k, int pattern) {
         }
 }
 
+static int isa_noted;
+
+/* Where X is prepared once (tl_matmul_act_prepare) and row ranges are computed from it,
+ * on the AVX2 and (when this CPU has it) the AVX-VNNI instruction set, every output must
+ * equal tl_matmul_fast's bit for bit: the ranges [j0, mid) and [mid, j1) stand for two
+ * threads sharing one prepared X. Returns the number of outputs that differ. */
+static int act_paths_differ(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
+                            const float *X, size_t ldx, size_t n, const float *yfast,
+                            size_t ldy) {
+    size_t af = tl_matmul_act_floats(type, k, n);
+    if (af == 0) {
+        CHECK(!tl_type_rounds_act(type) || n > 4); /* Q types' matvec has a shared part */
+        return 0;
+    }
+    CHECK(af <= tl_matmul_scratch_floats(k, n));
+    float *act = malloc(af * sizeof(float)), *y = malloc(n * ldy * sizeof(float));
+    tl_matmul_act_prepare(type, k, X, ldx, n, act);
+    int bad = 0;
+    for (int isa = 0; isa < 2; isa++) {
+        size_t mid = j0 + (j1 - j0) / 3;
+        for (size_t i = 0; i < n * ldy; i++) y[i] = 1e30f;
+        if (!tl__matmul_fast_act_isa(isa, type, W, k, j0, mid, act, n, y, ldy)) {
+            CHECK(isa == 1);
+            if (!isa_noted) fprintf(stderr, "  (no AVX-VNNI here: that path is not tested)\n");
+            isa_noted = 1;
+            continue;
+        }
+        tl__matmul_fast_act_isa(isa, type, W, k, mid, j1, act, n, y, ldy);
+        for (size_t i = 0; i < n * ldy; i++)
+            if (memcmp(&y[i], &yfast[i], sizeof(float)) != 0) {
+                if (bad < 3)
+                    fprintf(stderr, "  %s isa %d k=%zu n=%zu: output %zu is %g, tl_matmul_fast %g\n",
+                            tl_type_name(type), isa, k, n, i, y[i], yfast[i]);
+                bad++;
+            }
+    }
+    free(act), free(y);
+    return bad;
+}
+
 static int matmul_case_x(tl_type type, size_t k, size_t n, size_t j0, size_t j1, int xpat) {
     size_t rows = j1, ldx = k + 3, ldy = j1 + 5;
     size_t rb = tl_type_row_bytes(type, k);
@@ -254,7 +294,7 @@ static int matmul_case_x(tl_type type, size_t k, size_t n, size_t j0, size_t j1,
     for (size_t i = 0; i < sf; i++) scratch[i] = NAN; /* fast path must not read stale */
     tl_matmul_ref(type, W, k, j0, j1, X, ldx, n, yref, ldy);
     tl_matmul_fast(type, W, k, j0, j1, X, ldx, n, yfast, ldy, scratch);
-    int bad = 0;
+    int bad = act_paths_differ(type, W, k, j0, j1, X, ldx, n, yfast, ldy);
     for (size_t i = 0; i < n; i++) {
         for (size_t j = 0; j < ldy; j++) {
             float r = yref[i * ldy + j], f = yfast[i * ldy + j];

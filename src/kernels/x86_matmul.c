@@ -5,9 +5,12 @@
  *    once, 32 elements at a time, and used against all n activation rows. Float types
  *    are dequantized in registers and FMA'd (scratch is not touched). Q8_0/Q4_0 use the
  *    rounded-activation contract of kernels.h: the n rows of X are first quantized into
- *    scratch as (f32 d_x, 32 x int8) blocks, then each block pair is an int8 dot product
- *    (maddubs on |w| and sign(x, w), then madd into int32 - exact, no saturation since
- *    |w| <= 128 and |q_x| <= 127) scaled by d_w*d_x in f32.
+ *    scratch as (f32 d_x, 32 x int8) blocks (tl_matmul_act_prepare: ops.c does it once
+ *    per product and shares it between threads), then each block pair is an int8 dot
+ *    product (maddubs on |w| and sign(x, w), then madd into int32 - exact, no saturation
+ *    since |w| <= 128 and |q_x| <= 127; vpdpbusd on CPUs with AVX-VNNI, x86vnni_matmul.c)
+ *    scaled by d_w*d_x in f32 (x86_matvec_q.inl). All matvecs software-prefetch the
+ *    weight stream TL_PREFETCH bytes ahead (x86_simd.h).
  *  - gemm (larger n, prefill): compute-bound, BLIS-style. For each KC-slice of k and each
  *    panel of NR=16 output columns, the weights are dequantized and packed transposed
  *    (panel[c][16], padded with zero columns past j1) into scratch; a 6x16 register-tile
@@ -22,11 +25,10 @@
  * address: all vector loads are unaligned, block scales are read with memcpy. Scratch is
  * assumed 32-byte aligned only (all accesses are loadu/storeu anyway).
  */
+#include <cpuid.h>
+#include <stdatomic.h>
 #include "x86_simd.h"
 
-#ifndef TL_PREFETCH
-#define TL_PREFETCH 4096 /* bytes ahead in the weight row stream, n > 1 matvec */
-#endif
 #define MR 6    /* micro-tile rows of X (and Y) */
 #define NR 16   /* micro-tile columns j (two ymm) */
 #define KC 256  /* k-slice; a multiple of TL_QK */
@@ -135,6 +137,7 @@ static ALWAYS_INLINE void matvec(tl_type type, const int N, const uint8_t *W, si
     const int G = N == 1 ? 2 : 1; /* 32-element groups per step */
     size_t row_bytes = tl_type_row_bytes(type, k), k32 = k / 32 * 32, kg = k / (32 * G) * (32 * G);
     size_t es = tl_type_block_bytes(type);
+    prefetch_start(W + j0 * row_bytes, (j1 - j0) * row_bytes);
     for (size_t j = j0; j < j1; j++) {
         const uint8_t *p = W + j * row_bytes;
         __m256 acc[TL_MATVEC_MAX_N][8];
@@ -147,11 +150,10 @@ static ALWAYS_INLINE void matvec(tl_type type, const int N, const uint8_t *W, si
             UNROLL
             for (int g = 0; g < G; g++, p += bytes32(type)) {
                 __m256 w[4];
-                if (N > 1) { /* the hardware prefetcher alone falls behind here */
-                    _mm_prefetch((const char *)(p + TL_PREFETCH), _MM_HINT_T0);
-                    if (type == TL_TYPE_F32)
-                        _mm_prefetch((const char *)(p + TL_PREFETCH + 64), _MM_HINT_T0);
-                }
+                /* the hardware prefetcher alone falls behind (prefetch_ahead) */
+                _mm_prefetch((const char *)(p + TL_PREFETCH), _MM_HINT_T0);
+                if (type == TL_TYPE_F32)
+                    _mm_prefetch((const char *)(p + TL_PREFETCH + 64), _MM_HINT_T0);
                 dequant32(type, p, w);
                 UNROLL
                 for (int i = 0; i < N; i++) {
@@ -483,10 +485,19 @@ void tl_matmul_act_prepare(tl_type type, size_t k, const float *X, size_t ldx, s
     for (size_t i = 0; i < n; i++) act_pairs(type, X + i * ldx, k, xa + i * np);
 }
 
-/* AVX-VNNI is used when the compiler could build it and this CPU has it. */
+/* AVX-VNNI is used when the compiler could build it and this CPU has it: CPUID leaf 7
+ * sub-leaf 1, EAX bit 4 (read with cpuid.h: clang 14's __builtin_cpu_supports does not
+ * know "avxvnni"). Cached: cpuid traps to the hypervisor in a VM. */
 static int use_vnni(void) {
 #ifdef TL_HAVE_AVXVNNI
-    return __builtin_cpu_supports("avxvnni");
+    static _Atomic int cached = -1; /* a CPU property: racing first calls agree */
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        v = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1u);
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
 #else
     return 0;
 #endif

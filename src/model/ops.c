@@ -1,15 +1,20 @@
 /* ops.c - see ops.h. Matrix products are split over output rows in chunks that are
- * multiples of 16 (the fast GEMM's panel width). Each thread writes only its own rows,
- * so results do not depend on the number of threads. */
+ * multiples of 16 (the fast GEMM's panel width); Q8_0/Q4_0 matrix-vector products round
+ * X once for all chunks. Each thread writes only its own rows, and a row's result does
+ * not depend on the chunk it is in, so results do not depend on the number of threads. */
 #include <math.h>
 #include <string.h>
 #include "ops.h"
 #include "../kernels/kernels.h"
 
+#define MAX_CHUNKS 64
+
 typedef struct matmul_job {
     const tl_weight *w;
     const float *X;
-    size_t n, chunk;
+    size_t n;
+    const size_t *bounds; /* task t computes rows [bounds[t], bounds[t+1]) */
+    const float *act;     /* X prepared once for all tasks (tl_matmul_act_prepare), or NULL */
     float *Y;
     float *scratch;
     size_t scratch_floats;
@@ -18,25 +23,54 @@ typedef struct matmul_job {
 
 static void matmul_task(void *arg, int task, int thread) {
     matmul_job *j = arg;
-    size_t j0 = (size_t)task * j->chunk;
-    size_t j1 = j0 + j->chunk < j->w->rows ? j0 + j->chunk : j->w->rows;
+    size_t j0 = j->bounds[task], j1 = j->bounds[task + 1];
+    const tl_weight *w = j->w;
     if (j->reference)
-        tl_matmul_ref(j->w->type, j->w->data, j->w->cols, j0, j1, j->X, j->w->cols, j->n,
-                      j->Y, j->w->rows);
+        tl_matmul_ref(w->type, w->data, w->cols, j0, j1, j->X, w->cols, j->n, j->Y, w->rows);
+    else if (j->act)
+        tl_matmul_fast_act(w->type, w->data, w->cols, j0, j1, j->act, j->n, j->Y, w->rows);
     else
-        tl_matmul_fast(j->w->type, j->w->data, j->w->cols, j0, j1, j->X, j->w->cols, j->n,
-                       j->Y, j->w->rows, j->scratch + (size_t)thread * j->scratch_floats);
+        tl_matmul_fast(w->type, w->data, w->cols, j0, j1, j->X, w->cols, j->n, j->Y, w->rows,
+                       j->scratch + (size_t)thread * j->scratch_floats);
+}
+
+/* Splits `rows` into chunks of whole 16-row panels; returns their number, chunk t being
+ * [bounds[t], bounds[t+1]). Matrix-vector products (n <= 4) are short and memory-bound:
+ * chunks shrink (each about 1/(2*threads) of the rows left, down to 16 rows), so threads
+ * that claim them dynamically finish within a small chunk of each other. Larger products
+ * use about 4 equal chunks per thread: each chunk re-reads (and for Q types re-rounds) X. */
+static size_t split_rows(size_t rows, size_t threads, size_t n, size_t *bounds) {
+    size_t t = 0, j = 0;
+    bounds[0] = 0;
+    if (n > 4) {
+        size_t chunk = (rows + 4 * threads - 1) / (4 * threads);
+        chunk = (chunk + 15) / 16 * 16;
+        if (chunk < 16) chunk = 16;
+        if ((rows + chunk - 1) / chunk > MAX_CHUNKS) chunk = (rows + MAX_CHUNKS - 1) / MAX_CHUNKS;
+        for (; j < rows; j += chunk) bounds[++t] = j + chunk < rows ? j + chunk : rows;
+        return t;
+    }
+    while (j < rows) {
+        size_t left = rows - j, c = (left / (2 * threads) + 8) / 16 * 16;
+        if (c < 16) c = 16;
+        if (t == MAX_CHUNKS - 1 || c > left) c = left;
+        j += c;
+        bounds[++t] = j;
+    }
+    return t;
 }
 
 void tl_op_matmul(tl_model *m, const tl_weight *w, const float *X, size_t n, float *Y,
                   float *scratch, size_t scratch_floats) {
-    size_t threads = (size_t)tl_pool_threads(m->pool);
-    /* about 4 chunks per thread for balance, each a multiple of 16 rows */
-    size_t chunk = (w->rows + 4 * threads - 1) / (4 * threads);
-    chunk = (chunk + 15) / 16 * 16;
-    if (chunk < 16) chunk = 16;
-    matmul_job j = {w, X, n, chunk, Y, scratch, scratch_floats, m->use_reference};
-    tl_pool_run(m->pool, (int)((w->rows + chunk - 1) / chunk), matmul_task, &j);
+    size_t threads = (size_t)tl_pool_threads(m->pool), bounds[MAX_CHUNKS + 1];
+    size_t tasks = split_rows(w->rows, threads, n, bounds);
+    matmul_job j = {w, X, n, bounds, NULL, Y, scratch, scratch_floats, m->use_reference};
+    if (!m->use_reference && tl_matmul_act_floats(w->type, w->cols, n)) {
+        /* round X once, into thread 0's scratch, rather than once per chunk */
+        tl_matmul_act_prepare(w->type, w->cols, X, w->cols, n, scratch);
+        j.act = scratch;
+    }
+    tl_pool_run(m->pool, (int)tasks, matmul_task, &j);
 }
 
 void tl_op_rmsnorm(const float *x, const float *g, size_t n, size_t d, float eps, float *out) {
