@@ -68,7 +68,7 @@ static int run_point(const char *path, uint64_t budget, point pt, double *out_tp
     bp.num_gb = pt.num_gb;
     bp.n_ctx = PROMPT + GEN + 1;
     bp.kv_mem_pct = pt.kv_mem;
-    bp.prefill_rows = pt.gbs * 32 > 512 ? pt.gbs * 32 : 512;
+    bp.prefill_rows = pt.gbs * 16 > 256 ? pt.gbs * 16 : 256; /* a page per step */
     tl_generate_params gp = tl_generate_default_params();
     gp.n_predict = GEN;
     gp.stop_at_eos = 0;
@@ -83,12 +83,12 @@ static int run_point(const char *path, uint64_t budget, point pt, double *out_tp
     (void)wp;
     double io_before = 0, io_after = 0;
     uint64_t io_bytes = 0;
+    tl_residency_stats r0 = {0}, r1 = {0};
     if (!st) st = tl_residency_measure_io(m->res, &io_before, &io_bytes);
-    tl_residency_stats r0, r1;
-    tl_residency_get_stats(m->res, &r0);
+    if (!st) tl_residency_get_stats(m->res, &r0);
     if (!st) st = tl_batch_generate(m, &bp, &gp, (const char *const *)prompts, NULL, n, NULL,
                                     NULL, NULL, &bs);
-    tl_residency_get_stats(m->res, &r1);
+    if (!st) tl_residency_get_stats(m->res, &r1);
     if (!st) st = tl_residency_measure_io(m->res, &io_after, &io_bytes);
     int rc = 0;
     if (st) {
@@ -129,8 +129,8 @@ static int run_point(const char *path, uint64_t budget, point pt, double *out_tp
 
 int main(int argc, char **argv) {
     const char *dir = "/tmp/tierllm-bench";
-    const char *points = "1x1:100,4x1:100,8x2:100,16x2:100,16x4:100,32x4:100,16x2:0,32x4:0";
-    double budget_mib = 400;
+    const char *points = "1x1:100,4x1:100,8x2:0,16x2:0,16x4:0,32x4:0,8x2:100";
+    double budget_mib = 560;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) points = "1x1:100,8x2:100,8x2:0";
         else if (i + 1 < argc && !strcmp(argv[i], "--dir")) dir = argv[++i];

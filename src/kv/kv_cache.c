@@ -130,6 +130,7 @@ static uint64_t meta_bytes(const tl_kv_params *p, uint64_t *ring_cap, uint64_t o
     uint64_t sl = (uint64_t)p->max_seqs * (uint64_t)p->n_layer, np = pages_per_sl(p);
     uint64_t nd = np * (uint64_t)(100 - p->kv_mem_pct) / 100; /* disk pages per (seq, layer) */
     uint64_t cap = 2 * sl < sl * nd ? 2 * sl : sl * nd;
+    if (cap > 256) cap = 256; /* enough to keep the disk busy; more only costs memory */
     if (cap == 0) cap = 1;
     *ring_cap = cap;
     uint64_t o = 0;
@@ -151,7 +152,7 @@ size_t tl_kv_page_bytes(const tl_kv_params *p) {
  * (seq, layer), ND = floor(NP * (100 - kv_mem_pct) / 100) of them homed on disk (the
  * placement rule puts floor(n d) of the first n pages on disk), NM = NP - ND,
  * OPEN = 1 + ceil(max_block / page_tokens) open f32 pages per (seq, layer) (2 when
- * max_block <= page_tokens), W = min(2 S L, S L ND) write buffers in flight (the ring),
+ * max_block <= page_tokens), W = min(2 S L, S L ND, 256) write buffers in flight (the ring),
  * and each budget block costing its size + its alignment (the allocator's header):
  *   S L (NM (page_bytes + 64) + OPEN (f32_page_bytes + 64))   resident and open pages
  *   + (active ND + W) (slot_bytes + 4096)                      staging and write buffers
