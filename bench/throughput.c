@@ -13,7 +13,8 @@
  * The two phases are bounded separately because they cannot overlap each other:
  * prefill is compute-heavy and decode IO-heavy, so max over the whole run would be a
  * bound no schedule can reach.
- * Usage: bench_throughput [--dir DIR] [--budget 400M] [--points 1x1,4x1,...] [--quick]
+ * Usage: bench_throughput [--dir DIR] [--budget MiB] [--points 1x1:100,...] [--page N]
+ *        [--prefetch N] [--quick]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,10 +51,13 @@ static char *make_prompt(tl_model *m, int variant) {
 
 typedef struct point { int gbs, num_gb, kv_mem; } point;
 
+static int g_page = 16, g_prefetch = 2;
+
 static int run_point(const char *path, uint64_t budget, point pt, double *out_tps,
                      double *out_bound) {
     tl_model_params mp = tl_model_default_params();
     mp.mem_budget = budget;
+    mp.prefetch = g_prefetch;
     mp.n_threads = 2;
     tl_model *m;
     if (tl_model_open(path, &mp, &m)) {
@@ -68,7 +72,8 @@ static int run_point(const char *path, uint64_t budget, point pt, double *out_tp
     bp.num_gb = pt.num_gb;
     bp.n_ctx = PROMPT + GEN + 1;
     bp.kv_mem_pct = pt.kv_mem;
-    bp.prefill_rows = pt.gbs * 16 > 256 ? pt.gbs * 16 : 256; /* a page per step */
+    bp.page_tokens = g_page;
+    bp.prefill_rows = pt.gbs * g_page > 256 ? pt.gbs * g_page : 256; /* a page per step */
     tl_generate_params gp = tl_generate_default_params();
     gp.n_predict = GEN;
     gp.stop_at_eos = 0;
@@ -136,9 +141,11 @@ int main(int argc, char **argv) {
         else if (i + 1 < argc && !strcmp(argv[i], "--dir")) dir = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--budget")) budget_mib = atof(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--points")) points = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--page")) g_page = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--prefetch")) g_prefetch = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_throughput [--dir DIR] [--budget MiB] "
-                    "[--points GBSxNUMGB:KVMEM,...] [--quick]\n");
+                    "[--points GBSxNUMGB:KVMEM,...] [--page N] [--prefetch N] [--quick]\n");
             return 2;
         }
     }
@@ -158,8 +165,9 @@ int main(int argc, char **argv) {
         stat(path, &sb);
     }
     uint64_t budget = (uint64_t)(budget_mib * 1048576.0);
-    printf("model %.0f MiB, budget %.0f MiB (%.2f of the model), prompt %d, generate %d\n",
-           sb.st_size / 1048576.0, budget_mib, budget / (double)sb.st_size, PROMPT, GEN);
+    printf("model %.0f MiB, budget %.0f MiB (%.2f of the model), prompt %d, generate %d, KV "
+           "page %d tokens, prefetch %d\n", sb.st_size / 1048576.0, budget_mib,
+           budget / (double)sb.st_size, PROMPT, GEN, g_page, g_prefetch);
     char list[512];
     snprintf(list, sizeof list, "%s", points);
     double best = 0, best_ratio = 0;
