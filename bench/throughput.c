@@ -51,7 +51,7 @@ static char *make_prompt(tl_model *m, int variant) {
 
 typedef struct point { int gbs, num_gb, kv_mem; } point;
 
-static int g_page = 16, g_prefetch = 2;
+static int g_page = 4, g_prefetch = 1;
 
 static int run_point(const char *path, uint64_t budget, point pt, double *out_tps,
                      double *out_bound) {
@@ -134,8 +134,10 @@ static int run_point(const char *path, uint64_t budget, point pt, double *out_tp
 
 int main(int argc, char **argv) {
     const char *dir = "/tmp/tierllm-bench";
-    const char *points = "1x1:100,4x1:100,8x2:0,16x2:0,16x4:0,32x4:0,8x2:100";
-    double budget_mib = 560;
+    /* the default sweep (~15 min here): a third of the model, small KV pages and one layer
+     * of prefetch so 128 sequences' KV bookkeeping fits beside the layer buffers */
+    const char *points = "1x1:100,4x2:0,16x4:0,32x4:0";
+    double budget_mib = 400;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) points = "1x1:100,8x2:100,8x2:0";
         else if (i + 1 < argc && !strcmp(argv[i], "--dir")) dir = argv[++i];
