@@ -429,19 +429,21 @@ fail:
     return st;
 }
 
+/* Waits out every queued read and empties the ring; the reads' results (and errors) are
+ * dropped because those units will be read again, so the caller's message is kept. */
 static void drain(tl_residency *r) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", tl_last_error());
     while (r->q_len > 0) {
         slot *s = &r->slots[r->queue[r->q_head]];
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", tl_last_error());
-        wait_tags(r, s->tags, s->n_tags); /* results dropped: the unit will be re-read */
-        tl_error_set(TL_OK, "%s", msg);
+        wait_tags(r, s->tags, s->n_tags);
         s->state = SLOT_EMPTY;
         s->unit = -1;
         r->q_head = (r->q_head + 1) % (r->plan.n_slots + 1);
         r->q_len--;
     }
     r->carried = 0;
+    tl_error_set(TL_OK, "%s", msg);
 }
 
 void tl_residency_close(tl_residency *r) {

@@ -56,12 +56,6 @@ typedef struct bpe_sym {
     uint32_t off, n; /* in the encoded word */
 } bpe_sym;
 
-typedef struct bpe_bigram {
-    int32_t rank;
-    int32_t left, right;
-    uint32_t size;
-} bpe_bigram;
-
 typedef struct bpe_state {
     const tl_tokenizer *tok;
     const char *text;
@@ -73,57 +67,9 @@ typedef struct bpe_state {
     /* per word, reused */
     char *enc;
     bpe_sym *sym;
-    bpe_bigram *heap;
-    size_t n_heap, cap_heap;
+    tl__bigram_heap heap;
     tl__ids *out;
 } bpe_state;
-
-static int bigram_before(const bpe_bigram *a, const bpe_bigram *b)
-{
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static tl_status heap_push(bpe_state *s, bpe_bigram bg)
-{
-    if (s->n_heap == s->cap_heap) {
-        size_t cap = s->cap_heap ? s->cap_heap * 2 : 64;
-        bpe_bigram *h = realloc(s->heap, cap * sizeof(*h));
-        if (!h)
-            return tl_error_set(TL_ERR_NOMEM, "tokenizer: out of memory");
-        s->heap = h;
-        s->cap_heap = cap;
-    }
-    size_t i = s->n_heap++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!bigram_before(&bg, &s->heap[p]))
-            break;
-        s->heap[i] = s->heap[p];
-        i = p;
-    }
-    s->heap[i] = bg;
-    return TL_OK;
-}
-
-static bpe_bigram heap_pop(bpe_state *s)
-{
-    bpe_bigram top = s->heap[0], last = s->heap[--s->n_heap];
-    size_t i = 0, n = s->n_heap;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && bigram_before(&s->heap[c + 1], &s->heap[c]))
-            c++;
-        if (!bigram_before(&s->heap[c], &last))
-            break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (n)
-        s->heap[i] = last;
-    return top;
-}
 
 static tl_status try_bigram(bpe_state *s, int32_t left, int32_t right)
 {
@@ -134,8 +80,8 @@ static tl_status try_bigram(bpe_state *s, int32_t left, int32_t right)
                                    r->n, ' ');
     if (rank < 0)
         return TL_OK;
-    bpe_bigram bg = {rank, left, right, l->n + r->n};
-    return heap_push(s, bg);
+    tl__bigram bg = {(float)rank, left, right, l->n + r->n};
+    return tl__bigram_push(&s->heap, bg);
 }
 
 static tl_status emit_symbol(bpe_state *s, const bpe_sym *y)
@@ -179,11 +125,11 @@ static tl_status bpe_word(bpe_state *s, size_t u0, size_t u1)
         n_sym++;
     }
     tl_status st = TL_OK;
-    s->n_heap = 0;
+    s->heap.n = 0;
     for (int32_t i = 1; i < n_sym && !st; i++)
         st = try_bigram(s, i - 1, i);
-    while (!st && s->n_heap) {
-        bpe_bigram bg = heap_pop(s);
+    while (!st && s->heap.n) {
+        tl__bigram bg = tl__bigram_pop(&s->heap);
         bpe_sym *l = &s->sym[bg.left], *r = &s->sym[bg.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size)
             continue; /* stale: one side has merged since */
@@ -312,6 +258,6 @@ done:
     free(s.u_cls);
     free(s.enc);
     free(s.sym);
-    free(s.heap);
+    free(s.heap.v);
     return st;
 }

@@ -89,4 +89,21 @@ tl_status tl__bpe_encode(const tl_tokenizer *tok, const char *text, size_t len, 
 uint32_t tl__bpe_byte_to_cpt(unsigned char b);
 int tl__bpe_cpt_to_byte(uint32_t cpt);
 
+/* A candidate merge of symbols left and right; both tokenizers merge the best first.
+ * The heap pops the smallest key first (SPM: -score; BPE: merge rank, exact in a float
+ * below 2^24), ties by the leftmost position, as llama.cpp does. */
+typedef struct tl__bigram {
+    float key;
+    int32_t left, right;
+    uint32_t size; /* combined length when queued, to detect stale entries */
+} tl__bigram;
+
+typedef struct tl__bigram_heap {
+    tl__bigram *v;
+    size_t n, cap;
+} tl__bigram_heap;
+
+tl_status tl__bigram_push(tl__bigram_heap *h, tl__bigram bg);
+tl__bigram tl__bigram_pop(tl__bigram_heap *h); /* h->n must be > 0 */
+
 #endif

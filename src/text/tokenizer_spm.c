@@ -21,67 +21,12 @@ typedef struct spm_sym {
     uint32_t off, n;
 } spm_sym;
 
-typedef struct spm_bigram {
-    float score;
-    int32_t left, right;
-    uint32_t size; /* combined length when queued */
-} spm_bigram;
-
 typedef struct spm_state {
     const tl_tokenizer *tok;
     const char *text;
     spm_sym *sym;
-    spm_bigram *heap;
-    size_t n_heap, cap_heap;
+    tl__bigram_heap heap;
 } spm_state;
-
-/* a ranks before b: higher score, then smaller left index */
-static int bigram_before(const spm_bigram *a, const spm_bigram *b)
-{
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static tl_status heap_push(spm_state *s, spm_bigram bg)
-{
-    if (s->n_heap == s->cap_heap) {
-        size_t cap = s->cap_heap ? s->cap_heap * 2 : 64;
-        spm_bigram *h = realloc(s->heap, cap * sizeof(*h));
-        if (!h)
-            return tl_error_set(TL_ERR_NOMEM, "tokenizer: out of memory");
-        s->heap = h;
-        s->cap_heap = cap;
-    }
-    size_t i = s->n_heap++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!bigram_before(&bg, &s->heap[p]))
-            break;
-        s->heap[i] = s->heap[p];
-        i = p;
-    }
-    s->heap[i] = bg;
-    return TL_OK;
-}
-
-static spm_bigram heap_pop(spm_state *s)
-{
-    spm_bigram top = s->heap[0], last = s->heap[--s->n_heap];
-    size_t i = 0, n = s->n_heap;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && bigram_before(&s->heap[c + 1], &s->heap[c]))
-            c++;
-        if (!bigram_before(&s->heap[c], &last))
-            break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (n)
-        s->heap[i] = last;
-    return top;
-}
 
 static tl_status try_bigram(spm_state *s, int32_t left, int32_t right)
 {
@@ -92,8 +37,8 @@ static tl_status try_bigram(spm_state *s, int32_t left, int32_t right)
     int32_t id = tl__strmap_find(&s->tok->vocab, s->text + l->off, size, NULL, 0, -1);
     if (id < 0)
         return TL_OK;
-    spm_bigram bg = {s->tok->scores[id], left, right, size};
-    return heap_push(s, bg);
+    tl__bigram bg = {-s->tok->scores[id], left, right, size};
+    return tl__bigram_push(&s->heap, bg);
 }
 
 static tl_status emit(const spm_state *s, const spm_sym *sym, tl__ids *out)
@@ -125,7 +70,7 @@ tl_status tl__spm_encode(const tl_tokenizer *tok, const char *text, size_t len, 
     if (len > (UINT32_MAX - 8) / 3)
         return tl_error_set(TL_ERR_INVALID, "tokenizer: text of %zu bytes is too long", len);
     size_t elen = len + 2 * n_spaces + (prefix ? 3 : 0);
-    spm_state s = {tok, NULL, NULL, NULL, 0, 0};
+    spm_state s = {tok, NULL, NULL, {NULL, 0, 0}};
     char *esc = malloc(elen + 1);
     s.sym = malloc((elen + 1) * sizeof(*s.sym));
     tl_status st = TL_OK;
@@ -167,8 +112,8 @@ tl_status tl__spm_encode(const tl_tokenizer *tok, const char *text, size_t len, 
     for (int32_t i = 1; i < n_sym && !st; i++)
         st = try_bigram(&s, i - 1, i);
 
-    while (!st && s.n_heap) {
-        spm_bigram bg = heap_pop(&s);
+    while (!st && s.heap.n) {
+        tl__bigram bg = tl__bigram_pop(&s.heap);
         spm_sym *l = &s.sym[bg.left], *r = &s.sym[bg.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size)
             continue; /* stale */
@@ -186,6 +131,6 @@ tl_status tl__spm_encode(const tl_tokenizer *tok, const char *text, size_t len, 
 done:
     free(esc);
     free(s.sym);
-    free(s.heap);
+    free(s.heap.v);
     return st;
 }
