@@ -199,6 +199,7 @@ typedef struct tl_batch_stats {
     uint64_t ssd_bytes_written;  /* KV pages written to the spill file */
     uint64_t kv_bytes_read;      /* KV pages read back from the spill file */
     uint64_t weight_bytes_read;  /* weights streamed from the model file */
+    int32_t replans;             /* times the policy was replaced between blocks */
 } tl_batch_stats;
 
 /* Called once per prompt, in input order, as soon as it and every earlier prompt are

@@ -47,6 +47,7 @@ typedef struct batch {
     seq_state *ss;            /* [gbs * num_gb] */
     tl_batch_stats st;
     double t_start;
+    uint64_t base_written, base_kv_read, base_weight_read; /* from before a re-plan */
 } batch;
 
 tl_batch_params tl_batch_default_params(void) {
@@ -143,7 +144,13 @@ static void batch_free(batch *b) {
     free(b->lseq);
     free(b->mseqs);
     free(b->mb);
+    b->ss = NULL;
+    b->kv = NULL;
+    b->x = b->logits = NULL;
+    b->tok = b->seq = b->pos = b->lrow = b->lseq = b->mseqs = NULL;
+    b->mb = NULL;
 }
+
 
 static int32_t gcd32(int32_t a, int32_t b) {
     while (b) { int32_t t = a % b; a = b; b = t; }
@@ -169,11 +176,18 @@ static void align_pages(const tl_model *m, tl_batch_params *p) {
 
 static uint64_t budget_bytes(const batch *b);
 
+int32_t tl_batch_page_tokens(const tl_model *m, const tl_batch_params *bp) {
+    tl_batch_params p = *bp;
+    align_pages(m, &p);
+    return p.page_tokens;
+}
+
 uint64_t tl_batch_budget_bytes(const tl_model *m, const tl_batch_params *bp) {
     batch b;
     memset(&b, 0, sizeof b);
     b.m = (tl_model *)m;
     b.bp = *bp;
+    if (check_params(&b.bp) != TL_OK) return UINT64_MAX; /* also defaults the spill dir */
     align_pages(m, &b.bp); /* as tl_batch_generate will */
     b.rows_per_mb = bp->prefill_rows < bp->gbs ? bp->gbs : bp->prefill_rows;
     return budget_bytes(&b);
@@ -183,10 +197,11 @@ static uint64_t budget_bytes(const batch *b) {
     const tl_model *m = b->m;
     const uint64_t nb = (uint64_t)b->bp.num_gb;
     tl_kv_params kp = kv_params(b);
+    const uint64_t kv = tl_kv_budget_bytes(&kp, 2 * b->bp.gbs); /* two micro-batches staged */
+    if (kv == UINT64_MAX) return UINT64_MAX; /* invalid KV parameters: nothing fits */
     return tl_llama_scratch_bytes(m, b->rows_per_mb, b->bp.n_ctx, b->bp.page_tokens) +
            nb * (uint64_t)b->rows_per_mb * (uint64_t)m->hp.n_embd * sizeof(float) + 64 +
-           nb * (uint64_t)b->bp.gbs * (uint64_t)m->hp.n_vocab * sizeof(float) + 64 +
-           tl_kv_budget_bytes(&kp, 2 * b->bp.gbs); /* two micro-batches staged at once */
+           nb * (uint64_t)b->bp.gbs * (uint64_t)m->hp.n_vocab * sizeof(float) + 64 + kv;
 }
 
 static tl_status batch_init(batch *b) {
@@ -341,10 +356,28 @@ static void fill_io_stats(batch *b) {
     tl_residency_stats rs;
     tl_kv_get_stats(b->kv, &ks);
     tl_residency_get_stats(b->m->res, &rs);
-    b->st.ssd_bytes_written = ks.bytes_written;
-    b->st.kv_bytes_read = ks.bytes_read;
-    b->st.weight_bytes_read = rs.bytes_read_disk;
+    b->st.ssd_bytes_written = b->base_written + ks.bytes_written;
+    b->st.kv_bytes_read = b->base_kv_read + ks.bytes_read;
+    b->st.weight_bytes_read = b->base_weight_read + rs.bytes_read_disk;
     b->st.elapsed_s = tl_now() - b->t_start;
+}
+
+/* Between blocks: a new policy for the rest of the run. Everything the block schedule
+ * holds is freed, the weights are placed again under the model's (possibly changed)
+ * params, and the state is rebuilt for the new batch params. */
+static tl_status replace_policy(batch *b, const tl_batch_params *bp) {
+    fill_io_stats(b);
+    b->base_written = b->st.ssd_bytes_written;
+    b->base_kv_read = b->st.kv_bytes_read;
+    b->base_weight_read = b->st.weight_bytes_read;
+    batch_free(b);
+    tl_engine_unplace(b->m);
+    b->bp = *bp;
+    tl_status st = check_params(&b->bp);
+    if (st) return st;
+    align_pages(b->m, &b->bp);
+    b->rows_per_mb = b->bp.prefill_rows < b->bp.gbs ? b->bp.gbs : b->bp.prefill_rows;
+    return batch_init(b);
 }
 
 tl_status tl_batch_generate(tl_model *m, const tl_batch_params *bpp, const tl_generate_params *gpp,
@@ -352,6 +385,16 @@ tl_status tl_batch_generate(tl_model *m, const tl_batch_params *bpp, const tl_ge
                             int32_t n_prompts, tl_batch_result_fn on_result,
                             tl_batch_progress_fn on_progress, void *user,
                             tl_batch_stats *stats) {
+    return tl_batch_generate_replan(m, bpp, gpp, prompts, n_predict, n_prompts, on_result,
+                                    on_progress, user, NULL, NULL, stats);
+}
+
+tl_status tl_batch_generate_replan(tl_model *m, const tl_batch_params *bpp,
+                                   const tl_generate_params *gpp, const char *const *prompts,
+                                   const int32_t *n_predict, int32_t n_prompts,
+                                   tl_batch_result_fn on_result, tl_batch_progress_fn on_progress,
+                                   void *user, tl_batch_replan_fn replan, void *replan_user,
+                                   tl_batch_stats *stats) {
     batch b;
     memset(&b, 0, sizeof b);
     b.m = m;
@@ -373,9 +416,18 @@ tl_status tl_batch_generate(tl_model *m, const tl_batch_params *bpp, const tl_ge
                                 (int)i, need, (int)b.bp.n_ctx);
     }
     b.rows_per_mb = b.bp.prefill_rows < b.bp.gbs ? b.bp.gbs : b.bp.prefill_rows;
-    const int32_t block = b.bp.gbs * b.bp.num_gb;
+    int32_t block = b.bp.gbs * b.bp.num_gb;
     if ((st = batch_init(&b))) goto out;
     for (int32_t first = 0; first < n_prompts && !st; first += block) {
+        if (first > 0 && replan) { /* between blocks: the planner may change the policy */
+            tl_batch_params nbp = b.bp;
+            fill_io_stats(&b);
+            if (replan(replan_user, m, &b.st, n_prompts - first, &nbp)) {
+                b.st.replans++;
+                if ((st = replace_policy(&b, &nbp))) break;
+                block = b.bp.gbs * b.bp.num_gb;
+            }
+        }
         int32_t n_blk = n_prompts - first < block ? n_prompts - first : block;
         for (int32_t i = 0; i < n_blk && !st; i++) {
             seq_state *s = &b.ss[i];

@@ -14,6 +14,32 @@
 #include "residency.h"
 #include "../base/status.h"
 
+uint64_t tl_engine_base_used(const tl_model *m) {
+    return m->res ? m->used_before_place : tl_budget_used(m->budget);
+}
+
+tl_status tl_engine_plan_weights(const tl_model *m, uint64_t state_bytes, int prefetch,
+                                 int overlap, int w_mem_pct, tl_weight_plan *plan) {
+    const uint64_t limit = tl_budget_limit(m->budget), used = tl_engine_base_used(m);
+    const uint64_t floor = tl_weight_plan_minimum(m, prefetch, overlap);
+    memset(plan, 0, sizeof *plan);
+    if (used > limit || floor > limit - used || state_bytes > limit - used - floor)
+        return tl_error_set(TL_ERR_NOMEM, "the memory budget of %.1f MiB is too small for "
+                            "this model and context: the minimum is %.1f MiB (KV cache and "
+                            "activations %.1f MiB, %d streamed-layer buffers and norms %.1f "
+                            "MiB); raise --mem-budget or lower --ctx-size/--batch-size",
+                            limit / 1048576.0, (used + state_bytes + floor) / 1048576.0,
+                            state_bytes / 1048576.0, overlap ? prefetch + 1 : 1,
+                            floor / 1048576.0);
+    /* --w-mem caps the resident share of the weights (a policy knob, FlexGen's wg) */
+    uint64_t for_weights = limit - used - state_bytes;
+    if (w_mem_pct < 100) {
+        uint64_t cap = floor + m->weight_bytes / 100 * (uint64_t)(w_mem_pct < 0 ? 0 : w_mem_pct);
+        if (cap < for_weights) for_weights = cap;
+    }
+    return tl_weight_plan_make(m, for_weights, prefetch, overlap, plan);
+}
+
 tl_status tl_engine_place(tl_model *m, uint64_t state_bytes) {
     const uint64_t limit = tl_budget_limit(m->budget), used = tl_budget_used(m->budget);
     const tl_model_params *p = &m->params;
@@ -24,27 +50,18 @@ tl_status tl_engine_place(tl_model *m, uint64_t state_bytes) {
                                 state_bytes / 1048576.0, (limit - used) / 1048576.0);
         return TL_OK;
     }
-    const uint64_t minimum = used + state_bytes + tl_weight_plan_minimum(m, p->prefetch, p->overlap);
-    if (minimum > limit)
-        return tl_error_set(TL_ERR_NOMEM, "the memory budget of %.1f MiB is too small for "
-                            "this model and context: the minimum is %.1f MiB (KV cache and "
-                            "activations %.1f MiB, %d streamed-layer buffers and norms %.1f "
-                            "MiB); raise --mem-budget or lower --ctx-size/--batch-size",
-                            limit / 1048576.0, minimum / 1048576.0, state_bytes / 1048576.0,
-                            p->overlap ? p->prefetch + 1 : 1,
-                            (minimum - used - state_bytes) / 1048576.0);
-    /* --w-mem caps the resident share of the weights (a policy knob, FlexGen's wg) */
-    uint64_t for_weights = limit - used - state_bytes;
-    if (p->w_mem_pct < 100) {
-        uint64_t cap = tl_weight_plan_minimum(m, p->prefetch, p->overlap) +
-                       m->weight_bytes / 100 * (uint64_t)p->w_mem_pct;
-        if (cap < for_weights) for_weights = cap;
-    }
     tl_weight_plan plan;
-    tl_status st = tl_weight_plan_make(m, for_weights, p->prefetch, p->overlap, &plan);
+    m->used_before_place = used;
+    tl_status st = tl_engine_plan_weights(m, state_bytes, p->prefetch, p->overlap,
+                                          p->w_mem_pct, &plan);
     if (!st) st = tl_residency_open(m, &plan, &m->res);
     tl_weight_plan_free(&plan);
     return st;
+}
+
+void tl_engine_unplace(tl_model *m) {
+    if (m->res) tl_residency_close(m->res);
+    m->res = NULL;
 }
 
 tl_status tl_engine_step(tl_model *m, tl_llama_scratch *s, tl_kv *kv, tl_microbatch *mb,

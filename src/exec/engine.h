@@ -11,17 +11,50 @@
 
 #include "../kv/kv_cache.h"
 #include "../model/llama.h"
+#include "residency.h"
 
 /* The first caller fixes the placement: what the budget leaves after `state_bytes`
  * (KV, activations, ...) decides which weights are resident and which stream. Later
  * callers only check that their state fits. */
 tl_status tl_engine_place(tl_model *m, uint64_t state_bytes);
 
+/* The weight plan tl_engine_place makes for these knobs when `state_bytes` of other
+ * state share the budget, without placing anything: the exact dry run the planner uses.
+ * TL_ERR_NOMEM (with the minimum in the message) when it cannot fit. */
+tl_status tl_engine_plan_weights(const tl_model *m, uint64_t state_bytes, int prefetch,
+                                 int overlap, int w_mem_pct, tl_weight_plan *plan);
+
+/* Budget bytes in use before any placement: what a new placement starts from (the
+ * model's own allocations). Dry runs use it, so they are right even while a placement
+ * that is about to be replaced is still held. */
+uint64_t tl_engine_base_used(const tl_model *m);
+
+/* Frees the placement (no context or batch may be using it), so the next caller of
+ * tl_engine_place places the weights again, under the model's current params. */
+void tl_engine_unplace(tl_model *m);
+
 /* Budget bytes a single-sequence context of (n_ctx, n_batch) holds (context.c). */
 uint64_t tl_context_budget_bytes(const tl_model *m, int32_t n_ctx, int32_t n_batch);
 
 /* Budget bytes a batch run with these parameters holds besides the weights (batch.c). */
 uint64_t tl_batch_budget_bytes(const tl_model *m, const tl_batch_params *bp);
+/* The KV page size a batch run will use (rounded up to whole 4096-byte units when KV
+ * may spill). */
+int32_t tl_batch_page_tokens(const tl_model *m, const tl_batch_params *bp);
+
+/* Between two blocks of a batch run, a planner may replace the policy of the rest of
+ * the run: the hook sees the counters so far and the number of prompts left, and returns
+ * 1 after writing new batch params (and possibly changing m->params: prefetch, overlap,
+ * w_mem_pct), 0 to keep going. On 1 the run frees its state, places the weights again
+ * and continues with the new params. */
+typedef int (*tl_batch_replan_fn)(void *user, tl_model *m, const tl_batch_stats *so_far,
+                                  int32_t prompts_left, tl_batch_params *bp);
+tl_status tl_batch_generate_replan(tl_model *m, const tl_batch_params *bp,
+                                   const tl_generate_params *gp, const char *const *prompts,
+                                   const int32_t *n_predict, int32_t n_prompts,
+                                   tl_batch_result_fn on_result, tl_batch_progress_fn on_progress,
+                                   void *user, tl_batch_replan_fn replan, void *replan_user,
+                                   tl_batch_stats *stats);
 
 typedef struct tl_microbatch {
     int32_t n_rows;

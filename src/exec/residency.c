@@ -201,6 +201,12 @@ void tl_weight_plan_free(tl_weight_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
+uint64_t tl_weight_plan_unit_bytes(const tl_model *m, const tl_weight_plan *p, int unit) {
+    tl_weight *ws[MAX_UNIT_TENSORS];
+    int n = unit < 0 || unit > m->hp.n_layer ? 0 : unit_streamed(m, p, unit, ws);
+    return n ? part_cost(ws, n) - ALIGN : 0;
+}
+
 static void plan_totals(const tl_model *m, tl_weight_plan *p) {
     tl_weight *ws[MAX_UNIT_TENSORS];
     uint64_t slot = 0, streamed = 0;

@@ -35,6 +35,8 @@ tl_status tl_weight_plan_make(const tl_model *m, uint64_t weight_budget, int pre
 void tl_weight_plan_free(tl_weight_plan *plan);
 /* Budget bytes of the all-streamed plan: the least the weights can live with. */
 uint64_t tl_weight_plan_minimum(const tl_model *m, int prefetch, int overlap);
+/* Bytes read from the model file for unit u in each pass (0 when it is resident). */
+uint64_t tl_weight_plan_unit_bytes(const tl_model *m, const tl_weight_plan *p, int unit);
 /* Bytes the plan needs from the budget (resident buffers, slots, row buffer). */
 uint64_t tl_weight_plan_bytes(const tl_model *m, const tl_weight_plan *plan);
 

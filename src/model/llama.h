@@ -60,6 +60,7 @@ struct tl_model {
     tl_model_params params;
     int use_reference;         /* 1: scalar reference kernels everywhere */
     uint64_t weight_bytes, n_params;
+    uint64_t used_before_place; /* budget bytes in use when the weights were placed */
 };
 
 /* Every weight of the model in a fixed order: token_embd, output_norm, output (unless

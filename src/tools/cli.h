@@ -11,6 +11,8 @@ int tl_cmd_info(int argc, char **argv);
 int tl_cmd_synth(int argc, char **argv);
 int tl_cmd_logits(int argc, char **argv);
 int tl_cmd_batch(int argc, char **argv);
+int tl_cmd_profile(int argc, char **argv);
+int tl_cmd_plan(int argc, char **argv);
 
 /* Argument parsing helpers: each prints a message and returns 0 on a bad value. */
 int cli_int(const char *flag, const char *s, long lo, long hi, int32_t *out);

@@ -6,7 +6,10 @@
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
+#include "cli_plan.h"
 #include "json.h"
+#include "base/status.h"
+#include "plan/replan.h"
 
 static void usage(void) {
     printf("usage: tierllm batch -m MODEL.gguf -i prompts.jsonl -o out.jsonl [options]\n"
@@ -22,7 +25,15 @@ static void usage(void) {
            "  --spill-dir DIR         where spilled KV pages go (default $TMPDIR or /tmp)\n"
            "  --mem-budget SIZE --prefetch N --no-overlap --io auto|pool|uring -t N\n"
            "  --temp T --top-k K --top-p P --seed S --ignore-eos  (as tierllm run)\n"
-           "  --no-progress           no progress bar\n");
+           "  --no-progress           no progress bar\n"
+           "planning:\n"
+           "  --policy auto|manual    auto: the planner picks gbs, num_gb, KV format and\n"
+           "                          placement, prefetch (default when --mem-budget is given\n"
+           "                          and no knob above is); manual: the flags/defaults\n"
+           "  --profile PATH          hardware profile for auto (default: cached, or measured)\n"
+           "  --lossy-kv              auto may choose 8- or 4-bit KV\n"
+           "  --no-replan             auto keeps its first policy whatever the run measures\n"
+           "  --stats                 predicted vs measured, term by term\n");
 }
 
 typedef struct prompt_set {
@@ -150,6 +161,82 @@ static void on_progress(void *user, const tl_batch_stats *s) {
             s->total_prompts, (unsigned long long)s->generated_tokens, tps, eta);
 }
 
+/* --policy auto: the workload from the prompts, the search, the policy applied. */
+static tl_status plan_batch(tl_model *m, const prompt_set *ps, tl_batch_params *bp,
+                            const tl_generate_params *gp, const char *profile_path, int lossy,
+                            int kv_bits_given, int ctx_given, tl_plan_request *rq,
+                            tl_plan_result *chosen, tl_replanner **rp) {
+    double prompt_sum = 0, gen_sum = 0;
+    int32_t prompt_max = 1, gen_max = 1;
+    for (int32_t i = 0; i < ps->n; i++) {
+        size_t n = 0;
+        tl_status st = tl_tokenize(m, ps->prompt[i], strlen(ps->prompt[i]), gp->add_bos, NULL, 0, &n);
+        if (st && st != TL_ERR_INVALID) return st;
+        prompt_sum += (double)n;
+        gen_sum += ps->n_predict[i];
+        if ((int32_t)n > prompt_max) prompt_max = (int32_t)n;
+        if (ps->n_predict[i] > gen_max) gen_max = ps->n_predict[i];
+    }
+    memset(rq, 0, sizeof *rq);
+    rq->w.prompt_len = (int32_t)(prompt_sum / ps->n + 0.5);
+    rq->w.gen_len = (int32_t)(gen_sum / ps->n + 0.5);
+    if (rq->w.prompt_len < 1) rq->w.prompt_len = 1;
+    if (rq->w.gen_len < 1) rq->w.gen_len = 1;
+    rq->w.num_seqs = ps->n;
+    rq->n_ctx = ctx_given ? bp->n_ctx : prompt_max + gen_max;
+    rq->kv_bits = kv_bits_given ? bp->kv_bits : 0;
+    rq->allow_lossy_kv = lossy;
+    rq->overlap = m->params.overlap;
+    tl_hw_profile prof;
+    tl_status st = cli_profile(m, profile_path, &prof);
+    if (!st) st = tl_plan_search(m, &prof, rq, chosen);
+    if (st) return st;
+    tl_plan_apply(&chosen->policy, m, bp);
+    cli_print_policy(stderr, "policy auto", chosen);
+    cli_print_prediction(stderr, "predicted", chosen, &rq->w);
+    *rp = malloc(sizeof **rp);
+    if (!*rp) return tl_error_set(TL_ERR_NOMEM, "out of memory");
+    tl_replanner_init(*rp, m, &prof, rq, chosen);
+    return TL_OK;
+}
+
+static void print_plan_stats(const tl_plan_request *rq, const tl_plan_result *chosen,
+                             const tl_replanner *rp, const tl_batch_stats *bs) {
+    const tl_cost *c = &chosen->cost;
+    cli_measured pre = {bs->prefill_s, (double)bs->prefill_passes,
+                        bs->prefill_s - bs->prefill_stall_s, -1, -1, -1, -1};
+    cli_measured dec = {bs->decode_s, (double)bs->decode_passes,
+                        bs->decode_s - bs->decode_stall_s, -1, -1, -1, -1};
+    cli_measured all = {bs->prefill_s + bs->decode_s,
+                        (double)(bs->prefill_passes + bs->decode_passes),
+                        bs->prefill_s + bs->decode_s - bs->prefill_stall_s - bs->decode_stall_s,
+                        -1, (double)bs->weight_bytes_read, (double)bs->kv_bytes_read,
+                        (double)bs->ssd_bytes_written};
+    tl_cost_terms sum = c->prefill;
+    sum.compute_s += c->decode.compute_s;
+    sum.weight_read_s += c->decode.weight_read_s;
+    sum.kv_read_s += c->decode.kv_read_s;
+    sum.kv_write_s += c->decode.kv_write_s;
+    sum.weight_bytes += c->decode.weight_bytes;
+    sum.kv_read_bytes += c->decode.kv_read_bytes;
+    sum.kv_write_bytes += c->decode.kv_write_bytes;
+    fprintf(stderr, "[plan] workload: %d prompts, mean prompt %d tokens, mean generation %d\n",
+            (int)rq->w.num_seqs, (int)rq->w.prompt_len, (int)rq->w.gen_len);
+    cli_print_terms(stderr, "prefill", &c->prefill, c->prefill_s, c->prefill_passes, &pre);
+    cli_print_terms(stderr, "decode", &c->decode, c->decode_s, c->decode_passes, &dec);
+    cli_print_terms(stderr, "whole run", &sum, c->total_s, c->prefill_passes + c->decode_passes,
+                    &all);
+    fprintf(stderr, "[plan] throughput: predicted %.2f tok/s, measured %.2f tok/s\n",
+            c->tokens_per_s, bs->elapsed_s > 0 ? bs->generated_tokens / bs->elapsed_s : 0.0);
+    if (!rp) {
+        fprintf(stderr, "[plan] re-planning off\n");
+        return;
+    }
+    fprintf(stderr, "[plan] re-planning: %d block checks, %d re-plans, %d policy changes\n",
+            (int)rp->checks, (int)rp->replans, (int)rp->switches);
+    for (int32_t i = 0; i < rp->n_log; i++) fprintf(stderr, "[plan]   %s\n", rp->log[i]);
+}
+
 int tl_cmd_batch(int argc, char **argv) {
     const char *model_path = NULL, *in_path = NULL, *out_path = NULL;
     tl_model_params mp = tl_model_default_params();
@@ -158,10 +245,15 @@ int tl_cmd_batch(int argc, char **argv) {
     gp.n_predict = 32;
     gp.sampler.seed = 24301;
     int progress = isatty(2), w_mem = 100;
+    int policy = -1, knobs = 0, stats = 0, lossy = 0, replan = 1, kv_bits_given = 0, ctx_given = 0;
+    const char *profile_path = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
 #define VAL() if (!(v = cli_value(argc, argv, &i))) return 2
-#define INT(flag, lo, hi, dst) else if (!strcmp(a, flag)) { VAL(); if (!cli_int(a, v, lo, hi, dst)) return 2; }
+#define INT(flag, lo, hi, dst) else if (!strcmp(a, flag)) { VAL(); if (!cli_int(a, v, lo, hi, dst)) return 2; \
+        knobs += !strcmp(flag, "--gbs") || !strcmp(flag, "--num-gb") || !strcmp(flag, "--kv-mem") || \
+                 !strcmp(flag, "--w-mem") || !strcmp(flag, "--prefetch") || !strcmp(flag, "--prefill-rows"); \
+        kv_bits_given |= !strcmp(flag, "--kv-bits"); ctx_given |= !strcmp(flag, "-c") || !strcmp(flag, "--ctx-size"); }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); model_path = v; }
         else if (!strcmp(a, "-i") || !strcmp(a, "--input")) { VAL(); in_path = v; }
@@ -188,6 +280,16 @@ int tl_cmd_batch(int argc, char **argv) {
         else if (!strcmp(a, "--seed")) { VAL(); if (!cli_u64(a, v, &gp.sampler.seed)) return 2; }
         else if (!strcmp(a, "--ignore-eos")) gp.stop_at_eos = 0;
         else if (!strcmp(a, "--no-progress")) progress = 0;
+        else if (!strcmp(a, "--policy")) {
+            VAL();
+            if (!strcmp(v, "auto")) policy = 1;
+            else if (!strcmp(v, "manual")) policy = 0;
+            else { fprintf(stderr, "error: --policy expects auto or manual\n"); return 2; }
+        }
+        else if (!strcmp(a, "--profile")) { VAL(); profile_path = v; }
+        else if (!strcmp(a, "--lossy-kv")) lossy = 1;
+        else if (!strcmp(a, "--no-replan")) replan = 0;
+        else if (!strcmp(a, "--stats")) stats = 1;
         else {
             fprintf(stderr, "error: unknown option '%s' (see tierllm batch --help)\n", a);
             return 2;
@@ -200,6 +302,12 @@ int tl_cmd_batch(int argc, char **argv) {
         return 2;
     }
     mp.w_mem_pct = w_mem;
+    if (policy == 1 && knobs) {
+        fprintf(stderr, "error: --policy auto chooses gbs, num_gb, prefill rows, KV placement, "
+                "weight placement and prefetch itself; drop those flags or use --policy manual\n");
+        return 2;
+    }
+    if (policy < 0) policy = mp.mem_budget > 0 && !knobs;
     prompt_set ps = {0};
     if (!read_prompts(in_path, gp.n_predict, &ps)) {
         prompts_free(&ps);
@@ -216,9 +324,21 @@ int tl_cmd_batch(int argc, char **argv) {
     memset(&bs, 0, sizeof bs);
     run_ctx rc = {out, out_path, &ps, progress, 0};
     tl_status st = tl_model_open(model_path, &mp, &m);
+    tl_replanner *rp = NULL;
+    tl_plan_request rq;
+    tl_plan_result chosen;
+    if (!st && policy == 1) {
+        st = plan_batch(m, &ps, &bp, &gp, profile_path, lossy, kv_bits_given, ctx_given, &rq,
+                        &chosen, &rp);
+        if (!st && !replan) {
+            free(rp);
+            rp = NULL;
+        }
+    }
     if (!st)
-        st = tl_batch_generate(m, &bp, &gp, (const char *const *)ps.prompt, ps.n_predict, ps.n,
-                               on_result, on_progress, &rc, &bs);
+        st = tl_batch_generate_replan(m, &bp, &gp, (const char *const *)ps.prompt, ps.n_predict,
+                                      ps.n, on_result, on_progress, &rc,
+                                      rp ? tl_replanner_hook : NULL, rp, &bs);
     if (progress) fputc('\n', stderr);
     int rc_code = 0;
     if (st && !rc.write_failed) rc_code = cli_fail(st);
@@ -235,6 +355,8 @@ int tl_cmd_batch(int argc, char **argv) {
             bs.prefill_s, bs.decode_s, bs.elapsed_s > 0 ? bs.generated_tokens / bs.elapsed_s : 0,
             bs.weight_bytes_read / gen / 1024, bs.kv_bytes_read / gen / 1024,
             bs.ssd_bytes_written / gen / 1024);
+    if (stats && policy == 1 && bs.done_prompts > 0) print_plan_stats(&rq, &chosen, rp, &bs);
+    free(rp);
     tl_model_close(m);
     prompts_free(&ps);
     return rc_code;

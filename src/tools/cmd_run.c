@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
+#include "cli_plan.h"
+#include "plan/replan.h"
 
 static void usage(void) {
     printf("usage: tierllm run -m MODEL.gguf [options]\n"
@@ -31,7 +33,12 @@ static void usage(void) {
            "  --io-chunk SIZE         read chunk size (default 1M)\n"
            "  --io-depth N            chunks in flight (default 8)\n"
            "  --no-direct             read through the page cache instead of O_DIRECT\n"
-           "  --stats                 print IO/compute/stall statistics per token\n");
+           "  --stats                 print IO/compute/stall statistics per token, and the\n"
+           "                          plan's prediction beside the measurement\n"
+           "  --policy auto|manual    auto: the planner picks n_batch, prefetch and the\n"
+           "                          context size (default when --mem-budget is given and\n"
+           "                          neither --prefetch nor -b is); manual: flags/defaults\n"
+           "  --profile PATH          hardware profile for auto (default: cached, or measured)\n");
 }
 
 static char *read_file(const char *path) {
@@ -83,13 +90,68 @@ static int on_piece(void *user, int32_t token, const char *text, size_t len) {
     return 0;
 }
 
+/* --policy auto: the workload from the prompt and -n, the search, the policy applied. */
+static tl_status plan_run(tl_model *m, const char *prompt, const tl_generate_params *gp,
+                          tl_context_params *cp, int ctx_given, const char *profile_path,
+                          tl_plan_request *rq, tl_plan_result *chosen) {
+    size_t n = 0;
+    tl_status st = tl_tokenize(m, prompt, strlen(prompt), gp->add_bos, NULL, 0, &n);
+    if (st && st != TL_ERR_INVALID) return st;
+    tl_model_desc d;
+    tl_model_describe(m, &d);
+    int32_t train = d.n_ctx_train > 0 && d.n_ctx_train < 4096 ? d.n_ctx_train : 4096;
+    int32_t n_ctx = ctx_given && cp->n_ctx > 0 ? cp->n_ctx : train;
+    memset(rq, 0, sizeof *rq);
+    rq->single = 1;
+    rq->w.num_seqs = 1;
+    rq->w.prompt_len = n > 0 ? (int32_t)n : 1;
+    /* the context only needs prompt + generation: a smaller KV leaves more for weights */
+    rq->w.gen_len = gp->n_predict >= 1 ? gp->n_predict : n_ctx - rq->w.prompt_len;
+    if (rq->w.gen_len < 1) rq->w.gen_len = 1;
+    rq->n_ctx = rq->w.prompt_len + rq->w.gen_len;
+    if (ctx_given && cp->n_ctx > 0) rq->n_ctx = cp->n_ctx;
+    if (rq->n_ctx > n_ctx && !ctx_given) rq->n_ctx = n_ctx;
+    if (rq->w.prompt_len + rq->w.gen_len > rq->n_ctx) rq->w.gen_len = rq->n_ctx - rq->w.prompt_len;
+    if (rq->w.gen_len < 1) return TL_OK; /* the context check in tl_generate reports it */
+    rq->kv_bits = cp->kv_bits;
+    rq->overlap = m->params.overlap;
+    tl_hw_profile prof;
+    if ((st = cli_profile(m, profile_path, &prof))) return st;
+    if ((st = tl_plan_search(m, &prof, rq, chosen))) return st;
+    tl_plan_apply(&chosen->policy, m, NULL);
+    cp->n_batch = chosen->policy.prefill_rows;
+    cp->n_ctx = chosen->policy.n_ctx;
+    cli_print_policy(stderr, "policy auto", chosen);
+    cli_print_prediction(stderr, "predicted", chosen, &rq->w);
+    return TL_OK;
+}
+
+static void print_plan_stats(const tl_plan_result *chosen, const tl_generate_stats *gs,
+                             const tl_run_stats *t, const tl_run_stats *after_prefill) {
+    const tl_cost *c = &chosen->cost;
+    cli_measured pre = {gs->prefill_seconds, -1, -1, -1, -1, -1, -1};
+    cli_measured dec = {gs->decode_seconds, gs->n_decoded, -1, -1, -1, -1, -1};
+    if (after_prefill) {
+        pre.compute_s = after_prefill->compute_s;
+        pre.io_busy_s = after_prefill->io_busy_s;
+        pre.weight_bytes = (double)after_prefill->bytes_read_disk;
+        pre.passes = (double)after_prefill->forward_passes;
+        dec.compute_s = t->compute_s - after_prefill->compute_s;
+        dec.io_busy_s = t->io_busy_s - after_prefill->io_busy_s;
+        dec.weight_bytes = (double)(t->bytes_read_disk - after_prefill->bytes_read_disk);
+    }
+    cli_print_terms(stderr, "prefill", &c->prefill, c->prefill_s, c->prefill_passes, &pre);
+    cli_print_terms(stderr, "decode", &c->decode, c->decode_s, c->decode_passes, &dec);
+}
+
 int tl_cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = "", *prompt_file = NULL;
     tl_model_params mp = tl_model_default_params();
     tl_context_params cp = tl_context_default_params();
     tl_generate_params gp = tl_generate_default_params();
     gp.sampler.seed = 24301;
-    int stats = 0;
+    int stats = 0, policy = -1, knobs = 0, ctx_given = 0;
+    const char *profile_path = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
 #define VAL() if (!(v = cli_value(argc, argv, &i))) return 2
@@ -101,8 +163,10 @@ int tl_cmd_run(int argc, char **argv) {
             VAL(); if (!cli_int(a, v, -1, 1 << 24, &gp.n_predict)) return 2;
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
             VAL(); if (!cli_int(a, v, 0, 1 << 24, &cp.n_ctx)) return 2;
+            ctx_given = 1;
         } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
             VAL(); if (!cli_int(a, v, 1, 1 << 16, &cp.n_batch)) return 2;
+            knobs++;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             VAL(); if (!cli_int(a, v, 1, 256, &mp.n_threads)) return 2;
         } else if (!strcmp(a, "--temp")) {
@@ -123,7 +187,14 @@ int tl_cmd_run(int argc, char **argv) {
             VAL(); if (!cli_size(a, v, &mp.mem_budget)) return 2;
         } else if (!strcmp(a, "--prefetch")) {
             VAL(); if (!cli_int(a, v, 0, 64, &mp.prefetch)) return 2;
+            knobs++;
         } else if (!strcmp(a, "--no-overlap")) mp.overlap = 0;
+        else if (!strcmp(a, "--policy")) {
+            VAL();
+            if (!strcmp(v, "auto")) policy = 1;
+            else if (!strcmp(v, "manual")) policy = 0;
+            else { fprintf(stderr, "error: --policy expects auto or manual\n"); return 2; }
+        } else if (!strcmp(a, "--profile")) { VAL(); profile_path = v; }
         else if (!strcmp(a, "--io")) {
             VAL();
             if (!strcmp(v, "auto")) mp.io_backend = 0;
@@ -146,6 +217,12 @@ int tl_cmd_run(int argc, char **argv) {
         fprintf(stderr, "error: -m MODEL is required (see tierllm run --help)\n");
         return 2;
     }
+    if (policy == 1 && knobs) {
+        fprintf(stderr, "error: --policy auto chooses -b and --prefetch itself; drop them or "
+                "use --policy manual\n");
+        return 2;
+    }
+    if (policy < 0) policy = mp.mem_budget > 0 && !knobs;
     char *file_prompt = NULL;
     if (prompt_file) {
         file_prompt = read_file(prompt_file);
@@ -159,6 +236,10 @@ int tl_cmd_run(int argc, char **argv) {
     tl_context *c = NULL;
     tl_generate_stats gs;
     tl_status st = tl_model_open(model_path, &mp, &m);
+    tl_plan_request rq;
+    tl_plan_result chosen;
+    if (!st && policy == 1)
+        st = plan_run(m, prompt, &gp, &cp, ctx_given, profile_path, &rq, &chosen);
     if (!st) st = tl_context_open(m, &cp, &c);
     run_state rs = {c, stats, NULL, 0, 0};
     if (stats && !st) {
@@ -197,6 +278,7 @@ int tl_cmd_run(int argc, char **argv) {
                     t.slots, t.io_uring ? "io_uring" : "pread pool",
                     t.bytes_read_disk / 1048576.0, t.io_busy_s, t.compute_s, t.stall_s,
                     t.wall_s > 0 ? 1.0 - t.stall_s / t.wall_s : 1.0);
+            if (policy == 1) print_plan_stats(&chosen, &gs, &t, rs.n > 0 ? &rs.snap[0] : NULL);
         }
     }
     free(rs.snap);

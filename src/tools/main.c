@@ -12,6 +12,8 @@ static void usage(FILE *f) {
             "  info    describe a model: tierllm info -m MODEL.gguf\n"
             "  synth   write a random-weight Llama GGUF: tierllm synth --preset NAME -o OUT\n"
             "  logits  dump logits:     tierllm logits -m MODEL --tokens 1,2,3 -o OUT.f32\n"
+            "  plan    choose a policy:  tierllm plan -m MODEL --mem-budget 2G --prompt-len 128 ...\n"
+            "  profile measure this machine (disk, memory, kernels): tierllm profile\n"
             "run 'tierllm <command> --help' for its options\n");
 }
 
@@ -26,6 +28,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "synth")) return tl_cmd_synth(argc - 1, argv + 1);
     if (!strcmp(cmd, "logits")) return tl_cmd_logits(argc - 1, argv + 1);
     if (!strcmp(cmd, "batch")) return tl_cmd_batch(argc - 1, argv + 1);
+    if (!strcmp(cmd, "profile")) return tl_cmd_profile(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan")) return tl_cmd_plan(argc - 1, argv + 1);
     fprintf(stderr, "error: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

@@ -1,0 +1,278 @@
+/* cost.c - see cost.h. The formulas, each next to the code that evaluates it:
+ *
+ *   matmul(w, n)   = n * rows(w) * cols(w) / macs(type(w), n)     profile's measured rate
+ *   attention(row) = ctx * (n_head * head_dim * a + n_kv * kv_dim * b[bits])
+ *                    ctx = positions the row sees; a, b[bits] from the profile (b: the
+ *                    page decoding of stored KV, done once per (row, kv head) per page)
+ *   elementwise    = rows * (4 * n_embd + 3 * n_ff) * e            norms, rope, swiglu, adds
+ *   layer compute  = sum over micro-batches k of [ sum of its 7 matmuls at n = rows_k
+ *                    + attention of its rows + elementwise + fixed ]
+ *   output compute = matmul(output, logit rows) + logit rows * n_vocab * e (sampling)
+ *   weight reads   = streamed bytes of the unit / read_bps(io_chunk, io_depth)
+ *   KV reads       = disk pages seen by the pass * slot_bytes / read_bps(slot_bytes, 16)
+ *   KV writes      = pages filled and homed on disk * slot_bytes / write_bps
+ *   pass time      = max(compute, weight + KV reads + KV writes)   with overlap
+ *                  = compute + weight + KV reads + KV writes       without
+ * One pass of the engine reads every streamed layer once (and the output when any row
+ * needs logits), whatever the number of micro-batches: the block schedule's reuse.
+ * A pass is the unit of overlap: the residency ring reads ahead across layers and into
+ * the next pass, so the pass, not the single layer, is where max() applies; per-layer
+ * terms are reported as the pass's terms divided by n_layer.
+ */
+#include <math.h>
+#include <string.h>
+#include "cost.h"
+#include "../base/status.h"
+#include "../kernels/types.h"
+
+#define SLOT_ALIGN 4096.0
+
+double tl_cost_matmul(const tl_hw_profile *prof, const tl_weight *w, double n) {
+    if (n <= 0) return 0;
+    double macs = n * (double)w->rows * (double)w->cols;
+    return macs / tl_profile_matmul_macs(prof, (int32_t)w->type, n);
+}
+
+static double kv_bits_decode_s(const tl_hw_profile *prof, int32_t bits) {
+    for (int i = 0; i < TL_PROF_N_KVBITS; i++)
+        if (tl_prof_kvbits[i] == bits) return prof->attn_decode_s[i];
+    return 0;
+}
+
+double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
+                            const int32_t *rows, const double *ctx_sum, int32_t n_mb,
+                            int32_t logit_rows, int embd_resident) {
+    const tl_llama_hparams *hp = &m->hp;
+    const double d = hp->n_embd, f = hp->n_ff, hd = hp->head_dim;
+    const double kvd = (double)hp->n_head_kv * hd;
+    const double attn_per_pos = hp->n_head * hd * prof->attn_s_per_mac +
+                                hp->n_head_kv * kvd * kv_bits_decode_s(prof, kv_bits);
+    double t = 0, all_rows = 0;
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const tl_llama_layer *L = &m->layers[l];
+        const tl_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int32_t k = 0; k < n_mb; k++) {
+            if (rows[k] <= 0) continue;
+            for (int i = 0; i < 7; i++) t += tl_cost_matmul(prof, ws[i], rows[k]);
+            t += ctx_sum[k] * attn_per_pos;
+            t += rows[k] * (4 * d + 3 * f) * prof->elementwise_s;
+            t += prof->layer_fixed_s;
+        }
+    }
+    for (int32_t k = 0; k < n_mb; k++) all_rows += rows[k] > 0 ? rows[k] : 0;
+    /* embedding: a copy per row when resident, else one small synchronous read per row */
+    if (embd_resident) t += all_rows * d * prof->elementwise_s;
+    else t += all_rows * 65536.0 / tl_profile_read_bps(prof, 65536, 1);
+    if (logit_rows > 0) {
+        const tl_weight *out = m->tied_output ? &m->tok_embd : &m->output;
+        t += tl_cost_matmul(prof, out, logit_rows);
+        t += logit_rows * (d + (double)hp->n_vocab) * prof->elementwise_s;
+    }
+    return t;
+}
+
+double tl_cost_kv_page_bytes(const tl_model *m, int32_t kv_bits, int32_t page_tokens) {
+    const double kvd = (double)m->hp.n_head_kv * m->hp.head_dim, hd = m->hp.head_dim;
+    double row;
+    if (kv_bits >= 16) row = kvd * kv_bits / 8.0;
+    else {
+        /* group-wise: groups of 64 along the head (or the whole head), f32 min + scale */
+        double group = (int)hd % 64 == 0 ? 64 : hd;
+        row = kvd / group * (group * kv_bits / 8.0 + 8.0);
+    }
+    return 2.0 * page_tokens * row;
+}
+
+/* Pages homed on disk among the first n full pages (kv_cache.c's placement rule). */
+static double disk_pages(double full_pages, int32_t kv_mem_pct) {
+    return floor(full_pages * (100 - kv_mem_pct) / 100.0);
+}
+
+typedef struct acc {
+    tl_cost_terms t;
+    double wall, passes;
+} acc;
+
+static void add_pass(acc *a, const tl_cost_pass *p, int overlap) {
+    const double compute = p->compute_s, wbytes = p->weight_bytes;
+    const double kvr_bytes = p->kv_read_bytes, kvw_bytes = p->kv_write_bytes;
+    double wr = wbytes / p->weight_bps, kr = kvr_bytes / p->kv_read_bps;
+    double kw = kvw_bytes / p->kv_write_bps;
+    double io = wr + kr + kw;
+    a->t.compute_s += compute;
+    a->t.weight_read_s += wr;
+    a->t.kv_read_s += kr;
+    a->t.kv_write_s += kw;
+    a->t.weight_bytes += wbytes;
+    a->t.kv_read_bytes += kvr_bytes;
+    a->t.kv_write_bytes += kvw_bytes;
+    a->t.overlapped_s += compute > io ? compute : io;
+    a->t.serial_s += compute + io;
+    a->wall += overlap ? (compute > io ? compute : io) : compute + io;
+    a->passes += 1;
+}
+
+/* One block of n_seqs sequences through the engine's schedule (batch.c; context.c is the
+ * case gbs = num_gb = 1): emits each pass. */
+static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
+                       const tl_policy *pol, const tl_weight_plan *plan, int32_t n_seqs,
+                       int32_t block_index, tl_cost_pass_fn fn, void *user) {
+    const int32_t L = m->hp.n_layer, P = w->prompt_len, pt = pol->page_tokens;
+    int32_t n_mb = (n_seqs + pol->gbs - 1) / pol->gbs;
+    int32_t rows[4096];
+    double ctx[4096];
+    if (n_mb > 4096) n_mb = 4096;
+    double layers_bytes = 0, out_bytes = tl_weight_plan_unit_bytes(m, plan, L);
+    for (int32_t l = 0; l < L; l++) layers_bytes += tl_weight_plan_unit_bytes(m, plan, l);
+    const double wbps = tl_profile_read_bps(prof, m->params.io_chunk_bytes, m->params.io_queue_depth);
+    const double page = tl_cost_kv_page_bytes(m, pol->kv_bits, pt);
+    const double slot = ceil(page / SLOT_ALIGN) * SLOT_ALIGN;
+    const double kbps = tl_profile_read_bps(prof, (uint64_t)slot, 16);
+    const double wr_bps = prof->disk_write_bps;
+    const int spill = !pol->single && pol->kv_mem_pct < 100;
+    /* prefill: chunks of `chunk` prompt tokens per sequence and step */
+    int32_t chunk = pol->single ? pol->prefill_rows
+                                : (pol->prefill_rows < pol->gbs ? pol->gbs : pol->prefill_rows) / pol->gbs;
+    if (chunk < 1) chunk = 1;
+    for (int32_t fed = 0; fed < P; fed += chunk) {
+        int32_t len = P - fed < chunk ? P - fed : chunk, last = fed + len == P;
+        double kv_read = 0, kv_write = 0;
+        for (int32_t k = 0; k < n_mb; k++) {
+            int32_t s_here = n_seqs - k * pol->gbs < pol->gbs ? n_seqs - k * pol->gbs : pol->gbs;
+            rows[k] = s_here * len;
+            /* rows at positions fed..fed+len-1 see pos+1 positions each */
+            ctx[k] = s_here * ((double)len * fed + (double)len * (len + 1) / 2);
+            if (spill) {
+                kv_read += s_here * L * disk_pages(floor((double)fed / pt), pol->kv_mem_pct) * slot;
+                kv_write += s_here * L * (disk_pages(floor((double)(fed + len) / pt), pol->kv_mem_pct) -
+                                          disk_pages(floor((double)fed / pt), pol->kv_mem_pct)) * slot;
+            }
+        }
+        int32_t logit_rows = last ? n_seqs : 0;
+        tl_cost_pass p = {1, block_index, fed / chunk,
+                          tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, n_mb, logit_rows,
+                                               plan->embd_resident),
+                          layers_bytes + (last ? out_bytes : 0), kv_read, kv_write, wbps, kbps,
+                          wr_bps, 1};
+        fn(user, &p);
+    }
+    /* decode: gen_len - 1 steps, step j feeds position P + j - 1 of every sequence */
+    for (int32_t j = 1; j < w->gen_len; j++) {
+        const int32_t before = P + j - 1; /* positions committed before the step */
+        double kv_read = 0, kv_write = 0;
+        for (int32_t k = 0; k < n_mb; k++) {
+            int32_t s_here = n_seqs - k * pol->gbs < pol->gbs ? n_seqs - k * pol->gbs : pol->gbs;
+            rows[k] = s_here;
+            ctx[k] = (double)s_here * (before + 1);
+            if (spill) {
+                double d0 = disk_pages(floor((double)before / pt), pol->kv_mem_pct);
+                double d1 = disk_pages(floor((double)(before + 1) / pt), pol->kv_mem_pct);
+                kv_read += s_here * L * d0 * slot;
+                kv_write += s_here * L * (d1 - d0) * slot;
+            }
+        }
+        tl_cost_pass p = {0, block_index, j - 1,
+                          tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, n_mb, n_seqs,
+                                               plan->embd_resident),
+                          layers_bytes + out_bytes, kv_read, kv_write, wbps, kbps, wr_bps, 1};
+        fn(user, &p);
+    }
+}
+
+typedef struct walk_scale { tl_cost_pass_fn fn; void *user; double count; } walk_scale;
+
+static void scaled_pass(void *user, const tl_cost_pass *p) {
+    walk_scale *sc = user;
+    tl_cost_pass q = *p;
+    q.count = sc->count;
+    sc->fn(sc->user, &q);
+}
+
+typedef struct predict_acc { acc pre, dec; int overlap; } predict_acc;
+
+static void predict_pass(void *user, const tl_cost_pass *p) {
+    predict_acc *pa = user;
+    acc one;
+    memset(&one, 0, sizeof one);
+    add_pass(&one, p, pa->overlap);
+    acc *a = p->prefill ? &pa->pre : &pa->dec;
+    a->t.compute_s += one.t.compute_s * p->count;
+    a->t.weight_read_s += one.t.weight_read_s * p->count;
+    a->t.kv_read_s += one.t.kv_read_s * p->count;
+    a->t.kv_write_s += one.t.kv_write_s * p->count;
+    a->t.overlapped_s += one.t.overlapped_s * p->count;
+    a->t.serial_s += one.t.serial_s * p->count;
+    a->t.weight_bytes += one.t.weight_bytes * p->count;
+    a->t.kv_read_bytes += one.t.kv_read_bytes * p->count;
+    a->t.kv_write_bytes += one.t.kv_write_bytes * p->count;
+    a->wall += one.wall * p->count;
+    a->passes += p->count;
+}
+
+static void scale_terms(tl_cost_terms *dst, const tl_cost_terms *src, double f) {
+    dst->compute_s = src->compute_s * f;
+    dst->weight_read_s = src->weight_read_s * f;
+    dst->kv_read_s = src->kv_read_s * f;
+    dst->kv_write_s = src->kv_write_s * f;
+    dst->overlapped_s = src->overlapped_s * f;
+    dst->serial_s = src->serial_s * f;
+    dst->weight_bytes = src->weight_bytes * f;
+    dst->kv_read_bytes = src->kv_read_bytes * f;
+    dst->kv_write_bytes = src->kv_write_bytes * f;
+}
+
+static const char *largest(const tl_cost_terms *t) {
+    const double v[4] = {t->compute_s, t->weight_read_s, t->kv_read_s, t->kv_write_s};
+    const char *name[4] = {"compute", "weight reads", "KV reads", "KV writes"};
+    if (t->compute_s >= t->weight_read_s + t->kv_read_s + t->kv_write_s) return name[0];
+    int best = 1;
+    for (int i = 2; i < 4; i++)
+        if (v[i] > v[best]) best = i;
+    return name[best];
+}
+
+tl_status tl_cost_walk(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
+                       const tl_policy *pol, const tl_weight_plan *plan, tl_cost_pass_fn fn,
+                       void *user) {
+    if (w->prompt_len < 1 || w->gen_len < 1 || w->num_seqs < 1)
+        return tl_error_set(TL_ERR_INVALID, "workload: prompt length %d, generation length %d "
+                            "and number of sequences %d must all be at least 1",
+                            (int)w->prompt_len, (int)w->gen_len, (int)w->num_seqs);
+    if (pol->gbs < 1 || pol->num_gb < 1 || pol->page_tokens < 1 || pol->prefill_rows < 1 ||
+        (int64_t)pol->gbs * pol->num_gb > 65536 ||
+        (pol->single && (pol->gbs != 1 || pol->num_gb != 1 || w->num_seqs != 1)))
+        return tl_error_set(TL_ERR_INVALID, "policy: gbs %d, num_gb %d, page %d, prefill rows "
+                            "%d for %d sequences", (int)pol->gbs, (int)pol->num_gb,
+                            (int)pol->page_tokens, (int)pol->prefill_rows, (int)w->num_seqs);
+    const int32_t block = pol->gbs * pol->num_gb;
+    const int32_t full = w->num_seqs / block, rest = w->num_seqs % block;
+    /* every full block costs the same: walked once, emitted with count = full */
+    walk_scale sc = {fn, user, full};
+    if (full > 0) block_walk(m, prof, w, pol, plan, block, 0, scaled_pass, &sc);
+    if (rest > 0) block_walk(m, prof, w, pol, plan, rest, full > 0, fn, user);
+    return TL_OK;
+}
+
+tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
+                          const tl_policy *pol, const tl_weight_plan *plan, tl_cost *out) {
+    memset(out, 0, sizeof *out);
+    predict_acc pa;
+    memset(&pa, 0, sizeof pa);
+    pa.overlap = pol->overlap;
+    tl_status st = tl_cost_walk(m, prof, w, pol, plan, predict_pass, &pa);
+    if (st) return st;
+    acc pre = pa.pre, dec = pa.dec;
+    out->prefill = pre.t;
+    out->decode = dec.t;
+    out->prefill_passes = pre.passes;
+    out->decode_passes = dec.passes;
+    const double L = m->hp.n_layer;
+    if (pre.passes > 0) scale_terms(&out->prefill_layer, &pre.t, 1.0 / (pre.passes * L));
+    if (dec.passes > 0) scale_terms(&out->decode_layer, &dec.t, 1.0 / (dec.passes * L));
+    out->prefill_s = pre.wall;
+    out->decode_s = dec.wall;
+    out->total_s = pre.wall + dec.wall;
+    out->tokens_per_s = out->total_s > 0 ? (double)w->num_seqs * w->gen_len / out->total_s : 0;
+    out->bottleneck = largest(dec.passes > 0 ? &dec.t : &pre.t);
+    return TL_OK;
+}

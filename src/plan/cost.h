@@ -1,0 +1,94 @@
+/* cost.h - the IO-aware cost model: what a policy will cost on this machine.
+ *
+ * Given the model (its tensors, types and shape), the workload (prompt length,
+ * generation length, number of sequences), a policy (the engine's knobs) and the
+ * hardware profile, it predicts every term of every forward pass the engine will run,
+ * per layer, for prefill and for decode: compute, weight reads, KV reads and KV writes,
+ * and the pass time with overlap (max of compute and IO, as FlexGen's T = max(T_compute,
+ * T_io)) and without it (their sum). It walks the same schedule the engine runs (batch.c
+ * / context.c): blocks of gbs x num_gb sequences, prefill chunks, one decode step per
+ * generated token, so a prediction can be compared with a measurement term by term.
+ *
+ * The weight placement is not approximated: the caller passes the weight plan that the
+ * engine's own placement code computes for the policy (tl_engine_plan_weights), so the
+ * bytes streamed per pass are exactly what the engine will read.
+ */
+#ifndef TL_PLAN_COST_H
+#define TL_PLAN_COST_H
+
+#include <stdint.h>
+#include "profile.h"
+#include "../exec/residency.h"
+#include "../model/llama.h"
+
+typedef struct tl_workload {
+    int32_t prompt_len, gen_len, num_seqs;
+} tl_workload;
+
+/* The engine's knobs. single = 1: one sequence through tl_context (tierllm run); gbs
+ * and num_gb are then 1 and prefill_rows is the context's n_batch. */
+typedef struct tl_policy {
+    int32_t single;
+    int32_t gbs, num_gb;
+    int32_t prefill_rows;
+    int32_t w_mem_pct, kv_mem_pct, kv_bits, page_tokens;
+    int32_t prefetch, overlap;
+    int32_t n_ctx;            /* context per sequence (>= prompt_len + gen_len) */
+} tl_policy;
+
+/* One set of terms (seconds and bytes). */
+typedef struct tl_cost_terms {
+    double compute_s, weight_read_s, kv_read_s, kv_write_s;
+    double overlapped_s;      /* max(compute, weight + KV IO) */
+    double serial_s;          /* compute + weight + KV IO */
+    double weight_bytes, kv_read_bytes, kv_write_bytes;
+} tl_cost_terms;
+
+typedef struct tl_cost {
+    /* one layer of one average prefill pass / decode pass */
+    tl_cost_terms prefill_layer, decode_layer;
+    /* the whole workload */
+    tl_cost_terms prefill, decode;
+    double prefill_passes, decode_passes;
+    double prefill_s, decode_s, total_s;  /* wall time: overlapped or serial per policy */
+    double tokens_per_s;                  /* generated tokens / total_s */
+    const char *bottleneck;               /* largest term of the decode (or prefill) */
+} tl_cost;
+
+/* One forward pass as the cost model sees it: `count` identical passes (full blocks
+ * repeat), its compute seconds, the bytes it reads and writes, and the bandwidths those
+ * transfers get. Passes are emitted in schedule order within a block. */
+typedef struct tl_cost_pass {
+    int prefill;              /* 1: a prefill step; 0: a decode step */
+    int32_t block;            /* 0: the full blocks; 1: the last, partial block */
+    int32_t step;             /* index within its phase */
+    double compute_s, weight_bytes, kv_read_bytes, kv_write_bytes;
+    double weight_bps, kv_read_bps, kv_write_bps;
+    double count;
+} tl_cost_pass;
+typedef void (*tl_cost_pass_fn)(void *user, const tl_cost_pass *p);
+
+/* Walks the schedule, emitting every pass (the LP in search.c is built from these). */
+tl_status tl_cost_walk(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
+                       const tl_policy *pol, const tl_weight_plan *plan, tl_cost_pass_fn fn,
+                       void *user);
+
+/* Predicts the workload under the policy with weight plan `plan`. TL_ERR_INVALID for
+ * an inconsistent workload/policy (message names it). */
+tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
+                          const tl_policy *pol, const tl_weight_plan *plan, tl_cost *out);
+
+/* Building blocks (also used by the LP in search.c and checked in tests):
+ * seconds of one forward pass's compute over micro-batches of `rows[k]` rows (k <
+ * n_mb), the rows of micro-batch k attending to `ctx_sum[k]` visible positions in all,
+ * `logit_rows` rows needing logits; without any IO. */
+double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
+                            const int32_t *rows, const double *ctx_sum, int32_t n_mb,
+                            int32_t logit_rows, int embd_resident);
+/* Seconds of one matrix product of `n` rows with weight w. */
+double tl_cost_matmul(const tl_hw_profile *prof, const tl_weight *w, double n);
+
+/* Bytes of one stored KV page (K and V) for this model and policy. */
+double tl_cost_kv_page_bytes(const tl_model *m, int32_t kv_bits, int32_t page_tokens);
+
+#endif

@@ -1,0 +1,656 @@
+/* profile.c - the hardware profile's tables, machine key, JSON file and lookups (see
+ * profile.h; measuring is in profile_measure.c).
+ *
+ * The JSON reader is a strict recursive-descent parser over an in-memory copy (at most
+ * PROFILE_MAX_BYTES): schema-directed for known keys, generic skipping (depth-limited)
+ * for unknown ones. Every known field is required, appears once, has the exact array
+ * shape and passes its range rule; the grid axes must equal this build's tables. The
+ * writer emits the same table, doubles with 17 significant digits (exact round trip),
+ * into a temporary file renamed into place.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "profile.h"
+#include "base/status.h"
+#include "kernels/types.h"
+
+const uint64_t tl_prof_chunks[TL_PROF_N_CHUNK] = {64u << 10, 256u << 10, 1u << 20, 4u << 20};
+const int32_t tl_prof_depths[TL_PROF_N_DEPTH] = {1, 4, 16};
+const int32_t tl_prof_types[TL_PROF_N_TYPE] = {TL_TYPE_F32, TL_TYPE_F16, TL_TYPE_BF16,
+                                               TL_TYPE_Q8_0, TL_TYPE_Q4_0};
+const int32_t tl_prof_rows[TL_PROF_N_ROWS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS] = {32, 16, 8, 4};
+
+#define PROFILE_VERSION 1
+#define PROFILE_MAX_BYTES ((size_t)1 << 20)
+
+int tl_prof_type_index(int32_t type) {
+    for (int i = 0; i < TL_PROF_N_TYPE; i++)
+        if (tl_prof_types[i] == type) return i;
+    return -1;
+}
+
+int32_t tl__profile_threads(int32_t n_threads) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n_threads > 0) return n_threads;
+    return n > 0 ? (int32_t)n : 1;
+}
+
+/* The value of the first "key<ws>: value" line of a /proc file, trimmed, or "". */
+static void proc_field(const char *file, const char *key, char *out, size_t cap) {
+    out[0] = 0;
+    FILE *f = fopen(file, "r");
+    if (!f) return;
+    char line[512];
+    size_t kl = strlen(key);
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, key, kl) != 0) continue;
+        char *p = line + kl;
+        while (*p == ' ' || *p == '\t') p++;
+        if (*p != ':') continue;
+        p++;
+        while (*p == ' ' || *p == '\t') p++;
+        size_t n = strcspn(p, "\r\n");
+        while (n && (p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
+        if (n >= cap) n = cap - 1;
+        memcpy(out, p, n);
+        out[n] = 0;
+        break;
+    }
+    fclose(f);
+}
+
+void tl_profile_machine_key(int32_t n_threads, char *out, size_t cap) {
+    char model[160], mem[64];
+    proc_field("/proc/cpuinfo", "model name", model, sizeof model);
+    proc_field("/proc/meminfo", "MemTotal", mem, sizeof mem);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    long long kb = strtoll(mem, NULL, 10);
+    if (cap == 0) return;
+    snprintf(out, cap, "cpu=%s;ncpu=%ld;mem=%lld;threads=%d", model[0] ? model : "unknown",
+             ncpu, kb, (int)tl__profile_threads(n_threads));
+}
+
+tl_status tl_profile_default_path(int32_t n_threads, char *out, size_t cap) {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int n;
+    int32_t t = tl__profile_threads(n_threads);
+    if (xdg && *xdg)
+        n = snprintf(out, cap, "%s/tierllm/profile-t%d.json", xdg, (int)t);
+    else if (home && *home)
+        n = snprintf(out, cap, "%s/.cache/tierllm/profile-t%d.json", home, (int)t);
+    else
+        return tl_error_set(TL_ERR_INVALID,
+                            "no profile location: neither XDG_CACHE_HOME nor HOME is set");
+    if (n < 0 || (size_t)n >= cap)
+        return tl_error_set(TL_ERR_INVALID, "profile path too long");
+    return TL_OK;
+}
+
+/* mkdir -p of `dir`; directories it creates get mode 0700. */
+static tl_status make_dirs(const char *dir) {
+    char buf[1024];
+    size_t n = strlen(dir);
+    if (n == 0) return TL_OK;
+    if (n >= sizeof buf)
+        return tl_error_set(TL_ERR_INVALID, "directory name too long: %s", dir);
+    memcpy(buf, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != 0) continue;
+        char c = buf[i];
+        buf[i] = 0;
+        struct stat sb;
+        if (mkdir(buf, 0700) != 0 && errno != EEXIST)
+            return tl_error_set(TL_ERR_IO, "create directory %s: %s", buf, strerror(errno));
+        if (stat(buf, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return tl_error_set(TL_ERR_IO, "%s is not a directory", buf);
+        buf[i] = c;
+    }
+    return TL_OK;
+}
+
+void tl__profile_default_dir(int32_t n_threads, char *out, size_t cap) {
+    char path[1024];
+    snprintf(out, cap, ".");
+    if (tl_profile_default_path(n_threads, path, sizeof path) != TL_OK) {
+        tl_error_clear();
+        return;
+    }
+    char *slash = strrchr(path, '/');
+    if (!slash || slash == path) return;
+    *slash = 0;
+    if (make_dirs(path) != TL_OK || strlen(path) >= cap) {
+        tl_error_clear();
+        return;
+    }
+    snprintf(out, cap, "%s", path);
+}
+
+void tl__profile_say(void (*progress)(void *, const char *), void *user, const char *fmt,
+                     ...) {
+    if (!progress) return;
+    char line[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    progress(user, line);
+}
+
+/* ---- JSON ---- */
+
+/* Field table shared by the writer and the reader. */
+enum { F_STR, F_I32, F_NUM, F_VEC, F_MAT, F_AXIS_U64, F_AXIS_I32, F_VERSION };
+enum { R_ANY, R_NONNEG, R_POS };
+typedef struct pfield {
+    const char *name;
+    int kind, rule;
+    size_t off;   /* offset in tl_hw_profile (not for axes and the version) */
+    size_t n1, n2;  /* array shape; strings: capacity */
+    const void *axis;
+} pfield;
+
+#define OFF(f) offsetof(tl_hw_profile, f)
+static const pfield fields[] = {
+    {"tierllm_profile_version", F_VERSION, R_ANY, 0, 0, 0, NULL},
+    {"machine", F_STR, R_ANY, OFF(machine), sizeof(((tl_hw_profile *)0)->machine), 0, NULL},
+    {"disk_dir", F_STR, R_ANY, OFF(disk_dir), sizeof(((tl_hw_profile *)0)->disk_dir), 0,
+     NULL},
+    {"n_threads", F_I32, R_POS, OFF(n_threads), 0, 0, NULL},
+    {"measured_unix", F_NUM, R_NONNEG, OFF(measured_unix), 1, 0, NULL},
+    {"profile_seconds", F_NUM, R_NONNEG, OFF(profile_seconds), 1, 0, NULL},
+    {"mem_read_bps", F_NUM, R_POS, OFF(mem_read_bps), 1, 0, NULL},
+    {"fma_flops", F_NUM, R_POS, OFF(fma_flops), 1, 0, NULL},
+    {"chunks", F_AXIS_U64, R_POS, 0, TL_PROF_N_CHUNK, 0, tl_prof_chunks},
+    {"depths", F_AXIS_I32, R_POS, 0, TL_PROF_N_DEPTH, 0, tl_prof_depths},
+    {"disk_read_bps", F_MAT, R_POS, OFF(disk_read_bps), TL_PROF_N_CHUNK, TL_PROF_N_DEPTH,
+     NULL},
+    {"disk_write_bps", F_NUM, R_POS, OFF(disk_write_bps), 1, 0, NULL},
+    {"types", F_AXIS_I32, R_ANY, 0, TL_PROF_N_TYPE, 0, tl_prof_types},
+    {"rows", F_AXIS_I32, R_POS, 0, TL_PROF_N_ROWS, 0, tl_prof_rows},
+    {"matmul_macs", F_MAT, R_POS, OFF(matmul_macs), TL_PROF_N_TYPE, TL_PROF_N_ROWS, NULL},
+    {"attn_s_per_mac", F_NUM, R_POS, OFF(attn_s_per_mac), 1, 0, NULL},
+    {"kv_bits", F_AXIS_I32, R_POS, 0, TL_PROF_N_KVBITS, 0, tl_prof_kvbits},
+    {"attn_decode_s", F_VEC, R_NONNEG, OFF(attn_decode_s), TL_PROF_N_KVBITS, 0, NULL},
+    {"elementwise_s", F_NUM, R_POS, OFF(elementwise_s), 1, 0, NULL},
+    {"layer_fixed_s", F_NUM, R_NONNEG, OFF(layer_fixed_s), 1, 0, NULL},
+};
+#undef OFF
+enum { N_FIELDS = sizeof fields / sizeof fields[0] };
+
+static double axis_value(const pfield *f, size_t i) {
+    return f->kind == F_AXIS_U64 ? (double)((const uint64_t *)f->axis)[i]
+                                 : (double)((const int32_t *)f->axis)[i];
+}
+
+static void write_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
+        else if (*c < 0x20 || *c == 0x7f) fprintf(f, "\\u%04x", *c);
+        else fputc(*c, f);
+    }
+    fputc('"', f);
+}
+
+static void write_numbers(FILE *f, const double *v, size_t n) {
+    fputc('[', f);
+    for (size_t i = 0; i < n; i++) fprintf(f, "%s%.17g", i ? ", " : "", v[i]);
+    fputc(']', f);
+}
+
+static tl_status write_profile(FILE *f, const tl_hw_profile *p) {
+    const char *base = (const char *)p;
+    fprintf(f, "{\n");
+    for (int k = 0; k < N_FIELDS; k++) {
+        const pfield *fd = &fields[k];
+        const double *d = (const double *)(base + fd->off);
+        size_t cnt = fd->kind == F_NUM ? 1 : fd->kind == F_VEC ? fd->n1
+                   : fd->kind == F_MAT ? fd->n1 * fd->n2 : 0;
+        for (size_t i = 0; i < cnt; i++)
+            if (!isfinite(d[i]))
+                return tl_error_set(TL_ERR_INVALID, "profile save: field '%s' is not finite",
+                                    fd->name);
+        fprintf(f, "  \"%s\": ", fd->name);
+        switch (fd->kind) {
+        case F_VERSION: fprintf(f, "%d", PROFILE_VERSION); break;
+        case F_STR: write_string(f, base + fd->off); break;
+        case F_I32: fprintf(f, "%d", (int)*(const int32_t *)(base + fd->off)); break;
+        case F_NUM: fprintf(f, "%.17g", *d); break;
+        case F_VEC: write_numbers(f, d, fd->n1); break;
+        case F_MAT:
+            fputc('[', f);
+            for (size_t i = 0; i < fd->n1; i++) {
+                fprintf(f, "%s\n    ", i ? "," : "");
+                write_numbers(f, d + i * fd->n2, fd->n2);
+            }
+            fprintf(f, "\n  ]");
+            break;
+        default:
+            fputc('[', f);
+            for (size_t i = 0; i < fd->n1; i++)
+                fprintf(f, "%s%.17g", i ? ", " : "", axis_value(fd, i));
+            fputc(']', f);
+        }
+        fprintf(f, "%s\n", k + 1 < N_FIELDS ? "," : "");
+    }
+    fprintf(f, "}\n");
+    return TL_OK;
+}
+
+tl_status tl_profile_save(const tl_hw_profile *p, const char *path) {
+    if (!p || !path || !*path) return tl_error_set(TL_ERR_INVALID, "profile save: no path");
+    char dir[1024], tmp[1100];
+    int n = snprintf(dir, sizeof dir, "%s", path);
+    if (n < 0 || (size_t)n >= sizeof dir)
+        return tl_error_set(TL_ERR_INVALID, "profile path too long: %s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = 0;
+        tl_status st = make_dirs(dir);
+        if (st != TL_OK) return tl_error_wrap(st, "profile save %s: ", path);
+    }
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        tl_status st = tl_error_set(TL_ERR_IO, "profile save: create %s: %s", tmp,
+                                    strerror(errno));
+        if (fd >= 0) close(fd), unlink(tmp);
+        return st;
+    }
+    tl_status st = write_profile(f, p);
+    int werr = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
+    int e = errno;
+    if (fclose(f) != 0 && !werr) werr = 1, e = errno;
+    if (st == TL_OK && werr)
+        st = tl_error_set(e == ENOSPC || e == EDQUOT ? TL_ERR_NOSPACE : TL_ERR_IO,
+                          "profile save: write %s: %s", tmp, strerror(e));
+    if (st == TL_OK && rename(tmp, path) != 0)
+        st = tl_error_set(TL_ERR_IO, "profile save: rename %s to %s: %s", tmp, path,
+                          strerror(errno));
+    if (st != TL_OK) unlink(tmp);
+    return st;
+}
+
+/* ---- JSON reader ---- */
+
+typedef struct jp {
+    const char *s;
+    size_t n, i;
+    const char *path;
+} jp;
+
+static tl_status jp_fail(const jp *p, const char *field, const char *what) {
+    if (field)
+        return tl_error_set(TL_ERR_FORMAT, "profile %s: field '%s': %s (byte %zu)", p->path,
+                            field, what, p->i);
+    return tl_error_set(TL_ERR_FORMAT, "profile %s: %s at byte %zu", p->path, what, p->i);
+}
+
+static int jp_peek(jp *p) {
+    while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' ||
+                           p->s[p->i] == '\r'))
+        p->i++;
+    return p->i < p->n ? (unsigned char)p->s[p->i] : -1;
+}
+
+static int jp_eat(jp *p, int c) {
+    if (jp_peek(p) != c) return 0;
+    p->i++;
+    return 1;
+}
+
+static int hex4(const char *s, unsigned *out) {
+    unsigned v = 0;
+    for (int k = 0; k < 4; k++) {
+        char c = s[k];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
+        else return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* A string into out[cap] (NUL-terminated). If it does not fit: an error, or with
+ * `trunc_ok` a truncated copy and *truncated = 1. out may be NULL (skip). */
+static tl_status jp_string(jp *p, const char *field, char *out, size_t cap, int trunc_ok,
+                           int *truncated) {
+    size_t len = 0;
+    if (truncated) *truncated = 0;
+    if (!jp_eat(p, '"')) return jp_fail(p, field, "expected a string");
+    for (;;) {
+        if (p->i >= p->n) return jp_fail(p, field, "unterminated string");
+        unsigned char c = (unsigned char)p->s[p->i++];
+        char enc[4];
+        size_t k = 0;
+        if (c == '"') break;
+        if (c < 0x20) return jp_fail(p, field, "control character in a string");
+        if (c != '\\') {
+            enc[k++] = (char)c;
+        } else {
+            if (p->i >= p->n) return jp_fail(p, field, "unterminated string");
+            char e = p->s[p->i++], simple = 0;
+            switch (e) {
+            case '"': case '\\': case '/': simple = e; break;
+            case 'b': simple = '\b'; break;
+            case 'f': simple = '\f'; break;
+            case 'n': simple = '\n'; break;
+            case 'r': simple = '\r'; break;
+            case 't': simple = '\t'; break;
+            default: break;
+            }
+            if (simple) {
+                enc[k++] = simple;
+            } else if (e == 'u') {
+                unsigned u, lo;
+                if (p->n - p->i < 4 || !hex4(p->s + p->i, &u))
+                    return jp_fail(p, field, "bad \\u escape");
+                p->i += 4;
+                if (u >= 0xDC00 && u <= 0xDFFF) return jp_fail(p, field, "lone surrogate");
+                if (u >= 0xD800 && u <= 0xDBFF) {
+                    if (p->n - p->i < 6 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u' ||
+                        !hex4(p->s + p->i + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF)
+                        return jp_fail(p, field, "lone surrogate");
+                    p->i += 6;
+                    u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+                }
+                if (u == 0) return jp_fail(p, field, "NUL in a string");
+                if (u < 0x80) {
+                    enc[k++] = (char)u;
+                } else if (u < 0x800) {
+                    enc[k++] = (char)(0xC0 | (u >> 6));
+                    enc[k++] = (char)(0x80 | (u & 0x3F));
+                } else if (u < 0x10000) {
+                    enc[k++] = (char)(0xE0 | (u >> 12));
+                    enc[k++] = (char)(0x80 | ((u >> 6) & 0x3F));
+                    enc[k++] = (char)(0x80 | (u & 0x3F));
+                } else {
+                    enc[k++] = (char)(0xF0 | (u >> 18));
+                    enc[k++] = (char)(0x80 | ((u >> 12) & 0x3F));
+                    enc[k++] = (char)(0x80 | ((u >> 6) & 0x3F));
+                    enc[k++] = (char)(0x80 | (u & 0x3F));
+                }
+            } else {
+                return jp_fail(p, field, "bad escape in a string");
+            }
+        }
+        if (!out) continue;
+        if (len + k >= cap) {
+            if (!trunc_ok) return jp_fail(p, field, "string too long");
+            *truncated = 1;
+            continue;
+        }
+        memcpy(out + len, enc, k);
+        len += k;
+    }
+    if (out) out[len] = 0;
+    return TL_OK;
+}
+
+static tl_status jp_number(jp *p, const char *field, double *out) {
+    jp_peek(p);
+    size_t s = p->i, i = p->i;
+    const char *c = p->s;
+#define DIG(j) ((j) < p->n && c[j] >= '0' && c[j] <= '9')
+    if (i < p->n && c[i] == '-') i++;
+    if (i < p->n && c[i] == '0') i++;
+    else if (DIG(i)) while (DIG(i)) i++;
+    else return jp_fail(p, field, "expected a number");
+    if (i < p->n && c[i] == '.') {
+        if (!DIG(i + 1)) return jp_fail(p, field, "bad number");
+        i++;
+        while (DIG(i)) i++;
+    }
+    if (i < p->n && (c[i] == 'e' || c[i] == 'E')) {
+        i++;
+        if (i < p->n && (c[i] == '+' || c[i] == '-')) i++;
+        if (!DIG(i)) return jp_fail(p, field, "bad number");
+        while (DIG(i)) i++;
+    }
+#undef DIG
+    char buf[64];
+    if (i - s >= sizeof buf) return jp_fail(p, field, "number too long");
+    memcpy(buf, c + s, i - s);
+    buf[i - s] = 0;
+    p->i = i;
+    *out = strtod(buf, NULL);
+    if (!isfinite(*out)) return jp_fail(p, field, "number out of range");
+    return TL_OK;
+}
+
+static tl_status jp_skip(jp *p, int depth) {
+    if (depth > 32) return jp_fail(p, NULL, "nesting too deep");
+    int c = jp_peek(p);
+    double d;
+    if (c == '"') return jp_string(p, NULL, NULL, 0, 0, NULL);
+    if (c == '{' || c == '[') {
+        int close = c == '{' ? '}' : ']';
+        p->i++;
+        if (jp_eat(p, close)) return TL_OK;
+        do {
+            tl_status st;
+            if (c == '{') {
+                if ((st = jp_string(p, NULL, NULL, 0, 0, NULL))) return st;
+                if (!jp_eat(p, ':')) return jp_fail(p, NULL, "expected ':'");
+            }
+            if ((st = jp_skip(p, depth + 1))) return st;
+        } while (jp_eat(p, ','));
+        return jp_eat(p, close) ? TL_OK : jp_fail(p, NULL, "expected ',' or a closing bracket");
+    }
+    static const char *const words[] = {"true", "false", "null"};
+    for (int k = 0; k < 3; k++) {
+        size_t l = strlen(words[k]);
+        if (p->n - p->i >= l && !memcmp(p->s + p->i, words[k], l)) {
+            p->i += l;
+            return TL_OK;
+        }
+    }
+    return jp_number(p, NULL, &d);
+}
+
+static tl_status check_rule(const jp *p, const pfield *f, double v) {
+    if (f->rule == R_POS && !(v > 0)) return jp_fail(p, f->name, "must be positive");
+    if (f->rule == R_NONNEG && !(v >= 0)) return jp_fail(p, f->name, "must not be negative");
+    return TL_OK;
+}
+
+/* An array of n numbers into out (checked against the rule). */
+static tl_status jp_vec(jp *p, const pfield *f, double *out, size_t n) {
+    char what[64];
+    snprintf(what, sizeof what, "expected an array of %zu numbers", n);
+    if (!jp_eat(p, '[')) return jp_fail(p, f->name, what);
+    for (size_t i = 0; i < n; i++) {
+        if (i && !jp_eat(p, ',')) return jp_fail(p, f->name, what);
+        tl_status st = jp_number(p, f->name, &out[i]);
+        if (st == TL_OK) st = check_rule(p, f, out[i]);
+        if (st != TL_OK) return st;
+    }
+    return jp_eat(p, ']') ? TL_OK : jp_fail(p, f->name, what);
+}
+
+static tl_status jp_field(jp *p, const pfield *f, tl_hw_profile *out) {
+    char *base = (char *)out;
+    double v, tmp[TL_PROF_N_ROWS];
+    tl_status st;
+    switch (f->kind) {
+    case F_STR: return jp_string(p, f->name, base + f->off, f->n1, 0, NULL);
+    case F_VERSION:
+        if ((st = jp_number(p, f->name, &v))) return st;
+        return v == PROFILE_VERSION ? TL_OK : jp_fail(p, f->name, "unsupported version");
+    case F_I32:
+        if ((st = jp_number(p, f->name, &v))) return st;
+        if (v != floor(v) || v < 1 || v > 1e6) return jp_fail(p, f->name, "bad thread count");
+        *(int32_t *)(base + f->off) = (int32_t)v;
+        return TL_OK;
+    case F_NUM:
+        if ((st = jp_number(p, f->name, (double *)(base + f->off)))) return st;
+        return check_rule(p, f, *(double *)(base + f->off));
+    case F_VEC: return jp_vec(p, f, (double *)(base + f->off), f->n1);
+    case F_MAT: {
+        char what[64];
+        snprintf(what, sizeof what, "expected %zu arrays of %zu numbers", f->n1, f->n2);
+        if (!jp_eat(p, '[')) return jp_fail(p, f->name, what);
+        for (size_t i = 0; i < f->n1; i++) {
+            if (i && !jp_eat(p, ',')) return jp_fail(p, f->name, what);
+            if ((st = jp_vec(p, f, (double *)(base + f->off) + i * f->n2, f->n2))) return st;
+        }
+        return jp_eat(p, ']') ? TL_OK : jp_fail(p, f->name, what);
+    }
+    default: /* an axis: must equal this build's grid */
+        if ((st = jp_vec(p, f, tmp, f->n1))) return st;
+        for (size_t i = 0; i < f->n1; i++)
+            if (tmp[i] != axis_value(f, i))
+                return jp_fail(p, f->name, "grid differs from this build's");
+        return TL_OK;
+    }
+}
+
+static tl_status parse_profile(jp *p, tl_hw_profile *out) {
+    unsigned char seen[N_FIELDS] = {0};
+    tl_status st;
+    if (!jp_eat(p, '{')) return jp_fail(p, NULL, "expected a JSON object");
+    if (jp_peek(p) != '}') {
+        do {
+            char key[64];
+            int trunc;
+            if ((st = jp_string(p, NULL, key, sizeof key, 1, &trunc))) return st;
+            if (!jp_eat(p, ':')) return jp_fail(p, NULL, "expected ':'");
+            int k = 0;
+            while (k < N_FIELDS && (trunc || strcmp(fields[k].name, key))) k++;
+            if (k == N_FIELDS) {
+                st = jp_skip(p, 1);
+            } else {
+                if (seen[k]) return jp_fail(p, fields[k].name, "appears twice");
+                seen[k] = 1;
+                st = jp_field(p, &fields[k], out);
+            }
+            if (st != TL_OK) return st;
+        } while (jp_eat(p, ','));
+    }
+    if (!jp_eat(p, '}')) return jp_fail(p, NULL, "expected ',' or '}'");
+    if (jp_peek(p) != -1) return jp_fail(p, NULL, "trailing data");
+    for (int k = 0; k < N_FIELDS; k++)
+        if (!seen[k])
+            return tl_error_set(TL_ERR_FORMAT, "profile %s: field '%s' is missing", p->path,
+                                fields[k].name);
+    return TL_OK;
+}
+
+tl_status tl_profile_load(const char *path, tl_hw_profile *out) {
+    if (!path || !out) return tl_error_set(TL_ERR_INVALID, "profile load: no path");
+    FILE *f = fopen(path, "rb");
+    if (!f) return tl_error_set(TL_ERR_IO, "profile %s: %s", path, strerror(errno));
+    char *buf = malloc(PROFILE_MAX_BYTES + 1);
+    if (!buf) {
+        fclose(f);
+        return tl_error_set(TL_ERR_NOMEM, "profile %s: out of memory", path);
+    }
+    size_t n = fread(buf, 1, PROFILE_MAX_BYTES + 1, f);
+    int err = ferror(f);
+    fclose(f);
+    tl_status st;
+    if (err) {
+        st = tl_error_set(TL_ERR_IO, "profile %s: read error", path);
+    } else if (n > PROFILE_MAX_BYTES) {
+        st = tl_error_set(TL_ERR_FORMAT, "profile %s: larger than %zu bytes", path,
+                          PROFILE_MAX_BYTES);
+    } else {
+        tl_hw_profile tmp;
+        memset(&tmp, 0, sizeof tmp);
+        jp p = {buf, n, 0, path};
+        st = parse_profile(&p, &tmp);
+        if (st == TL_OK) *out = tmp;
+    }
+    free(buf);
+    return st;
+}
+
+/* ---- obtaining and lookups ---- */
+
+tl_status tl_profile_obtain(const char *path, int32_t n_threads, const char *disk_dir,
+                            void (*progress)(void *user, const char *line), void *user,
+                            tl_hw_profile *out, int *measured) {
+    int dummy;
+    if (!measured) measured = &dummy;
+    *measured = 0;
+    if (path) return tl_profile_load(path, out);
+    char def[1024], key[sizeof out->machine];
+    int have_def = tl_profile_default_path(n_threads, def, sizeof def) == TL_OK;
+    tl_profile_machine_key(n_threads, key, sizeof key);
+    if (have_def) {
+        tl_hw_profile p;
+        tl_status st = tl_profile_load(def, &p);
+        if (st == TL_OK && !strcmp(p.machine, key)) {
+            *out = p;
+            return TL_OK;
+        }
+        tl__profile_say(progress, user, "%s; measuring this machine (about a minute)",
+                        st == TL_OK ? "the saved profile is for another machine"
+                                    : tl_last_error());
+    } else {
+        tl__profile_say(progress, user, "no profile location (%s); measuring this machine",
+                        tl_last_error());
+    }
+    tl_status st = tl_profile_measure(n_threads, disk_dir, progress, user, out);
+    if (st != TL_OK) return st;
+    *measured = 1;
+    if (have_def) {
+        if (tl_profile_save(out, def) == TL_OK)
+            tl__profile_say(progress, user, "profile saved to %s", def);
+        else
+            tl__profile_say(progress, user, "could not save the profile: %s", tl_last_error());
+    }
+    tl_error_clear();
+    return TL_OK;
+}
+
+/* Position of v on an increasing axis: cell i and fraction f in [0, 1], clamped. */
+static void axis_locate(const double *ax, int n, double v, int *i, double *f) {
+    if (!(v > ax[0])) { /* also NaN */
+        *i = 0, *f = 0;
+        return;
+    }
+    if (v >= ax[n - 1]) {
+        *i = n - 2, *f = 1;
+        return;
+    }
+    int k = 0;
+    while (k + 2 < n && v >= ax[k + 1]) k++;
+    *i = k;
+    *f = (v - ax[k]) / (ax[k + 1] - ax[k]);
+}
+
+double tl_profile_read_bps(const tl_hw_profile *p, uint64_t chunk, int32_t depth) {
+    double lc[TL_PROF_N_CHUNK], ld[TL_PROF_N_DEPTH], fc, fd;
+    int ic, id;
+    for (int i = 0; i < TL_PROF_N_CHUNK; i++) lc[i] = log((double)tl_prof_chunks[i]);
+    for (int i = 0; i < TL_PROF_N_DEPTH; i++) ld[i] = log((double)tl_prof_depths[i]);
+    axis_locate(lc, TL_PROF_N_CHUNK, chunk ? log((double)chunk) : lc[0], &ic, &fc);
+    axis_locate(ld, TL_PROF_N_DEPTH, depth > 0 ? log((double)depth) : ld[0], &id, &fd);
+    const double(*g)[TL_PROF_N_DEPTH] = p->disk_read_bps;
+    double lo = g[ic][id] + fd * (g[ic][id + 1] - g[ic][id]);
+    double hi = g[ic + 1][id] + fd * (g[ic + 1][id + 1] - g[ic + 1][id]);
+    return lo + fc * (hi - lo);
+}
+
+double tl_profile_matmul_macs(const tl_hw_profile *p, int32_t type, double rows) {
+    int t = tl_prof_type_index(type), i;
+    double lr[TL_PROF_N_ROWS], f;
+    if (t < 0) t = 0;
+    for (int k = 0; k < TL_PROF_N_ROWS; k++) lr[k] = log((double)tl_prof_rows[k]);
+    axis_locate(lr, TL_PROF_N_ROWS, rows > 0 ? log(rows) : lr[0], &i, &f);
+    const double *v = p->matmul_macs[t];
+    return v[i] + f * (v[i + 1] - v[i]);
+}

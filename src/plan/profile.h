@@ -1,0 +1,116 @@
+/* profile.h - the hardware profile: what this machine's disk, memory and kernels
+ * achieve, measured once (`tierllm profile`, under two minutes) and saved as JSON under
+ * the user's cache directory ($XDG_CACHE_HOME/tierllm or ~/.cache/tierllm). The cost
+ * model (cost.h) reads every rate it uses from here; nothing in it is a constant fitted
+ * by hand.
+ *
+ * A saved profile is re-used while the machine is the same: `machine` is a key made of
+ * the CPU model name, the number of online CPUs, MemTotal and the thread count the
+ * profile was measured with. A profile whose key differs is stale.
+ *
+ * Units: bytes per second, seconds, and for kernels "MACs per second" (one MAC = one
+ * weight element times one row; a matrix-vector product of an R x C matrix is R*C MACs,
+ * n rows are n*R*C MACs).
+ */
+#ifndef TL_PLAN_PROFILE_H
+#define TL_PLAN_PROFILE_H
+
+#include <stdint.h>
+#include "tierllm.h"
+
+enum {
+    TL_PROF_N_CHUNK = 4,  /* disk grid: chunk sizes 64 KiB, 256 KiB, 1 MiB, 4 MiB */
+    TL_PROF_N_DEPTH = 3,  /*            queue depths 1, 4, 16 */
+    TL_PROF_N_TYPE = 5,   /* kernel types: F32, F16, BF16, Q8_0, Q4_0 (tl_prof_type_index) */
+    TL_PROF_N_ROWS = 10,  /* rows per matmul: 1, 2, 4, ..., 512 */
+    TL_PROF_N_KVBITS = 4  /* KV storage: 32, 16, 8, 4 bits */
+};
+
+extern const uint64_t tl_prof_chunks[TL_PROF_N_CHUNK];
+extern const int32_t tl_prof_depths[TL_PROF_N_DEPTH];
+extern const int32_t tl_prof_types[TL_PROF_N_TYPE];   /* GGML type ids */
+extern const int32_t tl_prof_rows[TL_PROF_N_ROWS];
+extern const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS];
+
+typedef struct tl_hw_profile {
+    char machine[256];      /* key: "cpu=<model>;ncpu=<n>;mem=<MemTotal kB>;threads=<t>" */
+    char disk_dir[512];     /* directory whose filesystem the disk figures describe */
+    int32_t n_threads;      /* compute threads the kernel rates were measured with */
+    double measured_unix;   /* when it was measured (seconds since the epoch) */
+    double profile_seconds; /* how long measuring took */
+
+    /* memory and compute bounds (kernels/probe.h) */
+    double mem_read_bps;
+    double fma_flops;
+
+    /* O_DIRECT reads of a file on disk_dir's filesystem, [chunk][depth] */
+    double disk_read_bps[TL_PROF_N_CHUNK][TL_PROF_N_DEPTH];
+    double disk_write_bps;  /* O_DIRECT sequential writes, 1 MiB chunks, depth 4 */
+
+    /* tl_op_matmul through the thread pool: MACs/s by [type][rows] on matrices larger
+     * than the last-level cache (cycled so each call streams its weights from DRAM) */
+    double matmul_macs[TL_PROF_N_TYPE][TL_PROF_N_ROWS];
+
+    /* attention: seconds per (row x visible position x query head x head_dim) with f32
+     * KV, and the extra seconds per (row x visible position x kv head x kv_dim) spent
+     * decoding stored pages, by KV bits (0 for 32 bits) */
+    double attn_s_per_mac;
+    double attn_decode_s[TL_PROF_N_KVBITS];
+
+    /* element-wise work of a layer (rmsnorm, rope, swiglu, residual adds), seconds per
+     * element of one row (the cost model counts 4*n_embd + 3*n_ff elements per row) */
+    double elementwise_s;
+    /* fixed cost of one forward pass per layer (thread-pool dispatches, bookkeeping) */
+    double layer_fixed_s;
+} tl_hw_profile;
+
+/* Index of a GGML type id in the kernel table, or -1. */
+int tl_prof_type_index(int32_t type);
+
+/* The machine key of this machine for `n_threads` compute threads. */
+void tl_profile_machine_key(int32_t n_threads, char *out, size_t cap);
+
+/* Where profiles are kept: "$XDG_CACHE_HOME/tierllm/profile-t<threads>.json" or
+ * "$HOME/.cache/tierllm/profile-t<threads>.json". TL_ERR_INVALID if neither variable is
+ * set. */
+tl_status tl_profile_default_path(int32_t n_threads, char *out, size_t cap);
+
+/* Measures everything (under two minutes on 2 cores): `n_threads` compute threads
+ * (<= 0: all cores); the disk figures use a temporary file in disk_dir (deleted before
+ * returning; TL_ERR_NOSPACE/TL_ERR_IO with a message if it cannot be written; NULL:
+ * the default path's directory, created, else ".").
+ * `progress` (may be NULL) gets one line per stage. */
+tl_status tl_profile_measure(int32_t n_threads, const char *disk_dir,
+                             void (*progress)(void *user, const char *line), void *user,
+                             tl_hw_profile *out);
+
+/* JSON round trip. Save writes a temporary file and renames it into place (creating the
+ * directory). Load fails with TL_ERR_FORMAT naming the field for a malformed or
+ * incomplete file, and never crashes on hostile input. */
+tl_status tl_profile_save(const tl_hw_profile *p, const char *path);
+tl_status tl_profile_load(const char *path, tl_hw_profile *out);
+
+/* The profile a run should use: `path` if given (an error if it cannot be loaded),
+ * else the default path's profile if its machine key matches this machine; otherwise
+ * measures one (progress says so) and saves it at the default path (a failure to save
+ * is not an error). *measured is set to 1 when it measured. */
+tl_status tl_profile_obtain(const char *path, int32_t n_threads, const char *disk_dir,
+                            void (*progress)(void *user, const char *line), void *user,
+                            tl_hw_profile *out, int *measured);
+
+/* Lookups used by the cost model (pure functions of the profile):
+ * read bandwidth for requests of `chunk` bytes at `depth` in flight (log-linear
+ * interpolation over the grid, clamped at its edges); the matmul rate of a type at n
+ * rows (log-linear in n, clamped; types not in the table use F32's). */
+double tl_profile_read_bps(const tl_hw_profile *p, uint64_t chunk, int32_t depth);
+double tl_profile_matmul_macs(const tl_hw_profile *p, int32_t type, double rows);
+
+/* Internal, shared by profile.c and profile_measure.c: the thread count n_threads
+ * stands for (<= 0: online CPUs); the default disk directory (the default profile's
+ * directory, created, else "."); one progress line (progress may be NULL). */
+int32_t tl__profile_threads(int32_t n_threads);
+void tl__profile_default_dir(int32_t n_threads, char *out, size_t cap);
+void tl__profile_say(void (*progress)(void *user, const char *line), void *user,
+                     const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

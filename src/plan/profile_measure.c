@@ -1,0 +1,469 @@
+/* profile_measure.c - measuring the hardware profile (tl_profile_measure, profile.h).
+ *
+ * Five stages in a fixed order, each bounded in time (about 35 s in all on 2 cores):
+ * memory/FMA probes; disk (a temporary file written through the aio queue with O_DIRECT,
+ * then read back over the chunk x depth grid, each setting capped at DISK_SETTING_S);
+ * matmul (tl_op_matmul on 8192 x 2048 matrices, cycled so every call streams its weights
+ * from DRAM); element-wise ops; attention (token-by-token decode of a tiny synthetic
+ * model per KV width: a robust line through per-window medians of the per-token times
+ * gives the cost per visible position, its intercept the fixed cost per layer).
+ * Temporary files are unlinked on every path, as soon as nothing needs them by name
+ * (open tiers and models keep them alive).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "profile.h"
+#include "base/clock.h"
+#include "base/status.h"
+#include "base/threadpool.h"
+#include "kernels/kernels.h"
+#include "kernels/probe.h"
+#include "model/llama.h"
+#include "model/ops.h"
+#include "tier/aio.h"
+#include "tier/tier.h"
+
+#define DISK_FILE_BYTES ((uint64_t)256 << 20)
+#define DISK_WRITE_REQ ((size_t)4 << 20)
+#define DISK_SMALL_READ ((uint64_t)64 << 20) /* bytes read per setting, chunks < 1 MiB */
+#define DISK_SETTING_S 1.0                   /* time cap per read setting */
+
+#define MM_ROWS 8192
+#define MM_COLS 2048
+#define MM_MIN_BYTES ((size_t)96 << 20) /* weights cycled per type: beyond the LLC */
+
+/* tiny model for the attention fit: positions decoded with f32 KV, and with stored
+ * (decoded) KV, whose cost grows faster with the position */
+#define AT_POS 1024
+#define AT_POS_Q 512
+#define AT_SKIP 32 /* first positions left out of the fit (warm-up) */
+#define AT_WIN 32  /* positions per median window */
+/* ---- helpers ---- */
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* uniform in [-1, 1) */
+static float rng_float(uint64_t *s) {
+    return (float)((double)(rng_next(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of v[0..n) (sorts v). */
+static double median(double *v, size_t n) {
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- disk ---- */
+
+static tl_status disk_write(tl_tier *t, const uint8_t *buf, double *bps) {
+    tl_aio_params ap = tl_aio_default_params();
+    ap.chunk_bytes = (size_t)1 << 20;
+    ap.queue_depth = 4;
+    tl_aio *q;
+    tl_status st = tl_aio_open(&ap, &q);
+    if (st != TL_OK) return st;
+    uint64_t n = DISK_FILE_BYTES / DISK_WRITE_REQ, sub = 0;
+    double t0 = tl_now();
+    for (; sub < n && st == TL_OK; sub++)
+        if ((st = tl_aio_write(q, t, sub * DISK_WRITE_REQ, buf, DISK_WRITE_REQ, sub)))
+            break;
+    for (uint64_t i = 0; i < sub && st == TL_OK; i++) st = tl_aio_wait(q, i);
+    tl_aio_close(q); /* after a failure: drains what is still in flight */
+    if (st != TL_OK) return st;
+    if (fdatasync(t->fd) != 0)
+        return tl_error_set(errno == ENOSPC || errno == EDQUOT ? TL_ERR_NOSPACE : TL_ERR_IO,
+                            "fdatasync %s: %s", t->name, strerror(errno));
+    *bps = (double)DISK_FILE_BYTES / (tl_now() - t0);
+    return TL_OK;
+}
+
+/* Reads `total` bytes in requests of `chunk` bytes, `depth` of them in flight, starting
+ * at *cursor and wrapping at the end of the file; stops early after DISK_SETTING_S. */
+static tl_status disk_read(tl_tier *t, uint64_t chunk, int depth, uint64_t total,
+                           uint64_t *cursor, uint8_t *bufs, double *bps) {
+    tl_aio_params ap = tl_aio_default_params();
+    ap.chunk_bytes = (size_t)chunk;
+    ap.queue_depth = depth;
+    tl_aio *q;
+    tl_status st = tl_aio_open(&ap, &q);
+    if (st != TL_OK) return st;
+    uint64_t nreq = total / chunk, sub = 0, done = 0;
+    double t0 = tl_now(), el = 0;
+    while (done < nreq) {
+        while (sub < nreq && sub - done < (uint64_t)depth) {
+            uint64_t off = *cursor;
+            *cursor = (off + chunk) % DISK_FILE_BYTES;
+            st = tl_aio_read(q, t, off, bufs + (sub % (uint64_t)depth) * chunk, chunk, sub);
+            if (st != TL_OK) break;
+            sub++;
+        }
+        if (st != TL_OK || (st = tl_aio_wait(q, done)) != TL_OK) break;
+        done++;
+        el = tl_now() - t0;
+        if (el > DISK_SETTING_S && done >= 4 * (uint64_t)depth) break;
+    }
+    tl_aio_close(q);
+    if (st != TL_OK) return st;
+    *bps = (double)(done * chunk) / el;
+    return TL_OK;
+}
+
+static tl_status measure_disk(const char *dir, tl_hw_profile *p,
+                              void (*progress)(void *, const char *), void *user) {
+    char path[600];
+    int n = snprintf(path, sizeof path, "%s/.tierllm-profile-%ld-%u.tmp", dir, (long)getpid(),
+                     (unsigned)(tl_now() * 1e6));
+    if (n < 0 || (size_t)n >= sizeof path)
+        return tl_error_set(TL_ERR_INVALID, "disk profile: directory name too long: %s", dir);
+    size_t buf_bytes = (size_t)tl_prof_chunks[TL_PROF_N_CHUNK - 1] *
+                       (size_t)tl_prof_depths[TL_PROF_N_DEPTH - 1];
+    uint8_t *buf = aligned_alloc(4096, buf_bytes);
+    if (!buf) return tl_error_set(TL_ERR_NOMEM, "disk profile: out of memory");
+    uint64_t seed = 42;
+    for (size_t i = 0; i < DISK_WRITE_REQ / 8; i++) {
+        uint64_t r = rng_next(&seed);
+        memcpy(buf + 8 * i, &r, 8);
+    }
+    tl_tier *wt = NULL, *rt = NULL;
+    int created = 0;
+    tl_status st = tl_tier_file_open(
+        path, TL_TIER_FILE_DIRECT | TL_TIER_FILE_WRITE | TL_TIER_FILE_CREATE_EXCL, &wt);
+    if (st == TL_OK) {
+        created = 1;
+        tl__profile_say(progress, user, "disk: writing %llu MiB to %s%s",
+                        (unsigned long long)(DISK_FILE_BYTES >> 20), dir,
+                        tl_tier_file_is_direct(wt) ? "" : " (no O_DIRECT: page cache)");
+        st = disk_write(wt, buf, &p->disk_write_bps);
+    }
+    if (st == TL_OK) st = tl_tier_file_open(path, TL_TIER_FILE_DIRECT, &rt);
+    if (created) unlink(path); /* the open tiers keep the file alive */
+    tl_tier_close(wt);
+    uint64_t cursor = 0;
+    for (int c = 0; c < TL_PROF_N_CHUNK && st == TL_OK; c++) {
+        tl__profile_say(progress, user, "disk: reading in %llu KiB chunks at depth 1, 4, 16",
+                        (unsigned long long)(tl_prof_chunks[c] >> 10));
+        uint64_t total = tl_prof_chunks[c] < ((uint64_t)1 << 20) ? DISK_SMALL_READ
+                                                                  : DISK_FILE_BYTES;
+        for (int d = 0; d < TL_PROF_N_DEPTH && st == TL_OK; d++)
+            st = disk_read(rt, tl_prof_chunks[c], tl_prof_depths[d], total, &cursor, buf,
+                           &p->disk_read_bps[c][d]);
+    }
+    tl_tier_close(rt);
+    free(buf);
+    if (st != TL_OK) return tl_error_wrap(st, "disk profile in %s: ", dir);
+    return TL_OK;
+}
+
+/* ---- matmul ---- */
+
+static tl_status measure_matmul(tl_pool *pool, tl_hw_profile *p,
+                                void (*progress)(void *, const char *), void *user) {
+    const size_t R = MM_ROWS, C = MM_COLS, NMAX = (size_t)tl_prof_rows[TL_PROF_N_ROWS - 1];
+    const size_t threads = (size_t)tl_pool_threads(pool);
+    size_t sf = (tl_matmul_scratch_floats(C, NMAX) + 15) / 16 * 16; /* 64-byte slices */
+    float *X = aligned_alloc(64, NMAX * C * sizeof(float));
+    float *Y = aligned_alloc(64, NMAX * R * sizeof(float));
+    float *scratch = aligned_alloc(64, threads * sf * sizeof(float));
+    float *row = malloc(C * sizeof(float));
+    tl_status st = TL_OK;
+    if (!X || !Y || !scratch || !row) {
+        st = tl_error_set(TL_ERR_NOMEM, "matmul profile: out of memory");
+        goto done;
+    }
+    uint64_t seed = 7;
+    for (size_t i = 0; i < NMAX * C; i++) X[i] = rng_float(&seed);
+    tl_model mm;
+    memset(&mm, 0, sizeof mm); /* tl_op_matmul reads only pool and use_reference */
+    mm.pool = pool;
+    mm.use_reference = 0;
+    for (int ti = 0; ti < TL_PROF_N_TYPE && st == TL_OK; ti++) {
+        tl_type type = (tl_type)tl_prof_types[ti];
+        size_t rb = tl_type_row_bytes(type, C), mb = R * rb;
+        size_t copies = MM_MIN_BYTES / mb + 1;
+        tl__profile_say(progress, user, "matmul: %s, %zu x %zu, %zu copies (%zu MiB)",
+                        tl_type_name(type), R, C, copies, copies * mb >> 20);
+        uint8_t *W = aligned_alloc(64, copies * mb);
+        if (!W) {
+            st = tl_error_set(TL_ERR_NOMEM, "matmul profile: out of memory for %zu MiB of %s",
+                              copies * mb >> 20, tl_type_name(type));
+            break;
+        }
+        for (size_t j = 0; j < R; j++) {
+            for (size_t c = 0; c < C; c++) row[c] = rng_float(&seed);
+            tl_quant_row(type, row, W + j * rb, C);
+        }
+        for (size_t k = 1; k < copies; k++) memcpy(W + k * mb, W, mb);
+        tl_weight w;
+        memset(&w, 0, sizeof w);
+        w.type = w.file_type = type;
+        w.rows = R;
+        w.cols = C;
+        size_t cur = 0;
+        for (int ri = 0; ri < TL_PROF_N_ROWS; ri++) {
+            size_t n = (size_t)tl_prof_rows[ri];
+            int reps = n <= 64 ? 5 : 3;
+            double t[5];
+            for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
+                w.data = W + cur * mb;
+                cur = (cur + 1) % copies;
+                double t0 = tl_now();
+                tl_op_matmul(&mm, &w, X, n, Y, scratch, sf);
+                if (r >= 0) t[r] = tl_now() - t0;
+            }
+            p->matmul_macs[ti][ri] = (double)n * R * C / median(t, (size_t)reps);
+        }
+        free(W);
+    }
+done:
+    free(X);
+    free(Y);
+    free(scratch);
+    free(row);
+    return st;
+}
+
+/* ---- element-wise ---- */
+
+static tl_status measure_elementwise(tl_hw_profile *p) {
+    const size_t N = (size_t)1 << 20, D = 2048;
+    float *g0 = malloc(N * sizeof(float)), *g = malloc(N * sizeof(float));
+    float *u = malloc(N * sizeof(float)), *o = malloc(N * sizeof(float));
+    float *w = malloc(D * sizeof(float));
+    if (!g0 || !g || !u || !o || !w) {
+        free(g0), free(g), free(u), free(o), free(w);
+        return tl_error_set(TL_ERR_NOMEM, "element-wise profile: out of memory");
+    }
+    uint64_t seed = 11;
+    for (size_t i = 0; i < N; i++) g0[i] = rng_float(&seed), u[i] = rng_float(&seed);
+    for (size_t i = 0; i < D; i++) w[i] = 1.0f + 0.5f * rng_float(&seed);
+    double ts[6], tr[6];
+    for (int r = 0; r < 6; r++) {
+        memcpy(g, g0, N * sizeof(float)); /* same inputs every time (no drift to denormals) */
+        double t0 = tl_now();
+        tl_op_swiglu(g, u, N);
+        ts[r] = tl_now() - t0;
+        t0 = tl_now();
+        tl_op_rmsnorm(g0, w, N / D, D, 1e-5f, o);
+        tr[r] = tl_now() - t0;
+    }
+    p->elementwise_s = 0.5 * (median(ts + 1, 5) + median(tr + 1, 5)) / (double)N;
+    free(g0), free(g), free(u), free(o), free(w);
+    return TL_OK;
+}
+
+/* ---- attention ---- */
+
+/* A line y = a + b*x through the points: Theil-Sen (median of pairwise slopes, then the
+ * median intercept), robust against the odd slow token. */
+static tl_status fit_line(const double *x, const double *y, size_t n, double *a, double *b) {
+    double *tmp = malloc((n * (n - 1) / 2 + n) * sizeof *tmp);
+    if (!tmp) return tl_error_set(TL_ERR_NOMEM, "attention profile: out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++)
+            if (x[j] != x[i]) tmp[k++] = (y[j] - y[i]) / (x[j] - x[i]);
+    *b = k ? median(tmp, k) : 0;
+    for (size_t i = 0; i < n; i++) tmp[i] = y[i] - *b * x[i];
+    *a = median(tmp, n);
+    free(tmp);
+    return TL_OK;
+}
+
+/* Seconds of one token's matrix products in model m as it sits after decoding (every
+ * layer's seven and the classifier, weights as warm as in the decode loop): the median
+ * of repeated passes; -1 if a weight is not resident or memory runs out. */
+static double model_matmul_seconds(tl_model *m) {
+    const tl_llama_hparams *hp = &m->hp;
+    size_t nw = 7 * (size_t)hp->n_layer + 1, maxk = 0, maxr = 0;
+    const tl_weight **ws = malloc(nw * sizeof *ws);
+    if (!ws) return -1;
+    size_t k = 0;
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        tl_llama_layer *L = &m->layers[l];
+        const tl_weight *lw[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+                                  &L->w_down};
+        for (int i = 0; i < 7; i++) ws[k++] = lw[i];
+    }
+    ws[k++] = m->tied_output ? &m->tok_embd : &m->output;
+    for (size_t i = 0; i < nw; i++) {
+        maxk = ws[i]->cols > maxk ? ws[i]->cols : maxk;
+        maxr = ws[i]->rows > maxr ? ws[i]->rows : maxr;
+    }
+    size_t threads = (size_t)tl_pool_threads(m->pool);
+    size_t sf = (tl_matmul_scratch_floats(maxk, 1) + 15) / 16 * 16;
+    float *scratch = aligned_alloc(64, threads * sf * sizeof(float));
+    float *x = malloc(maxk * sizeof(float)), *y = malloc(maxr * sizeof(float));
+    double t[9], res = -1;
+    int ok = scratch && x && y;
+    for (size_t i = 0; ok && i < nw; i++) ok = ws[i]->data != NULL;
+    if (ok) {
+        uint64_t seed = 3;
+        for (size_t i = 0; i < maxk; i++) x[i] = rng_float(&seed);
+        for (int r = 0; r < 9; r++) {
+            double t0 = tl_now();
+            for (size_t i = 0; i < nw; i++) tl_op_matmul(m, ws[i], x, 1, y, scratch, sf);
+            t[r] = tl_now() - t0;
+        }
+        res = median(t + 1, 8);
+    }
+    free(ws);
+    free(scratch);
+    free(x);
+    free(y);
+    return res;
+}
+
+/* Per-token decode times of one KV width, reduced to a line over positions; with
+ * mm_s, also the matrix products' share of a token (model_matmul_seconds). */
+static tl_status attention_run(tl_model *m, int32_t kv_bits, int32_t n_pos, float *logits,
+                               double *times, double *a, double *b, double *mm_s) {
+    tl_context_params cp = tl_context_default_params();
+    cp.n_ctx = n_pos + 16;
+    cp.kv_bits = kv_bits;
+    tl_context *c;
+    tl_status st = tl_context_open(m, &cp, &c);
+    if (st != TL_OK) return st;
+    for (int32_t i = 0; i < n_pos && st == TL_OK; i++) {
+        int32_t tok = 1 + i % 500;
+        double t0 = tl_now();
+        st = tl_decode(c, &tok, 1, logits);
+        times[i] = tl_now() - t0;
+    }
+    if (st == TL_OK && mm_s) *mm_s = model_matmul_seconds(m);
+    tl_context_close(c);
+    if (st != TL_OK) return st;
+    double wx[(AT_POS - AT_SKIP) / AT_WIN], wy[(AT_POS - AT_SKIP) / AT_WIN];
+    int nw = (n_pos - AT_SKIP) / AT_WIN;
+    for (int w = 0; w < nw; w++) {
+        int p0 = AT_SKIP + w * AT_WIN;
+        wx[w] = p0 + 0.5 * (AT_WIN - 1);
+        wy[w] = median(times + p0, AT_WIN); /* reorders only this window */
+    }
+    return fit_line(wx, wy, (size_t)nw, a, b);
+}
+
+static tl_status measure_attention(int32_t threads, const char *dir, tl_hw_profile *p,
+                                   void (*progress)(void *, const char *), void *user) {
+    tl_synth_params sp;
+    memset(&sp, 0, sizeof sp);
+    sp.n_vocab = 512, sp.n_embd = 512, sp.n_ff = 1024, sp.n_layer = 4;
+    sp.n_head = 8, sp.n_head_kv = 8, sp.n_ctx = 2048;
+    sp.weight_type = TL_TYPE_F32, sp.rope_base = 10000.0f, sp.seed = 1;
+    const double hd = sp.n_embd / sp.n_head, kvd = sp.n_head_kv * hd, L = sp.n_layer;
+    char path[600];
+    int n = snprintf(path, sizeof path, "%s/.tierllm-profile-%ld-%u.gguf", dir,
+                     (long)getpid(), (unsigned)(tl_now() * 1e6));
+    if (n < 0 || (size_t)n >= sizeof path)
+        return tl_error_set(TL_ERR_INVALID, "attention profile: directory name too long");
+    tl__profile_say(progress, user, "attention: writing a %d-layer synthetic model to %s",
+                    sp.n_layer, dir);
+    tl_status st = tl_synth_write(&sp, path);
+    if (st != TL_OK) {
+        unlink(path);
+        return tl_error_wrap(st, "attention profile: ");
+    }
+    tl_model_params mp = tl_model_default_params();
+    mp.n_threads = threads;
+    tl_model *m = NULL;
+    st = tl_model_open(path, &mp, &m);
+    unlink(path); /* the model holds its file open */
+    if (st != TL_OK) return tl_error_wrap(st, "attention profile: ");
+    double *times = malloc(AT_POS * sizeof *times);
+    float *logits = malloc((size_t)sp.n_vocab * sizeof *logits);
+    double a[TL_PROF_N_KVBITS], b[TL_PROF_N_KVBITS], mm_s = -1;
+    if (!times || !logits) st = tl_error_set(TL_ERR_NOMEM, "attention profile: out of memory");
+    for (int k = 0; k < TL_PROF_N_KVBITS && st == TL_OK; k++) {
+        int32_t n_pos = k == 0 ? AT_POS : AT_POS_Q;
+        tl__profile_say(progress, user, "attention: %d positions with %d-bit KV", n_pos,
+                        tl_prof_kvbits[k]);
+        st = attention_run(m, tl_prof_kvbits[k], n_pos, logits, times, &a[k], &b[k],
+                           k == 0 ? &mm_s : NULL);
+    }
+    tl_model_close(m);
+    free(times);
+    free(logits);
+    if (st != TL_OK) return tl_error_wrap(st, "attention profile: ");
+
+    /* seconds per visible position per layer */
+    double s32 = b[0] / L;
+    if (s32 > 0) {
+        p->attn_s_per_mac = s32 / (sp.n_head * hd);
+    } else { /* noise swamped the slope: fall back to the FMA bound (QK and AV: 4 FLOPs) */
+        tl__profile_say(progress, user, "attention: no measurable slope; using the FMA bound");
+        p->attn_s_per_mac = 4.0 / p->fma_flops;
+    }
+    p->attn_decode_s[0] = 0;
+    for (int k = 1; k < TL_PROF_N_KVBITS; k++) {
+        double extra = b[k] / L - s32;
+        p->attn_decode_s[k] = extra > 0 ? extra / (sp.n_head_kv * kvd) : 0;
+    }
+    /* intercept: one token at position 0, less its matrix products (timed on the model's
+     * own weights, as warm as in the loop; else estimated from the streamed F32 rate)
+     * and its element-wise work, per layer */
+    if (mm_s < 0) {
+        double layer_macs = sp.n_embd * (sp.n_head * hd) + 2.0 * sp.n_embd * kvd +
+                            (sp.n_head * hd) * sp.n_embd + 3.0 * sp.n_embd * sp.n_ff;
+        mm_s = ((double)sp.n_vocab * sp.n_embd + L * layer_macs) / p->matmul_macs[0][0];
+    }
+    double fixed = (a[0] - mm_s) / L - p->elementwise_s * (4.0 * sp.n_embd + 3.0 * sp.n_ff);
+    p->layer_fixed_s = fixed > 0 ? fixed : 0;
+    return TL_OK;
+}
+
+tl_status tl_profile_measure(int32_t n_threads, const char *disk_dir,
+                             void (*progress)(void *user, const char *line), void *user,
+                             tl_hw_profile *out) {
+    if (!out) return tl_error_set(TL_ERR_INVALID, "profile: no output");
+    memset(out, 0, sizeof *out);
+    double t_start = tl_now();
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    out->measured_unix = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+    int32_t threads = tl__profile_threads(n_threads);
+    out->n_threads = threads;
+    tl_profile_machine_key(threads, out->machine, sizeof out->machine);
+    if (disk_dir) {
+        if (strlen(disk_dir) >= sizeof out->disk_dir)
+            return tl_error_set(TL_ERR_INVALID, "profile: directory name too long: %s",
+                                disk_dir);
+        snprintf(out->disk_dir, sizeof out->disk_dir, "%s", disk_dir);
+    } else {
+        tl__profile_default_dir(threads, out->disk_dir, sizeof out->disk_dir);
+    }
+    tl_pool *pool;
+    tl_status st = tl_pool_open(threads, &pool);
+    if (st != TL_OK) return st;
+    tl__profile_say(progress, user, "memory bandwidth and FMA peak (%d threads)", (int)threads);
+    out->mem_read_bps = tl_probe_read_bandwidth(pool, (size_t)1 << 30, 5);
+    out->fma_flops = tl_probe_fma_peak(pool, 5);
+    if (!(out->mem_read_bps > 0) || !(out->fma_flops > 0))
+        st = tl_error_set(TL_ERR_NOMEM, "profile: memory probe failed (1 GiB buffer)");
+    if (st == TL_OK) st = measure_disk(out->disk_dir, out, progress, user);
+    if (st == TL_OK) st = measure_matmul(pool, out, progress, user);
+    tl_pool_close(pool);
+    if (st == TL_OK) {
+        tl__profile_say(progress, user, "element-wise ops");
+        st = measure_elementwise(out);
+    }
+    if (st == TL_OK) st = measure_attention(threads, out->disk_dir, out, progress, user);
+    if (st != TL_OK) return st;
+    out->profile_seconds = tl_now() - t_start;
+    tl_error_clear();
+    return TL_OK;
+}
+

@@ -1,0 +1,120 @@
+/* replan.c - see replan.h. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include "replan.h"
+#include "../base/status.h"
+
+void tl_plan_apply(const tl_policy *pol, tl_model *m, tl_batch_params *bp) {
+    m->params.prefetch = pol->prefetch;
+    m->params.overlap = pol->overlap;
+    m->params.w_mem_pct = pol->w_mem_pct;
+    if (!bp) return;
+    bp->gbs = pol->gbs;
+    bp->num_gb = pol->num_gb;
+    bp->prefill_rows = pol->prefill_rows;
+    bp->kv_bits = pol->kv_bits;
+    bp->kv_mem_pct = pol->kv_mem_pct;
+    bp->page_tokens = pol->page_tokens;
+    bp->n_ctx = pol->n_ctx;
+}
+
+void tl_replanner_init(tl_replanner *r, const tl_model *m, const tl_hw_profile *prof,
+                       const tl_plan_request *rq, const tl_plan_result *chosen) {
+    memset(r, 0, sizeof *r);
+    r->prof = *prof;
+    r->rq = *rq;
+    r->current = *chosen;
+    r->threshold = 0.2;
+    r->prompts_at_block = rq->w.num_seqs;
+    tl_aio_get_stats(m->aio, &r->aio_prev);
+}
+
+static void logf_(tl_replanner *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(tl_replanner *r, const char *fmt, ...) {
+    if (r->n_log >= TL_REPLAN_LOG) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->log[r->n_log++], sizeof r->log[0], fmt, ap);
+    va_end(ap);
+}
+
+static int same_policy(const tl_policy *a, const tl_policy *b) {
+    return a->gbs == b->gbs && a->num_gb == b->num_gb && a->prefill_rows == b->prefill_rows &&
+           a->kv_bits == b->kv_bits && a->kv_mem_pct == b->kv_mem_pct &&
+           a->prefetch == b->prefetch && a->w_mem_pct == b->w_mem_pct &&
+           a->page_tokens == b->page_tokens;
+}
+
+int tl_replanner_hook(void *user, tl_model *m, const tl_batch_stats *s, int32_t prompts_left,
+                      tl_batch_params *bp) {
+    tl_replanner *r = user;
+    tl_aio_stats aio;
+    tl_aio_get_stats(m->aio, &aio);
+    const tl_policy *pol = &r->current.policy;
+    const int32_t block = pol->gbs * pol->num_gb;
+    int32_t ran = r->prompts_at_block - prompts_left; /* sequences of the finished block */
+    if (ran > block || ran < 1) ran = block;
+    double step_s = (s->prefill_s - r->prev.prefill_s) + (s->decode_s - r->prev.decode_s);
+    double stall_s = (s->prefill_stall_s - r->prev.prefill_stall_s) +
+                     (s->decode_stall_s - r->prev.decode_stall_s);
+    double busy_s = aio.read_busy_s - r->aio_prev.read_busy_s;
+    r->prev = *s;
+    r->aio_prev = aio;
+    r->prompts_at_block = prompts_left;
+    r->checks++;
+    /* what the plan predicted for the block that just ran */
+    tl_workload w = r->rq.w;
+    w.num_seqs = ran;
+    tl_plan_result pred;
+    if (tl_plan_evaluate(m, &r->prof, &w, pol, &pred)) return 0;
+    const double p_compute = pred.cost.prefill.compute_s + pred.cost.decode.compute_s;
+    const double p_read = pred.cost.prefill.weight_read_s + pred.cost.prefill.kv_read_s +
+                          pred.cost.decode.weight_read_s + pred.cost.decode.kv_read_s;
+    double io_ratio = 1, compute_ratio = 1;
+    /* a read time too small to measure is not evidence about the disk */
+    if (p_read > 0.02 && busy_s > 0) io_ratio = busy_s / p_read;
+    if (p_compute > 0.02 && step_s - stall_s > 0) compute_ratio = (step_s - stall_s) / p_compute;
+    r->last_io_ratio = io_ratio;
+    r->last_compute_ratio = compute_ratio;
+    const int io_off = fabs(io_ratio - 1) > r->threshold;
+    const int compute_off = fabs(compute_ratio - 1) > r->threshold;
+    if (!io_off && !compute_off) return 0;
+    /* correct the profile by what was measured */
+    if (io_off)
+        for (int c = 0; c < TL_PROF_N_CHUNK; c++)
+            for (int d = 0; d < TL_PROF_N_DEPTH; d++) r->prof.disk_read_bps[c][d] /= io_ratio;
+    if (compute_off) {
+        for (int t = 0; t < TL_PROF_N_TYPE; t++)
+            for (int n = 0; n < TL_PROF_N_ROWS; n++) r->prof.matmul_macs[t][n] /= compute_ratio;
+        r->prof.attn_s_per_mac *= compute_ratio;
+        for (int k = 0; k < TL_PROF_N_KVBITS; k++) r->prof.attn_decode_s[k] *= compute_ratio;
+        r->prof.elementwise_s *= compute_ratio;
+        r->prof.layer_fixed_s *= compute_ratio;
+    }
+    r->replans++;
+    tl_plan_request rq = r->rq;
+    rq.w.num_seqs = prompts_left;
+    tl_plan_result next;
+    /* the dry runs count from the budget in use before the current placement, which
+     * the run frees before placing again (tl_engine_base_used) */
+    if (tl_plan_search(m, &r->prof, &rq, &next)) {
+        logf_(r, "after block %d: reads %.0f%% and compute %.0f%% of the prediction; "
+              "re-planning failed (%s), policy kept", (int)r->checks, io_ratio * 100,
+              compute_ratio * 100, tl_last_error());
+        return 0;
+    }
+    int change = !same_policy(&next.policy, pol);
+    logf_(r, "after block %d: disk reads took %.0f%% and compute %.0f%% of the predicted "
+          "time; profile corrected, re-planned for %d prompts: %s (gbs %d x num_gb %d, KV "
+          "%d-bit %d%%, prefetch %d; predicted %.2f tok/s)", (int)r->checks, io_ratio * 100,
+          compute_ratio * 100, (int)prompts_left, change ? "new policy" : "policy kept",
+          (int)next.policy.gbs, (int)next.policy.num_gb, (int)next.policy.kv_bits,
+          (int)next.policy.kv_mem_pct, (int)next.policy.prefetch, next.cost.tokens_per_s);
+    if (!change) return 0;
+    r->switches++;
+    r->current = next;
+    tl_plan_apply(&next.policy, m, bp);
+    return 1;
+}

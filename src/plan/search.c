@@ -1,0 +1,338 @@
+/* search.c - see search.h. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "search.h"
+#include "lp.h"
+#include "../base/status.h"
+#include "../exec/engine.h"
+
+static tl_batch_params batch_params_of(const tl_policy *pol) {
+    tl_batch_params bp = tl_batch_default_params();
+    bp.gbs = pol->gbs;
+    bp.num_gb = pol->num_gb;
+    bp.n_ctx = pol->n_ctx;
+    bp.prefill_rows = pol->prefill_rows;
+    bp.kv_bits = pol->kv_bits;
+    bp.kv_mem_pct = pol->kv_mem_pct;
+    bp.page_tokens = pol->page_tokens;
+    return bp;
+}
+
+/* Budget bytes of everything but the weights (the same functions the engine uses). */
+static uint64_t state_bytes(const tl_model *m, const tl_policy *pol) {
+    if (pol->single) return tl_context_budget_bytes(m, pol->n_ctx, pol->prefill_rows);
+    tl_batch_params bp = batch_params_of(pol);
+    return tl_batch_budget_bytes(m, &bp);
+}
+
+tl_policy tl_plan_default_policy(const tl_model *m, const tl_plan_request *rq) {
+    tl_policy p;
+    memset(&p, 0, sizeof p);
+    tl_batch_params bp = tl_batch_default_params();
+    p.single = rq->single;
+    p.gbs = rq->single ? 1 : bp.gbs;
+    p.num_gb = rq->single ? 1 : bp.num_gb;
+    p.prefill_rows = rq->single ? 64 : bp.prefill_rows;
+    p.w_mem_pct = 100;
+    p.kv_mem_pct = 100;
+    p.kv_bits = rq->kv_bits ? rq->kv_bits : 32;
+    p.page_tokens = rq->page_tokens ? rq->page_tokens : 16;
+    p.prefetch = m->params.prefetch;
+    p.overlap = rq->overlap;
+    p.n_ctx = rq->n_ctx ? rq->n_ctx : rq->w.prompt_len + rq->w.gen_len;
+    return p;
+}
+
+tl_status tl_plan_evaluate(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
+                           const tl_policy *pol_in, tl_plan_result *out) {
+    memset(out, 0, sizeof *out);
+    tl_policy pol = *pol_in;
+    if (!pol.single) { /* spilled pages are rounded as tl_batch_generate rounds them */
+        tl_batch_params bp = batch_params_of(&pol);
+        pol.page_tokens = tl_batch_page_tokens(m, &bp);
+    }
+    if (pol.n_ctx < w->prompt_len + w->gen_len)
+        return tl_error_set(TL_ERR_CONTEXT, "a context of %d tokens cannot hold a %d-token "
+                            "prompt and %d generated tokens", (int)pol.n_ctx,
+                            (int)w->prompt_len, (int)w->gen_len);
+    const uint64_t state = state_bytes(m, &pol);
+    if (state == UINT64_MAX)
+        return tl_error_set(TL_ERR_INVALID, "policy: the KV cache parameters are invalid");
+    tl_weight_plan plan;
+    tl_status st = tl_engine_plan_weights(m, state, pol.prefetch, pol.overlap, pol.w_mem_pct, &plan);
+    if (st) return st;
+    out->policy = pol;
+    out->budget_bytes = tl_budget_limit(m->budget);
+    out->mem_bytes = tl_engine_base_used(m) + state + tl_weight_plan_bytes(m, &plan);
+    out->streamed_bytes = plan.streamed_bytes;
+    out->resident_bytes = plan.resident_bytes;
+    if (out->mem_bytes > out->budget_bytes) /* cannot happen: plan_weights checked it */
+        st = tl_error_set(TL_ERR_NOMEM, "dry run: %.1f MiB exceed the budget",
+                          out->mem_bytes / 1048576.0);
+    if (!st) st = tl_cost_predict(m, prof, w, &pol, &plan, &out->cost);
+    tl_weight_plan_free(&plan);
+    return st;
+}
+
+/* ---- the LP of one combination ---- */
+
+typedef struct lp_builder {
+    tl_plan_lp *lp;
+    int32_t cap;
+    tl_status st;
+} lp_builder;
+
+static void lp_pass(void *user, const tl_cost_pass *p) {
+    lp_builder *b = user;
+    tl_plan_lp *lp = b->lp;
+    if (b->st) return;
+    if (lp->n == b->cap) {
+        int32_t cap = b->cap ? 2 * b->cap : 64;
+        double *c = realloc(lp->count, (size_t)cap * sizeof *c);
+        if (c) lp->count = c;
+        double *d = realloc(lp->compute, (size_t)cap * sizeof *d);
+        if (d) lp->compute = d;
+        double *e = realloc(lp->wread, (size_t)cap * sizeof *e);
+        if (e) lp->wread = e;
+        double *f = realloc(lp->kv, (size_t)cap * sizeof *f);
+        if (f) lp->kv = f;
+        if (!c || !d || !e || !f) {
+            b->st = tl_error_set(TL_ERR_NOMEM, "out of memory");
+            return;
+        }
+        b->cap = cap;
+    }
+    /* totals over the class's identical passes */
+    lp->count[lp->n] = p->count;
+    lp->compute[lp->n] = p->count * p->compute_s;
+    lp->wread[lp->n] = p->count * p->weight_bytes / p->weight_bps;
+    lp->kv[lp->n] = p->count * (p->kv_read_bytes / p->kv_read_bps +
+                                p->kv_write_bytes / p->kv_write_bps);
+    lp->n++;
+}
+
+void tl_plan_lp_free(tl_plan_lp *lp) {
+    free(lp->count);
+    free(lp->compute);
+    free(lp->wread);
+    free(lp->kv);
+    memset(lp, 0, sizeof *lp);
+}
+
+tl_status tl_plan_lp_build(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
+                           const tl_policy *pol_in, tl_plan_lp *lp) {
+    memset(lp, 0, sizeof *lp);
+    tl_policy pol = *pol_in;
+    lp->overlap = pol.overlap;
+    lp->kv_free = !pol.single;
+    /* the two ends of each continuous knob, through the engine's own accounting */
+    tl_policy kv_disk = pol, kv_mem = pol;
+    kv_disk.kv_mem_pct = lp->kv_free ? 0 : 100;
+    kv_mem.kv_mem_pct = 100;
+    if (!pol.single) {
+        tl_batch_params bp = batch_params_of(&kv_disk);
+        kv_disk.page_tokens = kv_mem.page_tokens = tl_batch_page_tokens(m, &bp);
+    }
+    const uint64_t s0 = state_bytes(m, &kv_disk), s1 = state_bytes(m, &kv_mem);
+    if (s0 == UINT64_MAX || s1 == UINT64_MAX)
+        return tl_error_set(TL_ERR_INVALID, "policy: the KV cache parameters are invalid");
+    tl_weight_plan none, all;
+    const uint64_t floor = tl_weight_plan_minimum(m, pol.prefetch, pol.overlap);
+    tl_status st = tl_weight_plan_make(m, floor, pol.prefetch, pol.overlap, &none);
+    if (st) return st;
+    if ((st = tl_weight_plan_make(m, UINT64_MAX / 2, pol.prefetch, pol.overlap, &all))) {
+        tl_weight_plan_free(&none);
+        return st;
+    }
+    lp->base = (double)tl_engine_base_used(m) + (double)s0 + (double)floor;
+    lp->r_w = (double)all.total_bytes - (double)floor;
+    lp->r_k = lp->kv_free ? (double)s1 - (double)s0 : 0;
+    lp->budget = (double)tl_budget_limit(m->budget);
+    lp_builder b = {lp, 0, TL_OK};
+    st = tl_cost_walk(m, prof, w, &kv_disk, &none, lp_pass, &b);
+    if (!st) st = b.st;
+    tl_weight_plan_free(&none);
+    tl_weight_plan_free(&all);
+    if (st) tl_plan_lp_free(lp);
+    return st;
+}
+
+double tl_plan_lp_eval(const tl_plan_lp *lp, double x_w, double x_k) {
+    if (!lp->kv_free) x_k = 1;
+    if (lp->base + x_w * lp->r_w + x_k * lp->r_k > lp->budget * (1 + 1e-12)) return HUGE_VAL;
+    double t = 0;
+    for (int32_t i = 0; i < lp->n; i++) {
+        double io = (1 - x_w) * lp->wread[i] + (1 - x_k) * lp->kv[i];
+        t += lp->overlap ? (lp->compute[i] > io ? lp->compute[i] : io) : lp->compute[i] + io;
+    }
+    return t;
+}
+
+tl_status tl_plan_lp_solve(const tl_plan_lp *plp, double *x_w, double *x_k, double *objective) {
+    tl_lp *lp;
+    const int n = plp->n;
+    tl_status st = tl_lp_new(2 + n, &lp);
+    if (st) return st;
+    /* times are in seconds; scale the memory row to GiB so the LP is well conditioned */
+    const double gib = 1073741824.0;
+    tl_lp_set_col(lp, 0, 0, 1, 0);
+    tl_lp_set_col(lp, 1, plp->kv_free ? 0 : 1, 1, 0);
+    for (int i = 0; i < n && !st; i++) {
+        const int idx[3] = {2 + i, 0, 1};
+        const double val[3] = {1, plp->wread[i], plp->kv[i]};
+        if (plp->overlap) {
+            tl_lp_set_col(lp, 2 + i, plp->compute[i], TL_LP_INF, 1);
+            st = tl_lp_add_row(lp, 3, idx, val, plp->wread[i] + plp->kv[i], TL_LP_INF);
+        } else {
+            tl_lp_set_col(lp, 2 + i, 0, TL_LP_INF, 1);
+            st = tl_lp_add_row(lp, 3, idx, val, plp->compute[i] + plp->wread[i] + plp->kv[i],
+                               TL_LP_INF);
+        }
+    }
+    const int midx[2] = {0, 1};
+    const double mval[2] = {plp->r_w / gib, plp->r_k / gib};
+    const double room = (plp->budget - plp->base) / gib;
+    if (!st && room < 0)
+        st = tl_error_set(TL_ERR_NOMEM, "lp: the fixed part of the plan (%.1f MiB) exceeds "
+                          "the budget (%.1f MiB)", plp->base / 1048576.0,
+                          plp->budget / 1048576.0);
+    if (!st) st = tl_lp_add_row(lp, 2, midx, mval, -TL_LP_INF, room);
+    double *x = st ? NULL : malloc((size_t)(2 + n) * sizeof *x);
+    if (!st && !x) st = tl_error_set(TL_ERR_NOMEM, "out of memory");
+    if (!st) st = tl_lp_solve(lp, x, objective);
+    if (!st) {
+        *x_w = x[0] < 0 ? 0 : x[0] > 1 ? 1 : x[0];
+        *x_k = x[1] < 0 ? 0 : x[1] > 1 ? 1 : x[1];
+    }
+    free(x);
+    tl_lp_free(lp);
+    return st;
+}
+
+/* ---- the search ---- */
+
+static int better(const tl_plan_result *a, const tl_plan_result *b) {
+    return a->cost.total_s < b->cost.total_s * (1 - 1e-9);
+}
+
+/* LP, then exact dry runs and predictions around its KV fraction. */
+static void try_combination(const tl_model *m, const tl_hw_profile *prof,
+                            const tl_workload *w, tl_policy pol, tl_plan_result *best,
+                            int *have, int32_t *lp_solves, int32_t *feasible) {
+    tl_plan_lp lp;
+    if (tl_plan_lp_build(m, prof, w, &pol, &lp)) return;
+    double x_w = 1, x_k = 1, obj = 0;
+    tl_status st = tl_plan_lp_solve(&lp, &x_w, &x_k, &obj);
+    tl_plan_lp_free(&lp);
+    (*lp_solves)++;
+    if (st) return;
+    /* weights take whatever the budget leaves (w_mem 100): in the LP's optimum either the
+     * memory row binds or x_w = 1, so this is the LP's x_w given the KV choice */
+    pol.w_mem_pct = 100;
+    int32_t pct = pol.single ? 100 : (int32_t)floor(x_k * 100 + 1e-9);
+    int tried = 0;
+    for (int32_t p = pct; p >= 0 && tried < 12; p -= p > pct - 5 ? 1 : 5, tried++) {
+        pol.kv_mem_pct = p;
+        tl_plan_result r;
+        if (tl_plan_evaluate(m, prof, w, &pol, &r)) {
+            if (pol.single) break;
+            continue; /* does not fit: less KV in memory */
+        }
+        (*feasible)++;
+        r.lp_objective = obj;
+        r.lp_xw = x_w;
+        r.lp_xk = x_k;
+        if (!*have || better(&r, best)) {
+            *best = r;
+            *have = 1;
+        }
+        if (pol.single || p < pct - 2) break;
+    }
+}
+
+tl_status tl_plan_search(const tl_model *m, const tl_hw_profile *prof,
+                         const tl_plan_request *rq, tl_plan_result *out) {
+    memset(out, 0, sizeof *out);
+    const tl_workload *w = &rq->w;
+    if (w->prompt_len < 1 || w->gen_len < 1 || w->num_seqs < 1 ||
+        (rq->single && w->num_seqs != 1))
+        return tl_error_set(TL_ERR_INVALID, "plan: prompt length %d, generation length %d and "
+                            "%d sequences (one in the latency regime) are not a workload",
+                            (int)w->prompt_len, (int)w->gen_len, (int)w->num_seqs);
+    tl_policy base = tl_plan_default_policy(m, rq);
+    if (base.n_ctx < w->prompt_len + w->gen_len)
+        return tl_error_set(TL_ERR_CONTEXT, "a context of %d tokens cannot hold a %d-token "
+                            "prompt and %d generated tokens", (int)base.n_ctx,
+                            (int)w->prompt_len, (int)w->gen_len);
+    int32_t bits[4], n_bits = 0;
+    if (rq->kv_bits) bits[n_bits++] = rq->kv_bits;
+    else if (rq->single) bits[n_bits++] = 32; /* one sequence's KV is small: keep it exact */
+    else {
+        bits[n_bits++] = 32;
+        bits[n_bits++] = 16;
+        if (rq->allow_lossy_kv) { bits[n_bits++] = 8; bits[n_bits++] = 4; }
+    }
+    int have = 0;
+    int32_t combos = 0, solves = 0, feasible = 0;
+    tl_plan_result best;
+    memset(&best, 0, sizeof best);
+    if (rq->single) {
+        const int32_t nb[6] = {16, 32, 64, 128, 256, 512};
+        for (int32_t pf = 1; pf <= 4; pf++)
+            for (int i = 0; i < 6; i++) {
+                if (i > 0 && nb[i - 1] >= w->prompt_len) break; /* larger changes nothing */
+                tl_policy pol = base;
+                pol.prefetch = rq->overlap ? pf : 0;
+                pol.prefill_rows = nb[i] < base.n_ctx ? nb[i] : base.n_ctx;
+                combos++;
+                try_combination(m, prof, w, pol, &best, &have, &solves, &feasible);
+                if (!rq->overlap) break;
+            }
+    } else {
+        const int32_t S = w->num_seqs;
+        for (int32_t gbs = 1; gbs <= 512; gbs *= 2) {
+            if (gbs / 2 >= S) break;
+            const int32_t max_gb = (S + gbs - 1) / gbs;
+            for (int32_t ng = 1; ng <= 64; ng = ng < max_gb && 2 * ng > max_gb ? max_gb : 2 * ng) {
+                if (ng > max_gb) break;
+                for (int ib = 0; ib < n_bits; ib++)
+                    for (int32_t pf = 1; pf <= 2; pf++)
+                        for (int ir = 0; ir < 4; ir++) {
+                            /* prompt rows per micro-batch and step: one token per sequence
+                             * (least memory), 64, 512 (the default), 2048 */
+                            const int32_t cand[4] = {gbs, 64, 512, 2048};
+                            const int32_t rows = cand[ir];
+                            if (rows < gbs || (ir > 0 && rows == gbs)) continue;
+                            tl_policy pol = base;
+                            pol.gbs = gbs;
+                            pol.num_gb = ng;
+                            pol.kv_bits = bits[ib];
+                            pol.prefetch = rq->overlap ? pf : 0;
+                            pol.prefill_rows = rows;
+                            combos++;
+                            try_combination(m, prof, w, pol, &best, &have, &solves, &feasible);
+                            if (!rq->overlap && pf == 1) break;
+                        }
+                if (ng == max_gb) break;
+            }
+        }
+    }
+    if (!have) {
+        tl_weight_plan p;
+        tl_status st = tl_engine_plan_weights(m, state_bytes(m, &base), 1, rq->overlap, 100, &p);
+        if (!st) tl_weight_plan_free(&p);
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", st ? tl_last_error() : "");
+        return tl_error_set(TL_ERR_NOMEM, "no policy fits the memory budget of %.1f MiB "
+                            "(%d combinations tried)%s%s",
+                            tl_budget_limit(m->budget) / 1048576.0, (int)combos,
+                            *msg ? ": " : "", msg);
+    }
+    *out = best;
+    out->combinations = combos;
+    out->lp_solves = solves;
+    out->feasible = feasible;
+    return TL_OK;
+}

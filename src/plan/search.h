@@ -1,0 +1,78 @@
+/* search.h - choosing the policy: FlexGen's search, made safe.
+ *
+ * The discrete knobs (gbs, num_gb, KV bits, prefetch depth, prefill rows) are
+ * enumerated; for each combination a linear program over the continuous ones (the
+ * resident share of the weights x_w and of the KV pages x_k) minimizes the predicted
+ * time of the whole workload under the memory budget; the LP's fractions become the
+ * engine's percentages; then every candidate goes through an exact dry run of the memory
+ * plan (the same functions the engine places and allocates with), and only candidates
+ * that fit are ranked, by the full cost model (cost.h) on the real weight plan. So the
+ * chosen policy never exceeds the budget, and its prediction is the one the run is
+ * compared with.
+ *
+ * The LP of one combination (pass classes i with count n_i, compute C_i, all-streamed
+ * weight read seconds W_i, all-on-disk KV seconds K_i):
+ *   minimize   sum_i n_i t_i
+ *   subject to t_i >= C_i                                   (overlap: T = max(C, IO))
+ *              t_i >= (1 - x_w) W_i + (1 - x_k) K_i
+ *              (without overlap: t_i >= C_i + (1 - x_w) W_i + (1 - x_k) K_i)
+ *              base + x_w R_w + x_k R_k <= budget            (memory)
+ *              0 <= x_w, x_k <= 1
+ * R_w: budget bytes of keeping every streamable weight resident rather than none;
+ * R_k: of homing every full KV page in memory rather than on disk; base: the rest (the
+ * all-streamed minimum, activations, open KV pages, staging), all from the engine's own
+ * accounting.
+ */
+#ifndef TL_PLAN_SEARCH_H
+#define TL_PLAN_SEARCH_H
+
+#include "cost.h"
+
+typedef struct tl_plan_request {
+    tl_workload w;
+    int32_t single;          /* 1: the latency regime, one sequence (tierllm run) */
+    int32_t n_ctx;           /* context per sequence; 0: prompt_len + gen_len */
+    int32_t kv_bits;         /* 0: search 32 and 16 (and 8, 4 with allow_lossy_kv) */
+    int32_t allow_lossy_kv;
+    int32_t overlap;         /* 1: IO overlaps compute (the engine's default) */
+    int32_t page_tokens;     /* 0: 16 */
+} tl_plan_request;
+
+typedef struct tl_plan_result {
+    tl_policy policy;
+    tl_cost cost;
+    uint64_t mem_bytes;      /* the dry run's bytes (everything the run will hold) */
+    uint64_t budget_bytes;
+    uint64_t streamed_bytes; /* weight bytes read per pass under the plan */
+    uint64_t resident_bytes; /* weight bytes kept in memory */
+    double lp_objective;     /* the LP's optimum for the chosen combination */
+    double lp_xw, lp_xk;
+    int32_t combinations, lp_solves, feasible;
+} tl_plan_result;
+
+/* Searches; TL_ERR_NOMEM (with the minimum) if no candidate fits the model's budget. */
+tl_status tl_plan_search(const tl_model *m, const tl_hw_profile *prof,
+                         const tl_plan_request *rq, tl_plan_result *out);
+
+/* The exact dry run and prediction of one given policy: TL_ERR_NOMEM if it does not fit. */
+tl_status tl_plan_evaluate(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
+                           const tl_policy *pol, tl_plan_result *out);
+
+/* The policy a request starts from (the engine's defaults for that regime). */
+tl_policy tl_plan_default_policy(const tl_model *m, const tl_plan_request *rq);
+
+/* The LP of one combination, for tests: build it, evaluate its objective at a point
+ * (HUGE_VAL if the point breaks the memory row), solve it. */
+typedef struct tl_plan_lp {
+    int32_t n;                         /* pass classes */
+    double *count, *compute, *wread, *kv;
+    double base, r_w, r_k, budget;
+    int overlap, kv_free;              /* kv_free: x_k is a variable (KV may spill) */
+} tl_plan_lp;
+tl_status tl_plan_lp_build(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
+                           const tl_policy *pol, tl_plan_lp *out);
+double tl_plan_lp_eval(const tl_plan_lp *lp, double x_w, double x_k);
+tl_status tl_plan_lp_solve(const tl_plan_lp *lp, double *x_w, double *x_k, double *objective);
+void tl_plan_lp_free(tl_plan_lp *lp);
+
+#endif

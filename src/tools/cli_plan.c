@@ -1,0 +1,77 @@
+/* cli_plan.c - what `run`, `batch` and `plan` share about policies: obtaining the
+ * hardware profile, running the search, printing a policy and its prediction, and
+ * printing a prediction beside a measurement. */
+#include <stdio.h>
+#include <string.h>
+#include "cli_plan.h"
+#include "base/status.h"
+#include "exec/engine.h"
+
+static void on_progress(void *user, const char *line) {
+    (void)user;
+    fprintf(stderr, "profile: %s\n", line);
+}
+
+tl_status cli_profile(const tl_model *m, const char *profile_path, tl_hw_profile *prof) {
+    int measured = 0;
+    int32_t threads = m->params.n_threads;
+    if (threads <= 0) threads = tl_pool_threads(m->pool);
+    tl_status st = tl_profile_obtain(profile_path, threads, NULL, on_progress, NULL, prof,
+                                     &measured);
+    if (!st && measured) fprintf(stderr, "profile: measured once for this machine and saved\n");
+    return st;
+}
+
+void cli_print_policy(FILE *f, const char *label, const tl_plan_result *r) {
+    const tl_policy *p = &r->policy;
+    if (p->single)
+        fprintf(f, "%s: one sequence, n_batch %d, prefetch %d%s, weights resident %.1f of "
+                "%.1f MiB (streamed %.1f MiB per pass), memory %.1f of %.1f MiB\n", label,
+                (int)p->prefill_rows, (int)p->prefetch, p->overlap ? "" : " (no overlap)",
+                r->resident_bytes / 1048576.0,
+                (r->resident_bytes + r->streamed_bytes) / 1048576.0,
+                r->streamed_bytes / 1048576.0, r->mem_bytes / 1048576.0,
+                r->budget_bytes / 1048576.0);
+    else
+        fprintf(f, "%s: gbs %d x num_gb %d, prefill rows %d, KV %d-bit %d%% in memory (page "
+                "%d), prefetch %d%s, streamed %.1f MiB per pass, memory %.1f of %.1f MiB\n",
+                label, (int)p->gbs, (int)p->num_gb, (int)p->prefill_rows, (int)p->kv_bits,
+                (int)p->kv_mem_pct, (int)p->page_tokens, (int)p->prefetch,
+                p->overlap ? "" : " (no overlap)", r->streamed_bytes / 1048576.0,
+                r->mem_bytes / 1048576.0, r->budget_bytes / 1048576.0);
+}
+
+void cli_print_prediction(FILE *f, const char *label, const tl_plan_result *r,
+                          const tl_workload *w) {
+    const tl_cost *c = &r->cost;
+    fprintf(f, "%s: prefill %.3f s, decode %.3f s, total %.3f s = %.2f generated tok/s "
+            "(%d x %d tokens); bottleneck: %s\n", label, c->prefill_s, c->decode_s,
+            c->total_s, c->tokens_per_s, (int)w->num_seqs, (int)w->gen_len, c->bottleneck);
+}
+
+static void term_line(FILE *f, const char *name, double pred, double meas, const char *unit,
+                      double scale) {
+    if (meas < 0)
+        fprintf(f, "[plan]   %-22s predicted %10.3f %-4s\n", name, pred / scale, unit);
+    else
+        fprintf(f, "[plan]   %-22s predicted %10.3f %-4s measured %10.3f %-4s (%+.0f%%)\n",
+                name, pred / scale, unit, meas / scale, unit,
+                pred > 0 ? (meas - pred) / pred * 100 : 0.0);
+}
+
+void cli_print_terms(FILE *f, const char *phase, const tl_cost_terms *pred, double pred_wall,
+                     double pred_passes, const cli_measured *meas) {
+    fprintf(f, "[plan] %s (predicted vs measured):\n", phase);
+    term_line(f, "wall", pred_wall, meas->wall_s, "s", 1);
+    term_line(f, "passes", pred_passes, meas->passes, "", 1);
+    term_line(f, "compute", pred->compute_s, meas->compute_s, "s", 1);
+    term_line(f, "weight reads", pred->weight_read_s, -1, "s", 1);
+    term_line(f, "KV reads", pred->kv_read_s, -1, "s", 1);
+    term_line(f, "KV writes", pred->kv_write_s, -1, "s", 1);
+    term_line(f, "IO busy (all reads)", pred->weight_read_s + pred->kv_read_s, meas->io_busy_s,
+              "s", 1);
+    term_line(f, "weight bytes", pred->weight_bytes, meas->weight_bytes, "MiB", 1048576.0);
+    term_line(f, "KV bytes read", pred->kv_read_bytes, meas->kv_read_bytes, "MiB", 1048576.0);
+    term_line(f, "KV bytes written", pred->kv_write_bytes, meas->kv_write_bytes, "MiB",
+              1048576.0);
+}

@@ -1,0 +1,24 @@
+/* cli_plan.h - policies on the command line (cli_plan.c). */
+#ifndef TL_TOOLS_CLI_PLAN_H
+#define TL_TOOLS_CLI_PLAN_H
+
+#include <stdio.h>
+#include "plan/search.h"
+
+/* The profile for this model's thread count: `profile_path` if given, else the cached
+ * one for this machine, else measured now (saying so on stderr). */
+tl_status cli_profile(const tl_model *m, const char *profile_path, tl_hw_profile *prof);
+
+void cli_print_policy(FILE *f, const char *label, const tl_plan_result *r);
+void cli_print_prediction(FILE *f, const char *label, const tl_plan_result *r,
+                          const tl_workload *w);
+
+/* A measurement to print beside a prediction; a negative value is "not measured". */
+typedef struct cli_measured {
+    double wall_s, passes, compute_s, io_busy_s;
+    double weight_bytes, kv_read_bytes, kv_write_bytes;
+} cli_measured;
+void cli_print_terms(FILE *f, const char *phase, const tl_cost_terms *pred, double pred_wall,
+                     double pred_passes, const cli_measured *meas);
+
+#endif

@@ -1,0 +1,363 @@
+/* test_plan.c - the planner: cost model, LP, search and its memory guarantee.
+ *
+ * 1. Hand-computed terms: on a small model with a profile of round numbers, the cost
+ *    model's prefill/decode times, weight bytes and KV bytes equal values computed here
+ *    from the formulas written out longhand (single sequence, and a batch whose KV spills).
+ * 2. The LP agrees with brute force: its optimum is no worse than any point of a coarse
+ *    21 x 21 grid of (x_w, x_k) and within 1% of the best point of a fine grid, and the
+ *    objective evaluated at its solution equals the solver's value.
+ * 3. Property: over many random shapes, types, budgets and workloads, a policy returned
+ *    by the search never has a dry run above the budget; a sample of them is actually run
+ *    and the budget's peak stays within the limit; when the search finds nothing, even
+ *    the leanest policy's dry run does not fit.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "tierllm.h"
+#include "exec/engine.h"
+#include "plan/search.h"
+#include "testutil.h"
+
+static void round_profile(tl_hw_profile *p) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->machine, sizeof p->machine, "test");
+    p->n_threads = 1;
+    p->mem_read_bps = 1e10;
+    p->fma_flops = 1e11;
+    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
+        for (int d = 0; d < TL_PROF_N_DEPTH; d++) p->disk_read_bps[c][d] = 1e9;
+    p->disk_write_bps = 5e8;
+    for (int t = 0; t < TL_PROF_N_TYPE; t++)
+        for (int n = 0; n < TL_PROF_N_ROWS; n++) p->matmul_macs[t][n] = 1e9;
+    p->attn_s_per_mac = 2e-9;
+    p->elementwise_s = 1e-9;
+    p->layer_fixed_s = 1e-5;
+}
+
+static const char *synth(const char *tag, int32_t vocab, int32_t embd, int32_t ff,
+                         int32_t layers, int32_t heads, int32_t kv_heads, int32_t type,
+                         char *path, size_t cap) {
+    tl_synth_params sp;
+    tl_synth_preset("stories260k", &sp);
+    sp.n_vocab = vocab;
+    sp.n_embd = embd;
+    sp.n_ff = ff;
+    sp.n_layer = layers;
+    sp.n_head = heads;
+    sp.n_head_kv = kv_heads;
+    sp.n_ctx = 512;
+    sp.weight_type = type;
+    sp.tied_output = 0;
+    snprintf(path, cap, "/tmp/tl_test_plan_%d_%s.gguf", (int)getpid(), tag);
+    if (tl_synth_write(&sp, path) != TL_OK) {
+        fprintf(stderr, "synth: %s\n", tl_last_error());
+        return NULL;
+    }
+    return path;
+}
+
+static int close_to(double a, double b, double rel) {
+    return fabs(a - b) <= rel * fmax(fabs(a), fabs(b)) + 1e-15;
+}
+
+/* ---- 1. hand-computed terms ---- */
+
+static void hand_single(const char *path) {
+    tl_model_params mp = tl_model_default_params();
+    mp.n_threads = 1;
+    mp.mem_budget = 64u << 20;
+    tl_model *m;
+    CHECK(tl_model_open(path, &mp, &m) == TL_OK);
+    if (!m) return;
+    tl_hw_profile prof;
+    round_profile(&prof);
+    tl_workload w = {8, 4, 1};
+    tl_policy pol = {1, 1, 1, 4, 0, 100, 32, 16, 1, 1, 16};
+    tl_plan_result r;
+    CHECK(tl_plan_evaluate(m, &prof, &w, &pol, &r) == TL_OK);
+    /* longhand: d 128, f 320, 8 heads of 16, 2 kv heads (kv_dim 32), 2 layers, vocab 300 */
+    const double mm_row = (128.0 * 128 + 32 * 128 + 32 * 128 + 128 * 128 + 3 * 320 * 128) / 1e9;
+    const double elem_row = (4 * 128 + 3 * 320) * 1e-9, attn_pos = 8 * 16 * 2e-9, fixed = 1e-5;
+    const double out_row = 300.0 * 128 / 1e9 + (128 + 300) * 1e-9;
+    const double embd_row = 65536 / 1e9; /* w_mem 0: the embedding streams, a read per row */
+    tl_weight_plan plan;
+    CHECK(tl_engine_plan_weights(m, tl_context_budget_bytes(m, 16, 4), 1, 1, 0, &plan) == TL_OK);
+    double layer_bytes = (double)tl_weight_plan_unit_bytes(m, &plan, 0) +
+                         (double)tl_weight_plan_unit_bytes(m, &plan, 1);
+    double out_bytes = (double)tl_weight_plan_unit_bytes(m, &plan, 2);
+    CHECK(layer_bytes > 2 * (128.0 * 128 * 2 + 32 * 128 * 2 + 3 * 320 * 128) * 4 - 1);
+    CHECK(out_bytes >= 300.0 * 128 * 4);
+    CHECK(plan.embd_resident == 0);
+    tl_weight_plan_free(&plan);
+    /* prefill: two passes of 4 rows (positions 0-3, then 4-7), logits after the second */
+    double c1 = 2 * (4 * mm_row + 10 * attn_pos + 4 * elem_row + fixed) + 4 * embd_row;
+    double c2 = 2 * (4 * mm_row + 26 * attn_pos + 4 * elem_row + fixed) + 4 * embd_row + out_row;
+    double io1 = layer_bytes / 1e9, io2 = (layer_bytes + out_bytes) / 1e9;
+    double pre = fmax(c1, io1) + fmax(c2, io2);
+    /* decode: 3 passes of one row at positions 8, 9, 10 */
+    double dec = 0, dec_compute = 0;
+    for (int pos = 8; pos <= 10; pos++) {
+        double c = 2 * (mm_row + (pos + 1) * attn_pos + elem_row + fixed) + embd_row + out_row;
+        dec_compute += c;
+        dec += fmax(c, io2);
+    }
+    CHECK_MSG(close_to(r.cost.prefill_s, pre, 1e-9), "prefill %.9g vs %.9g", r.cost.prefill_s, pre);
+    CHECK_MSG(close_to(r.cost.decode_s, dec, 1e-9), "decode %.9g vs %.9g", r.cost.decode_s, dec);
+    CHECK(close_to(r.cost.decode.compute_s, dec_compute, 1e-9));
+    CHECK(close_to(r.cost.decode.weight_bytes, 3 * (layer_bytes + out_bytes), 1e-12));
+    CHECK(close_to(r.cost.prefill.weight_bytes, 2 * layer_bytes + out_bytes, 1e-12));
+    CHECK(r.cost.prefill_passes == 2 && r.cost.decode_passes == 3);
+    CHECK(close_to(r.cost.decode_layer.compute_s, dec_compute / 6, 1e-9));
+    CHECK(close_to(r.cost.decode.serial_s, dec_compute + 3 * io2, 1e-9));
+    /* without overlap the pass is the sum */
+    pol.overlap = 0;
+    pol.prefetch = 0;
+    CHECK(tl_plan_evaluate(m, &prof, &w, &pol, &r) == TL_OK);
+    CHECK_MSG(close_to(r.cost.decode_s, dec_compute + 3 * io2, 1e-9), "serial decode %.9g",
+              r.cost.decode_s);
+    tl_model_close(m);
+}
+
+static void hand_batch_spill(const char *path) {
+    tl_model_params mp = tl_model_default_params();
+    mp.n_threads = 1;
+    mp.mem_budget = 256u << 20;
+    tl_model *m;
+    CHECK(tl_model_open(path, &mp, &m) == TL_OK);
+    if (!m) return;
+    tl_hw_profile prof;
+    round_profile(&prof);
+    /* 4 sequences of 40 + 20, gbs 2 x num_gb 2, KV f32 half on disk, 16-token pages
+     * (16 tokens x 32 values x 4 bytes x K,V = 4096 bytes: one 4096-byte unit) */
+    tl_workload w = {40, 30, 4};
+    tl_policy pol = {0, 2, 2, 64, 100, 50, 32, 16, 1, 1, 80};
+    tl_plan_result r;
+    CHECK(tl_plan_evaluate(m, &prof, &w, &pol, &r) == TL_OK);
+    CHECK(r.policy.page_tokens == 16);
+    const double slot = 4096, L = 2;
+    /* disk pages among n full pages at 50%: floor(n / 2).
+     * prefill: chunk = 64 / 2 = 32 tokens: a step at fed 0 (32 rows per sequence), one at
+     * fed 32 (8 rows); the second sees 2 full pages, 1 on disk; the first fills 2 pages
+     * (1 to disk), the second none */
+    double pre_read = 4 * L * 1 * slot, pre_write = 4 * L * 1 * slot;
+    double kv_read = 0, kv_write = 0;
+    for (int j = 1; j < 30; j++) {
+        int before = 40 + j - 1;
+        double d0 = floor(floor(before / 16.0) * 0.5), d1 = floor(floor((before + 1) / 16.0) * 0.5);
+        kv_read += 4 * L * d0 * slot;
+        kv_write += 4 * L * (d1 - d0) * slot;
+    }
+    CHECK(kv_read > 0 && kv_write > 0);
+    CHECK_MSG(close_to(r.cost.prefill.kv_read_bytes, pre_read, 1e-12), "%g vs %g",
+              r.cost.prefill.kv_read_bytes, pre_read);
+    CHECK(close_to(r.cost.prefill.kv_write_bytes, pre_write, 1e-12));
+    CHECK_MSG(close_to(r.cost.decode.kv_read_bytes, kv_read, 1e-12), "%g vs %g",
+              r.cost.decode.kv_read_bytes, kv_read);
+    CHECK(close_to(r.cost.decode.kv_write_bytes, kv_write, 1e-12));
+    CHECK(close_to(r.cost.decode.kv_read_s, kv_read / 1e9, 1e-12));
+    CHECK(close_to(r.cost.decode.kv_write_s, kv_write / 5e8, 1e-12));
+    CHECK(r.cost.prefill_passes == 2 && r.cost.decode_passes == 29);
+    /* one block: the streamed layers are read once per pass, not once per micro-batch */
+    CHECK(close_to(r.cost.decode.weight_bytes, 29.0 * (double)r.streamed_bytes, 1e-12));
+    tl_model_close(m);
+}
+
+/* ---- 2. LP against brute force ---- */
+
+static void lp_vs_grid(const char *path, uint64_t budget, tl_workload w, tl_policy pol) {
+    tl_model_params mp = tl_model_default_params();
+    mp.n_threads = 1;
+    mp.mem_budget = budget;
+    tl_model *m;
+    CHECK(tl_model_open(path, &mp, &m) == TL_OK);
+    if (!m) return;
+    tl_hw_profile prof;
+    round_profile(&prof);
+    for (int c = 0; c < TL_PROF_N_CHUNK; c++) /* a slow disk, so IO matters */
+        for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof.disk_read_bps[c][d] = 5e7;
+    prof.disk_write_bps = 2e7;
+    tl_plan_lp lp;
+    CHECK(tl_plan_lp_build(m, &prof, &w, &pol, &lp) == TL_OK);
+    double xw, xk, obj;
+    tl_status st = tl_plan_lp_solve(&lp, &xw, &xk, &obj);
+    CHECK_MSG(st == TL_OK, "%s", tl_last_error());
+    if (!st) {
+        double at = tl_plan_lp_eval(&lp, xw, xk);
+        CHECK_MSG(close_to(at, obj, 1e-6), "objective at the LP's point %.9g vs %.9g", at, obj);
+        double coarse = HUGE_VAL, fine = HUGE_VAL;
+        for (int i = 0; i <= 20; i++)
+            for (int j = 0; j <= 20; j++) coarse = fmin(coarse, tl_plan_lp_eval(&lp, i / 20.0, j / 20.0));
+        for (int i = 0; i <= 400; i++)
+            for (int j = 0; j <= 400; j++) fine = fmin(fine, tl_plan_lp_eval(&lp, i / 400.0, j / 400.0));
+        CHECK_MSG(obj <= coarse * (1 + 1e-9), "LP %.9g worse than the coarse grid %.9g", obj, coarse);
+        CHECK_MSG(obj <= fine * (1 + 1e-9) && fine <= obj * 1.01, "LP %.9g vs fine grid %.9g",
+                  obj, fine);
+        fprintf(stderr, "lp: x_w %.3f x_k %.3f objective %.4f s; coarse grid %.4f, fine %.4f\n",
+                xw, xk, obj, coarse, fine);
+        /* the memory row is honoured */
+        CHECK(lp.base + xw * lp.r_w + xk * lp.r_k <= lp.budget * (1 + 1e-7));
+    }
+    tl_plan_lp_free(&lp);
+    tl_model_close(m);
+}
+
+/* ---- 3. the search never exceeds the budget ---- */
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint64_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+static int32_t rnd_in(int32_t lo, int32_t hi) { return lo + (int32_t)(rnd() % (uint64_t)(hi - lo + 1)); }
+
+static void run_policy(tl_model *m, const tl_plan_request *rq, const tl_plan_result *r) {
+    tl_policy pol = r->policy;
+    m->params.prefetch = pol.prefetch;
+    m->params.overlap = pol.overlap;
+    m->params.w_mem_pct = pol.w_mem_pct;
+    tl_generate_params gp = tl_generate_default_params();
+    gp.sampler.temperature = 0;
+    gp.stop_at_eos = 0;
+    gp.n_predict = rq->w.gen_len;
+    gp.add_bos = 0;
+    /* prompts of exactly prompt_len tokens: byte tokens of the synthetic vocabulary */
+    char *text = malloc((size_t)rq->w.prompt_len + 1);
+    for (int32_t i = 0; i < rq->w.prompt_len; i++) text[i] = (char)('a' + i % 26);
+    text[rq->w.prompt_len] = 0;
+    tl_status st;
+    if (pol.single) {
+        tl_context_params cp = tl_context_default_params();
+        cp.n_ctx = pol.n_ctx;
+        cp.n_batch = pol.prefill_rows;
+        cp.kv_bits = pol.kv_bits;
+        tl_context *c = NULL;
+        st = tl_context_open(m, &cp, &c);
+        if (!st) st = tl_generate(c, text, &gp, NULL, NULL, NULL);
+        tl_context_close(c);
+    } else {
+        tl_batch_params bp = tl_batch_default_params();
+        bp.gbs = pol.gbs;
+        bp.num_gb = pol.num_gb;
+        bp.prefill_rows = pol.prefill_rows;
+        bp.kv_bits = pol.kv_bits;
+        bp.kv_mem_pct = pol.kv_mem_pct;
+        bp.page_tokens = pol.page_tokens;
+        bp.n_ctx = pol.n_ctx;
+        const char **prompts = malloc((size_t)rq->w.num_seqs * sizeof *prompts);
+        for (int32_t i = 0; i < rq->w.num_seqs; i++) prompts[i] = text;
+        st = tl_batch_generate(m, &bp, &gp, prompts, NULL, rq->w.num_seqs, NULL, NULL, NULL, NULL);
+        free(prompts);
+    }
+    CHECK_MSG(st == TL_OK, "running the chosen policy (single %d, gbs %d x %d, rows %d, kv %d "
+              "bits %d%%, prefetch %d overlap %d, ctx %d, dry run %llu of %llu): %s",
+              (int)pol.single, (int)pol.gbs, (int)pol.num_gb, (int)pol.prefill_rows,
+              (int)pol.kv_bits, (int)pol.kv_mem_pct, (int)pol.prefetch, (int)pol.overlap,
+              (int)pol.n_ctx, (unsigned long long)r->mem_bytes,
+              (unsigned long long)r->budget_bytes, tl_last_error());
+    CHECK_MSG(tl_budget_peak(m->budget) <= tl_budget_limit(m->budget),
+              "peak %llu > budget %llu", (unsigned long long)tl_budget_peak(m->budget),
+              (unsigned long long)tl_budget_limit(m->budget));
+    free(text);
+}
+
+static void property(int cases, int runs) {
+    tl_hw_profile prof;
+    round_profile(&prof);
+    int found = 0, nomem = 0, ran = 0;
+    const int32_t types[3] = {0, 1, 8};
+    for (int t = 0; t < cases; t++) {
+        char path[256], tag[32];
+        int32_t heads = 1 << rnd_in(1, 3), hd = 16 * rnd_in(1, 2);
+        int32_t kvh = heads >> rnd_in(0, 1);
+        snprintf(tag, sizeof tag, "p%d", t % 6);
+        if (t % 6 == 0 || t < 6) { /* a few distinct models, re-used */ }
+        if (!synth(tag, rnd_in(260, 400), heads * hd, 32 * rnd_in(2, 8), rnd_in(1, 4), heads, kvh,
+                   types[rnd_in(0, 2)], path, sizeof path)) {
+            CHECK(0);
+            continue;
+        }
+        tl_model_params mp = tl_model_default_params();
+        mp.n_threads = 1;
+        mp.mem_budget = (uint64_t)rnd_in(1, 64) << 18; /* 256 KiB .. 16 MiB */
+        tl_model *m;
+        if (tl_model_open(path, &mp, &m) != TL_OK) {
+            nomem++; /* the budget does not even hold the norms: a clear error is right */
+            continue;
+        }
+        tl_plan_request rq;
+        memset(&rq, 0, sizeof rq);
+        rq.single = rnd_in(0, 2) == 0;
+        rq.w.prompt_len = rnd_in(1, 40);
+        rq.w.gen_len = rnd_in(1, 12);
+        rq.w.num_seqs = rq.single ? 1 : rnd_in(1, 24);
+        rq.overlap = rnd_in(0, 3) != 0;
+        rq.allow_lossy_kv = rnd_in(0, 1);
+        tl_plan_result r;
+        tl_status st = tl_plan_search(m, &prof, &rq, &r);
+        if (st == TL_OK) {
+            found++;
+            CHECK_MSG(r.mem_bytes <= tl_budget_limit(m->budget), "case %d: dry run %llu > %llu",
+                      t, (unsigned long long)r.mem_bytes,
+                      (unsigned long long)tl_budget_limit(m->budget));
+            /* and independently of the search's own bookkeeping */
+            tl_plan_result again;
+            CHECK(tl_plan_evaluate(m, &prof, &rq.w, &r.policy, &again) == TL_OK);
+            CHECK(again.mem_bytes == r.mem_bytes);
+            if (ran < runs) {
+                run_policy(m, &rq, &r);
+                ran++;
+            }
+        } else {
+            CHECK_MSG(st == TL_ERR_NOMEM, "case %d: %s", t, tl_last_error());
+            nomem++;
+            /* the leanest policy does not fit either */
+            tl_policy lean = tl_plan_default_policy(m, &rq);
+            lean.gbs = lean.num_gb = 1;
+            lean.prefill_rows = 16;
+            lean.kv_mem_pct = rq.single ? 100 : 0;
+            lean.prefetch = rq.overlap ? 1 : 0;
+            lean.w_mem_pct = 0;
+            tl_plan_result lr;
+            CHECK_MSG(tl_plan_evaluate(m, &prof, &rq.w, &lean, &lr) != TL_OK,
+                      "case %d: the search found nothing but the lean policy fits (single %d, "
+                      "overlap %d, %d seqs, budget %llu)", t, (int)rq.single, (int)rq.overlap,
+                      (int)rq.w.num_seqs, (unsigned long long)tl_budget_limit(m->budget));
+        }
+        tl_model_close(m);
+    }
+    fprintf(stderr, "property: %d cases, %d planned (%d run), %d too small for any policy\n",
+            cases, found, ran, nomem);
+    CHECK(found > cases / 4);
+    CHECK(ran == runs);
+}
+
+int main(void) {
+    char p1[256], p2[256];
+    if (!synth("hand", 300, 128, 320, 2, 8, 2, 0, p1, sizeof p1)) return 1;
+    hand_single(p1);
+    hand_batch_spill(p1);
+    if (!synth("lp", 300, 256, 512, 4, 8, 8, 0, p2, sizeof p2)) return 1;
+    tl_policy pol = {0, 4, 4, 512, 100, 100, 32, 16, 1, 1, 300};
+    tl_workload w = {200, 64, 16};
+    lp_vs_grid(p2, 48u << 20, w, pol); /* KV and weights compete for memory */
+    pol.overlap = 0;
+    pol.prefetch = 0;
+    lp_vs_grid(p2, 40u << 20, w, pol);
+    tl_policy single = {1, 1, 1, 64, 100, 100, 32, 16, 2, 1, 300};
+    tl_workload w1 = {100, 50, 1};
+    lp_vs_grid(p2, 14u << 20, w1, single);
+    property(150, 12);
+    unlink(p1);
+    unlink(p2);
+    for (int i = 0; i < 6; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "/tmp/tl_test_plan_%d_p%d.gguf", (int)getpid(), i);
+        unlink(path);
+    }
+    return tl_test_finish("test_plan");
+}
