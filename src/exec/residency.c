@@ -455,6 +455,12 @@ static void drain(tl_residency *r) {
 void tl_residency_close(tl_residency *r) {
     if (!r) return;
     drain(r);
+    /* every weight pointer points into buffers freed below: clear them, so a placement
+     * that follows (re-planning) starts from "nothing resident", not from stale memory */
+    tl_weight *all[4096];
+    size_t n_all = tl_llama_weights(r->m, all, 4096);
+    for (size_t i = 0; i < n_all && i < 4096; i++) all[i]->data = NULL;
+    r->m->output.data = NULL;
     if (r->slots)
         for (int i = 0; i < r->plan.n_slots; i++) tl_budget_free(r->m->budget, r->slots[i].buf);
     for (size_t i = 0; i < r->n_resident; i++) tl_budget_free(r->m->budget, r->resident[i]);

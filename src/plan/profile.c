@@ -256,7 +256,7 @@ tl_status tl_profile_save(const tl_hw_profile *p, const char *path) {
     if (slash && slash != dir) {
         *slash = 0;
         tl_status st = make_dirs(dir);
-        if (st != TL_OK) return tl_error_wrap(st, "profile save %s: ", path);
+        if (st != TL_OK) return tl_error_wrap(st, "profile save %s", path);
     }
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

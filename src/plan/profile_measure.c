@@ -1,6 +1,6 @@
 /* profile_measure.c - measuring the hardware profile (tl_profile_measure, profile.h).
  *
- * Five stages in a fixed order, each bounded in time (about 35 s in all on 2 cores):
+ * Five stages in a fixed order, each bounded in time (about 40 s in all on 2 cores):
  * memory/FMA probes; disk (a temporary file written through the aio queue with O_DIRECT,
  * then read back over the chunk x depth grid, each setting capped at DISK_SETTING_S);
  * matmul (tl_op_matmul on 8192 x 2048 matrices, cycled so every call streams its weights
@@ -40,9 +40,12 @@
 /* tiny model for the attention fit: positions decoded with f32 KV, and with stored
  * (decoded) KV, whose cost grows faster with the position */
 #define AT_POS 1024
-#define AT_POS_Q 512
+#define AT_POS_Q 768
+#define AT_RUN_S 10.0 /* a run stops early after this long (a loaded machine) ... */
+#define AT_MIN_POS 160 /* ... once it has this many positions */
 #define AT_SKIP 32 /* first positions left out of the fit (warm-up) */
 #define AT_WIN 32  /* positions per median window */
+
 /* ---- helpers ---- */
 
 static uint64_t rng_next(uint64_t *s) {
@@ -66,6 +69,14 @@ static int cmp_double(const void *a, const void *b) {
 static double median(double *v, size_t n) {
     qsort(v, n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* A hidden temporary file name in dir, unique to this process and moment; 0 if it does
+ * not fit. */
+static int temp_name(const char *dir, const char *ext, char *out, size_t cap) {
+    unsigned long long us = (unsigned long long)(tl_now() * 1e6);
+    int n = snprintf(out, cap, "%s/.tierllm-profile-%ld-%llu.%s", dir, (long)getpid(), us, ext);
+    return n >= 0 && (size_t)n < cap;
 }
 
 /* ---- disk ---- */
@@ -126,9 +137,7 @@ static tl_status disk_read(tl_tier *t, uint64_t chunk, int depth, uint64_t total
 static tl_status measure_disk(const char *dir, tl_hw_profile *p,
                               void (*progress)(void *, const char *), void *user) {
     char path[600];
-    int n = snprintf(path, sizeof path, "%s/.tierllm-profile-%ld-%u.tmp", dir, (long)getpid(),
-                     (unsigned)(tl_now() * 1e6));
-    if (n < 0 || (size_t)n >= sizeof path)
+    if (!temp_name(dir, "tmp", path, sizeof path))
         return tl_error_set(TL_ERR_INVALID, "disk profile: directory name too long: %s", dir);
     size_t buf_bytes = (size_t)tl_prof_chunks[TL_PROF_N_CHUNK - 1] *
                        (size_t)tl_prof_depths[TL_PROF_N_DEPTH - 1];
@@ -165,7 +174,7 @@ static tl_status measure_disk(const char *dir, tl_hw_profile *p,
     }
     tl_tier_close(rt);
     free(buf);
-    if (st != TL_OK) return tl_error_wrap(st, "disk profile in %s: ", dir);
+    if (st != TL_OK) return tl_error_wrap(st, "disk profile in %s", dir);
     return TL_OK;
 }
 
@@ -284,9 +293,25 @@ static tl_status fit_line(const double *x, const double *y, size_t n, double *a,
     return TL_OK;
 }
 
-/* Seconds of one token's matrix products in model m as it sits after decoding (every
- * layer's seven and the classifier, weights as warm as in the decode loop): the median
- * of repeated passes; -1 if a weight is not resident or memory runs out. */
+static void noop_task(void *arg, int task, int thread) {
+    (void)arg, (void)task, (void)thread;
+}
+
+/* Seconds of one tl_pool_run that does nothing (the dispatch itself). */
+static double dispatch_seconds(tl_pool *pool) {
+    double t[5];
+    for (int r = 0; r < 5; r++) {
+        double t0 = tl_now();
+        for (int i = 0; i < 200; i++) tl_pool_run(pool, tl_pool_threads(pool), noop_task, NULL);
+        t[r] = (tl_now() - t0) / 200;
+    }
+    return median(t, 5);
+}
+
+/* Seconds of one token's matrix-product work in model m as it sits after decoding (every
+ * layer's seven and the classifier, weights as warm as in the decode loop; the median of
+ * repeated passes) less their thread-pool dispatches, which belong to the fixed cost;
+ * -1 if a weight is not resident or memory runs out. */
 static double model_matmul_seconds(tl_model *m) {
     const tl_llama_hparams *hp = &m->hp;
     size_t nw = 7 * (size_t)hp->n_layer + 1, maxk = 0, maxr = 0;
@@ -319,7 +344,8 @@ static double model_matmul_seconds(tl_model *m) {
             for (size_t i = 0; i < nw; i++) tl_op_matmul(m, ws[i], x, 1, y, scratch, sf);
             t[r] = tl_now() - t0;
         }
-        res = median(t + 1, 8);
+        res = median(t + 1, 8) - (double)nw * dispatch_seconds(m->pool);
+        if (res < 0) res = 0;
     }
     free(ws);
     free(scratch);
@@ -328,8 +354,9 @@ static double model_matmul_seconds(tl_model *m) {
     return res;
 }
 
-/* Per-token decode times of one KV width, reduced to a line over positions; with
- * mm_s, also the matrix products' share of a token (model_matmul_seconds). */
+/* Per-token decode times of one KV width over n_pos positions (fewer when the run takes
+ * longer than AT_RUN_S), reduced to a line over positions; with mm_s, also the matrix
+ * products' share of a token (model_matmul_seconds). */
 static tl_status attention_run(tl_model *m, int32_t kv_bits, int32_t n_pos, float *logits,
                                double *times, double *a, double *b, double *mm_s) {
     tl_context_params cp = tl_context_default_params();
@@ -338,11 +365,13 @@ static tl_status attention_run(tl_model *m, int32_t kv_bits, int32_t n_pos, floa
     tl_context *c;
     tl_status st = tl_context_open(m, &cp, &c);
     if (st != TL_OK) return st;
+    double start = tl_now();
     for (int32_t i = 0; i < n_pos && st == TL_OK; i++) {
         int32_t tok = 1 + i % 500;
         double t0 = tl_now();
         st = tl_decode(c, &tok, 1, logits);
         times[i] = tl_now() - t0;
+        if (i + 1 >= AT_MIN_POS && tl_now() - start > AT_RUN_S) n_pos = i + 1;
     }
     if (st == TL_OK && mm_s) *mm_s = model_matmul_seconds(m);
     tl_context_close(c);
@@ -366,23 +395,21 @@ static tl_status measure_attention(int32_t threads, const char *dir, tl_hw_profi
     sp.weight_type = TL_TYPE_F32, sp.rope_base = 10000.0f, sp.seed = 1;
     const double hd = sp.n_embd / sp.n_head, kvd = sp.n_head_kv * hd, L = sp.n_layer;
     char path[600];
-    int n = snprintf(path, sizeof path, "%s/.tierllm-profile-%ld-%u.gguf", dir,
-                     (long)getpid(), (unsigned)(tl_now() * 1e6));
-    if (n < 0 || (size_t)n >= sizeof path)
+    if (!temp_name(dir, "gguf", path, sizeof path))
         return tl_error_set(TL_ERR_INVALID, "attention profile: directory name too long");
     tl__profile_say(progress, user, "attention: writing a %d-layer synthetic model to %s",
                     sp.n_layer, dir);
     tl_status st = tl_synth_write(&sp, path);
     if (st != TL_OK) {
         unlink(path);
-        return tl_error_wrap(st, "attention profile: ");
+        return tl_error_wrap(st, "attention profile");
     }
     tl_model_params mp = tl_model_default_params();
     mp.n_threads = threads;
     tl_model *m = NULL;
     st = tl_model_open(path, &mp, &m);
     unlink(path); /* the model holds its file open */
-    if (st != TL_OK) return tl_error_wrap(st, "attention profile: ");
+    if (st != TL_OK) return tl_error_wrap(st, "attention profile");
     double *times = malloc(AT_POS * sizeof *times);
     float *logits = malloc((size_t)sp.n_vocab * sizeof *logits);
     double a[TL_PROF_N_KVBITS], b[TL_PROF_N_KVBITS], mm_s = -1;
@@ -397,7 +424,7 @@ static tl_status measure_attention(int32_t threads, const char *dir, tl_hw_profi
     tl_model_close(m);
     free(times);
     free(logits);
-    if (st != TL_OK) return tl_error_wrap(st, "attention profile: ");
+    if (st != TL_OK) return tl_error_wrap(st, "attention profile");
 
     /* seconds per visible position per layer */
     double s32 = b[0] / L;
@@ -412,9 +439,10 @@ static tl_status measure_attention(int32_t threads, const char *dir, tl_hw_profi
         double extra = b[k] / L - s32;
         p->attn_decode_s[k] = extra > 0 ? extra / (sp.n_head_kv * kvd) : 0;
     }
-    /* intercept: one token at position 0, less its matrix products (timed on the model's
-     * own weights, as warm as in the loop; else estimated from the streamed F32 rate)
-     * and its element-wise work, per layer */
+    /* intercept: one token at position 0, less its matrix-product work (timed on the
+     * model's own weights, as warm as in the loop - the streamed F32 rate would overstate
+     * it for weights this small - or else estimated from that rate) and its element-wise
+     * work, per layer */
     if (mm_s < 0) {
         double layer_macs = sp.n_embd * (sp.n_head * hd) + 2.0 * sp.n_embd * kvd +
                             (sp.n_head * hd) * sp.n_embd + 3.0 * sp.n_embd * sp.n_ff;

@@ -1,0 +1,308 @@
+/* costmodel.c (bench_costmodel) - how well the planner predicts, and how good its choice is.
+ *
+ * Two synthetic model sizes (TinyLlama-1.1B Q8_0, Llama-2-7B Q4_0; written once into
+ * --dir), both regimes (latency: one sequence through tl_generate; throughput: blocks
+ * of many sequences through tl_batch_generate), a sweep of hand-picked policies plus the
+ * planner's own choice (auto) in each group. For every policy: the cost model's
+ * prediction (the same call `tierllm plan` makes) beside the measured prefill + decode
+ * time. The hardware profile is measured at the start of the same run, on --dir's disk
+ * (or loaded with --profile).
+ * Reports: median and worst absolute prediction error (targets 10% and 25%), and per
+ * group the auto policy's measured throughput against the best measured in the group
+ * (target 95%).
+ * --replan: the re-planning experiment. Model 1, throughput regime, many prompts: a run
+ * planned with the right profile, one planned with a profile whose disk bandwidth is
+ * doubled and allowed to re-plan between blocks, and the same without re-planning.
+ * Usage: bench_costmodel [--dir DIR] [--profile PATH] [--quick] [--replan] [--only-replan]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "tierllm.h"
+#include "base/clock.h"
+#include "exec/engine.h"
+#include "plan/replan.h"
+
+typedef struct model_spec { const char *preset, *file; int32_t type; } model_spec;
+static const model_spec models[2] = {{"tinyllama-1.1b", "tinyllama-1.1b-q8_0.gguf", 8},
+                                     {"llama2-7b", "llama2-7b-q4_0.gguf", 2}};
+
+typedef struct bench_case {
+    int model;             /* index into models */
+    uint64_t budget_mib;
+    int single;            /* latency regime */
+    int prompt, gen, seqs;
+    int automatic;         /* 1: the planner's choice; else the knobs below */
+    int gbs, num_gb, kv_bits, kv_mem, prefetch, overlap, rows;
+} bench_case;
+
+/* group = (model, budget, regime, workload); each group ends with its auto case */
+static const bench_case cases[] = {
+    /* TinyLlama Q8_0 (1.1 GiB), 400 MiB: latency */
+    {0, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 2, 1, 64},
+    {0, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 1, 0, 64},
+    {0, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 4, 1, 16},
+    {0, 400, 1, 32, 16, 1, 1, 0, 0, 0, 0, 0, 0, 0},
+    /* TinyLlama Q8_0, 600 MiB: throughput, 32 x (32 + 16) */
+    {0, 600, 0, 32, 16, 32, 0, 8, 4, 32, 100, 1, 1, 512},
+    {0, 600, 0, 32, 16, 32, 0, 4, 2, 32, 100, 2, 1, 512},
+    {0, 600, 0, 32, 16, 32, 0, 16, 2, 16, 100, 1, 1, 512},
+    {0, 600, 0, 32, 16, 32, 0, 32, 1, 32, 50, 1, 1, 512},
+    {0, 600, 0, 32, 16, 32, 0, 8, 4, 32, 100, 1, 0, 512},
+    {0, 600, 0, 32, 16, 32, 1, 0, 0, 0, 0, 0, 0, 0},
+    /* Llama-2-7B Q4_0 (3.6 GiB), 2 GiB: latency */
+    {1, 2048, 1, 16, 6, 1, 0, 1, 1, 32, 100, 2, 1, 64},
+    {1, 2048, 1, 16, 6, 1, 0, 1, 1, 32, 100, 1, 0, 64},
+    {1, 2048, 1, 16, 6, 1, 1, 0, 0, 0, 0, 0, 0, 0},
+    /* Llama-2-7B Q4_0, 2 GiB: throughput, 16 x (16 + 6) */
+    {1, 2048, 0, 16, 6, 16, 0, 4, 2, 32, 100, 1, 1, 512},
+    {1, 2048, 0, 16, 6, 16, 0, 16, 1, 16, 100, 1, 1, 512},
+    {1, 2048, 0, 16, 6, 16, 1, 0, 0, 0, 0, 0, 0, 0},
+};
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+static char g_dir[512] = "/tmp/tierllm-bench";
+
+static const char *model_path(int i, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s/%s", g_dir, models[i].file);
+    struct stat sb;
+    if (stat(buf, &sb) == 0) return buf;
+    tl_synth_params sp;
+    tl_synth_preset(models[i].preset, &sp);
+    sp.weight_type = models[i].type;
+    fprintf(stderr, "writing %s (%.2f GiB)...\n", buf, tl_synth_file_bytes(&sp) / 1073741824.0);
+    if (tl_synth_write(&sp, buf)) {
+        fprintf(stderr, "error: %s\n", tl_last_error());
+        return NULL;
+    }
+    return buf;
+}
+
+/* A prompt of exactly n tokens (with BOS) in the synthetic vocabulary. */
+static char *make_prompt(tl_model *m, int n_tokens, int variant) {
+    static const char *words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran",
+                                  "to", "see", "big", "red", "sun", "in", "sky"};
+    size_t cap = 16384, len = 0, n = 0;
+    char *p = calloc(1, cap);
+    for (int i = 0; p && len + 16 < cap; i++) {
+        const char *w = words[(i * 7 + variant * 3 + i / 5) % 16];
+        len += (size_t)snprintf(p + len, cap - len, "%s%s", i ? " " : "", w);
+        if (tl_tokenize(m, p, len, 1, NULL, 0, &n) != TL_OK && n == 0) break;
+        if ((int)n >= n_tokens) break;
+    }
+    while (p && (int)n > n_tokens && len > 0) {
+        p[--len] = 0;
+        tl_tokenize(m, p, len, 1, NULL, 0, &n);
+    }
+    return p;
+}
+
+typedef struct outcome {
+    tl_plan_result plan;
+    double measured_s, measured_tps;
+    int ok;
+    int32_t replans;
+} outcome;
+
+static void print_policy(const tl_policy *p) {
+    if (p->single)
+        printf("n_batch %3d prefetch %d%s", (int)p->prefill_rows, (int)p->prefetch,
+               p->overlap ? "" : " sync");
+    else
+        printf("%2dx%-2d rows %4d kv %2d-bit %3d%% pf %d%s", (int)p->gbs, (int)p->num_gb,
+               (int)p->prefill_rows, (int)p->kv_bits, (int)p->kv_mem_pct, (int)p->prefetch,
+               p->overlap ? "" : " sync");
+}
+
+/* Plans (or evaluates the given knobs), then runs the workload under that policy. */
+static outcome run_case(const bench_case *c, const tl_hw_profile *prof, int replan) {
+    outcome o;
+    memset(&o, 0, sizeof o);
+    char path[640];
+    if (!model_path(c->model, path, sizeof path)) return o;
+    tl_model_params mp = tl_model_default_params();
+    mp.mem_budget = c->budget_mib << 20;
+    mp.n_threads = prof->n_threads;
+    tl_model *m;
+    if (tl_model_open(path, &mp, &m)) {
+        fprintf(stderr, "error: %s\n", tl_last_error());
+        return o;
+    }
+    tl_plan_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.single = c->single;
+    rq.w = (tl_workload){c->prompt, c->gen, c->seqs};
+    rq.n_ctx = c->prompt + c->gen;
+    rq.overlap = 1;
+    tl_status st;
+    if (c->automatic) {
+        st = tl_plan_search(m, prof, &rq, &o.plan);
+    } else {
+        tl_policy pol = tl_plan_default_policy(m, &rq);
+        pol.gbs = c->gbs;
+        pol.num_gb = c->num_gb;
+        pol.kv_bits = c->kv_bits;
+        pol.kv_mem_pct = c->kv_mem;
+        pol.prefetch = c->prefetch;
+        pol.overlap = c->overlap;
+        pol.prefill_rows = c->rows;
+        st = tl_plan_evaluate(m, prof, &rq.w, &pol, &o.plan);
+    }
+    if (st) {
+        fprintf(stderr, "error: planning: %s\n", tl_last_error());
+        tl_model_close(m);
+        return o;
+    }
+    const tl_policy *pol = &o.plan.policy;
+    tl_generate_params gp = tl_generate_default_params();
+    gp.n_predict = c->gen;
+    gp.stop_at_eos = 0;
+    gp.sampler.temperature = 0;
+    tl_plan_apply(pol, m, NULL);
+    if (c->single) {
+        tl_context_params cp = tl_context_default_params();
+        cp.n_ctx = pol->n_ctx;
+        cp.n_batch = pol->prefill_rows;
+        cp.kv_bits = pol->kv_bits;
+        tl_context *ctx;
+        char *prompt = make_prompt(m, c->prompt, 0);
+        tl_generate_stats gs;
+        st = tl_context_open(m, &cp, &ctx);
+        if (!st) {
+            st = tl_generate(ctx, prompt, &gp, NULL, NULL, &gs);
+            tl_context_close(ctx);
+        }
+        free(prompt);
+        if (!st) {
+            o.measured_s = gs.prefill_seconds + gs.decode_seconds;
+            o.measured_tps = gs.n_generated / o.measured_s;
+        }
+    } else {
+        tl_batch_params bp = tl_batch_default_params();
+        tl_plan_apply(pol, m, &bp);
+        char **prompts = calloc((size_t)c->seqs, sizeof *prompts);
+        for (int i = 0; i < c->seqs; i++) prompts[i] = make_prompt(m, c->prompt, i);
+        tl_batch_stats bs;
+        tl_replanner *rp = replan ? malloc(sizeof *rp) : NULL;
+        if (rp) tl_replanner_init(rp, m, prof, &rq, &o.plan);
+        st = tl_batch_generate_replan(m, &bp, &gp, (const char *const *)prompts, NULL, c->seqs,
+                                      NULL, NULL, NULL, rp ? tl_replanner_hook : NULL, rp, &bs);
+        if (!st) {
+            o.measured_s = bs.prefill_s + bs.decode_s;
+            o.measured_tps = bs.generated_tokens / o.measured_s;
+            o.replans = rp ? rp->switches : 0;
+            if (rp)
+                for (int i = 0; i < rp->n_log; i++) printf("    replan: %s\n", rp->log[i]);
+        }
+        free(rp);
+        for (int i = 0; i < c->seqs; i++) free(prompts[i]);
+        free(prompts);
+    }
+    if (st) fprintf(stderr, "error: running: %s\n", tl_last_error());
+    o.ok = !st;
+    tl_model_close(m);
+    return o;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void replan_experiment(const tl_hw_profile *prof) {
+    /* throughput regime, 128 prompts: several blocks, so a re-plan has room to pay off */
+    bench_case c = {0, 600, 0, 32, 16, 128, 1, 0, 0, 0, 0, 0, 0, 0};
+    tl_hw_profile wrong = *prof;
+    for (int i = 0; i < TL_PROF_N_CHUNK; i++)
+        for (int j = 0; j < TL_PROF_N_DEPTH; j++) wrong.disk_read_bps[i][j] *= 2;
+    printf("\nre-planning: TinyLlama Q8_0, 600 MiB, 128 prompts x (32 + 16), auto policy\n");
+    outcome right = run_case(&c, prof, 1);
+    printf("  right profile, re-planning on:  ");
+    print_policy(&right.plan.policy);
+    printf(" | %.2f tok/s, %d policy changes\n", right.measured_tps, (int)right.replans);
+    outcome fixed = run_case(&c, &wrong, 0);
+    printf("  disk x2 profile, no re-planning: ");
+    print_policy(&fixed.plan.policy);
+    printf(" | %.2f tok/s\n", fixed.measured_tps);
+    outcome re = run_case(&c, &wrong, 1);
+    printf("  disk x2 profile, re-planning on: ");
+    print_policy(&re.plan.policy);
+    printf(" (first) | %.2f tok/s, %d policy changes\n", re.measured_tps, (int)re.replans);
+    if (right.ok && re.ok)
+        printf("  wrong profile + re-planning reaches %.1f%% of the right profile's throughput "
+               "(target >= 90%%); without re-planning %.1f%%\n",
+               100 * re.measured_tps / right.measured_tps,
+               fixed.ok ? 100 * fixed.measured_tps / right.measured_tps : 0.0);
+}
+
+int main(int argc, char **argv) {
+    const char *profile_path = NULL;
+    int quick = 0, replan = 0, only_replan = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--dir") && i + 1 < argc) snprintf(g_dir, sizeof g_dir, "%s", argv[++i]);
+        else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile_path = argv[++i];
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--replan")) replan = 1;
+        else if (!strcmp(argv[i], "--only-replan")) replan = only_replan = 1;
+        else {
+            fprintf(stderr, "usage: bench_costmodel [--dir DIR] [--profile PATH] [--quick] "
+                    "[--replan] [--only-replan]\n");
+            return 2;
+        }
+    }
+    mkdir(g_dir, 0755);
+    tl_hw_profile prof;
+    double t0 = tl_now();
+    tl_status st = profile_path ? tl_profile_load(profile_path, &prof)
+                                : tl_profile_measure(2, g_dir, NULL, NULL, &prof);
+    if (st) {
+        fprintf(stderr, "error: profile: %s\n", tl_last_error());
+        return 1;
+    }
+    printf("profile (%s, %.0f s): memory %.1f GB/s, disk read %.2f GB/s (1 MiB x 8), write "
+           "%.2f GB/s, Q8_0 matvec %.1f GMAC/s, Q4_0 %.1f GMAC/s\n",
+           profile_path ? "loaded" : "measured now", tl_now() - t0, prof.mem_read_bps / 1e9,
+           tl_profile_read_bps(&prof, 1 << 20, 8) / 1e9, prof.disk_write_bps / 1e9,
+           tl_profile_matmul_macs(&prof, 8, 1) / 1e9, tl_profile_matmul_macs(&prof, 2, 1) / 1e9);
+    if (!only_replan) {
+        double err[N_CASES];
+        int n_err = 0;
+        printf("\n%-5s %-7s %-9s %-44s %9s %9s %7s %9s  %s\n", "model", "budget", "regime",
+               "policy", "pred s", "meas s", "error", "meas t/s", "bottleneck");
+        double best_tps = 0, group_best = 0;
+        int group_start = 0;
+        for (int i = 0; i < N_CASES; i++) {
+            const bench_case *c = &cases[i];
+            if (quick && c->model == 1) continue;
+            outcome o = run_case(c, &prof, 0);
+            if (!o.ok) continue;
+            double e = (o.measured_s - o.plan.cost.total_s) / o.measured_s;
+            err[n_err++] = fabs(e);
+            printf("%-5s %5dM  %-9s %s", c->model ? "7B" : "1.1B", (int)c->budget_mib,
+                   c->single ? "latency" : "through", c->automatic ? "AUTO " : "     ");
+            print_policy(&o.plan.policy);
+            printf("  %9.2f %9.2f %+6.1f%% %9.2f  %s\n", o.plan.cost.total_s, o.measured_s,
+                   100 * e, o.measured_tps, o.plan.cost.bottleneck);
+            fflush(stdout);
+            if (i == group_start) group_best = 0;
+            if (!c->automatic && o.measured_tps > group_best) group_best = o.measured_tps;
+            if (c->automatic) {
+                best_tps = group_best > o.measured_tps ? group_best : o.measured_tps;
+                printf("      auto: %.2f tok/s measured vs best measured in its group %.2f "
+                       "(%.1f%%, target >= 95%%)\n", o.measured_tps, best_tps,
+                       100 * o.measured_tps / best_tps);
+                group_start = i + 1;
+            }
+        }
+        if (n_err > 0) {
+            qsort(err, (size_t)n_err, sizeof *err, cmp_d);
+            printf("\nprediction error over %d policies: median %.1f%% (target <= 10%%), worst "
+                   "%.1f%% (target <= 25%%)\n", n_err, 100 * err[n_err / 2],
+                   100 * err[n_err - 1]);
+        }
+    }
+    if (replan) replan_experiment(&prof);
+    return 0;
+}
