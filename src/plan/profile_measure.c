@@ -442,13 +442,17 @@ static tl_status measure_attention(int32_t threads, const char *dir, tl_hw_profi
     /* intercept: one token at position 0, less its matrix-product work (timed on the
      * model's own weights, as warm as in the loop - the streamed F32 rate would overstate
      * it for weights this small - or else estimated from that rate) and its element-wise
-     * work, per layer */
+     * work, per layer: what is left is dispatches and bookkeeping */
     if (mm_s < 0) {
         double layer_macs = sp.n_embd * (sp.n_head * hd) + 2.0 * sp.n_embd * kvd +
                             (sp.n_head * hd) * sp.n_embd + 3.0 * sp.n_embd * sp.n_ff;
         mm_s = ((double)sp.n_vocab * sp.n_embd + L * layer_macs) / p->matmul_macs[0][0];
     }
-    double fixed = (a[0] - mm_s) / L - p->elementwise_s * (4.0 * sp.n_embd + 3.0 * sp.n_ff);
+    /* the cost model's element-wise terms: per layer 4*n_embd + 3*n_ff, per token the
+     * embedding row (n_embd) and the logits' norm and output (n_embd + n_vocab) */
+    double tok_elem = p->elementwise_s * (2.0 * sp.n_embd + sp.n_vocab);
+    double fixed = (a[0] - mm_s - tok_elem) / L -
+                   p->elementwise_s * (4.0 * sp.n_embd + 3.0 * sp.n_ff);
     p->layer_fixed_s = fixed > 0 ? fixed : 0;
     return TL_OK;
 }
