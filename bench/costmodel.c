@@ -23,6 +23,7 @@
 #include "tierllm.h"
 #include "base/clock.h"
 #include "exec/engine.h"
+#include "plan/calibrate.h"
 #include "plan/replan.h"
 
 typedef struct model_spec { const char *preset, *file; int32_t type; } model_spec;
@@ -101,7 +102,7 @@ static char *make_prompt(tl_model *m, int n_tokens, int variant) {
 
 typedef struct outcome {
     tl_plan_result plan;
-    double measured_s, measured_tps;
+    double measured_s, measured_tps, disk_bps;
     int ok;
     int32_t replans;
 } outcome;
@@ -117,19 +118,30 @@ static void print_policy(const tl_policy *p) {
 }
 
 /* Plans (or evaluates the given knobs), then runs the workload under that policy. */
-static outcome run_case(const bench_case *c, const tl_hw_profile *prof, int replan) {
+static outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
+                        int calibrate) {
     outcome o;
     memset(&o, 0, sizeof o);
     char path[640];
     if (!model_path(c->model, path, sizeof path)) return o;
     tl_model_params mp = tl_model_default_params();
     mp.mem_budget = c->budget_mib << 20;
-    mp.n_threads = prof->n_threads;
+    mp.n_threads = prof_in->n_threads;
     tl_model *m;
     if (tl_model_open(path, &mp, &m)) {
         fprintf(stderr, "error: %s\n", tl_last_error());
         return o;
     }
+    /* the disk as the model file reads now, in the same run (plan/calibrate.h) */
+    tl_hw_profile cal = *prof_in;
+    const tl_hw_profile *prof = &cal;
+    double bps = 0, ratio = 1;
+    if (calibrate && tl_plan_calibrate_disk(m, (uint64_t)256 << 20, &cal, &bps, &ratio)) {
+        fprintf(stderr, "error: %s\n", tl_last_error());
+        tl_model_close(m);
+        return o;
+    }
+    o.disk_bps = tl_profile_read_bps(prof, m->params.io_chunk_bytes, m->params.io_queue_depth);
     tl_plan_request rq;
     memset(&rq, 0, sizeof rq);
     rq.single = c->single;
@@ -211,22 +223,33 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static void replan_experiment(const tl_hw_profile *prof) {
+static void replan_experiment(const tl_hw_profile *prof_in) {
     /* throughput regime, 128 prompts: several blocks, so a re-plan has room to pay off */
     bench_case c = {0, 600, 0, 32, 16, 128, 1, 0, 0, 0, 0, 0, 0, 0};
+    /* the right profile: disk figures checked against the model file, now */
+    tl_hw_profile right_prof = *prof_in;
+    const tl_hw_profile *prof = &right_prof;
+    char path[640];
+    tl_model *m;
+    tl_model_params mp = tl_model_default_params();
+    double bps, ratio;
+    if (!model_path(0, path, sizeof path) || tl_model_open(path, &mp, &m)) return;
+    tl_status cst = tl_plan_calibrate_disk(m, (uint64_t)256 << 20, &right_prof, &bps, &ratio);
+    tl_model_close(m);
+    if (cst) return;
     tl_hw_profile wrong = *prof;
     for (int i = 0; i < TL_PROF_N_CHUNK; i++)
         for (int j = 0; j < TL_PROF_N_DEPTH; j++) wrong.disk_read_bps[i][j] *= 2;
     printf("\nre-planning: TinyLlama Q8_0, 600 MiB, 128 prompts x (32 + 16), auto policy\n");
-    outcome right = run_case(&c, prof, 1);
+    outcome right = run_case(&c, prof, 1, 1);
     printf("  right profile, re-planning on:  ");
     print_policy(&right.plan.policy);
     printf(" | %.2f tok/s, %d policy changes\n", right.measured_tps, (int)right.replans);
-    outcome fixed = run_case(&c, &wrong, 0);
+    outcome fixed = run_case(&c, &wrong, 0, 0);
     printf("  disk x2 profile, no re-planning: ");
     print_policy(&fixed.plan.policy);
     printf(" | %.2f tok/s\n", fixed.measured_tps);
-    outcome re = run_case(&c, &wrong, 1);
+    outcome re = run_case(&c, &wrong, 1, 0);
     printf("  disk x2 profile, re-planning on: ");
     print_policy(&re.plan.policy);
     printf(" (first) | %.2f tok/s, %d policy changes\n", re.measured_tps, (int)re.replans);
@@ -276,15 +299,15 @@ int main(int argc, char **argv) {
         for (int i = 0; i < N_CASES; i++) {
             const bench_case *c = &cases[i];
             if (quick && c->model == 1) continue;
-            outcome o = run_case(c, &prof, 0);
+            outcome o = run_case(c, &prof, 0, 1);
             if (!o.ok) continue;
             double e = (o.measured_s - o.plan.cost.total_s) / o.measured_s;
             err[n_err++] = fabs(e);
             printf("%-5s %5dM  %-9s %s", c->model ? "7B" : "1.1B", (int)c->budget_mib,
                    c->single ? "latency" : "through", c->automatic ? "AUTO " : "     ");
             print_policy(&o.plan.policy);
-            printf("  %9.2f %9.2f %+6.1f%% %9.2f  %s\n", o.plan.cost.total_s, o.measured_s,
-                   100 * e, o.measured_tps, o.plan.cost.bottleneck);
+            printf("  %9.2f %9.2f %+6.1f%% %9.2f  %s (disk %.2f GB/s)\n", o.plan.cost.total_s,
+                   o.measured_s, 100 * e, o.measured_tps, o.plan.cost.bottleneck, o.disk_bps / 1e9);
             fflush(stdout);
             if (i == group_start) group_best = 0;
             if (!c->automatic && o.measured_tps > group_best) group_best = o.measured_tps;

@@ -32,6 +32,8 @@ static void fill(tl_hw_profile *p) {
     for (int t = 0; t < TL_PROF_N_TYPE; t++)
         for (int r = 0; r < TL_PROF_N_ROWS; r++)
             p->matmul_macs[t][r] = 1e9 * (t + 1) * (r + 1) + 1.0 / 3.0;
+    for (int t = 0; t < TL_PROF_N_TYPE; t++)
+        for (int r = 0; r < TL_PROF_N_ROWS; r++) p->matmul_call_s[t][r] = 1e-6 * (t + r) / 3.0;
     p->attn_s_per_mac = 4.38e-10 / 3.0;
     p->attn_decode_s[0] = 0;
     p->attn_decode_s[1] = 2.1e-9 / 3.0;
@@ -49,6 +51,7 @@ static int same(const tl_hw_profile *a, const tl_hw_profile *b) {
            !memcmp(a->disk_read_bps, b->disk_read_bps, sizeof a->disk_read_bps) &&
            a->disk_write_bps == b->disk_write_bps &&
            !memcmp(a->matmul_macs, b->matmul_macs, sizeof a->matmul_macs) &&
+           !memcmp(a->matmul_call_s, b->matmul_call_s, sizeof a->matmul_call_s) &&
            a->attn_s_per_mac == b->attn_s_per_mac &&
            !memcmp(a->attn_decode_s, b->attn_decode_s, sizeof a->attn_decode_s) &&
            a->elementwise_s == b->elementwise_s && a->layer_fixed_s == b->layer_fixed_s;

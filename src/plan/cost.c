@@ -1,6 +1,7 @@
 /* cost.c - see cost.h. The formulas, each next to the code that evaluates it:
  *
- *   matmul(w, n)   = n * rows(w) * cols(w) / macs(type(w), n)     profile's measured rate
+ *   matmul(w, n)   = call(type(w), n) + n * rows(w) * cols(w) / macs(type(w), n)
+ *                    the profile's measured per-call cost and rate
  *   attention(row) = ctx * (n_head * head_dim * a + n_kv * kv_dim * b[bits])
  *                    ctx = positions the row sees; a, b[bits] from the profile (b: the
  *                    page decoding of stored KV, done once per (row, kv head) per page)
@@ -30,7 +31,8 @@
 double tl_cost_matmul(const tl_hw_profile *prof, const tl_weight *w, double n) {
     if (n <= 0) return 0;
     double macs = n * (double)w->rows * (double)w->cols;
-    return macs / tl_profile_matmul_macs(prof, (int32_t)w->type, n);
+    return tl_profile_matmul_call_s(prof, (int32_t)w->type, n) +
+           macs / tl_profile_matmul_macs(prof, (int32_t)w->type, n);
 }
 
 static double kv_bits_decode_s(const tl_hw_profile *prof, int32_t bits) {

@@ -177,6 +177,7 @@ static const pfield fields[] = {
     {"types", F_AXIS_I32, R_ANY, 0, TL_PROF_N_TYPE, 0, tl_prof_types},
     {"rows", F_AXIS_I32, R_POS, 0, TL_PROF_N_ROWS, 0, tl_prof_rows},
     {"matmul_macs", F_MAT, R_POS, OFF(matmul_macs), TL_PROF_N_TYPE, TL_PROF_N_ROWS, NULL},
+    {"matmul_call_s", F_MAT, R_NONNEG, OFF(matmul_call_s), TL_PROF_N_TYPE, TL_PROF_N_ROWS, NULL},
     {"attn_s_per_mac", F_NUM, R_POS, OFF(attn_s_per_mac), 1, 0, NULL},
     {"kv_bits", F_AXIS_I32, R_POS, 0, TL_PROF_N_KVBITS, 0, tl_prof_kvbits},
     {"attn_decode_s", F_VEC, R_NONNEG, OFF(attn_decode_s), TL_PROF_N_KVBITS, 0, NULL},
@@ -652,5 +653,15 @@ double tl_profile_matmul_macs(const tl_hw_profile *p, int32_t type, double rows)
     for (int k = 0; k < TL_PROF_N_ROWS; k++) lr[k] = log((double)tl_prof_rows[k]);
     axis_locate(lr, TL_PROF_N_ROWS, rows > 0 ? log(rows) : lr[0], &i, &f);
     const double *v = p->matmul_macs[t];
+    return v[i] + f * (v[i + 1] - v[i]);
+}
+
+double tl_profile_matmul_call_s(const tl_hw_profile *p, int32_t type, double rows) {
+    int t = tl_prof_type_index(type), i;
+    double lr[TL_PROF_N_ROWS], f;
+    if (t < 0) t = 0;
+    for (int k = 0; k < TL_PROF_N_ROWS; k++) lr[k] = log((double)tl_prof_rows[k]);
+    axis_locate(lr, TL_PROF_N_ROWS, rows > 0 ? log(rows) : lr[0], &i, &f);
+    const double *v = p->matmul_call_s[t];
     return v[i] + f * (v[i + 1] - v[i]);
 }

@@ -50,6 +50,9 @@ typedef struct tl_hw_profile {
     /* tl_op_matmul through the thread pool: MACs/s by [type][rows] on matrices larger
      * than the last-level cache (cycled so each call streams its weights from DRAM) */
     double matmul_macs[TL_PROF_N_TYPE][TL_PROF_N_ROWS];
+    /* and the fixed seconds of each call (thread dispatch, chunking, preparing X), from
+     * a second, smaller matrix: a call of M MACs costs matmul_call_s + M / matmul_macs */
+    double matmul_call_s[TL_PROF_N_TYPE][TL_PROF_N_ROWS];
 
     /* attention: seconds per (row x visible position x query head x head_dim) with f32
      * KV, and the extra seconds per (row x visible position x kv head x kv_dim) spent
@@ -104,6 +107,7 @@ tl_status tl_profile_obtain(const char *path, int32_t n_threads, const char *dis
  * rows (log-linear in n, clamped; types not in the table use F32's). */
 double tl_profile_read_bps(const tl_hw_profile *p, uint64_t chunk, int32_t depth);
 double tl_profile_matmul_macs(const tl_hw_profile *p, int32_t type, double rows);
+double tl_profile_matmul_call_s(const tl_hw_profile *p, int32_t type, double rows);
 
 /* Internal, shared by profile.c and profile_measure.c: the thread count n_threads
  * stands for (<= 0: online CPUs); the default disk directory (the default profile's

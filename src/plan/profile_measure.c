@@ -35,6 +35,7 @@
 
 #define MM_ROWS 8192
 #define MM_COLS 2048
+#define MM_SMALL_ROWS 1024 /* the second size: separates per-call cost from the rate */
 #define MM_MIN_BYTES ((size_t)96 << 20) /* weights cycled per type: beyond the LLC */
 
 /* tiny model for the attention fit: positions decoded with f32 KV, and with stored
@@ -217,24 +218,44 @@ static tl_status measure_matmul(tl_pool *pool, tl_hw_profile *p,
             tl_quant_row(type, row, W + j * rb, C);
         }
         for (size_t k = 1; k < copies; k++) memcpy(W + k * mb, W, mb);
-        tl_weight w;
+        /* a second, smaller matrix (MM_SMALL_ROWS of the same rows): two sizes separate
+         * the per-call cost (dispatch, chunking) from the per-MAC rate */
+        const size_t Rs = MM_SMALL_ROWS, mbs = Rs * rb;
+        tl_weight w, ws;
         memset(&w, 0, sizeof w);
         w.type = w.file_type = type;
         w.rows = R;
         w.cols = C;
-        size_t cur = 0;
+        ws = w;
+        ws.rows = Rs;
+        size_t cur = 0, cur_s = 0, copies_s = copies * mb / mbs;
         for (int ri = 0; ri < TL_PROF_N_ROWS; ri++) {
             size_t n = (size_t)tl_prof_rows[ri];
-            int reps = n <= 64 ? 5 : 3;
-            double t[5];
+            int reps = n <= 64 ? 7 : 3;
+            double t[7], ts[7];
             for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
                 w.data = W + cur * mb;
                 cur = (cur + 1) % copies;
                 double t0 = tl_now();
                 tl_op_matmul(&mm, &w, X, n, Y, scratch, sf);
                 if (r >= 0) t[r] = tl_now() - t0;
+                ws.data = W + cur_s * mbs; /* the small matrix cycles over the same copies */
+                cur_s = (cur_s + 1) % copies_s;
+                t0 = tl_now();
+                tl_op_matmul(&mm, &ws, X, n, Y, scratch, sf);
+                if (r >= 0) ts[r] = tl_now() - t0;
             }
-            p->matmul_macs[ti][ri] = (double)n * R * C / median(t, (size_t)reps);
+            const double tl_ = median(t, (size_t)reps), tsm = median(ts, (size_t)reps);
+            const double macs_l = (double)n * R * C, macs_s = (double)n * Rs * C;
+            /* t = call + macs / rate, fitted through both sizes */
+            double rate = tl_ > tsm ? (macs_l - macs_s) / (tl_ - tsm) : macs_l / tl_;
+            double call = tsm - macs_s / rate;
+            if (call < 0 || rate <= 0) {
+                call = 0;
+                rate = macs_l / tl_;
+            }
+            p->matmul_macs[ti][ri] = rate;
+            p->matmul_call_s[ti][ri] = call;
         }
         free(W);
     }
@@ -293,25 +314,6 @@ static tl_status fit_line(const double *x, const double *y, size_t n, double *a,
     return TL_OK;
 }
 
-static void noop_task(void *arg, int task, int thread) {
-    (void)arg, (void)task, (void)thread;
-}
-
-/* Seconds of one tl_pool_run that does nothing (the dispatch itself). */
-static double dispatch_seconds(tl_pool *pool) {
-    double t[5];
-    for (int r = 0; r < 5; r++) {
-        double t0 = tl_now();
-        for (int i = 0; i < 200; i++) tl_pool_run(pool, tl_pool_threads(pool), noop_task, NULL);
-        t[r] = (tl_now() - t0) / 200;
-    }
-    return median(t, 5);
-}
-
-/* Seconds of one token's matrix-product work in model m as it sits after decoding (every
- * layer's seven and the classifier, weights as warm as in the decode loop; the median of
- * repeated passes) less their thread-pool dispatches, which belong to the fixed cost;
- * -1 if a weight is not resident or memory runs out. */
 static double model_matmul_seconds(tl_model *m) {
     const tl_llama_hparams *hp = &m->hp;
     size_t nw = 7 * (size_t)hp->n_layer + 1, maxk = 0, maxr = 0;
@@ -344,8 +346,9 @@ static double model_matmul_seconds(tl_model *m) {
             for (size_t i = 0; i < nw; i++) tl_op_matmul(m, ws[i], x, 1, y, scratch, sf);
             t[r] = tl_now() - t0;
         }
-        res = median(t + 1, 8) - (double)nw * dispatch_seconds(m->pool);
-        if (res < 0) res = 0;
+        /* dispatches included: the cost model charges them to each matmul call
+         * (matmul_call_s), so the fixed per-layer figure is what is left */
+        res = median(t + 1, 8);
     }
     free(ws);
     free(scratch);

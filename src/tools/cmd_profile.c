@@ -56,6 +56,12 @@ static void print_summary(const tl_hw_profile *p) {
         for (int r = 0; r < TL_PROF_N_ROWS; r++) printf(" %6.1f", p->matmul_macs[t][r] / 1e9);
         printf("\n");
     }
+    printf("matmul per-call us by rows:\n");
+    for (int t = 0; t < TL_PROF_N_TYPE; t++) {
+        printf("  %-5s", tl_type_name((tl_type)tl_prof_types[t]));
+        for (int r = 0; r < TL_PROF_N_ROWS; r++) printf(" %6.1f", p->matmul_call_s[t][r] * 1e6);
+        printf("\n");
+    }
     printf("attention:     %.3f ns per (position x head x head_dim), f32 KV\n",
            p->attn_s_per_mac * 1e9);
     printf("  KV decode:   ");
