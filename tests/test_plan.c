@@ -35,6 +35,7 @@ static void round_profile(tl_hw_profile *p) {
     p->attn_s_per_mac = 2e-9;
     p->elementwise_s = 1e-9;
     p->layer_fixed_s = 1e-5;
+    p->io_compute_slowdown = 1;
 }
 
 static const char *synth(const char *tag, int32_t vocab, int32_t embd, int32_t ff,
@@ -167,6 +168,8 @@ static void hand_batch_spill(const char *path) {
 
 /* ---- 2. LP against brute force ---- */
 
+static double g_slowdown = 1;
+
 static void lp_vs_grid(const char *path, uint64_t budget, tl_workload w, tl_policy pol) {
     tl_model_params mp = tl_model_default_params();
     mp.n_threads = 1;
@@ -179,6 +182,7 @@ static void lp_vs_grid(const char *path, uint64_t budget, tl_workload w, tl_poli
     for (int c = 0; c < TL_PROF_N_CHUNK; c++) /* a slow disk, so IO matters */
         for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof.disk_read_bps[c][d] = 5e7;
     prof.disk_write_bps = 2e7;
+    prof.io_compute_slowdown = g_slowdown;
     tl_plan_lp lp;
     CHECK(tl_plan_lp_build(m, &prof, &w, &pol, &lp) == TL_OK);
     double xw, xk, obj;
@@ -345,6 +349,9 @@ int main(void) {
     tl_policy pol = {0, 4, 4, 512, 100, 100, 32, 16, 1, 1, 300};
     tl_workload w = {200, 64, 16};
     lp_vs_grid(p2, 48u << 20, w, pol); /* KV and weights compete for memory */
+    g_slowdown = 1.3; /* compute slows while the disk streams: the LP's extra row */
+    lp_vs_grid(p2, 48u << 20, w, pol);
+    g_slowdown = 1;
     pol.overlap = 0;
     pol.prefetch = 0;
     lp_vs_grid(p2, 40u << 20, w, pol);

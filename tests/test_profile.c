@@ -40,6 +40,7 @@ static void fill(tl_hw_profile *p) {
     p->attn_decode_s[2] = 1.5e-9;
     p->attn_decode_s[3] = 1.7e-9 + 1e-25;
     p->elementwise_s = 1.5e-9 / 7.0;
+    p->io_compute_slowdown = 1.25 + 1e-12;
     p->layer_fixed_s = 0; /* may be 0 */
 }
 
@@ -54,7 +55,8 @@ static int same(const tl_hw_profile *a, const tl_hw_profile *b) {
            !memcmp(a->matmul_call_s, b->matmul_call_s, sizeof a->matmul_call_s) &&
            a->attn_s_per_mac == b->attn_s_per_mac &&
            !memcmp(a->attn_decode_s, b->attn_decode_s, sizeof a->attn_decode_s) &&
-           a->elementwise_s == b->elementwise_s && a->layer_fixed_s == b->layer_fixed_s;
+           a->elementwise_s == b->elementwise_s && a->layer_fixed_s == b->layer_fixed_s &&
+           a->io_compute_slowdown == b->io_compute_slowdown;
 }
 
 static char *slurp(const char *p, size_t *n) {

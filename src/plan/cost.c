@@ -12,8 +12,11 @@
  *   weight reads   = streamed bytes of the unit / read_bps(io_chunk, io_depth)
  *   KV reads       = disk pages seen by the pass * slot_bytes / read_bps(slot_bytes, 16)
  *   KV writes      = pages filled and homed on disk * slot_bytes / write_bps
- *   pass time      = max(compute, weight + KV reads + KV writes)   with overlap
- *                  = compute + weight + KV reads + KV writes       without
+ *   pass time      = max(compute', weight + KV reads + KV writes)  with overlap, where
+ *                    compute' = compute + (s - 1) * min(IO, compute): the part of the
+ *                    compute that runs while the disk streams is s times slower
+ *                    (s = the profile's io_compute_slowdown: DMA and interrupts)
+ *                  = compute + weight + KV reads + KV writes       without overlap
  * One pass of the engine reads every streamed layer once (and the output when any row
  * needs logits), whatever the number of micro-batches: the block schedule's reuse.
  * A pass is the unit of overlap: the residency ring reads ahead across layers and into
@@ -96,11 +99,13 @@ typedef struct acc {
 } acc;
 
 static void add_pass(acc *a, const tl_cost_pass *p, int overlap) {
-    const double compute = p->compute_s, wbytes = p->weight_bytes;
+    double compute = p->compute_s;
+    const double wbytes = p->weight_bytes;
     const double kvr_bytes = p->kv_read_bytes, kvw_bytes = p->kv_write_bytes;
     double wr = wbytes / p->weight_bps, kr = kvr_bytes / p->kv_read_bps;
     double kw = kvw_bytes / p->kv_write_bps;
     double io = wr + kr + kw;
+    if (overlap && p->io_slowdown > 1) compute += (p->io_slowdown - 1) * (io < compute ? io : compute);
     a->t.compute_s += compute;
     a->t.weight_read_s += wr;
     a->t.kv_read_s += kr;
@@ -155,7 +160,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                           tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, n_mb, logit_rows,
                                                plan->embd_resident),
                           layers_bytes + (last ? out_bytes : 0), kv_read, kv_write, wbps, kbps,
-                          wr_bps, 1};
+                          wr_bps, 1, prof->io_compute_slowdown};
         fn(user, &p);
     }
     /* decode: gen_len - 1 steps, step j feeds position P + j - 1 of every sequence */
@@ -176,7 +181,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         tl_cost_pass p = {0, block_index, j - 1,
                           tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, n_mb, n_seqs,
                                                plan->embd_resident),
-                          layers_bytes + out_bytes, kv_read, kv_write, wbps, kbps, wr_bps, 1};
+                          layers_bytes + out_bytes, kv_read, kv_write, wbps, kbps, wr_bps, 1,
+                          prof->io_compute_slowdown};
         fn(user, &p);
     }
 }

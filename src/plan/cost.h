@@ -65,6 +65,7 @@ typedef struct tl_cost_pass {
     double compute_s, weight_bytes, kv_read_bytes, kv_write_bytes;
     double weight_bps, kv_read_bps, kv_write_bps;
     double count;
+    double io_slowdown;       /* the profile's io_compute_slowdown */
 } tl_cost_pass;
 typedef void (*tl_cost_pass_fn)(void *user, const tl_cost_pass *p);
 

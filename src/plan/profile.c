@@ -183,6 +183,7 @@ static const pfield fields[] = {
     {"attn_decode_s", F_VEC, R_NONNEG, OFF(attn_decode_s), TL_PROF_N_KVBITS, 0, NULL},
     {"elementwise_s", F_NUM, R_POS, OFF(elementwise_s), 1, 0, NULL},
     {"layer_fixed_s", F_NUM, R_NONNEG, OFF(layer_fixed_s), 1, 0, NULL},
+    {"io_compute_slowdown", F_NUM, R_POS, OFF(io_compute_slowdown), 1, 0, NULL},
 };
 #undef OFF
 enum { N_FIELDS = sizeof fields / sizeof fields[0] };

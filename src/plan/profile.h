@@ -65,6 +65,9 @@ typedef struct tl_hw_profile {
     double elementwise_s;
     /* fixed cost of one forward pass per layer (thread-pool dispatches, bookkeeping) */
     double layer_fixed_s;
+    /* compute time while the disk streams at full speed / compute time alone (>= 1):
+     * DMA and interrupts take memory bandwidth and cycles from the kernels */
+    double io_compute_slowdown;
 } tl_hw_profile;
 
 /* Index of a GGML type id in the kernel table, or -1. */

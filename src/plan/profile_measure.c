@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -136,7 +137,8 @@ static tl_status disk_read(tl_tier *t, uint64_t chunk, int depth, uint64_t total
 }
 
 static tl_status measure_disk(const char *dir, tl_hw_profile *p,
-                              void (*progress)(void *, const char *), void *user) {
+                              void (*progress)(void *, const char *), void *user,
+                              tl_tier **keep) {
     char path[600];
     if (!temp_name(dir, "tmp", path, sizeof path))
         return tl_error_set(TL_ERR_INVALID, "disk profile: directory name too long: %s", dir);
@@ -173,10 +175,107 @@ static tl_status measure_disk(const char *dir, tl_hw_profile *p,
             st = disk_read(rt, tl_prof_chunks[c], tl_prof_depths[d], total, &cursor, buf,
                            &p->disk_read_bps[c][d]);
     }
-    tl_tier_close(rt);
+    if (st == TL_OK && keep) *keep = rt;
+    else tl_tier_close(rt);
     free(buf);
     if (st != TL_OK) return tl_error_wrap(st, "disk profile in %s", dir);
     return TL_OK;
+}
+
+/* ---- compute while the disk streams ---- */
+
+typedef struct reader { tl_tier *t; volatile int stop; uint8_t *buf; uint64_t bytes; } reader;
+
+static void *reader_main(void *arg) {
+    reader *r = arg;
+    uint64_t cursor = 0;
+    double bps;
+    while (!r->stop) {
+        if (disk_read(r->t, (uint64_t)1 << 20, 8, (uint64_t)64 << 20, &cursor, r->buf, &bps))
+            break;
+        r->bytes += (uint64_t)64 << 20;
+    }
+    return NULL;
+}
+
+/* Median seconds of tl_op_matmul of n rows over W (cycling `copies` matrices of mb). */
+static double time_matmul(tl_model *mm, tl_weight *w, const uint8_t *W, size_t copies,
+                          size_t mb, const float *X, size_t n, float *Y, float *scratch,
+                          size_t sf, int reps) {
+    double t[16];
+    for (int r = -1; r < reps; r++) {
+        w->data = W + (size_t)(r + 1) % copies * mb;
+        double t0 = tl_now();
+        tl_op_matmul(mm, w, X, n, Y, scratch, sf);
+        if (r >= 0) t[r] = tl_now() - t0;
+    }
+    return median(t, (size_t)reps);
+}
+
+/* How much slower the kernels run while the disk streams at full speed (DMA and
+ * interrupts share the memory and the cores): Q8_0 matmuls of 1 and 32 rows, alone and
+ * with a reader thread keeping 8 MiB in flight, alternating to cancel drift. */
+static tl_status measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *p,
+                                      void (*progress)(void *, const char *), void *user) {
+    tl__profile_say(progress, user, "compute while the disk streams");
+    const size_t R = MM_ROWS, C = MM_COLS, n_max = 32, threads = (size_t)tl_pool_threads(pool);
+    const tl_type type = TL_TYPE_Q8_0;
+    const size_t rb = tl_type_row_bytes(type, C), mb = R * rb, copies = MM_MIN_BYTES / mb + 1;
+    size_t sf = (tl_matmul_scratch_floats(C, n_max) + 15) / 16 * 16;
+    uint8_t *W = aligned_alloc(64, copies * mb);
+    float *X = aligned_alloc(64, n_max * C * sizeof(float));
+    float *Y = aligned_alloc(64, n_max * R * sizeof(float));
+    float *scratch = aligned_alloc(64, threads * sf * sizeof(float));
+    float *row = malloc(C * sizeof(float));
+    reader rd = {t, 0, aligned_alloc(4096, (size_t)8 << 20), 0};
+    tl_status st = TL_OK;
+    if (!W || !X || !Y || !scratch || !row || !rd.buf) {
+        st = tl_error_set(TL_ERR_NOMEM, "interference profile: out of memory");
+        goto done;
+    }
+    uint64_t seed = 11;
+    for (size_t i = 0; i < n_max * C; i++) X[i] = rng_float(&seed);
+    for (size_t j = 0; j < R; j++) {
+        for (size_t c = 0; c < C; c++) row[c] = rng_float(&seed);
+        tl_quant_row(type, row, W + j * rb, C);
+    }
+    for (size_t k = 1; k < copies; k++) memcpy(W + k * mb, W, mb);
+    tl_model mm;
+    memset(&mm, 0, sizeof mm);
+    mm.pool = pool;
+    tl_weight w;
+    memset(&w, 0, sizeof w);
+    w.type = w.file_type = type;
+    w.rows = R;
+    w.cols = C;
+    const size_t ns[2] = {1, n_max};
+    double alone[2] = {0, 0}, busy[2] = {0, 0};
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 2; i++)
+            alone[i] += time_matmul(&mm, &w, W, copies, mb, X, ns[i], Y, scratch, sf, 9);
+        pthread_t th;
+        rd.stop = 0;
+        if (pthread_create(&th, NULL, reader_main, &rd) != 0) {
+            st = tl_error_set(TL_ERR_IO, "interference profile: cannot start a thread");
+            goto done;
+        }
+        struct timespec ts = {0, 50 * 1000 * 1000}; /* let the reads ramp up */
+        nanosleep(&ts, NULL);
+        for (int i = 0; i < 2; i++)
+            busy[i] += time_matmul(&mm, &w, W, copies, mb, X, ns[i], Y, scratch, sf, 9);
+        rd.stop = 1;
+        pthread_join(th, NULL);
+    }
+    double f = 0.5 * (busy[0] / alone[0] + busy[1] / alone[1]);
+    p->io_compute_slowdown = f > 1 ? f : 1;
+done:
+    free(W);
+    free(X);
+    free(Y);
+    free(scratch);
+    free(row);
+    free(rd.buf);
+    return st;
 }
 
 /* ---- matmul ---- */
@@ -488,8 +587,11 @@ tl_status tl_profile_measure(int32_t n_threads, const char *disk_dir,
     out->fma_flops = tl_probe_fma_peak(pool, 5);
     if (!(out->mem_read_bps > 0) || !(out->fma_flops > 0))
         st = tl_error_set(TL_ERR_NOMEM, "profile: memory probe failed (1 GiB buffer)");
-    if (st == TL_OK) st = measure_disk(out->disk_dir, out, progress, user);
+    tl_tier *disk = NULL;
+    if (st == TL_OK) st = measure_disk(out->disk_dir, out, progress, user, &disk);
     if (st == TL_OK) st = measure_matmul(pool, out, progress, user);
+    if (st == TL_OK) st = measure_interference(pool, disk, out, progress, user);
+    tl_tier_close(disk);
     tl_pool_close(pool);
     if (st == TL_OK) {
         tl__profile_say(progress, user, "element-wise ops");

@@ -127,6 +127,7 @@ tl_status tl_plan_lp_build(const tl_model *m, const tl_hw_profile *prof, const t
     tl_policy pol = *pol_in;
     lp->overlap = pol.overlap;
     lp->kv_free = !pol.single;
+    lp->slowdown = prof->io_compute_slowdown > 1 ? prof->io_compute_slowdown : 1;
     /* the two ends of each continuous knob, through the engine's own accounting */
     tl_policy kv_disk = pol, kv_mem = pol;
     kv_disk.kv_mem_pct = lp->kv_free ? 0 : 100;
@@ -165,7 +166,8 @@ double tl_plan_lp_eval(const tl_plan_lp *lp, double x_w, double x_k) {
     double t = 0;
     for (int32_t i = 0; i < lp->n; i++) {
         double io = (1 - x_w) * lp->wread[i] + (1 - x_k) * lp->kv[i];
-        t += lp->overlap ? (lp->compute[i] > io ? lp->compute[i] : io) : lp->compute[i] + io;
+        double c = lp->compute[i] + (lp->slowdown - 1) * io;
+        t += lp->overlap ? (c > io ? c : io) : lp->compute[i] + io;
     }
     return t;
 }
@@ -183,8 +185,14 @@ tl_status tl_plan_lp_solve(const tl_plan_lp *plp, double *x_w, double *x_k, doub
         const int idx[3] = {2 + i, 0, 1};
         const double val[3] = {1, plp->wread[i], plp->kv[i]};
         if (plp->overlap) {
+            /* t >= IO and t >= C + (s - 1) IO */
+            const double s1 = plp->slowdown - 1;
+            const double val2[3] = {1, s1 * plp->wread[i], s1 * plp->kv[i]};
             tl_lp_set_col(lp, 2 + i, plp->compute[i], TL_LP_INF, 1);
             st = tl_lp_add_row(lp, 3, idx, val, plp->wread[i] + plp->kv[i], TL_LP_INF);
+            if (!st && s1 > 0)
+                st = tl_lp_add_row(lp, 3, idx, val2,
+                                   plp->compute[i] + s1 * (plp->wread[i] + plp->kv[i]), TL_LP_INF);
         } else {
             tl_lp_set_col(lp, 2 + i, 0, TL_LP_INF, 1);
             st = tl_lp_add_row(lp, 3, idx, val, plp->compute[i] + plp->wread[i] + plp->kv[i],

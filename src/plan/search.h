@@ -13,8 +13,10 @@
  * The LP of one combination (pass classes i with count n_i, compute C_i, all-streamed
  * weight read seconds W_i, all-on-disk KV seconds K_i):
  *   minimize   sum_i n_i t_i
- *   subject to t_i >= C_i                                   (overlap: T = max(C, IO))
- *              t_i >= (1 - x_w) W_i + (1 - x_k) K_i
+ *   subject to t_i >= C_i + (s - 1) IO_i                    (overlap: T = max(C', IO))
+ *              t_i >= IO_i = (1 - x_w) W_i + (1 - x_k) K_i
+ *              (s: compute slowdown while the disk streams; C' = C + (s-1) min(IO, C) in
+ *              the cost model, which the first row bounds from above, exactly when IO <= C)
  *              (without overlap: t_i >= C_i + (1 - x_w) W_i + (1 - x_k) K_i)
  *              base + x_w R_w + x_k R_k <= budget            (memory)
  *              0 <= x_w, x_k <= 1
@@ -67,6 +69,7 @@ typedef struct tl_plan_lp {
     int32_t n;                         /* pass classes */
     double *count, *compute, *wread, *kv;
     double base, r_w, r_k, budget;
+    double slowdown;                   /* the profile's io_compute_slowdown (>= 1) */
     int overlap, kv_free;              /* kv_free: x_k is a variable (KV may spill) */
 } tl_plan_lp;
 tl_status tl_plan_lp_build(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
