@@ -132,36 +132,47 @@ static outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int r
         fprintf(stderr, "error: %s\n", tl_last_error());
         return o;
     }
-    /* the disk as the model file reads now, in the same run (plan/calibrate.h) */
     tl_hw_profile cal = *prof_in;
     const tl_hw_profile *prof = &cal;
-    double bps = 0, ratio = 1;
-    if (calibrate && tl_plan_calibrate_disk(m, (uint64_t)256 << 20, &cal, &bps, &ratio)) {
-        fprintf(stderr, "error: %s\n", tl_last_error());
-        tl_model_close(m);
-        return o;
-    }
-    o.disk_bps = tl_profile_read_bps(prof, m->params.io_chunk_bytes, m->params.io_queue_depth);
     tl_plan_request rq;
     memset(&rq, 0, sizeof rq);
     rq.single = c->single;
     rq.w = (tl_workload){c->prompt, c->gen, c->seqs};
     rq.n_ctx = c->prompt + c->gen;
     rq.overlap = 1;
-    tl_status st;
-    if (c->automatic) {
-        st = tl_plan_search(m, prof, &rq, &o.plan);
-    } else {
-        tl_policy pol = tl_plan_default_policy(m, &rq);
-        pol.gbs = c->gbs;
-        pol.num_gb = c->num_gb;
-        pol.kv_bits = c->kv_bits;
-        pol.kv_mem_pct = c->kv_mem;
-        pol.prefetch = c->prefetch;
-        pol.overlap = c->overlap;
-        pol.prefill_rows = c->rows;
-        st = tl_plan_evaluate(m, prof, &rq.w, &pol, &o.plan);
+    tl_policy fixed = tl_plan_default_policy(m, &rq);
+    fixed.gbs = c->gbs;
+    fixed.num_gb = c->num_gb;
+    fixed.kv_bits = c->kv_bits;
+    fixed.kv_mem_pct = c->kv_mem;
+    fixed.prefetch = c->prefetch;
+    fixed.overlap = c->overlap;
+    fixed.prefill_rows = c->rows;
+    tl_status st = c->automatic ? tl_plan_search(m, prof, &rq, &o.plan)
+                                : tl_plan_evaluate(m, prof, &rq.w, &fixed, &o.plan);
+    /* place, then time one pass of the engine's own streaming (plan/calibrate.h): the
+     * disk as the model file reads now, in the same run; auto re-plans on it as the CLI
+     * does, a fixed policy is predicted again with it */
+    for (int round = 0; round < 2 && !st; round++) {
+        tl_batch_params bp = tl_batch_default_params();
+        tl_plan_apply(&o.plan.policy, m, &bp);
+        uint64_t state = o.plan.policy.single
+                             ? tl_context_budget_bytes(m, o.plan.policy.n_ctx, o.plan.policy.prefill_rows)
+                             : tl_batch_budget_bytes(m, &bp);
+        if ((st = tl_engine_place(m, state))) break;
+        if (round == 1 || !calibrate) break;
+        double bps, ratio;
+        if ((st = tl_plan_calibrate_disk(m, &cal, &bps, &ratio))) break;
+        tl_plan_result again;
+        st = c->automatic ? tl_plan_search(m, prof, &rq, &again)
+                          : tl_plan_evaluate(m, prof, &rq.w, &o.plan.policy, &again);
+        if (st) break;
+        int same = !memcmp(&again.policy, &o.plan.policy, sizeof again.policy);
+        o.plan = again;
+        if (same) break;
+        tl_engine_unplace(m); /* auto changed its mind: place the new policy */
     }
+    o.disk_bps = tl_profile_read_bps(prof, m->params.io_chunk_bytes, m->params.io_queue_depth);
     if (st) {
         fprintf(stderr, "error: planning: %s\n", tl_last_error());
         tl_model_close(m);
@@ -172,7 +183,6 @@ static outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int r
     gp.n_predict = c->gen;
     gp.stop_at_eos = 0;
     gp.sampler.temperature = 0;
-    tl_plan_apply(pol, m, NULL);
     if (c->single) {
         tl_context_params cp = tl_context_default_params();
         cp.n_ctx = pol->n_ctx;
@@ -233,10 +243,23 @@ static void replan_experiment(const tl_hw_profile *prof_in) {
     tl_model *m;
     tl_model_params mp = tl_model_default_params();
     double bps, ratio;
+    mp.mem_budget = c.budget_mib << 20;
     if (!model_path(0, path, sizeof path) || tl_model_open(path, &mp, &m)) return;
-    tl_status cst = tl_plan_calibrate_disk(m, (uint64_t)256 << 20, &right_prof, &bps, &ratio);
+    tl_plan_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.w = (tl_workload){c.prompt, c.gen, c.seqs};
+    rq.overlap = 1;
+    tl_plan_result pr;
+    tl_batch_params bp = tl_batch_default_params();
+    tl_status cst = tl_plan_search(m, prof_in, &rq, &pr);
+    if (!cst) {
+        tl_plan_apply(&pr.policy, m, &bp);
+        cst = tl_engine_place(m, tl_batch_budget_bytes(m, &bp));
+    }
+    if (!cst) cst = tl_plan_calibrate_disk(m, &right_prof, &bps, &ratio);
     tl_model_close(m);
     if (cst) return;
+    printf("  the model file streams at %.2f GB/s (profile x %.2f)\n", bps / 1e9, ratio);
     tl_hw_profile wrong = *prof;
     for (int i = 0; i < TL_PROF_N_CHUNK; i++)
         for (int j = 0; j < TL_PROF_N_DEPTH; j++) wrong.disk_read_bps[i][j] *= 2;

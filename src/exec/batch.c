@@ -419,7 +419,7 @@ tl_status tl_batch_generate_replan(tl_model *m, const tl_batch_params *bpp,
     int32_t block = b.bp.gbs * b.bp.num_gb;
     if ((st = batch_init(&b))) goto out;
     for (int32_t first = 0; first < n_prompts && !st; first += block) {
-        if (first > 0 && replan) { /* between blocks: the planner may change the policy */
+        if (replan) { /* before each block: the planner may change the policy */
             tl_batch_params nbp = b.bp;
             fill_io_stats(&b);
             if (replan(replan_user, m, &b.st, n_prompts - first, &nbp)) {

@@ -42,8 +42,8 @@ uint64_t tl_batch_budget_bytes(const tl_model *m, const tl_batch_params *bp);
  * may spill). */
 int32_t tl_batch_page_tokens(const tl_model *m, const tl_batch_params *bp);
 
-/* Between two blocks of a batch run, a planner may replace the policy of the rest of
- * the run: the hook sees the counters so far and the number of prompts left, and returns
+/* Before each block of a batch run (the first included: the weights are placed by
+ * then), a planner may replace the policy of the rest of the run: the hook sees the counters so far and the number of prompts left, and returns
  * 1 after writing new batch params (and possibly changing m->params: prefetch, overlap,
  * w_mem_pct), 0 to keep going. On 1 the run frees its state, places the weights again
  * and continues with the new params. */

@@ -2,11 +2,13 @@
  *
  * The profile measures a temporary file on the disk; the model file may sit on another
  * device or behind another cache (a virtual disk backed by the host's page cache reads
- * a file it has seen at several times the speed of a fresh one). Before planning, a few
- * hundred MiB of the model file are read the way the engine reads weights (O_DIRECT,
- * its chunk size and queue depth, through its IO queue), and every read figure of the
- * profile is scaled by measured / profiled bandwidth at that chunk and depth. It costs
- * a fraction of a second and nothing is kept in memory.
+ * data it has just served at several times the speed of a fresh file, and no short probe
+ * of ours reproduced the engine's own rate). So once the weights are placed, one pass of
+ * the engine's own streaming is timed with nothing else running (every streamed unit
+ * read once through the residency ring and IO queue, tl_residency_measure_io), and every
+ * read figure of the profile is scaled by measured / profiled bandwidth. It costs one
+ * pass of IO and nothing stays in memory. The caller decides what a large ratio means
+ * (re-plan before the first block).
  */
 #ifndef TL_PLAN_CALIBRATE_H
 #define TL_PLAN_CALIBRATE_H
@@ -14,9 +16,10 @@
 #include "profile.h"
 #include "../model/llama.h"
 
-/* Reads up to `bytes` of the model file (spread over it); *measured_bps and *ratio
- * (measured / profiled) are filled; the profile's read grid is scaled by ratio. */
-tl_status tl_plan_calibrate_disk(tl_model *m, uint64_t bytes, tl_hw_profile *prof,
-                                 double *measured_bps, double *ratio);
+/* Needs placed weights (m->res). *measured_bps and *ratio (measured / profiled at the
+ * model's chunk and depth) are filled and the profile's read grid is scaled by ratio;
+ * with nothing streamed, or less than 8 MiB, ratio stays 1. */
+tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
+                                 double *ratio);
 
 #endif

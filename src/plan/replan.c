@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "replan.h"
+#include "calibrate.h"
 #include "../base/status.h"
 
 void tl_plan_apply(const tl_policy *pol, tl_model *m, tl_batch_params *bp) {
@@ -47,9 +48,54 @@ static int same_policy(const tl_policy *a, const tl_policy *b) {
            a->page_tokens == b->page_tokens;
 }
 
+/* Searches again for the prompts left; switches if the policy changes. */
+static int search_again(tl_replanner *r, tl_model *m, int32_t prompts_left,
+                        tl_batch_params *bp, const char *when, double io_ratio,
+                        double compute_ratio) {
+    r->replans++;
+    tl_plan_request rq = r->rq;
+    rq.w.num_seqs = prompts_left;
+    tl_plan_result next;
+    /* the dry runs count from the budget in use before the current placement, which
+     * the run frees before placing again (tl_engine_base_used) */
+    if (tl_plan_search(m, &r->prof, &rq, &next)) {
+        logf_(r, "%s: reads %.0f%% and compute %.0f%% of the prediction; re-planning failed "
+              "(%s), policy kept", when, io_ratio * 100, compute_ratio * 100, tl_last_error());
+        return 0;
+    }
+    const tl_policy *pol = &r->current.policy;
+    int change = !same_policy(&next.policy, pol);
+    logf_(r, "%s: disk reads took %.0f%% and compute %.0f%% of the predicted time; profile "
+          "corrected, re-planned for %d prompts: %s (gbs %d x num_gb %d, KV %d-bit %d%%, "
+          "prefetch %d; predicted %.2f tok/s)", when, io_ratio * 100, compute_ratio * 100,
+          (int)prompts_left, change ? "new policy" : "policy kept", (int)next.policy.gbs,
+          (int)next.policy.num_gb, (int)next.policy.kv_bits, (int)next.policy.kv_mem_pct,
+          (int)next.policy.prefetch, next.cost.tokens_per_s);
+    if (!change) return 0;
+    r->switches++;
+    r->current = next;
+    tl_plan_apply(&next.policy, m, bp);
+    return 1;
+}
+
 int tl_replanner_hook(void *user, tl_model *m, const tl_batch_stats *s, int32_t prompts_left,
                       tl_batch_params *bp) {
     tl_replanner *r = user;
+    if (!r->started) { /* before the first block: one pass of the engine's own streaming */
+        r->started = 1;
+        double bps, ratio = 1;
+        int sw = 0;
+        if (tl_plan_calibrate_disk(m, &r->prof, &bps, &ratio) == TL_OK) {
+            r->disk_ratio = ratio;
+            /* time for time: the profile predicted 1/ratio of what one pass took */
+            if (fabs(1 / ratio - 1) > r->threshold)
+                sw = search_again(r, m, prompts_left, bp, "before the first block", 1 / ratio, 1);
+        }
+        r->prev = *s;
+        tl_aio_get_stats(m->aio, &r->aio_prev);
+        r->prompts_at_block = prompts_left;
+        return sw;
+    }
     tl_aio_stats aio;
     tl_aio_get_stats(m->aio, &aio);
     const tl_policy *pol = &r->current.policy;
@@ -93,28 +139,7 @@ int tl_replanner_hook(void *user, tl_model *m, const tl_batch_stats *s, int32_t 
         r->prof.elementwise_s *= compute_ratio;
         r->prof.layer_fixed_s *= compute_ratio;
     }
-    r->replans++;
-    tl_plan_request rq = r->rq;
-    rq.w.num_seqs = prompts_left;
-    tl_plan_result next;
-    /* the dry runs count from the budget in use before the current placement, which
-     * the run frees before placing again (tl_engine_base_used) */
-    if (tl_plan_search(m, &r->prof, &rq, &next)) {
-        logf_(r, "after block %d: reads %.0f%% and compute %.0f%% of the prediction; "
-              "re-planning failed (%s), policy kept", (int)r->checks, io_ratio * 100,
-              compute_ratio * 100, tl_last_error());
-        return 0;
-    }
-    int change = !same_policy(&next.policy, pol);
-    logf_(r, "after block %d: disk reads took %.0f%% and compute %.0f%% of the predicted "
-          "time; profile corrected, re-planned for %d prompts: %s (gbs %d x num_gb %d, KV "
-          "%d-bit %d%%, prefetch %d; predicted %.2f tok/s)", (int)r->checks, io_ratio * 100,
-          compute_ratio * 100, (int)prompts_left, change ? "new policy" : "policy kept",
-          (int)next.policy.gbs, (int)next.policy.num_gb, (int)next.policy.kv_bits,
-          (int)next.policy.kv_mem_pct, (int)next.policy.prefetch, next.cost.tokens_per_s);
-    if (!change) return 0;
-    r->switches++;
-    r->current = next;
-    tl_plan_apply(&next.policy, m, bp);
-    return 1;
+    char when[64];
+    snprintf(when, sizeof when, "after block %d", (int)r->checks);
+    return search_again(r, m, prompts_left, bp, when, io_ratio, compute_ratio);
 }

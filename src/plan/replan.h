@@ -1,5 +1,9 @@
 /* replan.h - re-planning during a batch run (FlexGen keeps one static policy).
  *
+ * Before the first block (the weights are placed by then) it times one pass of the
+ * engine's own weight streaming (plan/calibrate.h); if the model file reads more than
+ * 20% faster or slower than the profile says, the profile copy is corrected and the
+ * search runs again before anything is computed.
  * After each block the replanner compares what the block measured with what the plan
  * predicted for it: the IO queue's read-busy seconds against the predicted read time
  * (the disk's real bandwidth), and compute seconds (step time minus stalls) against the
@@ -27,6 +31,8 @@ typedef struct tl_replanner {
     tl_batch_stats prev;
     tl_aio_stats aio_prev;
     int32_t prompts_at_block;    /* prompts left when the block started */
+    int32_t started;             /* the pre-run calibration has been done */
+    double disk_ratio;           /* model file streaming / profile, measured before block 1 */
     int32_t checks, replans, switches;
     double last_io_ratio, last_compute_ratio; /* measured / predicted, last block */
     char log[TL_REPLAN_LOG][320];

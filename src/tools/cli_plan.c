@@ -6,25 +6,19 @@
 #include "cli_plan.h"
 #include "base/status.h"
 #include "exec/engine.h"
-#include "plan/calibrate.h"
 
 static void on_progress(void *user, const char *line) {
     (void)user;
     fprintf(stderr, "profile: %s\n", line);
 }
 
-tl_status cli_profile(tl_model *m, const char *profile_path, tl_hw_profile *prof) {
+tl_status cli_profile(const tl_model *m, const char *profile_path, tl_hw_profile *prof) {
     int measured = 0;
     int32_t threads = m->params.n_threads;
     if (threads <= 0) threads = tl_pool_threads(m->pool);
     tl_status st = tl_profile_obtain(profile_path, threads, NULL, on_progress, NULL, prof,
                                      &measured);
     if (!st && measured) fprintf(stderr, "profile: measured once for this machine and saved\n");
-    double bps, ratio;
-    if (!st) st = tl_plan_calibrate_disk(m, (uint64_t)256 << 20, prof, &bps, &ratio);
-    if (!st && (ratio > 1.2 || ratio < 0.8))
-        fprintf(stderr, "profile: the model file reads at %.2f GB/s, %.0f%% of the profile's "
-                "disk figure; planning with the model file's\n", bps / 1e9, ratio * 100);
     return st;
 }
 

@@ -6,9 +6,8 @@
 #include "plan/search.h"
 
 /* The profile for this model's thread count: `profile_path` if given, else the cached
- * one for this machine, else measured now (saying so on stderr); then its disk figures
- * are checked against the model file (plan/calibrate.h). */
-tl_status cli_profile(tl_model *m, const char *profile_path, tl_hw_profile *prof);
+ * one for this machine, else measured now (saying so on stderr). */
+tl_status cli_profile(const tl_model *m, const char *profile_path, tl_hw_profile *prof);
 
 void cli_print_policy(FILE *f, const char *label, const tl_plan_result *r);
 void cli_print_prediction(FILE *f, const char *label, const tl_plan_result *r,

@@ -5,6 +5,8 @@
 #include <string.h>
 #include "cli.h"
 #include "cli_plan.h"
+#include "exec/engine.h"
+#include "plan/calibrate.h"
 #include "plan/replan.h"
 
 static void usage(void) {
@@ -93,7 +95,7 @@ static int on_piece(void *user, int32_t token, const char *text, size_t len) {
 /* --policy auto: the workload from the prompt and -n, the search, the policy applied. */
 static tl_status plan_run(tl_model *m, const char *prompt, const tl_generate_params *gp,
                           tl_context_params *cp, int ctx_given, const char *profile_path,
-                          tl_plan_request *rq, tl_plan_result *chosen) {
+                          tl_plan_request *rq, tl_plan_result *chosen, tl_hw_profile *prof) {
     size_t n = 0;
     tl_status st = tl_tokenize(m, prompt, strlen(prompt), gp->add_bos, NULL, 0, &n);
     if (st && st != TL_ERR_INVALID) return st;
@@ -115,15 +117,42 @@ static tl_status plan_run(tl_model *m, const char *prompt, const tl_generate_par
     if (rq->w.gen_len < 1) return TL_OK; /* the context check in tl_generate reports it */
     rq->kv_bits = cp->kv_bits;
     rq->overlap = m->params.overlap;
-    tl_hw_profile prof;
-    if ((st = cli_profile(m, profile_path, &prof))) return st;
-    if ((st = tl_plan_search(m, &prof, rq, chosen))) return st;
+    if ((st = cli_profile(m, profile_path, prof))) return st;
+    if ((st = tl_plan_search(m, prof, rq, chosen))) return st;
     tl_plan_apply(&chosen->policy, m, NULL);
     cp->n_batch = chosen->policy.prefill_rows;
     cp->n_ctx = chosen->policy.n_ctx;
     cli_print_policy(stderr, "policy auto", chosen);
-    cli_print_prediction(stderr, "predicted", chosen, &rq->w);
     return TL_OK;
+}
+
+/* Once placed: one pass of the engine's own streaming against the profile; more than
+ * 20% off, the profile is corrected and the search runs again; a different policy is
+ * placed instead (plan/calibrate.h). */
+static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
+                             const tl_plan_request *rq, tl_plan_result *chosen,
+                             tl_hw_profile *prof) {
+    double bps, ratio;
+    tl_status st = tl_plan_calibrate_disk(m, prof, &bps, &ratio);
+    if (st || (ratio > 0.8 && ratio < 1.25)) return st;
+    tl_plan_result next;
+    if ((st = tl_plan_search(m, prof, rq, &next))) return st;
+    int change = next.policy.prefetch != chosen->policy.prefetch ||
+                 next.policy.prefill_rows != chosen->policy.prefill_rows ||
+                 next.policy.n_ctx != chosen->policy.n_ctx;
+    fprintf(stderr, "policy auto: the model file streams at %.2f GB/s, %.0f%% of the "
+            "profile's figure; re-planned: %s\n", bps / 1e9, ratio * 100,
+            change ? "new policy" : "policy kept");
+    *chosen = next;
+    if (!change) return TL_OK;
+    tl_context_close(*c);
+    *c = NULL;
+    tl_engine_unplace(m);
+    tl_plan_apply(&next.policy, m, NULL);
+    cp->n_batch = next.policy.prefill_rows;
+    cp->n_ctx = next.policy.n_ctx;
+    cli_print_policy(stderr, "policy auto", &next);
+    return tl_context_open(m, cp, c);
 }
 
 static void print_plan_stats(const tl_plan_result *chosen, const tl_generate_stats *gs,
@@ -238,9 +267,13 @@ int tl_cmd_run(int argc, char **argv) {
     tl_status st = tl_model_open(model_path, &mp, &m);
     tl_plan_request rq;
     tl_plan_result chosen;
+    tl_hw_profile prof;
     if (!st && policy == 1)
-        st = plan_run(m, prompt, &gp, &cp, ctx_given, profile_path, &rq, &chosen);
+        st = plan_run(m, prompt, &gp, &cp, ctx_given, profile_path, &rq, &chosen, &prof);
     if (!st) st = tl_context_open(m, &cp, &c);
+    if (!st && policy == 1 && rq.w.gen_len < 1) policy = 0; /* tl_generate reports it */
+    if (!st && policy == 1) st = recheck_run(m, &c, &cp, &rq, &chosen, &prof);
+    if (!st && policy == 1) cli_print_prediction(stderr, "predicted", &chosen, &rq.w);
     run_state rs = {c, stats, NULL, 0, 0};
     if (stats && !st) {
         rs.cap = gp.n_predict >= 0 ? gp.n_predict + 1 : 4096;
