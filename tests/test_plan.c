@@ -36,6 +36,7 @@ static void round_profile(tl_hw_profile *p) {
     p->elementwise_s = 1e-9;
     p->layer_fixed_s = 1e-5;
     p->io_compute_slowdown = 1;
+    p->io_slowdown_matvec = 1;
 }
 
 static const char *synth(const char *tag, int32_t vocab, int32_t embd, int32_t ff,
@@ -183,6 +184,7 @@ static void lp_vs_grid(const char *path, uint64_t budget, tl_workload w, tl_poli
         for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof.disk_read_bps[c][d] = 5e7;
     prof.disk_write_bps = 2e7;
     prof.io_compute_slowdown = g_slowdown;
+    prof.io_slowdown_matvec = g_slowdown + 0.2;
     tl_plan_lp lp;
     CHECK(tl_plan_lp_build(m, &prof, &w, &pol, &lp) == TL_OK);
     double xw, xk, obj;

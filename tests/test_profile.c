@@ -41,6 +41,7 @@ static void fill(tl_hw_profile *p) {
     p->attn_decode_s[3] = 1.7e-9 + 1e-25;
     p->elementwise_s = 1.5e-9 / 7.0;
     p->io_compute_slowdown = 1.25 + 1e-12;
+    p->io_slowdown_matvec = 1.5 / 7.0 + 1;
     p->layer_fixed_s = 0; /* may be 0 */
 }
 
@@ -56,7 +57,8 @@ static int same(const tl_hw_profile *a, const tl_hw_profile *b) {
            a->attn_s_per_mac == b->attn_s_per_mac &&
            !memcmp(a->attn_decode_s, b->attn_decode_s, sizeof a->attn_decode_s) &&
            a->elementwise_s == b->elementwise_s && a->layer_fixed_s == b->layer_fixed_s &&
-           a->io_compute_slowdown == b->io_compute_slowdown;
+           a->io_compute_slowdown == b->io_compute_slowdown &&
+           a->io_slowdown_matvec == b->io_slowdown_matvec;
 }
 
 static char *slurp(const char *p, size_t *n) {

@@ -121,6 +121,7 @@ static void replanner(const char *path, const collect *ref) {
     prof.elementwise_s = 1e-9;
     prof.layer_fixed_s = 1e-6;
     prof.io_compute_slowdown = 1;
+    prof.io_slowdown_matvec = 1;
     tl_plan_request rq;
     memset(&rq, 0, sizeof rq);
     rq.w = (tl_workload){8, N_GEN, N_PROMPTS};

@@ -16,7 +16,10 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     *measured_bps = (double)bytes / seconds;
     *ratio = *measured_bps / tl_profile_read_bps(prof, m->params.io_chunk_bytes,
                                                  m->params.io_queue_depth);
+    /* only what was measured: requests of the engine's chunk size and larger (KV pages
+     * are small reads; a cache that speeds up long streams need not speed them up) */
     for (int c = 0; c < TL_PROF_N_CHUNK; c++)
-        for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof->disk_read_bps[c][d] *= *ratio;
+        if (tl_prof_chunks[c] >= m->params.io_chunk_bytes)
+            for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof->disk_read_bps[c][d] *= *ratio;
     return TL_OK;
 }

@@ -5,8 +5,9 @@
  * data it has just served at several times the speed of a fresh file, and no short probe
  * of ours reproduced the engine's own rate). So once the weights are placed, one pass of
  * the engine's own streaming is timed with nothing else running (every streamed unit
- * read once through the residency ring and IO queue, tl_residency_measure_io), and every
- * read figure of the profile is scaled by measured / profiled bandwidth. It costs one
+ * read once through the residency ring and IO queue, tl_residency_measure_io), and the
+ * profile's read figures for requests of the engine's chunk size and larger are scaled
+ * by measured / profiled bandwidth (smaller requests, KV pages, keep their figures). It costs one
  * pass of IO and nothing stays in memory. The caller decides what a large ratio means
  * (re-plan before the first block).
  */
@@ -17,7 +18,7 @@
 #include "../model/llama.h"
 
 /* Needs placed weights (m->res). *measured_bps and *ratio (measured / profiled at the
- * model's chunk and depth) are filled and the profile's read grid is scaled by ratio;
+ * model's chunk and depth) are filled and the profile's large-read figures are scaled;
  * with nothing streamed, or less than 8 MiB, ratio stays 1. */
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio);

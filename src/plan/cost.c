@@ -15,7 +15,8 @@
  *   pass time      = max(compute', weight + KV reads + KV writes)  with overlap, where
  *                    compute' = compute + (s - 1) * min(IO, compute): the part of the
  *                    compute that runs while the disk streams is s times slower
- *                    (s = the profile's io_compute_slowdown: DMA and interrupts)
+ *                    (s = the profile's slowdowns, io_slowdown_matvec for products of
+ *                    <= 4 rows and io_compute_slowdown for the rest, weighted by time)
  *                  = compute + weight + KV reads + KV writes       without overlap
  * One pass of the engine reads every streamed layer once (and the output when any row
  * needs logits), whatever the number of micro-batches: the block schedule's reuse.
@@ -46,19 +47,22 @@ static double kv_bits_decode_s(const tl_hw_profile *prof, int32_t bits) {
 
 double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
                             const int32_t *rows, const double *ctx_sum, int32_t n_mb,
-                            int32_t logit_rows, int embd_resident) {
+                            int32_t logit_rows, int embd_resident, double *slowdown) {
     const tl_llama_hparams *hp = &m->hp;
     const double d = hp->n_embd, f = hp->n_ff, hd = hp->head_dim;
     const double kvd = (double)hp->n_head_kv * hd;
     const double attn_per_pos = hp->n_head * hd * prof->attn_s_per_mac +
                                 hp->n_head_kv * kvd * kv_bits_decode_s(prof, kv_bits);
-    double t = 0, all_rows = 0;
+    double t = 0, all_rows = 0, t_matvec = 0;
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const tl_llama_layer *L = &m->layers[l];
         const tl_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int32_t k = 0; k < n_mb; k++) {
             if (rows[k] <= 0) continue;
-            for (int i = 0; i < 7; i++) t += tl_cost_matmul(prof, ws[i], rows[k]);
+            double mm = 0;
+            for (int i = 0; i < 7; i++) mm += tl_cost_matmul(prof, ws[i], rows[k]);
+            t += mm;
+            if (rows[k] <= 4) t_matvec += mm;
             t += ctx_sum[k] * attn_per_pos;
             t += rows[k] * (4 * d + 3 * f) * prof->elementwise_s;
             t += prof->layer_fixed_s;
@@ -72,6 +76,11 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
         const tl_weight *out = m->tied_output ? &m->tok_embd : &m->output;
         t += tl_cost_matmul(prof, out, logit_rows);
         t += logit_rows * (d + (double)hp->n_vocab) * prof->elementwise_s;
+    }
+    if (slowdown) { /* the time-weighted slowdown while the disk streams */
+        double sm = prof->io_compute_slowdown > 1 ? prof->io_compute_slowdown : 1;
+        double sv = prof->io_slowdown_matvec > 1 ? prof->io_slowdown_matvec : sm;
+        *slowdown = t > 0 ? (t_matvec * sv + (t - t_matvec) * sm) / t : sm;
     }
     return t;
 }
@@ -156,11 +165,11 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
             }
         }
         int32_t logit_rows = last ? n_seqs : 0;
-        tl_cost_pass p = {1, block_index, fed / chunk,
-                          tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, n_mb, logit_rows,
-                                               plan->embd_resident),
-                          layers_bytes + (last ? out_bytes : 0), kv_read, kv_write, wbps, kbps,
-                          wr_bps, 1, prof->io_compute_slowdown};
+        double slow = 1;
+        double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, n_mb, logit_rows,
+                                        plan->embd_resident, &slow);
+        tl_cost_pass p = {1, block_index, fed / chunk, c, layers_bytes + (last ? out_bytes : 0),
+                          kv_read, kv_write, wbps, kbps, wr_bps, 1, slow};
         fn(user, &p);
     }
     /* decode: gen_len - 1 steps, step j feeds position P + j - 1 of every sequence */
@@ -178,11 +187,11 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                 kv_write += s_here * L * (d1 - d0) * slot;
             }
         }
-        tl_cost_pass p = {0, block_index, j - 1,
-                          tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, n_mb, n_seqs,
-                                               plan->embd_resident),
-                          layers_bytes + out_bytes, kv_read, kv_write, wbps, kbps, wr_bps, 1,
-                          prof->io_compute_slowdown};
+        double slow = 1;
+        double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, n_mb, n_seqs,
+                                        plan->embd_resident, &slow);
+        tl_cost_pass p = {0, block_index, j - 1, c, layers_bytes + out_bytes, kv_read, kv_write,
+                          wbps, kbps, wr_bps, 1, slow};
         fn(user, &p);
     }
 }

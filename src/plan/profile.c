@@ -184,6 +184,7 @@ static const pfield fields[] = {
     {"elementwise_s", F_NUM, R_POS, OFF(elementwise_s), 1, 0, NULL},
     {"layer_fixed_s", F_NUM, R_NONNEG, OFF(layer_fixed_s), 1, 0, NULL},
     {"io_compute_slowdown", F_NUM, R_POS, OFF(io_compute_slowdown), 1, 0, NULL},
+    {"io_slowdown_matvec", F_NUM, R_POS, OFF(io_slowdown_matvec), 1, 0, NULL},
 };
 #undef OFF
 enum { N_FIELDS = sizeof fields / sizeof fields[0] };

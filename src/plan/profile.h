@@ -66,8 +66,11 @@ typedef struct tl_hw_profile {
     /* fixed cost of one forward pass per layer (thread-pool dispatches, bookkeeping) */
     double layer_fixed_s;
     /* compute time while the disk streams at full speed / compute time alone (>= 1):
-     * DMA and interrupts take memory bandwidth and cycles from the kernels */
+     * DMA and interrupts take memory bandwidth and cycles from the kernels. Measured on
+     * matrix products of 32 rows (compute-bound) and of 1 and 4 rows (memory-bound,
+     * hit harder): io_slowdown_matvec applies to products of at most 4 rows */
     double io_compute_slowdown;
+    double io_slowdown_matvec;
 } tl_hw_profile;
 
 /* Index of a GGML type id in the kernel table, or -1. */

@@ -213,7 +213,7 @@ static double time_matmul(tl_model *mm, tl_weight *w, const uint8_t *W, size_t c
 }
 
 /* How much slower the kernels run while the disk streams at full speed (DMA and
- * interrupts share the memory and the cores): Q8_0 matmuls of 1 and 32 rows, alone and
+ * interrupts share the memory and the cores): Q8_0 matmuls of 1, 4 and 32 rows, alone and
  * with a reader thread keeping 8 MiB in flight, alternating to cancel drift. */
 static tl_status measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *p,
                                       void (*progress)(void *, const char *), void *user) {
@@ -248,10 +248,10 @@ static tl_status measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *
     w.type = w.file_type = type;
     w.rows = R;
     w.cols = C;
-    const size_t ns[2] = {1, n_max};
-    double alone[2] = {0, 0}, busy[2] = {0, 0};
+    const size_t ns[3] = {1, 4, n_max};
+    double alone[3] = {0, 0, 0}, busy[3] = {0, 0, 0};
     for (int round = 0; round < 3; round++) {
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < 3; i++)
             alone[i] += time_matmul(&mm, &w, W, copies, mb, X, ns[i], Y, scratch, sf, 9);
         pthread_t th;
         rd.stop = 0;
@@ -261,13 +261,14 @@ static tl_status measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *
         }
         struct timespec ts = {0, 50 * 1000 * 1000}; /* let the reads ramp up */
         nanosleep(&ts, NULL);
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < 3; i++)
             busy[i] += time_matmul(&mm, &w, W, copies, mb, X, ns[i], Y, scratch, sf, 9);
         rd.stop = 1;
         pthread_join(th, NULL);
     }
-    double f = 0.5 * (busy[0] / alone[0] + busy[1] / alone[1]);
-    p->io_compute_slowdown = f > 1 ? f : 1;
+    double mv = 0.5 * (busy[0] / alone[0] + busy[1] / alone[1]), mm_ = busy[2] / alone[2];
+    p->io_slowdown_matvec = mv > 1 ? mv : 1;
+    p->io_compute_slowdown = mm_ > 1 ? mm_ : 1;
 done:
     free(W);
     free(X);

@@ -66,10 +66,11 @@ static int search_again(tl_replanner *r, tl_model *m, int32_t prompts_left,
     const tl_policy *pol = &r->current.policy;
     int change = !same_policy(&next.policy, pol);
     logf_(r, "%s: disk reads took %.0f%% and compute %.0f%% of the predicted time; profile "
-          "corrected, re-planned for %d prompts: %s (gbs %d x num_gb %d, KV %d-bit %d%%, "
-          "prefetch %d; predicted %.2f tok/s)", when, io_ratio * 100, compute_ratio * 100,
-          (int)prompts_left, change ? "new policy" : "policy kept", (int)next.policy.gbs,
-          (int)next.policy.num_gb, (int)next.policy.kv_bits, (int)next.policy.kv_mem_pct,
+          "corrected, re-planned for %d prompts: %s (gbs %d x num_gb %d, prefill rows %d, KV "
+          "%d-bit %d%%, prefetch %d; predicted %.2f tok/s)", when, io_ratio * 100,
+          compute_ratio * 100, (int)prompts_left, change ? "new policy" : "policy kept",
+          (int)next.policy.gbs, (int)next.policy.num_gb, (int)next.policy.prefill_rows,
+          (int)next.policy.kv_bits, (int)next.policy.kv_mem_pct,
           (int)next.policy.prefetch, next.cost.tokens_per_s);
     if (!change) return 0;
     r->switches++;

@@ -98,7 +98,9 @@ static void lp_pass(void *user, const tl_cost_pass *p) {
         if (e) lp->wread = e;
         double *f = realloc(lp->kv, (size_t)cap * sizeof *f);
         if (f) lp->kv = f;
-        if (!c || !d || !e || !f) {
+        double *g = realloc(lp->slow, (size_t)cap * sizeof *g);
+        if (g) lp->slow = g;
+        if (!c || !d || !e || !f || !g) {
             b->st = tl_error_set(TL_ERR_NOMEM, "out of memory");
             return;
         }
@@ -110,6 +112,7 @@ static void lp_pass(void *user, const tl_cost_pass *p) {
     lp->wread[lp->n] = p->count * p->weight_bytes / p->weight_bps;
     lp->kv[lp->n] = p->count * (p->kv_read_bytes / p->kv_read_bps +
                                 p->kv_write_bytes / p->kv_write_bps);
+    lp->slow[lp->n] = p->io_slowdown > 1 ? p->io_slowdown : 1;
     lp->n++;
 }
 
@@ -118,6 +121,7 @@ void tl_plan_lp_free(tl_plan_lp *lp) {
     free(lp->compute);
     free(lp->wread);
     free(lp->kv);
+    free(lp->slow);
     memset(lp, 0, sizeof *lp);
 }
 
@@ -127,7 +131,6 @@ tl_status tl_plan_lp_build(const tl_model *m, const tl_hw_profile *prof, const t
     tl_policy pol = *pol_in;
     lp->overlap = pol.overlap;
     lp->kv_free = !pol.single;
-    lp->slowdown = prof->io_compute_slowdown > 1 ? prof->io_compute_slowdown : 1;
     /* the two ends of each continuous knob, through the engine's own accounting */
     tl_policy kv_disk = pol, kv_mem = pol;
     kv_disk.kv_mem_pct = lp->kv_free ? 0 : 100;
@@ -166,7 +169,7 @@ double tl_plan_lp_eval(const tl_plan_lp *lp, double x_w, double x_k) {
     double t = 0;
     for (int32_t i = 0; i < lp->n; i++) {
         double io = (1 - x_w) * lp->wread[i] + (1 - x_k) * lp->kv[i];
-        double c = lp->compute[i] + (lp->slowdown - 1) * io;
+        double c = lp->compute[i] + (lp->slow[i] - 1) * io;
         t += lp->overlap ? (c > io ? c : io) : lp->compute[i] + io;
     }
     return t;
@@ -186,7 +189,7 @@ tl_status tl_plan_lp_solve(const tl_plan_lp *plp, double *x_w, double *x_k, doub
         const double val[3] = {1, plp->wread[i], plp->kv[i]};
         if (plp->overlap) {
             /* t >= IO and t >= C + (s - 1) IO */
-            const double s1 = plp->slowdown - 1;
+            const double s1 = plp->slow[i] - 1;
             const double val2[3] = {1, s1 * plp->wread[i], s1 * plp->kv[i]};
             tl_lp_set_col(lp, 2 + i, plp->compute[i], TL_LP_INF, 1);
             st = tl_lp_add_row(lp, 3, idx, val, plp->wread[i] + plp->kv[i], TL_LP_INF);

@@ -67,9 +67,8 @@ tl_policy tl_plan_default_policy(const tl_model *m, const tl_plan_request *rq);
  * (HUGE_VAL if the point breaks the memory row), solve it. */
 typedef struct tl_plan_lp {
     int32_t n;                         /* pass classes */
-    double *count, *compute, *wread, *kv;
+    double *count, *compute, *wread, *kv, *slow;
     double base, r_w, r_k, budget;
-    double slowdown;                   /* the profile's io_compute_slowdown (>= 1) */
     int overlap, kv_free;              /* kv_free: x_k is a variable (KV may spill) */
 } tl_plan_lp;
 tl_status tl_plan_lp_build(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,

@@ -202,7 +202,11 @@ static tl_status plan_batch(tl_model *m, const prompt_set *ps, tl_batch_params *
 
 static void print_plan_stats(const tl_plan_request *rq, const tl_plan_result *chosen,
                              const tl_replanner *rp, const tl_batch_stats *bs) {
-    const tl_cost *c = &chosen->cost;
+    /* the policy that ran: re-planned before the first block, the new one covers the
+     * whole run; re-planned later, the first prediction is what the run is compared with */
+    const int whole = rp && rp->switches > 0 && rp->checks == 0;
+    const tl_cost *c = whole ? &rp->current.cost : &chosen->cost;
+    if (whole) cli_print_policy(stderr, "[plan] policy that ran", &rp->current);
     cli_measured pre = {bs->prefill_s, (double)bs->prefill_passes,
                         bs->prefill_s - bs->prefill_stall_s, -1, -1, -1, -1};
     cli_measured dec = {bs->decode_s, (double)bs->decode_passes,

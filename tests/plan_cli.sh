@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# plan_cli.sh TIERLLM MODELS_DIR - the planner from the command line: `tierllm plan`
+# prints a policy that fits, its prediction and the naive alternatives; `batch` and `run`
+# with a budget use the auto policy, print the prediction beside the measurement with
+# --stats, and give the same tokens as a manual run; a budget no policy fits is a clear
+# error; a broken profile file is refused. The profile is written here (no measuring).
+set -u
+bin=$1; models=$2
+m=$models/stories260K.gguf
+fails=0
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tl_plan_cli.XXXXXX"); trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+py=/usr/bin/python3
+
+# a profile of plausible round numbers, in the format tierllm profile writes
+$py - "$tmp/prof.json" <<'P'
+import json, sys
+rows = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+p = {"tierllm_profile_version": 1, "machine": "test", "disk_dir": "/tmp", "n_threads": 2,
+     "measured_unix": 0, "profile_seconds": 1, "mem_read_bps": 2e10, "fma_flops": 1e11,
+     "chunks": [65536, 262144, 1048576, 4194304], "depths": [1, 4, 16],
+     "disk_read_bps": [[5e8, 8e8, 1e9]] * 4, "disk_write_bps": 5e8,
+     "types": [0, 1, 30, 8, 2], "rows": rows,
+     "matmul_macs": [[1e9 * min(r, 16) for r in rows]] * 5,
+     "matmul_call_s": [[1e-5] * 10] * 5,
+     "attn_s_per_mac": 1e-9, "kv_bits": [32, 16, 8, 4], "attn_decode_s": [0, 1e-9, 1e-9, 1e-9],
+     "elementwise_s": 1e-9, "layer_fixed_s": 1e-5, "io_compute_slowdown": 1.1, "io_slowdown_matvec": 1.2}
+json.dump(p, open(sys.argv[1], "w"))
+P
+
+"$bin" plan -m "$m" --mem-budget 8M --prompt-len 20 --gen-len 10 --num-seqs 12 \
+    --profile "$tmp/prof.json" >"$tmp/out" 2>"$tmp/err" || fail "plan: $(cat "$tmp/err")"
+grep -q "^chosen: gbs [0-9]* x num_gb [0-9]*" "$tmp/out" || fail "plan: no chosen policy: $(cat "$tmp/out")"
+grep -q "^predicted: prefill .* bottleneck: " "$tmp/out" || fail "plan: no prediction"
+grep -q "per layer: compute .* weight reads .* KV reads .* KV writes" "$tmp/out" || fail "plan: no per-layer terms"
+grep -q "^all resident" "$tmp/out" || fail "plan: no all-resident alternative"
+grep -q "^all streamed, batch 1" "$tmp/out" || fail "plan: no all-streamed alternative"
+$py - "$tmp/out" <<'P' || fail "plan: memory of the chosen policy exceeds the budget"
+import re, sys
+t = open(sys.argv[1]).read()
+used, budget = map(float, re.search(r"chosen: .*memory ([0-9.]+) of ([0-9.]+) MiB", t).groups())
+assert used <= budget, (used, budget)
+P
+"$bin" plan -m "$m" --mem-budget 8M --prompt-len 20 --gen-len 10 --num-seqs 1 \
+    --profile "$tmp/prof.json" >"$tmp/out1" 2>&1 || fail "plan latency: $(cat "$tmp/out1")"
+grep -q "^chosen: one sequence, n_batch" "$tmp/out1" || fail "plan latency: $(cat "$tmp/out1")"
+
+# too small for any policy: a clear error, exit 1
+"$bin" plan -m "$m" --mem-budget 300K --prompt-len 20 --gen-len 10 --num-seqs 4 \
+    --profile "$tmp/prof.json" >/dev/null 2>"$tmp/err"
+rc=$?
+[ "$rc" -eq 1 ] && grep -q "^error: .*budget" "$tmp/err" || fail "tiny budget: exit $rc: $(cat "$tmp/err")"
+# a broken profile is refused, naming the problem
+echo '{"tierllm_profile_version": 1, "machine": "x"}' > "$tmp/bad.json"
+"$bin" plan -m "$m" --mem-budget 8M --prompt-len 4 --gen-len 4 --num-seqs 2 \
+    --profile "$tmp/bad.json" >/dev/null 2>"$tmp/err"
+rc=$?
+[ "$rc" -eq 1 ] && grep -q "^error: " "$tmp/err" || fail "bad profile: exit $rc: $(cat "$tmp/err")"
+
+# batch: auto (budget given) with stats; the tokens equal a manual run's
+cat > "$tmp/in.jsonl" <<'J'
+{"prompt": "Once upon a time"}
+{"prompt": "The little dog"}
+{"prompt": "Lily and Ben went to the park"}
+{"prompt": "One day, a big bird"}
+{"prompt": "Tom had a red ball."}
+{"prompt": "Sam liked to"}
+J
+"$bin" batch -m "$m" -i "$tmp/in.jsonl" -o "$tmp/auto.jsonl" -n 12 --temp 0 --ignore-eos \
+    --mem-budget 8M --profile "$tmp/prof.json" --stats --no-progress --spill-dir "$tmp" \
+    2>"$tmp/err" || fail "batch auto: $(cat "$tmp/err")"
+grep -q "^policy auto: gbs" "$tmp/err" || fail "batch auto: no policy line: $(cat "$tmp/err")"
+grep -q "^\[plan\]   wall .*predicted .* measured" "$tmp/err" || fail "batch auto: no predicted vs measured"
+grep -q "^\[plan\]   weight bytes .*predicted .* measured" "$tmp/err" || fail "batch auto: no byte terms"
+grep -q "^\[plan\] re-planning: " "$tmp/err" || fail "batch auto: no re-planning line"
+"$bin" batch -m "$m" -i "$tmp/in.jsonl" -o "$tmp/manual.jsonl" -n 12 --temp 0 --ignore-eos \
+    --policy manual --no-progress 2>"$tmp/err" || fail "batch manual: $(cat "$tmp/err")"
+$py - "$tmp/auto.jsonl" "$tmp/manual.jsonl" <<'P' || fail "auto and manual tokens differ"
+import json, sys
+a = [json.loads(l)["tokens"] for l in open(sys.argv[1])]
+b = [json.loads(l)["tokens"] for l in open(sys.argv[2])]
+assert len(a) == 6 and a == b, (a, b)
+P
+# --policy auto with a knob is a usage error
+"$bin" batch -m "$m" -i "$tmp/in.jsonl" -o "$tmp/x.jsonl" --policy auto --gbs 4 \
+    --mem-budget 8M >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--policy auto --gbs: expected exit 2"
+
+# run: auto with stats; same text as manual
+"$bin" run -m "$m" -p "Once upon a time" -n 24 --temp 0 --mem-budget 8M \
+    --profile "$tmp/prof.json" --stats >"$tmp/run_auto" 2>"$tmp/err" || fail "run auto: $(cat "$tmp/err")"
+grep -q "^policy auto: one sequence" "$tmp/err" || fail "run auto: no policy line: $(cat "$tmp/err")"
+grep -q "^\[plan\] decode (predicted vs measured)" "$tmp/err" || fail "run auto: no prediction"
+"$bin" run -m "$m" -p "Once upon a time" -n 24 --temp 0 >"$tmp/run_manual" 2>/dev/null
+cmp -s "$tmp/run_auto" "$tmp/run_manual" || fail "run auto and manual text differ"
+
+[ $fails -eq 0 ] && echo "plan_cli: ok" || echo "plan_cli: $fails failure(s)"
+exit $((fails > 0))
