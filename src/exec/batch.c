@@ -151,7 +151,6 @@ static void batch_free(batch *b) {
     b->mb = NULL;
 }
 
-
 static int32_t gcd32(int32_t a, int32_t b) {
     while (b) { int32_t t = a % b; a = b; b = t; }
     return a;

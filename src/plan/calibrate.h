@@ -3,13 +3,14 @@
  * The profile measures a temporary file on the disk; the model file may sit on another
  * device or behind another cache (a virtual disk backed by the host's page cache reads
  * data it has just served at several times the speed of a fresh file, and no short probe
- * of ours reproduced the engine's own rate). So once the weights are placed, one pass of
- * the engine's own streaming is timed with nothing else running (every streamed unit
- * read once through the residency ring and IO queue, tl_residency_measure_io), and the
- * profile's read figures for requests of the engine's chunk size and larger are scaled
- * by measured / profiled bandwidth (smaller requests, KV pages, keep their figures). It costs one
- * pass of IO and nothing stays in memory. The caller decides what a large ratio means
- * (re-plan before the first block).
+ * of ours reproduced the engine's own rate). So once the weights are placed, a few
+ * passes of the engine's own streaming are timed with nothing else running (every
+ * streamed unit read once through the residency ring and IO queue,
+ * tl_residency_measure_io; the median pass counts), and the profile's read figures for
+ * requests of the engine's chunk size and larger are scaled by measured / profiled
+ * bandwidth (smaller requests, KV pages, keep their figures). It costs a few passes of
+ * IO (at least 512 MiB) and nothing stays in memory. The caller decides what a large
+ * ratio means (re-plan before the first block).
  */
 #ifndef TL_PLAN_CALIBRATE_H
 #define TL_PLAN_CALIBRATE_H

@@ -2,9 +2,9 @@
  *
  *   matmul(w, n)   = call(type(w), n) + n * rows(w) * cols(w) / macs(type(w), n)
  *                    the profile's measured per-call cost and rate
- *   attention(row) = ctx * (n_head * head_dim * a + n_kv * kv_dim * b[bits])
+ *   attention(row) = ctx * (n_head * head_dim * a + 2 * n_kv * kv_dim * b[bits])
  *                    ctx = positions the row sees; a, b[bits] from the profile (b: the
- *                    page decoding of stored KV, done once per (row, kv head) per page)
+ *                    page decoding of stored KV, K and V, done once per (row, kv head))
  *   elementwise    = rows * (4 * n_embd + 3 * n_ff) * e            norms, rope, swiglu, adds
  *   layer compute  = sum over micro-batches k of [ sum of its 7 matmuls at n = rows_k
  *                    + attention of its rows + elementwise + fixed ]
@@ -52,7 +52,7 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
     const double d = hp->n_embd, f = hp->n_ff, hd = hp->head_dim;
     const double kvd = (double)hp->n_head_kv * hd;
     const double attn_per_pos = hp->n_head * hd * prof->attn_s_per_mac +
-                                hp->n_head_kv * kvd * kv_bits_decode_s(prof, kv_bits);
+                                2.0 * hp->n_head_kv * kvd * kv_bits_decode_s(prof, kv_bits);
     double t = 0, all_rows = 0, t_matvec = 0;
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const tl_llama_layer *L = &m->layers[l];

@@ -648,22 +648,21 @@ double tl_profile_read_bps(const tl_hw_profile *p, uint64_t chunk, int32_t depth
     return lo + fc * (hi - lo);
 }
 
-double tl_profile_matmul_macs(const tl_hw_profile *p, int32_t type, double rows) {
+/* Log-linear interpolation over the rows axis of one type's row, clamped. */
+static double rows_lookup(const double (*table)[TL_PROF_N_ROWS], int32_t type, double rows) {
     int t = tl_prof_type_index(type), i;
     double lr[TL_PROF_N_ROWS], f;
     if (t < 0) t = 0;
     for (int k = 0; k < TL_PROF_N_ROWS; k++) lr[k] = log((double)tl_prof_rows[k]);
     axis_locate(lr, TL_PROF_N_ROWS, rows > 0 ? log(rows) : lr[0], &i, &f);
-    const double *v = p->matmul_macs[t];
+    const double *v = table[t];
     return v[i] + f * (v[i + 1] - v[i]);
 }
 
+double tl_profile_matmul_macs(const tl_hw_profile *p, int32_t type, double rows) {
+    return rows_lookup(p->matmul_macs, type, rows);
+}
+
 double tl_profile_matmul_call_s(const tl_hw_profile *p, int32_t type, double rows) {
-    int t = tl_prof_type_index(type), i;
-    double lr[TL_PROF_N_ROWS], f;
-    if (t < 0) t = 0;
-    for (int k = 0; k < TL_PROF_N_ROWS; k++) lr[k] = log((double)tl_prof_rows[k]);
-    axis_locate(lr, TL_PROF_N_ROWS, rows > 0 ? log(rows) : lr[0], &i, &f);
-    const double *v = p->matmul_call_s[t];
-    return v[i] + f * (v[i + 1] - v[i]);
+    return rows_lookup(p->matmul_call_s, type, rows);
 }

@@ -55,8 +55,8 @@ typedef struct tl_hw_profile {
     double matmul_call_s[TL_PROF_N_TYPE][TL_PROF_N_ROWS];
 
     /* attention: seconds per (row x visible position x query head x head_dim) with f32
-     * KV, and the extra seconds per (row x visible position x kv head x kv_dim) spent
-     * decoding stored pages, by KV bits (0 for 32 bits) */
+     * KV, and seconds per K or V element decoded from a stored page, by KV bits (0 for
+     * 32 bits; the attention decodes a whole page, K and V, once per row and kv head) */
     double attn_s_per_mac;
     double attn_decode_s[TL_PROF_N_KVBITS];
 

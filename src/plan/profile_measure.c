@@ -24,6 +24,8 @@
 #include "base/threadpool.h"
 #include "kernels/kernels.h"
 #include "kernels/probe.h"
+#include "kernels/types.h"
+#include "kv/kv_cache.h"
 #include "model/llama.h"
 #include "model/ops.h"
 #include "tier/aio.h"
@@ -42,7 +44,6 @@
 /* tiny model for the attention fit: positions decoded with f32 KV, and with stored
  * (decoded) KV, whose cost grows faster with the position */
 #define AT_POS 1024
-#define AT_POS_Q 768
 #define AT_RUN_S 10.0 /* a run stops early after this long (a loaded machine) ... */
 #define AT_MIN_POS 160 /* ... once it has this many positions */
 #define AT_SKIP 32 /* first positions left out of the fit (warm-up) */
@@ -489,6 +490,52 @@ static tl_status attention_run(tl_model *m, int32_t kv_bits, int32_t n_pos, floa
     return fit_line(wx, wy, (size_t)nw, a, b);
 }
 
+/* Decoding stored KV pages into f32 (kv_cache.c's decode_page: f16 conversion or
+ * group-wise dequantization, a row of kv_dim at a time): seconds per element, timed
+ * directly on rows of 4096 values (a 7B model's kv_dim), single-threaded as it runs. */
+static tl_status measure_kv_decode(tl_hw_profile *p) {
+    const int32_t D = 4096, rows = 256;
+    float *x = malloc((size_t)D * sizeof *x), *y = malloc((size_t)D * sizeof *y);
+    uint8_t *in = malloc((size_t)rows * D * 2);
+    if (!x || !y || !in) {
+        free(x), free(y), free(in);
+        return tl_error_set(TL_ERR_NOMEM, "kv decode profile: out of memory");
+    }
+    uint64_t seed = 5;
+    for (int32_t j = 0; j < D; j++) x[j] = rng_float(&seed);
+    p->attn_decode_s[0] = 0;
+    for (int k = 1; k < TL_PROF_N_KVBITS; k++) {
+        const int32_t bits = tl_prof_kvbits[k];
+        const size_t rb = bits == 16 ? (size_t)D * 2 : tl_kv_quant_row_bytes(D, 64, bits);
+        for (int32_t r = 0; r < rows; r++) {
+            if (bits == 16)
+                for (int32_t j = 0; j < D; j++)
+                    ((uint16_t *)(void *)(in + r * rb))[j] = tl_f32_to_f16(x[j]);
+            else
+                tl_kv_quant_row(x, D, 64, bits, in + r * rb);
+        }
+        double t[5];
+        volatile float sink = 0;
+        for (int rep = 0; rep < 5; rep++) {
+            double t0 = tl_now();
+            for (int32_t r = 0; r < rows; r++) {
+                if (bits == 16) {
+                    const uint16_t *h = (const uint16_t *)(const void *)(in + r * rb);
+                    for (int32_t j = 0; j < D; j++) y[j] = tl_f16_to_f32(h[j]);
+                } else {
+                    tl_kv_dequant_row(in + r * rb, D, 64, bits, y);
+                }
+                sink += y[r % D];
+            }
+            t[rep] = tl_now() - t0;
+        }
+        (void)sink;
+        p->attn_decode_s[k] = median(t, 5) / ((double)rows * D);
+    }
+    free(x), free(y), free(in);
+    return TL_OK;
+}
+
 static tl_status measure_attention(int32_t threads, const char *dir, tl_hw_profile *p,
                                    void (*progress)(void *, const char *), void *user) {
     tl_synth_params sp;
@@ -515,10 +562,10 @@ static tl_status measure_attention(int32_t threads, const char *dir, tl_hw_profi
     if (st != TL_OK) return tl_error_wrap(st, "attention profile");
     double *times = malloc(AT_POS * sizeof *times);
     float *logits = malloc((size_t)sp.n_vocab * sizeof *logits);
-    double a[TL_PROF_N_KVBITS], b[TL_PROF_N_KVBITS], mm_s = -1;
+    double a[TL_PROF_N_KVBITS] = {0}, b[TL_PROF_N_KVBITS] = {0}, mm_s = -1;
     if (!times || !logits) st = tl_error_set(TL_ERR_NOMEM, "attention profile: out of memory");
-    for (int k = 0; k < TL_PROF_N_KVBITS && st == TL_OK; k++) {
-        int32_t n_pos = k == 0 ? AT_POS : AT_POS_Q;
+    for (int k = 0; k < 1 && st == TL_OK; k++) { /* f32 KV; stored formats: kv_decode */
+        int32_t n_pos = AT_POS;
         tl__profile_say(progress, user, "attention: %d positions with %d-bit KV", n_pos,
                         tl_prof_kvbits[k]);
         st = attention_run(m, tl_prof_kvbits[k], n_pos, logits, times, &a[k], &b[k],
@@ -537,11 +584,8 @@ static tl_status measure_attention(int32_t threads, const char *dir, tl_hw_profi
         tl__profile_say(progress, user, "attention: no measurable slope; using the FMA bound");
         p->attn_s_per_mac = 4.0 / p->fma_flops;
     }
-    p->attn_decode_s[0] = 0;
-    for (int k = 1; k < TL_PROF_N_KVBITS; k++) {
-        double extra = b[k] / L - s32;
-        p->attn_decode_s[k] = extra > 0 ? extra / (sp.n_head_kv * kvd) : 0;
-    }
+    st = measure_kv_decode(p);
+    if (st != TL_OK) return st;
     /* intercept: one token at position 0, less its matrix-product work (timed on the
      * model's own weights, as warm as in the loop - the streamed F32 rate would overstate
      * it for weights this small - or else estimated from that rate) and its element-wise

@@ -162,10 +162,12 @@ static void on_progress(void *user, const tl_batch_stats *s) {
 }
 
 /* --policy auto: the workload from the prompts, the search, the policy applied. */
+/* The workload from the prompts; then either the search (auto: the policy is applied and
+ * a replanner made) or the prediction of the manual policy (for --stats). */
 static tl_status plan_batch(tl_model *m, const prompt_set *ps, tl_batch_params *bp,
                             const tl_generate_params *gp, const char *profile_path, int lossy,
-                            int kv_bits_given, int ctx_given, tl_plan_request *rq,
-                            tl_plan_result *chosen, tl_replanner **rp) {
+                            int kv_bits_given, int ctx_given, int automatic,
+                            tl_plan_request *rq, tl_plan_result *chosen, tl_replanner **rp) {
     double prompt_sum = 0, gen_sum = 0;
     int32_t prompt_max = 1, gen_max = 1;
     for (int32_t i = 0; i < ps->n; i++) {
@@ -189,6 +191,18 @@ static tl_status plan_batch(tl_model *m, const prompt_set *ps, tl_batch_params *
     rq->overlap = m->params.overlap;
     tl_hw_profile prof;
     tl_status st = cli_profile(m, profile_path, &prof);
+    if (!st && !automatic) {
+        tl_policy pol = tl_plan_default_policy(m, rq);
+        pol.gbs = bp->gbs;
+        pol.num_gb = bp->num_gb;
+        pol.prefill_rows = bp->prefill_rows;
+        pol.kv_bits = bp->kv_bits;
+        pol.kv_mem_pct = bp->kv_mem_pct;
+        pol.page_tokens = bp->page_tokens;
+        pol.n_ctx = bp->n_ctx;
+        pol.w_mem_pct = m->params.w_mem_pct;
+        return tl_plan_evaluate(m, &prof, &rq->w, &pol, chosen);
+    }
     if (!st) st = tl_plan_search(m, &prof, rq, chosen);
     if (st) return st;
     tl_plan_apply(&chosen->policy, m, bp);
@@ -233,7 +247,7 @@ static void print_plan_stats(const tl_plan_request *rq, const tl_plan_result *ch
     fprintf(stderr, "[plan] throughput: predicted %.2f tok/s, measured %.2f tok/s\n",
             c->tokens_per_s, bs->elapsed_s > 0 ? bs->generated_tokens / bs->elapsed_s : 0.0);
     if (!rp) {
-        fprintf(stderr, "[plan] re-planning off\n");
+        fprintf(stderr, "[plan] re-planning off (manual policy or --no-replan)\n");
         return;
     }
     fprintf(stderr, "[plan] re-planning: %d block checks, %d re-plans, %d policy changes\n",
@@ -331,13 +345,20 @@ int tl_cmd_batch(int argc, char **argv) {
     tl_replanner *rp = NULL;
     tl_plan_request rq;
     tl_plan_result chosen;
+    int predicted = 0;
     if (!st && policy == 1) {
-        st = plan_batch(m, &ps, &bp, &gp, profile_path, lossy, kv_bits_given, ctx_given, &rq,
+        st = plan_batch(m, &ps, &bp, &gp, profile_path, lossy, kv_bits_given, ctx_given, 1, &rq,
                         &chosen, &rp);
+        predicted = !st;
         if (!st && !replan) {
             free(rp);
             rp = NULL;
         }
+    } else if (!st && stats) { /* a manual policy: predicted for the comparison only */
+        if (plan_batch(m, &ps, &bp, &gp, profile_path, lossy, 1, 1, 0, &rq, &chosen, &rp))
+            fprintf(stderr, "[plan] no prediction for this policy: %s\n", tl_last_error());
+        else
+            predicted = 1;
     }
     if (!st)
         st = tl_batch_generate_replan(m, &bp, &gp, (const char *const *)ps.prompt, ps.n_predict,
@@ -359,7 +380,7 @@ int tl_cmd_batch(int argc, char **argv) {
             bs.prefill_s, bs.decode_s, bs.elapsed_s > 0 ? bs.generated_tokens / bs.elapsed_s : 0,
             bs.weight_bytes_read / gen / 1024, bs.kv_bytes_read / gen / 1024,
             bs.ssd_bytes_written / gen / 1024);
-    if (stats && policy == 1 && bs.done_prompts > 0) print_plan_stats(&rq, &chosen, rp, &bs);
+    if (stats && predicted && bs.done_prompts > 0) print_plan_stats(&rq, &chosen, rp, &bs);
     free(rp);
     tl_model_close(m);
     prompts_free(&ps);

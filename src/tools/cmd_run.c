@@ -92,10 +92,12 @@ static int on_piece(void *user, int32_t token, const char *text, size_t len) {
     return 0;
 }
 
-/* --policy auto: the workload from the prompt and -n, the search, the policy applied. */
+/* The workload from the prompt and -n; then the search with the policy applied (auto),
+ * or the prediction of the manual policy (for --stats). */
 static tl_status plan_run(tl_model *m, const char *prompt, const tl_generate_params *gp,
                           tl_context_params *cp, int ctx_given, const char *profile_path,
-                          tl_plan_request *rq, tl_plan_result *chosen, tl_hw_profile *prof) {
+                          int automatic, tl_plan_request *rq, tl_plan_result *chosen,
+                          tl_hw_profile *prof) {
     size_t n = 0;
     tl_status st = tl_tokenize(m, prompt, strlen(prompt), gp->add_bos, NULL, 0, &n);
     if (st && st != TL_ERR_INVALID) return st;
@@ -118,6 +120,14 @@ static tl_status plan_run(tl_model *m, const char *prompt, const tl_generate_par
     rq->kv_bits = cp->kv_bits;
     rq->overlap = m->params.overlap;
     if ((st = cli_profile(m, profile_path, prof))) return st;
+    if (!automatic) {
+        rq->n_ctx = n_ctx;
+        tl_policy pol = tl_plan_default_policy(m, rq);
+        pol.prefill_rows = cp->n_batch > 0 ? cp->n_batch : 64;
+        if (pol.prefill_rows > n_ctx) pol.prefill_rows = n_ctx;
+        pol.w_mem_pct = m->params.w_mem_pct;
+        return tl_plan_evaluate(m, prof, &rq->w, &pol, chosen);
+    }
     if ((st = tl_plan_search(m, prof, rq, chosen))) return st;
     tl_plan_apply(&chosen->policy, m, NULL);
     cp->n_batch = chosen->policy.prefill_rows;
@@ -268,10 +278,20 @@ int tl_cmd_run(int argc, char **argv) {
     tl_plan_request rq;
     tl_plan_result chosen;
     tl_hw_profile prof;
-    if (!st && policy == 1)
-        st = plan_run(m, prompt, &gp, &cp, ctx_given, profile_path, &rq, &chosen, &prof);
+    int predicted = 0;
+    if (!st && policy == 1) {
+        st = plan_run(m, prompt, &gp, &cp, ctx_given, profile_path, 1, &rq, &chosen, &prof);
+        predicted = !st;
+    } else if (!st && stats) { /* a manual policy: predicted for the comparison only */
+        memset(&rq, 0, sizeof rq);
+        if (plan_run(m, prompt, &gp, &cp, ctx_given, profile_path, 0, &rq, &chosen, &prof) ||
+            rq.w.gen_len < 1)
+            fprintf(stderr, "[plan] no prediction for this run: %s\n", tl_last_error());
+        else
+            predicted = 1;
+    }
     if (!st) st = tl_context_open(m, &cp, &c);
-    if (!st && policy == 1 && rq.w.gen_len < 1) policy = 0; /* tl_generate reports it */
+    if (!st && policy == 1 && rq.w.gen_len < 1) policy = predicted = 0; /* tl_generate reports it */
     if (!st && policy == 1) st = recheck_run(m, &c, &cp, &rq, &chosen, &prof);
     if (!st && policy == 1) cli_print_prediction(stderr, "predicted", &chosen, &rq.w);
     run_state rs = {c, stats, NULL, 0, 0};
@@ -311,7 +331,7 @@ int tl_cmd_run(int argc, char **argv) {
                     t.slots, t.io_uring ? "io_uring" : "pread pool",
                     t.bytes_read_disk / 1048576.0, t.io_busy_s, t.compute_s, t.stall_s,
                     t.wall_s > 0 ? 1.0 - t.stall_s / t.wall_s : 1.0);
-            if (policy == 1) print_plan_stats(&chosen, &gs, &t, rs.n > 0 ? &rs.snap[0] : NULL);
+            if (predicted) print_plan_stats(&chosen, &gs, &t, rs.n > 0 ? &rs.snap[0] : NULL);
         }
     }
     free(rs.snap);
