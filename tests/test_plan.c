@@ -162,6 +162,30 @@ static void hand_batch_spill(const char *path) {
     CHECK(close_to(r.cost.decode.kv_read_s, kv_read / 1e9, 1e-12));
     CHECK(close_to(r.cost.decode.kv_write_s, kv_write / 5e8, 1e-12));
     CHECK(r.cost.prefill_passes == 2 && r.cost.decode_passes == 29);
+    /* 16-bit KV: decoding stored pages costs 2 * n_kv * kv_dim * b per position in a full
+     * page committed before the step (open pages are f32), per row and layer */
+    {
+        tl_hw_profile p16 = prof;
+        p16.attn_decode_s[1] = 1e-9;
+        tl_policy q = pol;
+        q.kv_bits = 16;
+        q.kv_mem_pct = 100;
+        tl_plan_result r32, r16;
+        q.kv_bits = 32;
+        CHECK(tl_plan_evaluate(m, &p16, &w, &q, &r32) == TL_OK);
+        q.kv_bits = 16;
+        CHECK(tl_plan_evaluate(m, &p16, &w, &q, &r16) == TL_OK);
+        const double per_pos = 2.0 * 2 * 32 * 1e-9 * L;
+        double pre = 4 * 8 * 32 * per_pos; /* step 2: 8 rows per sequence, 2 full pages */
+        double dec = 0;
+        for (int j = 1; j < 30; j++) dec += 4 * floor((40 + j - 1) / 16.0) * 16 * per_pos;
+        CHECK_MSG(close_to(r16.cost.prefill.compute_s - r32.cost.prefill.compute_s, pre, 1e-6),
+                  "prefill decode %.9g vs %.9g",
+                  r16.cost.prefill.compute_s - r32.cost.prefill.compute_s, pre);
+        CHECK_MSG(close_to(r16.cost.decode.compute_s - r32.cost.decode.compute_s, dec, 1e-6),
+                  "decode decode %.9g vs %.9g", r16.cost.decode.compute_s - r32.cost.decode.compute_s,
+                  dec);
+    }
     /* one block: the streamed layers are read once per pass, not once per micro-batch */
     CHECK(close_to(r.cost.decode.weight_bytes, 29.0 * (double)r.streamed_bytes, 1e-12));
     tl_model_close(m);

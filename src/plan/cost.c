@@ -2,9 +2,10 @@
  *
  *   matmul(w, n)   = call(type(w), n) + n * rows(w) * cols(w) / macs(type(w), n)
  *                    the profile's measured per-call cost and rate
- *   attention(row) = ctx * (n_head * head_dim * a + 2 * n_kv * kv_dim * b[bits])
- *                    ctx = positions the row sees; a, b[bits] from the profile (b: the
- *                    page decoding of stored KV, K and V, done once per (row, kv head))
+ *   attention(row) = ctx * n_head * head_dim * a + stored * 2 * n_kv * kv_dim * b[bits]
+ *                    ctx = positions the row sees, stored = those in full pages committed
+ *                    before the step (open pages are f32); a, b[bits] from the profile
+ *                    (b: decoding a stored page, K and V, once per (row, kv head))
  *   elementwise    = rows * (4 * n_embd + 3 * n_ff) * e            norms, rope, swiglu, adds
  *   layer compute  = sum over micro-batches k of [ sum of its 7 matmuls at n = rows_k
  *                    + attention of its rows + elementwise + fixed ]
@@ -46,13 +47,14 @@ static double kv_bits_decode_s(const tl_hw_profile *prof, int32_t bits) {
 }
 
 double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
-                            const int32_t *rows, const double *ctx_sum, int32_t n_mb,
-                            int32_t logit_rows, int embd_resident, double *slowdown) {
+                            const int32_t *rows, const double *ctx_sum,
+                            const double *stored_sum, int32_t n_mb, int32_t logit_rows,
+                            int embd_resident, double *slowdown) {
     const tl_llama_hparams *hp = &m->hp;
     const double d = hp->n_embd, f = hp->n_ff, hd = hp->head_dim;
     const double kvd = (double)hp->n_head_kv * hd;
-    const double attn_per_pos = hp->n_head * hd * prof->attn_s_per_mac +
-                                2.0 * hp->n_head_kv * kvd * kv_bits_decode_s(prof, kv_bits);
+    const double attn_per_pos = hp->n_head * hd * prof->attn_s_per_mac;
+    const double decode_per_pos = 2.0 * hp->n_head_kv * kvd * kv_bits_decode_s(prof, kv_bits);
     double t = 0, all_rows = 0, t_matvec = 0;
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const tl_llama_layer *L = &m->layers[l];
@@ -63,7 +65,7 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
             for (int i = 0; i < 7; i++) mm += tl_cost_matmul(prof, ws[i], rows[k]);
             t += mm;
             if (rows[k] <= 4) t_matvec += mm;
-            t += ctx_sum[k] * attn_per_pos;
+            t += ctx_sum[k] * attn_per_pos + stored_sum[k] * decode_per_pos;
             t += rows[k] * (4 * d + 3 * f) * prof->elementwise_s;
             t += prof->layer_fixed_s;
         }
@@ -136,7 +138,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
     const int32_t L = m->hp.n_layer, P = w->prompt_len, pt = pol->page_tokens;
     int32_t n_mb = (n_seqs + pol->gbs - 1) / pol->gbs;
     int32_t rows[4096];
-    double ctx[4096];
+    double ctx[4096], stored[4096]; /* visible positions; those in stored (full) pages */
     if (n_mb > 4096) n_mb = 4096;
     double layers_bytes = 0, out_bytes = tl_weight_plan_unit_bytes(m, plan, L);
     for (int32_t l = 0; l < L; l++) layers_bytes += tl_weight_plan_unit_bytes(m, plan, l);
@@ -158,6 +160,9 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
             rows[k] = s_here * len;
             /* rows at positions fed..fed+len-1 see pos+1 positions each */
             ctx[k] = s_here * ((double)len * fed + (double)len * (len + 1) / 2);
+            /* pages fill during the step but are stored at its commit: the rows decode
+             * only the full pages committed before it */
+            stored[k] = s_here * (double)len * floor((double)fed / pt) * pt;
             if (spill) {
                 kv_read += s_here * L * disk_pages(floor((double)fed / pt), pol->kv_mem_pct) * slot;
                 kv_write += s_here * L * (disk_pages(floor((double)(fed + len) / pt), pol->kv_mem_pct) -
@@ -166,8 +171,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         }
         int32_t logit_rows = last ? n_seqs : 0;
         double slow = 1;
-        double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, n_mb, logit_rows,
-                                        plan->embd_resident, &slow);
+        double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, stored, n_mb,
+                                        logit_rows, plan->embd_resident, &slow);
         tl_cost_pass p = {1, block_index, fed / chunk, c, layers_bytes + (last ? out_bytes : 0),
                           kv_read, kv_write, wbps, kbps, wr_bps, 1, slow};
         fn(user, &p);
@@ -180,6 +185,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
             int32_t s_here = n_seqs - k * pol->gbs < pol->gbs ? n_seqs - k * pol->gbs : pol->gbs;
             rows[k] = s_here;
             ctx[k] = (double)s_here * (before + 1);
+            stored[k] = (double)s_here * floor((double)before / pt) * pt;
             if (spill) {
                 double d0 = disk_pages(floor((double)before / pt), pol->kv_mem_pct);
                 double d1 = disk_pages(floor((double)(before + 1) / pt), pol->kv_mem_pct);
@@ -188,7 +194,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
             }
         }
         double slow = 1;
-        double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, n_mb, n_seqs,
+        double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, stored, n_mb, n_seqs,
                                         plan->embd_resident, &slow);
         tl_cost_pass p = {0, block_index, j - 1, c, layers_bytes + out_bytes, kv_read, kv_write,
                           wbps, kbps, wr_bps, 1, slow};
