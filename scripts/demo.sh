@@ -2,7 +2,7 @@
 # demo.sh - builds tierllm, then (1) runs the real stories260K model if ../shared/models is
 # there, and (2) streams a synthetic TinyLlama-1.1B-shape Q8_0 model (1.1 GiB, random
 # weights) under a 400 MiB memory budget, about a third of its size: the planner picks
-# the policy (the first time, it measures this machine's profile: about 40 s), weights
+# the policy (the first time, it measures this machine's profile: 15-40 s), weights
 # stream from the SSD with O_DIRECT overlapped with compute, and --stats shows the IO per
 # token and the plan's prediction beside the measurement.
 set -euo pipefail
