@@ -10,6 +10,8 @@
 #include "kernels.h"
 
 #define TL_MATVEC_MAX_N 4
+/* products of up to this many rows run the matvec kernel in groups (x86_matmul.c) */
+#define TL_GROUPED_MAX_N TL_MATMUL_GROUPED_MAX_N
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 /* Small register-array loops must be fully unrolled at -O2, or the arrays live in memory. */
 #define UNROLL _Pragma("GCC unroll 16")

@@ -39,11 +39,16 @@ static void matmul_task(void *arg, int task, int thread) {
  * chunks shrink (each about 1/(2*threads) of the rows left, down to 16 rows), so threads
  * that claim them dynamically finish within a small chunk of each other. Larger products
  * use about 4 equal chunks per thread: each chunk re-reads (and for Q types re-rounds) X. */
-static size_t split_rows(size_t rows, size_t threads, size_t n, size_t *bounds) {
+static size_t split_rows(size_t rows, size_t row_bytes, size_t threads, size_t n,
+                         size_t *bounds) {
     size_t t = 0, j = 0;
     bounds[0] = 0;
     if (n > 4) {
         size_t chunk = (rows + 4 * threads - 1) / (4 * threads);
+        /* grouped products read their chunk once per group of 4 rows: chunks of at most
+         * ~256 KiB stay in L2 between the groups */
+        if (n <= TL_MATMUL_GROUPED_MAX_N && chunk * row_bytes > ((size_t)256 << 10))
+            chunk = ((size_t)256 << 10) / (row_bytes ? row_bytes : 1);
         chunk = (chunk + 15) / 16 * 16;
         if (chunk < 16) chunk = 16;
         if ((rows + chunk - 1) / chunk > MAX_CHUNKS) chunk = (rows + MAX_CHUNKS - 1) / MAX_CHUNKS;
@@ -63,7 +68,7 @@ static size_t split_rows(size_t rows, size_t threads, size_t n, size_t *bounds) 
 void tl_op_matmul(tl_model *m, const tl_weight *w, const float *X, size_t n, float *Y,
                   float *scratch, size_t scratch_floats) {
     size_t threads = (size_t)tl_pool_threads(m->pool), bounds[MAX_CHUNKS + 1];
-    size_t tasks = split_rows(w->rows, threads, n, bounds);
+    size_t tasks = split_rows(w->rows, tl_type_row_bytes(w->type, w->cols), threads, n, bounds);
     matmul_job j = {w, X, n, bounds, NULL, Y, scratch, scratch_floats, m->use_reference};
     if (!m->use_reference && tl_matmul_act_floats(w->type, w->cols, n)) {
         /* round X once, into thread 0's scratch, rather than once per chunk */
