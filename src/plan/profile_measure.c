@@ -183,6 +183,22 @@ static tl_status measure_disk(const char *dir, tl_hw_profile *p,
     return TL_OK;
 }
 
+/* `copies` back-to-back copies of one R x C matrix of random weights in `type` (more
+ * bytes than the last-level cache, so cycling through them streams from DRAM); `row` is
+ * C floats of scratch. NULL when out of memory. */
+static uint8_t *weight_copies(tl_type type, size_t R, size_t C, size_t copies, float *row,
+                              uint64_t *seed) {
+    const size_t rb = tl_type_row_bytes(type, C), mb = R * rb;
+    uint8_t *W = aligned_alloc(64, copies * mb);
+    if (!W) return NULL;
+    for (size_t j = 0; j < R; j++) {
+        for (size_t c = 0; c < C; c++) row[c] = rng_float(seed);
+        tl_quant_row(type, row, W + j * rb, C);
+    }
+    for (size_t k = 1; k < copies; k++) memcpy(W + k * mb, W, mb);
+    return W;
+}
+
 /* ---- compute while the disk streams ---- */
 
 typedef struct reader { tl_tier *t; volatile int stop; uint8_t *buf; uint64_t bytes; } reader;
@@ -221,26 +237,21 @@ static tl_status measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *
     tl__profile_say(progress, user, "compute while the disk streams");
     const size_t R = MM_ROWS, C = MM_COLS, n_max = 32, threads = (size_t)tl_pool_threads(pool);
     const tl_type type = TL_TYPE_Q8_0;
-    const size_t rb = tl_type_row_bytes(type, C), mb = R * rb, copies = MM_MIN_BYTES / mb + 1;
+    const size_t mb = R * tl_type_row_bytes(type, C), copies = MM_MIN_BYTES / mb + 1;
     size_t sf = (tl_matmul_scratch_floats(C, n_max) + 15) / 16 * 16;
-    uint8_t *W = aligned_alloc(64, copies * mb);
     float *X = aligned_alloc(64, n_max * C * sizeof(float));
     float *Y = aligned_alloc(64, n_max * R * sizeof(float));
     float *scratch = aligned_alloc(64, threads * sf * sizeof(float));
     float *row = malloc(C * sizeof(float));
     reader rd = {t, 0, aligned_alloc(4096, (size_t)8 << 20), 0};
+    uint64_t seed = 11;
+    uint8_t *W = row ? weight_copies(type, R, C, copies, row, &seed) : NULL;
     tl_status st = TL_OK;
     if (!W || !X || !Y || !scratch || !row || !rd.buf) {
         st = tl_error_set(TL_ERR_NOMEM, "interference profile: out of memory");
         goto done;
     }
-    uint64_t seed = 11;
     for (size_t i = 0; i < n_max * C; i++) X[i] = rng_float(&seed);
-    for (size_t j = 0; j < R; j++) {
-        for (size_t c = 0; c < C; c++) row[c] = rng_float(&seed);
-        tl_quant_row(type, row, W + j * rb, C);
-    }
-    for (size_t k = 1; k < copies; k++) memcpy(W + k * mb, W, mb);
     tl_model mm;
     memset(&mm, 0, sizeof mm);
     mm.pool = pool;
@@ -308,17 +319,12 @@ static tl_status measure_matmul(tl_pool *pool, tl_hw_profile *p,
         size_t copies = MM_MIN_BYTES / mb + 1;
         tl__profile_say(progress, user, "matmul: %s, %zu x %zu, %zu copies (%zu MiB)",
                         tl_type_name(type), R, C, copies, copies * mb >> 20);
-        uint8_t *W = aligned_alloc(64, copies * mb);
+        uint8_t *W = weight_copies(type, R, C, copies, row, &seed);
         if (!W) {
             st = tl_error_set(TL_ERR_NOMEM, "matmul profile: out of memory for %zu MiB of %s",
                               copies * mb >> 20, tl_type_name(type));
             break;
         }
-        for (size_t j = 0; j < R; j++) {
-            for (size_t c = 0; c < C; c++) row[c] = rng_float(&seed);
-            tl_quant_row(type, row, W + j * rb, C);
-        }
-        for (size_t k = 1; k < copies; k++) memcpy(W + k * mb, W, mb);
         /* a second, smaller matrix (MM_SMALL_ROWS of the same rows): two sizes separate
          * the per-call cost (dispatch, chunking) from the per-MAC rate */
         const size_t Rs = MM_SMALL_ROWS, mbs = Rs * rb;
@@ -562,14 +568,11 @@ static tl_status measure_attention(int32_t threads, const char *dir, tl_hw_profi
     if (st != TL_OK) return tl_error_wrap(st, "attention profile");
     double *times = malloc(AT_POS * sizeof *times);
     float *logits = malloc((size_t)sp.n_vocab * sizeof *logits);
-    double a[TL_PROF_N_KVBITS] = {0}, b[TL_PROF_N_KVBITS] = {0}, mm_s = -1;
+    double a = 0, b = 0, mm_s = -1; /* f32 KV; stored formats are timed by kv_decode */
     if (!times || !logits) st = tl_error_set(TL_ERR_NOMEM, "attention profile: out of memory");
-    for (int k = 0; k < 1 && st == TL_OK; k++) { /* f32 KV; stored formats: kv_decode */
-        int32_t n_pos = AT_POS;
-        tl__profile_say(progress, user, "attention: %d positions with %d-bit KV", n_pos,
-                        tl_prof_kvbits[k]);
-        st = attention_run(m, tl_prof_kvbits[k], n_pos, logits, times, &a[k], &b[k],
-                           k == 0 ? &mm_s : NULL);
+    if (st == TL_OK) {
+        tl__profile_say(progress, user, "attention: %d positions with 32-bit KV", AT_POS);
+        st = attention_run(m, 32, AT_POS, logits, times, &a, &b, &mm_s);
     }
     tl_model_close(m);
     free(times);
@@ -577,7 +580,7 @@ static tl_status measure_attention(int32_t threads, const char *dir, tl_hw_profi
     if (st != TL_OK) return tl_error_wrap(st, "attention profile");
 
     /* seconds per visible position per layer */
-    double s32 = b[0] / L;
+    double s32 = b / L;
     if (s32 > 0) {
         p->attn_s_per_mac = s32 / (sp.n_head * hd);
     } else { /* noise swamped the slope: fall back to the FMA bound (QK and AV: 4 FLOPs) */
@@ -598,7 +601,7 @@ static tl_status measure_attention(int32_t threads, const char *dir, tl_hw_profi
     /* the cost model's element-wise terms: per layer 4*n_embd + 3*n_ff, per token the
      * embedding row (n_embd) and the logits' norm and output (n_embd + n_vocab) */
     double tok_elem = p->elementwise_s * (2.0 * sp.n_embd + sp.n_vocab);
-    double fixed = (a[0] - mm_s - tok_elem) / L -
+    double fixed = (a - mm_s - tok_elem) / L -
                    p->elementwise_s * (4.0 * sp.n_embd + 3.0 * sp.n_ff);
     p->layer_fixed_s = fixed > 0 ? fixed : 0;
     return TL_OK;

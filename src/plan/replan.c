@@ -11,14 +11,7 @@ void tl_plan_apply(const tl_policy *pol, tl_model *m, tl_batch_params *bp) {
     m->params.prefetch = pol->prefetch;
     m->params.overlap = pol->overlap;
     m->params.w_mem_pct = pol->w_mem_pct;
-    if (!bp) return;
-    bp->gbs = pol->gbs;
-    bp->num_gb = pol->num_gb;
-    bp->prefill_rows = pol->prefill_rows;
-    bp->kv_bits = pol->kv_bits;
-    bp->kv_mem_pct = pol->kv_mem_pct;
-    bp->page_tokens = pol->page_tokens;
-    bp->n_ctx = pol->n_ctx;
+    if (bp) tl_plan_batch_params(pol, bp);
 }
 
 void tl_replanner_init(tl_replanner *r, const tl_model *m, const tl_hw_profile *prof,

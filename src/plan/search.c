@@ -8,15 +8,19 @@
 #include "../base/status.h"
 #include "../exec/engine.h"
 
+void tl_plan_batch_params(const tl_policy *pol, tl_batch_params *bp) {
+    bp->gbs = pol->gbs;
+    bp->num_gb = pol->num_gb;
+    bp->n_ctx = pol->n_ctx;
+    bp->prefill_rows = pol->prefill_rows;
+    bp->kv_bits = pol->kv_bits;
+    bp->kv_mem_pct = pol->kv_mem_pct;
+    bp->page_tokens = pol->page_tokens;
+}
+
 static tl_batch_params batch_params_of(const tl_policy *pol) {
     tl_batch_params bp = tl_batch_default_params();
-    bp.gbs = pol->gbs;
-    bp.num_gb = pol->num_gb;
-    bp.n_ctx = pol->n_ctx;
-    bp.prefill_rows = pol->prefill_rows;
-    bp.kv_bits = pol->kv_bits;
-    bp.kv_mem_pct = pol->kv_mem_pct;
-    bp.page_tokens = pol->page_tokens;
+    tl_plan_batch_params(pol, &bp);
     return bp;
 }
 

@@ -60,6 +60,10 @@ tl_status tl_plan_search(const tl_model *m, const tl_hw_profile *prof,
 tl_status tl_plan_evaluate(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
                            const tl_policy *pol, tl_plan_result *out);
 
+/* Writes the policy's batch knobs (block shape, prefill rows, KV format and placement,
+ * page size, context) into bp; other fields are left as they are. */
+void tl_plan_batch_params(const tl_policy *pol, tl_batch_params *bp);
+
 /* The policy a request starts from (the engine's defaults for that regime). */
 tl_policy tl_plan_default_policy(const tl_model *m, const tl_plan_request *rq);
 
