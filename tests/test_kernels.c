@@ -429,12 +429,93 @@ static void test_vector(void) {
     }
 }
 
+/* ---- attention and element-wise kernels ---- */
+
+static void test_attention(void) {
+    /* head sizes with and without a whole 64-float block, one not a multiple of 8 (the
+     * reference fallback); position counts around the 8-wide step; strided K/V rows */
+    static const size_t hds[] = {8, 64, 80, 128, 12};
+    static const size_t ns[] = {1, 7, 8, 9, 16, 23, 64};
+    enum { GROUP = 3, MAXN = 64, MAXHD = 128, LD = 3 * MAXHD + 5 };
+    static float q[GROUP * MAXHD], K[MAXN * LD], V[MAXN * LD];
+    static float s1[GROUP * (MAXN + 3)], s2[GROUP * (MAXN + 3)];
+    static float o1[GROUP * MAXHD + 1], o2[GROUP * MAXHD + 1];
+    for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++)
+        for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++) {
+            const size_t hd = hds[a], n = ns[b], lds = MAXN + 3, ld = LD - (a & 1);
+            fill(q, GROUP * hd, 1.0f);
+            fill(K, n * ld, 1.0f);
+            fill(V, n * ld, 2.0f);
+            const float scale = 0.125f;
+            tl_attn_scores_ref(q, GROUP, hd, K + 1, ld, n, scale, s1, lds);
+            tl_attn_scores_fast(q, GROUP, hd, K + 1, ld, n, scale, s2, lds);
+            int bad = 0;
+            for (size_t h = 0; h < GROUP; h++)
+                for (size_t t = 0; t < n; t++) {
+                    double mag = 0;
+                    for (size_t c = 0; c < hd; c++)
+                        mag += fabs((double)q[h * hd + c] * K[1 + t * ld + c]) * scale;
+                    if (fabs((double)s1[h * lds + t] - s2[h * lds + t]) > 1e-5 * mag + 1e-7) bad++;
+                }
+            CHECK_MSG(bad == 0, "attention scores hd=%zu n=%zu: %d wrong", hd, n, bad);
+
+            for (size_t i = 0; i < GROUP * lds; i++) s1[i] = rng_f(); /* weights, any sign */
+            fill(o1, GROUP * hd, 1.0f);
+            memcpy(o2, o1, GROUP * hd * sizeof(float));
+            o1[GROUP * hd] = o2[GROUP * hd] = 5.0f; /* guard */
+            tl_attn_values_ref(o1, GROUP, hd, s1, lds, V + 2, ld, n);
+            tl_attn_values_fast(o2, GROUP, hd, s1, lds, V + 2, ld, n);
+            bad = 0;
+            for (size_t h = 0; h < GROUP; h++)
+                for (size_t c = 0; c < hd; c++) {
+                    double mag = fabs((double)o1[h * hd + c]);
+                    for (size_t t = 0; t < n; t++) mag += fabs((double)s1[h * lds + t] * V[2 + t * ld + c]);
+                    if (fabs((double)o1[h * hd + c] - o2[h * hd + c]) > 1e-5 * mag + 1e-7) bad++;
+                }
+            CHECK_MSG(bad == 0 && o2[GROUP * hd] == 5.0f, "attention values hd=%zu n=%zu: %d wrong",
+                      hd, n, bad);
+        }
+}
+
+static void test_elementwise(void) {
+    static const size_t ns[] = {1, 7, 8, 9, 31, 100, 5632};
+    enum { MAXN = 5632 + 1 };
+    static float g1[MAXN], g2[MAXN], u[MAXN];
+    for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
+        const size_t n = ns[t];
+        /* gate values from -100 to 100: exp's clamps at both ends */
+        for (size_t i = 0; i < n; i++) g1[i] = g2[i] = (rng_f() * 2.0f - 1.0f) * (i % 3 ? 12.0f : 100.0f);
+        fill(u, n, 1.0f);
+        g1[n] = g2[n] = 3.0f;
+        tl_swiglu_ref(g1, u, n);
+        tl_swiglu_fast(g2, u, n);
+        int bad = 0;
+        for (size_t i = 0; i < n; i++)
+            if (fabsf(g1[i] - g2[i]) > 4e-7f * fabsf(g1[i]) + 1e-30f) bad++;
+        CHECK_MSG(bad == 0 && g2[n] == 3.0f, "swiglu n=%zu: %d wrong", n, bad);
+
+        for (size_t i = 0; i < n; i++) g1[i] = g2[i] = (rng_f() * 2.0f - 1.0f) * (i % 2 ? 30.0f : 3.0f);
+        tl_softmax_ref(g1, n);
+        tl_softmax_fast(g2, n);
+        bad = 0;
+        double total = 0;
+        for (size_t i = 0; i < n; i++) {
+            total += g2[i];
+            if (fabsf(g1[i] - g2[i]) > 1e-6f * fabsf(g1[i]) + 1e-12f) bad++;
+        }
+        CHECK_MSG(bad == 0 && fabs(total - 1.0) < 1e-5 && g2[n] == 3.0f,
+                  "softmax n=%zu: %d wrong, sum %g", n, bad, total);
+    }
+}
+
 int main(void) {
     test_layouts();
     test_half_formats();
     test_block_formats();
     test_act_rounding();
     test_vector();
+    test_attention();
+    test_elementwise();
     test_matmul();
     test_batch_invariance();
     return tl_test_finish("test_kernels");

@@ -97,4 +97,26 @@ float tl_dot_f32_fast(const float *a, const float *b, size_t n);
 void tl_axpy_f32_ref(float *y, float a, const float *x, size_t n);
 void tl_axpy_f32_fast(float *y, float a, const float *x, size_t n);
 
+/* ---- attention and SwiGLU (ref_attn.c, x86_attn.c) ----
+ * For one KV head and the `group` query heads that share it, over n positions whose K
+ * and V rows are ldk / ldv floats apart (head size hd):
+ *   scores[h*lds + t] = scale * dot(q + h*hd, K + t*ldk)          h < group, t < n
+ *   out[h*hd + c]    += sum_t w[h*ldw + t] * V[t*ldv + c]           c < hd
+ */
+void tl_attn_scores_ref(const float *q, size_t group, size_t hd, const float *K, size_t ldk,
+                        size_t n, float scale, float *scores, size_t lds);
+void tl_attn_scores_fast(const float *q, size_t group, size_t hd, const float *K, size_t ldk,
+                         size_t n, float scale, float *scores, size_t lds);
+void tl_attn_values_ref(float *out, size_t group, size_t hd, const float *w, size_t ldw,
+                        const float *V, size_t ldv, size_t n);
+void tl_attn_values_fast(float *out, size_t group, size_t hd, const float *w, size_t ldw,
+                         const float *V, size_t ldv, size_t n);
+/* gate[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i]. The fast one's
+ * exp is within a few ulp of expf. */
+void tl_swiglu_ref(float *gate, const float *up, size_t n);
+void tl_swiglu_fast(float *gate, const float *up, size_t n);
+/* x[i] = e^(x[i] - max x) / sum_j e^(x[j] - max x), n >= 1 (attention's softmax). */
+void tl_softmax_ref(float *x, size_t n);
+void tl_softmax_fast(float *x, size_t n);
+
 #endif

@@ -154,25 +154,17 @@ static void attn_task(void *arg, int task, int thread) {
             return;
         }
         if (!page_tokens) page_tokens = n;
-        const int32_t kvd = n_kv * hd;
-        for (int32_t t = 0; t < n && t0 + t <= pos; t++)
-            for (int h = 0; h < group; h++) {
-                const float *k = K + (size_t)t * kvd + (size_t)g * hd;
-                const float *qh = q + (size_t)h * hd;
-                scores[(size_t)h * max_ctx + t0 + t] =
-                    (fast ? tl_dot_f32_fast(qh, k, (size_t)hd) : tl_dot_f32_ref(qh, k, (size_t)hd)) *
-                    scale;
-            }
+        const int32_t kvd = n_kv * hd, cnt = n < pos + 1 - t0 ? n : pos + 1 - t0;
+        (fast ? tl_attn_scores_fast : tl_attn_scores_ref)(q, (size_t)group, (size_t)hd,
+                                                          K + (size_t)g * hd, (size_t)kvd,
+                                                          (size_t)cnt, scale, scores + t0,
+                                                          max_ctx);
         t0 += n;
     }
     for (int h = 0; h < group; h++) {
-        float *sc = scores + (size_t)h * max_ctx, mx = -INFINITY, sum = 0;
-        for (int32_t t = 0; t <= pos; t++) mx = sc[t] > mx ? sc[t] : mx;
-        for (int32_t t = 0; t <= pos; t++) {
-            sc[t] = expf(sc[t] - mx);
-            sum += sc[t];
-        }
-        for (int32_t t = 0; t <= pos; t++) sc[t] /= sum;
+        float *sc = scores + (size_t)h * max_ctx;
+        if (fast) tl_softmax_fast(sc, (size_t)pos + 1);
+        else tl_softmax_ref(sc, (size_t)pos + 1);
         memset(out + (size_t)h * hd, 0, (size_t)hd * sizeof *out);
     }
     /* pass 2: weighted sum of V */
@@ -180,14 +172,11 @@ static void attn_task(void *arg, int task, int thread) {
         const float *K, *V;
         int32_t n;
         if (tl_kv_view(j->kv, seq, j->layer, p, page_buf, &K, &V, &n) || n <= 0) return;
-        const int32_t kvd = n_kv * hd;
-        for (int32_t t = 0; t < n && t0 + t <= pos; t++)
-            for (int h = 0; h < group; h++) {
-                const float *v = V + (size_t)t * kvd + (size_t)g * hd;
-                float w = scores[(size_t)h * max_ctx + t0 + t];
-                if (fast) tl_axpy_f32_fast(out + (size_t)h * hd, w, v, (size_t)hd);
-                else tl_axpy_f32_ref(out + (size_t)h * hd, w, v, (size_t)hd);
-            }
+        const int32_t kvd = n_kv * hd, cnt = n < pos + 1 - t0 ? n : pos + 1 - t0;
+        (fast ? tl_attn_values_fast : tl_attn_values_ref)(out, (size_t)group, (size_t)hd,
+                                                          scores + t0, max_ctx,
+                                                          V + (size_t)g * hd, (size_t)kvd,
+                                                          (size_t)cnt);
         t0 += n;
     }
 }
@@ -205,9 +194,9 @@ tl_status tl_llama_layer_forward(tl_model *m, tl_llama_scratch *s, struct tl_kv 
 
     /* attention block */
     tl_op_rmsnorm(x, L->attn_norm.data, n, d, hp->rms_eps, s->xn);
-    matmul(m, s, &L->wq, s->xn, n, s->q);
-    matmul(m, s, &L->wk, s->xn, n, s->k);
-    matmul(m, s, &L->wv, s->xn, n, s->v);
+    const tl_weight *qkv[] = {&L->wq, &L->wk, &L->wv};
+    float *const qkv_out[] = {s->q, s->k, s->v};
+    tl_op_matmul_multi(m, qkv, 3, s->xn, n, qkv_out, s->mm_scratch, s->mm_scratch_floats);
     for (size_t i = 0; i < n; i++) {
         if (rows->pos[i] >= s->max_ctx)
             return tl_error_set(TL_ERR_CONTEXT, "position %d is past the context of %d",
@@ -235,9 +224,11 @@ tl_status tl_llama_layer_forward(tl_model *m, tl_llama_scratch *s, struct tl_kv 
 
     /* feed-forward block */
     tl_op_rmsnorm(x, L->ffn_norm.data, n, d, hp->rms_eps, s->xn);
-    matmul(m, s, &L->w_gate, s->xn, n, s->gate);
-    matmul(m, s, &L->w_up, s->xn, n, s->up);
-    tl_op_swiglu(s->gate, s->up, n * f);
+    const tl_weight *gate_up[] = {&L->w_gate, &L->w_up};
+    float *const gate_up_out[] = {s->gate, s->up};
+    tl_op_matmul_multi(m, gate_up, 2, s->xn, n, gate_up_out, s->mm_scratch,
+                       s->mm_scratch_floats);
+    tl_op_swiglu(m, s->gate, s->up, n * f);
     matmul(m, s, &L->w_down, s->gate, n, s->xn);
     add_rows(x, s->xn, n * d);
     return TL_OK;
