@@ -5,7 +5,7 @@
  * same thread pool, prefill tokens/s for a 128-token prompt, and decode tokens/s.
  *   decode bound  = DRAM bandwidth / weight bytes read per token (every matrix, plus one
  *                   embedding row); the host's bandwidth drifts, so decode runs in slices
- *                   of 4 tokens each preceded by a probe, and the ratio is the median
+ *                   of 8 tokens each preceded by a probe, and the ratio is the median
  *                   slice's decode speed over the median probe's bound
  *   prefill ratio = matmul FLOPs per second / FMA peak (attention FLOPs are counted too)
  * Reports medians of repeated runs. Usage:
@@ -19,6 +19,9 @@
 #include "base/clock.h"
 #include "kernels/probe.h"
 #include "model/llama.h"
+
+#define SLICE 8
+#define PROBE_BYTES ((size_t)256 << 20)
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -91,6 +94,9 @@ static int run_type(const char *dir, const char *type_name, int32_t type, int th
     for (int i = 0; i < n_prompt; i++) prompt[i] = 3 + (i * 7919) % (m->hp.n_vocab - 3);
     double pre[64], dec[64], slice_bw[64 * 64], slice_tps[64 * 64];
     int n_slices = 0;
+    void *probe_buf = malloc(PROBE_BYTES);
+    if (!probe_buf) return 1;
+    memset(probe_buf, 1, PROBE_BYTES);
     /* warm-up: touch every weight once */
     tl_context_reset(c);
     tl_decode(c, prompt, 1, logits);
@@ -100,14 +106,16 @@ static int run_type(const char *dir, const char *type_name, int32_t type, int th
         tl_decode(c, prompt, (size_t)n_prompt, logits);
         pre[r] = tl_now() - t0;
         /* this machine's memory bandwidth drifts by 2-3x within seconds (a shared host):
-         * decode runs in slices of 4 tokens, each preceded by a short probe; the ratio
+         * decode runs in slices of SLICE tokens, each preceded by a short probe over a
+         * buffer allocated once (a fresh one per probe costs the next slice its page
+         * faults and unmaps: 4-token slices then ran ~25% slower); the ratio
          * compares the median slice's decode speed with the median probe of the same
          * period (medians: single slices and probes catch spikes of contention) */
         int32_t tok = 5;
         dec[r] = 0;
         for (int i = 0; i < n_gen;) {
-            slice_bw[n_slices] = tl_probe_read_bandwidth(m->pool, (size_t)256 << 20, 3);
-            int slice = n_gen - i < 4 ? n_gen - i : 4;
+            slice_bw[n_slices] = tl_probe_read_buffer(m->pool, probe_buf, PROBE_BYTES, 3);
+            int slice = n_gen - i < SLICE ? n_gen - i : SLICE;
             t0 = tl_now();
             for (int e = i + slice; i < e; i++) {
                 if (tl_decode(c, &tok, 1, logits)) {
@@ -141,6 +149,7 @@ static int run_type(const char *dir, const char *type_name, int32_t type, int th
     fflush(stdout);
     free(prompt);
     free(logits);
+    free(probe_buf);
     tl_context_close(c);
     tl_model_close(m);
     return 0;

@@ -24,14 +24,9 @@ static double median(double *v, int n) {
     return v[n / 2];
 }
 
-double tl_probe_read_bandwidth(tl_pool *pool, size_t bytes, int reps) {
+double tl_probe_read_buffer(tl_pool *pool, const void *p, size_t bytes, int reps) {
     size_t n = bytes / sizeof(float);
-    float *p = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
-    if (!p || reps < 1 || reps > 64) {
-        free(p);
-        return 0;
-    }
-    memset(p, 0, n * sizeof(float)); /* fault the pages in before timing */
+    if (!p || n == 0 || reps < 1 || reps > 64) return 0;
     int tasks = 8 * tl_pool_threads(pool); /* several per thread: a late thread can't skew */
     read_job j = {p, n, (n + (size_t)tasks - 1) / (size_t)tasks, 0};
     double t[64];
@@ -40,8 +35,20 @@ double tl_probe_read_bandwidth(tl_pool *pool, size_t bytes, int reps) {
         tl_pool_run(pool, tasks, read_task, &j);
         t[r] = tl_now() - t0;
     }
-    free(p);
     return (double)(n * sizeof(float)) / median(t, reps);
+}
+
+double tl_probe_read_bandwidth(tl_pool *pool, size_t bytes, int reps) {
+    size_t n = bytes / sizeof(float);
+    float *p = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+    if (!p || reps < 1 || reps > 64) {
+        free(p);
+        return 0;
+    }
+    memset(p, 0, n * sizeof(float)); /* fault the pages in before timing */
+    double bw = tl_probe_read_buffer(pool, p, n * sizeof(float), reps);
+    free(p);
+    return bw;
 }
 
 typedef struct fma_job { size_t iters; volatile float sink; } fma_job;

@@ -11,6 +11,9 @@
 /* Streams `bytes` of freshly allocated memory (> last-level cache) `reps` times with all
  * pool threads; returns the median read bandwidth in bytes/s (0 on allocation failure). */
 double tl_probe_read_bandwidth(tl_pool *pool, size_t bytes, int reps);
+/* The same over the caller's buffer `p` of `bytes` (already faulted in), for benchmarks
+ * that probe often between runs and must not disturb them with page faults and unmaps. */
+double tl_probe_read_buffer(tl_pool *pool, const void *p, size_t bytes, int reps);
 /* Runs independent FMA chains on every pool thread; returns the median FLOP/s. */
 double tl_probe_fma_peak(tl_pool *pool, int reps);
 
