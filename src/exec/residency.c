@@ -224,6 +224,38 @@ static void plan_totals(const tl_model *m, tl_weight_plan *p) {
     p->resident_bytes = m->weight_bytes > streamed ? m->weight_bytes - streamed : 0;
 }
 
+/* Sets k of the n flags, evenly spaced: flag l is set when floor((l+1)k/n) > floor(lk/n). */
+static void spread_flags(uint8_t *flags, int n, int k) {
+    for (int l = 0; l < n; l++)
+        flags[l] = (uint8_t)((int64_t)(l + 1) * k / n > (int64_t)l * k / n);
+}
+
+/* The greedy fills layers from the first one, so the streamed parts would all be the last
+ * layers: while the resident first layers compute, the reader can fill its few buffers
+ * and then idles, and the streamed layers then wait on the disk one after another. The
+ * same number of resident parts spread evenly over the layers lets the reader stream
+ * during every resident layer's compute. Layers of one model have one shape, so the bytes
+ * do not change; if they did (budget exceeded), the greedy's choice stays. */
+static void spread_resident(const tl_model *m, tl_weight_plan *p, uint64_t budget) {
+    const int L = m->hp.n_layer;
+    uint8_t *keep_attn = malloc((size_t)L), *keep_ffn = malloc((size_t)L);
+    if (!keep_attn || !keep_ffn) { /* a layout preference: keep the greedy's choice */
+        free(keep_attn), free(keep_ffn);
+        return;
+    }
+    memcpy(keep_attn, p->attn_resident, (size_t)L);
+    memcpy(keep_ffn, p->ffn_resident, (size_t)L);
+    int ka = 0, kf = 0;
+    for (int l = 0; l < L; l++) ka += p->attn_resident[l], kf += p->ffn_resident[l];
+    spread_flags(p->attn_resident, L, ka);
+    spread_flags(p->ffn_resident, L, kf);
+    if (tl_weight_plan_bytes(m, p) > budget) {
+        memcpy(p->attn_resident, keep_attn, (size_t)L);
+        memcpy(p->ffn_resident, keep_ffn, (size_t)L);
+    }
+    free(keep_attn), free(keep_ffn);
+}
+
 tl_status tl_weight_plan_make(const tl_model *m, uint64_t budget, int prefetch, int overlap,
                               tl_weight_plan *p) {
     const int L = m->hp.n_layer;
@@ -263,6 +295,7 @@ tl_status tl_weight_plan_make(const tl_model *m, uint64_t budget, int prefetch, 
     }
     /* tied: the output is the embedding, resident only together with it */
     if (m->tied_output) p->output_resident = p->embd_resident;
+    spread_resident(m, p, budget);
     plan_totals(m, p);
     return TL_OK;
 }
