@@ -13,7 +13,9 @@
  * --replan: the re-planning experiment. Model 1, throughput regime, many prompts: a run
  * planned with the right profile, one planned with a profile whose disk bandwidth is
  * doubled and allowed to re-plan between blocks, and the same without re-planning.
+ * --case N runs only case N (0-based, in the table's order) and prints its phases.
  * Usage: bench_costmodel [--dir DIR] [--profile PATH] [--quick] [--replan] [--only-replan]
+ *                        [--case N]
  */
 #include <math.h>
 #include <stdio.h>
@@ -103,6 +105,7 @@ static char *make_prompt(tl_model *m, int n_tokens, int variant) {
 typedef struct outcome {
     tl_plan_result plan;
     double measured_s, measured_tps, disk_bps;
+    double pre_s, dec_s, pre_stall_s, dec_stall_s; /* measured, by phase */
     int ok;
     int32_t replans;
 } outcome;
@@ -199,6 +202,7 @@ static outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int r
         free(prompt);
         if (!st) {
             o.measured_s = gs.prefill_seconds + gs.decode_seconds;
+            o.pre_s = gs.prefill_seconds, o.dec_s = gs.decode_seconds;
             o.measured_tps = gs.n_generated / o.measured_s;
         }
     } else {
@@ -213,6 +217,8 @@ static outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int r
                                       NULL, NULL, NULL, rp ? tl_replanner_hook : NULL, rp, &bs);
         if (!st) {
             o.measured_s = bs.prefill_s + bs.decode_s;
+            o.pre_s = bs.prefill_s, o.dec_s = bs.decode_s;
+            o.pre_stall_s = bs.prefill_stall_s, o.dec_stall_s = bs.decode_stall_s;
             o.measured_tps = bs.generated_tokens / o.measured_s;
             o.replans = rp ? rp->switches : 0;
             if (rp)
@@ -285,16 +291,17 @@ static void replan_experiment(const tl_hw_profile *prof_in) {
 
 int main(int argc, char **argv) {
     const char *profile_path = NULL;
-    int quick = 0, replan = 0, only_replan = 0;
+    int quick = 0, replan = 0, only_replan = 0, only_case = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dir") && i + 1 < argc) snprintf(g_dir, sizeof g_dir, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile_path = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--replan")) replan = 1;
         else if (!strcmp(argv[i], "--only-replan")) replan = only_replan = 1;
+        else if (!strcmp(argv[i], "--case") && i + 1 < argc) only_case = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_costmodel [--dir DIR] [--profile PATH] [--quick] "
-                    "[--replan] [--only-replan]\n");
+                    "[--replan] [--only-replan] [--case N]\n");
             return 2;
         }
     }
@@ -321,7 +328,7 @@ int main(int argc, char **argv) {
         int group_start = 0;
         for (int i = 0; i < N_CASES; i++) {
             const bench_case *c = &cases[i];
-            if (quick && c->model == 1) continue;
+            if ((quick && c->model == 1) || (only_case >= 0 && i != only_case)) continue;
             outcome o = run_case(c, &prof, 0, 1);
             if (!o.ok) continue;
             double e = (o.measured_s - o.plan.cost.total_s) / o.measured_s;
@@ -331,6 +338,17 @@ int main(int argc, char **argv) {
             print_policy(&o.plan.policy);
             printf("  %9.2f %9.2f %+6.1f%% %9.2f  %s (disk %.2f GB/s)\n", o.plan.cost.total_s,
                    o.measured_s, 100 * e, o.measured_tps, o.plan.cost.bottleneck, o.disk_bps / 1e9);
+            if (only_case >= 0) /* one case: its phases in detail */
+                printf("      prefill: predicted %.2f s (compute %.2f, IO %.2f), measured %.2f s "
+                       "(stall %.2f) | decode: predicted %.2f s (compute %.2f, IO %.2f), "
+                       "measured %.2f s (stall %.2f)\n", o.plan.cost.prefill_s,
+                       o.plan.cost.prefill.compute_s,
+                       o.plan.cost.prefill.weight_read_s + o.plan.cost.prefill.kv_read_s +
+                           o.plan.cost.prefill.kv_write_s,
+                       o.pre_s, o.pre_stall_s, o.plan.cost.decode_s, o.plan.cost.decode.compute_s,
+                       o.plan.cost.decode.weight_read_s + o.plan.cost.decode.kv_read_s +
+                           o.plan.cost.decode.kv_write_s,
+                       o.dec_s, o.dec_stall_s);
             fflush(stdout);
             if (i == group_start) group_best = 0;
             if (!c->automatic && o.measured_tps > group_best) group_best = o.measured_tps;

@@ -36,5 +36,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     for (int c = 0; c < TL_PROF_N_CHUNK; c++)
         if (tl_prof_chunks[c] >= m->params.io_chunk_bytes)
             for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof->disk_read_bps[c][d] *= *ratio;
+    /* cumulative: a second calibration measures against the already scaled figures */
+    prof->io_stream_ratio = (prof->io_stream_ratio > 0 ? prof->io_stream_ratio : 1) * *ratio;
     return TL_OK;
 }
