@@ -153,9 +153,10 @@ static outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int r
     fixed.prefill_rows = c->rows;
     tl_status st = c->automatic ? tl_plan_search(m, prof, &rq, &o.plan)
                                 : tl_plan_evaluate(m, prof, &rq.w, &fixed, &o.plan);
-    /* place, then time one pass of the engine's own streaming (plan/calibrate.h): the
-     * disk as the model file reads now, in the same run; auto re-plans on it as the CLI
-     * does, a fixed policy is predicted again with it */
+    /* place, then time the engine's own streaming and its matrix-vector products over
+     * the resident weights (plan/calibrate.h): the disk and the memory as they are now, in
+     * the same run; auto re-plans on them as the CLI does, a fixed policy is predicted
+     * again with them */
     for (int round = 0; round < 2 && !st; round++) {
         tl_batch_params bp = tl_batch_default_params();
         tl_plan_apply(&o.plan.policy, m, &bp);
@@ -166,6 +167,7 @@ static outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int r
         if (round == 1 || !calibrate) break;
         double bps, ratio;
         if ((st = tl_plan_calibrate_disk(m, &cal, &bps, &ratio))) break;
+        if ((st = tl_plan_calibrate_compute(m, &cal, &ratio))) break;
         tl_plan_result again;
         st = c->automatic ? tl_plan_search(m, prof, &rq, &again)
                           : tl_plan_evaluate(m, prof, &rq.w, &o.plan.policy, &again);

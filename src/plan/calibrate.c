@@ -1,7 +1,13 @@
 /* calibrate.c - see calibrate.h. */
+#include <stdlib.h>
 #include "calibrate.h"
+#include "cost.h"
+#include "../base/budget.h"
+#include "../base/clock.h"
 #include "../base/status.h"
 #include "../exec/residency.h"
+#include "../kernels/kernels.h"
+#include "../model/ops.h"
 
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio) {
@@ -38,5 +44,67 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
             for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof->disk_read_bps[c][d] *= *ratio;
     /* cumulative: a second calibration measures against the already scaled figures */
     prof->io_stream_ratio = (prof->io_stream_ratio > 0 ? prof->io_stream_ratio : 1) * *ratio;
+    return TL_OK;
+}
+
+/* Resident matrices timed per calibration: enough to stream from DRAM, not from cache. */
+#define COMPUTE_MIN_BYTES ((uint64_t)128 << 20)
+#define COMPUTE_MAX_BYTES ((uint64_t)384 << 20)
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ratio) {
+    *ratio = 1;
+    if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating compute: nothing placed");
+    tl_weight *all[4096], *use[4096];
+    size_t n_all = tl_llama_weights(m, all, 4096), n = 0, max_rows = 0, max_cols = 0;
+    uint64_t bytes = 0;
+    if (n_all > 4096) n_all = 4096;
+    for (size_t i = 0; i < n_all && bytes < COMPUTE_MAX_BYTES; i++) {
+        tl_weight *w = all[i];
+        if (!w->data || w->convert || w->rows < 2 || w->cols < 2 || w == &m->tok_embd) continue;
+        use[n++] = w;
+        bytes += tl_type_row_bytes(w->type, w->cols) * w->rows;
+        if (w->rows > max_rows) max_rows = w->rows;
+        if (w->cols > max_cols) max_cols = w->cols;
+    }
+    if (bytes < COMPUTE_MIN_BYTES) return TL_OK; /* too little resident to measure */
+    const size_t threads = (size_t)tl_pool_threads(m->pool);
+    const size_t sf = (tl_matmul_scratch_floats(max_cols, 1) + 15) / 16 * 16;
+    float *X = NULL, *Y = NULL, *scratch = NULL;
+    /* from the budget like everything else; if it has no room, nothing is measured */
+    if (tl_budget_calloc(m->budget, max_cols * sizeof(float), "compute calibration", (void **)&X) ||
+        tl_budget_calloc(m->budget, max_rows * sizeof(float), "compute calibration", (void **)&Y) ||
+        tl_budget_calloc(m->budget, threads * sf * sizeof(float), "compute calibration",
+                         (void **)&scratch)) {
+        tl_budget_free(m->budget, X), tl_budget_free(m->budget, Y);
+        tl_budget_free(m->budget, scratch);
+        tl_error_clear();
+        return TL_OK;
+    }
+    double predicted = 0, t[3];
+    for (size_t i = 0; i < n; i++) predicted += tl_cost_matmul(prof, use[i], 1);
+    for (int r = 0; r < 3; r++) {
+        double t0 = tl_now();
+        for (size_t i = 0; i < n; i++) tl_op_matmul(m, use[i], X, 1, Y, scratch, sf);
+        t[r] = tl_now() - t0;
+    }
+    tl_budget_free(m->budget, X), tl_budget_free(m->budget, Y), tl_budget_free(m->budget, scratch);
+    qsort(t, 3, sizeof t[0], cmp_double);
+    if (predicted <= 0 || t[1] <= 0) return TL_OK;
+    *ratio = t[1] / predicted;
+    /* the memory-bound products (up to 4 rows, the matrix-vector kernel on one group)
+     * follow the measurement; larger ones re-read their weights from cache and keep
+     * their figures (scaling 8-row products by the 1-row ratio over-predicted them by
+     * 25% in bench_costmodel) */
+    for (int ty = 0; ty < TL_PROF_N_TYPE; ty++)
+        for (int r = 0; r < TL_PROF_N_ROWS; r++)
+            if (tl_prof_rows[r] <= 4) {
+                prof->matmul_macs[ty][r] /= *ratio;
+                prof->matmul_call_s[ty][r] *= *ratio;
+            }
     return TL_OK;
 }

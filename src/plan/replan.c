@@ -77,13 +77,15 @@ int tl_replanner_hook(void *user, tl_model *m, const tl_batch_stats *s, int32_t 
     tl_replanner *r = user;
     if (!r->started) { /* before the first block: one pass of the engine's own streaming */
         r->started = 1;
-        double bps, ratio = 1;
+        double bps, ratio = 1, cratio = 1;
         int sw = 0;
         if (tl_plan_calibrate_disk(m, &r->prof, &bps, &ratio) == TL_OK) {
             r->disk_ratio = ratio;
+            if (tl_plan_calibrate_compute(m, &r->prof, &cratio)) cratio = 1;
             /* time for time: the profile predicted 1/ratio of what one pass took */
-            if (fabs(1 / ratio - 1) > r->threshold)
-                sw = search_again(r, m, prompts_left, bp, "before the first block", 1 / ratio, 1);
+            if (fabs(1 / ratio - 1) > r->threshold || fabs(cratio - 1) > r->threshold)
+                sw = search_again(r, m, prompts_left, bp, "before the first block", 1 / ratio,
+                                  cratio);
         }
         r->prev = *s;
         tl_aio_get_stats(m->aio, &r->aio_prev);
