@@ -18,12 +18,8 @@
  *                    compute that runs while the disk streams is s times slower
  *                    (s = the profile's slowdowns, io_slowdown_matvec for products of
  *                    <= 4 rows and io_compute_slowdown for the rest, weighted by time;
- *                    for products of <= 32 rows, which stream their weights from memory,
- *                    the excess s - 1 is scaled by the calibrated stream rate over the
- *                    rate it was measured at: 1 + (s - 1) * io_stream_ratio. Measured:
- *                    TinyLlama 8 x 4-row micro-batches at 600 MiB decode, streaming the
- *                    model file at 4.4 GB/s against the profile's 1.5, predicted 28% short
- *                    unscaled, 7% short scaled)
+ *                    after placement the matvec figure is re-measured while the model
+ *                    file itself streams, plan/calibrate.h)
  *                  = compute + weight + KV reads + KV writes       without overlap
  * One pass of the engine reads every streamed layer once (and the output when any row
  * needs logits), whatever the number of micro-batches: the block schedule's reuse.
@@ -35,7 +31,6 @@
 #include <string.h>
 #include "cost.h"
 #include "../base/status.h"
-#include "../kernels/kernels.h"
 #include "../kernels/types.h"
 
 #define SLOT_ALIGN 4096.0
@@ -62,7 +57,7 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
     const double kvd = (double)hp->n_head_kv * hd;
     const double attn_per_pos = hp->n_head * hd * prof->attn_s_per_mac;
     const double decode_per_pos = 2.0 * hp->n_head_kv * kvd * kv_bits_decode_s(prof, kv_bits);
-    double t = 0, all_rows = 0, t_matvec = 0, t_grouped = 0;
+    double t = 0, all_rows = 0, t_matvec = 0;
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const tl_llama_layer *L = &m->layers[l];
         const tl_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
@@ -72,7 +67,6 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
             for (int i = 0; i < 7; i++) mm += tl_cost_matmul(prof, ws[i], rows[k]);
             t += mm;
             if (rows[k] <= 4) t_matvec += mm;
-            else if (rows[k] <= TL_MATMUL_GROUPED_MAX_N) t_grouped += mm;
             t += ctx_sum[k] * attn_per_pos + stored_sum[k] * decode_per_pos;
             t += rows[k] * (4 * d + 3 * f) * prof->elementwise_s;
             t += prof->layer_fixed_s;
@@ -88,13 +82,9 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
         t += logit_rows * (d + (double)hp->n_vocab) * prof->elementwise_s;
     }
     if (slowdown) { /* the time-weighted slowdown while the disk streams */
-        const double ratio = prof->io_stream_ratio > 0 ? prof->io_stream_ratio : 1;
         double sm = prof->io_compute_slowdown > 1 ? prof->io_compute_slowdown : 1;
-        double sv = prof->io_slowdown_matvec > 1 ? prof->io_slowdown_matvec : sm;
-        double sg = 1 + (sm - 1) * ratio; /* grouped matvec (5..32 rows) */
-        sv = 1 + (sv - 1) * ratio;
-        *slowdown = t > 0 ? (t_matvec * sv + t_grouped * sg + (t - t_matvec - t_grouped) * sm) / t
-                          : sm;
+        double sv = prof->io_slowdown_matvec > 1 ? prof->io_slowdown_matvec : 1;
+        *slowdown = t > 0 ? (t_matvec * sv + (t - t_matvec) * sm) / t : sm;
     }
     return t;
 }

@@ -71,15 +71,6 @@ typedef struct tl_hw_profile {
      * hit harder): io_slowdown_matvec applies to products of at most 4 rows */
     double io_compute_slowdown;
     double io_slowdown_matvec;
-    /* Not stored in the file: the rate the model file streams at over the rate the
-     * profile's own reader had while the slowdowns were measured (its temporary file, the
-     * engine's 1 MiB x 8 requests), set by the disk calibration (plan/calibrate.c);
-     * 0 counts as 1. The interference is DMA traffic and completions, which grow with the
-     * bytes per second, so the cost model scales the slowdowns' excess by it for the
-     * memory-bound products (at most TL_MATMUL_GROUPED_MAX_N rows, which run the
-     * matrix-vector kernel); larger products (GEMM, compute-bound) keep the measured
-     * io_compute_slowdown. */
-    double io_stream_ratio;
 } tl_hw_profile;
 
 /* Index of a GGML type id in the kernel table, or -1. */

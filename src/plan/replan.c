@@ -127,7 +127,6 @@ int tl_replanner_hook(void *user, tl_model *m, const tl_batch_stats *s, int32_t 
     if (io_off) {
         for (int c = 0; c < TL_PROF_N_CHUNK; c++)
             for (int d = 0; d < TL_PROF_N_DEPTH; d++) r->prof.disk_read_bps[c][d] /= io_ratio;
-        r->prof.io_stream_ratio = (r->prof.io_stream_ratio > 0 ? r->prof.io_stream_ratio : 1) / io_ratio;
     }
     if (compute_off) {
         for (int t = 0; t < TL_PROF_N_TYPE; t++)
