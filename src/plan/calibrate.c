@@ -1,7 +1,4 @@
 /* calibrate.c - see calibrate.h. */
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "calibrate.h"
@@ -58,55 +55,11 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* One pass of the engine's streaming on its own thread, while the caller computes. */
-typedef struct stream_job {
-    tl_residency *res;
-    tl_status st;
-    char msg[256];
-    double seconds;
-    uint64_t bytes;
-    atomic_int done;
-} stream_job;
-
-static void *stream_main(void *arg) {
-    stream_job *j = arg;
-    j->st = tl_residency_measure_io(j->res, &j->seconds, &j->bytes);
-    if (j->st) snprintf(j->msg, sizeof j->msg, "%s", tl_last_error());
-    atomic_store(&j->done, 1);
-    return NULL;
-}
-
 static double matvec_pass(tl_model *m, tl_weight *const *use, size_t n, const float *X, float *Y,
                           float *scratch, size_t sf) {
     double t0 = tl_now();
     for (size_t i = 0; i < n; i++) tl_op_matmul(m, use[i], X, 1, Y, scratch, sf);
     return tl_now() - t0;
-}
-
-/* Median seconds of the passes that ran entirely while the disk streamed (0: none did);
- * the stream's error, if any, is returned. */
-static tl_status matvec_while_streaming(tl_model *m, tl_weight *const *use, size_t n,
-                                        const float *X, float *Y, float *scratch, size_t sf,
-                                        double *median_s) {
-    *median_s = 0;
-    stream_job j;
-    memset(&j, 0, sizeof j);
-    j.res = m->res;
-    atomic_init(&j.done, 0);
-    pthread_t th;
-    if (pthread_create(&th, NULL, stream_main, &j) != 0) return TL_OK; /* not measured */
-    double t[64];
-    int k = 0;
-    while (k < 64 && !atomic_load(&j.done)) {
-        double s = matvec_pass(m, use, n, X, Y, scratch, sf);
-        if (!atomic_load(&j.done)) t[k++] = s; /* the stream outlasted the whole pass */
-    }
-    pthread_join(th, NULL);
-    if (j.st) return tl_error_set(j.st, "%s", j.msg);
-    if (k == 0) return TL_OK;
-    qsort(t, (size_t)k, sizeof t[0], cmp_double);
-    *median_s = t[k / 2];
-    return TL_OK;
 }
 
 tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ratio) {
@@ -138,19 +91,12 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
         tl_error_clear();
         return TL_OK;
     }
-    double predicted = 0, t[3], busy = 0;
+    double predicted = 0, t[3];
     for (size_t i = 0; i < n; i++) predicted += tl_cost_matmul(prof, use[i], 1);
     for (int r = 0; r < 3; r++) t[r] = matvec_pass(m, use, n, X, Y, scratch, sf);
-    /* and while the engine streams its layers, when it streams any */
-    tl_status st = matvec_while_streaming(m, use, n, X, Y, scratch, sf, &busy);
     tl_budget_free(m->budget, X), tl_budget_free(m->budget, Y), tl_budget_free(m->budget, scratch);
-    if (st) return tl_error_wrap(st, "calibrating compute while the model file streams");
     qsort(t, 3, sizeof t[0], cmp_double);
     if (predicted <= 0 || t[1] <= 0) return TL_OK;
-    if (busy > 0) {
-        /* the slowdown of matrix-vector products at this stream's real rate */
-        prof->io_slowdown_matvec = busy / t[1] > 1 ? busy / t[1] : 1;
-    }
     *ratio = t[1] / predicted;
     /* the memory-bound products (up to 4 rows, the matrix-vector kernel on one group)
      * follow the measurement; larger ones re-read their weights from cache and keep

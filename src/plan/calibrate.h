@@ -30,12 +30,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
  * *ratio stays 1) are timed, median of 3 passes, against the profile's prediction for
  * them, and *ratio = measured / predicted scales the profile's rates for products of up
  * to 4 rows (memory-bound; larger products re-read their weights from cache and keep
- * their figures). When the engine streams weights, the same products are also timed
- * while one pass of its streaming runs on another thread (tl_residency_measure_io), and
- * their slowdown at this stream's real rate replaces the profile's io_slowdown_matvec
- * (measured by the profile on its temporary file at another rate). Call after
- * tl_plan_calibrate_disk. Its few KiB of buffers come from the budget (none free:
- * skipped). */
+ * their figures). Its few KiB of buffers come from the budget (none free: skipped). */
 tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ratio);
 
 #endif

@@ -17,9 +17,7 @@
  *                    compute' = compute + (s - 1) * min(IO, compute): the part of the
  *                    compute that runs while the disk streams is s times slower
  *                    (s = the profile's slowdowns, io_slowdown_matvec for products of
- *                    <= 4 rows and io_compute_slowdown for the rest, weighted by time;
- *                    after placement the matvec figure is re-measured while the model
- *                    file itself streams, plan/calibrate.h)
+ *                    <= 4 rows and io_compute_slowdown for the rest, weighted by time)
  *                  = compute + weight + KV reads + KV writes       without overlap
  * One pass of the engine reads every streamed layer once (and the output when any row
  * needs logits), whatever the number of micro-batches: the block schedule's reuse.
