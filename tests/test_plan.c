@@ -148,6 +148,38 @@ static void hand_slowdown(const char *path) {
     tl_model_close(m);
 }
 
+/* The weight plan spreads its resident parts evenly over the layers (the reader then
+ * streams during every resident layer's compute): for every budget, k resident parts of
+ * a kind out of L sit at the layers l with floor((l+1)k/L) > floor(lk/L). */
+static void spread_placement(const char *path) {
+    int checked = 0, partial = 0;
+    for (uint64_t kib = 1024; kib <= 8192; kib += 256) {
+        tl_model_params mp = tl_model_default_params();
+        mp.n_threads = 1;
+        mp.mem_budget = kib << 10;
+        tl_model *m;
+        if (tl_model_open(path, &mp, &m) != TL_OK) continue;
+        tl_weight_plan plan;
+        if (tl_engine_plan_weights(m, tl_context_budget_bytes(m, 16, 4), 1, 1, 100, &plan) == TL_OK) {
+            const int L = m->hp.n_layer;
+            int ka = 0, kf = 0, bad = 0;
+            for (int l = 0; l < L; l++) ka += plan.attn_resident[l], kf += plan.ffn_resident[l];
+            for (int l = 0; l < L; l++) {
+                bad += plan.attn_resident[l] != ((l + 1) * ka / L > l * ka / L);
+                bad += plan.ffn_resident[l] != ((l + 1) * kf / L > l * kf / L);
+            }
+            CHECK_MSG(bad == 0, "budget %d KiB: %d of %d attention and %d FFN parts resident, "
+                      "%d flags off the even spread", (int)kib, ka, L, kf, bad);
+            partial += (kf > 0 && kf < L) || (ka > 0 && ka < L);
+            checked++;
+            tl_weight_plan_free(&plan);
+        }
+        tl_model_close(m);
+    }
+    CHECK_MSG(checked >= 8 && partial >= 3, "%d budgets planned, %d with some parts streamed",
+              checked, partial);
+}
+
 static void hand_batch_spill(const char *path) {
     tl_model_params mp = tl_model_default_params();
     mp.n_threads = 1;
@@ -397,6 +429,9 @@ int main(void) {
     hand_single(p1);
     hand_batch_spill(p1);
     hand_slowdown(p1);
+    char p3[256];
+    if (!synth("spread", 300, 128, 320, 8, 8, 2, 0, p3, sizeof p3)) return 1;
+    spread_placement(p3);
     if (!synth("lp", 300, 256, 512, 4, 8, 8, 0, p2, sizeof p2)) return 1;
     tl_policy pol = {0, 4, 4, 512, 100, 100, 32, 16, 1, 1, 300};
     tl_workload w = {200, 64, 16};
