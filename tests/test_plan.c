@@ -65,14 +65,20 @@ static int close_to(double a, double b, double rel) {
     return fabs(a - b) <= rel * fmax(fabs(a), fabs(b)) + 1e-15;
 }
 
+/* The model at `path` on one thread with a memory budget (NULL on failure, checked). */
+static tl_model *open_model(const char *path, uint64_t budget) {
+    tl_model_params mp = tl_model_default_params();
+    mp.n_threads = 1;
+    mp.mem_budget = budget;
+    tl_model *m = NULL;
+    CHECK(tl_model_open(path, &mp, &m) == TL_OK);
+    return m;
+}
+
 /* ---- 1. hand-computed terms ---- */
 
 static void hand_single(const char *path) {
-    tl_model_params mp = tl_model_default_params();
-    mp.n_threads = 1;
-    mp.mem_budget = 64u << 20;
-    tl_model *m;
-    CHECK(tl_model_open(path, &mp, &m) == TL_OK);
+    tl_model *m = open_model(path, 64u << 20);
     if (!m) return;
     tl_hw_profile prof;
     round_profile(&prof);
@@ -126,11 +132,7 @@ static void hand_single(const char *path) {
 /* The slowdown while the disk streams, by product size: products of <= 4 rows use
  * io_slowdown_matvec, the rest io_compute_slowdown, weighted by their time. */
 static void hand_slowdown(const char *path) {
-    tl_model_params mp = tl_model_default_params();
-    mp.n_threads = 1;
-    mp.mem_budget = 64u << 20;
-    tl_model *m;
-    CHECK(tl_model_open(path, &mp, &m) == TL_OK);
+    tl_model *m = open_model(path, 64u << 20);
     if (!m) return;
     tl_hw_profile prof;
     round_profile(&prof);
@@ -181,11 +183,7 @@ static void spread_placement(const char *path) {
 }
 
 static void hand_batch_spill(const char *path) {
-    tl_model_params mp = tl_model_default_params();
-    mp.n_threads = 1;
-    mp.mem_budget = 256u << 20;
-    tl_model *m;
-    CHECK(tl_model_open(path, &mp, &m) == TL_OK);
+    tl_model *m = open_model(path, 256u << 20);
     if (!m) return;
     tl_hw_profile prof;
     round_profile(&prof);
