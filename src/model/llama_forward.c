@@ -143,7 +143,6 @@ static void attn_task(void *arg, int task, int thread) {
     const float scale = 1.0f / sqrtf((float)hd);
     const float *q = j->q + (size_t)r * qd + (size_t)g * group * hd;
     float *out = j->out + (size_t)r * qd + (size_t)g * group * hd;
-    int32_t page_tokens = 0;
     /* pass 1: scores of every visible position */
     for (int32_t p = 0, t0 = 0; t0 <= pos; p++) {
         const float *K, *V;
@@ -153,7 +152,6 @@ static void attn_task(void *arg, int task, int thread) {
             j->status = st ? st : TL_ERR_INVALID;
             return;
         }
-        if (!page_tokens) page_tokens = n;
         const int32_t kvd = n_kv * hd, cnt = n < pos + 1 - t0 ? n : pos + 1 - t0;
         (fast ? tl_attn_scores_fast : tl_attn_scores_ref)(q, (size_t)group, (size_t)hd,
                                                           K + (size_t)g * hd, (size_t)kvd,

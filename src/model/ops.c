@@ -84,23 +84,18 @@ void tl_op_matmul_multi(tl_model *m, const tl_weight *const *ws, size_t nw, cons
     size_t threads = (size_t)tl_pool_threads(m->pool);
     size_t bounds[2 * MAX_CHUNKS * TL_MATMUL_MULTI_MAX];
     unsigned char which[MAX_CHUNKS * TL_MATMUL_MULTI_MAX];
-    if (nw > TL_MATMUL_MULTI_MAX) { /* not in this project: callers pass at most 3 */
-        tl_op_matmul_multi(m, ws, TL_MATMUL_MULTI_MAX, X, n, Ys, scratch, scratch_floats);
-        tl_op_matmul_multi(m, ws + TL_MATMUL_MULTI_MAX, nw - TL_MATMUL_MULTI_MAX, X, n,
-                           Ys + TL_MATMUL_MULTI_MAX, scratch, scratch_floats);
-        return;
-    }
     /* one shared rounding of X serves all the matrices only when they agree on type and
-     * width; otherwise each gets its own run */
+     * width (and the task arrays hold them); otherwise each gets its own run */
     const tl_type type = ws[0]->type;
     const size_t k = ws[0]->cols;
     const int act = !m->use_reference && tl_matmul_act_floats(type, k, n) != 0;
-    for (size_t i = 1; i < nw; i++)
-        if (ws[i]->type != type || ws[i]->cols != k) {
-            for (size_t w = 0; w < nw; w++)
-                tl_op_matmul_multi(m, ws + w, 1, X, n, Ys + w, scratch, scratch_floats);
-            return;
-        }
+    int together = nw <= TL_MATMUL_MULTI_MAX;
+    for (size_t i = 1; i < nw && together; i++) together = ws[i]->type == type && ws[i]->cols == k;
+    if (!together) {
+        for (size_t w = 0; w < nw; w++)
+            tl_op_matmul_multi(m, ws + w, 1, X, n, Ys + w, scratch, scratch_floats);
+        return;
+    }
     size_t tasks = split_rows(ws, nw, threads, n, bounds, which);
     matmul_job j = {ws, X, n, bounds, which, NULL, Ys, scratch, scratch_floats, m->use_reference};
     if (act) {

@@ -1,6 +1,4 @@
 /* calibrate.c - see calibrate.h. */
-#include <stdlib.h>
-#include <string.h>
 #include "calibrate.h"
 #include "cost.h"
 #include "../base/budget.h"
@@ -9,6 +7,17 @@
 #include "../exec/residency.h"
 #include "../kernels/kernels.h"
 #include "../model/ops.h"
+
+/* The median of n <= 5 values (sorted in place, insertion sort). */
+static double median_small(double *v, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return v[n / 2];
+}
 
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio) {
@@ -29,13 +38,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
         rate[n++] = (double)bytes / seconds;
         total += bytes;
     }
-    for (int i = 1; i < n; i++) /* insertion sort, n <= 5 */
-        for (int j = i; j > 0 && rate[j] < rate[j - 1]; j--) {
-            double t = rate[j];
-            rate[j] = rate[j - 1];
-            rate[j - 1] = t;
-        }
-    *measured_bps = rate[n / 2];
+    *measured_bps = median_small(rate, n);
     *ratio = *measured_bps / tl_profile_read_bps(prof, m->params.io_chunk_bytes,
                                                  m->params.io_queue_depth);
     /* only what was measured: requests of the engine's chunk size and larger (KV pages
@@ -49,11 +52,6 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
 /* Resident matrices timed per calibration: enough to stream from DRAM, not from cache. */
 #define COMPUTE_MIN_BYTES ((uint64_t)128 << 20)
 #define COMPUTE_MAX_BYTES ((uint64_t)384 << 20)
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static double matvec_pass(tl_model *m, tl_weight *const *use, size_t n, const float *X, float *Y,
                           float *scratch, size_t sf) {
@@ -95,9 +93,9 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
     for (size_t i = 0; i < n; i++) predicted += tl_cost_matmul(prof, use[i], 1);
     for (int r = 0; r < 3; r++) t[r] = matvec_pass(m, use, n, X, Y, scratch, sf);
     tl_budget_free(m->budget, X), tl_budget_free(m->budget, Y), tl_budget_free(m->budget, scratch);
-    qsort(t, 3, sizeof t[0], cmp_double);
-    if (predicted <= 0 || t[1] <= 0) return TL_OK;
-    *ratio = t[1] / predicted;
+    const double measured = median_small(t, 3);
+    if (predicted <= 0 || measured <= 0) return TL_OK;
+    *ratio = measured / predicted;
     /* the memory-bound products (up to 4 rows, the matrix-vector kernel on one group)
      * follow the measurement; larger ones re-read their weights from cache and keep
      * their figures (scaling 8-row products by the 1-row ratio over-predicted them by

@@ -124,10 +124,9 @@ int tl_replanner_hook(void *user, tl_model *m, const tl_batch_stats *s, int32_t 
     const int compute_off = fabs(compute_ratio - 1) > r->threshold;
     if (!io_off && !compute_off) return 0;
     /* correct the profile by what was measured */
-    if (io_off) {
+    if (io_off)
         for (int c = 0; c < TL_PROF_N_CHUNK; c++)
             for (int d = 0; d < TL_PROF_N_DEPTH; d++) r->prof.disk_read_bps[c][d] /= io_ratio;
-    }
     if (compute_off) {
         for (int t = 0; t < TL_PROF_N_TYPE; t++)
             for (int n = 0; n < TL_PROF_N_ROWS; n++) r->prof.matmul_macs[t][n] /= compute_ratio;
