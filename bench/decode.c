@@ -94,9 +94,8 @@ static int run_type(const char *dir, const char *type_name, int32_t type, int th
     for (int i = 0; i < n_prompt; i++) prompt[i] = 3 + (i * 7919) % (m->hp.n_vocab - 3);
     double pre[64], dec[64], slice_bw[64 * 64], slice_tps[64 * 64];
     int n_slices = 0;
-    void *probe_buf = malloc(PROBE_BYTES);
+    void *probe_buf = tl_probe_buffer(PROBE_BYTES); /* huge pages, as the weights */
     if (!probe_buf) return 1;
-    memset(probe_buf, 1, PROBE_BYTES);
     /* warm-up: touch every weight once */
     tl_context_reset(c);
     tl_decode(c, prompt, 1, logits);

@@ -39,7 +39,7 @@ void tl_budget_close(tl_budget *b) {
 #define HUGE_PAGE ((uintptr_t)2 << 20)
 #define HUGE_MIN ((size_t)4 << 20)
 
-static void advise_huge_pages(void *raw, size_t total) {
+void tl_advise_huge_pages(void *raw, size_t total) {
 #ifdef MADV_HUGEPAGE
     if (total < HUGE_MIN) return;
     uintptr_t start = ((uintptr_t)raw + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
@@ -87,7 +87,7 @@ tl_status tl_budget_alloc(tl_budget *b, size_t size, size_t align, const char *w
         return tl_error_set(TL_ERR_NOMEM, "out of memory allocating %.1f MiB for %s",
                             size / 1048576.0, what);
     }
-    advise_huge_pages(raw, total);
+    tl_advise_huge_pages(raw, total);
     uintptr_t p = ((uintptr_t)raw + sizeof(header) + align - 1) & ~(uintptr_t)(align - 1);
     header h = {raw, total};
     memcpy((char *)p - sizeof h, &h, sizeof h);

@@ -25,6 +25,11 @@ tl_status tl_budget_alloc(tl_budget *b, size_t size, size_t align, const char *w
 tl_status tl_budget_calloc(tl_budget *b, size_t size, const char *what, void **out);
 void tl_budget_free(tl_budget *b, void *ptr);
 
+/* Asks for transparent huge pages over the 2 MiB-aligned interior of [p, p + bytes) when
+ * bytes >= 4 MiB (a hint, ignored where THP is off). Budget blocks get it; so does any
+ * buffer that must stream like the weights do (the bandwidth probe). */
+void tl_advise_huge_pages(void *p, size_t bytes);
+
 uint64_t tl_budget_limit(const tl_budget *b);
 uint64_t tl_budget_used(const tl_budget *b);
 uint64_t tl_budget_peak(const tl_budget *b);

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "probe.h"
+#include "../base/budget.h"
 #include "../base/clock.h"
 
 typedef struct read_job { const float *p; size_t n, per; volatile float sink; } read_job;
@@ -38,15 +39,19 @@ double tl_probe_read_buffer(tl_pool *pool, const void *p, size_t bytes, int reps
     return (double)(n * sizeof(float)) / median(t, reps);
 }
 
+void *tl_probe_buffer(size_t bytes) {
+    size_t huge = (size_t)2 << 20, total = (bytes + huge - 1) / huge * huge;
+    if (bytes == 0 || total < bytes) return NULL;
+    void *p = aligned_alloc(huge, total);
+    if (!p) return NULL;
+    tl_advise_huge_pages(p, total); /* as the engine's budget blocks: same TLB behaviour */
+    memset(p, 1, total);            /* fault the pages in before timing */
+    return p;
+}
+
 double tl_probe_read_bandwidth(tl_pool *pool, size_t bytes, int reps) {
-    size_t n = bytes / sizeof(float);
-    float *p = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
-    if (!p || reps < 1 || reps > 64) {
-        free(p);
-        return 0;
-    }
-    memset(p, 0, n * sizeof(float)); /* fault the pages in before timing */
-    double bw = tl_probe_read_buffer(pool, p, n * sizeof(float), reps);
+    void *p = tl_probe_buffer(bytes);
+    double bw = p ? tl_probe_read_buffer(pool, p, bytes, reps) : 0;
     free(p);
     return bw;
 }

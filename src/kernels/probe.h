@@ -8,12 +8,19 @@
 #include <stddef.h>
 #include "../base/threadpool.h"
 
-/* Streams `bytes` of freshly allocated memory (> last-level cache) `reps` times with all
+/* The probe reads as fast as this machine allows, so a ratio to it is honest: memory
+ * with the same huge-page advice as the engine's weights (with 4 KiB pages the probe
+ * read ~30 GB/s where the weights streamed at up to 36 on a 2-core Xeon VM, and decode
+ * looked like 99% of a bound it was not), two streams per task (a few % more than one).
+ *
+ * Streams `bytes` of freshly allocated memory (> last-level cache) `reps` times with all
  * pool threads; returns the median read bandwidth in bytes/s (0 on allocation failure). */
 double tl_probe_read_bandwidth(tl_pool *pool, size_t bytes, int reps);
 /* The same over the caller's buffer `p` of `bytes` (already faulted in), for benchmarks
  * that probe often between runs and must not disturb them with page faults and unmaps. */
 double tl_probe_read_buffer(tl_pool *pool, const void *p, size_t bytes, int reps);
+/* A probe buffer of `bytes`: 2 MiB-aligned, huge pages advised, faulted in (free()). */
+void *tl_probe_buffer(size_t bytes);
 /* Runs independent FMA chains on every pool thread; returns the median FLOP/s. */
 double tl_probe_fma_peak(tl_pool *pool, int reps);
 

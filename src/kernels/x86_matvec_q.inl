@@ -92,7 +92,8 @@ static ALWAYS_INLINE void matvec_q(tl_type type, const int N, const uint8_t *W, 
     const int G = N == 1 ? 2 : 1;
     const size_t nb = k / TL_QK, np = (nb + 1) / 2, bb = q_block_bytes(type), row_bytes = nb * bb;
     const size_t full = nb / 2; /* pairs with two blocks */
-    prefetch_start(W + j0 * row_bytes, (j1 - j0) * row_bytes);
+    const size_t pf = tl__prefetch_distance();
+    prefetch_start(W + j0 * row_bytes, (j1 - j0) * row_bytes, pf);
     for (size_t j = j0; j < j1; j++) {
         const uint8_t *p = W + j * row_bytes;
         __m256 acc[2][TL_MATVEC_MAX_N];
@@ -104,7 +105,7 @@ static ALWAYS_INLINE void matvec_q(tl_type type, const int N, const uint8_t *W, 
         for (; r + G <= full; r += G, p += 2 * G * bb) {
             UNROLL
             for (size_t o = 0; o < 2 * G * bb; o += 64)
-                _mm_prefetch((const char *)(p + TL_PREFETCH + o), _MM_HINT_T0);
+                _mm_prefetch((const char *)(p + pf + o), _MM_HINT_T0);
             UNROLL
             for (int g = 0; g < G; g++) q_pair(type, N, 0, p + 2 * g * bb, xa + r + g, np, acc[g]);
         }

@@ -16,17 +16,18 @@
 /* Small register-array loops must be fully unrolled at -O2, or the arrays live in memory. */
 #define UNROLL _Pragma("GCC unroll 16")
 
-/* Matvec weight streams are software-prefetched this many bytes ahead, and each row range
- * starts by prefetching its first TL_PREFETCH bytes. Decode runs two or more threads
- * each streaming its own rows, and the hardware prefetcher alone keeps too few lines in
- * flight: on a 2-core Zen 5 VM, 2048 bytes reached ~42 GB/s for Q8_0 decode, 8192 ~47
- * (of ~60 GB/s read bandwidth), and F16 went from ~45 to ~49. */
-#ifndef TL_PREFETCH
-#define TL_PREFETCH 8192
-#endif
+/* Matvec weight streams are software-prefetched tl__prefetch_distance() bytes ahead, and
+ * each row range starts by prefetching its first that many bytes. Decode runs two or
+ * more threads each streaming its own rows, and the hardware prefetcher alone keeps too
+ * few lines in flight. The best distance depends on the core (x86_matmul.c picks it once
+ * per process by CPU vendor): on a 2-core Zen 5 VM, 2048 bytes reached ~42 GB/s for
+ * Q8_0 decode, 8192 ~47 (of ~60 GB/s); on a 2-core Xeon VM with AVX-512, 8192 gave
+ * 24.5 GB/s for a cold Q8_0 matvec on 2 threads and 3072 gave 33-34 (of ~37), F16 31 ->
+ * 35-36, F32 30 -> 34 (distances 1024-32768 and the L2 hint tried). */
+size_t tl__prefetch_distance(void);
 
-static inline void prefetch_start(const uint8_t *p, size_t bytes) {
-    if (bytes > TL_PREFETCH) bytes = TL_PREFETCH;
+static inline void prefetch_start(const uint8_t *p, size_t bytes, size_t distance) {
+    if (bytes > distance) bytes = distance;
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + o), _MM_HINT_T0);
 }
 
