@@ -4,7 +4,10 @@
  * writes of awkward sizes verified byte for byte, interleaved submit/wait orders, poll,
  * FIFO completion order, failing chunks (EIO, ENOSPC, truncated files) delivered with
  * their message to the waiting thread while other requests complete, short transfers,
- * close with requests outstanding, statistics, several submitting threads, bad calls. */
+ * close with requests outstanding, statistics, several submitting threads, bad calls,
+ * and urgent reads: ahead of every queued ordinary request (in their own order among
+ * themselves), and started at once in the urgent slots when ordinary chunks fill the
+ * queue. */
 #include <pthread.h>
 #include <time.h>
 #include "base/clock.h"
@@ -334,6 +337,53 @@ static void test_order_poll_close(tl_aio_backend b) {
     free(buf);
 }
 
+/* Urgent reads (tl_aio_read_urgent) on a slow tier (10 ms per call, 4 KiB chunks). */
+static void test_urgent(void) {
+    tl_fault_spec spec = {0};
+    spec.latency_s = 0.01;
+    tl_tier *slow = fault_mem(&spec, 1 << 20);
+    uint8_t *buf = tk_alloc(1 << 20);
+
+    /* one thread, depth 1: the urgent ones run next, in their order, then the rest */
+    tl_aio *q = open_q(TL_AIO_POOL, 4096, 1, 1);
+    CHECK(tl_aio_read(q, slow, 0, buf, 4096, 1) == TL_OK); /* in flight */
+    for (int i = 0; i < 3; i++)
+        CHECK(tl_aio_read(q, slow, (uint64_t)(1 + i) * 4096, buf + (1 + i) * 4096, 4096, 2 + i) ==
+              TL_OK);
+    CHECK(tl_aio_read_urgent(q, slow, 8 * 4096, buf + 8 * 4096, 4096, 10) == TL_OK);
+    CHECK(tl_aio_read(q, slow, 9 * 4096, buf + 9 * 4096, 4096, 11) == TL_OK);
+    CHECK(tl_aio_read_urgent(q, slow, 10 * 4096, buf + 10 * 4096, 4096, 12) == TL_OK);
+    CHECK(tl_aio_wait(q, 12) == TL_OK);
+    CHECK(tl_aio_poll(q, 10) == 1); /* urgent, submitted first */
+    for (uint64_t t = 2; t <= 4; t++) CHECK_MSG(tl_aio_poll(q, t) == 0, "tag %d done", (int)t);
+    CHECK(tl_aio_poll(q, 11) == 0);
+    for (uint64_t t = 1; t <= 11; t++) /* 12 was waited for */
+        if (t <= 4 || t >= 10) CHECK(tl_aio_wait(q, t) == TL_OK);
+    CHECK(tk_mismatch(buf, 0, 4 * 4096, 1) < 0 && tk_mismatch(buf + 8 * 4096, 8 * 4096, 3 * 4096, 1) < 0);
+    tl_aio_close(q);
+
+    /* depth 1 with threads for the urgent slots: an urgent read does not wait for the
+     * ordinary chunk in flight (0.5 s) */
+    tl_fault_spec very = {0};
+    very.latency_s = 0.5;
+    tl_tier *very_slow = fault_mem(&very, 1 << 20), *fast = fault_mem(&(tl_fault_spec){0}, 1 << 20);
+    q = open_q(TL_AIO_POOL, 1 << 20, 1, 3);
+    CHECK(tl_aio_read(q, very_slow, 0, buf, 4096, 20) == TL_OK);
+    CHECK(tl_aio_read(q, very_slow, 4096, buf + 4096, 4096, 21) == TL_OK);
+    double t0 = tl_now();
+    CHECK(tl_aio_read_urgent(q, fast, 16 * 4096, buf + 16 * 4096, 4096, 22) == TL_OK);
+    CHECK(tl_aio_wait(q, 22) == TL_OK);
+    double waited = tl_now() - t0;
+    CHECK_MSG(waited < 0.25, "the urgent read waited %.3f s", waited);
+    CHECK(tl_aio_wait(q, 20) == TL_OK && tl_aio_wait(q, 21) == TL_OK);
+    CHECK(tk_mismatch(buf, 0, 2 * 4096, 1) < 0 && tk_mismatch(buf + 16 * 4096, 16 * 4096, 4096, 1) < 0);
+    tl_aio_close(q);
+    tl_tier_close(very_slow);
+    tl_tier_close(fast);
+    tl_tier_close(slow);
+    free(buf);
+}
+
 typedef struct worker_arg {
     tl_aio *q;
     tl_tier *t;
@@ -420,6 +470,7 @@ static void test_bad_calls(void) {
 }
 
 int main(void) {
+    test_urgent();
     tk_setup("tl_test_aio");
     static const struct { size_t chunk; int depth, threads; } cfg[] = {
         {4096, 1, 1}, {8192, 3, 2}, {12288, 16, 0}, {65536, 5, 8}, {1 << 20, 2, 3},

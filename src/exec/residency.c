@@ -618,7 +618,7 @@ tl_status tl_residency_embedding(tl_residency *r, int32_t id, float *dst) {
     uint64_t a0 = align_down(off), a1 = align_up(off + rb);
     uint64_t tag = ++r->next_tag;
     double t0 = tl_now();
-    tl_status st = tl_aio_read(m->aio, m->tier, a0, r->row_buf, (size_t)(a1 - a0), tag);
+    tl_status st = tl_aio_read_urgent(m->aio, m->tier, a0, r->row_buf, (size_t)(a1 - a0), tag);
     if (!st) st = tl_aio_wait(m->aio, tag);
     r->stall_s += tl_now() - t0;
     if (st) return fail(r, tl_error_wrap(st, "reading the embedding of token %d", (int)id));

@@ -628,7 +628,7 @@ tl_status tl_kv_prefetch(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t
                              layer, i);
             if (st != TL_OK) return st; /* what is queued so far is undone by release */
             pg->rtag = new_tag(kv);
-            st = tl_aio_read(kv->aio, kv->tier, pg->slot * kv->slot_bytes, pg->stage,
+            st = tl_aio_read_urgent(kv->aio, kv->tier, pg->slot * kv->slot_bytes, pg->stage,
                              kv->slot_bytes, pg->rtag);
             if (st != TL_OK) {
                 frame_free(kv, &pg->stage);

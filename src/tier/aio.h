@@ -54,6 +54,10 @@ tl_status tl_aio_read(tl_aio *q, tl_tier *t, uint64_t offset, void *dst, size_t 
                       uint64_t tag);
 tl_status tl_aio_write(tl_aio *q, tl_tier *t, uint64_t offset, const void *src, size_t len,
                        uint64_t tag);
+/* A read that is needed soon (a KV page for the next attention, an embedding row): it
+ * goes ahead of every queued request that is not urgent, behind the urgent ones. */
+tl_status tl_aio_read_urgent(tl_aio *q, tl_tier *t, uint64_t offset, void *dst, size_t len,
+                             uint64_t tag);
 /* Blocks until request `tag` has completed; returns its status (TL_ERR_INVALID for an
  * unknown tag) and forgets it. */
 tl_status tl_aio_wait(tl_aio *q, uint64_t tag);

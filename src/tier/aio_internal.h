@@ -17,6 +17,7 @@ struct tl_aio_req {
     size_t cursor;    /* bytes already carved into chunks */
     int outstanding;  /* chunks carved but not finished */
     int is_write, uring, queued, done, waiting;
+    int urgent;       /* queued ahead of every request that is not */
     tl_status status; /* first failure */
     char msg[512];    /* its message, delivered to the waiter's thread */
     tl_aio_req *hnext;        /* tag hash chain */
@@ -35,14 +36,17 @@ typedef struct tl_aio_chunk {
 
 typedef struct tl_aio_uring tl_aio_uring;
 
-enum { TL_AIO_BUCKETS = 256 };
+/* slots beyond queue_depth that only urgent requests use (aio.c) */
+enum { TL_AIO_BUCKETS = 256, TL_AIO_URGENT_SLOTS = 2 };
 
 struct tl_aio {
     tl_aio_params p;
     pthread_mutex_t mu;
     pthread_cond_t pool_cv; /* pool threads: work at the head of the FIFO, or stop */
     pthread_cond_t done_cv; /* waiters: some request completed */
-    tl_aio_req *head, *tail; /* requests with chunks left to carve, in submission order */
+    tl_aio_req *head, *tail; /* requests with chunks left to carve: the urgent ones first,
+                                then the rest, each in submission order */
+    tl_aio_req *urgent_tail; /* the last urgent request in the FIFO, or NULL */
     tl_aio_req *buckets[TL_AIO_BUCKETS];
     tl_aio_chunk *slots, *free_slots;
     int inflight, inflight_r, inflight_w;

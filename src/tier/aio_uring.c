@@ -39,7 +39,7 @@ void tl_aio__uring_notify(tl_aio_uring *u) {
 
 static struct io_uring_sqe *get_sqe(tl_aio_uring *u) {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
-    if (!sqe) { /* never expected: the SQ has room for queue_depth + 1 */
+    if (!sqe) { /* never expected: the SQ has room for every slot + 1 */
         io_uring_submit(&u->ring);
         sqe = io_uring_get_sqe(&u->ring);
     }
@@ -160,7 +160,7 @@ static void *uring_main(void *arg) {
 tl_status tl_aio__uring_start(tl_aio *q) {
     tl_aio_uring *u = calloc(1, sizeof *u);
     if (!u) return tl_error_set(TL_ERR_NOMEM, "io_uring: out of memory");
-    int ret = io_uring_queue_init((unsigned)q->p.queue_depth + 1, &u->ring, 0);
+    int ret = io_uring_queue_init((unsigned)(q->p.queue_depth + TL_AIO_URGENT_SLOTS) + 1, &u->ring, 0);
     if (ret < 0) {
         free(u);
         return tl_error_set(TL_ERR_UNSUPPORTED, "io_uring unavailable: io_uring_setup: %s",
