@@ -106,6 +106,7 @@ typedef struct outcome {
     tl_plan_result plan;
     double measured_s, measured_tps, disk_bps;
     double pre_s, dec_s, pre_stall_s, dec_stall_s; /* measured, by phase */
+    double pre_kv_wait_s, dec_kv_wait_s;             /* of the stalls, waiting for KV */
     int ok;
     int32_t replans;
 } outcome;
@@ -221,6 +222,7 @@ static outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int r
             o.measured_s = bs.prefill_s + bs.decode_s;
             o.pre_s = bs.prefill_s, o.dec_s = bs.decode_s;
             o.pre_stall_s = bs.prefill_stall_s, o.dec_stall_s = bs.decode_stall_s;
+            o.pre_kv_wait_s = bs.prefill_kv_wait_s, o.dec_kv_wait_s = bs.decode_kv_wait_s;
             o.measured_tps = bs.generated_tokens / o.measured_s;
             o.replans = rp ? rp->switches : 0;
             if (rp)
@@ -340,17 +342,19 @@ int main(int argc, char **argv) {
             print_policy(&o.plan.policy);
             printf("  %9.2f %9.2f %+6.1f%% %9.2f  %s (disk %.2f GB/s)\n", o.plan.cost.total_s,
                    o.measured_s, 100 * e, o.measured_tps, o.plan.cost.bottleneck, o.disk_bps / 1e9);
-            if (only_case >= 0) /* one case: its phases in detail */
-                printf("      prefill: predicted %.2f s (compute %.2f, IO %.2f), measured %.2f s "
-                       "(stall %.2f) | decode: predicted %.2f s (compute %.2f, IO %.2f), "
-                       "measured %.2f s (stall %.2f)\n", o.plan.cost.prefill_s,
-                       o.plan.cost.prefill.compute_s,
-                       o.plan.cost.prefill.weight_read_s + o.plan.cost.prefill.kv_read_s +
-                           o.plan.cost.prefill.kv_write_s,
-                       o.pre_s, o.pre_stall_s, o.plan.cost.decode_s, o.plan.cost.decode.compute_s,
-                       o.plan.cost.decode.weight_read_s + o.plan.cost.decode.kv_read_s +
-                           o.plan.cost.decode.kv_write_s,
-                       o.dec_s, o.dec_stall_s);
+            if (only_case >= 0) { /* one case: its phases in detail */
+                const tl_cost *pc = &o.plan.cost;
+                printf("      prefill: predicted %.2f s (compute %.2f, KV wait %.2f, IO %.2f), "
+                       "measured %.2f s (stall %.2f, of which KV wait %.2f)\n",
+                       pc->prefill_s, pc->prefill.compute_s, pc->prefill.kv_wait_s,
+                       pc->prefill.weight_read_s + pc->prefill.kv_read_s + pc->prefill.kv_write_s,
+                       o.pre_s, o.pre_stall_s, o.pre_kv_wait_s);
+                printf("      decode:  predicted %.2f s (compute %.2f, KV wait %.2f, IO %.2f), "
+                       "measured %.2f s (stall %.2f, of which KV wait %.2f)\n",
+                       pc->decode_s, pc->decode.compute_s, pc->decode.kv_wait_s,
+                       pc->decode.weight_read_s + pc->decode.kv_read_s + pc->decode.kv_write_s,
+                       o.dec_s, o.dec_stall_s, o.dec_kv_wait_s);
+            }
             fflush(stdout);
             if (i == group_start) group_best = 0;
             if (!c->automatic && o.measured_tps > group_best) group_best = o.measured_tps;

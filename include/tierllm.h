@@ -194,6 +194,7 @@ typedef struct tl_batch_stats {
     uint64_t prompt_tokens, generated_tokens;
     double prefill_s, decode_s, elapsed_s;
     double prefill_stall_s, decode_stall_s; /* of which waiting for weights or KV */
+    double prefill_kv_wait_s, decode_kv_wait_s; /* of the stalls, waiting for KV pages */
     uint64_t prefill_passes, decode_passes; /* forward passes (each reads the streamed
                                                weights once) */
     uint64_t ssd_bytes_written;  /* KV pages written to the spill file */

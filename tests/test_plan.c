@@ -30,6 +30,8 @@ static void round_profile(tl_hw_profile *p) {
     for (int c = 0; c < TL_PROF_N_CHUNK; c++)
         for (int d = 0; d < TL_PROF_N_DEPTH; d++) p->disk_read_bps[c][d] = 1e9;
     p->disk_write_bps = 5e8;
+    p->disk_urgent_read_s = 2e-3;
+    p->disk_urgent_page_s = 1e-4;
     for (int t = 0; t < TL_PROF_N_TYPE; t++)
         for (int n = 0; n < TL_PROF_N_ROWS; n++) p->matmul_macs[t][n] = 1e9;
     p->attn_s_per_mac = 2e-9;
@@ -243,6 +245,43 @@ static void hand_batch_spill(const char *path) {
     }
     /* one block: the streamed layers are read once per pass, not once per micro-batch */
     CHECK(close_to(r.cost.decode.weight_bytes, 29.0 * (double)r.streamed_bytes, 1e-12));
+    CHECK(r.cost.decode.kv_wait_s >= 0 && r.cost.decode.kv_wait_s < 1e-3);
+    /* KV wait: page reads slow enough that compute waits for them. Micro-batch k's pages
+     * are read while k-1 computes (k = 0: the last of the layer before; the pass's first
+     * read has nothing to hide it): wait = read + 3 max(0, read - c) per decode pass
+     * (2 layers x 2 micro-batches), read = u + (pages - 1) * v */
+    {
+        tl_hw_profile ps = prof;
+        for (int c = 0; c < TL_PROF_N_CHUNK; c++) ps.disk_read_bps[c][0] = 1e6; /* depth 1 */
+        ps.disk_urgent_read_s = 3e-3;
+        ps.disk_urgent_page_s = 7e-4;
+        tl_plan_result rs;
+        CHECK(tl_plan_evaluate(m, &ps, &w, &pol, &rs) == TL_OK);
+        const double mm_row = (128.0 * 128 + 32 * 128 + 32 * 128 + 128 * 128 + 3 * 320 * 128) / 1e9;
+        const double elem_row = (4 * 128 + 3 * 320) * 1e-9, attn_pos = 8 * 16 * 2e-9;
+        const double u = rs.streamed_bytes > 0 ? 3e-3 : slot / 1e6;
+        const double v = rs.streamed_bytes > 0 ? 7e-4 : slot / 1e9;
+        double wait = 0;
+        for (int j = 1; j < 30; j++) {
+            int before = 40 + j - 1;
+            double pages = 2 * floor(floor(before / 16.0) * 0.5);
+            double c = 2 * mm_row + 2 * (before + 1) * attn_pos + 2 * elem_row + 1e-5;
+            double read = pages > 0 ? u + (pages - 1) * v : 0;
+            wait += read + 3 * fmax(0, read - c);
+        }
+        CHECK(wait > 0.01);
+        CHECK_MSG(close_to(rs.cost.decode.kv_wait_s, wait, 1e-9), "KV wait %.9g vs %.9g",
+                  rs.cost.decode.kv_wait_s, wait);
+        /* the wait is on the compute side of the overlap: a pass is max(compute + wait, IO) */
+        CHECK(rs.cost.decode_s >= rs.cost.decode.compute_s + rs.cost.decode.kv_wait_s - 1e-12);
+        CHECK(close_to(rs.cost.decode.serial_s, rs.cost.decode.compute_s + rs.cost.decode.kv_wait_s +
+                       rs.cost.decode.weight_read_s + rs.cost.decode.kv_read_s +
+                       rs.cost.decode.kv_write_s, 1e-9));
+        /* all KV in memory: no wait */
+        tl_policy q = pol;
+        q.kv_mem_pct = 100;
+        CHECK(tl_plan_evaluate(m, &ps, &w, &q, &rs) == TL_OK && rs.cost.decode.kv_wait_s == 0);
+    }
     tl_model_close(m);
 }
 

@@ -29,6 +29,8 @@ static void fill(tl_hw_profile *p) {
         for (int d = 0; d < TL_PROF_N_DEPTH; d++)
             p->disk_read_bps[c][d] = 1e8 * (1 + c) * (1 + 2 * d) + 1.0 / 7.0;
     p->disk_write_bps = 6.6e8 / 7.0;
+    p->disk_urgent_read_s = 2.5e-3;
+    p->disk_urgent_page_s = 3.3e-4;
     for (int t = 0; t < TL_PROF_N_TYPE; t++)
         for (int r = 0; r < TL_PROF_N_ROWS; r++)
             p->matmul_macs[t][r] = 1e9 * (t + 1) * (r + 1) + 1.0 / 3.0;
@@ -228,7 +230,8 @@ static void test_hostile(void) {
     expect_bad_value(text, "types", "[0, 1, 30, 8]", "short grid");
     expect_bad_value(text, "n_threads", "2.5", "fractional");
     expect_bad_value(text, "n_threads", "0", "zero threads");
-    expect_bad_value(text, "tierllm_profile_version", "2", "future version");
+    expect_bad_value(text, "tierllm_profile_version", "3", "future version");
+    expect_bad_value(text, "tierllm_profile_version", "1", "old version (no urgent-read time)");
     expect_bad_value(text, "machine", "\"a\\u0000b\"", "NUL");
     expect_bad_value(text, "machine", "\"\\ud800\"", "lone surrogate");
     expect_bad_value(text, "machine", "\"\\x\"", "bad escape");

@@ -328,14 +328,21 @@ static tl_status step(batch *b, int32_t n_seqs_block, int prefill, int32_t chunk
     *any = 1;
     double t0 = tl_now();
     tl_residency_stats r0, r1;
+    tl_kv_stats k0, k1;
     tl_residency_get_stats(b->m->res, &r0);
+    tl_kv_get_stats(b->kv, &k0);
     tl_status st = tl_engine_step(b->m, &b->scratch, b->kv, b->mb, n_mb);
     tl_residency_get_stats(b->m->res, &r1);
+    tl_kv_get_stats(b->kv, &k1);
+    /* stalls: waiting for weights (residency) or for KV pages */
+    const double stall = r1.stall_s - r0.stall_s + (k1.wait_s - k0.wait_s);
     if (prefill) {
-        b->st.prefill_stall_s += r1.stall_s - r0.stall_s;
+        b->st.prefill_stall_s += stall;
+        b->st.prefill_kv_wait_s += k1.wait_s - k0.wait_s;
         b->st.prefill_passes += r1.passes - r0.passes;
     } else {
-        b->st.decode_stall_s += r1.stall_s - r0.stall_s;
+        b->st.decode_stall_s += stall;
+        b->st.decode_kv_wait_s += k1.wait_s - k0.wait_s;
         b->st.decode_passes += r1.passes - r0.passes;
     }
     for (int32_t k = 0; k < n_mb && !st; k++) {

@@ -29,6 +29,7 @@
 #include "base/status.h"
 #include "kernels/types.h"
 #include "kv_cache.h"
+#include "base/clock.h"
 
 enum { PG_EMPTY, PG_OPEN, PG_MEM, PG_DISK };
 enum { SLOT_ALIGN = 4096, FRAME_ALIGN = 64 };
@@ -327,7 +328,9 @@ static tl_status drain(tl_kv *kv) {
 static tl_status finish_read(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, int32_t i) {
     if (!pg->reading) return TL_OK;
     pg->reading = 0;
+    double t0 = tl_now();
     tl_status st = tl_aio_wait(kv->aio, pg->rtag);
+    kv->stats.wait_s += tl_now() - t0;
     if (st != TL_OK) {
         tl_error_wrap(st, "KV spill read (seq %d, layer %d, page %d)", (int)seq, (int)layer,
                       (int)i);

@@ -52,6 +52,7 @@ typedef struct tl_kv_stats {
     uint64_t bytes_read;     /* from the spill file */
     uint64_t pages_written, pages_read;
     uint64_t mem_pages_peak; /* frames in memory at once */
+    double wait_s;           /* time tl_kv_wait blocked on page reads still in flight */
 } tl_kv_stats;
 
 /* Bytes of one stored page (K and V) in this format. */

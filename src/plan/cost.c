@@ -13,12 +13,25 @@
  *   weight reads   = streamed bytes of the unit / read_bps(io_chunk, io_depth)
  *   KV reads       = disk pages seen by the pass * slot_bytes / read_bps(slot_bytes, 16)
  *   KV writes      = pages filled and homed on disk * slot_bytes / write_bps
- *   pass time      = max(compute', weight + KV reads + KV writes)  with overlap, where
+ *   KV wait        = per layer, sum over micro-batches k of max(0, read(k) - c(k-1)):
+ *                    the engine reads micro-batch k's disk pages while k-1 computes
+ *                    (engine.c; k = 0 while the last one of the layer before does, and
+ *                    the pass's first read while nothing computes), as urgent reads
+ *                    (tier/aio.c): ahead of the queued weight chunks, but behind those
+ *                    the device is already serving, so
+ *                    read(k) = u + (pages(k) - 1) * v, the pages submitted together;
+ *                    u, v = the profile's disk_urgent_read_s and disk_urgent_page_s
+ *                    (measured so: behind the stream, every core computing) when weights
+ *                    stream in the pass, else slot_bytes / read_bps(slot_bytes, 1 and 16);
+ *                    c(k) = micro-batch k's compute at one layer. Small micro-batches with
+ *                    their KV on disk wait: 4-row ones measured 1.5-4 s of 8-14 s so.
+ *   pass time      = max(compute' + KV wait, weight + KV reads + KV writes)  with overlap,
+ *                    where
  *                    compute' = compute + (s - 1) * min(IO, compute): the part of the
  *                    compute that runs while the disk streams is s times slower
  *                    (s = the profile's slowdowns, io_slowdown_matvec for products of
  *                    <= 4 rows and io_compute_slowdown for the rest, weighted by time)
- *                  = compute + weight + KV reads + KV writes       without overlap
+ *                  = compute + KV wait + weight + KV reads + KV writes   without overlap
  * One pass of the engine reads every streamed layer once (and the output when any row
  * needs logits), whatever the number of micro-batches: the block schedule's reuse.
  * A pass is the unit of overlap: the residency ring reads ahead across layers and into
@@ -46,30 +59,42 @@ static double kv_bits_decode_s(const tl_hw_profile *prof, int32_t bits) {
     return 0;
 }
 
-double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
-                            const int32_t *rows, const double *ctx_sum,
-                            const double *stored_sum, int32_t n_mb, int32_t logit_rows,
-                            int embd_resident, double *slowdown) {
+/* One micro-batch of `rows` rows at layer l: its 7
+ * matmuls, attention over ctx visible positions of which `stored` in stored pages,
+ * element-wise work and the per-layer fixed cost. *matvec: the matmuls' part when the
+ * products have <= 4 rows (they slow down differently while the disk streams). */
+static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int32_t l,
+                               int32_t kv_bits, int32_t rows, double ctx, double stored,
+                               double *matvec) {
     const tl_llama_hparams *hp = &m->hp;
     const double d = hp->n_embd, f = hp->n_ff, hd = hp->head_dim;
     const double kvd = (double)hp->n_head_kv * hd;
     const double attn_per_pos = hp->n_head * hd * prof->attn_s_per_mac;
     const double decode_per_pos = 2.0 * hp->n_head_kv * kvd * kv_bits_decode_s(prof, kv_bits);
+    if (matvec) *matvec = 0;
+    if (rows <= 0) return 0;
+    const tl_llama_layer *L = &m->layers[l];
+    const tl_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    double mm = 0;
+    for (int i = 0; i < 7; i++) mm += tl_cost_matmul(prof, ws[i], rows);
+    if (matvec && rows <= 4) *matvec = mm;
+    return mm + ctx * attn_per_pos + stored * decode_per_pos +
+           rows * (4 * d + 3 * f) * prof->elementwise_s + prof->layer_fixed_s;
+}
+
+double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
+                            const int32_t *rows, const double *ctx_sum,
+                            const double *stored_sum, int32_t n_mb, int32_t logit_rows,
+                            int embd_resident, double *slowdown) {
+    const tl_llama_hparams *hp = &m->hp;
+    const double d = hp->n_embd;
     double t = 0, all_rows = 0, t_matvec = 0;
-    for (int32_t l = 0; l < hp->n_layer; l++) {
-        const tl_llama_layer *L = &m->layers[l];
-        const tl_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    for (int32_t l = 0; l < hp->n_layer; l++)
         for (int32_t k = 0; k < n_mb; k++) {
-            if (rows[k] <= 0) continue;
-            double mm = 0;
-            for (int i = 0; i < 7; i++) mm += tl_cost_matmul(prof, ws[i], rows[k]);
-            t += mm;
-            if (rows[k] <= 4) t_matvec += mm;
-            t += ctx_sum[k] * attn_per_pos + stored_sum[k] * decode_per_pos;
-            t += rows[k] * (4 * d + 3 * f) * prof->elementwise_s;
-            t += prof->layer_fixed_s;
+            double mv;
+            t += mb_layer_compute(m, prof, l, kv_bits, rows[k], ctx_sum[k], stored_sum[k], &mv);
+            t_matvec += mv;
         }
-    }
     for (int32_t k = 0; k < n_mb; k++) all_rows += rows[k] > 0 ? rows[k] : 0;
     /* embedding: a copy per row when resident, else one small synchronous read per row */
     if (embd_resident) t += all_rows * d * prof->elementwise_s;
@@ -115,19 +140,40 @@ static void add_pass(acc *a, const tl_cost_pass *p, int overlap) {
     const double kvr_bytes = p->kv_read_bytes, kvw_bytes = p->kv_write_bytes;
     double wr = wbytes / p->weight_bps, kr = kvr_bytes / p->kv_read_bps;
     double kw = kvw_bytes / p->kv_write_bps;
-    double io = wr + kr + kw;
+    double io = wr + kr + kw, wait = p->kv_wait_s;
     if (overlap && p->io_slowdown > 1) compute += (p->io_slowdown - 1) * (io < compute ? io : compute);
     a->t.compute_s += compute;
+    a->t.kv_wait_s += wait;
     a->t.weight_read_s += wr;
     a->t.kv_read_s += kr;
     a->t.kv_write_s += kw;
     a->t.weight_bytes += wbytes;
     a->t.kv_read_bytes += kvr_bytes;
     a->t.kv_write_bytes += kvw_bytes;
-    a->t.overlapped_s += compute > io ? compute : io;
-    a->t.serial_s += compute + io;
-    a->wall += overlap ? (compute > io ? compute : io) : compute + io;
+    a->t.overlapped_s += compute + wait > io ? compute + wait : io;
+    a->t.serial_s += compute + wait + io;
+    a->wall += overlap ? (compute + wait > io ? compute + wait : io) : compute + wait + io;
     a->passes += 1;
+}
+
+/* The pass's KV wait (formula at the top): pages[k] disk pages of micro-batch k per
+ * layer; the first of them arrives after first_s, each further one page_s later. */
+static double pass_kv_wait(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
+                           const int32_t *rows, const double *ctx, const double *stored,
+                           const double *pages, int32_t n_mb, double first_s, double page_s) {
+    double wait = 0, prev = -1;
+    int any = 0;
+    for (int32_t k = 0; k < n_mb; k++) any |= pages[k] > 0;
+    if (!any) return 0;
+    for (int32_t l = 0; l < m->hp.n_layer; l++)
+        for (int32_t k = 0; k < n_mb; k++) {
+            if (rows[k] <= 0) continue;
+            double read = pages[k] > 0 ? first_s + (pages[k] - 1) * page_s : 0;
+            if (prev >= 0 && read > prev) wait += read - prev;
+            else if (prev < 0) wait += read; /* the pass's first read: nothing to hide it */
+            prev = mb_layer_compute(m, prof, l, kv_bits, rows[k], ctx[k], stored[k], NULL);
+        }
+    return wait;
 }
 
 /* One block of n_seqs sequences through the engine's schedule (batch.c; context.c is the
@@ -139,6 +185,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
     int32_t n_mb = (n_seqs + pol->gbs - 1) / pol->gbs;
     int32_t rows[4096];
     double ctx[4096], stored[4096]; /* visible positions; those in stored (full) pages */
+    double pages[4096];             /* disk pages each micro-batch reads per layer */
     if (n_mb > 4096) n_mb = 4096;
     double layers_bytes = 0, out_bytes = tl_weight_plan_unit_bytes(m, plan, L);
     for (int32_t l = 0; l < L; l++) layers_bytes += tl_weight_plan_unit_bytes(m, plan, l);
@@ -146,6 +193,10 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
     const double page = tl_cost_kv_page_bytes(m, pol->kv_bits, pt);
     const double slot = ceil(page / SLOT_ALIGN) * SLOT_ALIGN;
     const double kbps = tl_profile_read_bps(prof, (uint64_t)slot, 16);
+    const int streams = layers_bytes > 0;
+    const double first_s = streams ? prof->disk_urgent_read_s
+                                   : slot / tl_profile_read_bps(prof, (uint64_t)slot, 1);
+    const double page_s = streams ? prof->disk_urgent_page_s : slot / kbps;
     const double wr_bps = prof->disk_write_bps;
     const int spill = !pol->single && pol->kv_mem_pct < 100;
     /* prefill: chunks of `chunk` prompt tokens per sequence and step */
@@ -163,8 +214,9 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
             /* pages fill during the step but are stored at its commit: the rows decode
              * only the full pages committed before it */
             stored[k] = s_here * (double)len * floor((double)fed / pt) * pt;
+            pages[k] = spill ? s_here * disk_pages(floor((double)fed / pt), pol->kv_mem_pct) : 0;
             if (spill) {
-                kv_read += s_here * L * disk_pages(floor((double)fed / pt), pol->kv_mem_pct) * slot;
+                kv_read += L * pages[k] * slot;
                 kv_write += s_here * L * (disk_pages(floor((double)(fed + len) / pt), pol->kv_mem_pct) -
                                           disk_pages(floor((double)fed / pt), pol->kv_mem_pct)) * slot;
             }
@@ -174,7 +226,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, stored, n_mb,
                                         logit_rows, plan->embd_resident, &slow);
         tl_cost_pass p = {1, block_index, fed / chunk, c, layers_bytes + (last ? out_bytes : 0),
-                          kv_read, kv_write, wbps, kbps, wr_bps, 1, slow};
+                          kv_read, kv_write, wbps, kbps, wr_bps, 1, slow,
+                          pass_kv_wait(m, prof, pol->kv_bits, rows, ctx, stored, pages, n_mb, first_s, page_s)};
         fn(user, &p);
     }
     /* decode: gen_len - 1 steps, step j feeds position P + j - 1 of every sequence */
@@ -186,9 +239,11 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
             rows[k] = s_here;
             ctx[k] = (double)s_here * (before + 1);
             stored[k] = (double)s_here * floor((double)before / pt) * pt;
+            pages[k] = 0;
             if (spill) {
                 double d0 = disk_pages(floor((double)before / pt), pol->kv_mem_pct);
                 double d1 = disk_pages(floor((double)(before + 1) / pt), pol->kv_mem_pct);
+                pages[k] = s_here * d0;
                 kv_read += s_here * L * d0 * slot;
                 kv_write += s_here * L * (d1 - d0) * slot;
             }
@@ -197,7 +252,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, stored, n_mb, n_seqs,
                                         plan->embd_resident, &slow);
         tl_cost_pass p = {0, block_index, j - 1, c, layers_bytes + out_bytes, kv_read, kv_write,
-                          wbps, kbps, wr_bps, 1, slow};
+                          wbps, kbps, wr_bps, 1, slow,
+                          pass_kv_wait(m, prof, pol->kv_bits, rows, ctx, stored, pages, n_mb, first_s, page_s)};
         fn(user, &p);
     }
 }
@@ -223,6 +279,7 @@ static void predict_pass(void *user, const tl_cost_pass *p) {
     a->t.weight_read_s += one.t.weight_read_s * p->count;
     a->t.kv_read_s += one.t.kv_read_s * p->count;
     a->t.kv_write_s += one.t.kv_write_s * p->count;
+    a->t.kv_wait_s += one.t.kv_wait_s * p->count;
     a->t.overlapped_s += one.t.overlapped_s * p->count;
     a->t.serial_s += one.t.serial_s * p->count;
     a->t.weight_bytes += one.t.weight_bytes * p->count;
@@ -237,6 +294,7 @@ static void scale_terms(tl_cost_terms *dst, const tl_cost_terms *src, double f) 
     dst->weight_read_s = src->weight_read_s * f;
     dst->kv_read_s = src->kv_read_s * f;
     dst->kv_write_s = src->kv_write_s * f;
+    dst->kv_wait_s = src->kv_wait_s * f;
     dst->overlapped_s = src->overlapped_s * f;
     dst->serial_s = src->serial_s * f;
     dst->weight_bytes = src->weight_bytes * f;

@@ -39,8 +39,9 @@ typedef struct tl_policy {
 /* One set of terms (seconds and bytes). */
 typedef struct tl_cost_terms {
     double compute_s, weight_read_s, kv_read_s, kv_write_s;
-    double overlapped_s;      /* max(compute, weight + KV IO) */
-    double serial_s;          /* compute + weight + KV IO */
+    double kv_wait_s;         /* compute waiting for KV pages read too late (cost.c) */
+    double overlapped_s;      /* max(compute + KV wait, weight + KV IO) */
+    double serial_s;          /* compute + KV wait + weight + KV IO */
     double weight_bytes, kv_read_bytes, kv_write_bytes;
 } tl_cost_terms;
 
@@ -66,6 +67,7 @@ typedef struct tl_cost_pass {
     double weight_bps, kv_read_bps, kv_write_bps;
     double count;
     double io_slowdown;       /* compute slowdown while the disk streams (time-weighted) */
+    double kv_wait_s;         /* compute stalled on KV pages read one micro-batch ahead */
 } tl_cost_pass;
 typedef void (*tl_cost_pass_fn)(void *user, const tl_cost_pass *p);
 

@@ -29,7 +29,7 @@ const int32_t tl_prof_types[TL_PROF_N_TYPE] = {TL_TYPE_F32, TL_TYPE_F16, TL_TYPE
 const int32_t tl_prof_rows[TL_PROF_N_ROWS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
 const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS] = {32, 16, 8, 4};
 
-#define PROFILE_VERSION 1
+#define PROFILE_VERSION 2 /* 2: disk_urgent_read_s, disk_urgent_page_s */
 #define PROFILE_MAX_BYTES ((size_t)1 << 20)
 
 int tl_prof_type_index(int32_t type) {
@@ -174,6 +174,8 @@ static const pfield fields[] = {
     {"disk_read_bps", F_MAT, R_POS, OFF(disk_read_bps), TL_PROF_N_CHUNK, TL_PROF_N_DEPTH,
      NULL},
     {"disk_write_bps", F_NUM, R_POS, OFF(disk_write_bps), 1, 0, NULL},
+    {"disk_urgent_read_s", F_NUM, R_POS, OFF(disk_urgent_read_s), 1, 0, NULL},
+    {"disk_urgent_page_s", F_NUM, R_POS, OFF(disk_urgent_page_s), 1, 0, NULL},
     {"types", F_AXIS_I32, R_ANY, 0, TL_PROF_N_TYPE, 0, tl_prof_types},
     {"rows", F_AXIS_I32, R_POS, 0, TL_PROF_N_ROWS, 0, tl_prof_rows},
     {"matmul_macs", F_MAT, R_POS, OFF(matmul_macs), TL_PROF_N_TYPE, TL_PROF_N_ROWS, NULL},

@@ -26,6 +26,7 @@ enum {
     TL_PROF_N_KVBITS = 4  /* KV storage: 32, 16, 8, 4 bits */
 };
 
+#define TL_PROF_URGENT_BYTES ((uint64_t)32 << 10) /* the urgent read's size (a KV page) */
 extern const uint64_t tl_prof_chunks[TL_PROF_N_CHUNK];
 extern const int32_t tl_prof_depths[TL_PROF_N_DEPTH];
 extern const int32_t tl_prof_types[TL_PROF_N_TYPE];   /* GGML type ids */
@@ -46,6 +47,11 @@ typedef struct tl_hw_profile {
     /* O_DIRECT reads of a file on disk_dir's filesystem, [chunk][depth] */
     double disk_read_bps[TL_PROF_N_CHUNK][TL_PROF_N_DEPTH];
     double disk_write_bps;  /* O_DIRECT sequential writes, 1 MiB chunks, depth 4 */
+    /* seconds for an urgent read of TL_PROF_URGENT_BYTES (a KV page) while the IO queue's
+     * default chunks stream at its default depth and every core computes (mostly waiting
+     * for the device to serve the chunks already in flight), and the seconds each further
+     * page read with it adds (from batches of 8) */
+    double disk_urgent_read_s, disk_urgent_page_s;
 
     /* tl_op_matmul through the thread pool: MACs/s by [type][rows] on matrices larger
      * than the last-level cache (cycled so each call streams its weights from DRAM) */

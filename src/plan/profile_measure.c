@@ -137,6 +137,55 @@ static tl_status disk_read(tl_tier *t, uint64_t chunk, int depth, uint64_t total
     return TL_OK;
 }
 
+/* Streams like the engine's weights (the IO queue's default chunks at its default depth)
+ * and, after every other chunk, times a batch of urgent reads (tl_aio_read_urgent) of
+ * TL_PROF_URGENT_BYTES each, submitted together as a micro-batch's KV pages are: ahead of
+ * the queued chunks, but behind those the device already serves. Batches alternate
+ * between 1 and URGENT_BATCH reads; appends their times to lat1 / latn (up to cap each)
+ * until *stop is set. */
+enum { URGENT_BATCH = 8 };
+static tl_status disk_urgent(tl_tier *t, uint8_t *bufs, volatile int *stop, double *lat1,
+                             int *n1, double *latn, int *nn, int cap) {
+    tl_aio_params ap = tl_aio_default_params();
+    const uint64_t chunk = ap.chunk_bytes;
+    const int depth = ap.queue_depth;
+    tl_aio *q;
+    tl_status st = tl_aio_open(&ap, &q);
+    if (st != TL_OK) return st;
+    uint64_t sub = 0, done = 0, cursor = 0, seed = 7;
+    uint8_t *small = bufs + (size_t)depth * chunk;
+    const uint64_t urgent_tag = UINT64_MAX - URGENT_BATCH;
+    while (st == TL_OK && !*stop) {
+        while (sub - done < (uint64_t)depth) {
+            st = tl_aio_read(q, t, cursor, bufs + (sub % (uint64_t)depth) * chunk, chunk, sub);
+            if (st != TL_OK) break;
+            cursor = (cursor + chunk) % DISK_FILE_BYTES;
+            sub++;
+        }
+        if (st != TL_OK || (st = tl_aio_wait(q, done)) != TL_OK) break;
+        done++;
+        if (done < 2 * (uint64_t)depth || done % 2) continue;
+        const int batch = done % 4 ? 1 : URGENT_BATCH;
+        if ((batch == 1 ? *n1 : *nn) >= cap) continue;
+        double t0 = tl_now();
+        int k = 0;
+        for (; k < batch && st == TL_OK; k++) {
+            uint64_t off = rng_next(&seed) % (DISK_FILE_BYTES / TL_PROF_URGENT_BYTES) *
+                           TL_PROF_URGENT_BYTES;
+            st = tl_aio_read_urgent(q, t, off, small + (size_t)k * TL_PROF_URGENT_BYTES,
+                                    TL_PROF_URGENT_BYTES, urgent_tag + (uint64_t)k);
+        }
+        for (int i = 0; i < k; i++) {
+            tl_status w = tl_aio_wait(q, urgent_tag + (uint64_t)i);
+            if (st == TL_OK) st = w;
+        }
+        if (batch == 1) lat1[(*n1)++] = tl_now() - t0;
+        else latn[(*nn)++] = tl_now() - t0;
+    }
+    tl_aio_close(q);
+    return st;
+}
+
 static tl_status measure_disk(const char *dir, tl_hw_profile *p,
                               void (*progress)(void *, const char *), void *user,
                               tl_tier **keep) {
@@ -201,17 +250,22 @@ static uint8_t *weight_copies(tl_type type, size_t R, size_t C, size_t copies, f
 
 /* ---- compute while the disk streams ---- */
 
-typedef struct reader { tl_tier *t; volatile int stop; uint8_t *buf; uint64_t bytes; } reader;
+enum { URGENT_SAMPLES = 128 };
+/* The streaming thread: reads as the engine streams weights, timing urgent reads on
+ * the way (disk_urgent), until stop. */
+typedef struct reader {
+    tl_tier *t;
+    volatile int stop;
+    uint8_t *buf; /* (queue depth + 1) default chunks */
+    tl_status st;
+    double lat1[URGENT_SAMPLES], latn[URGENT_SAMPLES];
+    int n1, nn;
+} reader;
 
 static void *reader_main(void *arg) {
     reader *r = arg;
-    uint64_t cursor = 0;
-    double bps;
-    while (!r->stop) {
-        if (disk_read(r->t, (uint64_t)1 << 20, 8, (uint64_t)64 << 20, &cursor, r->buf, &bps))
-            break;
-        r->bytes += (uint64_t)64 << 20;
-    }
+    r->st = disk_urgent(r->t, r->buf, &r->stop, r->lat1, &r->n1, r->latn, &r->nn,
+                        URGENT_SAMPLES);
     return NULL;
 }
 
@@ -231,7 +285,11 @@ static double time_matmul(tl_model *mm, tl_weight *w, const uint8_t *W, size_t c
 
 /* How much slower the kernels run while the disk streams at full speed (DMA and
  * interrupts share the memory and the cores): Q8_0 matmuls of 1, 4 and 32 rows, alone and
- * with a reader thread keeping 8 MiB in flight, alternating to cancel drift. */
+ * with a reader thread keeping 8 MiB in flight, alternating to cancel drift. The reader
+ * also times urgent reads, so disk_urgent_read_s is measured as the engine meets it:
+ * behind the stream, with every core computing (an IO thread that completes a read
+ * waits for a core: on a 2-core VM such a read took 1.4 ms with the cores idle and
+ * ~3 ms while they computed). */
 static tl_status measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *p,
                                       void (*progress)(void *, const char *), void *user) {
     tl__profile_say(progress, user, "compute while the disk streams");
@@ -243,11 +301,18 @@ static tl_status measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *
     float *Y = aligned_alloc(64, n_max * R * sizeof(float));
     float *scratch = aligned_alloc(64, threads * sf * sizeof(float));
     float *row = malloc(C * sizeof(float));
-    reader rd = {t, 0, aligned_alloc(4096, (size_t)8 << 20), 0};
+    tl_aio_params dp = tl_aio_default_params();
+    reader *rdp = calloc(1, sizeof *rdp);
+    if (rdp) {
+        rdp->t = t;
+        rdp->buf = aligned_alloc(4096, (size_t)dp.queue_depth * dp.chunk_bytes +
+                                           URGENT_BATCH * TL_PROF_URGENT_BYTES);
+    }
+    reader *rd = rdp; /* checked below, before any use */
     uint64_t seed = 11;
     uint8_t *W = row ? weight_copies(type, R, C, copies, row, &seed) : NULL;
     tl_status st = TL_OK;
-    if (!W || !X || !Y || !scratch || !row || !rd.buf) {
+    if (!W || !X || !Y || !scratch || !row || !rdp || !rdp->buf) {
         st = tl_error_set(TL_ERR_NOMEM, "interference profile: out of memory");
         goto done;
     }
@@ -266,8 +331,8 @@ static tl_status measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *
         for (int i = 0; i < 3; i++)
             alone[i] += time_matmul(&mm, &w, W, copies, mb, X, ns[i], Y, scratch, sf, 9);
         pthread_t th;
-        rd.stop = 0;
-        if (pthread_create(&th, NULL, reader_main, &rd) != 0) {
+        rd->stop = 0;
+        if (pthread_create(&th, NULL, reader_main, rd) != 0) {
             st = tl_error_set(TL_ERR_IO, "interference profile: cannot start a thread");
             goto done;
         }
@@ -275,9 +340,17 @@ static tl_status measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *
         nanosleep(&ts, NULL);
         for (int i = 0; i < 3; i++)
             busy[i] += time_matmul(&mm, &w, W, copies, mb, X, ns[i], Y, scratch, sf, 9);
-        rd.stop = 1;
+        rd->stop = 1;
         pthread_join(th, NULL);
+        if ((st = rd->st)) goto done;
     }
+    if (rd->n1 == 0 || rd->nn == 0) {
+        st = tl_error_set(TL_ERR_IO, "interference profile: no urgent read was timed");
+        goto done;
+    }
+    p->disk_urgent_read_s = median(rd->lat1, (size_t)rd->n1);
+    double more = (median(rd->latn, (size_t)rd->nn) - p->disk_urgent_read_s) / (URGENT_BATCH - 1);
+    p->disk_urgent_page_s = more > 0 ? more : 1e-9;
     double mv = 0.5 * (busy[0] / alone[0] + busy[1] / alone[1]), mm_ = busy[2] / alone[2];
     p->io_slowdown_matvec = mv > 1 ? mv : 1;
     p->io_compute_slowdown = mm_ > 1 ? mm_ : 1;
@@ -287,7 +360,8 @@ done:
     free(Y);
     free(scratch);
     free(row);
-    free(rd.buf);
+    if (rdp) free(rdp->buf);
+    free(rdp);
     return st;
 }
 

@@ -72,6 +72,7 @@ tl_policy tl_plan_default_policy(const tl_model *m, const tl_plan_request *rq);
 typedef struct tl_plan_lp {
     int32_t n;                         /* pass classes */
     double *count, *compute, *wread, *kv, *slow;
+    double *kvwait;                    /* KV wait with all KV on disk, ~ (1 - x_k) */
     double base, r_w, r_k, budget;
     int overlap, kv_free;              /* kv_free: x_k is a variable (KV may spill) */
 } tl_plan_lp;
