@@ -72,6 +72,7 @@ J
 grep -q "^policy auto: gbs" "$tmp/err" || fail "batch auto: no policy line: $(cat "$tmp/err")"
 grep -q "^\[plan\]   wall .*predicted .* measured" "$tmp/err" || fail "batch auto: no predicted vs measured"
 grep -q "^\[plan\]   weight bytes .*predicted .* measured" "$tmp/err" || fail "batch auto: no byte terms"
+grep -q "^\[plan\]   KV wait .*predicted .* measured" "$tmp/err" || fail "batch auto: no KV wait term"
 grep -q "^\[plan\] re-planning: " "$tmp/err" || fail "batch auto: no re-planning line"
 "$bin" batch -m "$m" -i "$tmp/in.jsonl" -o "$tmp/manual.jsonl" -n 12 --temp 0 --ignore-eos \
     --policy manual --no-progress 2>"$tmp/err" || fail "batch manual: $(cat "$tmp/err")"

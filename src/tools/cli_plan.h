@@ -17,6 +17,7 @@ void cli_print_prediction(FILE *f, const char *label, const tl_plan_result *r,
 typedef struct cli_measured {
     double wall_s, passes, compute_s, io_busy_s;
     double weight_bytes, kv_read_bytes, kv_write_bytes;
+    double kv_wait_s; /* compute waiting for KV pages (-1: not measured) */
 } cli_measured;
 void cli_print_terms(FILE *f, const char *phase, const tl_cost_terms *pred, double pred_wall,
                      double pred_passes, const cli_measured *meas);

@@ -222,19 +222,21 @@ static void print_plan_stats(const tl_plan_request *rq, const tl_plan_result *ch
     const tl_cost *c = whole ? &rp->current.cost : &chosen->cost;
     if (whole) cli_print_policy(stderr, "[plan] policy that ran", &rp->current);
     cli_measured pre = {bs->prefill_s, (double)bs->prefill_passes,
-                        bs->prefill_s - bs->prefill_stall_s, -1, -1, -1, -1};
+                        bs->prefill_s - bs->prefill_stall_s, -1, -1, -1, -1,
+                        bs->prefill_kv_wait_s};
     cli_measured dec = {bs->decode_s, (double)bs->decode_passes,
-                        bs->decode_s - bs->decode_stall_s, -1, -1, -1, -1};
+                        bs->decode_s - bs->decode_stall_s, -1, -1, -1, -1, bs->decode_kv_wait_s};
     cli_measured all = {bs->prefill_s + bs->decode_s,
                         (double)(bs->prefill_passes + bs->decode_passes),
                         bs->prefill_s + bs->decode_s - bs->prefill_stall_s - bs->decode_stall_s,
                         -1, (double)bs->weight_bytes_read, (double)bs->kv_bytes_read,
-                        (double)bs->ssd_bytes_written};
+                        (double)bs->ssd_bytes_written, bs->prefill_kv_wait_s + bs->decode_kv_wait_s};
     tl_cost_terms sum = c->prefill;
     sum.compute_s += c->decode.compute_s;
     sum.weight_read_s += c->decode.weight_read_s;
     sum.kv_read_s += c->decode.kv_read_s;
     sum.kv_write_s += c->decode.kv_write_s;
+    sum.kv_wait_s += c->decode.kv_wait_s;
     sum.weight_bytes += c->decode.weight_bytes;
     sum.kv_read_bytes += c->decode.kv_read_bytes;
     sum.kv_write_bytes += c->decode.kv_write_bytes;
