@@ -1,15 +1,14 @@
 /* test_ops.c - the threaded matrix products (model/ops.c) and the large budget blocks
  * they stream from.
  *
- * tl_op_matmul_multi splits rows over threads (owned regions plus stealing for n <= 4,
- * equal chunks above): whatever the split, every output row must equal the one-range
- * product tl_matmul_fast(0, rows) bit for bit, for every type, for 1-7 threads, for
- * several matrices in one run (rows that do not divide evenly, matrices smaller than a
- * stealing step), and with the reference kernels within float rounding of it. A thread
- * that is slowed down (the pool's caller runs work the late worker never claims) must
- * still leave no row uncomputed: Y starts as NaN everywhere.
- * Budget blocks of 4 MiB or more have their own 2 MiB-aligned mapping: the header, the
- * alignment asked for, the whole block writable, and the accounting back to 0 on free. */
+ * tl_op_matmul_multi splits rows over threads (shrinking chunks claimed dynamically for
+ * n <= 4, equal chunks above): whatever the split, every output row must equal the
+ * one-range product tl_matmul_fast(0, rows) bit for bit, for every type, for 1-7
+ * threads, for several matrices in one run (rows that do not divide evenly, matrices
+ * smaller than a chunk), and with the reference kernels within float rounding of it.
+ * No row may be left uncomputed: Y starts as NaN everywhere.
+ * Budget blocks of 4 MiB or more (huge-page advice, as the weights get): the alignment
+ * asked for, the whole block writable, the accounting back to 0 on free, the limit. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

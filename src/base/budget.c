@@ -19,9 +19,6 @@ struct tl_budget {
     uint64_t limit, used, peak;
 };
 
-/* raw: the allocation; size: the bytes reserved in the budget (blocks of MAP_MIN or
- * more have a mapping of their own, map_block). 16 bytes: with align >= 64 and raw
- * 16-byte aligned, the header and the aligned block fit in size + align bytes. */
 typedef struct header { void *raw; size_t size; } header;
 
 tl_status tl_budget_open(uint64_t limit_bytes, tl_budget **out) {
@@ -51,40 +48,6 @@ void tl_advise_huge_pages(void *raw, size_t total) {
 #else
     (void)raw, (void)total;
 #endif
-}
-
-/* Large blocks get a mapping of their own that starts on a 2 MiB boundary, so every
- * whole 2 MiB of the block can be a huge page; malloc's mappings start 16 bytes past a
- * 4 KiB page, which left up to 2 MiB at the head of each block (the first matrix of a
- * resident layer part) on 4 KiB pages. Only the virtual reservation is larger: the
- * excess around the aligned start is unmapped at once, and the tail stays on 4 KiB
- * pages (rounding it up to a huge page would touch memory beyond the budget). */
-#if defined(__SANITIZE_ADDRESS__)
-#define TL_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TL_ASAN 1
-#endif
-#endif
-#ifdef TL_ASAN
-#define MAP_MIN SIZE_MAX /* under ASan every block is malloc'd, so overruns are caught */
-#else
-#define MAP_MIN HUGE_MIN
-#endif
-
-static size_t map_length(size_t total) { return (total + 4095) & ~(size_t)4095; }
-
-static void *map_block(size_t total) {
-    size_t len = map_length(total);
-    if (len < total || len > SIZE_MAX - HUGE_PAGE) return NULL;
-    char *v = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
-    if (v == MAP_FAILED) return NULL;
-    uintptr_t a = ((uintptr_t)v + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-    size_t head = a - (uintptr_t)v;
-    if (head) munmap(v, head);
-    if (HUGE_PAGE - head) munmap((char *)a + len, HUGE_PAGE - head);
-    return (void *)a;
 }
 
 static int reserve(tl_budget *b, uint64_t n) {
@@ -118,7 +81,7 @@ tl_status tl_budget_alloc(tl_budget *b, size_t size, size_t align, const char *w
         return tl_error_set(TL_ERR_NOMEM, "memory budget exceeded: %s needs %.1f MiB, %.1f MiB "
                             "of the %.1f MiB budget are in use", what, size / 1048576.0,
                             tl_budget_used(b) / 1048576.0, b->limit / 1048576.0);
-    void *raw = total >= MAP_MIN ? map_block(total) : malloc(total);
+    void *raw = malloc(total);
     if (!raw) {
         release(b, total);
         return tl_error_set(TL_ERR_NOMEM, "out of memory allocating %.1f MiB for %s",
@@ -143,8 +106,7 @@ void tl_budget_free(tl_budget *b, void *ptr) {
     header h;
     memcpy(&h, (char *)ptr - sizeof h, sizeof h);
     release(b, h.size);
-    if (h.size >= MAP_MIN) munmap(h.raw, map_length(h.size));
-    else free(h.raw);
+    free(h.raw);
 }
 
 uint64_t tl_budget_limit(const tl_budget *b) { return b->limit; }
