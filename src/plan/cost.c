@@ -59,9 +59,9 @@ static double kv_bits_decode_s(const tl_hw_profile *prof, int32_t bits) {
     return 0;
 }
 
-/* One micro-batch of `rows` rows at layer l: its 7
- * matmuls, attention over ctx visible positions of which `stored` in stored pages,
- * element-wise work and the per-layer fixed cost. *matvec: the matmuls' part when the
+/* One micro-batch of `rows` rows at layer l: its 7 matmuls, attention over ctx visible
+ * positions of which `stored` in stored pages, element-wise work and the per-layer fixed
+ * cost. *matvec: the matmuls' part when the
  * products have <= 4 rows (they slow down differently while the disk streams). */
 static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int32_t l,
                                int32_t kv_bits, int32_t rows, double ctx, double stored,
@@ -227,7 +227,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                                         logit_rows, plan->embd_resident, &slow);
         tl_cost_pass p = {1, block_index, fed / chunk, c, layers_bytes + (last ? out_bytes : 0),
                           kv_read, kv_write, wbps, kbps, wr_bps, 1, slow,
-                          pass_kv_wait(m, prof, pol->kv_bits, rows, ctx, stored, pages, n_mb, first_s, page_s)};
+                          pass_kv_wait(m, prof, pol->kv_bits, rows, ctx, stored, pages, n_mb,
+                                       first_s, page_s)};
         fn(user, &p);
     }
     /* decode: gen_len - 1 steps, step j feeds position P + j - 1 of every sequence */
@@ -253,7 +254,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                                         plan->embd_resident, &slow);
         tl_cost_pass p = {0, block_index, j - 1, c, layers_bytes + out_bytes, kv_read, kv_write,
                           wbps, kbps, wr_bps, 1, slow,
-                          pass_kv_wait(m, prof, pol->kv_bits, rows, ctx, stored, pages, n_mb, first_s, page_s)};
+                          pass_kv_wait(m, prof, pol->kv_bits, rows, ctx, stored, pages, n_mb,
+                                       first_s, page_s)};
         fn(user, &p);
     }
 }

@@ -48,12 +48,12 @@ static tl_aio_req **tag_find(tl_aio *q, uint64_t tag) {
     return pp;
 }
 
-/* Wakes whoever can start the head request's next chunk. */
 /* Chunks that may be in flight when the head request is carved. */
 static int depth_for(const tl_aio *q, const tl_aio_req *head) {
     return q->p.queue_depth + (head->urgent ? TL_AIO_URGENT_SLOTS : 0);
 }
 
+/* Wakes whoever can start the head request's next chunk. */
 static void kick(tl_aio *q) {
     if (!q->head || q->inflight >= depth_for(q, q->head)) return;
     if (q->head->uring)
