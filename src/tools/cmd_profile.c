@@ -48,6 +48,8 @@ static void print_summary(const tl_hw_profile *p) {
             printf("  %9.3f", p->disk_read_bps[c][d] / 1e9);
         printf("\n");
     }
+    printf("  KV page read behind the weight stream: %.2f ms, +%.3f ms per further page\n",
+           p->disk_urgent_read_s * 1e3, p->disk_urgent_page_s * 1e3);
     printf("matmul GMAC/s by rows (8192 x 2048 weights streamed from memory):\n       ");
     for (int r = 0; r < TL_PROF_N_ROWS; r++) printf(" %6d", (int)tl_prof_rows[r]);
     printf("\n");
