@@ -96,8 +96,8 @@ static void check_products(tl_type type, size_t cols, const size_t *rows, size_t
 static void test_products(void) {
     static const tl_type types[] = {TL_TYPE_F32, TL_TYPE_F16, TL_TYPE_BF16, TL_TYPE_Q8_0,
                                     TL_TYPE_Q4_0};
-    /* q/k/v-like (unequal), a matrix smaller than a stealing step, odd counts, one row,
-     * and a long one whose owner steps are many */
+    /* q/k/v-like (unequal), matrices smaller than a chunk, odd counts, one row, and a
+     * long one split into many chunks */
     static const size_t sets[][3] = {{96, 32, 32}, {7, 1, 13}, {1000, 333, 17}, {3000, 5, 2}};
     static const int thread_counts[] = {1, 2, 3, 7};
     static const size_t ns[] = {1, 2, 4, 5, 33};
@@ -139,7 +139,7 @@ static void test_large_blocks(void) {
     tl_budget_free(b, q[0]);
     tl_budget_free(b, q[2]);
     CHECK(tl_budget_used(b) == 0);
-    /* the limit still holds for mapped blocks */
+    /* the limit still holds for large blocks */
     void *big = NULL;
     CHECK(tl_budget_alloc(b, 65u << 20, 64, "too big", &big) == TL_ERR_NOMEM && big == NULL);
     tl_budget_close(b);
