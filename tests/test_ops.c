@@ -1,8 +1,11 @@
 /* test_ops.c - the threaded matrix products (model/ops.c) and the large budget blocks
  * they stream from.
  *
- * tl_op_matmul_multi splits rows over threads (shrinking chunks claimed dynamically for
- * n <= 4, equal chunks above): whatever the split, every output row must equal the
+ * tl_op_matmul_multi splits rows over threads (for n <= 4 one contiguous region per
+ * thread across all the run's matrices, walked in claimed steps, with halves stolen by
+ * threads that finish first; equal chunks above): whatever the split, and whoever stole
+ * what (7 threads on a 2-core machine steal in every run: a mutation that drops the
+ * stolen half fails ~300 checks), every output row must equal the
  * one-range product tl_matmul_fast(0, rows) bit for bit, for every type, for 1-7
  * threads, for several matrices in one run (rows that do not divide evenly, matrices
  * smaller than a chunk), and with the reference kernels within float rounding of it.

@@ -270,28 +270,30 @@ static ALWAYS_INLINE __m256i q4_corr(__m256i lo, __m256i hi) {
     return _mm256_madd_epi16(s, ones);
 }
 
-/* Lays out one activation row (k/32 blocks) as pair records for weights of `type`. */
-static void act_pairs(tl_type type, const float *x, size_t k, act_pair *out) {
-    size_t nb = k / TL_QK;
-    for (size_t b = 0; b < nb; b += 2, out++) {
+/* Lays out one activation row (k/32 blocks) as pair records for weights of `type`
+ * (x86_simd.h), each act_record_bytes(type) long. */
+static void act_pairs(tl_type type, const float *x, size_t k, uint8_t *out) {
+    const size_t nb = k / TL_QK, rec = act_record_bytes(type);
+    for (size_t b = 0; b < nb; b += 2, out += rec) {
         tl_block_q8_act blk[2];
         int two = b + 1 < nb;
+        int8_t *q = (int8_t *)(out + ACT_Q);
+        float d[8];
         tl_quant_act_row_fast(x + b * TL_QK, blk, (size_t)(1 + two) * TL_QK);
         float da = blk[0].d, db = two ? blk[1].d : da;
         if (!two) memset(blk[1].q, 0, TL_QK);
         if (type == TL_TYPE_Q4_0 && two) {
-            memcpy(out->q, blk[0].q, 16), memcpy(out->q + 16, blk[1].q, 16);
-            memcpy(out->q + 32, blk[0].q + 16, 16), memcpy(out->q + 48, blk[1].q + 16, 16);
-            for (int l = 0; l < 8; l++) out->d[l] = l < 4 ? da : db;
-            __m256i c = q4_corr(loadu256(out->q), loadu256(out->q + 32));
-            _mm256_storeu_si256((__m256i *)(void *)out->c, c);
+            memcpy(q, blk[0].q, 16), memcpy(q + 16, blk[1].q, 16);
+            memcpy(q + 32, blk[0].q + 16, 16), memcpy(q + 48, blk[1].q + 16, 16);
+            for (int l = 0; l < 8; l++) d[l] = l < 4 ? da : db;
         } else {
-            memcpy(out->q, blk[0].q, TL_QK), memcpy(out->q + TL_QK, blk[1].q, TL_QK);
-            for (int l = 0; l < 8; l++) out->d[l] = (l & 2) ? db : da;
-            if (type == TL_TYPE_Q4_0) { /* the odd tail: nibbles in element order */
-                __m256i c = q4_corr(loadu256(out->q), _mm256_setzero_si256());
-                _mm256_storeu_si256((__m256i *)(void *)out->c, c);
-            }
+            memcpy(q, blk[0].q, TL_QK), memcpy(q + TL_QK, blk[1].q, TL_QK);
+            for (int l = 0; l < 8; l++) d[l] = (l & 2) ? db : da;
+        }
+        memcpy(out + ACT_D, d, sizeof d);
+        if (type == TL_TYPE_Q4_0) { /* the odd tail has its nibbles in element order */
+            __m256i c = q4_corr(loadu256(q), two ? loadu256(q + 32) : _mm256_setzero_si256());
+            _mm256_storeu_si256((__m256i *)(void *)(out + ACT_C), c);
         }
     }
 }
@@ -446,7 +448,7 @@ static ALWAYS_INLINE void gemm(tl_type type, const uint8_t *W, size_t k, size_t 
 
 size_t tl_matmul_scratch_floats(size_t k, size_t n) {
     size_t nv = n < TL_GROUPED_MAX_N ? n : TL_GROUPED_MAX_N;
-    size_t act = tl_matmul_act_floats(TL_TYPE_Q8_0, k, nv); /* matvec: pair records */
+    size_t act = tl_matmul_act_floats(TL_TYPE_Q4_0, k, nv); /* matvec: the larger records */
     size_t gemm = 2 * NR * KC + (n > TL_GROUPED_MAX_N ? n * KC : 0); /* panels, x' slice */
     size_t f = act > gemm ? act : gemm;
     return (f + 15) / 16 * 16; /* whole cache lines: per-thread slices stay aligned */
@@ -480,15 +482,15 @@ GEMM_FN(gemm_q4_0, TL_TYPE_Q4_0)
 
 size_t tl_matmul_act_floats(tl_type type, size_t k, size_t n) {
     if (!tl_type_rounds_act(type) || n == 0 || n > TL_GROUPED_MAX_N) return 0;
-    return n * ((k / TL_QK + 1) / 2) * ACT_PAIR_FLOATS;
+    return n * ((k / TL_QK + 1) / 2) * (act_record_bytes(type) / sizeof(float));
 }
 
 void tl_matmul_act_prepare(tl_type type, size_t k, const float *X, size_t ldx, size_t n,
                            float *act) {
-    act_pair *xa = (act_pair *)(void *)act;
-    size_t np = (k / TL_QK + 1) / 2;
+    uint8_t *xa = (uint8_t *)act;
+    const size_t row_step = (k / TL_QK + 1) / 2 * act_record_bytes(type);
     if (tl_matmul_act_floats(type, k, n) == 0) return;
-    for (size_t i = 0; i < n; i++) act_pairs(type, X + i * ldx, k, xa + i * np);
+    for (size_t i = 0; i < n; i++) act_pairs(type, X + i * ldx, k, xa + i * row_step);
 }
 
 /* The matvec prefetch distance (x86_simd.h): 3072 bytes on Intel cores, 8192 elsewhere
@@ -527,33 +529,33 @@ static int use_vnni(void) {
 /* The rounded-activation matvec on one instruction set, over groups of up to
  * TL_MATVEC_MAX_N rows (row i's pair records start at xa + i * np). */
 static void act_groups(int vnni, tl_type type, const void *W, size_t k, size_t j0, size_t j1,
-                       const act_pair *xa, size_t n, float *Y, size_t ldy) {
-    const size_t np = (k / TL_QK + 1) / 2;
+                       const uint8_t *xa, size_t n, float *Y, size_t ldy) {
+    const size_t row_step = (k / TL_QK + 1) / 2 * act_record_bytes(type);
     for (size_t i = 0; i < n; i += TL_MATVEC_MAX_N) {
         size_t g = n - i < TL_MATVEC_MAX_N ? n - i : TL_MATVEC_MAX_N;
 #ifdef TL_HAVE_AVXVNNI
         if (vnni) {
-            tl__matvec_q_vnni(type, W, k, j0, j1, xa + i * np, g, Y + i * ldy, ldy);
+            tl__matvec_q_vnni(type, W, k, j0, j1, xa + i * row_step, g, Y + i * ldy, ldy);
             continue;
         }
 #else
         (void)vnni;
 #endif
-        tl__matvec_q_avx2(type, W, k, j0, j1, xa + i * np, g, Y + i * ldy, ldy);
+        tl__matvec_q_avx2(type, W, k, j0, j1, xa + i * row_step, g, Y + i * ldy, ldy);
     }
 }
 
 void tl_matmul_fast_act(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                         const float *act, size_t n, float *Y, size_t ldy) {
     if (j0 >= j1 || n == 0) return;
-    act_groups(use_vnni(), type, W, k, j0, j1, (const act_pair *)(const void *)act, n, Y, ldy);
+    act_groups(use_vnni(), type, W, k, j0, j1, (const uint8_t *)act, n, Y, ldy);
 }
 
 int tl__matmul_fast_act_isa(int isa, tl_type type, const void *W, size_t k, size_t j0,
                             size_t j1, const float *act, size_t n, float *Y, size_t ldy) {
     if (isa == 1 && !use_vnni()) return 0;
     if (j0 >= j1 || n == 0) return 1;
-    act_groups(isa == 1, type, W, k, j0, j1, (const act_pair *)(const void *)act, n, Y, ldy);
+    act_groups(isa == 1, type, W, k, j0, j1, (const uint8_t *)act, n, Y, ldy);
     return 1;
 }
 

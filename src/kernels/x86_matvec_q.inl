@@ -31,9 +31,9 @@ static ALWAYS_INLINE uint64_t scale_x4(const uint8_t *p) { return load_u16(p) * 
 static ALWAYS_INLINE size_t q_block_bytes(tl_type type) { return type == TL_TYPE_Q8_0 ? 34 : 18; }
 
 /* One pair of weight blocks at p (or one block when `single`) against N activation
- * rows (record r of each row, rows `np` records apart), into acc[i]. */
+ * rows (record r of each row at xa, rows `row_step` bytes apart), into acc[i]. */
 static ALWAYS_INLINE void q_pair(tl_type type, const int N, const int single, const uint8_t *p,
-                                 const act_pair *xa, size_t np, __m256 *acc) {
+                                 const uint8_t *xa, size_t row_step, __m256 *acc) {
     const size_t bb = q_block_bytes(type);
     __m256 dw;
     if (type == TL_TYPE_Q8_0) {
@@ -45,16 +45,16 @@ static ALWAYS_INLINE void q_pair(tl_type type, const int N, const int single, co
         __m256i wb = single ? wa : loadu256(p + bb + 2), ub = _mm256_abs_epi8(wb);
         UNROLL
         for (int i = 0; i < N; i++) {
-            const act_pair *x = xa + i * np;
-            __m256i sa = dot4_u8s8(ua, _mm256_sign_epi8(loadu256(x->q), wa));
+            const uint8_t *x = xa + i * row_step;
+            __m256i sa = dot4_u8s8(ua, _mm256_sign_epi8(loadu256(x + ACT_Q), wa));
             __m256i s;
             if (single) {
                 s = sa;
             } else {
-                __m256i sb = dot4_u8s8(ub, _mm256_sign_epi8(loadu256(x->q + TL_QK), wb));
+                __m256i sb = dot4_u8s8(ub, _mm256_sign_epi8(loadu256(x + ACT_Q + TL_QK), wb));
                 s = _mm256_add_epi32(_mm256_unpacklo_epi64(sa, sb), _mm256_unpackhi_epi64(sa, sb));
             }
-            __m256 sc = _mm256_mul_ps(dw, _mm256_loadu_ps(x->d));
+            __m256 sc = _mm256_mul_ps(dw, load_act_d(x));
             acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sc, acc[i]);
         }
     } else {
@@ -74,23 +74,24 @@ static ALWAYS_INLINE void q_pair(tl_type type, const int N, const int single, co
         }
         UNROLL
         for (int i = 0; i < N; i++) {
-            const act_pair *x = xa + i * np;
-            __m256i s = single ? dot4_u8s8(lo, loadu256(x->q))
-                               : dot4x2_u8s8(lo, loadu256(x->q), hi, loadu256(x->q + TL_QK));
-            s = _mm256_sub_epi32(s, loadu256(x->c));
-            __m256 sc = _mm256_mul_ps(dw, _mm256_loadu_ps(x->d));
+            const uint8_t *x = xa + i * row_step;
+            __m256i s = single ? dot4_u8s8(lo, loadu256(x + ACT_Q))
+                               : dot4x2_u8s8(lo, loadu256(x + ACT_Q), hi, loadu256(x + ACT_Q + TL_QK));
+            s = _mm256_sub_epi32(s, loadu256(x + ACT_C));
+            __m256 sc = _mm256_mul_ps(dw, load_act_d(x));
             acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sc, acc[i]);
         }
     }
 }
 
-/* xa holds N rows of ceil(k/64) pair records. G pairs per step give each row G
- * independent FMA chains. */
+/* xa holds N rows of ceil(k/64) pair records (act_record_bytes(type) each). G pairs per
+ * step give each row G independent FMA chains. */
 static ALWAYS_INLINE void matvec_q(tl_type type, const int N, const uint8_t *W, size_t k,
-                                   size_t j0, size_t j1, const act_pair *xa, float *Y,
+                                   size_t j0, size_t j1, const uint8_t *xa, float *Y,
                                    size_t ldy) {
     const int G = N == 1 ? 2 : 1;
     const size_t nb = k / TL_QK, np = (nb + 1) / 2, bb = q_block_bytes(type), row_bytes = nb * bb;
+    const size_t rec = act_record_bytes(type), row_step = np * rec;
     const size_t full = nb / 2; /* pairs with two blocks */
     const size_t pf = tl__prefetch_distance();
     prefetch_start(W + j0 * row_bytes, (j1 - j0) * row_bytes, pf);
@@ -107,10 +108,10 @@ static ALWAYS_INLINE void matvec_q(tl_type type, const int N, const uint8_t *W, 
             for (size_t o = 0; o < 2 * G * bb; o += 64)
                 _mm_prefetch((const char *)(p + pf + o), _MM_HINT_T0);
             UNROLL
-            for (int g = 0; g < G; g++) q_pair(type, N, 0, p + 2 * g * bb, xa + r + g, np, acc[g]);
+            for (int g = 0; g < G; g++) q_pair(type, N, 0, p + 2 * g * bb, xa + (r + g) * rec, row_step, acc[g]);
         }
-        for (; r < full; r++, p += 2 * bb) q_pair(type, N, 0, p, xa + r, np, acc[0]);
-        if (nb & 1) q_pair(type, N, 1, p, xa + r, np, acc[0]);
+        for (; r < full; r++, p += 2 * bb) q_pair(type, N, 0, p, xa + r * rec, row_step, acc[0]);
+        if (nb & 1) q_pair(type, N, 1, p, xa + r * rec, row_step, acc[0]);
         UNROLL
         for (int i = 0; i < N; i++) {
             __m256 s = acc[0][i];
@@ -130,7 +131,7 @@ static ALWAYS_INLINE void matvec_q(tl_type type, const int N, const uint8_t *W, 
     }
 
 void TL_MATVEC_Q_NAME(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
-                      const act_pair *xa, size_t n, float *Y, size_t ldy) {
+                      const uint8_t *xa, size_t n, float *Y, size_t ldy) {
     if (type == TL_TYPE_Q8_0) TL_MATVEC_Q_CASES(TL_TYPE_Q8_0)
     else TL_MATVEC_Q_CASES(TL_TYPE_Q4_0)
 }

@@ -54,33 +54,46 @@ static ALWAYS_INLINE float hsum(__m256 v) {
 /* ---- activations of the Q8_0 / Q4_0 int8 matvec ----
  *
  * Blocks go in pairs (A, B) so that one int->float conversion, one scale product and one
- * FMA serve two blocks. Each activation row is laid out as act_pair records, made from
- * the bit-exact blocks of tl_quant_act_row_fast (x86_matmul.c, tl_matmul_act_prepare):
+ * FMA serve two blocks. Each activation row is laid out as pair records, made from the
+ * bit-exact blocks of tl_quant_act_row_fast (x86_matmul.c, tl_matmul_act_prepare):
+ *   bytes [ACT_Q, +64)  q: 64 int8
+ *   bytes [ACT_D, +32)  d: 8 floats
+ *   bytes [ACT_C, +32)  c: 8 int32, Q4_0 only
  *  - Q8_0: q = A.q, B.q; the two blocks' int32 sums are folded into lanes A A B B A A B B,
- *    so d = dA dA dB dB dA dA dB dB.
+ *    so d = dA dA dB dB dA dA dB dB. Its records are 96 bytes (no c).
  *  - Q4_0: both blocks' 16 nibble bytes fill one register: low nibbles are elements
  *    0..15 of A | of B, high nibbles 16..31 of A | of B; q is stored in that order
  *    (A 0..15, B 0..15, A 16..31, B 16..31), the sums land in lanes A x4 | B x4, so
  *    d = dA x4 | dB x4. The nibbles are used unsigned (0..15): c holds the lane sums of
- *    8*q_x, subtracted to make them nibble-8.
+ *    8*q_x, subtracted to make them nibble-8. Its records are 128 bytes.
  * An odd last block is a pair record with B absent: q = A.q in element order, d = dA x8.
  * Row i of n starts at record i * ceil(k/64).
+ *
+ * Why Q8_0's records are short: the matvec reads a row's whole activation once per weight
+ * row, from L1, while the weight stream passes through L1 beside it. A Q8_0 activation is
+ * 1.9x the weight bytes at 128-byte records; for ffn_down (k = 5632, 11 KiB of records)
+ * a cold 2-thread matvec read 30.0-30.3 GB/s of weights against 33.0-33.8 at 96 bytes (the
+ * same kernel, same run, on a 2-core Xeon VM; k = 2048: 33.2-33.9 against 34.2-34.6).
  */
-typedef struct act_pair {
-    int8_t q[2 * TL_QK];
-    float d[8];
-    int32_t c[8]; /* Q4_0 only */
-} act_pair;      /* 128 bytes */
+#define ACT_Q 0
+#define ACT_D 64
+#define ACT_C 96
 
-#define ACT_PAIR_FLOATS (sizeof(act_pair) / sizeof(float))
+static ALWAYS_INLINE size_t act_record_bytes(tl_type type) {
+    return type == TL_TYPE_Q8_0 ? 96 : 128;
+}
 
-/* Y[i*ldy + j] for i < n (<= TL_MATVEC_MAX_N), j in [j0, j1) from the act_pair rows xa.
+static ALWAYS_INLINE __m256 load_act_d(const uint8_t *record) {
+    return _mm256_loadu_ps((const float *)(const void *)(record + ACT_D));
+}
+
+/* Y[i*ldy + j] for i < n (<= TL_MATVEC_MAX_N), j in [j0, j1) from the pair-record rows xa.
  * Both give bit-identical results (all integer sums are exact, the float steps are the
  * same); the _vnni one needs AVX-VNNI (x86vnni_matmul.c, compiled only when the compiler
  * supports it: TL_HAVE_AVXVNNI). */
 void tl__matvec_q_avx2(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
-                       const act_pair *xa, size_t n, float *Y, size_t ldy);
+                       const uint8_t *xa, size_t n, float *Y, size_t ldy);
 void tl__matvec_q_vnni(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
-                       const act_pair *xa, size_t n, float *Y, size_t ldy);
+                       const uint8_t *xa, size_t n, float *Y, size_t ldy);
 
 #endif

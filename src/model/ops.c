@@ -1,8 +1,23 @@
-/* ops.c - see ops.h. Matrix products are split over output rows in chunks that are
- * multiples of 16 (the fast GEMM's panel width); Q8_0/Q4_0 matrix-vector products round
- * X once for all chunks. Each thread writes only its own rows, and a row's result does
- * not depend on the chunk it is in, so results do not depend on the number of threads. */
+/* ops.c - see ops.h. Matrix products are split over output rows; each thread writes
+ * only its own rows, and a row's result does not depend on the range it was computed in,
+ * so results do not depend on the number of threads or on who computed what.
+ *
+ * Matrix-vector products (n <= 4, decode) are memory-bound streams, and a thread's stream
+ * ramps up again each time it starts reading somewhere that does not follow what it read
+ * last: on a 2-core Xeon VM, two threads streaming a Q8_0 matrix in contiguous 34 KiB
+ * calls read 34.4 GB/s, but 20.8 GB/s when each took every other 34 KiB piece, 23.4 at
+ * 136 KiB pieces, 33 at 544 KiB (the software prefetch and the hardware streamer restart
+ * cold; no prefetch burst at the jump helped, pieces walked backwards were slower still).
+ * So each run's rows - all its matrices, end to end, in the order given - are cut into
+ * one contiguous region per thread, walked front to back in small claimed steps (a step
+ * that follows the last one does not restart the stream). A thread done with its region
+ * steals the back half of the largest unclaimed remainder of another's, and that becomes
+ * its region, which can be stolen from in turn: a few large steals per run instead of
+ * many small ones, since threads do not run at the same speed (~5% apart here).
+ * Larger products use about 4 equal chunks per thread and matrix: each chunk re-reads
+ * (and for Q types re-rounds) X. */
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 #include "ops.h"
 #include "../kernels/kernels.h"
@@ -22,11 +37,10 @@ typedef struct matmul_job {
     int reference;
 } matmul_job;
 
-static void matmul_task(void *arg, int task, int thread) {
-    matmul_job *j = arg;
-    size_t j0 = j->bounds[2 * task], j1 = j->bounds[2 * task + 1];
-    const tl_weight *w = j->ws[j->which[task]];
-    float *Y = j->Ys[j->which[task]];
+/* Rows [j0, j1) of matrix `which` of the product, on pool thread `thread`. */
+static void product_rows(const matmul_job *j, size_t which, size_t j0, size_t j1, int thread) {
+    const tl_weight *w = j->ws[which];
+    float *Y = j->Ys[which];
     if (j->reference)
         tl_matmul_ref(w->type, w->data, w->cols, j0, j1, j->X, w->cols, j->n, Y, w->rows);
     else if (j->act)
@@ -36,47 +50,127 @@ static void matmul_task(void *arg, int task, int thread) {
                        j->scratch + (size_t)thread * j->scratch_floats);
 }
 
-/* Splits the rows of the matrices ws[0..nw) into chunks of whole 16-row panels, appended
- * as pairs (bounds[2t], bounds[2t+1]) with which[t] the matrix; returns their number.
- * Matrix-vector products (n <= 4) are short and memory-bound: one run covers all the
- * matrices (one wait instead of nw, and no thread idles while the next matrix starts),
- * in chunks that shrink (each about 1/(2*threads) of the rows left in all of them, down
- * to 16 rows) so that threads claiming them dynamically finish within a small chunk of
- * each other. Larger products use about 4 equal chunks per thread and matrix: each chunk
- * re-reads (and for Q types re-rounds) X. */
+static void matmul_task(void *arg, int task, int thread) {
+    matmul_job *j = arg;
+    product_rows(j, j->which[task], j->bounds[2 * task], j->bounds[2 * task + 1], thread);
+}
+
+/* Splits the rows of the matrices ws[0..nw) (products of n > 4 rows) into about 4 equal
+ * chunks of whole 16-row panels per thread and matrix, appended as pairs (bounds[2t],
+ * bounds[2t+1]) with which[t] the matrix; returns their number. */
 static size_t split_rows(const tl_weight *const *ws, size_t nw, size_t threads, size_t n,
                          size_t *bounds, unsigned char *which) {
-    size_t t = 0, left = 0;
-    for (size_t w = 0; w < nw; w++) left += ws[w]->rows;
+    size_t t = 0;
     for (size_t w = 0; w < nw; w++) {
         const size_t rows = ws[w]->rows, row_bytes = tl_type_row_bytes(ws[w]->type, ws[w]->cols);
-        const size_t cap = t + MAX_CHUNKS; /* this matrix's share of the arrays */
-        size_t j = 0, chunk = 0;
-        if (n > 4) {
-            chunk = (rows + 4 * threads - 1) / (4 * threads);
-            /* grouped products read their chunk once per group of 4 rows: chunks of at
-             * most ~256 KiB stay in L2 between the groups */
-            if (n <= TL_MATMUL_GROUPED_MAX_N && chunk * row_bytes > ((size_t)256 << 10))
-                chunk = ((size_t)256 << 10) / (row_bytes ? row_bytes : 1);
-            chunk = (chunk + 15) / 16 * 16;
-            if (chunk < 16) chunk = 16;
-            if ((rows + chunk - 1) / chunk > MAX_CHUNKS) chunk = (rows + MAX_CHUNKS - 1) / MAX_CHUNKS;
-        }
+        size_t j = 0, chunk = (rows + 4 * threads - 1) / (4 * threads);
+        /* grouped products read their chunk once per group of 4 rows: chunks of at most
+         * ~256 KiB stay in L2 between the groups */
+        if (n <= TL_MATMUL_GROUPED_MAX_N && chunk * row_bytes > ((size_t)256 << 10))
+            chunk = ((size_t)256 << 10) / (row_bytes ? row_bytes : 1);
+        chunk = (chunk + 15) / 16 * 16;
+        if (chunk < 16) chunk = 16;
+        if ((rows + chunk - 1) / chunk > MAX_CHUNKS) chunk = (rows + MAX_CHUNKS - 1) / MAX_CHUNKS;
         while (j < rows) {
-            size_t c = chunk;
-            if (!c) {
-                c = (left / (2 * threads) + 8) / 16 * 16;
-                if (c < 16) c = 16;
-            }
-            if (t == cap - 1 || c > rows - j) c = rows - j;
+            size_t c = chunk < rows - j ? chunk : rows - j;
             bounds[2 * t] = j;
             bounds[2 * t + 1] = j + c;
             which[t++] = (unsigned char)w;
             j += c;
-            left -= c;
         }
     }
     return t;
+}
+
+/* ---- matrix-vector products over contiguous regions (see the top of the file) ---- */
+
+#define MATVEC_MAX_THREADS 32        /* more threads: one region each is still right, but */
+                                     /* the region array is on the stack */
+#define MATVEC_STEP_BYTES (32 << 10) /* an owner's claim: ~2 us of streaming */
+#define MATVEC_MIN_STEAL 16          /* rows; smaller remainders are left to their owner */
+
+/* The unclaimed rows [next, end) of one region, as indices into the run's concatenated
+ * rows, packed end << 32 | next so that owner and thieves claim with one CAS. */
+typedef struct region { _Alignas(64) _Atomic uint64_t span; } region;
+
+typedef struct matvec_job {
+    matmul_job *mm;  /* the product (bounds/which unused) */
+    size_t nw, threads;
+    size_t first[TL_MATMUL_MULTI_MAX + 1]; /* matrix w holds concatenated rows [first[w], first[w+1]) */
+    size_t step_rows[TL_MATMUL_MULTI_MAX];
+    region *regions; /* [threads] */
+} matvec_job;
+
+static uint64_t span_of(size_t next, size_t end) { return (uint64_t)end << 32 | next; }
+
+/* Claims the owner's next step of r (never crossing into the next matrix): [*g0, *g1) in
+ * concatenated rows, in matrix *w. 0 when r is empty. */
+static int claim_step(const matvec_job *j, region *r, size_t *w, size_t *g0, size_t *g1) {
+    uint64_t s = atomic_load_explicit(&r->span, memory_order_relaxed);
+    for (;;) {
+        size_t next = (size_t)(s & 0xffffffffu), end = (size_t)(s >> 32);
+        if (next >= end) return 0;
+        size_t m = 0;
+        while (j->first[m + 1] <= next) m++;
+        size_t stop = next + j->step_rows[m];
+        if (stop > j->first[m + 1]) stop = j->first[m + 1];
+        if (stop > end) stop = end;
+        if (atomic_compare_exchange_weak_explicit(&r->span, &s, span_of(stop, end),
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+            *w = m, *g0 = next, *g1 = stop;
+            return 1;
+        }
+    }
+}
+
+/* Moves the back half of the largest unclaimed remainder (of at least 2 MATVEC_MIN_STEAL
+ * rows) of another region into `mine`, which is empty. 0 when there is none. */
+static int steal_half(matvec_job *j, size_t mine) {
+    for (;;) {
+        size_t best = j->threads, best_left = 2 * MATVEC_MIN_STEAL - 1;
+        uint64_t best_span = 0;
+        for (size_t v = 0; v < j->threads; v++) {
+            if (v == mine) continue;
+            uint64_t s = atomic_load_explicit(&j->regions[v].span, memory_order_relaxed);
+            size_t next = (size_t)(s & 0xffffffffu), end = (size_t)(s >> 32);
+            if (end > next && end - next > best_left) best = v, best_left = end - next, best_span = s;
+        }
+        if (best == j->threads) return 0;
+        size_t next = (size_t)(best_span & 0xffffffffu), end = (size_t)(best_span >> 32);
+        size_t mid = next + (end - next) / 2;
+        if (atomic_compare_exchange_strong_explicit(&j->regions[best].span, &best_span,
+                                                    span_of(next, mid), memory_order_relaxed,
+                                                    memory_order_relaxed)) {
+            atomic_store_explicit(&j->regions[mine].span, span_of(mid, end), memory_order_relaxed);
+            return 1;
+        }
+    }
+}
+
+/* Task `owner`: region `owner` front to back, then stolen halves of the others'. */
+static void matvec_task(void *arg, int owner, int thread) {
+    matvec_job *j = arg;
+    size_t w, g0, g1;
+    do {
+        while (claim_step(j, &j->regions[owner], &w, &g0, &g1))
+            product_rows(j->mm, w, g0 - j->first[w], g1 - j->first[w], thread);
+    } while (steal_half(j, (size_t)owner));
+}
+
+static void matvec_run(tl_model *m, matmul_job *mm, size_t nw, size_t threads) {
+    region regions[MATVEC_MAX_THREADS];
+    matvec_job j = {mm, nw, threads, {0}, {0}, regions};
+    for (size_t w = 0; w < nw; w++) {
+        const tl_weight *W = mm->ws[w];
+        size_t row_bytes = tl_type_row_bytes(W->type, W->cols);
+        size_t step = MATVEC_STEP_BYTES / (row_bytes ? row_bytes : 1);
+        j.step_rows[w] = step < 1 ? 1 : step;
+        j.first[w + 1] = j.first[w] + W->rows;
+    }
+    const size_t total = j.first[nw];
+    for (size_t t = 0; t < threads; t++)
+        atomic_init(&regions[t].span, span_of(total * t / threads, total * (t + 1) / threads));
+    tl_pool_run(m->pool, (int)threads, matvec_task, &j);
 }
 
 void tl_op_matmul_multi(tl_model *m, const tl_weight *const *ws, size_t nw, const float *X,
@@ -96,13 +190,19 @@ void tl_op_matmul_multi(tl_model *m, const tl_weight *const *ws, size_t nw, cons
             tl_op_matmul_multi(m, ws + w, 1, X, n, Ys + w, scratch, scratch_floats);
         return;
     }
-    size_t tasks = split_rows(ws, nw, threads, n, bounds, which);
     matmul_job j = {ws, X, n, bounds, which, NULL, Ys, scratch, scratch_floats, m->use_reference};
     if (act) {
-        /* round X once, into thread 0's scratch, rather than once per chunk */
+        /* round X once, into thread 0's scratch, rather than once per range */
         tl_matmul_act_prepare(type, k, X, k, n, scratch);
         j.act = scratch;
     }
+    size_t total_rows = 0;
+    for (size_t w = 0; w < nw; w++) total_rows += ws[w]->rows;
+    if (n <= 4 && threads <= MATVEC_MAX_THREADS && total_rows <= UINT32_MAX) {
+        matvec_run(m, &j, nw, threads);
+        return;
+    }
+    size_t tasks = split_rows(ws, nw, threads, n, bounds, which);
     tl_pool_run(m->pool, (int)tasks, matmul_task, &j);
 }
 
