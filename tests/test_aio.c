@@ -6,7 +6,8 @@
  * their message to the waiting thread while other requests complete, short transfers,
  * close with requests outstanding, statistics, several submitting threads, bad calls,
  * and urgent reads: ahead of every queued ordinary request (in their own order among
- * themselves), and started at once in the urgent slots when ordinary chunks fill the
+ * themselves), no ordinary chunk starting while one is in flight, and started at once
+ * in the urgent slots when ordinary chunks fill the
  * queue. */
 #include <pthread.h>
 #include <time.h>
@@ -378,6 +379,31 @@ static void test_urgent(void) {
     CHECK(tl_aio_wait(q, 20) == TL_OK && tl_aio_wait(q, 21) == TL_OK);
     CHECK(tk_mismatch(buf, 0, 2 * 4096, 1) < 0 && tk_mismatch(buf + 16 * 4096, 16 * 4096, 4096, 1) < 0);
     tl_aio_close(q);
+
+    /* while an urgent read is in flight no ordinary chunk starts, though the depth has
+     * room: a virtual disk served a 32 KiB read behind a stream of 1 MiB chunks kept
+     * refilled in 33-55 ms, and in 2 ms when the stream held back */
+    tl_fault_spec mid = {0};
+    mid.latency_s = 0.3;
+    tl_tier *mid_slow = fault_mem(&mid, 1 << 20);
+    q = open_q(TL_AIO_POOL, 1 << 20, 2, 3);
+    CHECK(tl_aio_read_urgent(q, mid_slow, 0, buf, 4096, 30) == TL_OK);
+    CHECK(tl_aio_read(q, fast, 4096, buf + 4096, 4096, 31) == TL_OK);
+    struct timespec nap = {0, 100 * 1000 * 1000};
+    nanosleep(&nap, NULL);
+    CHECK_MSG(tl_aio_poll(q, 31) == 0, "an ordinary read ran beside an urgent one");
+    CHECK(tl_aio_wait(q, 31) == TL_OK);
+    CHECK(tl_aio_poll(q, 30) == 1); /* it started only after the urgent one finished */
+    CHECK(tl_aio_wait(q, 30) == TL_OK);
+    /* and the ordinary stream resumes at its full depth afterwards */
+    CHECK(tl_aio_read(q, mid_slow, 8192, buf + 8192, 4096, 32) == TL_OK);
+    CHECK(tl_aio_read(q, mid_slow, 12288, buf + 12288, 4096, 33) == TL_OK);
+    t0 = tl_now();
+    CHECK(tl_aio_wait(q, 32) == TL_OK && tl_aio_wait(q, 33) == TL_OK);
+    CHECK_MSG(tl_now() - t0 < 0.5, "two ordinary reads at depth 2 took %.3f s", tl_now() - t0);
+    CHECK(tk_mismatch(buf, 0, 4 * 4096, 1) < 0);
+    tl_aio_close(q);
+    tl_tier_close(mid_slow);
     tl_tier_close(very_slow);
     tl_tier_close(fast);
     tl_tier_close(slow);

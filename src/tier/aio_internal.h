@@ -51,6 +51,7 @@ struct tl_aio {
     tl_aio_req *buckets[TL_AIO_BUCKETS];
     tl_aio_chunk *slots, *free_slots;
     int inflight, inflight_r, inflight_w;
+    int inflight_urgent; /* chunks of urgent requests in flight: ordinary ones wait */
     double r_start, w_start;
     tl_aio_stats stats;
     int stopping;
