@@ -527,7 +527,7 @@ static int use_vnni(void) {
 }
 
 /* The rounded-activation matvec on one instruction set, over groups of up to
- * TL_MATVEC_MAX_N rows (row i's pair records start at xa + i * np). */
+ * TL_MATVEC_MAX_N rows (row i's pair records start i * row_step bytes into xa). */
 static void act_groups(int vnni, tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                        const uint8_t *xa, size_t n, float *Y, size_t ldy) {
     const size_t row_step = (k / TL_QK + 1) / 2 * act_record_bytes(type);

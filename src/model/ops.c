@@ -55,9 +55,10 @@ static void matmul_task(void *arg, int task, int thread) {
     product_rows(j, j->which[task], j->bounds[2 * task], j->bounds[2 * task + 1], thread);
 }
 
-/* Splits the rows of the matrices ws[0..nw) (products of n > 4 rows) into about 4 equal
- * chunks of whole 16-row panels per thread and matrix, appended as pairs (bounds[2t],
- * bounds[2t+1]) with which[t] the matrix; returns their number. */
+/* The chunked path (products of more than 4 rows, and matrix-vector products that the
+ * regions below cannot hold): splits the rows of the matrices ws[0..nw) into about 4
+ * equal chunks of whole 16-row panels per thread and matrix, appended as pairs
+ * (bounds[2t], bounds[2t+1]) with which[t] the matrix; returns their number. */
 static size_t split_rows(const tl_weight *const *ws, size_t nw, size_t threads, size_t n,
                          size_t *bounds, unsigned char *which) {
     size_t t = 0;
@@ -84,8 +85,8 @@ static size_t split_rows(const tl_weight *const *ws, size_t nw, size_t threads, 
 
 /* ---- matrix-vector products over contiguous regions (see the top of the file) ---- */
 
-#define MATVEC_MAX_THREADS 32        /* more threads: one region each is still right, but */
-                                     /* the region array is on the stack */
+#define MATVEC_MAX_THREADS 32        /* regions live on the caller's stack; more threads */
+                                     /* take the chunked path */
 #define MATVEC_STEP_BYTES (32 << 10) /* an owner's claim: ~2 us of streaming */
 #define MATVEC_MIN_STEAL 16          /* rows; smaller remainders are left to their owner */
 
@@ -96,7 +97,8 @@ typedef struct region { _Alignas(64) _Atomic uint64_t span; } region;
 typedef struct matvec_job {
     matmul_job *mm;  /* the product (bounds/which unused) */
     size_t nw, threads;
-    size_t first[TL_MATMUL_MULTI_MAX + 1]; /* matrix w holds concatenated rows [first[w], first[w+1]) */
+    /* matrix w holds the concatenated rows [first[w], first[w + 1]) */
+    size_t first[TL_MATMUL_MULTI_MAX + 1];
     size_t step_rows[TL_MATMUL_MULTI_MAX];
     region *regions; /* [threads] */
 } matvec_job;
@@ -133,7 +135,8 @@ static int steal_half(matvec_job *j, size_t mine) {
             if (v == mine) continue;
             uint64_t s = atomic_load_explicit(&j->regions[v].span, memory_order_relaxed);
             size_t next = (size_t)(s & 0xffffffffu), end = (size_t)(s >> 32);
-            if (end > next && end - next > best_left) best = v, best_left = end - next, best_span = s;
+            if (end > next && end - next > best_left)
+                best = v, best_left = end - next, best_span = s;
         }
         if (best == j->threads) return 0;
         size_t next = (size_t)(best_span & 0xffffffffu), end = (size_t)(best_span >> 32);

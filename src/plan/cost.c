@@ -27,7 +27,7 @@
  *                    their KV on disk wait: 4-row ones measured 1.5-4 s of 8-14 s so.
  *   pass time      = smax(compute' + KV wait, weight + KV reads + KV writes)  with overlap,
  *                    smax(a, b) = (a^4 + b^4)^(1/4): max(a, b) when one side dominates
- *                    (within 1% once the smaller is under half the larger), 2^(1/4) =
+ *                    (within 1.5% once the smaller is at most half the larger), 2^(1/4) =
  *                    1.19 max at exact balance. Compute and IO overlap through a ring of
  *                    prefetch + 1 slots, and each unit's read and compute times jitter
  *                    (this VM's disk: 1.4-2.2 GB/s between passes of one file), so a

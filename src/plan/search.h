@@ -18,6 +18,8 @@
  *              (s: compute slowdown while the disk streams; C' = C + (s-1) min(IO, C) in
  *              the cost model, which the first row bounds from above, exactly when IO <= C)
  *              (without overlap: t_i >= C_i + (1 - x_w) W_i + (1 - x_k) K_i)
+ *              (the cost model's overlap is a soft maximum, cost.c: this linear max is
+ *              its lower bound, and the ranking below uses the cost model itself)
  *              base + x_w R_w + x_k R_k <= budget            (memory)
  *              0 <= x_w, x_k <= 1
  * R_w: budget bytes of keeping every streamable weight resident rather than none;
