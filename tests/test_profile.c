@@ -230,7 +230,8 @@ static void test_hostile(void) {
     expect_bad_value(text, "types", "[0, 1, 30, 8]", "short grid");
     expect_bad_value(text, "n_threads", "2.5", "fractional");
     expect_bad_value(text, "n_threads", "0", "zero threads");
-    expect_bad_value(text, "tierllm_profile_version", "3", "future version");
+    expect_bad_value(text, "tierllm_profile_version", "4", "future version");
+    expect_bad_value(text, "tierllm_profile_version", "2", "old version (matmul rates low)");
     expect_bad_value(text, "tierllm_profile_version", "1", "old version (no urgent-read time)");
     expect_bad_value(text, "machine", "\"a\\u0000b\"", "NUL");
     expect_bad_value(text, "machine", "\"\\ud800\"", "lone surrogate");

@@ -29,7 +29,8 @@ const int32_t tl_prof_types[TL_PROF_N_TYPE] = {TL_TYPE_F32, TL_TYPE_F16, TL_TYPE
 const int32_t tl_prof_rows[TL_PROF_N_ROWS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
 const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS] = {32, 16, 8, 4};
 
-#define PROFILE_VERSION 2 /* 2: disk_urgent_read_s, disk_urgent_page_s */
+#define PROFILE_VERSION 3 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
+                            * huge-page memory, as the weights (2 read them ~30% low) */
 #define PROFILE_MAX_BYTES ((size_t)1 << 20)
 
 int tl_prof_type_index(int32_t type) {
