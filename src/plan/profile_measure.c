@@ -289,10 +289,10 @@ static double time_matmul(tl_model *mm, tl_weight *w, const uint8_t *W, size_t c
  * interrupts share the memory and the cores): Q8_0 matmuls of 1, 4 and 32 rows, alone and
  * with a reader thread keeping 8 MiB in flight, alternating to cancel drift. The reader
  * also times urgent reads, so disk_urgent_read_s / _page_s are measured as the engine
- * meets them: behind the stream, with every core computing. (On a 2-core Xeon VM: one
- * page 0.9-1.7 ms, eight together no longer; inside a batch run a micro-batch's pages
- * took ~2.9 ms, a gap not explained yet, so the model's KV wait is still short.) With no
- * sample (a disk too slow to reach the first one), the disk grid's figures stand in. */
+ * meets them: behind the chunks already in flight (the IO queue starts no new weight
+ * chunk while an urgent read is out, tier/aio.c), with every core computing. On a 2-core
+ * Xeon VM: one page 0.9-2.6 ms, eight together no longer. With no sample (a disk too slow
+ * to reach the first one), the disk grid's figures stand in. */
 static tl_status measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *p,
                                       void (*progress)(void *, const char *), void *user) {
     tl__profile_say(progress, user, "compute while the disk streams");
@@ -305,17 +305,16 @@ static tl_status measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *
     float *scratch = aligned_alloc(64, threads * sf * sizeof(float));
     float *row = malloc(C * sizeof(float));
     tl_aio_params dp = tl_aio_default_params();
-    reader *rdp = calloc(1, sizeof *rdp);
-    if (rdp) {
-        rdp->t = t;
-        rdp->buf = aligned_alloc(4096, (size_t)dp.queue_depth * dp.chunk_bytes +
-                                           URGENT_BATCH * TL_PROF_URGENT_BYTES);
+    reader *rd = calloc(1, sizeof *rd);
+    if (rd) {
+        rd->t = t;
+        rd->buf = aligned_alloc(4096, (size_t)dp.queue_depth * dp.chunk_bytes +
+                                          URGENT_BATCH * TL_PROF_URGENT_BYTES);
     }
-    reader *rd = rdp; /* checked below, before any use */
     uint64_t seed = 11;
     uint8_t *W = row ? weight_copies(type, R, C, copies, row, &seed) : NULL;
     tl_status st = TL_OK;
-    if (!W || !X || !Y || !scratch || !row || !rdp || !rdp->buf) {
+    if (!W || !X || !Y || !scratch || !row || !rd || !rd->buf) {
         st = tl_error_set(TL_ERR_NOMEM, "interference profile: out of memory");
         goto done;
     }
@@ -364,8 +363,8 @@ done:
     free(Y);
     free(scratch);
     free(row);
-    if (rdp) free(rdp->buf);
-    free(rdp);
+    if (rd) free(rd->buf);
+    free(rd);
     return st;
 }
 
