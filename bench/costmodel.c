@@ -216,8 +216,9 @@ static outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int r
         tl_batch_stats bs;
         tl_replanner *rp = replan ? malloc(sizeof *rp) : NULL;
         if (rp) tl_replanner_init(rp, m, prof, &rq, &o.plan);
-        st = tl_batch_generate_replan(m, &bp, &gp, (const char *const *)prompts, NULL, c->seqs,
-                                      NULL, NULL, NULL, rp ? tl_replanner_hook : NULL, rp, &bs);
+        tl_batch_run run = {rp ? tl_replanner_hook : NULL, rp, NULL, NULL};
+        st = tl_batch_generate_ex(m, &bp, &gp, (const char *const *)prompts, NULL, c->seqs, NULL,
+                                  NULL, NULL, &run, &bs);
         if (!st) {
             o.measured_s = bs.prefill_s + bs.decode_s;
             o.pre_s = bs.prefill_s, o.dec_s = bs.decode_s;
@@ -313,7 +314,7 @@ int main(int argc, char **argv) {
     tl_hw_profile prof;
     double t0 = tl_now();
     tl_status st = profile_path ? tl_profile_load(profile_path, &prof)
-                                : tl_profile_measure(2, g_dir, NULL, NULL, &prof);
+                                : tl_profile_measure(2, g_dir, 0, NULL, NULL, &prof);
     if (st) {
         fprintf(stderr, "error: profile: %s\n", tl_last_error());
         return 1;

@@ -140,6 +140,9 @@ typedef struct tl_sampler_params {
 } tl_sampler_params;
 
 tl_sampler_params tl_sampler_default_params(void);
+/* TL_ERR_INVALID with a message naming the setting unless: temperature >= 0, top_k >= 0,
+ * 0 < top_p <= 1, repeat_penalty > 0 and repeat_last_n >= 0 (all finite). */
+tl_status tl_sampler_params_check(const tl_sampler_params *p);
 
 typedef struct tl_generate_params {
     int32_t n_predict;        /* tokens to generate; < 0: until EOS or the context is full */
@@ -187,10 +190,14 @@ typedef struct tl_batch_result {
     const char *text;            /* generated text, valid UTF-8 */
     size_t text_len;
     int32_t finish_eos;          /* 1: stopped at EOS; 0: length (n_predict or context) */
+    tl_status status;            /* TL_OK, or why this prompt failed (the rest run on) */
+    const char *error;           /* the failure's message when status != TL_OK, else NULL */
+    int32_t last_in_block;       /* 1 on the last result reported for a block */
 } tl_batch_result;
 
 typedef struct tl_batch_stats {
     int32_t done_prompts, total_prompts;
+    int32_t failed_prompts;      /* of the done ones, reported with an error */
     uint64_t prompt_tokens, generated_tokens;
     double prefill_s, decode_s, elapsed_s;
     double prefill_stall_s, decode_stall_s; /* of which waiting for weights or KV */
@@ -203,20 +210,27 @@ typedef struct tl_batch_stats {
     int32_t replans;             /* times the policy was replaced between blocks */
 } tl_batch_stats;
 
-/* Called once per prompt, in input order, as soon as it and every earlier prompt are
- * complete. Return nonzero to stop the run (TL_ERR_CANCELLED). */
+/* Called once per prompt, in input order, when its block is complete. Return nonzero to
+ * stop the run (TL_ERR_CANCELLED). */
 typedef int (*tl_batch_result_fn)(void *user, const tl_batch_result *r);
-/* Called after every step with the counters so far. */
-typedef void (*tl_batch_progress_fn)(void *user, const tl_batch_stats *s);
+/* Called after every step with the counters so far. Return nonzero to stop at this step
+ * boundary: the prompts of the current block that are already complete are reported
+ * (in input order, the unfinished ones skipped), then the run returns TL_ERR_CANCELLED. */
+typedef int (*tl_batch_progress_fn)(void *user, const tl_batch_stats *s);
 
 /* Generates for every prompt, gbs * num_gb at a time. n_predict[i] (or gp->n_predict
- * when n_predict is NULL) caps prompt i. Every prompt is tokenized and checked against
- * n_ctx before any compute. */
+ * when n_predict is NULL) caps prompt i; 0 generates nothing. A prompt that cannot run
+ * (it does not fit in n_ctx with one generated token) is reported with its status and
+ * message, and the others run. */
 tl_status tl_batch_generate(tl_model *model, const tl_batch_params *bp,
                             const tl_generate_params *gp, const char *const *prompts,
                             const int32_t *n_predict, int32_t n_prompts,
                             tl_batch_result_fn on_result, tl_batch_progress_fn on_progress,
                             void *user, tl_batch_stats *stats);
+
+/* Checks batch params and that the block schedule fits the model's memory budget,
+ * without running anything (the error says what the minimum is). */
+tl_status tl_batch_check(tl_model *model, const tl_batch_params *bp);
 
 /* ---- synthetic models ------------------------------------------------------------ */
 

@@ -41,13 +41,27 @@ static void gen_rows(int ident, int layer, int pos0, int n, int D, float *k, flo
         }
 }
 
+/* Spill files alive: this process's open files in tk_dir. They have no name (the spill
+ * file cannot outlive the process), so the directory itself must stay empty: a name in it
+ * counts as a failure (-100). */
 static int count_spill_files(void) {
     DIR *d = opendir(tk_dir);
     int n = 0;
     if (!d) return -1;
     struct dirent *e;
     while ((e = readdir(d)) != NULL)
-        if (strncmp(e->d_name, "tierllm-kv-", 11) == 0) n++;
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n -= 100;
+    closedir(d);
+    if (!(d = opendir("/proc/self/fd"))) return -1;
+    const size_t dl = strlen(tk_dir);
+    while ((e = readdir(d)) != NULL) {
+        char link[300], target[4096];
+        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+        ssize_t k = readlink(link, target, sizeof target - 1);
+        if (k <= 0) continue;
+        target[k] = 0;
+        if (strncmp(target, tk_dir, dl) == 0 && target[dl] == '/') n++;
+    }
     closedir(d);
     return n;
 }

@@ -89,8 +89,9 @@ static void machinery(const char *path, const collect *ref) {
     memset(&got, 0, sizeof got);
     switcher sw = {0};
     tl_batch_stats bs;
-    tl_status st = tl_batch_generate_replan(m, &bp, &gp, prompts, NULL, N_PROMPTS, on_result,
-                                            NULL, &got, switch_hook, &sw, &bs);
+    tl_batch_run run = {switch_hook, &sw, NULL, NULL};
+    tl_status st = tl_batch_generate_ex(m, &bp, &gp, prompts, NULL, N_PROMPTS, on_result, NULL,
+                                        &got, &run, &bs);
     CHECK_MSG(st == TL_OK, "%s", tl_last_error());
     CHECK(bs.replans == sw.calls && sw.calls >= 3);
     CHECK(bs.generated_tokens == N_PROMPTS * N_GEN);
@@ -147,8 +148,9 @@ static void replanner(const char *path, const collect *ref) {
     memset(&got, 0, sizeof got);
     tl_generate_params gp = greedy();
     tl_batch_stats bs;
-    st = tl_batch_generate_replan(m, &bp, &gp, prompts, NULL, N_PROMPTS, on_result, NULL, &got,
-                                  tl_replanner_hook, &rp, &bs);
+    tl_batch_run run = {tl_replanner_hook, &rp, NULL, NULL};
+    st = tl_batch_generate_ex(m, &bp, &gp, prompts, NULL, N_PROMPTS, on_result, NULL, &got, &run,
+                              &bs);
     CHECK_MSG(st == TL_OK, "%s", tl_last_error());
     for (int i = 0; i < rp.n_log; i++) fprintf(stderr, "replan: %s\n", rp.log[i]);
     CHECK(rp.checks >= 1);

@@ -1,15 +1,17 @@
 /* batch.c - batch generation: blocks of gbs x num_gb sequences through the block
  * schedule of engine.c, with the paged KV cache possibly spilling to the SSD.
  *
- * Per block: tokenize (all prompts were checked against n_ctx before the first block);
+ * Per block: tokenize (every prompt was checked against n_ctx before the first block; one
+ * that does not fit is a failed sequence, reported with its error, and takes no rows);
  * prefill in steps of up to prefill_rows rows per micro-batch (each sequence contributes
  * a chunk of its prompt; a sequence's first token is sampled when its last prompt chunk
- * has run); then decode steps with one row per unfinished sequence until every sequence
- * stops (EOS, its n_predict, or the context). Results are reported in input order at
- * the end of each block. Sampling is per sequence, seeded with seed + prompt index, so
- * a sequence's tokens do not depend on which block or micro-batch it ran in.
+ * has run; a sequence with n_predict 0 skips prefill); then decode steps with one row per
+ * unfinished sequence until every sequence stops (EOS, its n_predict, or the context).
+ * Results are reported in input order at the end of each block, or, when the progress
+ * callback asks to stop, those already complete at that step boundary. Sampling is per
+ * sequence, seeded with seed + prompt index (or the caller's index for it), so a
+ * sequence's tokens do not depend on which block or micro-batch it ran in.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,8 @@ typedef struct seq_state {
     tl_sampler smp;
     int32_t next;                   /* the sampled token not yet fed */
     int done, eos;
+    tl_status fail;                 /* the prompt cannot run: reported with its message */
+    char fail_msg[192];
 } seq_state;
 
 typedef struct batch {
@@ -48,6 +52,8 @@ typedef struct batch {
     tl_batch_stats st;
     double t_start;
     uint64_t base_written, base_kv_read, base_weight_read; /* from before a re-plan */
+    const tl_fault_spec *spill_fault;
+    const int32_t *seed_index;
 } batch;
 
 tl_batch_params tl_batch_default_params(void) {
@@ -81,23 +87,6 @@ static tl_kv_params kv_params(const batch *b) {
     return kp;
 }
 
-/* A test hook (as SQLite's test VFS): TIERLLM_TEST_SPILL_FAULT="enospc:N" or "eio:N"
- * makes the Nth call on the KV spill file fail, so tests can check what a full or
- * failing disk does to a batch run. */
-static void test_spill_fault(tl_kv *kv) {
-    const char *spec = getenv("TIERLLM_TEST_SPILL_FAULT");
-    char kind[16];
-    unsigned long long n;
-    if (!spec || sscanf(spec, "%15[a-z]:%llu", kind, &n) != 2) return;
-    tl_fault_spec f;
-    memset(&f, 0, sizeof f);
-    f.fail_call = n;
-    f.sticky = 1;
-    f.fail_errno = strcmp(kind, "enospc") ? EIO : ENOSPC;
-    f.fail_writes_only = 1; /* writes are deterministic: each full disk page once */
-    tl_kv_set_spill_fault(kv, &f);
-}
-
 static tl_status check_params(tl_batch_params *p) {
     if (!p->spill_dir || !*p->spill_dir) {
         const char *t = getenv("TMPDIR");
@@ -126,6 +115,7 @@ static void seq_free(seq_state *s) {
     free(s->text);
     tl_sampler_free(&s->smp);
     memset(s, 0, sizeof *s);
+    s->kv_seq = -1; /* no KV sequence open */
 }
 
 static void batch_free(batch *b) {
@@ -228,7 +218,7 @@ static tl_status batch_init(batch *b) {
         return st;
     tl_kv_params kp = kv_params(b);
     st = tl_kv_open(&kp, m->budget, m->aio, &b->kv);
-    if (!st) test_spill_fault(b->kv);
+    if (!st && b->spill_fault) tl_kv_set_spill_fault(b->kv, b->spill_fault);
     return st;
 }
 
@@ -283,7 +273,7 @@ static int32_t build(batch *b, int32_t k, int32_t n_seqs_block, int prefill, int
     int32_t n = 0, nl = 0, ns = 0;
     for (int32_t i = k * gbs; i < (k + 1) * gbs && i < n_seqs_block; i++) {
         seq_state *s = &b->ss[i];
-        int32_t base = tl_kv_seq_len(b->kv, s->kv_seq), len;
+        int32_t len;
         if (prefill) {
             len = s->n_prompt - s->fed < chunk ? s->n_prompt - s->fed : chunk;
             for (int32_t j = 0; j < len; j++) tok[n + j] = s->prompt[s->fed + j];
@@ -291,7 +281,8 @@ static int32_t build(batch *b, int32_t k, int32_t n_seqs_block, int prefill, int
             len = s->done ? 0 : 1;
             if (len) tok[n] = s->next;
         }
-        if (!len) continue;
+        if (!len) continue; /* also every failed sequence: it has no KV sequence */
+        const int32_t base = tl_kv_seq_len(b->kv, s->kv_seq);
         for (int32_t j = 0; j < len; j++) {
             seq[n + j] = s->kv_seq;
             pos[n + j] = base + j;
@@ -386,21 +377,104 @@ static tl_status replace_policy(batch *b, const tl_batch_params *bp) {
     return batch_init(b);
 }
 
+tl_status tl_batch_check(tl_model *m, const tl_batch_params *bpp) {
+    batch b;
+    memset(&b, 0, sizeof b);
+    b.m = m;
+    b.bp = bpp ? *bpp : tl_batch_default_params();
+    tl_status st = check_params(&b.bp);
+    if (st) return st;
+    align_pages(m, &b.bp);
+    b.rows_per_mb = b.bp.prefill_rows < b.bp.gbs ? b.bp.gbs : b.bp.prefill_rows;
+    const uint64_t need = budget_bytes(&b);
+    if (m->res) { /* placed already: the state must fit beside it, as tl_engine_place */
+        const uint64_t limit = tl_budget_limit(m->budget), used = tl_budget_used(m->budget);
+        if (used > limit || need > limit - used)
+            return tl_error_set(TL_ERR_NOMEM, "memory budget of %.1f MiB: this batch needs "
+                                "%.1f MiB but only %.1f MiB are free", limit / 1048576.0,
+                                need / 1048576.0, (limit - used) / 1048576.0);
+        return TL_OK;
+    }
+    tl_weight_plan plan;
+    st = tl_engine_plan_weights(m, need, m->params.prefetch, m->params.overlap,
+                                m->params.w_mem_pct, &plan);
+    tl_weight_plan_free(&plan);
+    return st;
+}
+
 tl_status tl_batch_generate(tl_model *m, const tl_batch_params *bpp, const tl_generate_params *gpp,
                             const char *const *prompts, const int32_t *n_predict,
                             int32_t n_prompts, tl_batch_result_fn on_result,
                             tl_batch_progress_fn on_progress, void *user,
                             tl_batch_stats *stats) {
-    return tl_batch_generate_replan(m, bpp, gpp, prompts, n_predict, n_prompts, on_result,
-                                    on_progress, user, NULL, NULL, stats);
+    return tl_batch_generate_ex(m, bpp, gpp, prompts, n_predict, n_prompts, on_result,
+                                on_progress, user, NULL, stats);
 }
 
-tl_status tl_batch_generate_replan(tl_model *m, const tl_batch_params *bpp,
-                                   const tl_generate_params *gpp, const char *const *prompts,
-                                   const int32_t *n_predict, int32_t n_prompts,
-                                   tl_batch_result_fn on_result, tl_batch_progress_fn on_progress,
-                                   void *user, tl_batch_replan_fn replan, void *replan_user,
-                                   tl_batch_stats *stats) {
+/* Sets up sequence i of the block for prompt `index`. A prompt that cannot run becomes a
+ * failed sequence (done, with its message); only real errors are returned. */
+static tl_status seq_start(batch *b, seq_state *s, int32_t index, const char *p,
+                           const int32_t *n_predict) {
+    tl_model *m = b->m;
+    seq_free(s);
+    s->index = index;
+    size_t np = 0;
+    tl_status st = tl_tokenize(m, p, strlen(p), b->gp.add_bos, NULL, 0, &np);
+    if (st && st != TL_ERR_INVALID) return st; /* INVALID: only the count was asked for */
+    if (np == 0 || np >= (size_t)b->bp.n_ctx) {
+        s->fail = TL_ERR_CONTEXT;
+        snprintf(s->fail_msg, sizeof s->fail_msg, "the prompt is %zu tokens; the context "
+                 "holds %d (prompt plus at least one generated token): raise --ctx-size", np,
+                 (int)b->bp.n_ctx);
+        s->n_prompt = (int32_t)(np < INT32_MAX ? np : INT32_MAX);
+        s->done = 1;
+        return TL_OK;
+    }
+    s->prompt = malloc(np * sizeof *s->prompt);
+    if (!s->prompt) return tl_error_set(TL_ERR_NOMEM, "out of memory");
+    if ((st = tl_tokenize(m, p, strlen(p), b->gp.add_bos, s->prompt, np, &np))) return st;
+    s->n_prompt = (int32_t)np;
+    int32_t lim = n_predict ? n_predict[index] : b->gp.n_predict;
+    s->limit = lim < 0 ? b->bp.n_ctx : lim;
+    tl_sampler_params sp = b->gp.sampler;
+    sp.seed += (uint64_t)(b->seed_index ? b->seed_index[index] : index);
+    if ((st = tl_sampler_init(&s->smp, &sp, (size_t)m->hp.n_vocab))) return st;
+    for (int32_t j = 0; j < s->n_prompt; j++) tl_sampler_accept(&s->smp, s->prompt[j]);
+    if ((st = tl_kv_seq_open(b->kv, &s->kv_seq))) return st;
+    if (s->limit == 0) { /* nothing to generate: the prompt need not run either */
+        s->done = 1;
+        s->fed = s->n_prompt;
+    }
+    return TL_OK;
+}
+
+/* Reports the block's results in input order: all of them, or (stopping) the complete
+ * ones. Returns TL_ERR_CANCELLED when the result callback asks to stop. */
+static tl_status report_block(batch *b, int32_t n_blk, int stopping, tl_batch_result_fn on_result,
+                              void *user) {
+    int32_t last = -1;
+    for (int32_t i = 0; i < n_blk; i++)
+        if (!stopping || b->ss[i].done) last = i;
+    for (int32_t i = 0; i <= last; i++) {
+        seq_state *s = &b->ss[i];
+        if (stopping && !s->done) continue;
+        if (s->text) s->text_len += tl_utf8_stream_flush(&s->utf8, s->text + s->text_len);
+        tl_batch_result r = {s->index, s->out, s->n_out, s->n_prompt, s->text ? s->text : "",
+                             s->text_len, s->eos, s->fail, s->fail ? s->fail_msg : NULL,
+                             i == last};
+        b->st.done_prompts++;
+        if (s->fail) b->st.failed_prompts++;
+        if (on_result && on_result(user, &r))
+            return tl_error_set(TL_ERR_CANCELLED, "stopped by the result callback");
+    }
+    return TL_OK;
+}
+
+tl_status tl_batch_generate_ex(tl_model *m, const tl_batch_params *bpp,
+                               const tl_generate_params *gpp, const char *const *prompts,
+                               const int32_t *n_predict, int32_t n_prompts,
+                               tl_batch_result_fn on_result, tl_batch_progress_fn on_progress,
+                               void *user, const tl_batch_run *run, tl_batch_stats *stats) {
     batch b;
     memset(&b, 0, sizeof b);
     b.m = m;
@@ -408,77 +482,50 @@ tl_status tl_batch_generate_replan(tl_model *m, const tl_batch_params *bpp,
     b.gp = gpp ? *gpp : tl_generate_default_params();
     b.t_start = tl_now();
     b.st.total_prompts = n_prompts;
+    b.spill_fault = run ? run->spill_fault : NULL;
+    b.seed_index = run ? run->seed_index : NULL;
     tl_status st = check_params(&b.bp);
+    if (!st) st = tl_sampler_params_check(&b.gp.sampler);
     if (st) return st;
     align_pages(m, &b.bp);
-    /* every prompt must fit with room for one generated token, checked up front */
-    for (int32_t i = 0; i < n_prompts; i++) {
-        size_t need = 0;
-        tl_status t = tl_tokenize(m, prompts[i], strlen(prompts[i]), b.gp.add_bos, NULL, 0, &need);
-        if (t && t != TL_ERR_INVALID) return t;
-        if (need == 0 || need >= (size_t)b.bp.n_ctx)
-            return tl_error_set(TL_ERR_CONTEXT, "prompt %d is %zu tokens; the context holds %d "
-                                "(prompt plus at least one generated token): raise --ctx-size",
-                                (int)i, need, (int)b.bp.n_ctx);
-    }
     b.rows_per_mb = b.bp.prefill_rows < b.bp.gbs ? b.bp.gbs : b.bp.prefill_rows;
     int32_t block = b.bp.gbs * b.bp.num_gb;
+    int stop = 0;
     if ((st = batch_init(&b))) goto out;
-    for (int32_t first = 0; first < n_prompts && !st; first += block) {
-        if (replan) { /* before each block: the planner may change the policy */
+    for (int32_t first = 0; first < n_prompts && !st && !stop; first += block) {
+        if (run && run->replan) { /* before each block: the planner may change the policy */
             tl_batch_params nbp = b.bp;
             fill_io_stats(&b);
-            if (replan(replan_user, m, &b.st, n_prompts - first, &nbp)) {
+            if (run->replan(run->replan_user, m, &b.st, n_prompts - first, &nbp)) {
                 b.st.replans++;
                 if ((st = replace_policy(&b, &nbp))) break;
                 block = b.bp.gbs * b.bp.num_gb;
             }
         }
         int32_t n_blk = n_prompts - first < block ? n_prompts - first : block;
-        for (int32_t i = 0; i < n_blk && !st; i++) {
-            seq_state *s = &b.ss[i];
-            seq_free(s);
-            s->index = first + i;
-            size_t np = 0;
-            const char *p = prompts[first + i];
-            tl_tokenize(m, p, strlen(p), b.gp.add_bos, NULL, 0, &np);
-            s->prompt = malloc(np * sizeof *s->prompt);
-            if (!s->prompt) { st = tl_error_set(TL_ERR_NOMEM, "out of memory"); break; }
-            if ((st = tl_tokenize(m, p, strlen(p), b.gp.add_bos, s->prompt, np, &np))) break;
-            s->n_prompt = (int32_t)np;
-            int32_t lim = n_predict ? n_predict[first + i] : b.gp.n_predict;
-            s->limit = lim < 0 ? b.bp.n_ctx : lim;
-            tl_sampler_params sp = b.gp.sampler;
-            sp.seed += (uint64_t)s->index;
-            if ((st = tl_sampler_init(&s->smp, &sp, (size_t)m->hp.n_vocab))) break;
-            for (int32_t j = 0; j < s->n_prompt; j++) tl_sampler_accept(&s->smp, s->prompt[j]);
-            if ((st = tl_kv_seq_open(b.kv, &s->kv_seq))) break;
-            s->done = s->limit == 0;
-        }
+        for (int32_t i = 0; i < n_blk; i++) seq_free(&b.ss[i]);
+        for (int32_t i = 0; i < n_blk && !st; i++)
+            st = seq_start(&b, &b.ss[i], first + i, prompts[first + i], n_predict);
         int32_t chunk = b.rows_per_mb / b.bp.gbs;
-        int any = 1;
-        while (!st && any) { /* prefill, chunk by chunk */
-            st = step(&b, n_blk, 1, chunk, &any);
-            if (on_progress) { fill_io_stats(&b); on_progress(user, &b.st); }
+        for (int prefill = 1; prefill >= 0; prefill--) { /* prefill chunk by chunk, decode */
+            int any = 1;
+            while (!st && any && !stop) {
+                st = step(&b, n_blk, prefill, prefill ? chunk : 1, &any);
+                if (on_progress) {
+                    fill_io_stats(&b);
+                    stop = on_progress(user, &b.st) != 0;
+                }
+            }
         }
-        any = 1;
-        while (!st && any) { /* decode until every sequence is done */
-            st = step(&b, n_blk, 0, 1, &any);
-            if (on_progress) { fill_io_stats(&b); on_progress(user, &b.st); }
-        }
-        for (int32_t i = 0; i < n_blk && !st; i++) {
-            seq_state *s = &b.ss[i];
-            if (s->text) s->text_len += tl_utf8_stream_flush(&s->utf8, s->text + s->text_len);
-            tl_batch_result r = {s->index, s->out, s->n_out, s->n_prompt,
-                                 s->text ? s->text : "", s->text_len, s->eos};
-            b.st.done_prompts++;
-            if (on_result && on_result(user, &r)) st = tl_error_set(TL_ERR_CANCELLED, "stopped");
-        }
+        if (!st) st = report_block(&b, n_blk, stop, on_result, user);
         for (int32_t i = 0; i < n_blk; i++) {
-            if (b.ss[i].kv_seq >= 0 && b.ss[i].prompt) tl_kv_seq_close(b.kv, b.ss[i].kv_seq);
+            if (b.ss[i].kv_seq >= 0) tl_kv_seq_close(b.kv, b.ss[i].kv_seq);
             seq_free(&b.ss[i]);
         }
     }
+    if (!st && stop)
+        st = tl_error_set(TL_ERR_CANCELLED, "stopped at a step boundary; the complete "
+                          "results were reported");
 out:
     if (b.kv) fill_io_stats(&b);
     if (stats) *stats = b.st;

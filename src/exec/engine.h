@@ -49,12 +49,20 @@ int32_t tl_batch_page_tokens(const tl_model *m, const tl_batch_params *bp);
  * and continues with the new params. */
 typedef int (*tl_batch_replan_fn)(void *user, tl_model *m, const tl_batch_stats *so_far,
                                   int32_t prompts_left, tl_batch_params *bp);
-tl_status tl_batch_generate_replan(tl_model *m, const tl_batch_params *bp,
-                                   const tl_generate_params *gp, const char *const *prompts,
-                                   const int32_t *n_predict, int32_t n_prompts,
-                                   tl_batch_result_fn on_result, tl_batch_progress_fn on_progress,
-                                   void *user, tl_batch_replan_fn replan, void *replan_user,
-                                   tl_batch_stats *stats);
+/* What a batch run takes beyond tl_batch_generate's arguments. */
+typedef struct tl_batch_run {
+    tl_batch_replan_fn replan;         /* NULL: the policy never changes */
+    void *replan_user;
+    const tl_fault_spec *spill_fault;  /* tests: faults injected into the KV spill file */
+    const int32_t *seed_index;         /* prompt i samples with seed + seed_index[i] (NULL:
+                                          + i), so a resumed run that leaves out finished
+                                          prompts samples each prompt as the first run did */
+} tl_batch_run;
+tl_status tl_batch_generate_ex(tl_model *m, const tl_batch_params *bp,
+                               const tl_generate_params *gp, const char *const *prompts,
+                               const int32_t *n_predict, int32_t n_prompts,
+                               tl_batch_result_fn on_result, tl_batch_progress_fn on_progress,
+                               void *user, const tl_batch_run *run, tl_batch_stats *stats);
 
 typedef struct tl_microbatch {
     int32_t n_rows;

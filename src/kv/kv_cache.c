@@ -50,7 +50,6 @@ struct tl_kv {
     tl_budget *budget;
     tl_aio *aio;
     tl_tier *tier; /* the spill file (maybe wrapped in the fault shim), or NULL */
-    char *spill_path;
     int32_t group, np;
     size_t row_bytes, page_bytes, f32_bytes, slot_bytes;
     void *meta; /* one budget block holding the four tables below */
@@ -393,30 +392,11 @@ static tl_status store_page(tl_kv *kv, int32_t seq, int32_t layer, int32_t i) {
 
 /* ---- open / close ---- */
 
-static tl_status open_spill(tl_kv *kv, const char *dir, unsigned inst) {
-    size_t len = strlen(dir) + 64;
-    kv->spill_path = malloc(len);
-    if (!kv->spill_path) return tl_error_set(TL_ERR_NOMEM, "kv: out of memory");
-    tl_status st = TL_ERR_IO;
-    int tried = 0;
-    for (unsigned attempt = 0; attempt < 64 && !tried; attempt++) {
-        unsigned c = attempt ? atomic_fetch_add(&kv_instances, 1) : inst;
-        snprintf(kv->spill_path, len, "%s/tierllm-kv-%ld-%u.spill", dir,
-                 (long)getpid(), c);
-        if (access(kv->spill_path, F_OK) == 0) continue; /* a stale file: next name */
-        st = tl_tier_file_open(kv->spill_path,
-                               TL_TIER_FILE_DIRECT | TL_TIER_FILE_WRITE |
-                                   TL_TIER_FILE_CREATE_EXCL,
-                               &kv->tier);
-        tried = 1;
-    }
-    if (!tried) tl_error_set(st, "no free spill file name in %s", dir);
-    if (st != TL_OK) {
-        free(kv->spill_path);
-        kv->spill_path = NULL;
-        return tl_error_wrap(st, "kv: spill file");
-    }
-    return TL_OK;
+/* The spill file has no name (see tl_tier_file_open_scratch): it cannot outlive the
+ * process, whether it exits, fails or is killed. */
+static tl_status open_spill(tl_kv *kv, const char *dir) {
+    tl_status st = tl_tier_file_open_scratch(dir, TL_TIER_FILE_DIRECT, &kv->tier);
+    return st ? tl_error_wrap(st, "kv: spill file") : TL_OK;
 }
 
 tl_status tl_kv_open(const tl_kv_params *p, tl_budget *budget, tl_aio *aio, tl_kv **out) {
@@ -453,7 +433,7 @@ tl_status tl_kv_open(const tl_kv_params *p, tl_budget *budget, tl_aio *aio, tl_k
     unsigned inst = atomic_fetch_add(&kv_instances, 1);
     kv->tag_base = KV_TAG | ((uint64_t)(inst & 0xFFFF) << 40);
     if (p->kv_mem_pct < 100) {
-        st = open_spill(kv, p->spill_dir, inst);
+        st = open_spill(kv, p->spill_dir);
         if (st != TL_OK) {
             tl_budget_free(budget, kv->meta);
             free(kv);
@@ -492,8 +472,6 @@ void tl_kv_close(tl_kv *kv) {
             for (int32_t i = 0; i < kv->np; i++) page_clear(kv, page_at(kv, s, l, i), s, l, i);
     tl_budget_free(kv->budget, kv->meta);
     if (kv->tier) tl_tier_close(kv->tier);
-    if (kv->spill_path) unlink(kv->spill_path);
-    free(kv->spill_path);
     free(kv);
 }
 

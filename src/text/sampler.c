@@ -34,13 +34,30 @@ tl_sampler_params tl_sampler_default_params(void) {
     return p;
 }
 
+tl_status tl_sampler_params_check(const tl_sampler_params *p) {
+    if (!(p->temperature >= 0) || !isfinite(p->temperature))
+        return tl_error_set(TL_ERR_INVALID, "temperature must be >= 0 (0 = greedy), got %g",
+                            (double)p->temperature);
+    if (p->top_k < 0)
+        return tl_error_set(TL_ERR_INVALID, "top-k must be >= 0 (0 = off), got %d",
+                            (int)p->top_k);
+    if (!(p->top_p > 0 && p->top_p <= 1))
+        return tl_error_set(TL_ERR_INVALID, "top-p must be in (0, 1] (1 = off), got %g",
+                            (double)p->top_p);
+    if (!(p->repeat_penalty > 0) || !isfinite(p->repeat_penalty))
+        return tl_error_set(TL_ERR_INVALID, "the repetition penalty must be > 0 (1 = off), "
+                            "got %g", (double)p->repeat_penalty);
+    if (p->repeat_last_n < 0)
+        return tl_error_set(TL_ERR_INVALID, "repeat-last-n must be >= 0, got %d",
+                            (int)p->repeat_last_n);
+    return TL_OK;
+}
+
 tl_status tl_sampler_init(tl_sampler *s, const tl_sampler_params *p, size_t n_vocab) {
     memset(s, 0, sizeof *s);
     s->p = *p;
-    if (!(p->temperature >= 0) || !(p->top_p > 0) || !(p->repeat_penalty > 0) ||
-        p->repeat_last_n < 0)
-        return tl_error_set(TL_ERR_INVALID, "sampler: temperature must be >= 0, top-p > 0 and "
-                            "the repetition penalty > 0");
+    tl_status st = tl_sampler_params_check(p);
+    if (st) return st;
     uint64_t x = p->seed;
     for (int i = 0; i < 4; i++) s->rng[i] = splitmix(&x);
     s->n_vocab = n_vocab;

@@ -54,6 +54,10 @@ uint8_t *tl_tier_mem_data(tl_tier *t);
  * modified. */
 enum { TL_TIER_FILE_DIRECT = 1, TL_TIER_FILE_WRITE = 2, TL_TIER_FILE_CREATE_EXCL = 4 };
 tl_status tl_tier_file_open(const char *path, int flags, tl_tier **out);
+/* Opens a read-write scratch file in directory dir that has no name (O_TMPFILE, or a
+ * unique name unlinked at once), so it cannot outlive the process, however it ends.
+ * flags: TL_TIER_FILE_DIRECT as above. */
+tl_status tl_tier_file_open_scratch(const char *dir, int flags, tl_tier **out);
 /* 1 if the file tier really uses O_DIRECT. */
 int tl_tier_file_is_direct(const tl_tier *t);
 

@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -96,6 +98,38 @@ static int open_retry(const char *path, int oflags) {
     return fd;
 }
 
+/* The tier over an open fd (which it then owns). */
+static tl_status wrap_fd(int fd, const char *name, int direct, int writable, tl_tier **out) {
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return tl_error_set(TL_ERR_IO, "stat %s: %s", name, strerror(e));
+    }
+    if (S_ISDIR(sb.st_mode)) {
+        close(fd);
+        return tl_error_set(TL_ERR_IO, "open %s: is a directory", name);
+    }
+    file_tier *f = calloc(1, sizeof *f);
+    char *p = strdup(name);
+    if (!f || !p) {
+        free(f);
+        free(p);
+        close(fd);
+        return tl_error_set(TL_ERR_NOMEM, "file tier %s: out of memory", name);
+    }
+    f->path = p;
+    f->direct = direct;
+    f->base.ops = &file_ops;
+    f->base.name = p;
+    f->base.size = (uint64_t)sb.st_size;
+    f->base.align = direct ? FILE_DIRECT_ALIGN : 1;
+    f->base.fd = fd;
+    f->base.writable = writable;
+    *out = &f->base;
+    return TL_OK;
+}
+
 tl_status tl_tier_file_open(const char *path, int flags, tl_tier **out) {
     *out = NULL;
     if (!path) return tl_error_set(TL_ERR_INVALID, "file tier: no path");
@@ -124,34 +158,59 @@ tl_status tl_tier_file_open(const char *path, int flags, tl_tier **out) {
                             (flags & TL_TIER_FILE_WRITE) ? "read-write" : "read-only",
                             (flags & TL_TIER_FILE_DIRECT) ? ", O_DIRECT" : "",
                             strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return tl_error_set(TL_ERR_IO, "stat %s: %s", path, strerror(e));
+    return wrap_fd(fd, path, direct, (flags & TL_TIER_FILE_WRITE) != 0, out);
+}
+
+/* Opens an unnamed file in dir: O_TMPFILE, so the file never has a name another process
+ * or a crash could leave behind. Where the filesystem lacks O_TMPFILE, a unique name is
+ * created exclusively and unlinked at once. */
+static int open_unnamed(const char *dir, int oflags, unsigned seq) {
+    int fd = open_retry(dir, oflags | O_TMPFILE);
+    if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR)) return fd;
+    size_t n = strlen(dir) + 64;
+    char *path = malloc(n);
+    if (!path) return -1;
+    for (int attempt = 0; attempt < 64; attempt++) {
+        snprintf(path, n, "%s/.tierllm-scratch-%ld-%u-%d", dir, (long)getpid(), seq, attempt);
+        fd = open_retry(path, oflags | O_CREAT | O_EXCL);
+        if (fd >= 0) {
+            unlink(path);
+            break;
+        }
+        if (errno != EEXIST) break;
     }
-    if (S_ISDIR(sb.st_mode)) {
-        close(fd);
-        return tl_error_set(TL_ERR_IO, "open %s: is a directory", path);
+    int e = errno;
+    free(path);
+    errno = e;
+    return fd;
+}
+
+tl_status tl_tier_file_open_scratch(const char *dir, int flags, tl_tier **out) {
+    static atomic_uint scratch_seq;
+    *out = NULL;
+    if (!dir) return tl_error_set(TL_ERR_INVALID, "scratch file: no directory");
+    const unsigned seq = atomic_fetch_add(&scratch_seq, 1);
+    const int oflags = O_CLOEXEC | O_RDWR;
+    int direct = 0, fd = -1;
+    if (flags & TL_TIER_FILE_DIRECT) {
+        fd = open_unnamed(dir, oflags | O_DIRECT, seq);
+        direct = fd >= 0;
     }
-    file_tier *f = calloc(1, sizeof *f);
-    char *p = strdup(path);
-    if (!f || !p) {
-        free(f);
-        free(p);
+    if (fd < 0 && (!(flags & TL_TIER_FILE_DIRECT) || errno == EINVAL))
+        fd = open_unnamed(dir, oflags, seq); /* the filesystem refuses O_DIRECT (tmpfs) */
+    if (fd < 0)
+        return tl_error_set(TL_ERR_IO, "cannot create a scratch file in %s: %s", dir,
+                            strerror(errno));
+    size_t n = strlen(dir) + 32;
+    char *name = malloc(n);
+    if (!name) {
         close(fd);
-        return tl_error_set(TL_ERR_NOMEM, "file tier %s: out of memory", path);
+        return tl_error_set(TL_ERR_NOMEM, "scratch file: out of memory");
     }
-    f->path = p;
-    f->direct = direct;
-    f->base.ops = &file_ops;
-    f->base.name = p;
-    f->base.size = (uint64_t)sb.st_size;
-    f->base.align = direct ? FILE_DIRECT_ALIGN : 1;
-    f->base.fd = fd;
-    f->base.writable = (flags & TL_TIER_FILE_WRITE) != 0;
-    *out = &f->base;
-    return TL_OK;
+    snprintf(name, n, "%s/(scratch file)", dir);
+    tl_status st = wrap_fd(fd, name, direct, 1, out);
+    free(name);
+    return st;
 }
 
 int tl_tier_file_is_direct(const tl_tier *t) {

@@ -1,21 +1,43 @@
 /* cmd_batch.c - `tierllm batch`: generate for every prompt of a JSONL file, writing one
- * JSON line per prompt in input order. Lines are flushed as each block completes, so an
- * interrupted run keeps every completed result. Progress goes to stderr. */
+ * JSON line per prompt in input order.
+ *
+ * Order of work, so that nothing the user owns is lost: the output is checked (and locked)
+ * first, then the input is read strictly, the model opened and the policy planned and
+ * checked against the budget; only then is the output created, replaced or resumed
+ * (batch_output.h). Each result line is written whole as its block completes, and synced
+ * at the block's end. SIGINT/SIGTERM stop the run at the next step boundary: the complete
+ * results are written and the process exits 128 + the signal; a second signal ends it at
+ * once (the lines on disk are whole or cut by --resume). A prompt that cannot run gets a
+ * record with finish_reason "error" and the rest run; the exit code is then 3. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "base/json.h"
+#include "base/status.h"
+#include "batch_input.h"
+#include "batch_output.h"
 #include "cli.h"
 #include "cli_plan.h"
-#include "json.h"
-#include "base/status.h"
+#include "exec/engine.h"
 #include "plan/replan.h"
+#ifdef TL_TEST_HOOKS
+#include "test_hooks.h"
+#endif
+
+enum { EXIT_SOME_FAILED = 3 };
 
 static void usage(void) {
     printf("usage: tierllm batch -m MODEL.gguf -i prompts.jsonl -o out.jsonl [options]\n"
-           "  input lines: {\"id\": ..., \"prompt\": \"...\", \"n_predict\": N}  (id, n_predict optional)\n"
-           "  output lines: {\"id\": ..., \"text\": \"...\", \"tokens\": [...], \"finish_reason\": \"stop\"|\"length\"}\n"
-           "  -n, --n-predict N       tokens per prompt unless the line says (default 32)\n"
+           "  input lines: {\"id\": ..., \"prompt\": \"...\", \"n_predict\": N}  (id, n_predict optional;\n"
+           "               id a string or a number)\n"
+           "  output lines: {\"id\": ..., \"text\": \"...\", \"tokens\": [...], \"n_prompt\": N,\n"
+           "                 \"finish_reason\": \"stop\"|\"length\"|\"error\"[, \"error\": \"...\"]}\n"
+           "  --resume                -o holds an interrupted run's results: skip the ids done,\n"
+           "                          append the rest (every input line needs a unique id)\n"
+           "  --overwrite             replace a non-empty -o (atomically, once the run starts)\n"
+           "  -n, --n-predict N       tokens per prompt unless the line says (default 32; 0: none)\n"
            "  -c, --ctx-size N        prompt + generated tokens per sequence (default 512)\n"
            "  --gbs N                 sequences per micro-batch (default 8)\n"
            "  --num-gb N              micro-batches per block (default 4)\n"
@@ -24,7 +46,8 @@ static void usage(void) {
            "  --w-mem PCT             share of weights kept in memory at most (default 100)\n"
            "  --spill-dir DIR         where spilled KV pages go (default $TMPDIR or /tmp)\n"
            "  --mem-budget SIZE --prefetch N --no-overlap --io auto|pool|uring -t N\n"
-           "  --temp T --top-k K --top-p P --seed S --ignore-eos  (as tierllm run)\n"
+           "  --temp T --top-k K --top-p P --repeat-penalty R --repeat-last-n N --seed S\n"
+           "  --ignore-eos            (as tierllm run)\n"
            "  --no-progress           no progress bar\n"
            "planning:\n"
            "  --policy auto|manual    auto: the planner picks gbs, num_gb, KV format and\n"
@@ -33,138 +56,122 @@ static void usage(void) {
            "  --profile PATH          hardware profile for auto (default: cached, or measured)\n"
            "  --lossy-kv              auto may choose 8- or 4-bit KV\n"
            "  --no-replan             auto keeps its first policy whatever the run measures\n"
-           "  --stats                 predicted vs measured, term by term\n");
+           "  --stats                 predicted vs measured, term by term\n"
+           "exit: 0 all done, 1 error, 2 usage, 3 done but some prompts failed (their lines\n"
+           "      say finish_reason \"error\"), 128+N stopped by signal N (--resume continues)\n");
 }
 
-typedef struct prompt_set {
-    char **prompt, **id;
+/* The prompts that go to the engine, and for each the input line it came from. */
+typedef struct run_list {
+    char **prompt;        /* borrowed from the input */
     int32_t *n_predict;
-    int32_t n, cap;
-} prompt_set;
+    int32_t *line;        /* index into batch_input.line */
+    int32_t n;
+} run_list;
 
-static void prompts_free(prompt_set *p) {
-    for (int32_t i = 0; i < p->n; i++) { free(p->prompt[i]); free(p->id[i]); }
-    free(p->prompt);
-    free(p->id);
-    free(p->n_predict);
-}
+static volatile sig_atomic_t stop_signal;
 
-static int read_prompts(const char *path, int32_t dflt, prompt_set *p) {
-    FILE *f = fopen(path, "r");
-    if (!f) { fprintf(stderr, "error: cannot open %s\n", path); return 0; }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int line_no = 0, ok = 1;
-    while (ok && (len = getline(&line, &cap, f)) >= 0) {
-        line_no++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-        if (len == 0) continue;
-        json_field fl[16];
-        char err[128];
-        int n = json_parse_object(line, fl, 16, err, sizeof err);
-        if (n < 0) {
-            fprintf(stderr, "error: %s line %d: %s\n", path, line_no, err);
-            ok = 0;
-            break;
-        }
-        const json_field *pr = json_get(fl, n, "prompt"), *id = json_get(fl, n, "id");
-        const json_field *np = json_get(fl, n, "n_predict");
-        int32_t npv = dflt;
-        if (!pr || !pr->is_string) {
-            fprintf(stderr, "error: %s line %d: no \"prompt\" string\n", path, line_no);
-            ok = 0;
-        } else if (np && (np->is_string || !cli_int("n_predict", np->value, 0, 1 << 24, &npv))) {
-            fprintf(stderr, "error: %s line %d: bad \"n_predict\"\n", path, line_no);
-            ok = 0;
-        }
-        if (ok && p->n == p->cap) {
-            int32_t c = p->cap ? 2 * p->cap : 64;
-            char **a = realloc(p->prompt, (size_t)c * sizeof *a);
-            if (a) p->prompt = a;
-            char **b = realloc(p->id, (size_t)c * sizeof *b);
-            if (b) p->id = b;
-            int32_t *d = realloc(p->n_predict, (size_t)c * sizeof *d);
-            if (d) p->n_predict = d;
-            if (!a || !b || !d) ok = 0;
-            else p->cap = c;
-        }
-        if (ok) {
-            p->prompt[p->n] = strdup(pr->value);
-            /* the id is echoed as it was written: strings re-escaped, numbers verbatim */
-            p->id[p->n] = id ? strdup(id->value) : NULL;
-            if (id && id->is_string) {
-                char *tagged = malloc(strlen(id->value) + 2);
-                if (tagged) { tagged[0] = 's'; strcpy(tagged + 1, id->value); }
-                free(p->id[p->n]);
-                p->id[p->n] = tagged;
-            } else if (id) {
-                char *tagged = malloc(strlen(id->value) + 2);
-                if (tagged) { tagged[0] = 'n'; strcpy(tagged + 1, id->value); }
-                free(p->id[p->n]);
-                p->id[p->n] = tagged;
-            }
-            p->n_predict[p->n] = npv;
-            p->n++;
-        }
-        json_free(fl, n);
+static void on_signal(int sig) {
+    if (stop_signal) { /* a second signal: end now; lines on disk are whole or cut later */
+        signal(sig, SIG_DFL);
+        raise(sig);
     }
-    free(line);
-    fclose(f);
-    if (ok && p->n == 0) {
-        fprintf(stderr, "error: %s has no prompts\n", path);
-        ok = 0;
-    }
-    return ok;
+    stop_signal = sig;
 }
 
 typedef struct run_ctx {
-    FILE *out;
-    const char *out_path;
-    prompt_set *ps;
+    batch_out *out;
+    const batch_input *in;
+    const run_list *rl;
+    int32_t next_line;    /* input lines before this one are written or skipped */
     int progress;
     int write_failed;
+    int32_t written, failed;
+    char err[512];
 } run_ctx;
 
-static int on_result(void *user, const tl_batch_result *r) {
-    run_ctx *rc = user;
-    FILE *o = rc->out;
-    const char *id = rc->ps->id[r->index];
-    fputs("{\"id\": ", o);
-    if (!id) fprintf(o, "%d", (int)r->index);
-    else if (id[0] == 's') json_write_string(o, id + 1, strlen(id + 1));
-    else fputs(id + 1, o);
-    fputs(", \"text\": ", o);
-    json_write_string(o, r->text, r->text_len);
-    fputs(", \"tokens\": [", o);
-    for (int32_t i = 0; i < r->n_tokens; i++) fprintf(o, i ? ", %d" : "%d", (int)r->tokens[i]);
-    fprintf(o, "], \"n_prompt\": %d, \"finish_reason\": \"%s\"}\n", (int)r->n_prompt,
-            r->finish_eos ? "stop" : "length");
-    if (fflush(o) != 0 || ferror(o)) {
-        fprintf(stderr, "\nerror: writing %s failed\n", rc->out_path);
-        rc->write_failed = 1;
-        return 1;
+/* One output record; text NULL for an error record. */
+static int write_record(run_ctx *rc, int32_t line, const tl_batch_result *r, const char *error) {
+    const batch_line *bl = &rc->in->line[line];
+    json_t *o = json_object(), *id = NULL, *toks = json_array();
+    char e[160];
+    int ok = o && toks;
+    if (ok && bl->id) ok = tl_json_parse(bl->id, strlen(bl->id), TL_JSON_ANY, &id, e, sizeof e) == TL_OK;
+    else if (ok) ok = (id = json_integer(line)) != NULL;
+    ok = ok && json_object_set_new(o, "id", id) == 0;
+    json_t *text = ok ? json_stringn(r ? r->text : "", r ? r->text_len : 0) : NULL;
+    ok = ok && text && json_object_set_new(o, "text", text) == 0;
+    for (int32_t i = 0; ok && r && i < r->n_tokens; i++)
+        ok = json_array_append_new(toks, json_integer(r->tokens[i])) == 0;
+    ok = ok && json_object_set(o, "tokens", toks) == 0;
+    ok = ok && json_object_set_new(o, "n_prompt", json_integer(r ? r->n_prompt : 0)) == 0;
+    const char *reason = error ? "error" : r->finish_eos ? "stop" : "length";
+    ok = ok && json_object_set_new(o, "finish_reason", json_string(reason)) == 0;
+    if (ok && error) {
+        json_t *m = json_string(error);
+        if (!m) m = json_string("invalid parameters"); /* a message cut inside a character */
+        ok = json_object_set_new(o, "error", m) == 0;
+    }
+    size_t len = 0;
+    char *text_line = ok ? tl_json_line(o, &len) : NULL;
+    json_decref(o);
+    json_decref(toks);
+    if (!text_line) {
+        snprintf(rc->err, sizeof rc->err, "out of memory building the result of input line %d",
+                 (int)bl->line_no);
+        return -1;
+    }
+    int st = batch_out_write(rc->out, text_line, len, rc->err, sizeof rc->err);
+    free(text_line);
+    if (st) return -1;
+    rc->written++;
+    rc->failed += error != NULL;
+    return 0;
+}
+
+/* Error records of the input lines before `upto` that did not go to the engine. */
+static int write_pending_errors(run_ctx *rc, int32_t upto) {
+    for (; rc->next_line < upto; rc->next_line++) {
+        const batch_line *bl = &rc->in->line[rc->next_line];
+        if (bl->error[0] && !batch_out_is_done(rc->out, bl->id) &&
+            write_record(rc, rc->next_line, NULL, bl->error))
+            return -1;
     }
     return 0;
 }
 
-static void on_progress(void *user, const tl_batch_stats *s) {
+static int on_result(void *user, const tl_batch_result *r) {
     run_ctx *rc = user;
-    if (!rc->progress) return;
-    double tps = s->elapsed_s > 0 ? s->generated_tokens / s->elapsed_s : 0;
-    double frac = s->total_prompts ? (double)s->done_prompts / s->total_prompts : 0;
-    double eta = frac > 0 ? s->elapsed_s * (1 - frac) / frac : 0;
-    int width = 30, fill = (int)(frac * width);
-    fprintf(stderr, "\r[");
-    for (int i = 0; i < width; i++) fputc(i < fill ? '#' : '.', stderr);
-    fprintf(stderr, "] %d/%d prompts  %llu tokens  %.1f tok/s  ETA %.0fs   ", s->done_prompts,
-            s->total_prompts, (unsigned long long)s->generated_tokens, tps, eta);
+    const int32_t line = rc->rl->line[r->index];
+    if (write_pending_errors(rc, line) ||
+        write_record(rc, line, r, r->status ? r->error : NULL) ||
+        (r->last_in_block && batch_out_sync(rc->out, rc->err, sizeof rc->err))) {
+        rc->write_failed = 1;
+        return 1;
+    }
+    rc->next_line = line + 1;
+    return 0;
 }
 
-/* --policy auto: the workload from the prompts, the search, the policy applied. */
+static int on_progress(void *user, const tl_batch_stats *s) {
+    run_ctx *rc = user;
+    if (rc->progress) {
+        double tps = s->elapsed_s > 0 ? s->generated_tokens / s->elapsed_s : 0;
+        double frac = s->total_prompts ? (double)s->done_prompts / s->total_prompts : 0;
+        double eta = frac > 0 ? s->elapsed_s * (1 - frac) / frac : 0;
+        int width = 30, fill = (int)(frac * width);
+        fprintf(stderr, "\r[");
+        for (int i = 0; i < width; i++) fputc(i < fill ? '#' : '.', stderr);
+        fprintf(stderr, "] %d/%d prompts  %llu tokens  %.1f tok/s  ETA %.0fs   ",
+                s->done_prompts, s->total_prompts, (unsigned long long)s->generated_tokens,
+                tps, eta);
+    }
+    return stop_signal != 0;
+}
+
 /* The workload from the prompts; then either the search (auto: the policy is applied and
  * a replanner made) or the prediction of the manual policy (for --stats). */
-static tl_status plan_batch(tl_model *m, const prompt_set *ps, tl_batch_params *bp,
+static tl_status plan_batch(tl_model *m, const run_list *ps, tl_batch_params *bp,
                             const tl_generate_params *gp, const char *profile_path, int lossy,
                             int kv_bits_given, int ctx_given, int automatic,
                             tl_plan_request *rq, tl_plan_result *chosen, tl_replanner **rp) {
@@ -257,6 +264,35 @@ static void print_plan_stats(const tl_plan_request *rq, const tl_plan_result *ch
     for (int32_t i = 0; i < rp->n_log; i++) fprintf(stderr, "[plan]   %s\n", rp->log[i]);
 }
 
+static void run_list_free(run_list *rl) {
+    free(rl->prompt);
+    free(rl->n_predict);
+    free(rl->line);
+}
+
+/* The lines that go to the engine: not failed, and (--resume) not finished already. */
+static int make_run_list(const batch_input *in, const batch_out *out, run_list *rl,
+                         int32_t *n_done, int32_t *n_bad) {
+    memset(rl, 0, sizeof *rl);
+    size_t n = (size_t)in->n;
+    rl->prompt = malloc(n * sizeof *rl->prompt);
+    rl->n_predict = malloc(n * sizeof *rl->n_predict);
+    rl->line = malloc(n * sizeof *rl->line);
+    if (!rl->prompt || !rl->n_predict || !rl->line) return 0;
+    *n_done = *n_bad = 0;
+    for (int32_t i = 0; i < in->n; i++) {
+        const batch_line *l = &in->line[i];
+        if (batch_out_is_done(out, l->id)) (*n_done)++;
+        else if (l->error[0]) (*n_bad)++;
+        else {
+            rl->prompt[rl->n] = l->prompt;
+            rl->n_predict[rl->n] = l->n_predict;
+            rl->line[rl->n++] = i;
+        }
+    }
+    return 1;
+}
+
 int tl_cmd_batch(int argc, char **argv) {
     const char *model_path = NULL, *in_path = NULL, *out_path = NULL;
     tl_model_params mp = tl_model_default_params();
@@ -264,7 +300,7 @@ int tl_cmd_batch(int argc, char **argv) {
     tl_generate_params gp = tl_generate_default_params();
     gp.n_predict = 32;
     gp.sampler.seed = 24301;
-    int progress = isatty(2), w_mem = 100;
+    int progress = isatty(2), w_mem = 100, out_mode = BATCH_OUT_NEW, mode_flags = 0;
     int policy = -1, knobs = 0, stats = 0, lossy = 0, replan = 1, kv_bits_given = 0, ctx_given = 0;
     const char *profile_path = NULL;
     for (int i = 1; i < argc; i++) {
@@ -278,6 +314,8 @@ int tl_cmd_batch(int argc, char **argv) {
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); model_path = v; }
         else if (!strcmp(a, "-i") || !strcmp(a, "--input")) { VAL(); in_path = v; }
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) { VAL(); out_path = v; }
+        else if (!strcmp(a, "--resume")) { out_mode = BATCH_OUT_RESUME; mode_flags++; }
+        else if (!strcmp(a, "--overwrite")) { out_mode = BATCH_OUT_OVERWRITE; mode_flags++; }
         INT("-n", 0, 1 << 24, &gp.n_predict) INT("--n-predict", 0, 1 << 24, &gp.n_predict)
         INT("-c", 2, 1 << 24, &bp.n_ctx) INT("--ctx-size", 2, 1 << 24, &bp.n_ctx)
         INT("--gbs", 1, 4096, &bp.gbs) INT("--num-gb", 1, 4096, &bp.num_gb)
@@ -285,6 +323,7 @@ int tl_cmd_batch(int argc, char **argv) {
         INT("--w-mem", 0, 100, &w_mem) INT("--prefetch", 0, 64, &mp.prefetch)
         INT("-t", 1, 256, &mp.n_threads) INT("--threads", 1, 256, &mp.n_threads)
         INT("--top-k", 0, 1 << 24, &gp.sampler.top_k) INT("--prefill-rows", 1, 1 << 20, &bp.prefill_rows)
+        INT("--repeat-last-n", 0, 1 << 20, &gp.sampler.repeat_last_n)
         else if (!strcmp(a, "--spill-dir")) { VAL(); bp.spill_dir = v; }
         else if (!strcmp(a, "--mem-budget")) { VAL(); if (!cli_size(a, v, &mp.mem_budget)) return 2; }
         else if (!strcmp(a, "--no-overlap")) mp.overlap = 0;
@@ -297,6 +336,7 @@ int tl_cmd_batch(int argc, char **argv) {
         }
         else if (!strcmp(a, "--temp")) { VAL(); if (!cli_float(a, v, &gp.sampler.temperature)) return 2; }
         else if (!strcmp(a, "--top-p")) { VAL(); if (!cli_float(a, v, &gp.sampler.top_p)) return 2; }
+        else if (!strcmp(a, "--repeat-penalty")) { VAL(); if (!cli_float(a, v, &gp.sampler.repeat_penalty)) return 2; }
         else if (!strcmp(a, "--seed")) { VAL(); if (!cli_u64(a, v, &gp.sampler.seed)) return 2; }
         else if (!strcmp(a, "--ignore-eos")) gp.stop_at_eos = 0;
         else if (!strcmp(a, "--no-progress")) progress = 0;
@@ -321,6 +361,14 @@ int tl_cmd_batch(int argc, char **argv) {
         fprintf(stderr, "error: -m, -i and -o are required (see tierllm batch --help)\n");
         return 2;
     }
+    if (mode_flags > 1) {
+        fprintf(stderr, "error: --resume and --overwrite exclude each other\n");
+        return 2;
+    }
+    if (tl_sampler_params_check(&gp.sampler)) {
+        fprintf(stderr, "error: %s\n", tl_last_error());
+        return 2;
+    }
     mp.w_mem_pct = w_mem;
     if (policy == 1 && knobs) {
         fprintf(stderr, "error: --policy auto chooses gbs, num_gb, prefill rows, KV placement, "
@@ -328,63 +376,135 @@ int tl_cmd_batch(int argc, char **argv) {
         return 2;
     }
     if (policy < 0) policy = mp.mem_budget > 0 && !knobs;
-    prompt_set ps = {0};
-    if (!read_prompts(in_path, gp.n_predict, &ps)) {
-        prompts_free(&ps);
+
+    /* 1. the output: checked and locked, not touched */
+    char err[1024];
+    batch_out out;
+    if (batch_out_prepare(&out, out_path, in_path, out_mode, err, sizeof err)) {
+        fprintf(stderr, "error: %s\n", err);
         return 1;
     }
-    FILE *out = fopen(out_path, "w");
-    if (!out) {
-        fprintf(stderr, "error: cannot create %s\n", out_path);
-        prompts_free(&ps);
+    /* 2. the input, strictly */
+    batch_input in;
+    if (batch_input_read(in_path, gp.n_predict, out_mode == BATCH_OUT_RESUME, &in, err,
+                         sizeof err)) {
+        fprintf(stderr, "error: %s\n", err);
+        batch_out_close(&out, NULL, 0);
         return 1;
     }
+    run_list rl;
+    int32_t n_done = 0, n_bad = 0;
+    if (!make_run_list(&in, &out, &rl, &n_done, &n_bad)) {
+        fprintf(stderr, "error: out of memory\n");
+        run_list_free(&rl);
+        batch_input_free(&in);
+        batch_out_close(&out, NULL, 0);
+        return 1;
+    }
+    if (n_done) fprintf(stderr, "batch: --resume: %d of %d prompts already done in %s\n",
+                        (int)n_done, (int)in.n, out_path);
+    /* 3. the model and the policy, checked against the budget */
     tl_model *m = NULL;
     tl_batch_stats bs;
     memset(&bs, 0, sizeof bs);
-    run_ctx rc = {out, out_path, &ps, progress, 0};
-    tl_status st = tl_model_open(model_path, &mp, &m);
     tl_replanner *rp = NULL;
     tl_plan_request rq;
     tl_plan_result chosen;
     int predicted = 0;
-    if (!st && policy == 1) {
-        st = plan_batch(m, &ps, &bp, &gp, profile_path, lossy, kv_bits_given, ctx_given, 1, &rq,
-                        &chosen, &rp);
-        predicted = !st;
-        if (!st && !replan) {
-            free(rp);
-            rp = NULL;
+    tl_status st = TL_OK;
+    if (rl.n > 0) {
+        st = tl_model_open(model_path, &mp, &m);
+        if (!st && policy == 1) {
+            st = plan_batch(m, &rl, &bp, &gp, profile_path, lossy, kv_bits_given, ctx_given, 1,
+                            &rq, &chosen, &rp);
+            predicted = !st;
+            if (!st && !replan) {
+                free(rp);
+                rp = NULL;
+            }
+        } else if (!st && stats) { /* a manual policy: predicted for the comparison only */
+            if (plan_batch(m, &rl, &bp, &gp, profile_path, lossy, 1, 1, 0, &rq, &chosen, &rp))
+                fprintf(stderr, "[plan] no prediction for this policy: %s\n", tl_last_error());
+            else
+                predicted = 1;
         }
-    } else if (!st && stats) { /* a manual policy: predicted for the comparison only */
-        if (plan_batch(m, &ps, &bp, &gp, profile_path, lossy, 1, 1, 0, &rq, &chosen, &rp))
-            fprintf(stderr, "[plan] no prediction for this policy: %s\n", tl_last_error());
-        else
-            predicted = 1;
+        if (!st) st = tl_batch_check(m, &bp);
     }
-    if (!st)
-        st = tl_batch_generate_replan(m, &bp, &gp, (const char *const *)ps.prompt, ps.n_predict,
-                                      ps.n, on_result, on_progress, &rc,
-                                      rp ? tl_replanner_hook : NULL, rp, &bs);
-    if (progress) fputc('\n', stderr);
-    int rc_code = 0;
-    if (st && !rc.write_failed) rc_code = cli_fail(st);
-    else if (rc.write_failed) rc_code = 1;
-    if (fclose(out) != 0 && !rc_code) {
-        fprintf(stderr, "error: closing %s failed\n", out_path);
-        rc_code = 1;
+    if (st) {
+        int code = cli_fail(st);
+        free(rp);
+        tl_model_close(m);
+        run_list_free(&rl);
+        batch_input_free(&in);
+        batch_out_close(&out, NULL, 0);
+        return code;
+    }
+    /* 4. the output is made, replaced or resumed; the run */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    run_ctx rc;
+    memset(&rc, 0, sizeof rc);
+    rc.out = &out;
+    rc.in = &in;
+    rc.rl = &rl;
+    rc.progress = progress;
+    int code = 0;
+    if (batch_out_begin(&out, rc.err, sizeof rc.err)) {
+        fprintf(stderr, "error: %s\n", rc.err);
+        code = 1;
+    }
+    /* each prompt samples with seed + its input position, as in a run that did them all */
+    tl_batch_run run = {rp ? tl_replanner_hook : NULL, rp, NULL, rl.line};
+#ifdef TL_TEST_HOOKS
+    tl_fault_spec fault;
+    if (tl_test_hook_spill_fault(&fault)) run.spill_fault = &fault;
+#endif
+    if (!code && rl.n > 0)
+        st = tl_batch_generate_ex(m, &bp, &gp, (const char *const *)rl.prompt, rl.n_predict,
+                                  rl.n, on_result, on_progress, &rc, &run, &bs);
+    if (progress && rl.n > 0) fputc('\n', stderr);
+    /* error records not yet written are complete results too: after a stop or a failure
+     * they go out as well, so nothing computed is lost */
+    if (!code && !rc.write_failed && write_pending_errors(&rc, in.n)) rc.write_failed = 1;
+    if (rc.write_failed) {
+        fprintf(stderr, "error: %s\n", rc.err);
+        code = 1;
+    } else if (!code && st && !(st == TL_ERR_CANCELLED && stop_signal)) {
+        code = cli_fail(st);
+    }
+    if (batch_out_close(&out, rc.err, sizeof rc.err) && !code) {
+        fprintf(stderr, "error: %s\n", rc.err);
+        code = 1;
     }
     double gen = bs.generated_tokens ? (double)bs.generated_tokens : 1;
-    fprintf(stderr, "batch: %d/%d prompts, %llu prompt + %llu generated tokens | prefill %.2f s, "
-            "decode %.2f s, %.2f generated tok/s | per generated token: weights read %.1f KiB, "
-            "KV read %.1f KiB, SSD written %.1f KiB\n", bs.done_prompts, bs.total_prompts,
-            (unsigned long long)bs.prompt_tokens, (unsigned long long)bs.generated_tokens,
-            bs.prefill_s, bs.decode_s, bs.elapsed_s > 0 ? bs.generated_tokens / bs.elapsed_s : 0,
-            bs.weight_bytes_read / gen / 1024, bs.kv_bytes_read / gen / 1024,
-            bs.ssd_bytes_written / gen / 1024);
+    if (rl.n > 0)
+        fprintf(stderr, "batch: %d/%d prompts, %llu prompt + %llu generated tokens | prefill "
+                "%.2f s, decode %.2f s, %.2f generated tok/s | per generated token: weights "
+                "read %.1f KiB, KV read %.1f KiB, SSD written %.1f KiB\n", bs.done_prompts,
+                bs.total_prompts, (unsigned long long)bs.prompt_tokens,
+                (unsigned long long)bs.generated_tokens, bs.prefill_s, bs.decode_s,
+                bs.elapsed_s > 0 ? bs.generated_tokens / bs.elapsed_s : 0,
+                bs.weight_bytes_read / gen / 1024, bs.kv_bytes_read / gen / 1024,
+                bs.ssd_bytes_written / gen / 1024);
+    fprintf(stderr, "batch: %d result lines written to %s (%d with an error)%s\n",
+            (int)rc.written, out_path, (int)rc.failed,
+            n_done ? ", after the ones already there" : "");
     if (stats && predicted && bs.done_prompts > 0) print_plan_stats(&rq, &chosen, rp, &bs);
+    if (!code && stop_signal) {
+        fprintf(stderr, "batch: stopped by %s; the complete results are in %s; run again "
+                "with --resume to finish\n", stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+                out_path);
+        code = 128 + stop_signal;
+    } else if (!code && rc.failed) {
+        code = EXIT_SOME_FAILED;
+    }
     free(rp);
     tl_model_close(m);
-    prompts_free(&ps);
-    return rc_code;
+    run_list_free(&rl);
+    batch_input_free(&in);
+    return code;
 }
