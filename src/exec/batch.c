@@ -274,6 +274,7 @@ static int32_t build(batch *b, int32_t k, int32_t n_seqs_block, int prefill, int
     for (int32_t i = k * gbs; i < (k + 1) * gbs && i < n_seqs_block; i++) {
         seq_state *s = &b->ss[i];
         int32_t len;
+        if (s->fail) continue; /* no rows, no KV sequence */
         if (prefill) {
             len = s->n_prompt - s->fed < chunk ? s->n_prompt - s->fed : chunk;
             for (int32_t j = 0; j < len; j++) tok[n + j] = s->prompt[s->fed + j];
@@ -281,7 +282,7 @@ static int32_t build(batch *b, int32_t k, int32_t n_seqs_block, int prefill, int
             len = s->done ? 0 : 1;
             if (len) tok[n] = s->next;
         }
-        if (!len) continue; /* also every failed sequence: it has no KV sequence */
+        if (!len) continue;
         const int32_t base = tl_kv_seq_len(b->kv, s->kv_seq);
         for (int32_t j = 0; j < len; j++) {
             seq[n + j] = s->kv_seq;

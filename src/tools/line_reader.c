@@ -8,7 +8,7 @@
 
 int line_reader_run(int fd, const char *path, size_t max_line, line_fn fn, void *user,
                     char *err, size_t err_len) {
-    enum { CHUNK = 1 << 20 };
+    enum { CHUNK = 64 << 10 };
     char *buf = malloc(CHUNK), *line = NULL;
     size_t line_len = 0, line_cap = 0;
     int32_t line_no = 0;
