@@ -7,6 +7,9 @@
  * 2. SSD bytes written never exceed 1.05 x the KV bytes of the spilled pages (written
  *    once, never rewritten), and nothing is written when KV stays in memory.
  * 3. Results arrive in input order, once each.
+ * 4. A prompt that cannot run (over the context) is a result with its status and message
+ *    while the others run as they would alone; n_predict 0 generates nothing; a stop asked
+ *    by the progress callback reports only complete sequences, then TL_ERR_CANCELLED.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -203,6 +206,91 @@ static void no_rewrites(const char *path) {
     tl_model_close(m);
 }
 
+typedef struct stop_ctx {
+    int steps, stop_after;
+    int32_t index[N_PROMPTS], n_tokens[N_PROMPTS], status[N_PROMPTS], last[N_PROMPTS];
+    int32_t tokens[N_PROMPTS][2];
+    char msg[N_PROMPTS][200];
+    int n;
+} stop_ctx;
+
+static int stop_result(void *user, const tl_batch_result *r) {
+    stop_ctx *c = user;
+    if (c->n < N_PROMPTS) {
+        c->index[c->n] = r->index;
+        c->n_tokens[c->n] = r->n_tokens;
+        c->status[c->n] = r->status;
+        c->last[c->n] = r->last_in_block;
+        for (int32_t i = 0; i < r->n_tokens && i < 2; i++) c->tokens[c->n][i] = r->tokens[i];
+        snprintf(c->msg[c->n], sizeof c->msg[0], "%s", r->error ? r->error : "");
+    }
+    c->n++;
+    return 0;
+}
+
+static int stop_progress(void *user, const tl_batch_stats *s) {
+    stop_ctx *c = user;
+    (void)s;
+    return c->stop_after > 0 && ++c->steps >= c->stop_after;
+}
+
+static void failures_and_stops(const char *path) {
+    tl_model *m;
+    tl_model_params mp = tl_model_default_params();
+    CHECK(tl_model_open(path, &mp, &m) == TL_OK);
+    collect ref;
+    memset(&ref, 0, sizeof ref);
+    alone(m, &ref);
+    tl_batch_params bp = tl_batch_default_params();
+    bp.gbs = 2;
+    bp.num_gb = 2;
+    bp.n_ctx = 14; /* the last prompt (about 16 tokens) does not fit */
+    tl_generate_params gp = tl_generate_default_params();
+    gp.sampler.temperature = 0;
+    gp.stop_at_eos = 0;
+    int32_t n_predict[N_PROMPTS];
+    for (int i = 0; i < N_PROMPTS; i++) n_predict[i] = i == 3 ? 0 : 2;
+    stop_ctx c;
+    memset(&c, 0, sizeof c);
+    tl_batch_stats bs;
+    tl_status st = tl_batch_generate(m, &bp, &gp, prompts, n_predict, N_PROMPTS, stop_result,
+                                     stop_progress, &c, &bs);
+    CHECK_MSG(st == TL_OK, "%s", tl_last_error());
+    CHECK(c.n == N_PROMPTS && bs.failed_prompts == 1 && bs.done_prompts == N_PROMPTS);
+    for (int i = 0; i < N_PROMPTS && i < c.n; i++) {
+        CHECK(c.index[i] == i);
+        if (i == N_PROMPTS - 1) {
+            CHECK_MSG(c.status[i] == TL_ERR_CONTEXT && strstr(c.msg[i], "ctx-size"), "%d %s",
+                      (int)c.status[i], c.msg[i]);
+        } else {
+            CHECK(c.status[i] == TL_OK && c.msg[i][0] == 0);
+            CHECK(c.n_tokens[i] == (i == 3 ? 0 : 2));
+            CHECK_MSG(i == 3 || (c.tokens[i][0] == ref.tokens[i][0] &&
+                                 c.tokens[i][1] == ref.tokens[i][1]),
+                      "prompt %d: tokens differ from the prompt alone", i);
+        }
+        CHECK(c.last[i] == (i % 4 == 3 || i == N_PROMPTS - 1));
+    }
+    /* The progress callback runs after each step, and once more when a phase finds no rows
+     * left: a block of 5-token prompts is prefill + 1 (2 calls), then 4 decode steps + 1
+     * (5 calls). Stopped after the prefill: only prompt 3 (n_predict 0) is complete. */
+    for (int i = 0; i < N_PROMPTS; i++) n_predict[i] = i == 3 ? 0 : 5;
+    memset(&c, 0, sizeof c);
+    c.stop_after = 2;
+    st = tl_batch_generate(m, &bp, &gp, prompts, n_predict, N_PROMPTS, stop_result,
+                           stop_progress, &c, &bs);
+    CHECK_MSG(st == TL_ERR_CANCELLED, "%d %s", (int)st, tl_last_error());
+    CHECK_MSG(c.n == 1 && c.index[0] == 3 && c.n_tokens[0] == 0 && c.last[0] == 1, "%d results",
+              c.n);
+    /* stopped in the second block's prefill: the first block's four, none of the second */
+    memset(&c, 0, sizeof c);
+    c.stop_after = 8;
+    st = tl_batch_generate(m, &bp, &gp, prompts, n_predict, N_PROMPTS, stop_result,
+                           stop_progress, &c, &bs);
+    CHECK_MSG(st == TL_ERR_CANCELLED && c.n == 4, "%d, %d results", (int)st, c.n);
+    tl_model_close(m);
+}
+
 int main(void) {
     const char *stories = tl_test_model("stories260K.gguf");
     check_shapes(stories, 0, "stories260K");
@@ -216,6 +304,7 @@ int main(void) {
     check_shapes(path, 0, "synthetic F32 GQA");
     check_shapes(path, 1, "synthetic F32 GQA, streamed weights");
     no_rewrites(stories);
+    failures_and_stops(stories);
     unlink(path);
     rmdir(dir);
     return tl_test_finish("test_batch");

@@ -174,7 +174,7 @@ int batch_out_prepare(batch_out *o, const char *path, const char *in_path, int m
             batch_out_close(o, NULL, 0);
             return -1;
         }
-        qsort(o->done, o->n_done, sizeof *o->done, cmp_str);
+        if (o->n_done > 1) qsort(o->done, o->n_done, sizeof *o->done, cmp_str);
     }
     return 0;
 }
