@@ -48,5 +48,29 @@ expect_rc 0 "run synthetic" "$bin" run -m "$tmp/s.gguf" -p "hello world" -n 8
 expect_rc 1 "synth bad shape" "$bin" synth --embd 60 --type q8_0 -o "$tmp/bad.gguf"
 [ ! -e "$tmp/bad.gguf" ] || fail "a failed synth left a file behind"
 
+# run -f: a prompt file over the 16 MiB limit (/dev/zero never ends), a directory, a NUL
+# byte and a read error are refused with a message saying which, and quickly. A 2 GiB
+# address space limit keeps a regression that reads /dev/zero from taking the machine's
+# memory (not in sanitizer builds, which cannot start under it: there only the timeout)
+vlimit=2097152
+(ulimit -v $vlimit; exec "$bin" run --help) >/dev/null 2>&1 || vlimit=unlimited
+(ulimit -v $vlimit; exec timeout 20 "$bin" run -m "$m" -f /dev/zero -n 1) >/dev/null 2>"$tmp/err"
+rc=$?
+[ "$rc" -eq 1 ] && grep -q "^error: prompt file /dev/zero is larger than the limit of 16 MiB" \
+    "$tmp/err" || fail "run -f /dev/zero: exit $rc: $(head -c 300 "$tmp/err")"
+expect_rc 1 "run -f a directory" "$bin" run -m "$m" -f "$tmp" -n 1
+grep -q "^error: .*prompt file $tmp: Is a directory" "$tmp/err" ||
+    fail "run -f a directory: $(cat "$tmp/err")"
+printf 'Once upon\0 a time' >"$tmp/nul.txt"
+expect_rc 1 "run -f with a NUL byte" "$bin" run -m "$m" -f "$tmp/nul.txt" -n 1
+grep -q "^error: prompt file .*nul.txt contains a NUL byte at offset 9" "$tmp/err" ||
+    fail "run -f with a NUL byte: $(cat "$tmp/err")"
+expect_rc 1 "run -f a read error" "$bin" run -m "$m" -f /proc/self/mem -n 1
+grep -q "^error: cannot read prompt file /proc/self/mem: Input/output error" "$tmp/err" ||
+    fail "run -f a read error: $(cat "$tmp/err")"
+printf 'Once upon a time' >"$tmp/p.txt"
+out=$("$bin" run -m "$m" -f "$tmp/p.txt" -n 8 --temp 0 2>"$tmp/err")
+[ "${out#Once upon a time}" != "$out" ] || fail "run -f a prompt file: '$out' $(cat "$tmp/err")"
+
 echo "$((fails == 0 ? 1 : 0)) passed, $fails failed"
 [ "$fails" -eq 0 ]

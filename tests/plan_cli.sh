@@ -4,6 +4,8 @@
 # with a budget use the auto policy, print the prediction beside the measurement with
 # --stats, and give the same tokens as a manual run; a budget no policy fits is a clear
 # error; a broken profile file is refused. The profile is written here (no measuring).
+# The minimum a too-small budget's message states is accepted as the budget; with no
+# saved profile, a budget too small to measure one in is refused at once.
 set -u
 bin=$1; models=$2
 m=$models/stories260K.gguf
@@ -94,6 +96,44 @@ grep -q "^policy auto: one sequence" "$tmp/err" || fail "run auto: no policy lin
 grep -q "^\[plan\] decode (predicted vs measured)" "$tmp/err" || fail "run auto: no prediction"
 "$bin" run -m "$m" -p "Once upon a time" -n 24 --temp 0 >"$tmp/run_manual" 2>/dev/null
 cmp -s "$tmp/run_auto" "$tmp/run_manual" || fail "run auto and manual text differ"
+
+# the minimum a too-small budget's message states is enough when passed back as the budget
+# (it is rounded up): run (manual, at a few context sizes, and auto) and plan, each once
+# with a 1 KiB budget for the message and once with exactly the figure it printed
+min_of() { sed -n 's/.*the minimum is \([0-9.]*\) MiB.*/\1/p' "$tmp/err" | head -1; }
+check_minimum() { # check_minimum DESCRIPTION CMD... (the budget flag is appended)
+    local what=$1; shift
+    "$@" --mem-budget 1K >/dev/null 2>"$tmp/err"
+    local min; min=$(min_of)
+    [ -n "$min" ] || { fail "$what: no minimum in: $(cat "$tmp/err")"; return; }
+    "$@" --mem-budget "${min}M" >/dev/null 2>"$tmp/err" ||
+        fail "$what: the stated minimum ${min}M is refused: $(cat "$tmp/err")"
+}
+for c in 24 40 72 136; do
+    check_minimum "run manual -c $c" "$bin" run -m "$m" -p "Once upon a time" -n 4 -c $c \
+        --policy manual
+done
+check_minimum "run auto" "$bin" run -m "$m" -p "Once upon a time" -n 4 --profile "$tmp/prof.json"
+for n in 1 3 4; do
+    check_minimum "plan --num-seqs $n" "$bin" plan -m "$m" --prompt-len 8 --gen-len 4 \
+        --num-seqs $n --profile "$tmp/prof.json"
+done
+
+# no saved profile and a budget too small to measure one in: refused at once, saying how
+# much measuring needs and to run `tierllm profile` first (run, plan and batch alike)
+for cmd in "run -p hi -n 2" "plan --prompt-len 8 --gen-len 4 --num-seqs 2" \
+           "batch -i $tmp/in.jsonl -o $tmp/nb.jsonl"; do
+    # shellcheck disable=SC2086
+    XDG_CACHE_HOME="$tmp/nocache" timeout 10 "$bin" $cmd -m "$m" --mem-budget 50M \
+        >/dev/null 2>"$tmp/err"
+    rc=$?
+    want="^error: no hardware profile .*measuring one needs [0-9.]* MiB"
+    want="$want.*budget of 50.0 MiB: run \`tierllm profile\`"
+    [ "$rc" -eq 1 ] && grep -q "$want" "$tmp/err" ||
+        fail "${cmd%% *} --mem-budget 50M without a profile: exit $rc: $(head -c 400 "$tmp/err")"
+done
+[ ! -e "$tmp/nocache" ] || [ -z "$(ls -A "$tmp/nocache/tierllm" 2>/dev/null)" ] ||
+    fail "a refused measurement left files: $(ls -A "$tmp/nocache/tierllm")"
 
 [ $fails -eq 0 ] && echo "plan_cli: ok" || echo "plan_cli: $fails failure(s)"
 exit $((fails > 0))

@@ -1,5 +1,5 @@
 /* test_ops.c - the threaded matrix products (model/ops.c) and the large budget blocks
- * they stream from.
+ * they stream from (and tl_mib_up, which budget messages state their minimum with).
  *
  * tl_op_matmul_multi splits rows over threads (for n <= 4 one contiguous region per
  * thread across all the run's matrices, walked in claimed steps, with halves stolen by
@@ -148,8 +148,27 @@ static void test_large_blocks(void) {
     tl_budget_close(b);
 }
 
+/* A minimum printed with tl_mib_up and "%.1f", read back as a size the way --mem-budget
+ * reads "136.1M" (strtod times 2^20, truncated), is at least the bytes and at most
+ * 0.1 MiB more. */
+static void test_mib_up(void) {
+    uint64_t seed = 1;
+    for (int i = 0; i < 200000; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        static const uint64_t edges[4] = {0, 1, 104857, 1048576};
+        uint64_t bytes = i < 4 ? edges[i] : (seed >> 20) % (3ull << 30);
+        char text[64];
+        snprintf(text, sizeof text, "%.1f", tl_mib_up(bytes));
+        uint64_t back = (uint64_t)(strtod(text, NULL) * 1048576.0);
+        CHECK_MSG(back >= bytes && back <= bytes + 104858, "%llu bytes printed as %s MiB",
+                  (unsigned long long)bytes, text);
+    }
+    CHECK(tl_mib_up(UINT64_MAX) > 1.7e13);
+}
+
 int main(void) {
     test_products();
     test_large_blocks();
+    test_mib_up();
     return tl_test_finish("test_ops");
 }

@@ -4,10 +4,12 @@
  * files - every truncation, a missing field, a short array, negative/NaN/huge rates, a
  * changed grid, duplicates, deep nesting, oversize input, garbage and mutated bytes - all
  * TL_ERR_FORMAT and never a crash. Also the machine key and the default path. */
+#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "base/clock.h"
 #include "plan/profile.h"
 #include "testutil.h"
 
@@ -139,11 +141,16 @@ static void test_round_trip(void) {
     CHECK(tl_profile_save(&p, path) == TL_OK);
     CHECK(tl_profile_load(path, &q) == TL_OK && same(&p, &q));
     char t[600];
-    snprintf(t, sizeof t, "%s.tmp.%ld", path, (long)getpid());
-    CHECK(access(t, F_OK) != 0);
+    snprintf(t, sizeof t, "%s/sub/deeper", dir);
+    DIR *d = opendir(t);
+    int entries = 0;
+    for (struct dirent *e; d && (e = readdir(d));) /* profile.json, and no temporary */
+        entries += e->d_name[0] != '.' || strstr(e->d_name, ".tmp") != NULL;
+    if (d) closedir(d);
+    CHECK(entries == 1);
     /* obtain with an explicit path loads it and does not measure */
     int measured = -1;
-    CHECK(tl_profile_obtain(path, 3, dir, NULL, NULL, &q, &measured) == TL_OK);
+    CHECK(tl_profile_obtain(path, 3, dir, 0, NULL, NULL, &q, &measured) == TL_OK);
     CHECK(measured == 0 && same(&p, &q));
     /* a non-finite value is refused, not written */
     tl_hw_profile bad = p;
@@ -323,6 +330,34 @@ static void test_key_and_path(void) {
     free(sh);
 }
 
+/* A memory limit below what measuring needs is refused at once, before anything is
+ * measured or written (obtain included: no saved profile, nothing measured); the figure
+ * it states is rounded up, so it is enough. */
+static void test_mem_limit(void) {
+    const uint64_t need = tl_profile_measure_bytes(2);
+    CHECK(need >= ((uint64_t)128 << 20) && need <= ((uint64_t)1 << 30));
+    tl_hw_profile p;
+    double t0 = tl_now();
+    CHECK(tl_profile_measure(2, dir, need - 1, NULL, NULL, &p) == TL_ERR_NOMEM &&
+          has("measuring the hardware profile needs"));
+    char *sx = getenv("XDG_CACHE_HOME") ? strdup(getenv("XDG_CACHE_HOME")) : NULL;
+    setenv("XDG_CACHE_HOME", dir, 1); /* no saved profile there */
+    int measured = -1;
+    CHECK(tl_profile_obtain(NULL, 2, dir, (uint64_t)50 << 20, NULL, NULL, &p, &measured) ==
+              TL_ERR_NOMEM && measured == 0);
+    CHECK_MSG(has("budget of 50.0 MiB") && has("tierllm profile"), "%s", tl_last_error());
+    double stated = -1;
+    const char *n = strstr(tl_last_error(), "needs ");
+    CHECK(n && sscanf(n, "needs %lf MiB", &stated) == 1 && stated * 1048576.0 >= (double)need);
+    CHECK(tl_now() - t0 < 1.0);
+    if (sx) setenv("XDG_CACHE_HOME", sx, 1);
+    else unsetenv("XDG_CACHE_HOME");
+    free(sx);
+    char def[600];
+    snprintf(def, sizeof def, "%s/tierllm", dir);
+    CHECK(access(def, F_OK) != 0); /* nothing was written */
+}
+
 int main(void) {
     const char *t = getenv("TMPDIR");
     snprintf(dir, sizeof dir, "%s/tl_profile_XXXXXX", t && *t ? t : "/tmp");
@@ -336,6 +371,7 @@ int main(void) {
     test_lookup();
     test_hostile();
     test_key_and_path();
+    test_mem_limit();
     unlink(path);
     unlink(tmp);
     char d[600];

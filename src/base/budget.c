@@ -79,7 +79,7 @@ tl_status tl_budget_alloc(tl_budget *b, size_t size, size_t align, const char *w
     size_t total = size + align; /* room for the header and the alignment shift */
     if (!reserve(b, total))
         return tl_error_set(TL_ERR_NOMEM, "memory budget exceeded: %s needs %.1f MiB, %.1f MiB "
-                            "of the %.1f MiB budget are in use", what, size / 1048576.0,
+                            "of the %.1f MiB budget are in use", what, tl_mib_up(total),
                             tl_budget_used(b) / 1048576.0, b->limit / 1048576.0);
     void *raw = malloc(total);
     if (!raw) {
@@ -125,4 +125,11 @@ uint64_t tl_budget_peak(const tl_budget *b) {
     uint64_t u = m->peak;
     pthread_mutex_unlock(&m->lock);
     return u;
+}
+
+double tl_mib_up(uint64_t bytes) {
+    const uint64_t mib = (uint64_t)1 << 20;
+    /* in tenths of a MiB, exactly: the remainder's tenths cannot overflow */
+    const uint64_t tenths = bytes / mib * 10 + (bytes % mib * 10 + mib - 1) / mib;
+    return (double)tenths / 10.0;
 }

@@ -30,6 +30,10 @@ void tl_budget_free(tl_budget *b, void *ptr);
  * buffer that must stream like the weights do (the bandwidth probe). */
 void tl_advise_huge_pages(void *p, size_t bytes);
 
+/* `bytes` in MiB rounded up to the next 0.1 MiB, for messages that state a minimum with
+ * "%.1f MiB": passing the printed figure back as a size ("136.1M") gives at least `bytes`. */
+double tl_mib_up(uint64_t bytes);
+
 uint64_t tl_budget_limit(const tl_budget *b);
 uint64_t tl_budget_used(const tl_budget *b);
 uint64_t tl_budget_peak(const tl_budget *b);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include "engine.h"
 #include "residency.h"
+#include "../base/budget.h"
 #include "../base/status.h"
 
 uint64_t tl_engine_base_used(const tl_model *m) {
@@ -28,9 +29,9 @@ tl_status tl_engine_plan_weights(const tl_model *m, uint64_t state_bytes, int pr
                             "this model and context: the minimum is %.1f MiB (KV cache and "
                             "activations %.1f MiB, %d streamed-layer buffers and norms %.1f "
                             "MiB); raise --mem-budget or lower --ctx-size/--batch-size",
-                            limit / 1048576.0, (used + state_bytes + floor) / 1048576.0,
-                            state_bytes / 1048576.0, overlap ? prefetch + 1 : 1,
-                            floor / 1048576.0);
+                            limit / 1048576.0, tl_mib_up(used + state_bytes + floor),
+                            tl_mib_up(state_bytes), overlap ? prefetch + 1 : 1,
+                            tl_mib_up(floor));
     /* --w-mem caps the resident share of the weights (a policy knob, FlexGen's wg) */
     uint64_t for_weights = limit - used - state_bytes;
     if (w_mem_pct < 100) {
@@ -47,7 +48,7 @@ tl_status tl_engine_place(tl_model *m, uint64_t state_bytes) {
         if (used + state_bytes > limit)
             return tl_error_set(TL_ERR_NOMEM, "memory budget of %.1f MiB: this context needs "
                                 "%.1f MiB but only %.1f MiB are free", limit / 1048576.0,
-                                state_bytes / 1048576.0, (limit - used) / 1048576.0);
+                                tl_mib_up(state_bytes), (limit - used) / 1048576.0);
         return TL_OK;
     }
     tl_weight_plan plan;

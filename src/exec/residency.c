@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "residency.h"
+#include "../base/budget.h"
 #include "../base/clock.h"
 #include "../base/status.h"
 #include "../kernels/kernels.h"
@@ -273,7 +274,7 @@ tl_status tl_weight_plan_make(const tl_model *m, uint64_t budget, int prefetch, 
         tl_weight_plan_free(p);
         return tl_error_set(TL_ERR_NOMEM, "%.1f MiB are left for weights, but streaming "
                             "needs at least %.1f MiB (%d layer buffers of the largest layer "
-                            "plus norms)", budget / 1048576.0, minimum / 1048576.0,
+                            "plus norms)", budget / 1048576.0, tl_mib_up(minimum),
                             overlap ? prefetch + 1 : 1);
     }
     /* greedy in value order: attention of each layer, the output, FFN of each layer,

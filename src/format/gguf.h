@@ -118,7 +118,8 @@ tl_status tl_gguf_writer_set_arr_str(tl_gguf_writer *w, const char *key,
 tl_status tl_gguf_writer_add_tensor(tl_gguf_writer *w, const char *name, tl_type type,
                                     uint32_t n_dims, const uint64_t *ne);
 /* Writes the file (version 3, alignment 32) to a temporary name beside `path` and
- * renames it into place, so a failure never leaves a partial file at `path`. */
+ * renames it into place (base/out_file.h), so a failure never leaves a partial file at
+ * `path`; a target that exists and is not a regular file is refused (TL_ERR_INVALID). */
 tl_status tl_gguf_writer_write(tl_gguf_writer *w, const char *path, tl_gguf_fill_fn fill,
                                void *user);
 

@@ -2,17 +2,16 @@
  *
  * Metadata and tensor declarations are collected in memory; tensor data is produced by
  * a fill callback in chunks at write time, so multi-gigabyte synthetic models never
- * need to be held in memory. The file is written to "<path>.tmp.<pid>" and renamed into
- * place only when complete: a failure (disk full, IO error) never leaves a partial file
- * at `path`, and removes the temporary.
+ * need to be held in memory. The file goes through base/out_file.h: written to a
+ * temporary beside `path` and renamed into place only when complete, so a failure (disk
+ * full, IO error) never leaves a partial file at `path` and removes the temporary, and a
+ * target that is not a regular file (a device, a directory) is refused.
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include "gguf.h"
+#include "../base/out_file.h"
 #include "../base/status.h"
 
 #define ALIGNMENT 32
@@ -187,23 +186,7 @@ tl_status tl_gguf_writer_add_tensor(tl_gguf_writer *w, const char *name, tl_type
     return TL_OK;
 }
 
-static tl_status write_all(int fd, const void *data, size_t n, const char *path) {
-    const char *p = data;
-    while (n > 0) {
-        ssize_t r = write(fd, p, n);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            if (errno == ENOSPC || errno == EDQUOT)
-                return tl_error_set(TL_ERR_NOSPACE, "%s: disk full while writing", path);
-            return tl_error_set(TL_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-        }
-        p += r;
-        n -= (size_t)r;
-    }
-    return TL_OK;
-}
-
-static tl_status write_body(tl_gguf_writer *w, int fd, const char *path, tl_gguf_fill_fn fill,
+static tl_status write_body(tl_gguf_writer *w, tl_out_file *out, tl_gguf_fill_fn fill,
                             void *user) {
     /* header + metadata + tensor infos, built in one buffer */
     tl_gguf_writer hdr = {0};
@@ -226,7 +209,7 @@ static tl_status write_body(tl_gguf_writer *w, int fd, const char *path, tl_gguf
     static const uint8_t zeros[ALIGNMENT];
     put(&hdr, zeros, (ALIGNMENT - hdr.kv.len % ALIGNMENT) % ALIGNMENT);
     tl_status st = hdr.oom ? tl_error_set(TL_ERR_NOMEM, "gguf writer: out of memory")
-                           : write_all(fd, hdr.kv.p, hdr.kv.len, path);
+                           : tl_out_file_write(out, hdr.kv.p, hdr.kv.len);
     free(hdr.kv.p);
     if (st) return st;
 
@@ -237,10 +220,10 @@ static tl_status write_body(tl_gguf_writer *w, int fd, const char *path, tl_gguf
         for (uint64_t pos = 0; pos < t->nbytes && !st; pos += CHUNK) {
             size_t len = t->nbytes - pos < CHUNK ? (size_t)(t->nbytes - pos) : CHUNK;
             st = fill(user, i, pos, chunk, len);
-            if (!st) st = write_all(fd, chunk, len, path);
+            if (!st) st = tl_out_file_write(out, chunk, len);
         }
         size_t pad = (size_t)((ALIGNMENT - t->nbytes % ALIGNMENT) % ALIGNMENT);
-        if (!st && pad) st = write_all(fd, zeros, pad, path);
+        if (!st && pad) st = tl_out_file_write(out, zeros, pad);
     }
     free(chunk);
     return st;
@@ -249,19 +232,13 @@ static tl_status write_body(tl_gguf_writer *w, int fd, const char *path, tl_gguf
 tl_status tl_gguf_writer_write(tl_gguf_writer *w, const char *path, tl_gguf_fill_fn fill,
                                void *user) {
     if (w->oom) return tl_error_set(TL_ERR_NOMEM, "gguf writer: out of memory");
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
-        return tl_error_set(TL_ERR_INVALID, "%s: path too long", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return tl_error_set(TL_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    tl_status st = write_body(w, fd, tmp, fill, user);
-    if (!st && fsync(fd) != 0)
-        st = tl_error_set(errno == ENOSPC ? TL_ERR_NOSPACE : TL_ERR_IO, "%s: fsync: %s", tmp,
-                          strerror(errno));
-    if (close(fd) != 0 && !st)
-        st = tl_error_set(TL_ERR_IO, "%s: close: %s", tmp, strerror(errno));
-    if (!st && rename(tmp, path) != 0)
-        st = tl_error_set(TL_ERR_IO, "%s: rename to %s failed: %s", tmp, path, strerror(errno));
-    if (st) unlink(tmp);
-    return st;
+    tl_out_file out;
+    tl_status st = tl_out_file_open(&out, path);
+    if (st) return st;
+    st = write_body(w, &out, fill, user);
+    if (st) {
+        tl_out_file_abort(&out);
+        return st;
+    }
+    return tl_out_file_commit(&out);
 }

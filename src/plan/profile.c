@@ -6,10 +6,10 @@
  * for unknown ones. Every known field is required, appears once, has the exact array
  * shape and passes its range rule; the grid axes must equal this build's tables. The
  * writer emits the same table, doubles with 17 significant digits (exact round trip),
- * into a temporary file renamed into place.
+ * through base/out_file.h (a temporary file renamed into place; only a regular file is
+ * replaced).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "profile.h"
+#include "base/budget.h"
+#include "base/out_file.h"
 #include "base/status.h"
 #include "kernels/types.h"
 
@@ -252,39 +254,38 @@ static tl_status write_profile(FILE *f, const tl_hw_profile *p) {
     return TL_OK;
 }
 
-tl_status tl_profile_save(const tl_hw_profile *p, const char *path) {
-    if (!p || !path || !*path) return tl_error_set(TL_ERR_INVALID, "profile save: no path");
-    char dir[1024], tmp[1100];
+/* The directory of `path`, created if missing (mode 0700). */
+static tl_status make_parent(const char *path) {
+    char dir[1024];
     int n = snprintf(dir, sizeof dir, "%s", path);
     if (n < 0 || (size_t)n >= sizeof dir)
         return tl_error_set(TL_ERR_INVALID, "profile path too long: %s", path);
     char *slash = strrchr(dir, '/');
-    if (slash && slash != dir) {
-        *slash = 0;
-        tl_status st = make_dirs(dir);
-        if (st != TL_OK) return tl_error_wrap(st, "profile save %s", path);
-    }
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (!f) {
-        tl_status st = tl_error_set(TL_ERR_IO, "profile save: create %s: %s", tmp,
-                                    strerror(errno));
-        if (fd >= 0) close(fd), unlink(tmp);
+    if (!slash || slash == dir) return TL_OK;
+    *slash = 0;
+    return make_dirs(dir);
+}
+
+tl_status tl_profile_check_path(const char *path) {
+    if (!path || !*path) return tl_error_set(TL_ERR_INVALID, "profile save: no path");
+    tl_status st = make_parent(path);
+    if (st == TL_OK) st = tl_out_check_target(path);
+    return st == TL_OK ? TL_OK : tl_error_wrap(st, "profile save");
+}
+
+tl_status tl_profile_save(const tl_hw_profile *p, const char *path) {
+    tl_status st = tl_profile_check_path(path);
+    if (st != TL_OK) return st;
+    tl_out_file out;
+    if ((st = tl_out_file_open(&out, path))) return tl_error_wrap(st, "profile save");
+    FILE *f = tl_out_file_stream(&out);
+    st = f ? write_profile(f, p) : tl_error_set(TL_ERR_NOMEM, "profile save: out of memory");
+    if (st != TL_OK) {
+        tl_out_file_abort(&out);
         return st;
     }
-    tl_status st = write_profile(f, p);
-    int werr = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
-    int e = errno;
-    if (fclose(f) != 0 && !werr) werr = 1, e = errno;
-    if (st == TL_OK && werr)
-        st = tl_error_set(e == ENOSPC || e == EDQUOT ? TL_ERR_NOSPACE : TL_ERR_IO,
-                          "profile save: write %s: %s", tmp, strerror(e));
-    if (st == TL_OK && rename(tmp, path) != 0)
-        st = tl_error_set(TL_ERR_IO, "profile save: rename %s to %s: %s", tmp, path,
-                          strerror(errno));
-    if (st != TL_OK) unlink(tmp);
-    return st;
+    st = tl_out_file_commit(&out);
+    return st == TL_OK ? TL_OK : tl_error_wrap(st, "profile save");
 }
 
 /* ---- JSON reader ---- */
@@ -586,13 +587,14 @@ tl_status tl_profile_load(const char *path, tl_hw_profile *out) {
 /* ---- obtaining and lookups ---- */
 
 tl_status tl_profile_obtain(const char *path, int32_t n_threads, const char *disk_dir,
+                            uint64_t mem_limit,
                             void (*progress)(void *user, const char *line), void *user,
                             tl_hw_profile *out, int *measured) {
     int dummy;
     if (!measured) measured = &dummy;
     *measured = 0;
     if (path) return tl_profile_load(path, out);
-    char def[1024], key[sizeof out->machine];
+    char def[1024], key[sizeof out->machine], why[600];
     int have_def = tl_profile_default_path(n_threads, def, sizeof def) == TL_OK;
     tl_profile_machine_key(n_threads, key, sizeof key);
     if (have_def) {
@@ -602,14 +604,20 @@ tl_status tl_profile_obtain(const char *path, int32_t n_threads, const char *dis
             *out = p;
             return TL_OK;
         }
-        tl__profile_say(progress, user, "%s; measuring this machine (about a minute)",
-                        st == TL_OK ? "the saved profile is for another machine"
-                                    : tl_last_error());
+        snprintf(why, sizeof why, "%s", st == TL_OK ? "the saved profile is for another machine"
+                                                    : tl_last_error());
     } else {
-        tl__profile_say(progress, user, "no profile location (%s); measuring this machine",
-                        tl_last_error());
+        snprintf(why, sizeof why, "no profile location (%s)", tl_last_error());
     }
-    tl_status st = tl_profile_measure(n_threads, disk_dir, progress, user, out);
+    const uint64_t need = tl_profile_measure_bytes(n_threads);
+    if (mem_limit && mem_limit < need)
+        return tl_error_set(TL_ERR_NOMEM, "no hardware profile for this machine (%s), and "
+                            "measuring one needs %.1f MiB of memory, more than the memory "
+                            "budget of %.1f MiB: run `tierllm profile` once (it takes no "
+                            "budget) to measure and save it, or pass --profile FILE", why,
+                            tl_mib_up(need), mem_limit / 1048576.0);
+    tl__profile_say(progress, user, "%s; measuring this machine (about a minute)", why);
+    tl_status st = tl_profile_measure(n_threads, disk_dir, mem_limit, progress, user, out);
     if (st != TL_OK) return st;
     *measured = 1;
     if (have_def) {

@@ -94,22 +94,35 @@ tl_status tl_profile_default_path(int32_t n_threads, char *out, size_t cap);
  * (<= 0: all cores); the disk figures use a temporary file in disk_dir (deleted before
  * returning; TL_ERR_NOSPACE/TL_ERR_IO with a message if it cannot be written; NULL:
  * the default path's directory, created, else ".").
+ * The memory it allocates at once stays within `mem_limit` bytes (0: no limit; the
+ * memory probe's buffer shrinks to fit); a limit under tl_profile_measure_bytes is
+ * refused with TL_ERR_NOMEM before anything is measured.
  * `progress` (may be NULL) gets one line per stage. */
-tl_status tl_profile_measure(int32_t n_threads, const char *disk_dir,
+tl_status tl_profile_measure(int32_t n_threads, const char *disk_dir, uint64_t mem_limit,
                              void (*progress)(void *user, const char *line), void *user,
                              tl_hw_profile *out);
+/* The least memory limit a measurement with `n_threads` (<= 0: all cores) works in: its
+ * largest stage, beyond the process's own code and stacks. */
+uint64_t tl_profile_measure_bytes(int32_t n_threads);
 
-/* JSON round trip. Save writes a temporary file and renames it into place (creating the
- * directory). Load fails with TL_ERR_FORMAT naming the field for a malformed or
- * incomplete file, and never crashes on hostile input. */
+/* JSON round trip. Save writes through base/out_file.h (a temporary file renamed into
+ * place, creating the directory); a target that exists and is not a regular file is
+ * refused with TL_ERR_INVALID. Load fails with TL_ERR_FORMAT naming the field for a
+ * malformed or incomplete file, and never crashes on hostile input. */
 tl_status tl_profile_save(const tl_hw_profile *p, const char *path);
+/* What save checks before writing, to ask before a long measurement: creates the
+ * directory and checks the target (tl_out_check_target). */
+tl_status tl_profile_check_path(const char *path);
 tl_status tl_profile_load(const char *path, tl_hw_profile *out);
 
 /* The profile a run should use: `path` if given (an error if it cannot be loaded),
  * else the default path's profile if its machine key matches this machine; otherwise
- * measures one (progress says so) and saves it at the default path (a failure to save
- * is not an error). *measured is set to 1 when it measured. */
+ * measures one within `mem_limit` (0: no limit; progress says so) and saves it at the
+ * default path (a failure to save is not an error). A limit too small to measure in is
+ * refused before measuring (TL_ERR_NOMEM; the message says how much it needs and to run
+ * `tierllm profile` first). *measured is set to 1 when it measured. */
 tl_status tl_profile_obtain(const char *path, int32_t n_threads, const char *disk_dir,
+                            uint64_t mem_limit,
                             void (*progress)(void *user, const char *line), void *user,
                             tl_hw_profile *out, int *measured);
 

@@ -9,6 +9,14 @@
  * gives the cost per visible position, its intercept the fixed cost per layer).
  * Temporary files are unlinked on every path, as soon as nothing needs them by name
  * (open tiers and models keep them alive).
+ *
+ * Memory: the stages run one after another and each frees what it allocated, so the
+ * measurement holds at most its largest stage (tl_profile_measure_bytes computes it from
+ * the sizes below). Only the memory probe's buffer scales: 1 GiB where the limit allows,
+ * down to PROBE_MIN_BYTES, still far beyond any last-level cache (the cost model does not
+ * read mem_read_bps; it is reported beside the benchmarks). The other stages' sizes are
+ * what makes their figures mean what the cost model assumes (weights streamed from DRAM,
+ * the engine's IO queue settings), so under a smaller limit the measurement is refused.
  */
 #include <errno.h>
 #include <math.h>
@@ -19,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "profile.h"
+#include "base/budget.h"
 #include "base/clock.h"
 #include "base/status.h"
 #include "base/threadpool.h"
@@ -35,6 +44,9 @@
 #define DISK_WRITE_REQ ((size_t)4 << 20)
 #define DISK_SMALL_READ ((uint64_t)64 << 20) /* bytes read per setting, chunks < 1 MiB */
 #define DISK_SETTING_S 1.0                   /* time cap per read setting */
+
+#define PROBE_MAX_BYTES ((uint64_t)1 << 30)   /* the memory probe's buffer ... */
+#define PROBE_MIN_BYTES ((uint64_t)256 << 20) /* ... and its least (8x a 32 MiB LLC) */
 
 #define MM_ROWS 8192
 #define MM_COLS 2048
@@ -619,13 +631,18 @@ static tl_status measure_kv_decode(tl_hw_profile *p) {
     return TL_OK;
 }
 
+/* The tiny model the attention stage decodes with. */
+static void attention_model(tl_synth_params *sp) {
+    memset(sp, 0, sizeof *sp);
+    sp->n_vocab = 512, sp->n_embd = 512, sp->n_ff = 1024, sp->n_layer = 4;
+    sp->n_head = 8, sp->n_head_kv = 8, sp->n_ctx = 2048;
+    sp->weight_type = TL_TYPE_F32, sp->rope_base = 10000.0f, sp->seed = 1;
+}
+
 static tl_status measure_attention(int32_t threads, const char *dir, tl_hw_profile *p,
                                    void (*progress)(void *, const char *), void *user) {
     tl_synth_params sp;
-    memset(&sp, 0, sizeof sp);
-    sp.n_vocab = 512, sp.n_embd = 512, sp.n_ff = 1024, sp.n_layer = 4;
-    sp.n_head = 8, sp.n_head_kv = 8, sp.n_ctx = 2048;
-    sp.weight_type = TL_TYPE_F32, sp.rope_base = 10000.0f, sp.seed = 1;
+    attention_model(&sp);
     const double hd = sp.n_embd / sp.n_head, kvd = sp.n_head_kv * hd, L = sp.n_layer;
     char path[600];
     if (!temp_name(dir, "gguf", path, sizeof path))
@@ -684,10 +701,59 @@ static tl_status measure_attention(int32_t threads, const char *dir, tl_hw_profi
     return TL_OK;
 }
 
-tl_status tl_profile_measure(int32_t n_threads, const char *disk_dir,
+/* ---- memory ---- */
+
+static uint64_t huge_round(uint64_t b) { /* what tl_probe_buffer faults in */
+    const uint64_t huge = (uint64_t)2 << 20;
+    return (b + huge - 1) / huge * huge;
+}
+
+/* Bytes of matrix copies, activations and scratch of one matmul stage (measure_matmul,
+ * measure_interference): `copies` of an R x C matrix of `type`, products of up to n rows. */
+static uint64_t matmul_stage_bytes(tl_type type, uint64_t threads, size_t n) {
+    const uint64_t mb = (uint64_t)MM_ROWS * tl_type_row_bytes(type, MM_COLS);
+    const uint64_t copies = MM_MIN_BYTES / mb + 1;
+    const uint64_t sf = (tl_matmul_scratch_floats(MM_COLS, n) + 15) / 16 * 16;
+    return huge_round(copies * mb) +
+           ((uint64_t)n * MM_COLS + (uint64_t)n * MM_ROWS + threads * sf + MM_COLS) * 4;
+}
+
+uint64_t tl_profile_measure_bytes(int32_t n_threads) {
+    const uint64_t threads = (uint64_t)tl__profile_threads(n_threads);
+    uint64_t peak = PROBE_MIN_BYTES;
+#define STAGE(b) do { uint64_t b_ = (b); if (b_ > peak) peak = b_; } while (0)
+    /* disk: one buffer of the largest chunk x depth */
+    STAGE(tl_prof_chunks[TL_PROF_N_CHUNK - 1] * (uint64_t)tl_prof_depths[TL_PROF_N_DEPTH - 1]);
+    for (int t = 0; t < TL_PROF_N_TYPE; t++)
+        STAGE(matmul_stage_bytes((tl_type)tl_prof_types[t], threads,
+                                 (size_t)tl_prof_rows[TL_PROF_N_ROWS - 1]));
+    /* interference: Q8_0 copies up to 32 rows, and the reader's chunks and pages */
+    tl_aio_params ap = tl_aio_default_params();
+    STAGE(matmul_stage_bytes(TL_TYPE_Q8_0, threads, 32) +
+          (uint64_t)ap.queue_depth * ap.chunk_bytes + URGENT_BATCH * TL_PROF_URGENT_BYTES);
+    /* attention: the model's weights (resident), its f32 KV, and a margin for the
+     * context's activations, logits and the file writer's chunk */
+    tl_synth_params sp;
+    attention_model(&sp);
+    STAGE(tl_synth_file_bytes(&sp) +
+          2ull * (uint64_t)sp.n_layer * (AT_POS + 16) * (uint64_t)sp.n_embd * 4 +
+          ((uint64_t)16 << 20));
+#undef STAGE
+    return peak;
+}
+
+tl_status tl_profile_measure(int32_t n_threads, const char *disk_dir, uint64_t mem_limit,
                              void (*progress)(void *user, const char *line), void *user,
                              tl_hw_profile *out) {
     if (!out) return tl_error_set(TL_ERR_INVALID, "profile: no output");
+    const uint64_t need = tl_profile_measure_bytes(n_threads);
+    if (mem_limit && mem_limit < need)
+        return tl_error_set(TL_ERR_NOMEM, "measuring the hardware profile needs %.1f MiB of "
+                            "memory, more than the limit of %.1f MiB", tl_mib_up(need),
+                            mem_limit / 1048576.0);
+    const uint64_t probe = mem_limit && mem_limit < PROBE_MAX_BYTES
+                               ? mem_limit / ((uint64_t)2 << 20) * ((uint64_t)2 << 20)
+                               : PROBE_MAX_BYTES;
     memset(out, 0, sizeof *out);
     double t_start = tl_now();
     struct timespec now;
@@ -708,10 +774,11 @@ tl_status tl_profile_measure(int32_t n_threads, const char *disk_dir,
     tl_status st = tl_pool_open(threads, &pool);
     if (st != TL_OK) return st;
     tl__profile_say(progress, user, "memory bandwidth and FMA peak (%d threads)", (int)threads);
-    out->mem_read_bps = tl_probe_read_bandwidth(pool, (size_t)1 << 30, 5);
+    out->mem_read_bps = tl_probe_read_bandwidth(pool, (size_t)probe, 5);
     out->fma_flops = tl_probe_fma_peak(pool, 5);
     if (!(out->mem_read_bps > 0) || !(out->fma_flops > 0))
-        st = tl_error_set(TL_ERR_NOMEM, "profile: memory probe failed (1 GiB buffer)");
+        st = tl_error_set(TL_ERR_NOMEM, "profile: memory probe failed (%.1f MiB buffer)",
+                          probe / 1048576.0);
     tl_tier *disk = NULL;
     if (st == TL_OK) st = measure_disk(out->disk_dir, out, progress, user, &disk);
     if (st == TL_OK) st = measure_matmul(pool, out, progress, user);

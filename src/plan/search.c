@@ -5,6 +5,7 @@
 #include <string.h>
 #include "search.h"
 #include "lp.h"
+#include "../base/budget.h"
 #include "../base/status.h"
 #include "../exec/engine.h"
 
@@ -219,7 +220,7 @@ tl_status tl_plan_lp_solve(const tl_plan_lp *plp, double *x_w, double *x_k, doub
     const double room = (plp->budget - plp->base) / gib;
     if (!st && room < 0)
         st = tl_error_set(TL_ERR_NOMEM, "lp: the fixed part of the plan (%.1f MiB) exceeds "
-                          "the budget (%.1f MiB)", plp->base / 1048576.0,
+                          "the budget (%.1f MiB)", tl_mib_up((uint64_t)plp->base),
                           plp->budget / 1048576.0);
     if (!st) st = tl_lp_add_row(lp, 2, midx, mval, -TL_LP_INF, room);
     double *x = st ? NULL : malloc((size_t)(2 + n) * sizeof *x);

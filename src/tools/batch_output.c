@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "base/json.h"
+#include "base/out_file.h"
 #include "batch_output.h"
 #include "line_reader.h"
 #ifdef TL_TEST_HOOKS
@@ -23,15 +24,6 @@
 #endif
 
 enum { MAX_RESULT_LINE = 256 << 20 }; /* a result line longer than this is not ours */
-
-static const char *kind_of(mode_t m) {
-    if (S_ISDIR(m)) return "a directory";
-    if (S_ISCHR(m)) return "a character device";
-    if (S_ISBLK(m)) return "a block device";
-    if (S_ISFIFO(m)) return "a FIFO";
-    if (S_ISSOCK(m)) return "a socket";
-    return "not a regular file";
-}
 
 static int lock_fd(int fd, const char *path, char *err, size_t err_len) {
     while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -113,31 +105,19 @@ int batch_out_prepare(batch_out *o, const char *path, const char *in_path, int m
     memset(o, 0, sizeof *o);
     o->fd = o->old_fd = -1;
     o->mode = mode;
+    if (tl_out_check_target(path)) { /* a regular file, or missing in a directory */
+        snprintf(err, err_len, "%s", tl_last_error());
+        return -1;
+    }
     struct stat sb, ib;
-    if (stat(path, &sb) != 0) {
-        if (errno != ENOENT) {
-            snprintf(err, err_len, "%s: %s", path, strerror(errno));
-            return -1;
-        }
+    if (stat(path, &sb) != 0) { /* missing */
         if (lstat(path, &sb) == 0) {
             snprintf(err, err_len, "%s is a symbolic link to nowhere; give a real path", path);
             return -1;
         }
-        char *dir = dir_of(path);
-        struct stat db;
-        int ok = dir && stat(dir, &db) == 0 && S_ISDIR(db.st_mode);
-        if (!ok) snprintf(err, err_len, "%s: the directory %s does not exist", path,
-                          dir ? dir : "?");
-        free(dir);
-        if (!ok) return -1;
         o->path = strdup(path);
         if (!o->path) { snprintf(err, err_len, "out of memory"); return -1; }
         return 0;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        snprintf(err, err_len, "%s is %s; batch writes its results only to a regular file",
-                 path, kind_of(sb.st_mode));
-        return -1;
     }
     if (stat(in_path, &ib) == 0 && ib.st_dev == sb.st_dev && ib.st_ino == sb.st_ino) {
         snprintf(err, err_len, "-o %s is the input file; write the results elsewhere", path);

@@ -14,6 +14,10 @@ int tl_cmd_batch(int argc, char **argv);
 int tl_cmd_profile(int argc, char **argv);
 int tl_cmd_plan(int argc, char **argv);
 
+/* The largest prompt file `run -f` reads (16 MiB: far beyond any context; a larger file,
+ * or /dev/zero, is refused rather than read without end). */
+#define CLI_PROMPT_FILE_MAX ((size_t)16 << 20)
+
 /* Argument parsing helpers: each prints a message and returns 0 on a bad value. */
 int cli_int(const char *flag, const char *s, long lo, long hi, int32_t *out);
 int cli_float(const char *flag, const char *s, float *out);

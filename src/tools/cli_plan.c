@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "cli_plan.h"
+#include "base/budget.h"
 #include "base/status.h"
 #include "exec/engine.h"
 
@@ -16,8 +17,15 @@ tl_status cli_profile(const tl_model *m, const char *profile_path, tl_hw_profile
     int measured = 0;
     int32_t threads = m->params.n_threads;
     if (threads <= 0) threads = tl_pool_threads(m->pool);
-    tl_status st = tl_profile_obtain(profile_path, threads, NULL, on_progress, NULL, prof,
-                                     &measured);
+    /* a measurement made for this run keeps to what the user's --mem-budget has left
+     * beside what the open model already holds (0: no budget given) */
+    uint64_t limit = m->params.mem_budget;
+    if (limit) {
+        const uint64_t used = tl_budget_used(m->budget);
+        limit = limit > used ? limit - used : 1;
+    }
+    tl_status st = tl_profile_obtain(profile_path, threads, NULL, limit, on_progress, NULL,
+                                     prof, &measured);
     if (!st && measured) fprintf(stderr, "profile: measured once for this machine and saved\n");
     return st;
 }

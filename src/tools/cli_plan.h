@@ -6,7 +6,8 @@
 #include "plan/search.h"
 
 /* The profile for this model's thread count: `profile_path` if given, else the cached
- * one for this machine, else measured now (saying so on stderr). */
+ * one for this machine, else measured now (saying so on stderr) within the model's
+ * --mem-budget, or refused before measuring when the budget is too small for that. */
 tl_status cli_profile(const tl_model *m, const char *profile_path, tl_hw_profile *prof);
 
 void cli_print_policy(FILE *f, const char *label, const tl_plan_result *r);

@@ -1,9 +1,12 @@
 /* cmd_logits.c - `tierllm logits`: evaluate a token list and write every position's
- * logits as raw little-endian float32 [n_tokens][n_vocab] (used by the NumPy check). */
+ * logits as raw little-endian float32 [n_tokens][n_vocab] (used by the NumPy check).
+ * The output is checked before the model runs and written whole or not at all
+ * (base/out_file.h): a failed run leaves an existing file as it was. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
+#include "base/out_file.h"
 
 static int parse_tokens(const char *s, int32_t **out, size_t *n) {
     size_t cap = 16, len = 0;
@@ -62,26 +65,28 @@ int tl_cmd_logits(int argc, char **argv) {
         return 2;
     }
     if (!parse_tokens(tokens, &ids, &n)) return 2;
+    tl_status st = tl_out_check_target(out_path);
+    if (st) {
+        free(ids);
+        return cli_fail(st);
+    }
     tl_model *m = NULL;
     tl_context *c = NULL;
     float *logits = NULL;
     tl_model_desc d;
     cp.n_ctx = (int32_t)n;
-    tl_status st = tl_model_open(model_path, &mp, &m);
+    st = tl_model_open(model_path, &mp, &m);
     if (!st) st = tl_model_describe(m, &d);
     if (!st) st = tl_context_open(m, &cp, &c);
     if (!st && !(logits = malloc(n * (size_t)d.n_vocab * sizeof *logits))) st = TL_ERR_NOMEM;
     if (!st) st = tl_decode_all_logits(c, ids, n, logits);
-    int rc = st ? cli_fail(st) : 0;
-    if (!st) {
-        FILE *f = fopen(out_path, "wb");
-        size_t want = n * (size_t)d.n_vocab;
-        if (!f || fwrite(logits, sizeof *logits, want, f) != want) {
-            fprintf(stderr, "error: cannot write %s\n", out_path);
-            rc = 1;
-        }
-        if (f && fclose(f) != 0) rc = 1;
+    tl_out_file out;
+    if (!st && !(st = tl_out_file_open(&out, out_path))) {
+        st = tl_out_file_write(&out, logits, n * (size_t)d.n_vocab * sizeof *logits);
+        if (st) tl_out_file_abort(&out);
+        else st = tl_out_file_commit(&out);
     }
+    int rc = st ? cli_fail(st) : 0;
     free(logits);
     free(ids);
     tl_context_close(c);

@@ -119,7 +119,9 @@ int tl_cmd_profile(int argc, char **argv) {
     }
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if ((st = tl_profile_measure(threads, dir, on_progress, &t0, &p))) return cli_fail(st);
+    /* the target is checked before the measurement, not after a minute of it */
+    if ((st = tl_profile_check_path(out))) return cli_fail(st);
+    if ((st = tl_profile_measure(threads, dir, 0, on_progress, &t0, &p))) return cli_fail(st);
     if ((st = tl_profile_save(&p, out))) return cli_fail(st);
     print_summary(&p);
     printf("profile:       %s\n", out);

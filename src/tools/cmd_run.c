@@ -1,8 +1,11 @@
 /* cmd_run.c - `tierllm run`: generate text from a prompt, streaming it to stdout.
  * Flags follow llama.cpp's llama-cli where they overlap. Timing goes to stderr. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "cli.h"
 #include "cli_plan.h"
 #include "exec/engine.h"
@@ -13,7 +16,7 @@ static void usage(void) {
     printf("usage: tierllm run -m MODEL.gguf [options]\n"
            "  -m, --model PATH        GGUF model file\n"
            "  -p, --prompt TEXT       prompt (default: empty, start from BOS)\n"
-           "  -f, --file PATH         read the prompt from a file\n"
+           "  -f, --file PATH         read the prompt from a file (text, at most %zu MiB)\n"
            "  -n, --n-predict N       tokens to generate (default 128, -1 = until EOS)\n"
            "  -c, --ctx-size N        context length (default: model's, at most 4096)\n"
            "  -b, --batch-size N      prompt tokens per matrix-matrix step (default 64)\n"
@@ -40,26 +43,63 @@ static void usage(void) {
            "  --policy auto|manual    auto: the planner picks n_batch, prefetch and the\n"
            "                          context size (default when --mem-budget is given and\n"
            "                          neither --prefetch nor -b is); manual: flags/defaults\n"
-           "  --profile PATH          hardware profile for auto (default: cached, or measured)\n");
+           "  --profile PATH          hardware profile for auto (default: cached, or measured)\n",
+           CLI_PROMPT_FILE_MAX >> 20);
 }
 
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+/* The prompt file as a string, or NULL after printing why: it cannot be opened or read
+ * (a read error is an error, not the end of the file), it is over CLI_PROMPT_FILE_MAX
+ * (read no further than that: /dev/zero ends), or it holds a NUL byte (a C string would
+ * silently cut the prompt there). */
+static char *read_prompt_file(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        fprintf(stderr, "error: cannot open prompt file %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
-    size_t r;
-    while (buf && (r = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-        len += r;
-        if (cap - len < 2) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) { free(buf); buf = NULL; }
-            else buf = nb;
+    const char *why = buf ? NULL : "out of memory";
+    while (!why) {
+        if (len == cap - 1) { /* full: grow, at most to the limit and its terminator */
+            size_t ncap = cap * 2 > CLI_PROMPT_FILE_MAX + 2 ? CLI_PROMPT_FILE_MAX + 2 : cap * 2;
+            char *nb = ncap > cap ? realloc(buf, ncap) : NULL;
+            if (!nb) {
+                why = "out of memory";
+                break;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        ssize_t r = read(fd, buf + len, cap - 1 - len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            why = strerror(errno);
+            break;
+        }
+        if (r == 0) break;
+        len += (size_t)r;
+        if (len > CLI_PROMPT_FILE_MAX) {
+            fprintf(stderr, "error: prompt file %s is larger than the limit of %zu MiB\n", path,
+                    CLI_PROMPT_FILE_MAX >> 20);
+            close(fd);
+            free(buf);
+            return NULL;
         }
     }
-    if (buf) buf[len] = 0;
-    if (ferror(f)) { free(buf); buf = NULL; }
-    fclose(f);
+    close(fd);
+    if (why) {
+        fprintf(stderr, "error: cannot read prompt file %s: %s\n", path, why);
+        free(buf);
+        return NULL;
+    }
+    if (memchr(buf, 0, len)) {
+        fprintf(stderr, "error: prompt file %s contains a NUL byte at offset %zu (a prompt is "
+                "text)\n", path, (size_t)((char *)memchr(buf, 0, len) - buf));
+        free(buf);
+        return NULL;
+    }
+    buf[len] = 0;
     return buf;
 }
 
@@ -263,14 +303,15 @@ int tl_cmd_run(int argc, char **argv) {
                 "use --policy manual\n");
         return 2;
     }
+    if (tl_sampler_params_check(&gp.sampler)) { /* the same check and message as batch */
+        fprintf(stderr, "error: %s\n", tl_last_error());
+        return 2;
+    }
     if (policy < 0) policy = mp.mem_budget > 0 && !knobs;
     char *file_prompt = NULL;
     if (prompt_file) {
-        file_prompt = read_file(prompt_file);
-        if (!file_prompt) {
-            fprintf(stderr, "error: cannot read prompt file %s\n", prompt_file);
-            return 1;
-        }
+        file_prompt = read_prompt_file(prompt_file);
+        if (!file_prompt) return 1;
         prompt = file_prompt;
     }
     tl_model *m = NULL;
