@@ -7,8 +7,8 @@
  * from DRAM); element-wise ops; attention (token-by-token decode of a tiny synthetic
  * model per KV width: a robust line through per-window medians of the per-token times
  * gives the cost per visible position, its intercept the fixed cost per layer).
- * Temporary files are unlinked on every path, as soon as nothing needs them by name
- * (open tiers and models keep them alive).
+ * The disk stage's file is a scratch file with no name (it cannot outlive the process);
+ * the synthetic model of the attention stage is unlinked as soon as it is open.
  *
  * Memory: the stages run one after another and each frees what it allocated, so the
  * measurement holds at most its largest stage (tl_profile_measure_bytes computes it from
@@ -201,9 +201,6 @@ static tl_status disk_urgent(tl_tier *t, uint8_t *bufs, volatile int *stop, doub
 static tl_status measure_disk(const char *dir, tl_hw_profile *p,
                               void (*progress)(void *, const char *), void *user,
                               tl_tier **keep) {
-    char path[600];
-    if (!temp_name(dir, "tmp", path, sizeof path))
-        return tl_error_set(TL_ERR_INVALID, "disk profile: directory name too long: %s", dir);
     size_t buf_bytes = (size_t)tl_prof_chunks[TL_PROF_N_CHUNK - 1] *
                        (size_t)tl_prof_depths[TL_PROF_N_DEPTH - 1];
     uint8_t *buf = aligned_alloc(4096, buf_bytes);
@@ -213,20 +210,15 @@ static tl_status measure_disk(const char *dir, tl_hw_profile *p,
         uint64_t r = rng_next(&seed);
         memcpy(buf + 8 * i, &r, 8);
     }
-    tl_tier *wt = NULL, *rt = NULL;
-    int created = 0;
-    tl_status st = tl_tier_file_open(
-        path, TL_TIER_FILE_DIRECT | TL_TIER_FILE_WRITE | TL_TIER_FILE_CREATE_EXCL, &wt);
+    /* a scratch file has no name: a measurement that is killed leaves nothing behind */
+    tl_tier *rt = NULL;
+    tl_status st = tl_tier_file_open_scratch(dir, TL_TIER_FILE_DIRECT, &rt);
     if (st == TL_OK) {
-        created = 1;
         tl__profile_say(progress, user, "disk: writing %llu MiB to %s%s",
                         (unsigned long long)(DISK_FILE_BYTES >> 20), dir,
-                        tl_tier_file_is_direct(wt) ? "" : " (no O_DIRECT: page cache)");
-        st = disk_write(wt, buf, &p->disk_write_bps);
+                        tl_tier_file_is_direct(rt) ? "" : " (no O_DIRECT: page cache)");
+        st = disk_write(rt, buf, &p->disk_write_bps);
     }
-    if (st == TL_OK) st = tl_tier_file_open(path, TL_TIER_FILE_DIRECT, &rt);
-    if (created) unlink(path); /* the open tiers keep the file alive */
-    tl_tier_close(wt);
     uint64_t cursor = 0;
     for (int c = 0; c < TL_PROF_N_CHUNK && st == TL_OK; c++) {
         tl__profile_say(progress, user, "disk: reading in %llu KiB chunks at depth 1, 4, 16",
