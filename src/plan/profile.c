@@ -1,13 +1,13 @@
 /* profile.c - the hardware profile's tables, machine key, JSON file and lookups (see
  * profile.h; measuring is in profile_measure.c).
  *
- * The JSON reader is a strict recursive-descent parser over an in-memory copy (at most
- * PROFILE_MAX_BYTES): schema-directed for known keys, generic skipping (depth-limited)
- * for unknown ones. Every known field is required, appears once, has the exact array
- * shape and passes its range rule; the grid axes must equal this build's tables. The
- * writer emits the same table, doubles with 17 significant digits (exact round trip),
- * through base/out_file.h (a temporary file renamed into place; only a regular file is
- * replaced).
+ * The file is JSON through base/json.h (Jansson, strict: no duplicate keys, no NUL, no
+ * overflowing numbers), read from an in-memory copy of at most PROFILE_MAX_BYTES. One
+ * field table drives the writer and the reader: every known field is required, has the
+ * exact array shape and passes its range rule, the grid axes must equal this build's
+ * tables, and unknown keys are ignored. Doubles are written with 17 significant digits
+ * (an exact round trip), through base/out_file.h (a temporary file renamed into place;
+ * only a regular file is replaced).
  */
 #include <errno.h>
 #include <math.h>
@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include "profile.h"
 #include "base/budget.h"
+#include "base/json.h"
 #include "base/out_file.h"
 #include "base/status.h"
 #include "kernels/types.h"
@@ -199,59 +200,78 @@ static double axis_value(const pfield *f, size_t i) {
                                  : (double)((const int32_t *)f->axis)[i];
 }
 
-static void write_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
-        else if (*c < 0x20 || *c == 0x7f) fprintf(f, "\\u%04x", *c);
-        else fputc(*c, f);
-    }
-    fputc('"', f);
+/* A double as JSON: integral values as integers (a count, a grid point), others as
+ * reals printed with 17 significant digits (an exact round trip). */
+static json_t *number(double v) {
+    if (v == floor(v) && fabs(v) < 9e15) return json_integer((json_int_t)v);
+    return json_real(v);
 }
 
-static void write_numbers(FILE *f, const double *v, size_t n) {
-    fputc('[', f);
-    for (size_t i = 0; i < n; i++) fprintf(f, "%s%.17g", i ? ", " : "", v[i]);
-    fputc(']', f);
+static json_t *numbers(const double *v, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++)
+        if (json_array_append_new(a, number(v[i])) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
 }
 
-static tl_status write_profile(FILE *f, const tl_hw_profile *p) {
+/* The field's JSON value, or NULL when out of memory. */
+static json_t *field_value(const pfield *fd, const tl_hw_profile *p) {
     const char *base = (const char *)p;
-    fprintf(f, "{\n");
+    const double *d = (const double *)(base + fd->off);
+    switch (fd->kind) {
+    case F_VERSION: return json_integer(PROFILE_VERSION);
+    case F_STR: return json_string(base + fd->off);
+    case F_I32: return json_integer(*(const int32_t *)(base + fd->off));
+    case F_NUM: return number(*d);
+    case F_VEC: return numbers(d, fd->n1);
+    case F_MAT: {
+        json_t *m = json_array();
+        for (size_t i = 0; m && i < fd->n1; i++)
+            if (json_array_append_new(m, numbers(d + i * fd->n2, fd->n2)) != 0) {
+                json_decref(m);
+                return NULL;
+            }
+        return m;
+    }
+    default: {
+        double axis[TL_PROF_N_ROWS];
+        for (size_t i = 0; i < fd->n1; i++) axis[i] = axis_value(fd, i);
+        return numbers(axis, fd->n1);
+    }
+    }
+}
+
+/* The profile as one JSON object, in the table's order; NULL with the error set. */
+static json_t *profile_json(const tl_hw_profile *p) {
+    const char *base = (const char *)p;
+    json_t *o = json_object();
+    if (!o) return NULL;
     for (int k = 0; k < N_FIELDS; k++) {
         const pfield *fd = &fields[k];
         const double *d = (const double *)(base + fd->off);
         size_t cnt = fd->kind == F_NUM ? 1 : fd->kind == F_VEC ? fd->n1
                    : fd->kind == F_MAT ? fd->n1 * fd->n2 : 0;
         for (size_t i = 0; i < cnt; i++)
-            if (!isfinite(d[i]))
-                return tl_error_set(TL_ERR_INVALID, "profile save: field '%s' is not finite",
-                                    fd->name);
-        fprintf(f, "  \"%s\": ", fd->name);
-        switch (fd->kind) {
-        case F_VERSION: fprintf(f, "%d", PROFILE_VERSION); break;
-        case F_STR: write_string(f, base + fd->off); break;
-        case F_I32: fprintf(f, "%d", (int)*(const int32_t *)(base + fd->off)); break;
-        case F_NUM: fprintf(f, "%.17g", *d); break;
-        case F_VEC: write_numbers(f, d, fd->n1); break;
-        case F_MAT:
-            fputc('[', f);
-            for (size_t i = 0; i < fd->n1; i++) {
-                fprintf(f, "%s\n    ", i ? "," : "");
-                write_numbers(f, d + i * fd->n2, fd->n2);
+            if (!isfinite(d[i])) {
+                json_decref(o);
+                tl_error_set(TL_ERR_INVALID, "profile save: field '%s' is not finite",
+                             fd->name);
+                return NULL;
             }
-            fprintf(f, "\n  ]");
-            break;
-        default:
-            fputc('[', f);
-            for (size_t i = 0; i < fd->n1; i++)
-                fprintf(f, "%s%.17g", i ? ", " : "", axis_value(fd, i));
-            fputc(']', f);
+        json_t *v = field_value(fd, p);
+        if (!v || json_object_set_new(o, fd->name, v) != 0) {
+            json_decref(o);
+            tl_error_set(fd->kind == F_STR ? TL_ERR_INVALID : TL_ERR_NOMEM,
+                         "profile save: field '%s': %s", fd->name,
+                         fd->kind == F_STR ? "not valid UTF-8 (or out of memory)"
+                                           : "out of memory");
+            return NULL;
         }
-        fprintf(f, "%s\n", k + 1 < N_FIELDS ? "," : "");
     }
-    fprintf(f, "}\n");
-    return TL_OK;
+    return o;
 }
 
 /* The directory of `path`, created if missing (mode 0700). */
@@ -278,8 +298,14 @@ tl_status tl_profile_save(const tl_hw_profile *p, const char *path) {
     if (st != TL_OK) return st;
     tl_out_file out;
     if ((st = tl_out_file_open(&out, path))) return tl_error_wrap(st, "profile save");
-    FILE *f = tl_out_file_stream(&out);
-    st = f ? write_profile(f, p) : tl_error_set(TL_ERR_NOMEM, "profile save: out of memory");
+    json_t *o = profile_json(p);
+    char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17))
+                   : NULL;
+    st = text ? tl_out_file_write(&out, text, strlen(text))
+              : o ? tl_error_set(TL_ERR_NOMEM, "profile save: out of memory") : TL_ERR_INVALID;
+    if (st == TL_OK) st = tl_out_file_write(&out, "\n", 1);
+    free(text);
+    json_decref(o);
     if (st != TL_OK) {
         tl_out_file_abort(&out);
         return st;
@@ -290,269 +316,120 @@ tl_status tl_profile_save(const tl_hw_profile *p, const char *path) {
 
 /* ---- JSON reader ---- */
 
-typedef struct jp {
-    const char *s;
-    size_t n, i;
-    const char *path;
-} jp;
-
-static tl_status jp_fail(const jp *p, const char *field, const char *what) {
-    if (field)
-        return tl_error_set(TL_ERR_FORMAT, "profile %s: field '%s': %s (byte %zu)", p->path,
-                            field, what, p->i);
-    return tl_error_set(TL_ERR_FORMAT, "profile %s: %s at byte %zu", p->path, what, p->i);
+static tl_status field_fail(const char *path, const pfield *f, const char *what) {
+    return tl_error_set(TL_ERR_FORMAT, "profile %s: field '%s': %s", path, f->name, what);
 }
 
-static int jp_peek(jp *p) {
-    while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' ||
-                           p->s[p->i] == '\r'))
-        p->i++;
-    return p->i < p->n ? (unsigned char)p->s[p->i] : -1;
-}
-
-static int jp_eat(jp *p, int c) {
-    if (jp_peek(p) != c) return 0;
-    p->i++;
-    return 1;
-}
-
-static int hex4(const char *s, unsigned *out) {
-    unsigned v = 0;
-    for (int k = 0; k < 4; k++) {
-        char c = s[k];
-        v <<= 4;
-        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-        else return 0;
-    }
-    *out = v;
-    return 1;
-}
-
-/* A string into out[cap] (NUL-terminated). If it does not fit: an error, or with
- * `trunc_ok` a truncated copy and *truncated = 1. out may be NULL (skip). */
-static tl_status jp_string(jp *p, const char *field, char *out, size_t cap, int trunc_ok,
-                           int *truncated) {
-    size_t len = 0;
-    if (truncated) *truncated = 0;
-    if (!jp_eat(p, '"')) return jp_fail(p, field, "expected a string");
-    for (;;) {
-        if (p->i >= p->n) return jp_fail(p, field, "unterminated string");
-        unsigned char c = (unsigned char)p->s[p->i++];
-        char enc[4];
-        size_t k = 0;
-        if (c == '"') break;
-        if (c < 0x20) return jp_fail(p, field, "control character in a string");
-        if (c != '\\') {
-            enc[k++] = (char)c;
-        } else {
-            if (p->i >= p->n) return jp_fail(p, field, "unterminated string");
-            char e = p->s[p->i++], simple = 0;
-            switch (e) {
-            case '"': case '\\': case '/': simple = e; break;
-            case 'b': simple = '\b'; break;
-            case 'f': simple = '\f'; break;
-            case 'n': simple = '\n'; break;
-            case 'r': simple = '\r'; break;
-            case 't': simple = '\t'; break;
-            default: break;
-            }
-            if (simple) {
-                enc[k++] = simple;
-            } else if (e == 'u') {
-                unsigned u, lo;
-                if (p->n - p->i < 4 || !hex4(p->s + p->i, &u))
-                    return jp_fail(p, field, "bad \\u escape");
-                p->i += 4;
-                if (u >= 0xDC00 && u <= 0xDFFF) return jp_fail(p, field, "lone surrogate");
-                if (u >= 0xD800 && u <= 0xDBFF) {
-                    if (p->n - p->i < 6 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u' ||
-                        !hex4(p->s + p->i + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF)
-                        return jp_fail(p, field, "lone surrogate");
-                    p->i += 6;
-                    u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
-                }
-                if (u == 0) return jp_fail(p, field, "NUL in a string");
-                if (u < 0x80) {
-                    enc[k++] = (char)u;
-                } else if (u < 0x800) {
-                    enc[k++] = (char)(0xC0 | (u >> 6));
-                    enc[k++] = (char)(0x80 | (u & 0x3F));
-                } else if (u < 0x10000) {
-                    enc[k++] = (char)(0xE0 | (u >> 12));
-                    enc[k++] = (char)(0x80 | ((u >> 6) & 0x3F));
-                    enc[k++] = (char)(0x80 | (u & 0x3F));
-                } else {
-                    enc[k++] = (char)(0xF0 | (u >> 18));
-                    enc[k++] = (char)(0x80 | ((u >> 12) & 0x3F));
-                    enc[k++] = (char)(0x80 | ((u >> 6) & 0x3F));
-                    enc[k++] = (char)(0x80 | (u & 0x3F));
-                }
-            } else {
-                return jp_fail(p, field, "bad escape in a string");
-            }
-        }
-        if (!out) continue;
-        if (len + k >= cap) {
-            if (!trunc_ok) return jp_fail(p, field, "string too long");
-            *truncated = 1;
-            continue;
-        }
-        memcpy(out + len, enc, k);
-        len += k;
-    }
-    if (out) out[len] = 0;
+static tl_status check_rule(const char *path, const pfield *f, double v) {
+    if (f->rule == R_POS && !(v > 0)) return field_fail(path, f, "must be positive");
+    if (f->rule == R_NONNEG && !(v >= 0)) return field_fail(path, f, "must not be negative");
     return TL_OK;
 }
 
-static tl_status jp_number(jp *p, const char *field, double *out) {
-    jp_peek(p);
-    size_t s = p->i, i = p->i;
-    const char *c = p->s;
-#define DIG(j) ((j) < p->n && c[j] >= '0' && c[j] <= '9')
-    if (i < p->n && c[i] == '-') i++;
-    if (i < p->n && c[i] == '0') i++;
-    else if (DIG(i)) while (DIG(i)) i++;
-    else return jp_fail(p, field, "expected a number");
-    if (i < p->n && c[i] == '.') {
-        if (!DIG(i + 1)) return jp_fail(p, field, "bad number");
-        i++;
-        while (DIG(i)) i++;
-    }
-    if (i < p->n && (c[i] == 'e' || c[i] == 'E')) {
-        i++;
-        if (i < p->n && (c[i] == '+' || c[i] == '-')) i++;
-        if (!DIG(i)) return jp_fail(p, field, "bad number");
-        while (DIG(i)) i++;
-    }
-#undef DIG
-    char buf[64];
-    if (i - s >= sizeof buf) return jp_fail(p, field, "number too long");
-    memcpy(buf, c + s, i - s);
-    buf[i - s] = 0;
-    p->i = i;
-    *out = strtod(buf, NULL);
-    if (!isfinite(*out)) return jp_fail(p, field, "number out of range");
-    return TL_OK;
-}
-
-static tl_status jp_skip(jp *p, int depth) {
-    if (depth > 32) return jp_fail(p, NULL, "nesting too deep");
-    int c = jp_peek(p);
-    double d;
-    if (c == '"') return jp_string(p, NULL, NULL, 0, 0, NULL);
-    if (c == '{' || c == '[') {
-        int close = c == '{' ? '}' : ']';
-        p->i++;
-        if (jp_eat(p, close)) return TL_OK;
-        do {
-            tl_status st;
-            if (c == '{') {
-                if ((st = jp_string(p, NULL, NULL, 0, 0, NULL))) return st;
-                if (!jp_eat(p, ':')) return jp_fail(p, NULL, "expected ':'");
-            }
-            if ((st = jp_skip(p, depth + 1))) return st;
-        } while (jp_eat(p, ','));
-        return jp_eat(p, close) ? TL_OK : jp_fail(p, NULL, "expected ',' or a closing bracket");
-    }
-    static const char *const words[] = {"true", "false", "null"};
-    for (int k = 0; k < 3; k++) {
-        size_t l = strlen(words[k]);
-        if (p->n - p->i >= l && !memcmp(p->s + p->i, words[k], l)) {
-            p->i += l;
-            return TL_OK;
-        }
-    }
-    return jp_number(p, NULL, &d);
-}
-
-static tl_status check_rule(const jp *p, const pfield *f, double v) {
-    if (f->rule == R_POS && !(v > 0)) return jp_fail(p, f->name, "must be positive");
-    if (f->rule == R_NONNEG && !(v >= 0)) return jp_fail(p, f->name, "must not be negative");
-    return TL_OK;
-}
-
-/* An array of n numbers into out (checked against the rule). */
-static tl_status jp_vec(jp *p, const pfield *f, double *out, size_t n) {
+/* An array of exactly n numbers into out (each checked against the rule). */
+static tl_status read_vec(const char *path, const pfield *f, const json_t *a, double *out,
+                          size_t n) {
     char what[64];
     snprintf(what, sizeof what, "expected an array of %zu numbers", n);
-    if (!jp_eat(p, '[')) return jp_fail(p, f->name, what);
+    if (!json_is_array(a) || json_array_size(a) != n) return field_fail(path, f, what);
     for (size_t i = 0; i < n; i++) {
-        if (i && !jp_eat(p, ',')) return jp_fail(p, f->name, what);
-        tl_status st = jp_number(p, f->name, &out[i]);
-        if (st == TL_OK) st = check_rule(p, f, out[i]);
+        const json_t *v = json_array_get(a, i);
+        if (!json_is_number(v)) return field_fail(path, f, what);
+        out[i] = json_number_value(v);
+        tl_status st = check_rule(path, f, out[i]);
         if (st != TL_OK) return st;
     }
-    return jp_eat(p, ']') ? TL_OK : jp_fail(p, f->name, what);
+    return TL_OK;
 }
 
-static tl_status jp_field(jp *p, const pfield *f, tl_hw_profile *out) {
+static tl_status read_field(const char *path, const pfield *f, const json_t *v,
+                            tl_hw_profile *out) {
     char *base = (char *)out;
-    double v, tmp[TL_PROF_N_ROWS];
+    double tmp[TL_PROF_N_ROWS];
     tl_status st;
     switch (f->kind) {
-    case F_STR: return jp_string(p, f->name, base + f->off, f->n1, 0, NULL);
-    case F_VERSION:
-        if ((st = jp_number(p, f->name, &v))) return st;
-        return v == PROFILE_VERSION ? TL_OK : jp_fail(p, f->name, "unsupported version");
-    case F_I32:
-        if ((st = jp_number(p, f->name, &v))) return st;
-        if (v != floor(v) || v < 1 || v > 1e6) return jp_fail(p, f->name, "bad thread count");
-        *(int32_t *)(base + f->off) = (int32_t)v;
+    case F_STR:
+        if (!json_is_string(v)) return field_fail(path, f, "expected a string");
+        if (json_string_length(v) >= f->n1) return field_fail(path, f, "string too long");
+        memcpy(base + f->off, json_string_value(v), json_string_length(v) + 1);
         return TL_OK;
+    case F_VERSION:
+        if (!json_is_number(v)) return field_fail(path, f, "expected a number");
+        return json_number_value(v) == PROFILE_VERSION
+                   ? TL_OK : field_fail(path, f, "unsupported version");
+    case F_I32: {
+        double n = json_is_number(v) ? json_number_value(v) : 0;
+        if (n != floor(n) || n < 1 || n > 1e6) return field_fail(path, f, "bad thread count");
+        *(int32_t *)(base + f->off) = (int32_t)n;
+        return TL_OK;
+    }
     case F_NUM:
-        if ((st = jp_number(p, f->name, (double *)(base + f->off)))) return st;
-        return check_rule(p, f, *(double *)(base + f->off));
-    case F_VEC: return jp_vec(p, f, (double *)(base + f->off), f->n1);
+        if (!json_is_number(v)) return field_fail(path, f, "expected a number");
+        *(double *)(base + f->off) = json_number_value(v);
+        return check_rule(path, f, *(double *)(base + f->off));
+    case F_VEC: return read_vec(path, f, v, (double *)(base + f->off), f->n1);
     case F_MAT: {
         char what[64];
         snprintf(what, sizeof what, "expected %zu arrays of %zu numbers", f->n1, f->n2);
-        if (!jp_eat(p, '[')) return jp_fail(p, f->name, what);
-        for (size_t i = 0; i < f->n1; i++) {
-            if (i && !jp_eat(p, ',')) return jp_fail(p, f->name, what);
-            if ((st = jp_vec(p, f, (double *)(base + f->off) + i * f->n2, f->n2))) return st;
-        }
-        return jp_eat(p, ']') ? TL_OK : jp_fail(p, f->name, what);
+        if (!json_is_array(v) || json_array_size(v) != f->n1) return field_fail(path, f, what);
+        for (size_t i = 0; i < f->n1; i++)
+            if ((st = read_vec(path, f, json_array_get(v, i),
+                               (double *)(base + f->off) + i * f->n2, f->n2)))
+                return st;
+        return TL_OK;
     }
     default: /* an axis: must equal this build's grid */
-        if ((st = jp_vec(p, f, tmp, f->n1))) return st;
+        if ((st = read_vec(path, f, v, tmp, f->n1))) return st;
         for (size_t i = 0; i < f->n1; i++)
             if (tmp[i] != axis_value(f, i))
-                return jp_fail(p, f->name, "grid differs from this build's");
+                return field_fail(path, f, "grid differs from this build's");
         return TL_OK;
     }
 }
 
-static tl_status parse_profile(jp *p, tl_hw_profile *out) {
-    unsigned char seen[N_FIELDS] = {0};
-    tl_status st;
-    if (!jp_eat(p, '{')) return jp_fail(p, NULL, "expected a JSON object");
-    if (jp_peek(p) != '}') {
-        do {
-            char key[64];
-            int trunc;
-            if ((st = jp_string(p, NULL, key, sizeof key, 1, &trunc))) return st;
-            if (!jp_eat(p, ':')) return jp_fail(p, NULL, "expected ':'");
-            int k = 0;
-            while (k < N_FIELDS && (trunc || strcmp(fields[k].name, key))) k++;
-            if (k == N_FIELDS) {
-                st = jp_skip(p, 1);
-            } else {
-                if (seen[k]) return jp_fail(p, fields[k].name, "appears twice");
-                seen[k] = 1;
-                st = jp_field(p, &fields[k], out);
+/* The field a syntax error is in: the top-level key ("  \"name\":" as the writer indents
+ * it) on the error's line or the nearest line above it. */
+static const pfield *field_at_line(const char *buf, size_t n, int line) {
+    size_t start = 0;
+    int l = 1;
+    const pfield *found = NULL;
+    for (size_t i = 0; i <= n && l <= line; i++) {
+        if (i < n && buf[i] != '\n') continue;
+        if (i - start > 3 && buf[start] == ' ' && buf[start + 1] == ' ' && buf[start + 2] == '"')
+            for (int k = 0; k < N_FIELDS; k++) {
+                size_t len = strlen(fields[k].name);
+                if (i - start > len + 3 && !memcmp(buf + start + 3, fields[k].name, len) &&
+                    buf[start + 3 + len] == '"')
+                    found = &fields[k];
             }
-            if (st != TL_OK) return st;
-        } while (jp_eat(p, ','));
+        start = i + 1;
+        l++;
     }
-    if (!jp_eat(p, '}')) return jp_fail(p, NULL, "expected ',' or '}'");
-    if (jp_peek(p) != -1) return jp_fail(p, NULL, "trailing data");
-    for (int k = 0; k < N_FIELDS; k++)
-        if (!seen[k])
-            return tl_error_set(TL_ERR_FORMAT, "profile %s: field '%s' is missing", p->path,
-                                fields[k].name);
-    return TL_OK;
+    return found;
+}
+
+static tl_status parse_profile(const char *path, const char *buf, size_t n, tl_hw_profile *out) {
+    json_t *root;
+    char err[200];
+    json_error_t e;
+    /* through base/json for the strict flags; the line of an error is re-read here to
+     * name the field it is in */
+    if (tl_json_parse(buf, n, 0, &root, err, sizeof err)) {
+        const json_t *probe = json_loadb(buf, n, JSON_REJECT_DUPLICATES, &e);
+        json_decref((json_t *)probe);
+        const pfield *f = probe ? NULL : field_at_line(buf, n, e.line);
+        if (f) return tl_error_set(TL_ERR_FORMAT, "profile %s: field '%s': %s", path, f->name, err);
+        return tl_error_set(TL_ERR_FORMAT, "profile %s: %s", path, err);
+    }
+    tl_status st = TL_OK;
+    for (int k = 0; k < N_FIELDS && !st; k++) {
+        const json_t *v = json_object_get(root, fields[k].name);
+        st = v ? read_field(path, &fields[k], v, out)
+               : tl_error_set(TL_ERR_FORMAT, "profile %s: field '%s' is missing", path,
+                              fields[k].name);
+    }
+    json_decref(root);
+    return st;
 }
 
 tl_status tl_profile_load(const char *path, tl_hw_profile *out) {
@@ -576,8 +453,7 @@ tl_status tl_profile_load(const char *path, tl_hw_profile *out) {
     } else {
         tl_hw_profile tmp;
         memset(&tmp, 0, sizeof tmp);
-        jp p = {buf, n, 0, path};
-        st = parse_profile(&p, &tmp);
+        st = parse_profile(path, buf, n, &tmp);
         if (st == TL_OK) *out = tmp;
     }
     free(buf);
