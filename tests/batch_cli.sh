@@ -104,6 +104,14 @@ check '[ $rc -eq 0 ] && cmp -s "$tmp/over.jsonl" "$tmp/ref40.jsonl" && [ "$(stat
     "--overwrite: $(cat "$tmp/err")"
 check '[ -z "$(ls "$tmp" | grep "\.tmp-")" ]' "--overwrite left a temporary file"
 
+# ---- the output's disk fills in the middle of a line: an error, whole lines kept -------
+rm -f "$tmp/full.jsonl"
+TIERLLM_TEST_OUTPUT_FAULT=enospc:7 "$tbin" batch "${run40[@]}" -o "$tmp/full.jsonl" 2>"$tmp/err"; rc=$?
+check '[ $rc -eq 1 ] && grep -q "No space left on device" "$tmp/err"' "output disk full: exit $rc: $(cat "$tmp/err")"
+check 'head -n 6 "$tmp/ref40.jsonl" | cmp -s - "$tmp/full.jsonl"' "output disk full: not the 6 whole lines before it"
+"$bin" batch "${run40[@]}" -o "$tmp/full.jsonl" --resume 2>"$tmp/err"; rc=$?
+check '[ $rc -eq 0 ] && cmp -s "$tmp/full.jsonl" "$tmp/ref40.jsonl"' "output disk full, then --resume: $(cat "$tmp/err")"
+
 # ---- kill -9 at seeded points, then --resume: exactly the one-shot output ------------
 seed=${TL_TEST_SEED:-12}
 points=$($py -c "

@@ -269,19 +269,20 @@ int batch_out_begin(batch_out *o, char *err, size_t err_len) {
 
 int batch_out_write(batch_out *o, const char *line, size_t len, char *err, size_t err_len) {
     size_t done = 0;
+    int e = 0;
 #ifdef TL_TEST_HOOKS
-    tl_test_hook_result_line(o->fd, line, len);
+    e = tl_test_hook_result_line(o->fd, line, len, &done);
 #endif
-    while (done < len) {
+    while (!e && done < len) {
         ssize_t w = write(o->fd, line + done, len - done);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            int e = w < 0 ? errno : ENOSPC;
-            if (ftruncate(o->fd, o->size) != 0) { /* keep the file made of whole lines */ }
-            snprintf(err, err_len, "writing %s: %s", o->path, strerror(e));
-            return -1;
-        }
-        done += (size_t)w;
+        if (w <= 0) e = w < 0 ? errno : ENOSPC;
+        else done += (size_t)w;
+    }
+    if (e) { /* the part of the line that reached the file is cut: it stays whole lines */
+        if (ftruncate(o->fd, o->size) != 0) { /* --resume cuts it then */ }
+        snprintf(err, err_len, "writing %s: %s", o->path, strerror(e));
+        return -1;
     }
     o->size += (off_t)len;
     return 0;

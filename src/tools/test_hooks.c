@@ -10,15 +10,27 @@
 #include <unistd.h>
 #include "test_hooks.h"
 
-void tl_test_hook_result_line(int fd, const char *line, size_t len) {
-    static unsigned long long n_lines;
-    const char *spec = getenv("TIERLLM_TEST_KILL");
-    char kind[16];
+/* 1 when the variable names this (1-based) call as "kind:N"; kind is copied out. */
+static int hook_at(const char *var, unsigned long long call, char kind[16]) {
+    const char *spec = getenv(var);
     unsigned long long at;
+    return spec && sscanf(spec, "%15[a-z]:%llu", kind, &at) == 2 && at == call;
+}
+
+int tl_test_hook_result_line(int fd, const char *line, size_t len, size_t *written) {
+    static unsigned long long n_lines;
+    char kind[16];
+    *written = 0;
     n_lines++;
-    if (!spec || sscanf(spec, "%15[a-z]:%llu", kind, &at) != 2 || at != n_lines) return;
+    if (hook_at("TIERLLM_TEST_OUTPUT_FAULT", n_lines, kind)) {
+        ssize_t w = write(fd, line, len / 2);
+        *written = w > 0 ? (size_t)w : 0;
+        return strcmp(kind, "enospc") ? EIO : ENOSPC;
+    }
+    if (!hook_at("TIERLLM_TEST_KILL", n_lines, kind)) return 0;
     if (!strcmp(kind, "midline") && write(fd, line, len / 2) < 0) perror("test hook");
     raise(SIGKILL);
+    return 0;
 }
 
 int tl_test_hook_spill_fault(tl_fault_spec *f) {

@@ -5,6 +5,8 @@
  * environment variable that only tierllm-test reads:
  *   TIERLLM_TEST_KILL=before:N   SIGKILL just before the Nth result line is written
  *   TIERLLM_TEST_KILL=midline:N  write the first half of the Nth result line, then SIGKILL
+ *   TIERLLM_TEST_OUTPUT_FAULT=enospc:N  the Nth result line's write stops half way with
+ *                                ENOSPC (a disk that fills in the middle of a line)
  *   TIERLLM_TEST_SPILL_FAULT=enospc:N | eio:N   the Nth write to the KV spill file fails
  */
 #ifndef TL_TOOLS_TEST_HOOKS_H
@@ -13,8 +15,9 @@
 #include <stddef.h>
 #include "tier/tier.h"
 
-/* Called with each result line before it is written to fd. */
-void tl_test_hook_result_line(int fd, const char *line, size_t len);
+/* Called with each result line before it is written to fd. Returns 0, or an errno the
+ * write must fail with after *written bytes of the line went to fd. */
+int tl_test_hook_result_line(int fd, const char *line, size_t len, size_t *written);
 /* Fills *f and returns 1 when a spill fault is asked for. */
 int tl_test_hook_spill_fault(tl_fault_spec *f);
 
