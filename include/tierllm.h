@@ -46,6 +46,9 @@ const char *tl_last_error(void);
 
 typedef struct tl_model tl_model;
 
+/* How streamed weights and spilled KV are read: a pread thread pool or io_uring. */
+enum { TL_IO_AUTO = 0, TL_IO_POOL = 1, TL_IO_URING = 2 };
+
 typedef struct tl_model_params {
     int32_t n_threads;         /* worker threads for compute; <= 0 means all cores */
     int32_t reference_kernels; /* 1: scalar reference kernels (slow; for verification) */
@@ -54,7 +57,7 @@ typedef struct tl_model_params {
                                   that do not fit stream from the model file. */
     int32_t prefetch;          /* streamed layers read ahead of compute (default 2) */
     int32_t overlap;           /* 1 (default): IO overlaps compute; 0: synchronous reads */
-    int32_t io_backend;        /* 0 auto (io_uring if it works), 1 pread pool, 2 io_uring */
+    int32_t io_backend;        /* TL_IO_AUTO (io_uring if it works), TL_IO_POOL, TL_IO_URING */
     int32_t io_queue_depth;    /* chunks in flight (default 8) */
     uint64_t io_chunk_bytes;   /* read chunk size (default 1 MiB) */
     int32_t direct_io;         /* 1 (default): O_DIRECT, bypassing the page cache */

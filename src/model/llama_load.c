@@ -204,7 +204,7 @@ tl_model_params tl_model_default_params(void) {
     p.mem_budget = 0;
     p.prefetch = 2;
     p.overlap = 1;
-    p.io_backend = TL_AIO_AUTO;
+    p.io_backend = TL_IO_AUTO;
     p.io_queue_depth = 8;
     p.io_chunk_bytes = 1u << 20;
     p.direct_io = 1;
@@ -236,7 +236,10 @@ static tl_status check_params(const tl_model_params *p) {
     if (p->w_mem_pct < 0 || p->w_mem_pct > 100)
         return tl_error_set(TL_ERR_INVALID, "weight memory share %d%% is outside 0..100",
                             (int)p->w_mem_pct);
-    if (p->io_backend < 0 || p->io_backend > 2)
+    _Static_assert(TL_IO_AUTO == (int)TL_AIO_AUTO && TL_IO_POOL == (int)TL_AIO_POOL &&
+                       TL_IO_URING == (int)TL_AIO_URING,
+                   "the public IO backend values are tier/aio.h's");
+    if (p->io_backend < TL_IO_AUTO || p->io_backend > TL_IO_URING)
         return tl_error_set(TL_ERR_INVALID, "unknown IO backend %d", (int)p->io_backend);
     return TL_OK;
 }

@@ -22,6 +22,8 @@ int tl_cmd_plan(int argc, char **argv);
 int cli_int(const char *flag, const char *s, long lo, long hi, int32_t *out);
 int cli_float(const char *flag, const char *s, float *out);
 int cli_u64(const char *flag, const char *s, uint64_t *out);
+/* --io: "auto", "pool" or "uring" into a TL_IO_* value */
+int cli_io_backend(const char *flag, const char *s, int32_t *out);
 /* "2G", "512M", "1.5GiB", "4096" (bytes) */
 int cli_size(const char *flag, const char *s, uint64_t *out);
 /* Returns argv[*i + 1] and advances, or prints "flag needs a value" and returns NULL. */

@@ -75,3 +75,14 @@ int cli_fail(tl_status st) {
     fprintf(stderr, "error: %s\n", msg && *msg ? msg : tl_status_str(st));
     return 1;
 }
+
+int cli_io_backend(const char *flag, const char *s, int32_t *out) {
+    if (!strcmp(s, "auto")) *out = TL_IO_AUTO;
+    else if (!strcmp(s, "pool")) *out = TL_IO_POOL;
+    else if (!strcmp(s, "uring")) *out = TL_IO_URING;
+    else {
+        fprintf(stderr, "error: %s expects auto, pool or uring, got '%s'\n", flag, s);
+        return 0;
+    }
+    return 1;
+}

@@ -327,13 +327,7 @@ int tl_cmd_batch(int argc, char **argv) {
         else if (!strcmp(a, "--spill-dir")) { VAL(); bp.spill_dir = v; }
         else if (!strcmp(a, "--mem-budget")) { VAL(); if (!cli_size(a, v, &mp.mem_budget)) return 2; }
         else if (!strcmp(a, "--no-overlap")) mp.overlap = 0;
-        else if (!strcmp(a, "--io")) {
-            VAL();
-            if (!strcmp(v, "auto")) mp.io_backend = 0;
-            else if (!strcmp(v, "pool")) mp.io_backend = 1;
-            else if (!strcmp(v, "uring")) mp.io_backend = 2;
-            else { fprintf(stderr, "error: --io expects auto, pool or uring\n"); return 2; }
-        }
+        else if (!strcmp(a, "--io")) { VAL(); if (!cli_io_backend(a, v, &mp.io_backend)) return 2; }
         else if (!strcmp(a, "--temp")) { VAL(); if (!cli_float(a, v, &gp.sampler.temperature)) return 2; }
         else if (!strcmp(a, "--top-p")) { VAL(); if (!cli_float(a, v, &gp.sampler.top_p)) return 2; }
         else if (!strcmp(a, "--repeat-penalty")) { VAL(); if (!cli_float(a, v, &gp.sampler.repeat_penalty)) return 2; }

@@ -277,11 +277,7 @@ int tl_cmd_run(int argc, char **argv) {
             else { fprintf(stderr, "error: --policy expects auto or manual\n"); return 2; }
         } else if (!strcmp(a, "--profile")) { VAL(); profile_path = v; }
         else if (!strcmp(a, "--io")) {
-            VAL();
-            if (!strcmp(v, "auto")) mp.io_backend = 0;
-            else if (!strcmp(v, "pool")) mp.io_backend = 1;
-            else if (!strcmp(v, "uring")) mp.io_backend = 2;
-            else { fprintf(stderr, "error: --io expects auto, pool or uring\n"); return 2; }
+            VAL(); if (!cli_io_backend(a, v, &mp.io_backend)) return 2;
         } else if (!strcmp(a, "--io-chunk")) {
             VAL(); if (!cli_size(a, v, &mp.io_chunk_bytes)) return 2;
         } else if (!strcmp(a, "--io-depth")) {
