@@ -322,10 +322,12 @@ static void test_order_poll_close(tl_aio_backend b) {
     tl_aio_close(q);
     CHECK(tl_now() - t0 < 5);
 
-    /* the same with a deep queue and a file through io_uring */
+    /* the same with a deep queue and a file through io_uring; each read has a buffer of
+     * its own, since reads in flight together into one buffer would race */
+    uint8_t *deep = tk_alloc(64 * 65536);
     q = open_q(b, 8192, 16, 4);
     for (int i = 0; q && i < 64; i++)
-        CHECK(tl_aio_read(q, f, (uint64_t)(i % 16) * 65536, buf + (i % 16) * 65536, 65536,
+        CHECK(tl_aio_read(q, f, (uint64_t)(i % 16) * 65536, deep + i * 65536, 65536,
                           400 + i) == TL_OK);
     uint8_t *wbuf = tk_alloc(65536); /* not a buffer the reads are filling */
     memset(wbuf, 0x5A, 65536);
@@ -333,6 +335,7 @@ static void test_order_poll_close(tl_aio_backend b) {
     tl_aio_close(q);
     tl_aio_close(NULL);
     free(wbuf);
+    free(deep);
     tl_tier_close(f);
     tl_tier_close(slow);
     free(buf);

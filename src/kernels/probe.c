@@ -1,18 +1,22 @@
-/* probe.c - see probe.h. */
+/* probe.c - see probe.h. Each task stores its kernel's result in the job's sink, so the
+ * compiler cannot drop the work; tasks run on several threads at once, so the sink is an
+ * atomic written once per task (relaxed: which task's value stays does not matter). */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "probe.h"
 #include "../base/budget.h"
 #include "../base/clock.h"
 
-typedef struct read_job { const float *p; size_t n, per; volatile float sink; } read_job;
+typedef struct read_job { const float *p; size_t n, per; _Atomic float sink; } read_job;
 
 static void read_task(void *arg, int task, int thread) {
     (void)thread;
     read_job *j = arg;
     size_t start = (size_t)task * j->per;
     size_t len = start + j->per <= j->n ? j->per : j->n - start;
-    j->sink += tl_probe_read_kernel(j->p + start, len);
+    atomic_store_explicit(&j->sink, tl_probe_read_kernel(j->p + start, len),
+                          memory_order_relaxed);
 }
 
 static int cmp_d(const void *a, const void *b) {
@@ -56,12 +60,13 @@ double tl_probe_read_bandwidth(tl_pool *pool, size_t bytes, int reps) {
     return bw;
 }
 
-typedef struct fma_job { size_t iters; volatile float sink; } fma_job;
+typedef struct fma_job { size_t iters; _Atomic float sink; } fma_job;
 
 static void fma_task(void *arg, int task, int thread) {
     (void)thread;
     fma_job *j = arg;
-    j->sink += tl_probe_fma_kernel(j->iters, (float)task);
+    atomic_store_explicit(&j->sink, tl_probe_fma_kernel(j->iters, (float)task),
+                          memory_order_relaxed);
 }
 
 double tl_probe_fma_peak(tl_pool *pool, int reps) {

@@ -17,6 +17,7 @@
  * resident by the caller (exec/) around each layer; this file never does IO.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "llama.h"
@@ -125,8 +126,17 @@ typedef struct attn_job {
     const tl_llama_rows *rows;
     const float *q;
     float *out;
-    tl_status status; /* first failure (a page not in memory: a programmer error) */
+    /* First failure (a page not in memory: a programmer error). Tasks on several pool
+     * threads may fail at once, so the first one sets it by compare-and-swap from TL_OK;
+     * the caller reads it once tl_pool_run has returned, when every task has finished. */
+    atomic_int status;
 } attn_job;
+
+static void attn_fail(attn_job *j, tl_status st) {
+    int ok = TL_OK;
+    atomic_compare_exchange_strong_explicit(&j->status, &ok, (int)st, memory_order_relaxed,
+                                            memory_order_relaxed);
+}
 
 /* Row r, kv head g: the `group` query heads that share kv head g. */
 static void attn_task(void *arg, int task, int thread) {
@@ -149,7 +159,7 @@ static void attn_task(void *arg, int task, int thread) {
         int32_t n;
         tl_status st = tl_kv_view(j->kv, seq, j->layer, p, page_buf, &K, &V, &n);
         if (st || n <= 0) {
-            j->status = st ? st : TL_ERR_INVALID;
+            attn_fail(j, st ? st : TL_ERR_INVALID);
             return;
         }
         const int32_t kvd = n_kv * hd, cnt = n < pos + 1 - t0 ? n : pos + 1 - t0;
@@ -214,8 +224,9 @@ tl_status tl_llama_layer_forward(tl_model *m, tl_llama_scratch *s, struct tl_kv 
     }
     attn_job j = {m, s, kv, l, rows, s->q, s->att_out, TL_OK};
     tl_pool_run(m->pool, (int)(n * (size_t)hp->n_head_kv), attn_task, &j);
-    if (j.status)
-        return tl_error_set(j.status, "attention at layer %d could not read a KV page",
+    const tl_status attn_st = (tl_status)atomic_load_explicit(&j.status, memory_order_relaxed);
+    if (attn_st)
+        return tl_error_set(attn_st, "attention at layer %d could not read a KV page",
                             (int)l);
     matmul(m, s, &L->wo, s->att_out, n, s->xn); /* xn reused as [n][d] output */
     add_rows(x, s->xn, n * d);

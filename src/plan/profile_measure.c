@@ -20,6 +20,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -156,7 +157,7 @@ static tl_status disk_read(tl_tier *t, uint64_t chunk, int depth, uint64_t total
  * between 1 and URGENT_BATCH reads; appends their times to lat1 / latn (up to cap each)
  * until *stop is set. */
 enum { URGENT_BATCH = 8 };
-static tl_status disk_urgent(tl_tier *t, uint8_t *bufs, volatile int *stop, double *lat1,
+static tl_status disk_urgent(tl_tier *t, uint8_t *bufs, atomic_int *stop, double *lat1,
                              int *n1, double *latn, int *nn, int cap) {
     tl_aio_params ap = tl_aio_default_params();
     const uint64_t chunk = ap.chunk_bytes;
@@ -167,7 +168,7 @@ static tl_status disk_urgent(tl_tier *t, uint8_t *bufs, volatile int *stop, doub
     uint64_t sub = 0, done = 0, cursor = 0, seed = 7;
     uint8_t *small = bufs + (size_t)depth * chunk;
     const uint64_t urgent_tag = UINT64_MAX - URGENT_BATCH;
-    while (st == TL_OK && !*stop) {
+    while (st == TL_OK && !atomic_load_explicit(stop, memory_order_relaxed)) {
         while (sub - done < (uint64_t)depth) {
             st = tl_aio_read(q, t, cursor, bufs + (sub % (uint64_t)depth) * chunk, chunk, sub);
             if (st != TL_OK) break;
@@ -261,7 +262,8 @@ enum { URGENT_SAMPLES = 128 };
  * the way (disk_urgent), until stop. */
 typedef struct reader {
     tl_tier *t;
-    volatile int stop;
+    atomic_int stop; /* set by the measuring thread; only a flag, the results are read
+                        after pthread_join, which orders them */
     uint8_t *buf; /* queue depth default chunks + URGENT_BATCH pages */
     tl_status st;
     double lat1[URGENT_SAMPLES], latn[URGENT_SAMPLES];
@@ -337,7 +339,7 @@ static tl_status measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *
         for (int i = 0; i < 3; i++)
             alone[i] += time_matmul(&mm, &w, W, copies, mb, X, ns[i], Y, scratch, sf, 9);
         pthread_t th;
-        rd->stop = 0;
+        atomic_store_explicit(&rd->stop, 0, memory_order_relaxed);
         if (pthread_create(&th, NULL, reader_main, rd) != 0) {
             st = tl_error_set(TL_ERR_IO, "interference profile: cannot start a thread");
             goto done;
@@ -346,7 +348,7 @@ static tl_status measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *
         nanosleep(&ts, NULL);
         for (int i = 0; i < 3; i++)
             busy[i] += time_matmul(&mm, &w, W, copies, mb, X, ns[i], Y, scratch, sf, 9);
-        rd->stop = 1;
+        atomic_store_explicit(&rd->stop, 1, memory_order_relaxed);
         pthread_join(th, NULL);
         if ((st = rd->st)) goto done;
     }
