@@ -36,8 +36,9 @@ gguf_seeds() {
     cli=$bdir/tierllm
     shape="--vocab 260 --layers 1 --heads 4 --kv-heads 2 --ctx 16"
     synth() { ASAN_OPTIONS=detect_leaks=0 "$cli" synth $shape "$@" > /dev/null; }
-    for t in f32 f16 bf16; do synth --embd 16 --ff 16 --type $t -o "$seeds/synth-$t.gguf"; done
-    for t in q8_0 q4_0; do synth --embd 32 --ff 32 --type $t -o "$seeds/synth-$t.gguf"; done
+    # (the loop variable is not `t`: functions share the caller's variables)
+    for ty in f32 f16 bf16; do synth --embd 16 --ff 16 --type $ty -o "$seeds/synth-$ty.gguf"; done
+    for ty in q8_0 q4_0; do synth --embd 32 --ff 32 --type $ty -o "$seeds/synth-$ty.gguf"; done
     synth --embd 16 --ff 16 --tied -o "$seeds/synth-tied.gguf"
 }
 
