@@ -1,8 +1,8 @@
 /* batch.c - batch generation: blocks of gbs x num_gb sequences through the block
  * schedule of engine.c, with the paged KV cache possibly spilling to the SSD.
  *
- * Per block: tokenize (every prompt was checked against n_ctx before the first block; one
- * that does not fit is a failed sequence, reported with its error, and takes no rows);
+ * Per block: tokenize (a prompt that does not fit in n_ctx with one generated token is a
+ * failed sequence: it takes no rows and is reported with its error);
  * prefill in steps of up to prefill_rows rows per micro-batch (each sequence contributes
  * a chunk of its prompt; a sequence's first token is sampled when its last prompt chunk
  * has run; a sequence with n_predict 0 skips prefill); then decode steps with one row per

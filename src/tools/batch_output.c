@@ -142,8 +142,8 @@ int batch_out_prepare(batch_out *o, const char *path, const char *in_path, int m
     if (fstat(o->old_fd, &sb) != 0) sb.st_size = 0;
     o->size = sb.st_size;
     if (o->size > 0 && mode == BATCH_OUT_NEW) {
-        snprintf(err, err_len, "%s already holds %lld bytes of results: --resume finishes "
-                 "that run, --overwrite replaces the file", path, (long long)o->size);
+        snprintf(err, err_len, "%s is not empty (%lld bytes): --resume finishes an interrupted "
+                 "run into it, --overwrite replaces it", path, (long long)o->size);
         batch_out_close(o, NULL, 0);
         return -1;
     }
