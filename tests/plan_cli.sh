@@ -57,7 +57,15 @@ echo '{"tierllm_profile_version": 1, "machine": "x"}' > "$tmp/bad.json"
 "$bin" plan -m "$m" --mem-budget 8M --prompt-len 4 --gen-len 4 --num-seqs 2 \
     --profile "$tmp/bad.json" >/dev/null 2>"$tmp/err"
 rc=$?
-[ "$rc" -eq 1 ] && grep -q "^error: " "$tmp/err" || fail "bad profile: exit $rc: $(cat "$tmp/err")"
+[ "$rc" -eq 1 ] && grep -q "^error: profile .*bad.json: field 'tierllm_profile_version': unsupported version" "$tmp/err" ||
+    fail "bad profile: exit $rc: $(cat "$tmp/err")"
+# the same file at the current version: refused for the first missing field, by name
+echo '{"tierllm_profile_version": 3, "machine": "x"}' > "$tmp/bad.json"
+"$bin" plan -m "$m" --mem-budget 8M --prompt-len 4 --gen-len 4 --num-seqs 2 \
+    --profile "$tmp/bad.json" >/dev/null 2>"$tmp/err"
+rc=$?
+[ "$rc" -eq 1 ] && grep -q "^error: profile .*bad.json: field 'disk_dir' is missing" "$tmp/err" ||
+    fail "incomplete profile: exit $rc: $(cat "$tmp/err")"
 
 # batch: auto (budget given) with stats; the tokens equal a manual run's
 cat > "$tmp/in.jsonl" <<'J'
