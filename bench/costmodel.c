@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include "tierllm.h"
 #include "base/clock.h"
+#include "base/stats.h"
 #include "exec/engine.h"
 #include "plan/calibrate.h"
 #include "plan/replan.h"
@@ -239,11 +240,6 @@ static outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int r
     return o;
 }
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void replan_experiment(const tl_hw_profile *prof_in) {
     /* throughput regime, 128 prompts: several blocks, so a re-plan has room to pay off */
     bench_case c = {0, 600, 0, 32, 16, 128, 1, 0, 0, 0, 0, 0, 0, 0};
@@ -368,10 +364,9 @@ int main(int argc, char **argv) {
             }
         }
         if (n_err > 0) {
-            qsort(err, (size_t)n_err, sizeof *err, cmp_d);
+            const double med = tl_median(err, (size_t)n_err); /* sorts err */
             printf("\nprediction error over %d policies: median %.1f%% (target <= 10%%), worst "
-                   "%.1f%% (target <= 25%%)\n", n_err, 100 * err[n_err / 2],
-                   100 * err[n_err - 1]);
+                   "%.1f%% (target <= 25%%)\n", n_err, 100 * med, 100 * err[n_err - 1]);
         }
     }
     if (replan) replan_experiment(&prof);

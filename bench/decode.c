@@ -17,21 +17,12 @@
 #include <sys/stat.h>
 #include "tierllm.h"
 #include "base/clock.h"
+#include "base/stats.h"
 #include "kernels/probe.h"
 #include "model/llama.h"
 
 #define SLICE 8
 #define PROBE_BYTES ((size_t)256 << 20)
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return v[n / 2];
-}
 
 static uint64_t matrix_bytes(const tl_weight *w) {
     return tl_type_row_bytes(w->type, w->cols) * w->rows;
@@ -129,9 +120,9 @@ static int run_type(const char *dir, const char *type_name, int32_t type, int th
         }
     }
     double peak = tl_probe_fma_peak(m->pool, 5);
-    double t_pre = median(pre, reps), t_dec = median(dec, reps);
-    double bw = median(slice_bw, n_slices);
-    double ratio = median(slice_tps, n_slices) * (double)bytes / bw;
+    double t_pre = tl_median(pre, (size_t)reps), t_dec = tl_median(dec, (size_t)reps);
+    double bw = tl_median(slice_bw, (size_t)n_slices);
+    double ratio = tl_median(slice_tps, (size_t)n_slices) * (double)bytes / bw;
     double dec_tps = n_gen / t_dec, bound_tps = bw / (double)bytes;
     /* attention FLOPs of the prompt: 2 matrices (QK^T and PV), causal half */
     double attn = 2.0 * 2.0 * (double)m->hp.n_layer * m->hp.n_head * m->hp.head_dim *

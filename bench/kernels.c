@@ -9,21 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include "base/clock.h"
+#include "base/stats.h"
 #include "kernels/kernels.h"
 
 #define ROWS 5632
 #define K 2048
 #define COLD_BYTES ((size_t)320 << 20) /* total weight copies, beyond any L3 */
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return v[n / 2];
-}
 
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 7;
@@ -63,7 +54,7 @@ int main(int argc, char **argv) {
                 tl_matmul_fast(type, w, K, 0, ROWS, X, K, n, Y, ROWS, scratch);
                 tt[r] = tl_now() - t0;
             }
-            gbs[v] = (double)wbytes / median(tt, runs) / 1e9;
+            gbs[v] = (double)wbytes / tl_median(tt, (size_t)runs) / 1e9;
             free(tt);
         }
         for (int r = 0; r < reps; r++) {
@@ -72,7 +63,7 @@ int main(int argc, char **argv) {
             tl_matmul_fast(type, w, K, 0, ROWS, X, K, nmax, Y, ROWS, scratch);
             t[r] = tl_now() - t0;
         }
-        double gf = 2.0 * nmax * K * ROWS / median(t, reps) / 1e9;
+        double gf = 2.0 * nmax * K * ROWS / tl_median(t, (size_t)reps) / 1e9;
         printf("%-5s %8.1f %10.2f %10.2f %10.2f %12.1f\n", tl_type_name(type),
                (double)wbytes / (1 << 20), gbs[0], gbs[0] / (double)rb * 2.0 * K, gbs[1], gf);
         fflush(stdout);

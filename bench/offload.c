@@ -20,20 +20,11 @@
 #include <sys/stat.h>
 #include "tierllm.h"
 #include "base/clock.h"
+#include "base/stats.h"
 #include "exec/residency.h"
 #include "model/llama.h"
 #include "tier/aio.h"
 #include "tier/tier.h"
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* O_DIRECT read bandwidth of `bytes` of the file from `offset`, through the IO queue. */
 static double disk_bandwidth(const char *path, size_t chunk, int depth, uint64_t offset,
@@ -115,8 +106,8 @@ static int run(const char *path, uint64_t budget, int overlap, int threads, int 
     if (!st) st = tl_residency_measure_io(m->res, &io_after, &io_bytes);
     if (st) fprintf(stderr, "error: %s\n", tl_last_error());
     if (!st) {
-        res->t_tok = median(tok_s, n_tokens);
-        res->t_compute = median(comp_s, n_tokens);
+        res->t_tok = tl_median(tok_s, (size_t)n_tokens);
+        res->t_compute = tl_median(comp_s, (size_t)n_tokens);
         res->t_io = 0.5 * (io_before + io_after);
         res->bw = (double)io_bytes / res->t_io;
         res->tps = 1.0 / res->t_tok;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include "probe.h"
 #include "../base/budget.h"
+#include "../base/stats.h"
 #include "../base/clock.h"
 
 typedef struct read_job { const float *p; size_t n, per; _Atomic float sink; } read_job;
@@ -19,16 +20,6 @@ static void read_task(void *arg, int task, int thread) {
                           memory_order_relaxed);
 }
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return v[n / 2];
-}
-
 double tl_probe_read_buffer(tl_pool *pool, const void *p, size_t bytes, int reps) {
     size_t n = bytes / sizeof(float);
     if (!p || n == 0 || reps < 1 || reps > 64) return 0;
@@ -40,7 +31,7 @@ double tl_probe_read_buffer(tl_pool *pool, const void *p, size_t bytes, int reps
         tl_pool_run(pool, tasks, read_task, &j);
         t[r] = tl_now() - t0;
     }
-    return (double)(n * sizeof(float)) / median(t, reps);
+    return (double)(n * sizeof(float)) / tl_median(t, (size_t)reps);
 }
 
 void *tl_probe_buffer(size_t bytes) {
@@ -80,5 +71,5 @@ double tl_probe_fma_peak(tl_pool *pool, int reps) {
         t[r] = tl_now() - t0;
     }
     /* per iteration: 12 FMAs x 8 lanes x 2 FLOPs, per task */
-    return (double)j.iters * 12 * 8 * 2 * tasks / median(t, reps);
+    return (double)j.iters * 12 * 8 * 2 * tasks / tl_median(t, (size_t)reps);
 }

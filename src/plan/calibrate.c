@@ -3,22 +3,11 @@
 #include "cost.h"
 #include "../base/budget.h"
 #include "../base/clock.h"
+#include "../base/stats.h"
 #include "../base/status.h"
 #include "../exec/residency.h"
 #include "../kernels/kernels.h"
 #include "../model/ops.h"
-
-/* The median of 1 <= n <= 5 values (sorted in place, insertion sort); for even n the
- * mean of the middle two. */
-static double median_small(double *v, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio) {
@@ -42,7 +31,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
         rate[n++] = (double)bytes / seconds;
         total += bytes;
     }
-    *measured_bps = median_small(rate, n);
+    *measured_bps = tl_median(rate, (size_t)n);
     *ratio = *measured_bps / tl_profile_read_bps(prof, m->params.io_chunk_bytes,
                                                  m->params.io_queue_depth);
     /* only what was measured: requests of the engine's chunk size and larger (KV pages
@@ -97,7 +86,7 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
     for (size_t i = 0; i < n; i++) predicted += tl_cost_matmul(prof, use[i], 1);
     for (int r = 0; r < 3; r++) t[r] = matvec_pass(m, use, n, X, Y, scratch, sf);
     tl_budget_free(m->budget, X), tl_budget_free(m->budget, Y), tl_budget_free(m->budget, scratch);
-    const double measured = median_small(t, 3);
+    const double measured = tl_median(t, 3);
     if (predicted <= 0 || measured <= 0) return TL_OK;
     *ratio = measured / predicted;
     /* the memory-bound products (up to 4 rows, the matrix-vector kernel on one group)

@@ -29,6 +29,7 @@
 #include <unistd.h>
 #include "profile.h"
 #include "base/budget.h"
+#include "base/stats.h"
 #include "base/clock.h"
 #include "base/status.h"
 #include "base/threadpool.h"
@@ -74,17 +75,6 @@ static uint64_t rng_next(uint64_t *s) {
 /* uniform in [-1, 1) */
 static float rng_float(uint64_t *s) {
     return (float)((double)(rng_next(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median of v[0..n) (sorts v). */
-static double median(double *v, size_t n) {
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* A hidden temporary file name in dir, unique to this process and moment; 0 if it does
@@ -288,7 +278,7 @@ static double time_matmul(tl_model *mm, tl_weight *w, const uint8_t *W, size_t c
         tl_op_matmul(mm, w, X, n, Y, scratch, sf);
         if (r >= 0) t[r] = tl_now() - t0;
     }
-    return median(t, (size_t)reps);
+    return tl_median(t, (size_t)reps);
 }
 
 /* How much slower the kernels run while the disk streams at full speed (DMA and
@@ -353,9 +343,9 @@ static tl_status measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *
         if ((st = rd->st)) goto done;
     }
     const double page = (double)TL_PROF_URGENT_BYTES;
-    p->disk_urgent_read_s = rd->n1 ? median(rd->lat1, (size_t)rd->n1)
+    p->disk_urgent_read_s = rd->n1 ? tl_median(rd->lat1, (size_t)rd->n1)
                                    : page / tl_profile_read_bps(p, TL_PROF_URGENT_BYTES, 1);
-    double more = rd->nn ? (median(rd->latn, (size_t)rd->nn) - p->disk_urgent_read_s) /
+    double more = rd->nn ? (tl_median(rd->latn, (size_t)rd->nn) - p->disk_urgent_read_s) /
                                (URGENT_BATCH - 1)
                          : page / tl_profile_read_bps(p, TL_PROF_URGENT_BYTES, 16);
     p->disk_urgent_page_s = more > 0 ? more : 1e-9;
@@ -435,7 +425,7 @@ static tl_status measure_matmul(tl_pool *pool, tl_hw_profile *p,
                 tl_op_matmul(&mm, &ws, X, n, Y, scratch, sf);
                 if (r >= 0) ts[r] = tl_now() - t0;
             }
-            const double tl_ = median(t, (size_t)reps), tsm = median(ts, (size_t)reps);
+            const double tl_ = tl_median(t, (size_t)reps), tsm = tl_median(ts, (size_t)reps);
             const double macs_l = (double)n * R * C, macs_s = (double)n * Rs * C;
             /* t = call + macs / rate, fitted through both sizes */
             double rate = tl_ > tsm ? (macs_l - macs_s) / (tl_ - tsm) : macs_l / tl_;
@@ -481,7 +471,7 @@ static tl_status measure_elementwise(tl_hw_profile *p) {
         tl_op_rmsnorm(g0, w, N / D, D, 1e-5f, o);
         tr[r] = tl_now() - t0;
     }
-    p->elementwise_s = 0.5 * (median(ts + 1, 5) + median(tr + 1, 5)) / (double)N;
+    p->elementwise_s = 0.5 * (tl_median(ts + 1, 5) + tl_median(tr + 1, 5)) / (double)N;
     free(g0), free(g), free(u), free(o), free(w);
     return TL_OK;
 }
@@ -497,9 +487,9 @@ static tl_status fit_line(const double *x, const double *y, size_t n, double *a,
     for (size_t i = 0; i < n; i++)
         for (size_t j = i + 1; j < n; j++)
             if (x[j] != x[i]) tmp[k++] = (y[j] - y[i]) / (x[j] - x[i]);
-    *b = k ? median(tmp, k) : 0;
+    *b = k ? tl_median(tmp, k) : 0;
     for (size_t i = 0; i < n; i++) tmp[i] = y[i] - *b * x[i];
-    *a = median(tmp, n);
+    *a = tl_median(tmp, n);
     free(tmp);
     return TL_OK;
 }
@@ -538,7 +528,7 @@ static double model_matmul_seconds(tl_model *m) {
         }
         /* dispatches included: the cost model charges them to each matmul call
          * (matmul_call_s), so the fixed per-layer figure is what is left */
-        res = median(t + 1, 8);
+        res = tl_median(t + 1, 8);
     }
     free(ws);
     free(scratch);
@@ -574,7 +564,7 @@ static tl_status attention_run(tl_model *m, int32_t kv_bits, int32_t n_pos, floa
     for (int w = 0; w < nw; w++) {
         int p0 = AT_SKIP + w * AT_WIN;
         wx[w] = p0 + 0.5 * (AT_WIN - 1);
-        wy[w] = median(times + p0, AT_WIN); /* reorders only this window */
+        wy[w] = tl_median(times + p0, AT_WIN); /* reorders only this window */
     }
     return fit_line(wx, wy, (size_t)nw, a, b);
 }
@@ -619,7 +609,7 @@ static tl_status measure_kv_decode(tl_hw_profile *p) {
             t[rep] = tl_now() - t0;
         }
         (void)sink;
-        p->attn_decode_s[k] = median(t, 5) / ((double)rows * D);
+        p->attn_decode_s[k] = tl_median(t, 5) / ((double)rows * D);
     }
     free(x), free(y), free(in);
     return TL_OK;
