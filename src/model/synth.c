@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "tierllm.h"
+#include "../base/rng.h"
 #include "../base/status.h"
 #include "../format/gguf.h"
 #include "../kernels/kernels.h"
@@ -48,12 +49,6 @@ tl_status tl_synth_preset(const char *name, tl_synth_params *out) {
         }
     return tl_error_set(TL_ERR_INVALID, "unknown preset '%s' (stories260k, tinyllama-1.1b, "
                         "llama2-7b)", name);
-}
-
-static uint64_t mix(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 static tl_status check_params(const tl_synth_params *p) {
@@ -130,9 +125,9 @@ static void gen_row(const synth *s, size_t ti, uint64_t row) {
         for (uint64_t c = 0; c < t->cols; c++) s->row_f[c] = 1.0f;
     } else {
         float a = 1.0f / sqrtf((float)t->cols);
-        uint64_t key = mix(s->p->seed * 0x9e3779b97f4a7c15ull + ti * 0x1000003ull) ^ row;
+        uint64_t key = tl_mix64(s->p->seed * 0x9e3779b97f4a7c15ull + ti * 0x1000003ull) ^ row;
         for (uint64_t c = 0; c < t->cols; c += 2) {
-            uint64_t r = mix(key * 0x100000001b3ull + c);
+            uint64_t r = tl_mix64(key * 0x100000001b3ull + c);
             s->row_f[c] = a * ((float)(uint32_t)r * (2.0f / 4294967296.0f) - 1.0f);
             if (c + 1 < t->cols)
                 s->row_f[c + 1] = a * ((float)(uint32_t)(r >> 32) * (2.0f / 4294967296.0f) - 1.0f);

@@ -29,6 +29,7 @@
 #include <unistd.h>
 #include "profile.h"
 #include "base/budget.h"
+#include "base/rng.h"
 #include "base/stats.h"
 #include "base/clock.h"
 #include "base/status.h"
@@ -64,18 +65,6 @@
 #define AT_WIN 32  /* positions per median window */
 
 /* ---- helpers ---- */
-
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* uniform in [-1, 1) */
-static float rng_float(uint64_t *s) {
-    return (float)((double)(rng_next(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-}
 
 /* A hidden temporary file name in dir, unique to this process and moment; 0 if it does
  * not fit. */
@@ -173,7 +162,7 @@ static tl_status disk_urgent(tl_tier *t, uint8_t *bufs, atomic_int *stop, double
         double t0 = tl_now();
         int k = 0;
         for (; k < batch && st == TL_OK; k++) {
-            uint64_t off = rng_next(&seed) % (DISK_FILE_BYTES / TL_PROF_URGENT_BYTES) *
+            uint64_t off = tl_splitmix64(&seed) % (DISK_FILE_BYTES / TL_PROF_URGENT_BYTES) *
                            TL_PROF_URGENT_BYTES;
             st = tl_aio_read_urgent(q, t, off, small + (size_t)k * TL_PROF_URGENT_BYTES,
                                     TL_PROF_URGENT_BYTES, urgent_tag + (uint64_t)k);
@@ -198,7 +187,7 @@ static tl_status measure_disk(const char *dir, tl_hw_profile *p,
     if (!buf) return tl_error_set(TL_ERR_NOMEM, "disk profile: out of memory");
     uint64_t seed = 42;
     for (size_t i = 0; i < DISK_WRITE_REQ / 8; i++) {
-        uint64_t r = rng_next(&seed);
+        uint64_t r = tl_splitmix64(&seed);
         memcpy(buf + 8 * i, &r, 8);
     }
     /* a scratch file has no name: a measurement that is killed leaves nothing behind */
@@ -238,7 +227,7 @@ static uint8_t *weight_copies(tl_type type, size_t R, size_t C, size_t copies, f
     uint8_t *W = tl_probe_buffer(copies * mb);
     if (!W) return NULL;
     for (size_t j = 0; j < R; j++) {
-        for (size_t c = 0; c < C; c++) row[c] = rng_float(seed);
+        for (size_t c = 0; c < C; c++) row[c] = tl_rand_sym(seed);
         tl_quant_row(type, row, W + j * rb, C);
     }
     for (size_t k = 1; k < copies; k++) memcpy(W + k * mb, W, mb);
@@ -314,7 +303,7 @@ static tl_status measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *
         st = tl_error_set(TL_ERR_NOMEM, "interference profile: out of memory");
         goto done;
     }
-    for (size_t i = 0; i < n_max * C; i++) X[i] = rng_float(&seed);
+    for (size_t i = 0; i < n_max * C; i++) X[i] = tl_rand_sym(&seed);
     tl_model mm;
     memset(&mm, 0, sizeof mm);
     mm.pool = pool;
@@ -381,7 +370,7 @@ static tl_status measure_matmul(tl_pool *pool, tl_hw_profile *p,
         goto done;
     }
     uint64_t seed = 7;
-    for (size_t i = 0; i < NMAX * C; i++) X[i] = rng_float(&seed);
+    for (size_t i = 0; i < NMAX * C; i++) X[i] = tl_rand_sym(&seed);
     tl_model mm;
     memset(&mm, 0, sizeof mm); /* tl_op_matmul reads only pool and use_reference */
     mm.pool = pool;
@@ -459,8 +448,8 @@ static tl_status measure_elementwise(tl_hw_profile *p) {
         return tl_error_set(TL_ERR_NOMEM, "element-wise profile: out of memory");
     }
     uint64_t seed = 11;
-    for (size_t i = 0; i < N; i++) g0[i] = rng_float(&seed), u[i] = rng_float(&seed);
-    for (size_t i = 0; i < D; i++) w[i] = 1.0f + 0.5f * rng_float(&seed);
+    for (size_t i = 0; i < N; i++) g0[i] = tl_rand_sym(&seed), u[i] = tl_rand_sym(&seed);
+    for (size_t i = 0; i < D; i++) w[i] = 1.0f + 0.5f * tl_rand_sym(&seed);
     double ts[6], tr[6];
     for (int r = 0; r < 6; r++) {
         memcpy(g, g0, N * sizeof(float)); /* same inputs every time (no drift to denormals) */
@@ -520,7 +509,7 @@ static double model_matmul_seconds(tl_model *m) {
     for (size_t i = 0; ok && i < nw; i++) ok = ws[i]->data != NULL;
     if (ok) {
         uint64_t seed = 3;
-        for (size_t i = 0; i < maxk; i++) x[i] = rng_float(&seed);
+        for (size_t i = 0; i < maxk; i++) x[i] = tl_rand_sym(&seed);
         for (int r = 0; r < 9; r++) {
             double t0 = tl_now();
             for (size_t i = 0; i < nw; i++) tl_op_matmul(m, ws[i], x, 1, y, scratch, sf);
@@ -581,7 +570,7 @@ static tl_status measure_kv_decode(tl_hw_profile *p) {
         return tl_error_set(TL_ERR_NOMEM, "kv decode profile: out of memory");
     }
     uint64_t seed = 5;
-    for (int32_t j = 0; j < D; j++) x[j] = rng_float(&seed);
+    for (int32_t j = 0; j < D; j++) x[j] = tl_rand_sym(&seed);
     p->attn_decode_s[0] = 0;
     for (int k = 1; k < TL_PROF_N_KVBITS; k++) {
         const int32_t bits = tl_prof_kvbits[k];

@@ -3,25 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include "sampler.h"
+#include "../base/rng.h"
 #include "../base/status.h"
 
 typedef struct tl_cand { int32_t id; float v; } tl_cand;
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t next_u64(uint64_t *s) {
-    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
-    s[2] ^= t; s[3] = rotl(s[3], 45);
-    return r;
-}
-
-static uint64_t splitmix(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 tl_sampler_params tl_sampler_default_params(void) {
     tl_sampler_params p;
@@ -58,8 +43,7 @@ tl_status tl_sampler_init(tl_sampler *s, const tl_sampler_params *p, size_t n_vo
     s->p = *p;
     tl_status st = tl_sampler_params_check(p);
     if (st) return st;
-    uint64_t x = p->seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = splitmix(&x);
+    tl_xoshiro_seed(s->rng, p->seed);
     s->n_vocab = n_vocab;
     s->cap_history = (size_t)p->repeat_last_n;
     s->cand = malloc(n_vocab * sizeof *s->cand);
@@ -130,7 +114,7 @@ int32_t tl_sampler_sample(tl_sampler *s, float *logits) {
         sum = 0;
         for (size_t i = 0; i < k; i++) sum += s->cand[i].v;
     }
-    double r = (double)(next_u64(s->rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
+    double r = (double)(tl_xoshiro_next(s->rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
     double acc = 0;
     for (size_t i = 0; i < k; i++) {
         acc += s->cand[i].v;
