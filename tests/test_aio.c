@@ -11,6 +11,7 @@
  * queue. */
 #include <pthread.h>
 #include <time.h>
+#include "base/rng.h"
 #include "base/clock.h"
 #include "tier/aio.h"
 #include "tier_kinds.h"
@@ -21,10 +22,7 @@ static int has(const char *needle) { return strstr(tl_last_error(), needle) != N
 
 static uint64_t rng_state = 88172645463325252ull;
 static uint64_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
+    return tl_splitmix64(&rng_state);
 }
 
 static const tl_aio_backend BACKENDS[] = {TL_AIO_POOL, TL_AIO_URING};

@@ -8,16 +8,14 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "base/rng.h"
 #include "kernels/kernels.h"
 #include "testutil.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
 static uint32_t rng_u32(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
+    return (uint32_t)(tl_splitmix64(&rng_state) >> 32);
 }
 
 /* Uniform in [-1, 1). */

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "base/rng.h"
 #include "testutil.h"
 #include "base/budget.h"
 #include "base/threadpool.h"
@@ -23,10 +24,9 @@
 #include "model/llama.h"
 #include "model/ops.h"
 
-static uint32_t rng = 12345;
+static uint64_t rng = 12345;
 static float frand(void) {
-    rng = rng * 1664525u + 1013904223u;
-    return (float)(rng >> 8) / 16777216.0f * 2.0f - 1.0f;
+    return tl_rand_sym(&rng);
 }
 
 typedef struct mat { tl_weight w; uint8_t *data; } mat;
@@ -152,9 +152,9 @@ static void test_large_blocks(void) {
  * reads "136.1M" (strtod times 2^20, truncated), is at least the bytes and at most
  * 0.1 MiB more. */
 static void test_mib_up(void) {
-    uint64_t seed = 1;
+    uint64_t state = 1;
     for (int i = 0; i < 200000; i++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        const uint64_t seed = tl_splitmix64(&state);
         static const uint64_t edges[4] = {0, 1, 104857, 1048576};
         uint64_t bytes = i < 4 ? edges[i] : (seed >> 20) % (3ull << 30);
         char text[64];

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "base/rng.h"
 #include "tierllm.h"
 #include "exec/engine.h"
 #include "plan/search.h"
@@ -335,10 +336,7 @@ static void lp_vs_grid(const char *path, uint64_t budget, tl_workload w, tl_poli
 
 static uint64_t rng_state = 88172645463325252ull;
 static uint64_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
+    return tl_splitmix64(&rng_state);
 }
 static int32_t rnd_in(int32_t lo, int32_t hi) { return lo + (int32_t)(rnd() % (uint64_t)(hi - lo + 1)); }
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "base/rng.h"
 #include "base/clock.h"
 #include "plan/profile.h"
 #include "testutil.h"
@@ -273,21 +274,21 @@ static void test_hostile(void) {
     free(huge);
 
     /* garbage, and random byte mutations of a valid file (may stay valid) */
-    uint64_t s = 12345;
+    uint64_t state = 12345, s;
     char *buf = malloc(n + 1);
     for (int it = 0; it < 3000; it++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        s = tl_splitmix64(&state);
         size_t len = (size_t)(s >> 33) % (n + 1);
         if (it < 500) {
             for (size_t i = 0; i < len; i++) {
-                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                s = tl_splitmix64(&state);
                 buf[i] = (char)(s >> 56);
             }
             CHECK(load_text(buf, len) == TL_ERR_FORMAT);
         } else {
             memcpy(buf, text, n);
             for (int k = 0; k < 1 + it % 4; k++) {
-                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                s = tl_splitmix64(&state);
                 buf[(s >> 20) % n] = (char)(s >> 56);
             }
             tl_status st = load_text(buf, n);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/rng.h"
 #include "base/status.h"
 #include "format/gguf.h"
 #include "testutil.h"
@@ -234,12 +235,12 @@ static int run_vectors(const char *name, int spm, int *n_total)
 
     /* random bytes: never an error, and the pieces give the bytes back (unless the
      * input happens to hold a literal U+2581, which spm decodes as a space) */
-    uint64_t r = 0x2545F4914F6CDD1Dull;
+    uint64_t state = 0x2545F4914F6CDD1Dull, r;
     for (int iter = 0; iter < 300; iter++) {
         char in[96];
         size_t len = (size_t)iter % sizeof(in);
         for (size_t i = 0; i < len; i++) {
-            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            r = tl_splitmix64(&state);
             in[i] = iter % 3 ? (char)r : " a\xE2\x96\x81\xC3\xA9\xF0\x9F\x98\x81"[r % 11];
         }
         int32_t *fi = encode(tok, in, len, 0, &nbad);
@@ -308,12 +309,12 @@ static void test_utf8_stream(void)
     }
 
     /* random bytes, random chunking: always valid output; valid input passes through */
-    uint64_t r = 0x9E3779B97F4A7C15ull;
+    uint64_t state = 0x9E3779B97F4A7C15ull, r = 0;
     for (int iter = 0; iter < 2000; iter++) {
         unsigned char in[64];
         size_t len = 1 + iter % 64;
         for (size_t i = 0; i < len; i++) {
-            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            r = tl_splitmix64(&state);
             in[i] = (unsigned char)(iter & 1 ? r : (r % 3 ? 0x80 | (r & 0x3F) : 0xC0 | (r & 0x3F)));
         }
         size_t n = stream_all((const char *)in, len, 1 + (size_t)(r % 7), out);
