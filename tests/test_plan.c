@@ -486,6 +486,7 @@ int main(void) {
     property(150, 12);
     unlink(p1);
     unlink(p2);
+    unlink(p3);
     for (int i = 0; i < 6; i++) {
         char path[256];
         snprintf(path, sizeof path, "/tmp/tl_test_plan_%d_p%d.gguf", (int)getpid(), i);
