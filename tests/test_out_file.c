@@ -142,13 +142,6 @@ int main(void) {
     CHECK(tl_gguf_open(at("a"), &g) == TL_OK);
     tl_gguf_free(g);
 
-    /* a stream, as the profile writer uses */
-    CHECK(tl_out_file_open(&f, at("s")) == TL_OK);
-    FILE *fp = tl_out_file_stream(&f);
-    CHECK(fp != NULL && fp == tl_out_file_stream(&f));
-    if (fp) fprintf(fp, "%s %d", "streamed", 42);
-    CHECK(tl_out_file_commit(&f) == TL_OK && same_text(at("s"), "streamed 42"));
-
     /* a symlink: the file it points to is replaced, the link stays a link; a dangling
      * one creates its target */
     put(at("real"), "old");

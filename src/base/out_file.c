@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -28,11 +29,22 @@ static char *dup_n(const char *s, size_t n) {
     return d;
 }
 
-/* The directory part of path ("." when it has none). */
-static char *dir_of(const char *path) {
+char *tl_out_dir_of(const char *path) {
     const char *slash = strrchr(path, '/');
     if (!slash) return dup_n(".", 1);
     return dup_n(path, slash == path ? 1 : (size_t)(slash - path));
+}
+
+int tl_out_sync_dir(const char *path) {
+    char *dir = tl_out_dir_of(path);
+    int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    free(dir);
+    if (dfd < 0) return -1;
+    int rc = fsync(dfd) != 0 && errno != EINVAL ? -1 : 0; /* EINVAL: cannot be synced */
+    int e = errno;
+    close(dfd);
+    errno = e;
+    return rc;
 }
 
 /* path with its symlinks followed to the last name that is not one (which may not exist);
@@ -89,7 +101,7 @@ static tl_status check_resolved(const char *path, const char *real, int *exists,
     }
     if (errno != ENOENT)
         return tl_error_set(TL_ERR_IO, "%s: %s", path, strerror(errno));
-    char *dir = dir_of(real);
+    char *dir = tl_out_dir_of(real);
     if (!dir) return tl_error_set(TL_ERR_NOMEM, "%s: out of memory", path);
     struct stat db;
     tl_status st = TL_OK;
@@ -101,13 +113,24 @@ static tl_status check_resolved(const char *path, const char *real, int *exists,
     return st;
 }
 
-tl_status tl_out_check_target(const char *path) {
+/* Resolves and checks the target named `path`: *real (malloc'd) is the file to replace,
+ * *exists and *sb describe it. On error *real is NULL. */
+static tl_status resolve_target(const char *path, char **real, int *exists, struct stat *sb) {
+    *real = NULL;
     if (!path || !*path) return tl_error_set(TL_ERR_INVALID, "no output path");
-    char *real = resolve_links(path);
-    if (!real) return tl_error_set(TL_ERR_NOMEM, "%s: out of memory", path);
+    char *r = resolve_links(path);
+    if (!r) return tl_error_set(TL_ERR_NOMEM, "%s: out of memory", path);
+    tl_status st = check_resolved(path, r, exists, sb);
+    if (st) free(r);
+    else *real = r;
+    return st;
+}
+
+tl_status tl_out_check_target(const char *path) {
+    char *real;
     struct stat sb;
     int exists;
-    tl_status st = check_resolved(path, real, &exists, &sb);
+    tl_status st = resolve_target(path, &real, &exists, &sb);
     free(real);
     return st;
 }
@@ -122,23 +145,17 @@ static void release(tl_out_file *f) {
     free(f->path);
     free(f->tmp_path);
     f->fd = -1;
-    f->fp = NULL;
     f->path = f->tmp_path = NULL;
 }
 
 tl_status tl_out_file_open(tl_out_file *f, const char *path) {
     memset(f, 0, sizeof *f);
     f->fd = -1;
-    if (!path || !*path) return tl_error_set(TL_ERR_INVALID, "no output path");
-    char *real = resolve_links(path);
-    if (!real) return tl_error_set(TL_ERR_NOMEM, "%s: out of memory", path);
+    char *real;
     struct stat sb;
     int exists;
-    tl_status st = check_resolved(path, real, &exists, &sb);
-    if (st) {
-        free(real);
-        return st;
-    }
+    tl_status st = resolve_target(path, &real, &exists, &sb);
+    if (st) return st;
     /* "<dir>/.<name>.tmp-<pid>-<n>", the name cut so the whole stays under NAME_MAX */
     const char *slash = strrchr(real, '/');
     const char *base = slash ? slash + 1 : real;
@@ -185,20 +202,12 @@ tl_status tl_out_file_write(tl_out_file *f, const void *data, size_t n) {
     return TL_OK;
 }
 
-FILE *tl_out_file_stream(tl_out_file *f) {
-    if (!f->fp && f->tmp_path) f->fp = fdopen(f->fd, "w");
-    return f->fp;
-}
-
 tl_status tl_out_file_commit(tl_out_file *f) {
     if (!f->tmp_path) return tl_error_set(TL_ERR_INVALID, "output file: nothing to commit");
     tl_status st = TL_OK;
-    if (f->fp && (fflush(f->fp) != 0 || ferror(f->fp)))
-        st = io_error(f->path, "write", errno ? errno : EIO);
-    if (!st && fsync(f->fd) != 0) st = io_error(f->path, "fsync", errno);
-    int closed = f->fp ? fclose(f->fp) : close(f->fd);
+    if (fsync(f->fd) != 0) st = io_error(f->path, "fsync", errno);
+    int closed = close(f->fd);
     if (!st && closed != 0) st = io_error(f->path, "close", errno);
-    f->fp = NULL;
     f->fd = -1;
     struct stat sb;
     int exists;
@@ -213,21 +222,16 @@ tl_status tl_out_file_commit(tl_out_file *f) {
     }
     /* the rename is durable once the directory is: a crash before this may still show the
      * old file, never a partial one */
-    char *dir = dir_of(f->path);
-    int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-    if (dfd >= 0 && fsync(dfd) != 0 && errno != EINVAL)
+    if (tl_out_sync_dir(f->path) != 0)
         st = tl_error_set(TL_ERR_IO, "%s: written, but syncing its directory failed: %s",
                           f->path, strerror(errno));
-    if (dfd >= 0) close(dfd);
-    free(dir);
     release(f);
     return st;
 }
 
 void tl_out_file_abort(tl_out_file *f) {
     if (!f || !f->tmp_path) return;
-    if (f->fp) fclose(f->fp);
-    else if (f->fd >= 0) close(f->fd);
+    if (f->fd >= 0) close(f->fd);
     unlink(f->tmp_path);
     release(f);
 }

@@ -11,12 +11,10 @@
 #define TL_BASE_OUT_FILE_H
 
 #include <stddef.h>
-#include <stdio.h>
 #include "tierllm.h"
 
 typedef struct tl_out_file {
     int fd;          /* the temporary file, open for writing */
-    FILE *fp;        /* a stream over fd once tl_out_file_stream asked for one */
     char *path;      /* the target, symlinks resolved: what commit replaces */
     char *tmp_path;  /* the temporary file */
 } tl_out_file;
@@ -35,16 +33,18 @@ tl_status tl_out_file_open(tl_out_file *f, const char *path);
 /* Writes all of data (retrying short writes); TL_ERR_NOSPACE when the disk is full. */
 tl_status tl_out_file_write(tl_out_file *f, const void *data, size_t n);
 
-/* A stdio stream over the temporary file (created on the first call, owned by f), for
- * writers that print; commit flushes it and checks it for errors. NULL if out of memory. */
-FILE *tl_out_file_stream(tl_out_file *f);
-
-/* Flushes and fsyncs the temporary, checks the target again, renames the temporary over
+/* Fsyncs the temporary, checks the target again, renames the temporary over
  * it and fsyncs the directory. Always releases f; on error the temporary is removed and
  * the old target is untouched. */
 tl_status tl_out_file_commit(tl_out_file *f);
 
 /* Closes and removes the temporary file; releases f. Safe on a zeroed or released f. */
 void tl_out_file_abort(tl_out_file *f);
+
+/* The directory part of path ("." when it has none), malloc'd; NULL when out of memory. */
+char *tl_out_dir_of(const char *path);
+/* Fsyncs the directory holding path, so that a name created or renamed there survives a
+ * crash. 0, or -1 with errno (a directory that cannot be synced at all counts as synced). */
+int tl_out_sync_dir(const char *path);
 
 #endif

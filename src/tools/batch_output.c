@@ -7,8 +7,6 @@
  * is the length of the complete lines we know of: a failed write is cut back to it. */
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,14 +34,6 @@ static int lock_fd(int fd, const char *path, char *err, size_t err_len) {
         return -1;
     }
     return 0;
-}
-
-static char *dir_of(const char *path) {
-    char *copy = strdup(path);
-    if (!copy) return NULL;
-    char *d = strdup(dirname(copy));
-    free(copy);
-    return d;
 }
 
 static int cmp_str(const void *a, const void *b) {
@@ -164,20 +154,10 @@ int batch_out_is_done(const batch_out *o, const char *id) {
            bsearch(&id, o->done, o->n_done, sizeof *o->done, cmp_str) != NULL;
 }
 
-static int fsync_dir(const char *path) {
-    char *dir = dir_of(path);
-    int fd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-    free(dir);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
 /* A new file that appears already locked; without O_TMPFILE, created exclusively and
  * locked at once. */
 static int create_new(batch_out *o, char *err, size_t err_len) {
-    char *dir = dir_of(o->path);
+    char *dir = tl_out_dir_of(o->path);
     if (!dir) { snprintf(err, err_len, "out of memory"); return -1; }
     int fd = open(dir, O_TMPFILE | O_WRONLY | O_APPEND | O_CLOEXEC, 0644);
     free(dir);
@@ -208,7 +188,7 @@ static int create_new(batch_out *o, char *err, size_t err_len) {
     }
     o->fd = fd;
     o->size = 0;
-    if (fsync_dir(o->path) != 0) { /* the name is durable before results go in */
+    if (tl_out_sync_dir(o->path) != 0) { /* the name is durable before results go in */
         snprintf(err, err_len, "syncing the directory of %s: %s", o->path, strerror(errno));
         return -1;
     }
@@ -244,7 +224,7 @@ static int replace(batch_out *o, char *err, size_t err_len) {
     o->size = 0;
     close(o->old_fd);
     o->old_fd = -1;
-    if (fsync_dir(o->path) != 0) {
+    if (tl_out_sync_dir(o->path) != 0) {
         snprintf(err, err_len, "syncing the directory of %s: %s", o->path, strerror(errno));
         return -1;
     }
