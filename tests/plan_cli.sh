@@ -52,20 +52,19 @@ grep -q "^chosen: one sequence, n_batch" "$tmp/out1" || fail "plan latency: $(ca
     --profile "$tmp/prof.json" >/dev/null 2>"$tmp/err"
 rc=$?
 [ "$rc" -eq 1 ] && grep -q "^error: .*budget" "$tmp/err" || fail "tiny budget: exit $rc: $(cat "$tmp/err")"
-# a broken profile is refused, naming the problem
-echo '{"tierllm_profile_version": 1, "machine": "x"}' > "$tmp/bad.json"
-"$bin" plan -m "$m" --mem-budget 8M --prompt-len 4 --gen-len 4 --num-seqs 2 \
-    --profile "$tmp/bad.json" >/dev/null 2>"$tmp/err"
-rc=$?
-[ "$rc" -eq 1 ] && grep -q "^error: profile .*bad.json: field 'tierllm_profile_version': unsupported version" "$tmp/err" ||
-    fail "bad profile: exit $rc: $(cat "$tmp/err")"
-# the same file at the current version: refused for the first missing field, by name
-echo '{"tierllm_profile_version": 3, "machine": "x"}' > "$tmp/bad.json"
-"$bin" plan -m "$m" --mem-budget 8M --prompt-len 4 --gen-len 4 --num-seqs 2 \
-    --profile "$tmp/bad.json" >/dev/null 2>"$tmp/err"
-rc=$?
-[ "$rc" -eq 1 ] && grep -q "^error: profile .*bad.json: field 'disk_dir' is missing" "$tmp/err" ||
-    fail "incomplete profile: exit $rc: $(cat "$tmp/err")"
+# a broken profile is refused for its reason: bad_profile NAME JSON EXPECTED-MESSAGE
+bad_profile() {
+    echo "$2" > "$tmp/bad.json"
+    "$bin" plan -m "$m" --mem-budget 8M --prompt-len 4 --gen-len 4 --num-seqs 2 \
+        --profile "$tmp/bad.json" >/dev/null 2>"$tmp/err"
+    local rc=$?
+    [ "$rc" -eq 1 ] && grep -q "^error: profile .*bad.json: $3" "$tmp/err" ||
+        fail "$1: exit $rc: $(cat "$tmp/err")"
+}
+bad_profile "old profile" '{"tierllm_profile_version": 1, "machine": "x"}' \
+    "field 'tierllm_profile_version': unsupported version"
+bad_profile "incomplete profile" '{"tierllm_profile_version": 3, "machine": "x"}' \
+    "field 'disk_dir' is missing"
 
 # batch: auto (budget given) with stats; the tokens equal a manual run's
 cat > "$tmp/in.jsonl" <<'J'

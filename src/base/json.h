@@ -20,6 +20,10 @@ enum { TL_JSON_ANY = 1 }; /* accept any value at the top, not only an object */
  * *out = NULL; the caller adds the file and line. */
 tl_status tl_json_parse(const char *buf, size_t len, int flags, json_t **out, char *err,
                         size_t err_len);
+/* The same, also giving the 1-based line of an error in *err_line (for a file whose
+ * lines mean something, like the profile's one field per line). */
+tl_status tl_json_parse_at(const char *buf, size_t len, int flags, json_t **out, char *err,
+                           size_t err_len, int *err_line);
 
 /* The canonical text of a value: compact, keys in insertion order, numbers as Jansson
  * prints them (integers plainly, reals with the shortest round-trip form). Two values

@@ -411,13 +411,9 @@ static const pfield *field_at_line(const char *buf, size_t n, int line) {
 static tl_status parse_profile(const char *path, const char *buf, size_t n, tl_hw_profile *out) {
     json_t *root;
     char err[200];
-    json_error_t e;
-    /* through base/json for the strict flags; the line of an error is re-read here to
-     * name the field it is in */
-    if (tl_json_parse(buf, n, 0, &root, err, sizeof err)) {
-        const json_t *probe = json_loadb(buf, n, JSON_REJECT_DUPLICATES, &e);
-        json_decref((json_t *)probe);
-        const pfield *f = probe ? NULL : field_at_line(buf, n, e.line);
+    int line;
+    if (tl_json_parse_at(buf, n, 0, &root, err, sizeof err, &line)) {
+        const pfield *f = field_at_line(buf, n, line); /* the field the error is in */
         if (f) return tl_error_set(TL_ERR_FORMAT, "profile %s: field '%s': %s", path, f->name, err);
         return tl_error_set(TL_ERR_FORMAT, "profile %s: %s", path, err);
     }

@@ -191,13 +191,13 @@ static tl_status measure_disk(const char *dir, tl_hw_profile *p,
         memcpy(buf + 8 * i, &r, 8);
     }
     /* a scratch file has no name: a measurement that is killed leaves nothing behind */
-    tl_tier *rt = NULL;
-    tl_status st = tl_tier_file_open_scratch(dir, TL_TIER_FILE_DIRECT, &rt);
+    tl_tier *file = NULL;
+    tl_status st = tl_tier_file_open_scratch(dir, TL_TIER_FILE_DIRECT, &file);
     if (st == TL_OK) {
         tl__profile_say(progress, user, "disk: writing %llu MiB to %s%s",
                         (unsigned long long)(DISK_FILE_BYTES >> 20), dir,
-                        tl_tier_file_is_direct(rt) ? "" : " (no O_DIRECT: page cache)");
-        st = disk_write(rt, buf, &p->disk_write_bps);
+                        tl_tier_file_is_direct(file) ? "" : " (no O_DIRECT: page cache)");
+        st = disk_write(file, buf, &p->disk_write_bps);
     }
     uint64_t cursor = 0;
     for (int c = 0; c < TL_PROF_N_CHUNK && st == TL_OK; c++) {
@@ -206,11 +206,11 @@ static tl_status measure_disk(const char *dir, tl_hw_profile *p,
         uint64_t total = tl_prof_chunks[c] < ((uint64_t)1 << 20) ? DISK_SMALL_READ
                                                                   : DISK_FILE_BYTES;
         for (int d = 0; d < TL_PROF_N_DEPTH && st == TL_OK; d++)
-            st = disk_read(rt, tl_prof_chunks[c], tl_prof_depths[d], total, &cursor, buf,
+            st = disk_read(file, tl_prof_chunks[c], tl_prof_depths[d], total, &cursor, buf,
                            &p->disk_read_bps[c][d]);
     }
-    if (st == TL_OK && keep) *keep = rt;
-    else tl_tier_close(rt);
+    if (st == TL_OK && keep) *keep = file;
+    else tl_tier_close(file);
     free(buf);
     if (st != TL_OK) return tl_error_wrap(st, "disk profile in %s", dir);
     return TL_OK;
