@@ -50,9 +50,10 @@ uint8_t *tl_tier_mem_data(tl_tier *t);
 /* Opens a file. TL_TIER_FILE_DIRECT asks for O_DIRECT (align becomes the device's
  * logical block size, 4096 by default); where the filesystem refuses O_DIRECT (tmpfs)
  * the file is opened without it and align is 1. TL_TIER_FILE_WRITE opens read-write and
- * creates the file (a spill file); otherwise the file is opened read-only and never
- * modified. */
-enum { TL_TIER_FILE_DIRECT = 1, TL_TIER_FILE_WRITE = 2, TL_TIER_FILE_CREATE_EXCL = 4 };
+ * creates the file if missing; otherwise the file is opened read-only and never
+ * modified. (Scratch files, which must not outlive the process, come from
+ * tl_tier_file_open_scratch below.) */
+enum { TL_TIER_FILE_DIRECT = 1, TL_TIER_FILE_WRITE = 2 };
 tl_status tl_tier_file_open(const char *path, int flags, tl_tier **out);
 /* Opens a read-write scratch file in directory dir that has no name (O_TMPFILE, or a
  * unique name unlinked at once), so it cannot outlive the process, however it ends.

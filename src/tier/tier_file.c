@@ -134,21 +134,14 @@ tl_status tl_tier_file_open(const char *path, int flags, tl_tier **out) {
     *out = NULL;
     if (!path) return tl_error_set(TL_ERR_INVALID, "file tier: no path");
     int oflags = O_CLOEXEC;
-    if (flags & TL_TIER_FILE_WRITE) {
-        oflags |= O_RDWR | O_CREAT;
-        if (flags & TL_TIER_FILE_CREATE_EXCL) oflags |= O_EXCL;
-    } else {
-        oflags |= O_RDONLY;
-    }
+    oflags |= (flags & TL_TIER_FILE_WRITE) ? O_RDWR | O_CREAT : O_RDONLY;
     int direct = 0, fd = -1;
     if (flags & TL_TIER_FILE_DIRECT) {
         fd = open_retry(path, oflags | O_DIRECT);
         if (fd >= 0) {
             direct = 1;
-        } else if (errno == EINVAL) {
-            /* The filesystem refuses O_DIRECT. Some kernels create the file before
-             * refusing, so an exclusive create must not trip over its own file. */
-            fd = open_retry(path, oflags & ~O_EXCL);
+        } else if (errno == EINVAL) { /* the filesystem refuses O_DIRECT */
+            fd = open_retry(path, oflags);
         }
     } else {
         fd = open_retry(path, oflags);
