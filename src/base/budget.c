@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include "budget.h"
-#include "status.h"
+#include "base/budget.h"
+#include "base/status.h"
 
 struct tl_budget {
     pthread_mutex_t lock;

@@ -15,8 +15,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "out_file.h"
-#include "status.h"
+#include "base/out_file.h"
+#include "base/status.h"
 
 #define MAX_LINK_HOPS 40 /* as the kernel's ELOOP limit */
 

@@ -2,7 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include "status.h"
+#include "base/status.h"
 
 static _Thread_local char tl_err_msg[1024];
 

@@ -15,8 +15,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
-#include "threadpool.h"
-#include "status.h"
+#include "base/threadpool.h"
+#include "base/status.h"
 
 #define SPIN_ITERS 20000
 #define MAX_TASKS ((1u << 20) - 1)

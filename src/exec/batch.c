@@ -16,12 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include "tierllm.h"
-#include "engine.h"
-#include "residency.h"
-#include "../base/clock.h"
-#include "../base/status.h"
-#include "../text/sampler.h"
-#include "../tier/tier.h"
+#include "exec/engine.h"
+#include "exec/residency.h"
+#include "base/clock.h"
+#include "base/status.h"
+#include "text/sampler.h"
+#include "tier/tier.h"
 
 typedef struct seq_state {
     int32_t index, kv_seq;

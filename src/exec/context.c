@@ -8,13 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include "tierllm.h"
-#include "../base/clock.h"
-#include "../base/status.h"
-#include "../model/llama.h"
-#include "../text/sampler.h"
-#include "../tier/aio.h"
-#include "engine.h"
-#include "residency.h"
+#include "base/clock.h"
+#include "base/status.h"
+#include "model/llama.h"
+#include "text/sampler.h"
+#include "tier/aio.h"
+#include "exec/engine.h"
+#include "exec/residency.h"
 
 struct tl_context {
     tl_model *model;

@@ -10,10 +10,10 @@
  * Flash loads weights before KV.
  */
 #include <string.h>
-#include "engine.h"
-#include "residency.h"
-#include "../base/budget.h"
-#include "../base/status.h"
+#include "exec/engine.h"
+#include "exec/residency.h"
+#include "base/budget.h"
+#include "base/status.h"
 
 uint64_t tl_engine_base_used(const tl_model *m) {
     return m->res ? m->used_before_place : tl_budget_used(m->budget);

@@ -9,9 +9,9 @@
 #ifndef TL_EXEC_ENGINE_H
 #define TL_EXEC_ENGINE_H
 
-#include "../kv/kv_cache.h"
-#include "../model/llama.h"
-#include "residency.h"
+#include "kv/kv_cache.h"
+#include "model/llama.h"
+#include "exec/residency.h"
 
 /* The first caller fixes the placement: what the budget leaves after `state_bytes`
  * (KV, activations, ...) decides which weights are resident and which stream. Later

@@ -15,13 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "residency.h"
-#include "../base/budget.h"
-#include "../base/clock.h"
-#include "../base/status.h"
-#include "../kernels/kernels.h"
-#include "../tier/aio.h"
-#include "../tier/tier.h"
+#include "exec/residency.h"
+#include "base/budget.h"
+#include "base/clock.h"
+#include "base/status.h"
+#include "kernels/kernels.h"
+#include "tier/aio.h"
+#include "tier/tier.h"
 
 #define ALIGN 4096u
 #define MAX_UNIT_TENSORS 8

@@ -12,7 +12,7 @@
 #define TL_EXEC_RESIDENCY_H
 
 #include <stdint.h>
-#include "../model/llama.h"
+#include "model/llama.h"
 
 typedef struct tl_weight_plan {
     uint8_t *attn_resident, *ffn_resident; /* [n_layer] */

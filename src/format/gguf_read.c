@@ -12,8 +12,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "gguf.h"
-#include "../base/status.h"
+#include "format/gguf.h"
+#include "base/status.h"
 
 #define GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
 #define WINDOW (64 * 1024)

@@ -10,9 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "gguf.h"
-#include "../base/out_file.h"
-#include "../base/status.h"
+#include "format/gguf.h"
+#include "base/out_file.h"
+#include "base/status.h"
 
 #define ALIGNMENT 32
 #define CHUNK (4u << 20)

@@ -24,7 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "types.h"
+#include "kernels/types.h"
 
 /* ---- quantization formats ---- */
 

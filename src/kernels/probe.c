@@ -4,10 +4,10 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include "probe.h"
-#include "../base/budget.h"
-#include "../base/stats.h"
-#include "../base/clock.h"
+#include "kernels/probe.h"
+#include "base/budget.h"
+#include "base/stats.h"
+#include "base/clock.h"
 
 typedef struct read_job { const float *p; size_t n, per; _Atomic float sink; } read_job;
 

@@ -6,7 +6,7 @@
 #define TL_KERNELS_PROBE_H
 
 #include <stddef.h>
-#include "../base/threadpool.h"
+#include "base/threadpool.h"
 
 /* The probe reads as fast as this machine allows, so a ratio to it is honest: memory
  * with the same huge-page advice as the engine's weights (with 4 KiB pages the probe

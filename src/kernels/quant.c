@@ -8,7 +8,7 @@
  */
 #include <math.h>
 #include <string.h>
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 static uint16_t load_u16(const uint8_t *p) {
     uint16_t v;

@@ -1,7 +1,7 @@
 /* ref_attn.c - scalar reference of the attention and SwiGLU kernels (kernels.h): the
  * definition x86_attn.c is tested against. Dot products in double, as ref_matmul.c. */
 #include <math.h>
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 void tl_attn_scores_ref(const float *q, size_t group, size_t hd, const float *K, size_t ldk,
                         size_t n, float scale, float *scores, size_t lds) {

@@ -5,7 +5,7 @@
  * is the whole numeric contract of kernels.h in one line.
  * Invariant: allocation-free; the row buffers live on the stack in fixed-size chunks.
  */
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 /* Elements dequantized at a time; a multiple of every block size. */
 #define REF_CHUNK 256

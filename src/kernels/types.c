@@ -1,5 +1,5 @@
 /* types.c - block sizes and names of the tensor element types. */
-#include "types.h"
+#include "kernels/types.h"
 
 int tl_type_known(uint32_t type) {
     return type == TL_TYPE_F32 || type == TL_TYPE_F16 || type == TL_TYPE_Q4_0 ||

@@ -39,6 +39,6 @@ static inline uint16_t tl_f32_to_f16(float f);
 static inline float tl_bf16_to_f32(uint16_t h);
 static inline uint16_t tl_f32_to_bf16(float f);
 
-#include "f16.inl"
+#include "kernels/f16.inl"
 
 #endif

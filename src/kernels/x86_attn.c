@@ -13,7 +13,7 @@
  *    5632-wide layer.
  */
 #include <math.h>
-#include "x86_simd.h"
+#include "kernels/x86_simd.h"
 
 /* s[i] = sum of the lanes of a[i], i < 8, as one vector. */
 static ALWAYS_INLINE __m256 reduce8(const __m256 *a) {

@@ -32,7 +32,7 @@
  */
 #include <cpuid.h>
 #include <stdatomic.h>
-#include "x86_simd.h"
+#include "kernels/x86_simd.h"
 
 #define MR 6    /* micro-tile rows of X (and Y) */
 #define NR 16   /* micro-tile columns j (two ymm) */
@@ -261,7 +261,7 @@ static void round_act_rows(const float *X, size_t ldx, size_t n, size_t len, flo
 /* ---- matvec over Q8_0 / Q4_0 with int8 dot products (x86_matvec_q.inl) ---- */
 
 #define TL_MATVEC_Q_NAME tl__matvec_q_avx2
-#include "x86_matvec_q.inl"
+#include "kernels/x86_matvec_q.inl"
 
 /* Sum of 8*q over lo/hi byte lanes, in the lane layout of the Q4_0 dot below. */
 static ALWAYS_INLINE __m256i q4_corr(__m256i lo, __m256i hi) {

@@ -1,6 +1,6 @@
 /* x86_probe.c - AVX2 inner loops of the bandwidth and FMA probes (see probe.h). */
 #include <immintrin.h>
-#include "probe.h"
+#include "kernels/probe.h"
 
 float tl_probe_read_kernel(const float *p, size_t n) {
     /* two streams in lockstep (the halves of the range): more lines in flight than one */

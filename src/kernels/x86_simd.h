@@ -7,7 +7,7 @@
 
 #include <immintrin.h>
 #include <string.h>
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #define TL_MATVEC_MAX_N 4
 /* products of up to this many rows run the matvec kernel in groups (x86_matmul.c) */

@@ -3,7 +3,7 @@
  * only after a run-time cpuid check; the AVX2 build of the same code is the fallback.
  * Results are bit-identical to the AVX2 path (see x86_matvec_q.inl).
  */
-#include "x86_simd.h"
+#include "kernels/x86_simd.h"
 
 #define TL_MATVEC_Q_NAME tl__matvec_q_vnni
-#include "x86_matvec_q.inl"
+#include "kernels/x86_matvec_q.inl"

@@ -28,7 +28,7 @@
 #include <unistd.h>
 #include "base/status.h"
 #include "kernels/types.h"
-#include "kv_cache.h"
+#include "kv/kv_cache.h"
 #include "base/clock.h"
 
 enum { PG_EMPTY, PG_OPEN, PG_MEM, PG_DISK };

@@ -26,8 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "tierllm.h"
-#include "../base/budget.h"
-#include "../tier/aio.h"
+#include "base/budget.h"
+#include "tier/aio.h"
 
 typedef struct tl_kv_params {
     int32_t n_layer;

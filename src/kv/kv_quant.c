@@ -7,7 +7,7 @@
  * Preconditions (programmer errors, not checked): group > 0, n a multiple of group,
  * bits 8 or 4, group even for 4 bits. Non-finite inputs give garbage codes, never UB. */
 #include <string.h>
-#include "kv_cache.h"
+#include "kv/kv_cache.h"
 
 size_t tl_kv_quant_row_bytes(int32_t n, int32_t group, int32_t bits) {
     if (n <= 0 || group <= 0 || bits <= 0) return 0;

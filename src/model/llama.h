@@ -10,11 +10,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "tierllm.h"
-#include "../base/budget.h"
-#include "../base/threadpool.h"
-#include "../format/gguf.h"
-#include "../kernels/types.h"
-#include "../text/tokenizer.h"
+#include "base/budget.h"
+#include "base/threadpool.h"
+#include "format/gguf.h"
+#include "kernels/types.h"
+#include "text/tokenizer.h"
 
 typedef struct tl_weight {
     tl_type type;      /* type of `data` (F32 after a load-time conversion) */

@@ -20,12 +20,12 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include "llama.h"
-#include "ops.h"
-#include "../base/status.h"
-#include "../exec/residency.h"
-#include "../kernels/kernels.h"
-#include "../kv/kv_cache.h"
+#include "model/llama.h"
+#include "model/ops.h"
+#include "base/status.h"
+#include "exec/residency.h"
+#include "kernels/kernels.h"
+#include "kv/kv_cache.h"
 
 typedef struct scratch_buf { float **ptr; size_t floats; const char *what; } scratch_buf;
 

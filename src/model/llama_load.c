@@ -12,12 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "llama.h"
-#include "../base/status.h"
-#include "../kernels/kernels.h"
-#include "../exec/residency.h"
-#include "../tier/aio.h"
-#include "../tier/tier.h"
+#include "model/llama.h"
+#include "base/status.h"
+#include "kernels/kernels.h"
+#include "exec/residency.h"
+#include "tier/aio.h"
+#include "tier/tier.h"
 
 static tl_status get_arch_u32(const tl_gguf *g, const char *arch, const char *key,
                               uint32_t *out, int required, uint32_t dflt) {

@@ -19,8 +19,8 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
-#include "ops.h"
-#include "../kernels/kernels.h"
+#include "model/ops.h"
+#include "kernels/kernels.h"
 
 #define MAX_CHUNKS 64
 

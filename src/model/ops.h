@@ -7,7 +7,7 @@
 #ifndef TL_MODEL_OPS_H
 #define TL_MODEL_OPS_H
 
-#include "llama.h"
+#include "model/llama.h"
 
 /* Y[n][w->rows] = X[n][w->cols] * W^T. `scratch` is per-thread matmul scratch of
  * `scratch_floats` floats each (tl_matmul_scratch_floats). */

@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include "tierllm.h"
-#include "../base/rng.h"
-#include "../base/status.h"
-#include "../format/gguf.h"
-#include "../kernels/kernels.h"
+#include "base/rng.h"
+#include "base/status.h"
+#include "format/gguf.h"
+#include "kernels/kernels.h"
 
 typedef struct synth_tensor {
     char name[64];

@@ -1,13 +1,13 @@
 /* calibrate.c - see calibrate.h. */
-#include "calibrate.h"
-#include "cost.h"
-#include "../base/budget.h"
-#include "../base/clock.h"
-#include "../base/stats.h"
-#include "../base/status.h"
-#include "../exec/residency.h"
-#include "../kernels/kernels.h"
-#include "../model/ops.h"
+#include "plan/calibrate.h"
+#include "plan/cost.h"
+#include "base/budget.h"
+#include "base/clock.h"
+#include "base/stats.h"
+#include "base/status.h"
+#include "exec/residency.h"
+#include "kernels/kernels.h"
+#include "model/ops.h"
 
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio) {

@@ -15,8 +15,8 @@
 #ifndef TL_PLAN_CALIBRATE_H
 #define TL_PLAN_CALIBRATE_H
 
-#include "profile.h"
-#include "../model/llama.h"
+#include "plan/profile.h"
+#include "model/llama.h"
 
 /* Needs placed weights (m->res). *measured_bps and *ratio (measured / profiled at the
  * model's chunk and depth) are filled and the profile's large-read figures are scaled;

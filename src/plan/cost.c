@@ -49,9 +49,9 @@
  */
 #include <math.h>
 #include <string.h>
-#include "cost.h"
-#include "../base/status.h"
-#include "../kernels/types.h"
+#include "plan/cost.h"
+#include "base/status.h"
+#include "kernels/types.h"
 
 #define SLOT_ALIGN 4096.0
 

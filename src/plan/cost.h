@@ -17,9 +17,9 @@
 #define TL_PLAN_COST_H
 
 #include <stdint.h>
-#include "profile.h"
-#include "../exec/residency.h"
-#include "../model/llama.h"
+#include "plan/profile.h"
+#include "exec/residency.h"
+#include "model/llama.h"
 
 typedef struct tl_workload {
     int32_t prompt_len, gen_len, num_seqs;

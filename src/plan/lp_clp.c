@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <coin/Clp_C_Interface.h>
-#include "lp.h"
-#include "../base/status.h"
+#include "plan/lp.h"
+#include "base/status.h"
 
 struct tl_lp {
     int n_cols, n_rows, nnz;

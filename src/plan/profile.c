@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "profile.h"
+#include "plan/profile.h"
 #include "base/budget.h"
 #include "base/json.h"
 #include "base/out_file.h"

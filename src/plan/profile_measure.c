@@ -27,7 +27,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "profile.h"
+#include "plan/profile.h"
 #include "base/budget.h"
 #include "base/rng.h"
 #include "base/stats.h"

@@ -3,9 +3,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include "replan.h"
-#include "calibrate.h"
-#include "../base/status.h"
+#include "plan/replan.h"
+#include "plan/calibrate.h"
+#include "base/status.h"
 
 void tl_plan_apply(const tl_policy *pol, tl_model *m, tl_batch_params *bp) {
     m->params.prefetch = pol->prefetch;

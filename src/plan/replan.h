@@ -16,9 +16,9 @@
 #ifndef TL_PLAN_REPLAN_H
 #define TL_PLAN_REPLAN_H
 
-#include "search.h"
-#include "../exec/engine.h"
-#include "../tier/aio.h"
+#include "plan/search.h"
+#include "exec/engine.h"
+#include "tier/aio.h"
 
 #define TL_REPLAN_LOG 16
 

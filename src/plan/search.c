@@ -3,11 +3,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "search.h"
-#include "lp.h"
-#include "../base/budget.h"
-#include "../base/status.h"
-#include "../exec/engine.h"
+#include "plan/search.h"
+#include "plan/lp.h"
+#include "base/budget.h"
+#include "base/status.h"
+#include "exec/engine.h"
 
 void tl_plan_batch_params(const tl_policy *pol, tl_batch_params *bp) {
     bp->gbs = pol->gbs;

@@ -30,7 +30,7 @@
 #ifndef TL_PLAN_SEARCH_H
 #define TL_PLAN_SEARCH_H
 
-#include "cost.h"
+#include "plan/cost.h"
 
 typedef struct tl_plan_request {
     tl_workload w;

@@ -2,9 +2,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "sampler.h"
-#include "../base/rng.h"
-#include "../base/status.h"
+#include "text/sampler.h"
+#include "base/rng.h"
+#include "base/status.h"
 
 typedef struct tl_cand { int32_t id; float v; } tl_cand;
 

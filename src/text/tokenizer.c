@@ -7,14 +7,14 @@
  * ids out of range, empty vocabularies) is refused with TL_ERR_FORMAT naming the key.
  * The encoders live in tokenizer_spm.c and tokenizer_bpe.c.
  */
-#include "tokenizer_impl.h"
+#include "text/tokenizer_impl.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/status.h"
-#include "unicode.h"
+#include "base/status.h"
+#include "text/unicode.h"
 
 #define KEY_MODEL "tokenizer.ggml.model"
 #define KEY_TOKENS "tokenizer.ggml.tokens"

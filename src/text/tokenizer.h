@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "tierllm.h"
-#include "../format/gguf.h"
+#include "format/gguf.h"
 
 typedef struct tl_tokenizer tl_tokenizer;
 

@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/status.h"
-#include "tokenizer_impl.h"
-#include "unicode.h"
+#include "base/status.h"
+#include "text/tokenizer_impl.h"
+#include "text/unicode.h"
 
 /* ---- GPT-2 byte alphabet ------------------------------------------------------------ */
 

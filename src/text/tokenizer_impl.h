@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 /* tokenizer.ggml.token_type values (llama.cpp's llama_token_type). */
 enum {

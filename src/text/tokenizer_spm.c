@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/status.h"
-#include "tokenizer_impl.h"
-#include "unicode.h"
+#include "base/status.h"
+#include "text/tokenizer_impl.h"
+#include "text/unicode.h"
 
 typedef struct spm_sym {
     int32_t prev, next;

@@ -2,9 +2,9 @@
  * range tables. The tables are sorted and disjoint (gen_unicode_tables.py checks by
  * construction), so a class test is one bsearch over a few hundred ranges.
  */
-#include "unicode.h"
+#include "text/unicode.h"
 
-#include "unicode_tables.inc"
+#include "text/unicode_tables.inc"
 
 static int in_ranges(const uint32_t (*r)[2], size_t n, uint32_t cpt)
 {

@@ -26,7 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "aio_internal.h"
+#include "tier/aio_internal.h"
 #include "base/clock.h"
 #include "base/status.h"
 

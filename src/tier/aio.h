@@ -19,7 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "tier.h"
+#include "tier/tier.h"
 
 typedef enum tl_aio_backend {
     TL_AIO_AUTO = 0,  /* io_uring if the probe succeeds, else the thread pool */

@@ -5,7 +5,7 @@
 #define TL_TIER_AIO_INTERNAL_H
 
 #include <pthread.h>
-#include "aio.h"
+#include "tier/aio.h"
 
 typedef struct tl_aio_req tl_aio_req;
 struct tl_aio_req {

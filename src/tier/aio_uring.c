@@ -8,7 +8,7 @@
  * drained before the FIFO is looked at, so no wake-up is lost.
  * Without liburing (TL_HAVE_URING undefined) the probe fails and the pool is used.
  */
-#include "aio_internal.h"
+#include "tier/aio_internal.h"
 #include "base/status.h"
 
 #ifdef TL_HAVE_URING

@@ -3,7 +3,7 @@
  * bytes is end-of-file ("truncated"); a write that makes no progress is an IO error. */
 #include <inttypes.h>
 #include "base/status.h"
-#include "tier.h"
+#include "tier/tier.h"
 
 tl_status tl_tier_read_full(tl_tier *t, uint64_t offset, void *dst, size_t len) {
     uint8_t *p = dst;

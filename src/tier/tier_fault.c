@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 #include "base/status.h"
-#include "tier.h"
+#include "tier/tier.h"
 
 typedef struct fault_tier {
     tl_tier base;

@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "base/status.h"
-#include "tier.h"
+#include "tier/tier.h"
 
 enum { FILE_DIRECT_ALIGN = 4096 };
 

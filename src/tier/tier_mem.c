@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "base/status.h"
-#include "tier.h"
+#include "tier/tier.h"
 
 typedef struct mem_tier {
     tl_tier base;

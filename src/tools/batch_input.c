@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 #include "base/json.h"
-#include "batch_input.h"
-#include "line_reader.h"
+#include "tools/batch_input.h"
+#include "tools/line_reader.h"
 
 int batch_line_parse(const char *text, size_t len, int32_t default_n_predict,
                      batch_line *out, char *err, size_t err_len) {

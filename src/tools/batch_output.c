@@ -15,10 +15,10 @@
 #include <unistd.h>
 #include "base/json.h"
 #include "base/out_file.h"
-#include "batch_output.h"
-#include "line_reader.h"
+#include "tools/batch_output.h"
+#include "tools/line_reader.h"
 #ifdef TL_TEST_HOOKS
-#include "test_hooks.h"
+#include "tools/test_hooks.h"
 #endif
 
 enum { MAX_RESULT_LINE = 256 << 20 }; /* a result line longer than this is not ours */

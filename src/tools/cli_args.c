@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include "cli.h"
+#include "tools/cli.h"
 
 int cli_int(const char *flag, const char *s, long lo, long hi, int32_t *out) {
     char *end;

@@ -3,7 +3,7 @@
  * printing a prediction beside a measurement. */
 #include <stdio.h>
 #include <string.h>
-#include "cli_plan.h"
+#include "tools/cli_plan.h"
 #include "base/budget.h"
 #include "base/status.h"
 #include "exec/engine.h"

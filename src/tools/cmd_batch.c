@@ -16,14 +16,14 @@
 #include <unistd.h>
 #include "base/json.h"
 #include "base/status.h"
-#include "batch_input.h"
-#include "batch_output.h"
-#include "cli.h"
-#include "cli_plan.h"
+#include "tools/batch_input.h"
+#include "tools/batch_output.h"
+#include "tools/cli.h"
+#include "tools/cli_plan.h"
 #include "exec/engine.h"
 #include "plan/replan.h"
 #ifdef TL_TEST_HOOKS
-#include "test_hooks.h"
+#include "tools/test_hooks.h"
 #endif
 
 enum { EXIT_SOME_FAILED = 3 };

@@ -2,7 +2,7 @@
  * Reads only the header (no weights), so it works on any size of model. */
 #include <stdio.h>
 #include <string.h>
-#include "cli.h"
+#include "tools/cli.h"
 #include "format/gguf.h"
 #include "model/llama.h"
 

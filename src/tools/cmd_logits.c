@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cli.h"
+#include "tools/cli.h"
 #include "base/out_file.h"
 
 static int parse_tokens(const char *s, int32_t **out, size_t *n) {

@@ -4,8 +4,8 @@
  * time). Nothing is run; the model file is only opened to read its tensor directory. */
 #include <stdio.h>
 #include <string.h>
-#include "cli.h"
-#include "cli_plan.h"
+#include "tools/cli.h"
+#include "tools/cli_plan.h"
 #include "base/clock.h"
 #include "base/status.h"
 

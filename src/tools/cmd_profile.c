@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
-#include "cli.h"
+#include "tools/cli.h"
 #include "kernels/types.h"
 #include "plan/profile.h"
 

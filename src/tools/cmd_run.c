@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "cli.h"
-#include "cli_plan.h"
+#include "tools/cli.h"
+#include "tools/cli_plan.h"
 #include "exec/engine.h"
 #include "plan/calibrate.h"
 #include "plan/replan.h"

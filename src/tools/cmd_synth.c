@@ -1,7 +1,7 @@
 /* cmd_synth.c - `tierllm synth`: write a random-weight Llama GGUF of a given shape. */
 #include <stdio.h>
 #include <string.h>
-#include "cli.h"
+#include "tools/cli.h"
 #include "kernels/types.h"
 
 static void usage(void) {

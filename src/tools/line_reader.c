@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "line_reader.h"
+#include "tools/line_reader.h"
 
 int line_reader_run(int fd, const char *path, size_t max_line, line_fn fn, void *user,
                     char *err, size_t err_len) {

@@ -1,7 +1,7 @@
 /* main.c - `tierllm <command>`: dispatch to the subcommands. */
 #include <stdio.h>
 #include <string.h>
-#include "cli.h"
+#include "tools/cli.h"
 
 static void usage(FILE *f) {
     fprintf(f,

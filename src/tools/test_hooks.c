@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "test_hooks.h"
+#include "tools/test_hooks.h"
 
 /* 1 when the variable names this (1-based) call as "kind:N"; kind is copied out. */
 static int hook_at(const char *var, unsigned long long call, char kind[16]) {
