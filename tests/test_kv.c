@@ -10,7 +10,7 @@
 #include <dirent.h>
 #include <float.h>
 #include <math.h>
-#include "kernels/types.h"
+#include "format/tensor_type.h"
 #include "kv/kv_cache.h"
 #include "tier/aio.h"
 #include "tier_kinds.h"

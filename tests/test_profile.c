@@ -184,21 +184,21 @@ static void test_lookup(void) {
     CHECK(tl_profile_read_bps(&p, 4096, -5) == p.disk_read_bps[0][0]);
 
     for (int t = 0; t < TL_PROF_N_TYPE; t++) {
-        CHECK(tl_prof_type_index(tl_prof_types[t]) == t);
+        CHECK(tl_type_index(tl_type_table[t].type) == t);
         for (int r = 0; r < TL_PROF_N_ROWS; r++)
-            CHECK(tl_profile_matmul_macs(&p, tl_prof_types[t], tl_prof_rows[r]) ==
+            CHECK(tl_profile_matmul_macs(&p, tl_type_table[t].type, tl_prof_rows[r]) ==
                   p.matmul_macs[t][r]);
         for (int r = 0; r + 1 < TL_PROF_N_ROWS; r++) {
-            double v = tl_profile_matmul_macs(&p, tl_prof_types[t], tl_prof_rows[r] * 1.5);
+            double v = tl_profile_matmul_macs(&p, tl_type_table[t].type, tl_prof_rows[r] * 1.5);
             CHECK(v > p.matmul_macs[t][r] && v < p.matmul_macs[t][r + 1]);
         }
-        CHECK(tl_profile_matmul_macs(&p, tl_prof_types[t], 0.25) == p.matmul_macs[t][0]);
-        CHECK(tl_profile_matmul_macs(&p, tl_prof_types[t], 0) == p.matmul_macs[t][0]);
-        CHECK(tl_profile_matmul_macs(&p, tl_prof_types[t], NAN) == p.matmul_macs[t][0]);
-        CHECK(tl_profile_matmul_macs(&p, tl_prof_types[t], 1e9) ==
+        CHECK(tl_profile_matmul_macs(&p, tl_type_table[t].type, 0.25) == p.matmul_macs[t][0]);
+        CHECK(tl_profile_matmul_macs(&p, tl_type_table[t].type, 0) == p.matmul_macs[t][0]);
+        CHECK(tl_profile_matmul_macs(&p, tl_type_table[t].type, NAN) == p.matmul_macs[t][0]);
+        CHECK(tl_profile_matmul_macs(&p, tl_type_table[t].type, 1e9) ==
               p.matmul_macs[t][TL_PROF_N_ROWS - 1]);
     }
-    CHECK(tl_prof_type_index(99) == -1);
+    CHECK(tl_type_index(99) == -1);
     CHECK(tl_profile_matmul_macs(&p, 99, 16) == p.matmul_macs[0][4]);
 }
 

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "tierllm.h"
-#include "kernels/types.h"
+#include "format/tensor_type.h"
 
 typedef enum tl_gguf_type {
     TL_GGUF_UINT8 = 0, TL_GGUF_INT8 = 1, TL_GGUF_UINT16 = 2, TL_GGUF_INT16 = 3,

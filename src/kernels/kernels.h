@@ -24,7 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "kernels/types.h"
+#include "format/tensor_type.h"
 
 /* ---- quantization formats ---- */
 

@@ -27,7 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "base/status.h"
-#include "kernels/types.h"
+#include "format/tensor_type.h"
 #include "kv/kv_cache.h"
 #include "base/clock.h"
 

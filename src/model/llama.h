@@ -13,7 +13,7 @@
 #include "base/budget.h"
 #include "base/threadpool.h"
 #include "format/gguf.h"
-#include "kernels/types.h"
+#include "format/tensor_type.h"
 #include "text/tokenizer.h"
 
 typedef struct tl_weight {

@@ -51,7 +51,7 @@
 #include <string.h>
 #include "plan/cost.h"
 #include "base/status.h"
-#include "kernels/types.h"
+#include "format/tensor_type.h"
 
 #define SLOT_ALIGN 4096.0
 

@@ -23,24 +23,16 @@
 #include "base/json.h"
 #include "base/out_file.h"
 #include "base/status.h"
-#include "kernels/types.h"
+#include "format/tensor_type.h"
 
 const uint64_t tl_prof_chunks[TL_PROF_N_CHUNK] = {64u << 10, 256u << 10, 1u << 20, 4u << 20};
 const int32_t tl_prof_depths[TL_PROF_N_DEPTH] = {1, 4, 16};
-const int32_t tl_prof_types[TL_PROF_N_TYPE] = {TL_TYPE_F32, TL_TYPE_F16, TL_TYPE_BF16,
-                                               TL_TYPE_Q8_0, TL_TYPE_Q4_0};
 const int32_t tl_prof_rows[TL_PROF_N_ROWS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
 const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS] = {32, 16, 8, 4};
 
 #define PROFILE_VERSION 3 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
                             * huge-page memory, as the weights (2 read them ~30% low) */
 #define PROFILE_MAX_BYTES ((size_t)1 << 20)
-
-int tl_prof_type_index(int32_t type) {
-    for (int i = 0; i < TL_PROF_N_TYPE; i++)
-        if (tl_prof_types[i] == type) return i;
-    return -1;
-}
 
 int32_t tl__profile_threads(int32_t n_threads) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -152,7 +144,7 @@ void tl__profile_say(void (*progress)(void *, const char *), void *user, const c
 /* ---- JSON ---- */
 
 /* Field table shared by the writer and the reader. */
-enum { F_STR, F_I32, F_NUM, F_VEC, F_MAT, F_AXIS_U64, F_AXIS_I32, F_VERSION };
+enum { F_STR, F_I32, F_NUM, F_VEC, F_MAT, F_AXIS_U64, F_AXIS_I32, F_AXIS_TYPES, F_VERSION };
 enum { R_ANY, R_NONNEG, R_POS };
 typedef struct pfield {
     const char *name;
@@ -180,7 +172,7 @@ static const pfield fields[] = {
     {"disk_write_bps", F_NUM, R_POS, OFF(disk_write_bps), 1, 0, NULL},
     {"disk_urgent_read_s", F_NUM, R_POS, OFF(disk_urgent_read_s), 1, 0, NULL},
     {"disk_urgent_page_s", F_NUM, R_POS, OFF(disk_urgent_page_s), 1, 0, NULL},
-    {"types", F_AXIS_I32, R_ANY, 0, TL_PROF_N_TYPE, 0, tl_prof_types},
+    {"types", F_AXIS_TYPES, R_ANY, 0, TL_PROF_N_TYPE, 0, NULL},
     {"rows", F_AXIS_I32, R_POS, 0, TL_PROF_N_ROWS, 0, tl_prof_rows},
     {"matmul_macs", F_MAT, R_POS, OFF(matmul_macs), TL_PROF_N_TYPE, TL_PROF_N_ROWS, NULL},
     {"matmul_call_s", F_MAT, R_NONNEG, OFF(matmul_call_s), TL_PROF_N_TYPE, TL_PROF_N_ROWS, NULL},
@@ -196,6 +188,7 @@ static const pfield fields[] = {
 enum { N_FIELDS = sizeof fields / sizeof fields[0] };
 
 static double axis_value(const pfield *f, size_t i) {
+    if (f->kind == F_AXIS_TYPES) return (double)tl_type_table[i].type;
     return f->kind == F_AXIS_U64 ? (double)((const uint64_t *)f->axis)[i]
                                  : (double)((const int32_t *)f->axis)[i];
 }
@@ -533,7 +526,7 @@ double tl_profile_read_bps(const tl_hw_profile *p, uint64_t chunk, int32_t depth
 
 /* Log-linear interpolation over the rows axis of one type's row, clamped. */
 static double rows_lookup(const double (*table)[TL_PROF_N_ROWS], int32_t type, double rows) {
-    int t = tl_prof_type_index(type), i;
+    int t = tl_type_index(type), i;
     double lr[TL_PROF_N_ROWS], f;
     if (t < 0) t = 0;
     for (int k = 0; k < TL_PROF_N_ROWS; k++) lr[k] = log((double)tl_prof_rows[k]);

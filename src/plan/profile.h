@@ -17,6 +17,7 @@
 
 #include <stdint.h>
 #include "tierllm.h"
+#include "format/tensor_type.h"
 
 enum {
     TL_PROF_N_CHUNK = 4,  /* disk grid: chunk sizes 64 KiB, 256 KiB, 1 MiB, 4 MiB */
@@ -29,7 +30,6 @@ enum {
 #define TL_PROF_URGENT_BYTES ((uint64_t)32 << 10) /* the urgent read's size (a KV page) */
 extern const uint64_t tl_prof_chunks[TL_PROF_N_CHUNK];
 extern const int32_t tl_prof_depths[TL_PROF_N_DEPTH];
-extern const int32_t tl_prof_types[TL_PROF_N_TYPE];   /* GGML type ids */
 extern const int32_t tl_prof_rows[TL_PROF_N_ROWS];
 extern const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS];
 
@@ -78,9 +78,6 @@ typedef struct tl_hw_profile {
     double io_compute_slowdown;
     double io_slowdown_matvec;
 } tl_hw_profile;
-
-/* Index of a GGML type id in the kernel table, or -1. */
-int tl_prof_type_index(int32_t type);
 
 /* The machine key of this machine for `n_threads` compute threads. */
 void tl_profile_machine_key(int32_t n_threads, char *out, size_t cap);

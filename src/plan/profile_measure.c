@@ -36,7 +36,7 @@
 #include "base/threadpool.h"
 #include "kernels/kernels.h"
 #include "kernels/probe.h"
-#include "kernels/types.h"
+#include "format/tensor_type.h"
 #include "kv/kv_cache.h"
 #include "model/llama.h"
 #include "model/ops.h"
@@ -376,7 +376,7 @@ static tl_status measure_matmul(tl_pool *pool, tl_hw_profile *p,
     mm.pool = pool;
     mm.use_reference = 0;
     for (int ti = 0; ti < TL_PROF_N_TYPE && st == TL_OK; ti++) {
-        tl_type type = (tl_type)tl_prof_types[ti];
+        tl_type type = tl_type_table[ti].type;
         size_t rb = tl_type_row_bytes(type, C), mb = R * rb;
         size_t copies = MM_MIN_BYTES / mb + 1;
         tl__profile_say(progress, user, "matmul: %s, %zu x %zu, %zu copies (%zu MiB)",
@@ -698,7 +698,7 @@ uint64_t tl_profile_measure_bytes(int32_t n_threads) {
     /* disk: one buffer of the largest chunk x depth */
     STAGE(tl_prof_chunks[TL_PROF_N_CHUNK - 1] * (uint64_t)tl_prof_depths[TL_PROF_N_DEPTH - 1]);
     for (int t = 0; t < TL_PROF_N_TYPE; t++)
-        STAGE(matmul_stage_bytes((tl_type)tl_prof_types[t], threads,
+        STAGE(matmul_stage_bytes(tl_type_table[t].type, threads,
                                  (size_t)tl_prof_rows[TL_PROF_N_ROWS - 1]));
     /* interference: Q8_0 copies up to 32 rows, and the reader's chunks and pages */
     tl_aio_params ap = tl_aio_default_params();

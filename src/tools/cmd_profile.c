@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 #include "tools/cli.h"
-#include "kernels/types.h"
+#include "format/tensor_type.h"
 #include "plan/profile.h"
 
 static void usage(FILE *f) {
@@ -54,13 +54,13 @@ static void print_summary(const tl_hw_profile *p) {
     for (int r = 0; r < TL_PROF_N_ROWS; r++) printf(" %6d", (int)tl_prof_rows[r]);
     printf("\n");
     for (int t = 0; t < TL_PROF_N_TYPE; t++) {
-        printf("  %-5s", tl_type_name((tl_type)tl_prof_types[t]));
+        printf("  %-5s", tl_type_name(tl_type_table[t].type));
         for (int r = 0; r < TL_PROF_N_ROWS; r++) printf(" %6.1f", p->matmul_macs[t][r] / 1e9);
         printf("\n");
     }
     printf("matmul per-call us by rows:\n");
     for (int t = 0; t < TL_PROF_N_TYPE; t++) {
-        printf("  %-5s", tl_type_name((tl_type)tl_prof_types[t]));
+        printf("  %-5s", tl_type_name(tl_type_table[t].type));
         for (int r = 0; r < TL_PROF_N_ROWS; r++) printf(" %6.1f", p->matmul_call_s[t][r] * 1e6);
         printf("\n");
     }

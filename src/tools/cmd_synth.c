@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "tools/cli.h"
-#include "kernels/types.h"
+#include "format/tensor_type.h"
 
 static void usage(void) {
     printf("usage: tierllm synth [--preset NAME] [shape flags] [--type T] -o OUT.gguf\n"

@@ -1,4 +1,4 @@
-/* f16.inl - scalar half / bfloat16 conversions, included by types.h only. */
+/* f16.inl - scalar half / bfloat16 conversions, included by tensor_type.h only. */
 #include <string.h>
 
 static inline float tl_f16_to_f32(uint16_t h) {
