@@ -179,7 +179,7 @@ static outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int r
         if (same) break;
         tl_engine_unplace(m); /* auto changed its mind: place the new policy */
     }
-    o.disk_bps = tl_profile_read_bps(prof, m->params.io_chunk_bytes, m->params.io_queue_depth);
+    o.disk_bps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
     if (st) {
         fprintf(stderr, "error: planning: %s\n", tl_last_error());
         tl_model_close(m);

@@ -19,7 +19,7 @@
 #include "base/clock.h"
 #include "base/stats.h"
 #include "kernels/probe.h"
-#include "model/llama.h"
+#include "exec/model_handle.h"
 
 #define SLICE 8
 #define PROBE_BYTES ((size_t)256 << 20)
@@ -30,16 +30,16 @@ static uint64_t matrix_bytes(const tl_weight *w) {
 
 /* Bytes of weights one decode step reads, and matmul FLOPs per token. */
 static void per_token_costs(const tl_model *m, uint64_t *bytes, double *flops) {
-    uint64_t b = matrix_bytes(&m->output) + tl_type_row_bytes(m->tok_embd.type, m->tok_embd.cols);
-    double f = 2.0 * (double)m->output.rows * (double)m->output.cols;
-    for (int l = 0; l < m->hp.n_layer; l++) {
-        const tl_llama_layer *L = &m->layers[l];
+    uint64_t b = matrix_bytes(&m->lm.output) + tl_type_row_bytes(m->lm.tok_embd.type, m->lm.tok_embd.cols);
+    double f = 2.0 * (double)m->lm.output.rows * (double)m->lm.output.cols;
+    for (int l = 0; l < m->lm.hp.n_layer; l++) {
+        const tl_llama_layer *L = &m->lm.layers[l];
         const tl_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (size_t i = 0; i < 7; i++) {
             b += matrix_bytes(ws[i]);
             f += 2.0 * (double)ws[i]->rows * (double)ws[i]->cols;
         }
-        b += 2 * (uint64_t)m->hp.n_embd * sizeof(float); /* norms */
+        b += 2 * (uint64_t)m->lm.hp.n_embd * sizeof(float); /* norms */
     }
     *bytes = b;
     *flops = f;
@@ -81,8 +81,8 @@ static int run_type(const char *dir, const char *type_name, int32_t type, int th
     double flops;
     per_token_costs(m, &bytes, &flops);
     int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
-    float *logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
-    for (int i = 0; i < n_prompt; i++) prompt[i] = 3 + (i * 7919) % (m->hp.n_vocab - 3);
+    float *logits = malloc((size_t)m->lm.hp.n_vocab * sizeof *logits);
+    for (int i = 0; i < n_prompt; i++) prompt[i] = 3 + (i * 7919) % (m->lm.hp.n_vocab - 3);
     double pre[64], dec[64], slice_bw[64 * 64], slice_tps[64 * 64];
     int n_slices = 0;
     void *probe_buf = tl_probe_buffer(PROBE_BYTES); /* huge pages, as the weights */
@@ -104,7 +104,7 @@ static int run_type(const char *dir, const char *type_name, int32_t type, int th
         int32_t tok = 5;
         dec[r] = 0;
         for (int i = 0; i < n_gen;) {
-            slice_bw[n_slices] = tl_probe_read_buffer(m->pool, probe_buf, PROBE_BYTES, 3);
+            slice_bw[n_slices] = tl_probe_read_buffer(m->lm.pool, probe_buf, PROBE_BYTES, 3);
             int slice = n_gen - i < SLICE ? n_gen - i : SLICE;
             t0 = tl_now();
             for (int e = i + slice; i < e; i++) {
@@ -112,24 +112,24 @@ static int run_type(const char *dir, const char *type_name, int32_t type, int th
                     fprintf(stderr, "error: %s\n", tl_last_error());
                     return 1;
                 }
-                tok = 3 + (tok * 31 + i) % (m->hp.n_vocab - 3);
+                tok = 3 + (tok * 31 + i) % (m->lm.hp.n_vocab - 3);
             }
             double el = tl_now() - t0;
             dec[r] += el;
             slice_tps[n_slices++] = slice / el;
         }
     }
-    double peak = tl_probe_fma_peak(m->pool, 5);
+    double peak = tl_probe_fma_peak(m->lm.pool, 5);
     double t_pre = tl_median(pre, (size_t)reps), t_dec = tl_median(dec, (size_t)reps);
     double bw = tl_median(slice_bw, (size_t)n_slices);
     double ratio = tl_median(slice_tps, (size_t)n_slices) * (double)bytes / bw;
     double dec_tps = n_gen / t_dec, bound_tps = bw / (double)bytes;
     /* attention FLOPs of the prompt: 2 matrices (QK^T and PV), causal half */
-    double attn = 2.0 * 2.0 * (double)m->hp.n_layer * m->hp.n_head * m->hp.head_dim *
+    double attn = 2.0 * 2.0 * (double)m->lm.hp.n_layer * m->lm.hp.n_head * m->lm.hp.head_dim *
                   (double)n_prompt * (n_prompt + 1) / 2.0;
     double pre_flops = (flops * n_prompt + attn) / t_pre;
     printf("%-5s threads %d | weights/token %.1f MiB | DRAM read %.1f GB/s | FMA peak %.1f "
-           "GFLOP/s\n", type_name, tl_pool_threads(m->pool), bytes / 1048576.0, bw / 1e9,
+           "GFLOP/s\n", type_name, tl_pool_threads(m->lm.pool), bytes / 1048576.0, bw / 1e9,
            peak / 1e9);
     printf("%-5s decode  %.2f tok/s  bound %.2f tok/s  ratio %.0f%% (median slice over median probe; "
            "%.1f GB/s of weights)\n", type_name, dec_tps, bound_tps, 100.0 * ratio,

@@ -22,7 +22,7 @@
 #include "base/clock.h"
 #include "base/stats.h"
 #include "exec/residency.h"
-#include "model/llama.h"
+#include "exec/model_handle.h"
 #include "tier/aio.h"
 #include "tier/tier.h"
 

@@ -23,7 +23,7 @@
 #include "tierllm.h"
 #include "base/clock.h"
 #include "exec/residency.h"
-#include "model/llama.h"
+#include "exec/model_handle.h"
 
 #define PROMPT 128
 #define GEN 32

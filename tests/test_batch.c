@@ -76,8 +76,8 @@ static tl_model *open_streaming(const char *path, const tl_batch_params *bp, uin
     if (tl_model_open(path, NULL, &m) != TL_OK) return NULL;
     tl_batch_params p = *bp;
     if (!p.spill_dir) p.spill_dir = ".";
-    uint64_t need = tl_budget_used(m->budget) + tl_batch_budget_bytes(m, &p) +
-                    tl_weight_plan_minimum(m, 2, 1) + slack;
+    uint64_t need = tl_budget_used(m->lm.budget) + tl_batch_budget_bytes(m, &p) +
+                    tl_weight_plan_minimum(&m->lm, 2, 1) + slack;
     tl_model_close(m);
     tl_model_params mp = tl_model_default_params();
     mp.mem_budget = need;

@@ -42,19 +42,19 @@ static tl_status greedy(const char *path, tl_model_params mp, const tl_fault_spe
     if (st) return st;
     if (fault) {
         tl_tier *wrapped;
-        st = tl_tier_fault_open(m->tier, fault, &wrapped);
+        st = tl_tier_fault_open(m->lm.tier, fault, &wrapped);
         if (st) { tl_model_close(m); return st; }
-        m->tier = wrapped;
+        m->lm.tier = wrapped;
     }
     tl_context_params cp = tl_context_default_params();
     cp.n_ctx = 96;
     cp.n_batch = 5;
     st = tl_context_open(m, &cp, &c);
-    float *logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
+    float *logits = malloc((size_t)m->lm.hp.n_vocab * sizeof *logits);
     int32_t prompt[9] = {1, 403, 407, 261, 378, 432, 383, 286, 261};
     if (!st) st = tl_decode(c, prompt, 9, logits);
     for (int i = 0; i < N_GEN && !st; i++) {
-        int32_t t = argmax(logits, m->hp.n_vocab);
+        int32_t t = argmax(logits, m->lm.hp.n_vocab);
         out[i] = t;
         st = tl_decode(c, &t, 1, logits);
     }
@@ -69,8 +69,8 @@ static tl_status greedy(const char *path, tl_model_params mp, const tl_fault_spe
 static uint64_t minimum_budget(const char *path, const tl_model_params *mp) {
     tl_model *m;
     if (tl_model_open(path, mp, &m) != TL_OK) return 0;
-    uint64_t b = tl_budget_used(m->budget) + tl_context_budget_bytes(m, 96, 5) +
-                 tl_weight_plan_minimum(m, mp->prefetch, mp->overlap);
+    uint64_t b = tl_budget_used(m->lm.budget) + tl_context_budget_bytes(m, 96, 5) +
+                 tl_weight_plan_minimum(&m->lm, mp->prefetch, mp->overlap);
     tl_model_close(m);
     return b;
 }

@@ -57,7 +57,7 @@ static void check_products(tl_type type, size_t cols, const size_t *rows, size_t
         CHECK(!"pool");
         return;
     }
-    tl_model m;
+    tl_llama m;
     memset(&m, 0, sizeof m);
     m.pool = pool;
     m.use_reference = reference;

@@ -99,9 +99,9 @@ static void hand_single(const char *path) {
     const double embd_row = 65536 / 1e9; /* w_mem 0: the embedding streams, a read per row */
     tl_weight_plan plan;
     CHECK(tl_engine_plan_weights(m, tl_context_budget_bytes(m, 16, 4), 1, 1, 0, &plan) == TL_OK);
-    double layer_bytes = (double)tl_weight_plan_unit_bytes(m, &plan, 0) +
-                         (double)tl_weight_plan_unit_bytes(m, &plan, 1);
-    double out_bytes = (double)tl_weight_plan_unit_bytes(m, &plan, 2);
+    double layer_bytes = (double)tl_weight_plan_unit_bytes(&m->lm, &plan, 0) +
+                         (double)tl_weight_plan_unit_bytes(&m->lm, &plan, 1);
+    double out_bytes = (double)tl_weight_plan_unit_bytes(&m->lm, &plan, 2);
     CHECK(layer_bytes > 2 * (128.0 * 128 * 2 + 32 * 128 * 2 + 3 * 320 * 128) * 4 - 1);
     CHECK(out_bytes >= 300.0 * 128 * 4);
     CHECK(plan.embd_resident == 0);
@@ -169,7 +169,7 @@ static void spread_placement(const char *path) {
         if (tl_model_open(path, &mp, &m) != TL_OK) continue;
         tl_weight_plan plan;
         if (tl_engine_plan_weights(m, tl_context_budget_bytes(m, 16, 4), 1, 1, 100, &plan) == TL_OK) {
-            const int L = m->hp.n_layer;
+            const int L = m->lm.hp.n_layer;
             int ka = 0, kf = 0, bad = 0;
             for (int l = 0; l < L; l++) ka += plan.attn_resident[l], kf += plan.ffn_resident[l];
             for (int l = 0; l < L; l++) {
@@ -342,9 +342,9 @@ static int32_t rnd_in(int32_t lo, int32_t hi) { return lo + (int32_t)(rnd() % (u
 
 static void run_policy(tl_model *m, const tl_plan_request *rq, const tl_plan_result *r) {
     tl_policy pol = r->policy;
-    m->params.prefetch = pol.prefetch;
-    m->params.overlap = pol.overlap;
-    m->params.w_mem_pct = pol.w_mem_pct;
+    m->lm.params.prefetch = pol.prefetch;
+    m->lm.params.overlap = pol.overlap;
+    m->lm.params.w_mem_pct = pol.w_mem_pct;
     tl_generate_params gp = tl_generate_default_params();
     gp.sampler.temperature = 0;
     gp.stop_at_eos = 0;
@@ -384,9 +384,9 @@ static void run_policy(tl_model *m, const tl_plan_request *rq, const tl_plan_res
               (int)pol.kv_bits, (int)pol.kv_mem_pct, (int)pol.prefetch, (int)pol.overlap,
               (int)pol.n_ctx, (unsigned long long)r->mem_bytes,
               (unsigned long long)r->budget_bytes, tl_last_error());
-    CHECK_MSG(tl_budget_peak(m->budget) <= tl_budget_limit(m->budget),
-              "peak %llu > budget %llu", (unsigned long long)tl_budget_peak(m->budget),
-              (unsigned long long)tl_budget_limit(m->budget));
+    CHECK_MSG(tl_budget_peak(m->lm.budget) <= tl_budget_limit(m->lm.budget),
+              "peak %llu > budget %llu", (unsigned long long)tl_budget_peak(m->lm.budget),
+              (unsigned long long)tl_budget_limit(m->lm.budget));
     free(text);
 }
 
@@ -426,9 +426,9 @@ static void property(int cases, int runs) {
         tl_status st = tl_plan_search(m, &prof, &rq, &r);
         if (st == TL_OK) {
             found++;
-            CHECK_MSG(r.mem_bytes <= tl_budget_limit(m->budget), "case %d: dry run %llu > %llu",
+            CHECK_MSG(r.mem_bytes <= tl_budget_limit(m->lm.budget), "case %d: dry run %llu > %llu",
                       t, (unsigned long long)r.mem_bytes,
-                      (unsigned long long)tl_budget_limit(m->budget));
+                      (unsigned long long)tl_budget_limit(m->lm.budget));
             /* and independently of the search's own bookkeeping */
             tl_plan_result again;
             CHECK(tl_plan_evaluate(m, &prof, &rq.w, &r.policy, &again) == TL_OK);
@@ -451,7 +451,7 @@ static void property(int cases, int runs) {
             CHECK_MSG(tl_plan_evaluate(m, &prof, &rq.w, &lean, &lr) != TL_OK,
                       "case %d: the search found nothing but the lean policy fits (single %d, "
                       "overlap %d, %d seqs, budget %llu)", t, (int)rq.single, (int)rq.overlap,
-                      (int)rq.w.num_seqs, (unsigned long long)tl_budget_limit(m->budget));
+                      (int)rq.w.num_seqs, (unsigned long long)tl_budget_limit(m->lm.budget));
         }
         tl_model_close(m);
     }

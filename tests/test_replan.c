@@ -53,8 +53,8 @@ static int switch_hook(void *user, tl_model *m, const tl_batch_stats *s, int32_t
     bp->num_gb = p[1];
     bp->kv_bits = p[2];
     bp->kv_mem_pct = p[3];
-    m->params.w_mem_pct = p[4];
-    m->params.prefetch = p[5];
+    m->lm.params.w_mem_pct = p[4];
+    m->lm.params.prefetch = p[5];
     bp->prefill_rows = p[6];
     return 1;
 }
@@ -96,7 +96,7 @@ static void machinery(const char *path, const collect *ref) {
     CHECK(bs.replans == sw.calls && sw.calls >= 3);
     CHECK(bs.generated_tokens == N_PROMPTS * N_GEN);
     CHECK(bs.weight_bytes_read > 0 && bs.ssd_bytes_written > 0);
-    CHECK(tl_budget_peak(m->budget) <= tl_budget_limit(m->budget));
+    CHECK(tl_budget_peak(m->lm.budget) <= tl_budget_limit(m->lm.budget));
     for (int p = 0; p < N_PROMPTS; p++)
         CHECK_MSG(got.n[p] == N_GEN && !memcmp(got.tokens[p], ref->tokens[p], sizeof got.tokens[p]),
                   "prompt %d differs after policy switches", p);

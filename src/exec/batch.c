@@ -73,9 +73,9 @@ tl_batch_params tl_batch_default_params(void) {
 static tl_kv_params kv_params(const batch *b) {
     tl_kv_params kp;
     memset(&kp, 0, sizeof kp);
-    kp.n_layer = b->m->hp.n_layer;
-    kp.kv_dim = b->m->hp.n_head_kv * b->m->hp.head_dim;
-    kp.head_dim = b->m->hp.head_dim;
+    kp.n_layer = b->m->lm.hp.n_layer;
+    kp.kv_dim = b->m->lm.hp.n_head_kv * b->m->lm.hp.head_dim;
+    kp.head_dim = b->m->lm.hp.head_dim;
     kp.page_tokens = b->bp.page_tokens;
     kp.bits = b->bp.kv_bits;
     kp.kv_mem_pct = b->bp.kv_mem_pct;
@@ -124,9 +124,9 @@ static void batch_free(batch *b) {
         for (int32_t i = 0; i < b->bp.gbs * b->bp.num_gb; i++) seq_free(&b->ss[i]);
     free(b->ss);
     if (b->kv) tl_kv_close(b->kv);
-    tl_llama_scratch_free(m, &b->scratch);
-    tl_budget_free(m->budget, b->x);
-    tl_budget_free(m->budget, b->logits);
+    tl_llama_scratch_free(&m->lm, &b->scratch);
+    tl_budget_free(m->lm.budget, b->x);
+    tl_budget_free(m->lm.budget, b->logits);
     free(b->tok);
     free(b->seq);
     free(b->pos);
@@ -153,8 +153,8 @@ static void align_pages(const tl_model *m, tl_batch_params *p) {
     if (p->kv_mem_pct >= 100) return;
     tl_kv_params kp;
     memset(&kp, 0, sizeof kp);
-    kp.kv_dim = m->hp.n_head_kv * m->hp.head_dim;
-    kp.head_dim = m->hp.head_dim;
+    kp.kv_dim = m->lm.hp.n_head_kv * m->lm.hp.head_dim;
+    kp.head_dim = m->lm.hp.head_dim;
     kp.page_tokens = 1;
     kp.bits = p->kv_bits;
     size_t per_token = tl_kv_page_bytes(&kp);
@@ -188,9 +188,9 @@ static uint64_t budget_bytes(const batch *b) {
     tl_kv_params kp = kv_params(b);
     const uint64_t kv = tl_kv_budget_bytes(&kp, 2 * b->bp.gbs); /* two micro-batches staged */
     if (kv == UINT64_MAX) return UINT64_MAX; /* invalid KV parameters: nothing fits */
-    return tl_llama_scratch_bytes(m, b->rows_per_mb, b->bp.n_ctx, b->bp.page_tokens) +
-           nb * (uint64_t)b->rows_per_mb * (uint64_t)m->hp.n_embd * sizeof(float) + 64 +
-           nb * (uint64_t)b->bp.gbs * (uint64_t)m->hp.n_vocab * sizeof(float) + 64 + kv;
+    return tl_llama_scratch_bytes(&m->lm, b->rows_per_mb, b->bp.n_ctx, b->bp.page_tokens) +
+           nb * (uint64_t)b->rows_per_mb * (uint64_t)m->lm.hp.n_embd * sizeof(float) + 64 +
+           nb * (uint64_t)b->bp.gbs * (uint64_t)m->lm.hp.n_vocab * sizeof(float) + 64 + kv;
 }
 
 static tl_status batch_init(batch *b) {
@@ -209,15 +209,15 @@ static tl_status batch_init(batch *b) {
     b->ss = calloc((size_t)ng * gbs, sizeof *b->ss);
     if (!b->tok || !b->seq || !b->pos || !b->lrow || !b->lseq || !b->mseqs || !b->mb || !b->ss)
         return tl_error_set(TL_ERR_NOMEM, "out of memory");
-    if ((st = tl_llama_scratch_init(m, b->rows_per_mb, b->bp.n_ctx, b->bp.page_tokens,
+    if ((st = tl_llama_scratch_init(&m->lm, b->rows_per_mb, b->bp.n_ctx, b->bp.page_tokens,
                                     &b->scratch)) ||
-        (st = tl_budget_alloc(m->budget, n_all * (size_t)m->hp.n_embd * sizeof(float), 64,
+        (st = tl_budget_alloc(m->lm.budget, n_all * (size_t)m->lm.hp.n_embd * sizeof(float), 64,
                               "hidden states", (void **)&b->x)) ||
-        (st = tl_budget_alloc(m->budget, (size_t)ng * gbs * (size_t)m->hp.n_vocab * sizeof(float),
+        (st = tl_budget_alloc(m->lm.budget, (size_t)ng * gbs * (size_t)m->lm.hp.n_vocab * sizeof(float),
                               64, "logits", (void **)&b->logits)))
         return st;
     tl_kv_params kp = kv_params(b);
-    st = tl_kv_open(&kp, m->budget, m->aio, &b->kv);
+    st = tl_kv_open(&kp, m->lm.budget, m->lm.aio, &b->kv);
     if (!st && b->spill_fault) tl_kv_set_spill_fault(b->kv, b->spill_fault);
     return st;
 }
@@ -250,7 +250,7 @@ static tl_status take_token(batch *b, seq_state *s, int32_t tok) {
 /* Samples the next token of a sequence from its logits and decides whether it stops. */
 static tl_status sample(batch *b, seq_state *s, float *logits) {
     int32_t tok = tl_sampler_sample(&s->smp, logits);
-    const int32_t eos = tl_tokenizer_eos(b->m->tok);
+    const int32_t eos = tl_tokenizer_eos(b->m->lm.tok);
     if (b->gp.stop_at_eos && tok == eos) {
         s->done = s->eos = 1;
         return TL_OK;
@@ -297,8 +297,8 @@ static int32_t build(batch *b, int32_t k, int32_t n_seqs_block, int prefill, int
         mseqs[ns++] = s->kv_seq;
         n += len;
     }
-    *mb = (tl_microbatch){n, tok, {n, seq, pos}, b->x + (size_t)k * R * b->m->hp.n_embd,
-                          lrow, nl, b->logits + (size_t)k * gbs * b->m->hp.n_vocab, mseqs, ns};
+    *mb = (tl_microbatch){n, tok, {n, seq, pos}, b->x + (size_t)k * R * b->m->lm.hp.n_embd,
+                          lrow, nl, b->logits + (size_t)k * gbs * b->m->lm.hp.n_vocab, mseqs, ns};
     return n;
 }
 
@@ -341,7 +341,7 @@ static tl_status step(batch *b, int32_t n_seqs_block, int prefill, int32_t chunk
         b->st.prompt_tokens += prefill ? (uint64_t)b->mb[k].n_rows : 0;
         for (int32_t j = 0; j < b->mb[k].n_logits && !st; j++)
             st = sample(b, &b->ss[b->lseq[(size_t)k * gbs + j]],
-                        b->mb[k].logits + (size_t)j * b->m->hp.n_vocab);
+                        b->mb[k].logits + (size_t)j * b->m->lm.hp.n_vocab);
     }
     double dt = tl_now() - t0;
     if (prefill) b->st.prefill_s += dt;
@@ -389,7 +389,7 @@ tl_status tl_batch_check(tl_model *m, const tl_batch_params *bpp) {
     b.rows_per_mb = b.bp.prefill_rows < b.bp.gbs ? b.bp.gbs : b.bp.prefill_rows;
     const uint64_t need = budget_bytes(&b);
     if (m->res) { /* placed already: the state must fit beside it, as tl_engine_place */
-        const uint64_t limit = tl_budget_limit(m->budget), used = tl_budget_used(m->budget);
+        const uint64_t limit = tl_budget_limit(m->lm.budget), used = tl_budget_used(m->lm.budget);
         if (used > limit || need > limit - used)
             return tl_error_set(TL_ERR_NOMEM, "memory budget of %.1f MiB: this batch needs "
                                 "%.1f MiB but only %.1f MiB are free", limit / 1048576.0,
@@ -397,8 +397,8 @@ tl_status tl_batch_check(tl_model *m, const tl_batch_params *bpp) {
         return TL_OK;
     }
     tl_weight_plan plan;
-    st = tl_engine_plan_weights(m, need, m->params.prefetch, m->params.overlap,
-                                m->params.w_mem_pct, &plan);
+    st = tl_engine_plan_weights(m, need, m->lm.params.prefetch, m->lm.params.overlap,
+                                m->lm.params.w_mem_pct, &plan);
     tl_weight_plan_free(&plan);
     return st;
 }
@@ -439,7 +439,7 @@ static tl_status seq_start(batch *b, seq_state *s, int32_t index, const char *p,
     s->limit = lim < 0 ? b->bp.n_ctx : lim;
     tl_sampler_params sp = b->gp.sampler;
     sp.seed += (uint64_t)(b->seed_index ? b->seed_index[index] : index);
-    if ((st = tl_sampler_init(&s->smp, &sp, (size_t)m->hp.n_vocab))) return st;
+    if ((st = tl_sampler_init(&s->smp, &sp, (size_t)m->lm.hp.n_vocab))) return st;
     for (int32_t j = 0; j < s->n_prompt; j++) tl_sampler_accept(&s->smp, s->prompt[j]);
     if ((st = tl_kv_seq_open(b->kv, &s->kv_seq))) return st;
     if (s->limit == 0) { /* nothing to generate: the prompt need not run either */

@@ -42,9 +42,9 @@ static tl_kv_params kv_params(const tl_model *m, int32_t n_ctx, int32_t n_batch,
                               int32_t bits) {
     tl_kv_params kp;
     memset(&kp, 0, sizeof kp);
-    kp.n_layer = m->hp.n_layer;
-    kp.kv_dim = m->hp.n_head_kv * m->hp.head_dim;
-    kp.head_dim = m->hp.head_dim;
+    kp.n_layer = m->lm.hp.n_layer;
+    kp.kv_dim = m->lm.hp.n_head_kv * m->lm.hp.head_dim;
+    kp.head_dim = m->lm.hp.head_dim;
     kp.page_tokens = 16;
     kp.bits = bits;
     kp.kv_mem_pct = 100;
@@ -57,15 +57,15 @@ static tl_kv_params kv_params(const tl_model *m, int32_t n_ctx, int32_t n_batch,
 uint64_t tl_context_budget_bytes(const tl_model *m, int32_t n_ctx, int32_t n_batch) {
     if (n_batch > n_ctx) n_batch = n_ctx;
     const tl_kv_params kp = kv_params(m, n_ctx, n_batch, 32);
-    return tl_llama_scratch_bytes(m, n_batch, n_ctx, kp.page_tokens) +
-           (uint64_t)n_batch * (size_t)m->hp.n_embd * sizeof(float) + 64 +
+    return tl_llama_scratch_bytes(&m->lm, n_batch, n_ctx, kp.page_tokens) +
+           (uint64_t)n_batch * (size_t)m->lm.hp.n_embd * sizeof(float) + 64 +
            tl_kv_budget_bytes(&kp, 1);
 }
 
 tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_context **out) {
     *out = NULL;
     tl_context_params p = params ? *params : tl_context_default_params();
-    int32_t n_ctx = p.n_ctx > 0 ? p.n_ctx : model->hp.n_ctx_train;
+    int32_t n_ctx = p.n_ctx > 0 ? p.n_ctx : model->lm.hp.n_ctx_train;
     if (p.n_ctx <= 0 && n_ctx > 4096) n_ctx = 4096;
     int32_t n_batch = p.n_batch > 0 ? p.n_batch : 64;
     if (n_batch > n_ctx) n_batch = n_ctx;
@@ -73,7 +73,7 @@ tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_c
         return tl_error_set(TL_ERR_INVALID, "kv_bits must be 32, 16, 8 or 4 (got %d)",
                             (int)p.kv_bits);
     const tl_kv_params kp = kv_params(model, n_ctx, n_batch, p.kv_bits);
-    const uint64_t x_bytes = (uint64_t)n_batch * (size_t)model->hp.n_embd * sizeof(float) + 64;
+    const uint64_t x_bytes = (uint64_t)n_batch * (size_t)model->lm.hp.n_embd * sizeof(float) + 64;
     tl_status st = tl_engine_place(model, tl_context_budget_bytes(model, n_ctx, n_batch));
     if (st) return st;
     tl_context *c = calloc(1, sizeof *c);
@@ -86,9 +86,9 @@ tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_c
     c->row_idx = malloc((size_t)n_batch * sizeof *c->row_idx);
     if (!c->pos || !c->seqs || !c->row_idx) st = tl_error_set(TL_ERR_NOMEM, "out of memory");
     for (int32_t i = 0; !st && i < n_batch; i++) c->row_idx[i] = i;
-    if (!st) st = tl_llama_scratch_init(model, n_batch, n_ctx, kp.page_tokens, &c->scratch);
-    if (!st) st = tl_budget_alloc(model->budget, x_bytes - 64, 64, "hidden states", (void **)&c->x);
-    if (!st) st = tl_kv_open(&kp, model->budget, model->aio, &c->kv);
+    if (!st) st = tl_llama_scratch_init(&model->lm, n_batch, n_ctx, kp.page_tokens, &c->scratch);
+    if (!st) st = tl_budget_alloc(model->lm.budget, x_bytes - 64, 64, "hidden states", (void **)&c->x);
+    if (!st) st = tl_kv_open(&kp, model->lm.budget, model->lm.aio, &c->kv);
     if (!st) st = tl_kv_seq_open(c->kv, &c->seq);
     if (st) {
         tl_context_close(c);
@@ -102,8 +102,8 @@ tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_c
 void tl_context_close(tl_context *c) {
     if (!c) return;
     if (c->kv) tl_kv_close(c->kv);
-    tl_llama_scratch_free(c->model, &c->scratch);
-    tl_budget_free(c->model->budget, c->x);
+    tl_llama_scratch_free(&c->model->lm, &c->scratch);
+    tl_budget_free(c->model->lm.budget, c->x);
     free(c->pos);
     free(c->seqs);
     free(c->row_idx);
@@ -118,7 +118,7 @@ void tl_context_reset(tl_context *c) {
 void tl_context_reset_stats(tl_context *c) {
     memset(&c->stats, 0, sizeof c->stats);
     tl_residency_get_stats(c->model->res, &c->res_base);
-    tl_aio_get_stats(c->model->aio, &c->aio_base);
+    tl_aio_get_stats(c->model->lm.aio, &c->aio_base);
 }
 
 tl_status tl_context_get_stats(const tl_context *c, tl_run_stats *out) {
@@ -126,7 +126,7 @@ tl_status tl_context_get_stats(const tl_context *c, tl_run_stats *out) {
     tl_residency_stats rs;
     tl_aio_stats as;
     tl_residency_get_stats(m->res, &rs);
-    tl_aio_get_stats(m->aio, &as);
+    tl_aio_get_stats(m->lm.aio, &as);
     *out = c->stats;
     out->stall_s = rs.stall_s - c->res_base.stall_s;
     out->bytes_read_disk = rs.bytes_read_disk - c->res_base.bytes_read_disk;
@@ -134,12 +134,12 @@ tl_status tl_context_get_stats(const tl_context *c, tl_run_stats *out) {
     out->io_busy_s = as.read_busy_s - c->aio_base.read_busy_s;
     out->compute_s = out->wall_s - out->stall_s;
     const tl_weight_plan *p = tl_residency_plan(m->res);
-    out->budget_bytes = tl_budget_limit(m->budget);
-    out->budget_peak_bytes = tl_budget_peak(m->budget);
+    out->budget_bytes = tl_budget_limit(m->lm.budget);
+    out->budget_peak_bytes = tl_budget_peak(m->lm.budget);
     out->weights_resident_bytes = p->resident_bytes;
     out->weights_streamed_bytes = p->streamed_bytes;
     out->slots = p->n_slots;
-    out->io_uring = tl_aio_uses_uring(m->aio);
+    out->io_uring = tl_aio_uses_uring(m->lm.aio);
     return TL_OK;
 }
 
@@ -151,7 +151,7 @@ static tl_status decode(tl_context *c, const int32_t *tokens, size_t n, float *l
     if ((size_t)past + n > (size_t)c->n_ctx)
         return tl_error_set(TL_ERR_CONTEXT, "%zu tokens do not fit in the context: %d of %d "
                             "positions are in use", n, (int)past, (int)c->n_ctx);
-    const size_t vocab = (size_t)c->model->hp.n_vocab;
+    const size_t vocab = (size_t)c->model->lm.hp.n_vocab;
     for (size_t i = 0; i < n; i += (size_t)c->n_batch) {
         int32_t len = (int32_t)(n - i < (size_t)c->n_batch ? n - i : (size_t)c->n_batch);
         int32_t base = tl_kv_seq_len(c->kv, c->seq);
@@ -193,11 +193,11 @@ tl_status tl_decode_all_logits(tl_context *c, const int32_t *tokens, size_t n, f
 
 tl_status tl_tokenize(const tl_model *m, const char *text, size_t len, int add_bos,
                       int32_t *ids, size_t cap, size_t *n_out) {
-    return tl_tokenizer_encode(m->tok, text, len, add_bos, ids, cap, n_out);
+    return tl_tokenizer_encode(m->lm.tok, text, len, add_bos, ids, cap, n_out);
 }
 
 tl_status tl_token_piece(const tl_model *m, int32_t id, const char **bytes, size_t *len) {
-    return tl_tokenizer_piece(m->tok, id, bytes, len);
+    return tl_tokenizer_piece(m->lm.tok, id, bytes, len);
 }
 
 tl_generate_params tl_generate_default_params(void) {
@@ -213,7 +213,7 @@ tl_generate_params tl_generate_default_params(void) {
 static int emit(tl_context *c, tl_utf8_stream *u, int32_t tok, tl_piece_fn fn, void *user) {
     const char *bytes;
     size_t len;
-    if (tl_tokenizer_piece(c->model->tok, tok, &bytes, &len) != TL_OK) return 0;
+    if (tl_tokenizer_piece(c->model->lm.tok, tok, &bytes, &len) != TL_OK) return 0;
     char stackbuf[256];
     char *buf = len + 8 <= sizeof stackbuf ? stackbuf : malloc(len + 8);
     if (!buf) return 0;
@@ -232,7 +232,7 @@ tl_status tl_generate(tl_context *c, const char *prompt, const tl_generate_param
     memset(gs, 0, sizeof *gs);
     tl_context_reset(c);
     if (c->broken) return c->broken;
-    const size_t n_ctx = (size_t)c->n_ctx, vocab = (size_t)m->hp.n_vocab;
+    const size_t n_ctx = (size_t)c->n_ctx, vocab = (size_t)m->lm.hp.n_vocab;
     const size_t plen = prompt ? strlen(prompt) : 0;
 
     size_t n_prompt = 0;
@@ -263,7 +263,7 @@ tl_status tl_generate(tl_context *c, const char *prompt, const tl_generate_param
     gs->prefill_seconds = tl_now() - t0;
 
     tl_utf8_stream u = {0};
-    const int32_t eos = tl_tokenizer_eos(m->tok);
+    const int32_t eos = tl_tokenizer_eos(m->lm.tok);
     size_t limit = gp.n_predict < 0 ? n_ctx - n_prompt : (size_t)gp.n_predict;
     t0 = tl_now();
     for (size_t i = 0; i < limit; i++) {

@@ -16,13 +16,13 @@
 #include "base/status.h"
 
 uint64_t tl_engine_base_used(const tl_model *m) {
-    return m->res ? m->used_before_place : tl_budget_used(m->budget);
+    return m->res ? m->used_before_place : tl_budget_used(m->lm.budget);
 }
 
 tl_status tl_engine_plan_weights(const tl_model *m, uint64_t state_bytes, int prefetch,
                                  int overlap, int w_mem_pct, tl_weight_plan *plan) {
-    const uint64_t limit = tl_budget_limit(m->budget), used = tl_engine_base_used(m);
-    const uint64_t floor = tl_weight_plan_minimum(m, prefetch, overlap);
+    const uint64_t limit = tl_budget_limit(m->lm.budget), used = tl_engine_base_used(m);
+    const uint64_t floor = tl_weight_plan_minimum(&m->lm, prefetch, overlap);
     memset(plan, 0, sizeof *plan);
     if (used > limit || floor > limit - used || state_bytes > limit - used - floor)
         return tl_error_set(TL_ERR_NOMEM, "the memory budget of %.1f MiB is too small for "
@@ -35,15 +35,15 @@ tl_status tl_engine_plan_weights(const tl_model *m, uint64_t state_bytes, int pr
     /* --w-mem caps the resident share of the weights (a policy knob, FlexGen's wg) */
     uint64_t for_weights = limit - used - state_bytes;
     if (w_mem_pct < 100) {
-        uint64_t cap = floor + m->weight_bytes / 100 * (uint64_t)(w_mem_pct < 0 ? 0 : w_mem_pct);
+        uint64_t cap = floor + m->lm.weight_bytes / 100 * (uint64_t)(w_mem_pct < 0 ? 0 : w_mem_pct);
         if (cap < for_weights) for_weights = cap;
     }
-    return tl_weight_plan_make(m, for_weights, prefetch, overlap, plan);
+    return tl_weight_plan_make(&m->lm, for_weights, prefetch, overlap, plan);
 }
 
 tl_status tl_engine_place(tl_model *m, uint64_t state_bytes) {
-    const uint64_t limit = tl_budget_limit(m->budget), used = tl_budget_used(m->budget);
-    const tl_model_params *p = &m->params;
+    const uint64_t limit = tl_budget_limit(m->lm.budget), used = tl_budget_used(m->lm.budget);
+    const tl_model_params *p = &m->lm.params;
     if (m->res) {
         if (used + state_bytes > limit)
             return tl_error_set(TL_ERR_NOMEM, "memory budget of %.1f MiB: this context needs "
@@ -55,7 +55,7 @@ tl_status tl_engine_place(tl_model *m, uint64_t state_bytes) {
     m->used_before_place = used;
     tl_status st = tl_engine_plan_weights(m, state_bytes, p->prefetch, p->overlap,
                                           p->w_mem_pct, &plan);
-    if (!st) st = tl_residency_open(m, &plan, &m->res);
+    if (!st) st = tl_residency_open(&m->lm, &plan, &m->res);
     tl_weight_plan_free(&plan);
     return st;
 }
@@ -65,15 +65,28 @@ void tl_engine_unplace(tl_model *m) {
     m->res = NULL;
 }
 
+/* x[i] = the embedding of tokens[i], from the resident matrix or one small read each. */
+static tl_status embed(tl_model *m, const int32_t *tokens, int32_t n, float *x) {
+    const size_t d = (size_t)m->lm.hp.n_embd;
+    for (int32_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= m->lm.hp.n_vocab)
+            return tl_error_set(TL_ERR_INVALID, "token id %d is outside the vocabulary (0..%d)",
+                                (int)tokens[i], (int)m->lm.hp.n_vocab - 1);
+        tl_status st = tl_residency_embedding(m->res, tokens[i], x + (size_t)i * d);
+        if (st) return st;
+    }
+    return TL_OK;
+}
+
 tl_status tl_engine_step(tl_model *m, tl_llama_scratch *s, tl_kv *kv, tl_microbatch *mb,
                          int32_t num_gb) {
-    const int32_t L = m->hp.n_layer;
+    const int32_t L = m->lm.hp.n_layer;
     int need_output = 0;
     for (int32_t k = 0; k < num_gb; k++) need_output |= mb[k].n_logits > 0;
     tl_residency *r = m->res;
     tl_status st = tl_residency_begin_pass(r, need_output);
     for (int32_t k = 0; k < num_gb && !st; k++)
-        st = tl_llama_embed(m, mb[k].tokens, mb[k].n_rows, mb[k].x);
+        st = embed(m, mb[k].tokens, mb[k].n_rows, mb[k].x);
     if (!st) st = tl_kv_prefetch(kv, mb[0].seqs, mb[0].n_seqs, 0);
     for (int32_t l = 0; l < L && !st; l++) {
         if ((st = tl_residency_acquire(r, l))) break;
@@ -82,7 +95,7 @@ tl_status tl_engine_step(tl_model *m, tl_llama_scratch *s, tl_kv *kv, tl_microba
             if (k + 1 < num_gb) st = tl_kv_prefetch(kv, mb[k + 1].seqs, mb[k + 1].n_seqs, l);
             else if (l + 1 < L) st = tl_kv_prefetch(kv, mb[0].seqs, mb[0].n_seqs, l + 1);
             if (!st) st = tl_kv_wait(kv, mb[k].seqs, mb[k].n_seqs, l);
-            if (!st) st = tl_llama_layer_forward(m, s, kv, l, &mb[k].rows, mb[k].x);
+            if (!st) st = tl_llama_layer_forward(&m->lm, s, kv, l, &mb[k].rows, mb[k].x);
             tl_kv_release(kv, mb[k].seqs, mb[k].n_seqs, l);
         }
         tl_residency_release(r, l);
@@ -96,11 +109,11 @@ tl_status tl_engine_step(tl_model *m, tl_llama_scratch *s, tl_kv *kv, tl_microba
         }
     if (!st && need_output) {
         if (!(st = tl_residency_acquire(r, L))) {
-            const size_t vocab = (size_t)m->hp.n_vocab;
+            const size_t vocab = (size_t)m->lm.hp.n_vocab;
             for (int32_t k = 0; k < num_gb; k++)
                 for (int32_t i = 0; i < mb[k].n_logits; i += s->max_rows) {
                     int32_t n = mb[k].n_logits - i < s->max_rows ? mb[k].n_logits - i : s->max_rows;
-                    tl_llama_logits(m, s, mb[k].x, mb[k].logit_rows + i, n,
+                    tl_llama_logits(&m->lm, s, mb[k].x, mb[k].logit_rows + i, n,
                                     mb[k].logits + (size_t)i * vocab);
                 }
             tl_residency_release(r, L);

@@ -10,7 +10,7 @@
 #define TL_EXEC_ENGINE_H
 
 #include "kv/kv_cache.h"
-#include "model/llama.h"
+#include "exec/model_handle.h"
 #include "exec/residency.h"
 
 /* The first caller fixes the placement: what the budget leaves after `state_bytes`
@@ -44,7 +44,7 @@ int32_t tl_batch_page_tokens(const tl_model *m, const tl_batch_params *bp);
 
 /* Before each block of a batch run (the first included: the weights are placed by
  * then), a planner may replace the policy of the rest of the run: the hook sees the counters so far and the number of prompts left, and returns
- * 1 after writing new batch params (and possibly changing m->params: prefetch, overlap,
+ * 1 after writing new batch params (and possibly changing m->lm.params: prefetch, overlap,
  * w_mem_pct), 0 to keep going. On 1 the run frees its state, places the weights again
  * and continues with the new params. */
 typedef int (*tl_batch_replan_fn)(void *user, tl_model *m, const tl_batch_stats *so_far,

@@ -10,7 +10,7 @@
  * (a mismatch drains the ring and restarts it, correct but slow); after an IO error the
  * manager stays in the error state and every later acquire returns the same error.
  * Reads are widened to the tier's alignment (O_DIRECT): a tensor's data pointer is its
- * extent's buffer plus the offset of the tensor inside the widened extent.
+ * tl_weight_extent's buffer plus the offset of the tensor inside the widened tl_weight_extent.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,34 +23,25 @@
 #include "tier/aio.h"
 #include "tier/tier.h"
 
-#define ALIGN 4096u
-#define MAX_UNIT_TENSORS 8
+#define ALIGN ((uint64_t)TL_TIER_MAX_ALIGN)
 
-typedef struct placed { tl_weight *w; size_t buf_off; } placed;
-typedef struct extent { uint64_t file_off; size_t len, buf_off; } extent;
-
-/* Where a set of tensors lands in one buffer: merged aligned extents. */
-typedef struct layout {
-    placed t[MAX_UNIT_TENSORS];
-    extent e[MAX_UNIT_TENSORS];
-    int n_t, n_e;
-    size_t bytes;
-} layout;
+static uint64_t align_down(uint64_t x) { return x & ~(ALIGN - 1); }
+static uint64_t align_up(uint64_t x) { return (x + ALIGN - 1) & ~(ALIGN - 1); }
 
 enum { SLOT_EMPTY, SLOT_LOADING, SLOT_IN_USE };
 
 typedef struct slot {
     uint8_t *buf;
     int state, unit;
-    uint64_t tags[MAX_UNIT_TENSORS];
+    uint64_t tags[TL_WEIGHT_UNIT_MAX];
     int n_tags;
 } slot;
 
 struct tl_residency {
-    tl_model *m;
+    tl_llama *m;
     tl_weight_plan plan;
     int n_units;            /* n_layer + 1 */
-    layout *units;          /* streamed parts of each unit (n_t == 0: fully resident) */
+    tl_weight_layout *units;          /* streamed parts of each unit (n_t == 0: fully resident) */
     void **resident;        /* budget buffers of resident weights */
     size_t n_resident, cap_resident;
     slot *slots;
@@ -68,238 +59,6 @@ struct tl_residency {
     double stall_s;
     uint64_t bytes_disk, bytes_mem, passes;
 };
-
-static uint64_t align_down(uint64_t x) { return x & ~(uint64_t)(ALIGN - 1); }
-static uint64_t align_up(uint64_t x) { return (x + ALIGN - 1) & ~(uint64_t)(ALIGN - 1); }
-
-static int cmp_placed(const void *a, const void *b) {
-    const placed *x = a, *y = b;
-    return (x->w->file_offset > y->w->file_offset) - (x->w->file_offset < y->w->file_offset);
-}
-
-/* Builds the merged, aligned extents of tensors ws[0..n). */
-static void layout_build(layout *L, tl_weight *const *ws, int n) {
-    memset(L, 0, sizeof *L);
-    for (int i = 0; i < n; i++) L->t[L->n_t++].w = ws[i];
-    qsort(L->t, (size_t)L->n_t, sizeof L->t[0], cmp_placed);
-    for (int i = 0; i < L->n_t; i++) {
-        const tl_weight *w = L->t[i].w;
-        uint64_t a0 = align_down(w->file_offset), a1 = align_up(w->file_offset + w->file_bytes);
-        extent *last = L->n_e ? &L->e[L->n_e - 1] : NULL;
-        if (last && a0 <= last->file_off + last->len) { /* overlaps or touches: merge */
-            uint64_t end = a1 > last->file_off + last->len ? a1 : last->file_off + last->len;
-            L->bytes += (size_t)(end - (last->file_off + last->len));
-            last->len = (size_t)(end - last->file_off);
-        } else {
-            L->e[L->n_e++] = (extent){a0, (size_t)(a1 - a0), L->bytes};
-            L->bytes += (size_t)(a1 - a0);
-            last = &L->e[L->n_e - 1];
-        }
-        L->t[i].buf_off = last->buf_off + (size_t)(w->file_offset - last->file_off);
-    }
-}
-
-/* A layer's attention (part 0) or FFN (part 1) matrices, without those converted to
- * f32 at load (always resident, never streamed). Returns the count. */
-static int layer_part(const tl_llama_layer *L, int part, tl_weight **ws) {
-    tl_llama_layer *ly = (tl_llama_layer *)L;
-    tl_weight *attn[4] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo};
-    tl_weight *ffn[3] = {&ly->w_gate, &ly->w_up, &ly->w_down};
-    tl_weight **src = part ? ffn : attn;
-    int n = 0;
-    for (int i = 0; i < (part ? 3 : 4); i++)
-        if (!src[i]->convert) ws[n++] = src[i];
-    return n;
-}
-
-/* The weights of unit u that the plan streams (attn/ffn parts, or the output). */
-static int unit_streamed(const tl_model *m, const tl_weight_plan *p, int u, tl_weight **ws) {
-    int n = 0;
-    if (u == m->hp.n_layer) {
-        if (!p->output_resident) ws[n++] = (tl_weight *)&m->output;
-        return n;
-    }
-    if (!p->attn_resident[u]) n += layer_part(&m->layers[u], 0, ws + n);
-    if (!p->ffn_resident[u]) n += layer_part(&m->layers[u], 1, ws + n);
-    return n;
-}
-
-static uint64_t part_cost(tl_weight *const *ws, int n) {
-    layout L;
-    layout_build(&L, ws, n);
-    return L.bytes + ALIGN; /* one budget allocation, aligned */
-}
-
-/* Bytes of the f32 tensors converted at load, and the largest raw read they need. */
-static void converted_bytes(const tl_model *m, uint64_t *held, uint64_t *temp) {
-    tl_weight *all[4096];
-    tl_model *mm = (tl_model *)m;
-    size_t n = tl_llama_weights(mm, all, 4096);
-    *held = *temp = 0;
-    for (size_t i = 0; i < n && i < 4096; i++)
-        if (all[i]->convert) {
-            *held += (uint64_t)all[i]->rows * all[i]->cols * sizeof(float) + 64;
-            uint64_t t = align_up(all[i]->file_bytes + ALIGN) + ALIGN;
-            if (t > *temp) *temp = t;
-        }
-}
-
-static uint64_t row_buf_bytes(const tl_model *m) {
-    return align_up(tl_type_row_bytes(m->tok_embd.type, m->tok_embd.cols) + 2 * ALIGN);
-}
-
-uint64_t tl_weight_plan_bytes(const tl_model *m, const tl_weight_plan *p) {
-    const int L = m->hp.n_layer;
-    uint64_t held, temp, total = 0, slot = 0;
-    converted_bytes(m, &held, &temp);
-    total = held;
-    tl_weight *ws[MAX_UNIT_TENSORS];
-    for (int u = 0; u <= L; u++) {
-        int n = unit_streamed(m, p, u, ws);
-        if (n) {
-            uint64_t b = part_cost(ws, n) - ALIGN;
-            if (b > slot) slot = b;
-        }
-        if (u < L) {
-            tl_weight *ws2[MAX_UNIT_TENSORS];
-            int na;
-            if (p->attn_resident[u] && (na = layer_part(&m->layers[u], 0, ws2)))
-                total += part_cost(ws2, na);
-            if (p->ffn_resident[u] && (na = layer_part(&m->layers[u], 1, ws2)))
-                total += part_cost(ws2, na);
-        } else if (p->output_resident && !m->tied_output) {
-            tl_weight *o = (tl_weight *)&m->output;
-            total += part_cost(&o, 1);
-        }
-    }
-    if (p->embd_resident) {
-        tl_weight *e = (tl_weight *)&m->tok_embd;
-        total += part_cost(&e, 1);
-    } else {
-        total += row_buf_bytes(m) + ALIGN;
-    }
-    int slots = slot ? (p->overlap ? p->prefetch + 1 : 1) : 0;
-    total += (uint64_t)slots * (slot + ALIGN);
-    /* the converted tensors' raw reads happen before the slots exist */
-    return total > held + temp ? total : held + temp;
-}
-
-uint64_t tl_weight_plan_minimum(const tl_model *m, int prefetch, int overlap) {
-    tl_weight_plan p;
-    memset(&p, 0, sizeof p);
-    p.attn_resident = calloc((size_t)m->hp.n_layer, 1);
-    p.ffn_resident = calloc((size_t)m->hp.n_layer, 1);
-    p.prefetch = prefetch;
-    p.overlap = overlap;
-    uint64_t b = p.attn_resident && p.ffn_resident ? tl_weight_plan_bytes(m, &p) : UINT64_MAX;
-    tl_weight_plan_free(&p);
-    return b;
-}
-
-void tl_weight_plan_free(tl_weight_plan *p) {
-    free(p->attn_resident);
-    free(p->ffn_resident);
-    memset(p, 0, sizeof *p);
-}
-
-uint64_t tl_weight_plan_unit_bytes(const tl_model *m, const tl_weight_plan *p, int unit) {
-    tl_weight *ws[MAX_UNIT_TENSORS];
-    int n = unit < 0 || unit > m->hp.n_layer ? 0 : unit_streamed(m, p, unit, ws);
-    return n ? part_cost(ws, n) - ALIGN : 0;
-}
-
-static void plan_totals(const tl_model *m, tl_weight_plan *p) {
-    tl_weight *ws[MAX_UNIT_TENSORS];
-    uint64_t slot = 0, streamed = 0;
-    for (int u = 0; u <= m->hp.n_layer; u++) {
-        int n = unit_streamed(m, p, u, ws);
-        if (!n) continue;
-        uint64_t b = part_cost(ws, n) - ALIGN;
-        streamed += b;
-        if (b > slot) slot = b;
-    }
-    p->slot_bytes = slot;
-    p->n_slots = slot ? (p->overlap ? p->prefetch + 1 : 1) : 0;
-    p->streamed_bytes = streamed;
-    p->total_bytes = tl_weight_plan_bytes(m, p);
-    p->resident_bytes = m->weight_bytes > streamed ? m->weight_bytes - streamed : 0;
-}
-
-/* Sets k of the n flags, evenly spaced: flag l is set when floor((l+1)k/n) > floor(lk/n). */
-static void spread_flags(uint8_t *flags, int n, int k) {
-    for (int l = 0; l < n; l++)
-        flags[l] = (uint8_t)((int64_t)(l + 1) * k / n > (int64_t)l * k / n);
-}
-
-/* The greedy fills layers from the first one, so the streamed parts would all be the last
- * layers: while the resident first layers compute, the reader can fill its few buffers
- * and then idles, and the streamed layers then wait on the disk one after another. The
- * same number of resident parts spread evenly over the layers lets the reader stream
- * during every resident layer's compute. Layers of one model have one shape, so the bytes
- * do not change; if they did (budget exceeded), the greedy's choice stays. */
-static void spread_resident(const tl_model *m, tl_weight_plan *p, uint64_t budget) {
-    const int L = m->hp.n_layer;
-    uint8_t *keep_attn = malloc((size_t)L), *keep_ffn = malloc((size_t)L);
-    if (!keep_attn || !keep_ffn) { /* a layout preference: keep the greedy's choice */
-        free(keep_attn), free(keep_ffn);
-        return;
-    }
-    memcpy(keep_attn, p->attn_resident, (size_t)L);
-    memcpy(keep_ffn, p->ffn_resident, (size_t)L);
-    int ka = 0, kf = 0;
-    for (int l = 0; l < L; l++) ka += p->attn_resident[l], kf += p->ffn_resident[l];
-    spread_flags(p->attn_resident, L, ka);
-    spread_flags(p->ffn_resident, L, kf);
-    if (tl_weight_plan_bytes(m, p) > budget) {
-        memcpy(p->attn_resident, keep_attn, (size_t)L);
-        memcpy(p->ffn_resident, keep_ffn, (size_t)L);
-    }
-    free(keep_attn), free(keep_ffn);
-}
-
-tl_status tl_weight_plan_make(const tl_model *m, uint64_t budget, int prefetch, int overlap,
-                              tl_weight_plan *p) {
-    const int L = m->hp.n_layer;
-    memset(p, 0, sizeof *p);
-    p->attn_resident = calloc((size_t)L, 1);
-    p->ffn_resident = calloc((size_t)L, 1);
-    if (!p->attn_resident || !p->ffn_resident) {
-        tl_weight_plan_free(p);
-        return tl_error_set(TL_ERR_NOMEM, "out of memory");
-    }
-    p->prefetch = prefetch;
-    p->overlap = overlap;
-    uint64_t minimum = tl_weight_plan_bytes(m, p);
-    if (minimum > budget) {
-        tl_weight_plan_free(p);
-        return tl_error_set(TL_ERR_NOMEM, "%.1f MiB are left for weights, but streaming "
-                            "needs at least %.1f MiB (%d layer buffers of the largest layer "
-                            "plus norms)", budget / 1048576.0, tl_mib_up(minimum),
-                            overlap ? prefetch + 1 : 1);
-    }
-    /* greedy in value order: attention of each layer, the output, FFN of each layer,
-     * the embedding (with a tied output: both at once). An item that does not fit is
-     * skipped and later, smaller ones are still tried. */
-    for (int item = 0; item < 2 * L + 2; item++) {
-        uint8_t one = 0, *flag = &one;
-        if (item < L) flag = &p->attn_resident[item];
-        else if (item > L && item <= 2 * L) flag = &p->ffn_resident[item - L - 1];
-        int is_output = item == L, is_embd = item == 2 * L + 1;
-        if (is_output && m->tied_output) continue;
-        if (is_output) p->output_resident = 1;
-        else if (is_embd) { p->embd_resident = 1; if (m->tied_output) p->output_resident = 1; }
-        else *flag = 1;
-        if (tl_weight_plan_bytes(m, p) <= budget) continue;
-        if (is_output) p->output_resident = 0;
-        else if (is_embd) { p->embd_resident = 0; if (m->tied_output) p->output_resident = 0; }
-        else *flag = 0;
-    }
-    /* tied: the output is the embedding, resident only together with it */
-    if (m->tied_output) p->output_resident = p->embd_resident;
-    spread_resident(m, p, budget);
-    plan_totals(m, p);
-    return TL_OK;
-}
 
 /* ---- the manager ---- */
 
@@ -327,8 +86,8 @@ static tl_status keep(tl_residency *r, void *buf) {
     return TL_OK;
 }
 
-/* Submits the reads of layout L into buf; tags go to tags[]. */
-static tl_status submit_layout(tl_residency *r, const layout *L, uint8_t *buf, uint64_t *tags) {
+/* Submits the reads of tl_weight_layout L into buf; tags go to tags[]. */
+static tl_status submit_layout(tl_residency *r, const tl_weight_layout *L, uint8_t *buf, uint64_t *tags) {
     for (int i = 0; i < L->n_e; i++) {
         tags[i] = ++r->next_tag;
         tl_status st = tl_aio_read(r->m->aio, r->m->tier, L->e[i].file_off,
@@ -357,8 +116,8 @@ static tl_status wait_tags(tl_residency *r, const uint64_t *tags, int n) {
 
 /* Reads a resident part into a new budget buffer and points its weights there. */
 static tl_status load_resident(tl_residency *r, tl_weight *const *ws, int n) {
-    layout L;
-    layout_build(&L, ws, n);
+    tl_weight_layout L;
+    tl_weight_layout_build(&L, ws, n);
     uint8_t *buf;
     tl_status st = tl_budget_alloc(r->m->budget, L.bytes, ALIGN, ws[0]->name, (void **)&buf);
     if (st) return st;
@@ -366,7 +125,7 @@ static tl_status load_resident(tl_residency *r, tl_weight *const *ws, int n) {
         tl_budget_free(r->m->budget, buf);
         return st;
     }
-    uint64_t tags[MAX_UNIT_TENSORS];
+    uint64_t tags[TL_WEIGHT_UNIT_MAX];
     if ((st = submit_layout(r, &L, buf, tags))) return st;
     if ((st = wait_tags(r, tags, L.n_e))) return st;
     for (int i = 0; i < L.n_t; i++) L.t[i].w->data = buf + L.t[i].buf_off;
@@ -375,15 +134,15 @@ static tl_status load_resident(tl_residency *r, tl_weight *const *ws, int n) {
 
 /* Reads a tensor and converts it to f32 (norms; rows that split quant blocks). */
 static tl_status load_converted(tl_residency *r, tl_weight *w) {
-    layout L;
+    tl_weight_layout L;
     tl_weight *one = w;
-    layout_build(&L, &one, 1);
+    tl_weight_layout_build(&L, &one, 1);
     uint8_t *raw;
     float *dst;
     size_t n = w->rows * w->cols;
     tl_status st = tl_budget_alloc(r->m->budget, L.bytes, ALIGN, w->name, (void **)&raw);
     if (st) return st;
-    uint64_t tags[MAX_UNIT_TENSORS];
+    uint64_t tags[TL_WEIGHT_UNIT_MAX];
     st = submit_layout(r, &L, raw, tags);
     if (!st) st = wait_tags(r, tags, L.n_e);
     if (!st) st = tl_budget_alloc(r->m->budget, n * sizeof(float), 64, w->name, (void **)&dst);
@@ -397,7 +156,7 @@ static tl_status load_converted(tl_residency *r, tl_weight *w) {
     return st;
 }
 
-tl_status tl_residency_open(tl_model *m, const tl_weight_plan *plan, tl_residency **out) {
+tl_status tl_residency_open(tl_llama *m, const tl_weight_plan *plan, tl_residency **out) {
     *out = NULL;
     const int L = m->hp.n_layer;
     tl_residency *r = calloc(1, sizeof *r);
@@ -429,11 +188,11 @@ tl_status tl_residency_open(tl_model *m, const tl_weight_plan *plan, tl_residenc
     for (size_t i = 0; i < n_all && !st; i++)
         if (all[i]->convert) st = load_converted(r, all[i]);
     for (int u = 0; u < L && !st; u++) {
-        tl_weight *ws[MAX_UNIT_TENSORS];
+        tl_weight *ws[TL_WEIGHT_UNIT_MAX];
         int n;
-        if (plan->attn_resident[u] && (n = layer_part(&m->layers[u], 0, ws)))
+        if (plan->attn_resident[u] && (n = tl_llama_layer_matrices(&m->layers[u], 0, ws)))
             st = load_resident(r, ws, n);
-        if (!st && plan->ffn_resident[u] && (n = layer_part(&m->layers[u], 1, ws)))
+        if (!st && plan->ffn_resident[u] && (n = tl_llama_layer_matrices(&m->layers[u], 1, ws)))
             st = load_resident(r, ws, n);
     }
     if (!st && plan->embd_resident) {
@@ -446,14 +205,14 @@ tl_status tl_residency_open(tl_model *m, const tl_weight_plan *plan, tl_residenc
         st = load_resident(r, &o, 1);
     }
     if (!st && !plan->embd_resident) {
-        r->row_buf_bytes = row_buf_bytes(m);
+        r->row_buf_bytes = tl_weight_row_buf_bytes(m);
         st = tl_budget_alloc(m->budget, r->row_buf_bytes, ALIGN, "embedding row buffer",
                              (void **)&r->row_buf);
     }
     for (int u = 0; u <= L && !st; u++) {
-        tl_weight *ws[MAX_UNIT_TENSORS];
-        int n = unit_streamed(m, plan, u, ws);
-        if (n) layout_build(&r->units[u], ws, n);
+        tl_weight *ws[TL_WEIGHT_UNIT_MAX];
+        int n = tl_weight_plan_unit_weights(m, plan, u, ws);
+        if (n) tl_weight_layout_build(&r->units[u], ws, n);
     }
     for (int i = 0; i < plan->n_slots && !st; i++) {
         st = tl_budget_alloc(m->budget, plan->slot_bytes, ALIGN, "layer buffer",
@@ -556,7 +315,7 @@ tl_status tl_residency_begin_pass(tl_residency *r, int need_output) {
 
 tl_status tl_residency_acquire(tl_residency *r, int u) {
     if (r->error) return sticky(r);
-    layout *L = &r->units[u];
+    tl_weight_layout *L = &r->units[u];
     if (!L->n_t) return TL_OK; /* fully resident */
     int head = r->q_len ? r->queue[r->q_head] : -1;
     if (head < 0 || r->slots[head].unit != u) {
@@ -595,7 +354,7 @@ tl_status tl_residency_acquire(tl_residency *r, int u) {
 }
 
 void tl_residency_release(tl_residency *r, int u) {
-    layout *L = &r->units[u];
+    tl_weight_layout *L = &r->units[u];
     if (!L->n_t) return;
     for (int i = 0; i < r->plan.n_slots; i++)
         if (r->slots[i].state == SLOT_IN_USE && r->slots[i].unit == u) {
@@ -607,7 +366,7 @@ void tl_residency_release(tl_residency *r, int u) {
 }
 
 tl_status tl_residency_embedding(tl_residency *r, int32_t id, float *dst) {
-    tl_model *m = r->m;
+    tl_llama *m = r->m;
     const tl_weight *w = &m->tok_embd;
     const size_t rb = tl_type_row_bytes(w->type, w->cols);
     if (w->data) {

@@ -42,7 +42,12 @@ typedef struct tl_llama_layer {
     tl_weight w_down;       /* [n_embd][n_ff] */
 } tl_llama_layer;
 
-struct tl_model {
+typedef struct tl_llama tl_llama;
+
+/* A loaded model: its weights' places in the file, tokenizer, and the budget, thread pool
+ * and IO queue its forward pass and weight reads use. Where the weights live in memory is
+ * decided above (exec/), which owns the placement. */
+struct tl_llama {
     char *path;
     tl_gguf *gguf;
     tl_llama_hparams hp;
@@ -56,16 +61,21 @@ struct tl_model {
     tl_pool *pool;
     struct tl_tier *tier;      /* the model file, read-only (O_DIRECT unless disabled) */
     struct tl_aio *aio;        /* every weight read goes through this queue */
-    struct tl_residency *res;  /* set when the weights are placed (first context) */
     tl_model_params params;
     int use_reference;         /* 1: scalar reference kernels everywhere */
     uint64_t weight_bytes, n_params;
-    uint64_t used_before_place; /* budget bytes in use when the weights were placed */
 };
 
 /* Every weight of the model in a fixed order: token_embd, output_norm, output (unless
  * tied), then per layer attn_norm, q, k, v, o, ffn_norm, gate, up, down. */
-size_t tl_llama_weights(tl_model *m, tl_weight **out, size_t cap);
+size_t tl_llama_weights(tl_llama *m, tl_weight **out, size_t cap);
+
+/* Opens the model file read-only and reads its header, hyperparameters, tokenizer and
+ * weight directory; no weight is read yet (exec/ places them). *m is filled in; on an
+ * error it is left closed. */
+tl_status tl_llama_open(const char *path, const tl_model_params *params, tl_llama *m);
+void tl_llama_close(tl_llama *m);
+void tl_llama_describe(const tl_llama *m, tl_model_desc *d);
 
 /* Reads hyperparameters from GGUF metadata and checks them for consistency. */
 tl_status tl_llama_read_hparams(const tl_gguf *g, tl_llama_hparams *hp);
@@ -89,11 +99,11 @@ typedef struct tl_llama_scratch {
 } tl_llama_scratch;
 
 /* Budget bytes tl_llama_scratch_init will allocate. */
-uint64_t tl_llama_scratch_bytes(const tl_model *m, int32_t max_rows, int32_t max_ctx,
+uint64_t tl_llama_scratch_bytes(const tl_llama *m, int32_t max_rows, int32_t max_ctx,
                                 int32_t page_tokens);
-tl_status tl_llama_scratch_init(tl_model *m, int32_t max_rows, int32_t max_ctx,
+tl_status tl_llama_scratch_init(tl_llama *m, int32_t max_rows, int32_t max_ctx,
                                 int32_t page_tokens, tl_llama_scratch *s);
-void tl_llama_scratch_free(tl_model *m, tl_llama_scratch *s);
+void tl_llama_scratch_free(tl_llama *m, tl_llama_scratch *s);
 
 /* Rows of one forward step. Rows of one sequence are contiguous and in position order;
  * pos[i] = the sequence's KV length before the step + the row's offset in its run. */
@@ -103,14 +113,12 @@ typedef struct tl_llama_rows {
     const int32_t *pos; /* [n] */
 } tl_llama_rows;
 
-/* x[i] = embedding of tokens[i] (f32 [n][n_embd]). */
-tl_status tl_llama_embed(tl_model *m, const int32_t *tokens, int32_t n, float *x);
 /* One layer over the rows, in place on x [n][n_embd]: appends each row's K/V at this
  * layer to the KV cache (the caller commits after the last layer). */
-tl_status tl_llama_layer_forward(tl_model *m, tl_llama_scratch *s, struct tl_kv *kv, int32_t layer,
+tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv *kv, int32_t layer,
                          const tl_llama_rows *rows, float *x);
 /* logits[j] (n_vocab floats each) for rows idx[0..n_out) of x. */
-void tl_llama_logits(tl_model *m, tl_llama_scratch *s, const float *x, const int32_t *idx,
+void tl_llama_logits(tl_llama *m, tl_llama_scratch *s, const float *x, const int32_t *idx,
                      int32_t n_out, float *logits);
 
 #endif

@@ -2,7 +2,7 @@
  *
  * Read top to bottom this is the whole model (shapes in brackets, n = rows, d = n_embd,
  * qd = n_head*head_dim, kvd = n_head_kv*head_dim, f = n_ff):
- *   x[n][d] = token_embd[tokens]                                  (tl_llama_embed)
+ *   x[n][d] = token_embd[tokens]                      (by exec/, which holds the rows)
  *   per layer (tl_llama_layer_forward):
  *               xn = rmsnorm(x) * attn_norm
  *               q[n][qd], k[n][kvd], v[n][kvd] = xn Wq^T, xn Wk^T, xn Wv^T
@@ -23,14 +23,13 @@
 #include "model/llama.h"
 #include "model/ops.h"
 #include "base/status.h"
-#include "exec/residency.h"
 #include "kernels/kernels.h"
 #include "kv/kv_cache.h"
 
 typedef struct scratch_buf { float **ptr; size_t floats; const char *what; } scratch_buf;
 
 /* One table serves sizing and allocation, so the budget check before a run is exact. */
-static size_t scratch_table(const tl_model *m, tl_llama_scratch *s, int32_t max_rows,
+static size_t scratch_table(const tl_llama *m, tl_llama_scratch *s, int32_t max_rows,
                             int32_t max_ctx, int32_t page_tokens, scratch_buf *t) {
     const tl_llama_hparams *hp = &m->hp;
     const size_t nr = (size_t)max_rows, d = (size_t)hp->n_embd, f = (size_t)hp->n_ff;
@@ -57,7 +56,7 @@ static size_t scratch_table(const tl_model *m, tl_llama_scratch *s, int32_t max_
     return n;
 }
 
-uint64_t tl_llama_scratch_bytes(const tl_model *m, int32_t max_rows, int32_t max_ctx,
+uint64_t tl_llama_scratch_bytes(const tl_llama *m, int32_t max_rows, int32_t max_ctx,
                                 int32_t page_tokens) {
     tl_llama_scratch s;
     scratch_buf t[16];
@@ -67,7 +66,7 @@ uint64_t tl_llama_scratch_bytes(const tl_model *m, int32_t max_rows, int32_t max
     return bytes;
 }
 
-tl_status tl_llama_scratch_init(tl_model *m, int32_t max_rows, int32_t max_ctx,
+tl_status tl_llama_scratch_init(tl_llama *m, int32_t max_rows, int32_t max_ctx,
                                 int32_t page_tokens, tl_llama_scratch *s) {
     memset(s, 0, sizeof *s);
     if (max_rows <= 0 || max_ctx <= 0 || page_tokens <= 0)
@@ -88,14 +87,14 @@ tl_status tl_llama_scratch_init(tl_model *m, int32_t max_rows, int32_t max_ctx,
     return TL_OK;
 }
 
-void tl_llama_scratch_free(tl_model *m, tl_llama_scratch *s) {
+void tl_llama_scratch_free(tl_llama *m, tl_llama_scratch *s) {
     float *bufs[] = {s->xn, s->q, s->k, s->v, s->att_out, s->gate, s->up, s->attn,
                      s->mm_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tl_budget_free(m->budget, bufs[i]);
     memset(s, 0, sizeof *s);
 }
 
-static void matmul(tl_model *m, tl_llama_scratch *s, const tl_weight *w, const float *X,
+static void matmul(tl_llama *m, tl_llama_scratch *s, const tl_weight *w, const float *X,
                    size_t n, float *Y) {
     tl_op_matmul(m, w, X, n, Y, s->mm_scratch, s->mm_scratch_floats);
 }
@@ -104,22 +103,10 @@ static void add_rows(float *x, const float *y, size_t count) {
     for (size_t i = 0; i < count; i++) x[i] += y[i];
 }
 
-tl_status tl_llama_embed(tl_model *m, const int32_t *tokens, int32_t n, float *x) {
-    const size_t d = (size_t)m->hp.n_embd;
-    for (int32_t i = 0; i < n; i++) {
-        if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
-            return tl_error_set(TL_ERR_INVALID, "token id %d is outside the vocabulary (0..%d)",
-                                (int)tokens[i], (int)m->hp.n_vocab - 1);
-        tl_status st = tl_residency_embedding(m->res, tokens[i], x + (size_t)i * d);
-        if (st) return st;
-    }
-    return TL_OK;
-}
-
 /* ---- attention over the paged KV cache ---- */
 
 typedef struct attn_job {
-    tl_model *m;
+    tl_llama *m;
     tl_llama_scratch *s;
     struct tl_kv *kv;
     int32_t layer;
@@ -189,7 +176,7 @@ static void attn_task(void *arg, int task, int thread) {
     }
 }
 
-tl_status tl_llama_layer_forward(tl_model *m, tl_llama_scratch *s, struct tl_kv *kv, int32_t l,
+tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv *kv, int32_t l,
                          const tl_llama_rows *rows, float *x) {
     const tl_llama_hparams *hp = &m->hp;
     const tl_llama_layer *L = &m->layers[l];
@@ -243,7 +230,7 @@ tl_status tl_llama_layer_forward(tl_model *m, tl_llama_scratch *s, struct tl_kv 
     return TL_OK;
 }
 
-void tl_llama_logits(tl_model *m, tl_llama_scratch *s, const float *x, const int32_t *idx,
+void tl_llama_logits(tl_llama *m, tl_llama_scratch *s, const float *x, const int32_t *idx,
                      int32_t n_out, float *logits) {
     const size_t d = (size_t)m->hp.n_embd;
     for (int32_t i = 0; i < n_out; i++) /* gather the rows, normalized, into xn */

@@ -3,8 +3,8 @@
  * Every tensor the forward pass uses is looked up by its GGUF name and its shape is
  * checked against the hyperparameters before any data is read, so a file with missing
  * or mis-shaped tensors fails with a message naming the tensor. Opening reads no
- * weights: it records each tensor's place in the file; the residency manager
- * (exec/residency.c) reads them when the first context fixes the memory budget. Two
+ * weights: it records each tensor's place in the file; exec/ reads them when the first
+ * context fixes the memory budget. Two
  * tensors kinds are converted to f32 when read (and always kept resident): norm vectors,
  * and quantized matrices whose rows are not a whole number of blocks (the Q8_0
  * stories260K file's ffn_down, 172 columns), dequantized as one flat block stream.
@@ -15,7 +15,6 @@
 #include "model/llama.h"
 #include "base/status.h"
 #include "kernels/kernels.h"
-#include "exec/residency.h"
 #include "tier/aio.h"
 #include "tier/tier.h"
 
@@ -95,7 +94,7 @@ tl_status tl_llama_read_hparams(const tl_gguf *g, tl_llama_hparams *hp) {
 }
 
 
-static const tl_gguf_tensor *find_checked(tl_model *m, const char *name, uint64_t ne0,
+static const tl_gguf_tensor *find_checked(tl_llama *m, const char *name, uint64_t ne0,
                                           uint64_t ne1, tl_status *st) {
     const tl_gguf_tensor *t = tl_gguf_find_tensor(m->gguf, name);
     if (!t) {
@@ -117,7 +116,7 @@ static const tl_gguf_tensor *find_checked(tl_model *m, const char *name, uint64_
 }
 
 /* Records where a tensor's data lives and how it will be held in memory. */
-static tl_status describe(tl_model *m, const char *name, uint64_t cols, uint64_t rows,
+static tl_status describe(tl_llama *m, const char *name, uint64_t cols, uint64_t rows,
                           int is_norm, tl_weight *w) {
     tl_status st;
     const tl_gguf_tensor *t = find_checked(m, name, cols, rows, &st);
@@ -137,7 +136,7 @@ static tl_status describe(tl_model *m, const char *name, uint64_t cols, uint64_t
     return TL_OK;
 }
 
-static tl_status describe_weights(tl_model *m) {
+static tl_status describe_weights(tl_llama *m) {
     const tl_llama_hparams *hp = &m->hp;
     const uint64_t d = (uint64_t)hp->n_embd, hd = (uint64_t)hp->head_dim;
     const uint64_t q_dim = hd * (uint64_t)hp->n_head, kv_dim = hd * (uint64_t)hp->n_head_kv;
@@ -182,7 +181,7 @@ static tl_status describe_weights(tl_model *m) {
     return TL_OK;
 }
 
-size_t tl_llama_weights(tl_model *m, tl_weight **out, size_t cap) {
+size_t tl_llama_weights(tl_llama *m, tl_weight **out, size_t cap) {
     size_t n = 0;
 #define PUT(w) do { if (n < cap) out[n] = (w); n++; } while (0)
     PUT(&m->tok_embd);
@@ -275,7 +274,7 @@ static tl_status tier_src_read(void *src, uint64_t offset, void *dst, size_t len
     return TL_OK;
 }
 
-static tl_status parse_header(tl_model *m) {
+static tl_status parse_header(tl_llama *m) {
     tier_src src = {m->tier, NULL, 256u << 10};
     if (posix_memalign((void **)&src.bounce, 4096, src.cap) != 0)
         return tl_error_set(TL_ERR_NOMEM, "out of memory");
@@ -284,14 +283,11 @@ static tl_status parse_header(tl_model *m) {
     return st;
 }
 
-tl_status tl_model_open(const char *path, const tl_model_params *params, tl_model **out) {
-    *out = NULL;
-    tl_error_clear();
+tl_status tl_llama_open(const char *path, const tl_model_params *params, tl_llama *m) {
+    memset(m, 0, sizeof *m);
     tl_model_params p = params ? *params : tl_model_default_params();
     tl_status st = check_params(&p);
     if (st) return st;
-    tl_model *m = calloc(1, sizeof *m);
-    if (!m) return tl_error_set(TL_ERR_NOMEM, "out of memory");
     m->params = p;
     m->path = strdup(path);
     m->use_reference = p.reference_kernels;
@@ -316,17 +312,11 @@ tl_status tl_model_open(const char *path, const tl_model_params *params, tl_mode
         ap.n_threads = p.io_queue_depth;
         st = tl_aio_open(&ap, &m->aio);
     }
-    if (st) {
-        tl_model_close(m);
-        return st;
-    }
-    *out = m;
-    return TL_OK;
+    if (st) tl_llama_close(m);
+    return st;
 }
 
-void tl_model_close(tl_model *m) {
-    if (!m) return;
-    tl_residency_close(m->res);
+void tl_llama_close(tl_llama *m) {
     tl_aio_close(m->aio);
     if (m->tier) tl_tier_close(m->tier);
     free(m->layers);
@@ -335,10 +325,10 @@ void tl_model_close(tl_model *m) {
     tl_tokenizer_free(m->tok);
     tl_gguf_free(m->gguf);
     free(m->path);
-    free(m);
+    memset(m, 0, sizeof *m);
 }
 
-tl_status tl_model_describe(const tl_model *m, tl_model_desc *d) {
+void tl_llama_describe(const tl_llama *m, tl_model_desc *d) {
     memset(d, 0, sizeof *d);
     snprintf(d->arch, sizeof d->arch, "%s", m->hp.arch);
     d->n_vocab = m->hp.n_vocab;
@@ -353,5 +343,4 @@ tl_status tl_model_describe(const tl_model *m, tl_model_desc *d) {
     d->eos_id = tl_tokenizer_eos(m->tok);
     d->n_params = m->n_params;
     d->weight_bytes = m->weight_bytes;
-    return TL_OK;
 }

@@ -160,7 +160,7 @@ static void matvec_task(void *arg, int owner, int thread) {
     } while (steal_half(j, (size_t)owner));
 }
 
-static void matvec_run(tl_model *m, matmul_job *mm, size_t nw, size_t threads) {
+static void matvec_run(tl_llama *m, matmul_job *mm, size_t nw, size_t threads) {
     region regions[MATVEC_MAX_THREADS];
     matvec_job j = {mm, nw, threads, {0}, {0}, regions};
     for (size_t w = 0; w < nw; w++) {
@@ -176,7 +176,7 @@ static void matvec_run(tl_model *m, matmul_job *mm, size_t nw, size_t threads) {
     tl_pool_run(m->pool, (int)threads, matvec_task, &j);
 }
 
-void tl_op_matmul_multi(tl_model *m, const tl_weight *const *ws, size_t nw, const float *X,
+void tl_op_matmul_multi(tl_llama *m, const tl_weight *const *ws, size_t nw, const float *X,
                         size_t n, float *const *Ys, float *scratch, size_t scratch_floats) {
     size_t threads = (size_t)tl_pool_threads(m->pool);
     size_t bounds[2 * MAX_CHUNKS * TL_MATMUL_MULTI_MAX];
@@ -209,7 +209,7 @@ void tl_op_matmul_multi(tl_model *m, const tl_weight *const *ws, size_t nw, cons
     tl_pool_run(m->pool, (int)tasks, matmul_task, &j);
 }
 
-void tl_op_matmul(tl_model *m, const tl_weight *w, const float *X, size_t n, float *Y,
+void tl_op_matmul(tl_llama *m, const tl_weight *w, const float *X, size_t n, float *Y,
                   float *scratch, size_t scratch_floats) {
     tl_op_matmul_multi(m, &w, 1, X, n, &Y, scratch, scratch_floats);
 }
@@ -238,7 +238,7 @@ void tl_op_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, 
     }
 }
 
-void tl_op_swiglu(const tl_model *m, float *gate, const float *up, size_t n) {
+void tl_op_swiglu(const tl_llama *m, float *gate, const float *up, size_t n) {
     if (m->use_reference) tl_swiglu_ref(gate, up, n);
     else tl_swiglu_fast(gate, up, n);
 }

@@ -11,14 +11,14 @@
 
 /* Y[n][w->rows] = X[n][w->cols] * W^T. `scratch` is per-thread matmul scratch of
  * `scratch_floats` floats each (tl_matmul_scratch_floats). */
-void tl_op_matmul(tl_model *m, const tl_weight *w, const float *X, size_t n, float *Y,
+void tl_op_matmul(tl_llama *m, const tl_weight *w, const float *X, size_t n, float *Y,
                   float *scratch, size_t scratch_floats);
 
 /* Y_i = X W_i^T for the nw matrices ws[i] (same X, so same cols) in one run over the
  * thread pool: the decode step's q/k/v and gate/up products. Results equal nw calls of
  * tl_op_matmul bit for bit. */
 #define TL_MATMUL_MULTI_MAX 4
-void tl_op_matmul_multi(tl_model *m, const tl_weight *const *ws, size_t nw, const float *X,
+void tl_op_matmul_multi(tl_llama *m, const tl_weight *const *ws, size_t nw, const float *X,
                         size_t n, float *const *Ys, float *scratch, size_t scratch_floats);
 
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * g[i] for each of n rows of d. */
@@ -29,6 +29,6 @@ void tl_op_rmsnorm(const float *x, const float *g, size_t n, size_t d, float eps
 void tl_op_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, float base);
 
 /* gate[i] = silu(gate[i]) * up[i] for n elements. */
-void tl_op_swiglu(const tl_model *m, float *gate, const float *up, size_t n);
+void tl_op_swiglu(const tl_llama *m, float *gate, const float *up, size_t n);
 
 #endif

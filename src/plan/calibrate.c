@@ -1,5 +1,6 @@
 /* calibrate.c - see calibrate.h. */
 #include "plan/calibrate.h"
+#include "exec/model_handle.h"
 #include "plan/cost.h"
 #include "base/budget.h"
 #include "base/clock.h"
@@ -32,12 +33,12 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
         total += bytes;
     }
     *measured_bps = tl_median(rate, (size_t)n);
-    *ratio = *measured_bps / tl_profile_read_bps(prof, m->params.io_chunk_bytes,
-                                                 m->params.io_queue_depth);
+    *ratio = *measured_bps / tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes,
+                                                 m->lm.params.io_queue_depth);
     /* only what was measured: requests of the engine's chunk size and larger (KV pages
      * are small reads; a cache that speeds up long streams need not speed them up) */
     for (int c = 0; c < TL_PROF_N_CHUNK; c++)
-        if (tl_prof_chunks[c] >= m->params.io_chunk_bytes)
+        if (tl_prof_chunks[c] >= m->lm.params.io_chunk_bytes)
             for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof->disk_read_bps[c][d] *= *ratio;
     return TL_OK;
 }
@@ -49,7 +50,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
 static double matvec_pass(tl_model *m, tl_weight *const *use, size_t n, const float *X, float *Y,
                           float *scratch, size_t sf) {
     double t0 = tl_now();
-    for (size_t i = 0; i < n; i++) tl_op_matmul(m, use[i], X, 1, Y, scratch, sf);
+    for (size_t i = 0; i < n; i++) tl_op_matmul(&m->lm, use[i], X, 1, Y, scratch, sf);
     return tl_now() - t0;
 }
 
@@ -57,35 +58,35 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
     *ratio = 1;
     if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating compute: nothing placed");
     tl_weight *all[4096], *use[4096];
-    size_t n_all = tl_llama_weights(m, all, 4096), n = 0, max_rows = 0, max_cols = 0;
+    size_t n_all = tl_llama_weights(&m->lm, all, 4096), n = 0, max_rows = 0, max_cols = 0;
     uint64_t bytes = 0;
     if (n_all > 4096) n_all = 4096;
     for (size_t i = 0; i < n_all && bytes < COMPUTE_MAX_BYTES; i++) {
         tl_weight *w = all[i];
-        if (!w->data || w->convert || w->rows < 2 || w->cols < 2 || w == &m->tok_embd) continue;
+        if (!w->data || w->convert || w->rows < 2 || w->cols < 2 || w == &m->lm.tok_embd) continue;
         use[n++] = w;
         bytes += tl_type_row_bytes(w->type, w->cols) * w->rows;
         if (w->rows > max_rows) max_rows = w->rows;
         if (w->cols > max_cols) max_cols = w->cols;
     }
     if (bytes < COMPUTE_MIN_BYTES) return TL_OK; /* too little resident to measure */
-    const size_t threads = (size_t)tl_pool_threads(m->pool);
+    const size_t threads = (size_t)tl_pool_threads(m->lm.pool);
     const size_t sf = (tl_matmul_scratch_floats(max_cols, 1) + 15) / 16 * 16;
     float *X = NULL, *Y = NULL, *scratch = NULL;
     /* from the budget like everything else; if it has no room, nothing is measured */
-    if (tl_budget_calloc(m->budget, max_cols * sizeof(float), "compute calibration", (void **)&X) ||
-        tl_budget_calloc(m->budget, max_rows * sizeof(float), "compute calibration", (void **)&Y) ||
-        tl_budget_calloc(m->budget, threads * sf * sizeof(float), "compute calibration",
+    if (tl_budget_calloc(m->lm.budget, max_cols * sizeof(float), "compute calibration", (void **)&X) ||
+        tl_budget_calloc(m->lm.budget, max_rows * sizeof(float), "compute calibration", (void **)&Y) ||
+        tl_budget_calloc(m->lm.budget, threads * sf * sizeof(float), "compute calibration",
                          (void **)&scratch)) {
-        tl_budget_free(m->budget, X), tl_budget_free(m->budget, Y);
-        tl_budget_free(m->budget, scratch);
+        tl_budget_free(m->lm.budget, X), tl_budget_free(m->lm.budget, Y);
+        tl_budget_free(m->lm.budget, scratch);
         tl_error_clear();
         return TL_OK;
     }
     double predicted = 0, t[3];
     for (size_t i = 0; i < n; i++) predicted += tl_cost_matmul(prof, use[i], 1);
     for (int r = 0; r < 3; r++) t[r] = matvec_pass(m, use, n, X, Y, scratch, sf);
-    tl_budget_free(m->budget, X), tl_budget_free(m->budget, Y), tl_budget_free(m->budget, scratch);
+    tl_budget_free(m->lm.budget, X), tl_budget_free(m->lm.budget, Y), tl_budget_free(m->lm.budget, scratch);
     const double measured = tl_median(t, 3);
     if (predicted <= 0 || measured <= 0) return TL_OK;
     *ratio = measured / predicted;

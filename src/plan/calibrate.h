@@ -16,7 +16,7 @@
 #define TL_PLAN_CALIBRATE_H
 
 #include "plan/profile.h"
-#include "model/llama.h"
+#include "exec/model_handle.h"
 
 /* Needs placed weights (m->res). *measured_bps and *ratio (measured / profiled at the
  * model's chunk and depth) are filled and the profile's large-read figures are scaled;

@@ -50,6 +50,7 @@
 #include <math.h>
 #include <string.h>
 #include "plan/cost.h"
+#include "exec/model_handle.h"
 #include "base/status.h"
 #include "format/tensor_type.h"
 
@@ -75,14 +76,14 @@ static double kv_bits_decode_s(const tl_hw_profile *prof, int32_t bits) {
 static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int32_t l,
                                int32_t kv_bits, int32_t rows, double ctx, double stored,
                                double *matvec) {
-    const tl_llama_hparams *hp = &m->hp;
+    const tl_llama_hparams *hp = &m->lm.hp;
     const double d = hp->n_embd, f = hp->n_ff, hd = hp->head_dim;
     const double kvd = (double)hp->n_head_kv * hd;
     const double attn_per_pos = hp->n_head * hd * prof->attn_s_per_mac;
     const double decode_per_pos = 2.0 * hp->n_head_kv * kvd * kv_bits_decode_s(prof, kv_bits);
     if (matvec) *matvec = 0;
     if (rows <= 0) return 0;
-    const tl_llama_layer *L = &m->layers[l];
+    const tl_llama_layer *L = &m->lm.layers[l];
     const tl_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
     double mm = 0;
     for (int i = 0; i < 7; i++) mm += tl_cost_matmul(prof, ws[i], rows);
@@ -95,7 +96,7 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
                             const int32_t *rows, const double *ctx_sum,
                             const double *stored_sum, int32_t n_mb, int32_t logit_rows,
                             int embd_resident, double *slowdown) {
-    const tl_llama_hparams *hp = &m->hp;
+    const tl_llama_hparams *hp = &m->lm.hp;
     const double d = hp->n_embd;
     double t = 0, all_rows = 0, t_matvec = 0;
     for (int32_t l = 0; l < hp->n_layer; l++)
@@ -109,7 +110,7 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
     if (embd_resident) t += all_rows * d * prof->elementwise_s;
     else t += all_rows * 65536.0 / tl_profile_read_bps(prof, 65536, 1);
     if (logit_rows > 0) {
-        const tl_weight *out = m->tied_output ? &m->tok_embd : &m->output;
+        const tl_weight *out = m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output;
         t += tl_cost_matmul(prof, out, logit_rows);
         t += logit_rows * (d + (double)hp->n_vocab) * prof->elementwise_s;
     }
@@ -122,7 +123,7 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
 }
 
 double tl_cost_kv_page_bytes(const tl_model *m, int32_t kv_bits, int32_t page_tokens) {
-    const double kvd = (double)m->hp.n_head_kv * m->hp.head_dim, hd = m->hp.head_dim;
+    const double kvd = (double)m->lm.hp.n_head_kv * m->lm.hp.head_dim, hd = m->lm.hp.head_dim;
     double row;
     if (kv_bits >= 16) row = kvd * kv_bits / 8.0;
     else {
@@ -182,7 +183,7 @@ static double pass_kv_wait(const tl_model *m, const tl_hw_profile *prof, int32_t
     int any = 0;
     for (int32_t k = 0; k < n_mb; k++) any |= pages[k] > 0;
     if (!any) return 0;
-    for (int32_t l = 0; l < m->hp.n_layer; l++)
+    for (int32_t l = 0; l < m->lm.hp.n_layer; l++)
         for (int32_t k = 0; k < n_mb; k++) {
             if (rows[k] <= 0) continue;
             double read = pages[k] > 0 ? first_s + (pages[k] - 1) * page_s : 0;
@@ -198,15 +199,15 @@ static double pass_kv_wait(const tl_model *m, const tl_hw_profile *prof, int32_t
 static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
                        const tl_policy *pol, const tl_weight_plan *plan, int32_t n_seqs,
                        int32_t block_index, tl_cost_pass_fn fn, void *user) {
-    const int32_t L = m->hp.n_layer, P = w->prompt_len, pt = pol->page_tokens;
+    const int32_t L = m->lm.hp.n_layer, P = w->prompt_len, pt = pol->page_tokens;
     int32_t n_mb = (n_seqs + pol->gbs - 1) / pol->gbs;
     int32_t rows[4096];
     double ctx[4096], stored[4096]; /* visible positions; those in stored (full) pages */
     double pages[4096];             /* disk pages each micro-batch reads per layer */
     if (n_mb > 4096) n_mb = 4096;
-    double layers_bytes = 0, out_bytes = tl_weight_plan_unit_bytes(m, plan, L);
-    for (int32_t l = 0; l < L; l++) layers_bytes += tl_weight_plan_unit_bytes(m, plan, l);
-    const double wbps = tl_profile_read_bps(prof, m->params.io_chunk_bytes, m->params.io_queue_depth);
+    double layers_bytes = 0, out_bytes = tl_weight_plan_unit_bytes(&m->lm, plan, L);
+    for (int32_t l = 0; l < L; l++) layers_bytes += tl_weight_plan_unit_bytes(&m->lm, plan, l);
+    const double wbps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
     const double page = tl_cost_kv_page_bytes(m, pol->kv_bits, pt);
     const double slot = ceil(page / SLOT_ALIGN) * SLOT_ALIGN;
     const double kbps = tl_profile_read_bps(prof, (uint64_t)slot, 16);
@@ -366,7 +367,7 @@ tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl
     out->decode = dec.t;
     out->prefill_passes = pre.passes;
     out->decode_passes = dec.passes;
-    const double L = m->hp.n_layer;
+    const double L = m->lm.hp.n_layer;
     if (pre.passes > 0) scale_terms(&out->prefill_layer, &pre.t, 1.0 / (pre.passes * L));
     if (dec.passes > 0) scale_terms(&out->decode_layer, &dec.t, 1.0 / (dec.passes * L));
     out->prefill_s = pre.wall;

@@ -38,7 +38,7 @@
 #include "kernels/probe.h"
 #include "format/tensor_type.h"
 #include "kv/kv_cache.h"
-#include "model/llama.h"
+#include "exec/model_handle.h"
 #include "model/ops.h"
 #include "tier/aio.h"
 #include "tier/tier.h"
@@ -257,7 +257,7 @@ static void *reader_main(void *arg) {
 }
 
 /* Median seconds of tl_op_matmul of n rows over W (cycling `copies` matrices of mb). */
-static double time_matmul(tl_model *mm, tl_weight *w, const uint8_t *W, size_t copies,
+static double time_matmul(tl_llama *mm, tl_weight *w, const uint8_t *W, size_t copies,
                           size_t mb, const float *X, size_t n, float *Y, float *scratch,
                           size_t sf, int reps) {
     double t[16];
@@ -304,7 +304,7 @@ static tl_status measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *
         goto done;
     }
     for (size_t i = 0; i < n_max * C; i++) X[i] = tl_rand_sym(&seed);
-    tl_model mm;
+    tl_llama mm;
     memset(&mm, 0, sizeof mm);
     mm.pool = pool;
     tl_weight w;
@@ -371,7 +371,7 @@ static tl_status measure_matmul(tl_pool *pool, tl_hw_profile *p,
     }
     uint64_t seed = 7;
     for (size_t i = 0; i < NMAX * C; i++) X[i] = tl_rand_sym(&seed);
-    tl_model mm;
+    tl_llama mm;
     memset(&mm, 0, sizeof mm); /* tl_op_matmul reads only pool and use_reference */
     mm.pool = pool;
     mm.use_reference = 0;
@@ -484,23 +484,23 @@ static tl_status fit_line(const double *x, const double *y, size_t n, double *a,
 }
 
 static double model_matmul_seconds(tl_model *m) {
-    const tl_llama_hparams *hp = &m->hp;
+    const tl_llama_hparams *hp = &m->lm.hp;
     size_t nw = 7 * (size_t)hp->n_layer + 1, maxk = 0, maxr = 0;
     const tl_weight **ws = malloc(nw * sizeof *ws);
     if (!ws) return -1;
     size_t k = 0;
     for (int32_t l = 0; l < hp->n_layer; l++) {
-        tl_llama_layer *L = &m->layers[l];
+        tl_llama_layer *L = &m->lm.layers[l];
         const tl_weight *lw[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
                                   &L->w_down};
         for (int i = 0; i < 7; i++) ws[k++] = lw[i];
     }
-    ws[k++] = m->tied_output ? &m->tok_embd : &m->output;
+    ws[k++] = m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output;
     for (size_t i = 0; i < nw; i++) {
         maxk = ws[i]->cols > maxk ? ws[i]->cols : maxk;
         maxr = ws[i]->rows > maxr ? ws[i]->rows : maxr;
     }
-    size_t threads = (size_t)tl_pool_threads(m->pool);
+    size_t threads = (size_t)tl_pool_threads(m->lm.pool);
     size_t sf = (tl_matmul_scratch_floats(maxk, 1) + 15) / 16 * 16;
     float *scratch = aligned_alloc(64, threads * sf * sizeof(float));
     float *x = malloc(maxk * sizeof(float)), *y = malloc(maxr * sizeof(float));
@@ -512,7 +512,7 @@ static double model_matmul_seconds(tl_model *m) {
         for (size_t i = 0; i < maxk; i++) x[i] = tl_rand_sym(&seed);
         for (int r = 0; r < 9; r++) {
             double t0 = tl_now();
-            for (size_t i = 0; i < nw; i++) tl_op_matmul(m, ws[i], x, 1, y, scratch, sf);
+            for (size_t i = 0; i < nw; i++) tl_op_matmul(&m->lm, ws[i], x, 1, y, scratch, sf);
             t[r] = tl_now() - t0;
         }
         /* dispatches included: the cost model charges them to each matmul call

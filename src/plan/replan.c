@@ -4,13 +4,14 @@
 #include <stdio.h>
 #include <string.h>
 #include "plan/replan.h"
+#include "exec/model_handle.h"
 #include "plan/calibrate.h"
 #include "base/status.h"
 
 void tl_plan_apply(const tl_policy *pol, tl_model *m, tl_batch_params *bp) {
-    m->params.prefetch = pol->prefetch;
-    m->params.overlap = pol->overlap;
-    m->params.w_mem_pct = pol->w_mem_pct;
+    m->lm.params.prefetch = pol->prefetch;
+    m->lm.params.overlap = pol->overlap;
+    m->lm.params.w_mem_pct = pol->w_mem_pct;
     if (bp) tl_plan_batch_params(pol, bp);
 }
 
@@ -22,7 +23,7 @@ void tl_replanner_init(tl_replanner *r, const tl_model *m, const tl_hw_profile *
     r->current = *chosen;
     r->threshold = 0.2;
     r->prompts_at_block = rq->w.num_seqs;
-    tl_aio_get_stats(m->aio, &r->aio_prev);
+    tl_aio_get_stats(m->lm.aio, &r->aio_prev);
 }
 
 static void logf_(tl_replanner *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -88,12 +89,12 @@ int tl_replanner_hook(void *user, tl_model *m, const tl_batch_stats *s, int32_t 
                                   cratio);
         }
         r->prev = *s;
-        tl_aio_get_stats(m->aio, &r->aio_prev);
+        tl_aio_get_stats(m->lm.aio, &r->aio_prev);
         r->prompts_at_block = prompts_left;
         return sw;
     }
     tl_aio_stats aio;
-    tl_aio_get_stats(m->aio, &aio);
+    tl_aio_get_stats(m->lm.aio, &aio);
     const tl_policy *pol = &r->current.policy;
     const int32_t block = pol->gbs * pol->num_gb;
     int32_t ran = r->prompts_at_block - prompts_left; /* sequences of the finished block */

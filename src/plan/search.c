@@ -44,7 +44,7 @@ tl_policy tl_plan_default_policy(const tl_model *m, const tl_plan_request *rq) {
     p.kv_mem_pct = 100;
     p.kv_bits = rq->kv_bits ? rq->kv_bits : 32;
     p.page_tokens = rq->page_tokens ? rq->page_tokens : 16;
-    p.prefetch = m->params.prefetch;
+    p.prefetch = m->lm.params.prefetch;
     p.overlap = rq->overlap;
     p.n_ctx = rq->n_ctx ? rq->n_ctx : rq->w.prompt_len + rq->w.gen_len;
     return p;
@@ -69,8 +69,8 @@ tl_status tl_plan_evaluate(const tl_model *m, const tl_hw_profile *prof, const t
     tl_status st = tl_engine_plan_weights(m, state, pol.prefetch, pol.overlap, pol.w_mem_pct, &plan);
     if (st) return st;
     out->policy = pol;
-    out->budget_bytes = tl_budget_limit(m->budget);
-    out->mem_bytes = tl_engine_base_used(m) + state + tl_weight_plan_bytes(m, &plan);
+    out->budget_bytes = tl_budget_limit(m->lm.budget);
+    out->mem_bytes = tl_engine_base_used(m) + state + tl_weight_plan_bytes(&m->lm, &plan);
     out->streamed_bytes = plan.streamed_bytes;
     out->resident_bytes = plan.resident_bytes;
     if (out->mem_bytes > out->budget_bytes) /* cannot happen: plan_weights checked it */
@@ -152,17 +152,17 @@ tl_status tl_plan_lp_build(const tl_model *m, const tl_hw_profile *prof, const t
     if (s0 == UINT64_MAX || s1 == UINT64_MAX)
         return tl_error_set(TL_ERR_INVALID, "policy: the KV cache parameters are invalid");
     tl_weight_plan none, all;
-    const uint64_t floor = tl_weight_plan_minimum(m, pol.prefetch, pol.overlap);
-    tl_status st = tl_weight_plan_make(m, floor, pol.prefetch, pol.overlap, &none);
+    const uint64_t floor = tl_weight_plan_minimum(&m->lm, pol.prefetch, pol.overlap);
+    tl_status st = tl_weight_plan_make(&m->lm, floor, pol.prefetch, pol.overlap, &none);
     if (st) return st;
-    if ((st = tl_weight_plan_make(m, UINT64_MAX / 2, pol.prefetch, pol.overlap, &all))) {
+    if ((st = tl_weight_plan_make(&m->lm, UINT64_MAX / 2, pol.prefetch, pol.overlap, &all))) {
         tl_weight_plan_free(&none);
         return st;
     }
     lp->base = (double)tl_engine_base_used(m) + (double)s0 + (double)floor;
     lp->r_w = (double)all.total_bytes - (double)floor;
     lp->r_k = lp->kv_free ? (double)s1 - (double)s0 : 0;
-    lp->budget = (double)tl_budget_limit(m->budget);
+    lp->budget = (double)tl_budget_limit(m->lm.budget);
     lp_builder b = {lp, 0, TL_OK};
     st = tl_cost_walk(m, prof, w, &kv_disk, &none, lp_pass, &b);
     if (!st) st = b.st;
@@ -351,7 +351,7 @@ tl_status tl_plan_search(const tl_model *m, const tl_hw_profile *prof,
         snprintf(msg, sizeof msg, "%s", st ? tl_last_error() : "");
         return tl_error_set(TL_ERR_NOMEM, "no policy fits the memory budget of %.1f MiB "
                             "(%d combinations tried)%s%s",
-                            tl_budget_limit(m->budget) / 1048576.0, (int)combos,
+                            tl_budget_limit(m->lm.budget) / 1048576.0, (int)combos,
                             *msg ? ": " : "", msg);
     }
     *out = best;

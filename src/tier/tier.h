@@ -20,6 +20,12 @@
 
 typedef struct tl_tier tl_tier;
 
+/* The largest alignment a tier asks of offsets, lengths and buffers: a file opened with
+ * O_DIRECT uses it (the logical block size of the devices we run on). Code that sizes
+ * buffers before any tier is open (the planner, the budget check) sizes them for it,
+ * so the check holds whatever tier the data lands on. */
+enum { TL_TIER_MAX_ALIGN = 4096 };
+
 typedef struct tl_tier_ops {
     tl_status (*read_at)(tl_tier *t, uint64_t offset, void *dst, size_t len, size_t *done);
     tl_status (*write_at)(tl_tier *t, uint64_t offset, const void *src, size_t len,
@@ -48,7 +54,7 @@ tl_status tl_tier_mem_open(uint64_t size, tl_tier **out);
 uint8_t *tl_tier_mem_data(tl_tier *t);
 
 /* Opens a file. TL_TIER_FILE_DIRECT asks for O_DIRECT (align becomes the device's
- * logical block size, 4096 by default); where the filesystem refuses O_DIRECT (tmpfs)
+ * logical block size, TL_TIER_MAX_ALIGN); where the filesystem refuses O_DIRECT (tmpfs)
  * the file is opened without it and align is 1. TL_TIER_FILE_WRITE opens read-write and
  * creates the file if missing; otherwise the file is opened read-only and never
  * modified. (Scratch files, which must not outlive the process, come from

@@ -16,7 +16,6 @@
 #include "base/status.h"
 #include "tier/tier.h"
 
-enum { FILE_DIRECT_ALIGN = 4096 };
 
 typedef struct file_tier {
     tl_tier base;
@@ -123,7 +122,7 @@ static tl_status wrap_fd(int fd, const char *name, int direct, int writable, tl_
     f->base.ops = &file_ops;
     f->base.name = p;
     f->base.size = (uint64_t)sb.st_size;
-    f->base.align = direct ? FILE_DIRECT_ALIGN : 1;
+    f->base.align = direct ? TL_TIER_MAX_ALIGN : 1;
     f->base.fd = fd;
     f->base.writable = writable;
     *out = &f->base;

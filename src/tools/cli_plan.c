@@ -15,13 +15,13 @@ static void on_progress(void *user, const char *line) {
 
 tl_status cli_profile(const tl_model *m, const char *profile_path, tl_hw_profile *prof) {
     int measured = 0;
-    int32_t threads = m->params.n_threads;
-    if (threads <= 0) threads = tl_pool_threads(m->pool);
+    int32_t threads = m->lm.params.n_threads;
+    if (threads <= 0) threads = tl_pool_threads(m->lm.pool);
     /* a measurement made for this run keeps to what the user's --mem-budget has left
      * beside what the open model already holds (0: no budget given) */
-    uint64_t limit = m->params.mem_budget;
+    uint64_t limit = m->lm.params.mem_budget;
     if (limit) {
-        const uint64_t used = tl_budget_used(m->budget);
+        const uint64_t used = tl_budget_used(m->lm.budget);
         limit = limit > used ? limit - used : 1;
     }
     tl_status st = tl_profile_obtain(profile_path, threads, NULL, limit, on_progress, NULL,

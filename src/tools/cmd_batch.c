@@ -155,6 +155,9 @@ static int on_result(void *user, const tl_batch_result *r) {
 
 static int on_progress(void *user, const tl_batch_stats *s) {
     run_ctx *rc = user;
+#ifdef TL_TEST_HOOKS
+    tl_test_hook_progress((unsigned long long)s->generated_tokens);
+#endif
     if (rc->progress) {
         double tps = s->elapsed_s > 0 ? s->generated_tokens / s->elapsed_s : 0;
         double frac = s->total_prompts ? (double)s->done_prompts / s->total_prompts : 0;
@@ -195,7 +198,7 @@ static tl_status plan_batch(tl_model *m, const run_list *ps, tl_batch_params *bp
     rq->n_ctx = ctx_given ? bp->n_ctx : prompt_max + gen_max;
     rq->kv_bits = kv_bits_given ? bp->kv_bits : 0;
     rq->allow_lossy_kv = lossy;
-    rq->overlap = m->params.overlap;
+    rq->overlap = m->lm.params.overlap;
     tl_hw_profile prof;
     tl_status st = cli_profile(m, profile_path, &prof);
     if (!st && !automatic) {
@@ -207,7 +210,7 @@ static tl_status plan_batch(tl_model *m, const run_list *ps, tl_batch_params *bp
         pol.kv_mem_pct = bp->kv_mem_pct;
         pol.page_tokens = bp->page_tokens;
         pol.n_ctx = bp->n_ctx;
-        pol.w_mem_pct = m->params.w_mem_pct;
+        pol.w_mem_pct = m->lm.params.w_mem_pct;
         return tl_plan_evaluate(m, &prof, &rq->w, &pol, chosen);
     }
     if (!st) st = tl_plan_search(m, &prof, rq, chosen);

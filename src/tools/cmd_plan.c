@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "tools/cli.h"
+#include "exec/model_handle.h"
 #include "tools/cli_plan.h"
 #include "base/clock.h"
 #include "base/status.h"
@@ -86,7 +87,7 @@ int tl_cmd_plan(int argc, char **argv) {
     }
     printf("workload: %d sequence%s, prompt %d, generate %d | budget %.1f MiB | profile: %s "
            "(disk read %.2f GB/s at 1 MiB x 8)\n", (int)rq.w.num_seqs, rq.w.num_seqs > 1 ? "s" : "",
-           (int)rq.w.prompt_len, (int)rq.w.gen_len, tl_budget_limit(m->budget) / 1048576.0,
+           (int)rq.w.prompt_len, (int)rq.w.gen_len, tl_budget_limit(m->lm.budget) / 1048576.0,
            profile_path ? profile_path : "this machine's",
            tl_profile_read_bps(&prof, 1 << 20, 8) / 1e9);
     printf("search: %d combinations, %d LP solves, %d feasible candidates after the dry run, "
@@ -106,7 +107,7 @@ int tl_cmd_plan(int argc, char **argv) {
         cli_print_prediction(stdout, "  predicted", &alt, &rq.w);
     } else {
         printf("all resident: does not fit (the weights alone are %.1f MiB of a %.1f MiB "
-               "budget)\n", m->weight_bytes / 1048576.0, tl_budget_limit(m->budget) / 1048576.0);
+               "budget)\n", m->lm.weight_bytes / 1048576.0, tl_budget_limit(m->lm.budget) / 1048576.0);
     }
     tl_policy streamed = dflt;
     streamed.gbs = streamed.num_gb = 1;

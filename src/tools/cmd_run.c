@@ -158,14 +158,14 @@ static tl_status plan_run(tl_model *m, const char *prompt, const tl_generate_par
     if (rq->w.prompt_len + rq->w.gen_len > rq->n_ctx) rq->w.gen_len = rq->n_ctx - rq->w.prompt_len;
     if (rq->w.gen_len < 1) return TL_OK; /* the context check in tl_generate reports it */
     rq->kv_bits = cp->kv_bits;
-    rq->overlap = m->params.overlap;
+    rq->overlap = m->lm.params.overlap;
     if ((st = cli_profile(m, profile_path, prof))) return st;
     if (!automatic) {
         rq->n_ctx = n_ctx;
         tl_policy pol = tl_plan_default_policy(m, rq);
         pol.prefill_rows = cp->n_batch > 0 ? cp->n_batch : 64;
         if (pol.prefill_rows > n_ctx) pol.prefill_rows = n_ctx;
-        pol.w_mem_pct = m->params.w_mem_pct;
+        pol.w_mem_pct = m->lm.params.w_mem_pct;
         return tl_plan_evaluate(m, prof, &rq->w, &pol, chosen);
     }
     if ((st = tl_plan_search(m, prof, rq, chosen))) return st;

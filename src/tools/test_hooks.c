@@ -45,3 +45,14 @@ int tl_test_hook_spill_fault(tl_fault_spec *f) {
     f->fail_writes_only = 1; /* writes are deterministic: each full disk page once */
     return 1;
 }
+
+void tl_test_hook_progress(unsigned long long generated_tokens) {
+    static int raised;
+    const char *spec = getenv("TIERLLM_TEST_SIGNAL");
+    char kind[16];
+    unsigned long long at;
+    if (raised || !spec || sscanf(spec, "%15[a-z]:%llu", kind, &at) != 2 || generated_tokens < at)
+        return;
+    raised = 1;
+    raise(strcmp(kind, "term") ? SIGINT : SIGTERM);
+}

@@ -8,6 +8,8 @@
  *   TIERLLM_TEST_OUTPUT_FAULT=enospc:N  the Nth result line's write stops half way with
  *                                ENOSPC (a disk that fills in the middle of a line)
  *   TIERLLM_TEST_SPILL_FAULT=enospc:N | eio:N   the Nth write to the KV spill file fails
+ *   TIERLLM_TEST_SIGNAL=int:N | term:N   SIGINT (SIGTERM) at the first step boundary after
+ *                                N tokens were generated (a stop at a known point)
  */
 #ifndef TL_TOOLS_TEST_HOOKS_H
 #define TL_TOOLS_TEST_HOOKS_H
@@ -20,5 +22,7 @@
 int tl_test_hook_result_line(int fd, const char *line, size_t len, size_t *written);
 /* Fills *f and returns 1 when a spill fault is asked for. */
 int tl_test_hook_spill_fault(tl_fault_spec *f);
+/* Called at each step boundary of a batch run, before it checks for a stop signal. */
+void tl_test_hook_progress(unsigned long long generated_tokens);
 
 #endif

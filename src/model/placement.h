@@ -1,0 +1,68 @@
+/* placement.h - the weight placement policy: a pure function from the model's shape, the
+ * budget and the prefetch knobs to which weights stay resident (exec/residency.h carries
+ * the plan out).
+ *
+ * A *unit* is what the forward pass asks for at once: unit l < n_layer is layer l, unit
+ * n_layer is the output projection. The weight plan says which parts (a layer's
+ * attention matrices, its FFN matrices, the output, the token embedding) are resident;
+ * everything else streams through a ring of slot buffers, each sized for the largest
+ * streamed unit. Norms and tensors converted at load are always resident.
+ */
+#ifndef TL_MODEL_PLACEMENT_H
+#define TL_MODEL_PLACEMENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "model/llama.h"
+
+typedef struct tl_weight_plan {
+    uint8_t *attn_resident, *ffn_resident; /* [n_layer] */
+    int output_resident, embd_resident;
+    int prefetch;       /* units read ahead of the one computing */
+    int overlap;        /* 0: read each unit synchronously when it is needed */
+    int n_slots;        /* ring buffers (0 when nothing streams) */
+    uint64_t slot_bytes, resident_bytes, streamed_bytes, total_bytes;
+} tl_weight_plan;
+
+/* The default placement policy (replaceable by the planner): a pure function of the
+ * model's tensor sizes and the budget left for weights. Value per byte decides: every
+ * resident byte of attention, FFN or output saves one byte of IO per forward pass, so
+ * those come first, attention before FFN (smaller, needed first in a layer, as LLM in a
+ * Flash keeps it), then the output; the token embedding comes last because streaming it
+ * costs one row read per token, not the whole matrix. TL_ERR_NOMEM (with the minimum in
+ * the message) when even full streaming does not fit. The plan owns its arrays. */
+tl_status tl_weight_plan_make(const tl_llama *m, uint64_t weight_budget, int prefetch,
+                              int overlap, tl_weight_plan *plan);
+void tl_weight_plan_free(tl_weight_plan *plan);
+/* Budget bytes of the all-streamed plan: the least the weights can live with. */
+uint64_t tl_weight_plan_minimum(const tl_llama *m, int prefetch, int overlap);
+/* Bytes read from the model file for unit u in each pass (0 when it is resident). */
+uint64_t tl_weight_plan_unit_bytes(const tl_llama *m, const tl_weight_plan *p, int unit);
+/* Bytes the plan needs from the budget (resident buffers, slots, row buffer). */
+uint64_t tl_weight_plan_bytes(const tl_llama *m, const tl_weight_plan *plan);
+
+/* Most tensors one unit reads (a layer's attention or FFN matrices, or the output). */
+enum { TL_WEIGHT_UNIT_MAX = 8 };
+
+/* Where a set of tensors lands in one buffer: their file ranges widened to
+ * TL_TIER_MAX_ALIGN and merged where they touch, in file order. */
+typedef struct tl_weight_placed { tl_weight *w; size_t buf_off; } tl_weight_placed;
+typedef struct tl_weight_extent { uint64_t file_off; size_t len, buf_off; } tl_weight_extent;
+typedef struct tl_weight_layout {
+    tl_weight_placed t[TL_WEIGHT_UNIT_MAX];
+    tl_weight_extent e[TL_WEIGHT_UNIT_MAX];
+    int n_t, n_e;
+    size_t bytes;
+} tl_weight_layout;
+void tl_weight_layout_build(tl_weight_layout *L, tl_weight *const *ws, int n);
+
+/* A layer's attention (part 0) or FFN (part 1) matrices, without those converted to f32
+ * at load (always resident, never streamed). Returns the count. */
+int tl_llama_layer_matrices(const tl_llama_layer *L, int part, tl_weight **ws);
+/* The weights of unit u that the plan streams. Returns the count. */
+int tl_weight_plan_unit_weights(const tl_llama *m, const tl_weight_plan *p, int u,
+                                tl_weight **ws);
+/* Bytes of the buffer one token-embedding row is read into (widened reads). */
+uint64_t tl_weight_row_buf_bytes(const tl_llama *m);
+
+#endif
