@@ -146,9 +146,9 @@ static int32_t gcd32(int32_t a, int32_t b) {
     return a;
 }
 
-/* Spilled pages are written with O_DIRECT in 4096-byte units: a page whose size is not
- * a multiple of 4096 would pad its slot and write more than the KV it holds. When KV may
- * spill, page_tokens is rounded up so that a page is a whole number of 4096-byte units. */
+/* Spilled pages are written with O_DIRECT in TL_TIER_MAX_ALIGN units: a page whose size is
+ * not a multiple of it would pad its slot and write more than the KV it holds. When KV
+ * may spill, page_tokens is rounded up so that a page is a whole number of units. */
 static void align_pages(const tl_model *m, tl_batch_params *p) {
     if (p->kv_mem_pct >= 100) return;
     tl_kv_params kp;
@@ -159,7 +159,8 @@ static void align_pages(const tl_model *m, tl_batch_params *p) {
     kp.bits = p->kv_bits;
     size_t per_token = tl_kv_page_bytes(&kp);
     if (per_token == 0) return;
-    int32_t unit = 4096 / gcd32(4096, (int32_t)(per_token % 4096)); /* gcd(a, 0) = a */
+    const int32_t A = TL_TIER_MAX_ALIGN;
+    int32_t unit = A / gcd32(A, (int32_t)(per_token % (size_t)A)); /* gcd(a, 0) = a */
     p->page_tokens = (p->page_tokens + unit - 1) / unit * unit;
 }
 

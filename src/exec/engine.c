@@ -101,11 +101,9 @@ tl_status tl_engine_step(tl_model *m, tl_llama_scratch *s, tl_kv *kv, tl_microba
         tl_residency_release(r, l);
     }
     for (int32_t k = 0; k < num_gb && !st; k++)
-        for (int32_t i = 0; i < mb[k].n_rows && !st;) { /* commit each sequence's run */
-            int32_t e = i + 1;
-            while (e < mb[k].n_rows && mb[k].rows.seq[e] == mb[k].rows.seq[i]) e++;
+        for (int32_t i = 0, e; i < mb[k].rows.n && !st; i = e) { /* commit each run */
+            e = tl_llama_rows_run_end(&mb[k].rows, i);
             st = tl_kv_seq_commit(kv, mb[k].rows.seq[i], e - i);
-            i = e;
         }
     if (!st && need_output) {
         if (!(st = tl_residency_acquire(r, L))) {

@@ -38,7 +38,7 @@ uint64_t tl_context_budget_bytes(const tl_model *m, int32_t n_ctx, int32_t n_bat
 
 /* Budget bytes a batch run with these parameters holds besides the weights (batch.c). */
 uint64_t tl_batch_budget_bytes(const tl_model *m, const tl_batch_params *bp);
-/* The KV page size a batch run will use (rounded up to whole 4096-byte units when KV
+/* The KV page size a batch run will use (rounded up to whole TL_TIER_MAX_ALIGN units when KV
  * may spill). */
 int32_t tl_batch_page_tokens(const tl_model *m, const tl_batch_params *bp);
 

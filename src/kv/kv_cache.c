@@ -9,8 +9,8 @@
  *   MEM    full, homed in memory: frame = the stored page (page_bytes; with 32 bits the
  *          OPEN frame itself, kept as is).
  *   DISK   full, homed on disk at `slot` (offset slot * slot_bytes), written exactly once.
- *          frame = the 4096-aligned write buffer while the write is in flight (`writing`,
- *          its tag in the write ring) or while a prefetch pinned it (`pinned`), else NULL;
+ *          frame = the aligned write buffer while the write is in flight (`writing`, its
+ *          tag in the write ring) or while a prefetch pinned it (`pinned`), else NULL;
  *          stage = the staging frame a prefetch reads into (`reading` until waited).
  * Invariants: pages [0, stored) of a (seq, layer) are MEM or DISK, later ones OPEN or
  * EMPTY; a DISK page has a frame iff writing || pinned; no frame with a request in flight
@@ -30,9 +30,10 @@
 #include "format/tensor_type.h"
 #include "kv/kv_cache.h"
 #include "base/clock.h"
+#include "tier/tier.h"
 
 enum { PG_EMPTY, PG_OPEN, PG_MEM, PG_DISK };
-enum { SLOT_ALIGN = 4096, FRAME_ALIGN = 64 };
+enum { SLOT_ALIGN = TL_TIER_MAX_ALIGN, FRAME_ALIGN = 64 };
 #define KV_TAG ((uint64_t)0x4B << 56) /* then 16 bits of instance, 40 of counter */
 
 typedef struct kv_page {
@@ -155,11 +156,12 @@ size_t tl_kv_page_bytes(const tl_kv_params *p) {
  * max_block <= page_tokens), W = min(2 S L, S L ND, 256) write buffers in flight (the ring),
  * and each budget block costing its size + its alignment (the allocator's header):
  *   S L (NM (page_bytes + 64) + OPEN (f32_page_bytes + 64))   resident and open pages
- *   + (active ND + W) (slot_bytes + 4096)                      staging and write buffers
+ *   + (active ND + W) (slot_bytes + SLOT_ALIGN)                staging and write buffers
  *   + meta + 64                                                page tables and write ring
- * slot_bytes = page_bytes rounded up to 4096. A page being stored holds its open frame
- * and its new frame for a moment; both are counted. A page pinned by a prefetch while
- * its write was in flight keeps its write buffer in place of a staging frame. */
+ * slot_bytes = page_bytes rounded up to SLOT_ALIGN (TL_TIER_MAX_ALIGN). A page being
+ * stored holds its open frame and its new frame for a moment; both are counted. A page
+ * pinned by a prefetch while its write was in flight keeps its write buffer in place of a
+ * staging frame. */
 uint64_t tl_kv_budget_bytes(const tl_kv_params *p, int32_t active) {
     if (check_params(p) != TL_OK || active < 0) return UINT64_MAX;
     uint64_t S = (uint64_t)p->max_seqs, L = (uint64_t)p->n_layer, np = pages_per_sl(p);

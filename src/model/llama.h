@@ -112,6 +112,14 @@ typedef struct tl_llama_rows {
     const int32_t *seq; /* [n] KV sequence of each row */
     const int32_t *pos; /* [n] */
 } tl_llama_rows;
+/* The end of the run of rows of one sequence that starts at row i: the first row after i
+ * of another sequence, or rows->n. Walking runs is how a step appends and commits each
+ * sequence's KV once. */
+static inline int32_t tl_llama_rows_run_end(const tl_llama_rows *rows, int32_t i) {
+    int32_t e = i + 1;
+    while (e < rows->n && rows->seq[e] == rows->seq[i]) e++;
+    return e;
+}
 
 /* One layer over the rows, in place on x [n][n_embd]: appends each row's K/V at this
  * layer to the KV cache (the caller commits after the last layer). */

@@ -201,13 +201,11 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
         tl_op_rope(s->k + i * kvd, hp->n_head_kv, hp->head_dim, hp->rope_dim, rows->pos[i],
                    hp->rope_base);
     }
-    for (size_t i = 0; i < n;) { /* append each sequence's run of rows */
-        size_t e = i + 1;
-        while (e < n && rows->seq[e] == rows->seq[i]) e++;
-        tl_status st = tl_kv_append(kv, rows->seq[i], l, s->k + i * kvd, s->v + i * kvd,
-                                    (int32_t)(e - i));
+    for (int32_t i = 0, e; i < rows->n; i = e) { /* append each sequence's run of rows */
+        e = tl_llama_rows_run_end(rows, i);
+        tl_status st = tl_kv_append(kv, rows->seq[i], l, s->k + (size_t)i * kvd,
+                                    s->v + (size_t)i * kvd, e - i);
         if (st) return st;
-        i = e;
     }
     attn_job j = {m, s, kv, l, rows, s->q, s->att_out, TL_OK};
     tl_pool_run(m->pool, (int)(n * (size_t)hp->n_head_kv), attn_task, &j);

@@ -229,9 +229,11 @@ static tl_status check_params(const tl_model_params *p) {
     if (p->io_queue_depth < 1 || p->io_queue_depth > 1024)
         return tl_error_set(TL_ERR_INVALID, "IO queue depth %d is outside 1..1024",
                             (int)p->io_queue_depth);
-    if (p->io_chunk_bytes < 4096 || p->io_chunk_bytes % 4096 || p->io_chunk_bytes > (1u << 30))
-        return tl_error_set(TL_ERR_INVALID, "IO chunk size %llu must be a multiple of 4096 "
-                            "up to 1 GiB", (unsigned long long)p->io_chunk_bytes);
+    if (p->io_chunk_bytes < TL_TIER_MAX_ALIGN || p->io_chunk_bytes % TL_TIER_MAX_ALIGN ||
+        p->io_chunk_bytes > (1u << 30))
+        return tl_error_set(TL_ERR_INVALID, "IO chunk size %llu must be a multiple of %d "
+                            "up to 1 GiB", (unsigned long long)p->io_chunk_bytes,
+                            (int)TL_TIER_MAX_ALIGN);
     if (p->w_mem_pct < 0 || p->w_mem_pct > 100)
         return tl_error_set(TL_ERR_INVALID, "weight memory share %d%% is outside 0..100",
                             (int)p->w_mem_pct);
@@ -276,7 +278,7 @@ static tl_status tier_src_read(void *src, uint64_t offset, void *dst, size_t len
 
 static tl_status parse_header(tl_llama *m) {
     tier_src src = {m->tier, NULL, 256u << 10};
-    if (posix_memalign((void **)&src.bounce, 4096, src.cap) != 0)
+    if (posix_memalign((void **)&src.bounce, TL_TIER_MAX_ALIGN, src.cap) != 0)
         return tl_error_set(TL_ERR_NOMEM, "out of memory");
     tl_status st = tl_gguf_parse(tier_src_read, &src, m->tier->size, m->path, &m->gguf);
     free(src.bounce);

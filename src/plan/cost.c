@@ -53,8 +53,9 @@
 #include "exec/model_handle.h"
 #include "base/status.h"
 #include "format/tensor_type.h"
+#include "tier/tier.h"
 
-#define SLOT_ALIGN 4096.0
+#define SLOT_ALIGN ((double)TL_TIER_MAX_ALIGN)
 
 double tl_cost_matmul(const tl_hw_profile *prof, const tl_weight *w, double n) {
     if (n <= 0) return 0;

@@ -183,7 +183,7 @@ static tl_status measure_disk(const char *dir, tl_hw_profile *p,
                               tl_tier **keep) {
     size_t buf_bytes = (size_t)tl_prof_chunks[TL_PROF_N_CHUNK - 1] *
                        (size_t)tl_prof_depths[TL_PROF_N_DEPTH - 1];
-    uint8_t *buf = aligned_alloc(4096, buf_bytes);
+    uint8_t *buf = aligned_alloc(TL_TIER_MAX_ALIGN, buf_bytes);
     if (!buf) return tl_error_set(TL_ERR_NOMEM, "disk profile: out of memory");
     uint64_t seed = 42;
     for (size_t i = 0; i < DISK_WRITE_REQ / 8; i++) {
@@ -293,7 +293,7 @@ static tl_status measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *
     reader *rd = calloc(1, sizeof *rd);
     if (rd) {
         rd->t = t;
-        rd->buf = aligned_alloc(4096, (size_t)dp.queue_depth * dp.chunk_bytes +
+        rd->buf = aligned_alloc(TL_TIER_MAX_ALIGN, (size_t)dp.queue_depth * dp.chunk_bytes +
                                           URGENT_BATCH * TL_PROF_URGENT_BYTES);
     }
     uint64_t seed = 11;

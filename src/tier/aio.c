@@ -241,10 +241,10 @@ tl_status tl_aio_open(const tl_aio_params *params, tl_aio **out) {
     if (p.queue_depth < 0 || p.queue_depth > AIO_MAX_DEPTH)
         return tl_error_set(TL_ERR_INVALID, "aio: queue depth %d out of range [1, %d]",
                             p.queue_depth, AIO_MAX_DEPTH);
-    if (p.chunk_bytes % 4096 || p.chunk_bytes > AIO_MAX_CHUNK)
+    if (p.chunk_bytes % TL_TIER_MAX_ALIGN || p.chunk_bytes > AIO_MAX_CHUNK)
         return tl_error_set(TL_ERR_INVALID,
-                            "aio: chunk size %zu is not a multiple of 4096 up to 1 GiB",
-                            p.chunk_bytes);
+                            "aio: chunk size %zu is not a multiple of %d up to 1 GiB",
+                            p.chunk_bytes, (int)TL_TIER_MAX_ALIGN);
     if (p.n_threads < 0 || p.n_threads > AIO_MAX_DEPTH)
         return tl_error_set(TL_ERR_INVALID, "aio: %d IO threads out of range", p.n_threads);
     if (p.backend != TL_AIO_AUTO && p.backend != TL_AIO_POOL && p.backend != TL_AIO_URING)

@@ -30,7 +30,7 @@ typedef enum tl_aio_backend {
 typedef struct tl_aio_params {
     tl_aio_backend backend;
     int queue_depth;     /* chunks in flight at once (default 8) */
-    size_t chunk_bytes;  /* default 1 MiB; a multiple of 4096 */
+    size_t chunk_bytes;  /* default 1 MiB; a multiple of TL_TIER_MAX_ALIGN */
     int n_threads;       /* IO threads of the pool backend (default queue_depth) */
 } tl_aio_params;
 

@@ -1,6 +1,6 @@
 /* tier_file.c - a file behind the tier interface: pread/pwrite, O_DIRECT when asked.
  * Invariants: a read-only tier opens O_RDONLY and never writes (write_at refuses);
- * with O_DIRECT, align is 4096 and every offset/length/buffer must be a multiple of it
+ * with O_DIRECT, align is TL_TIER_MAX_ALIGN and every offset/length/buffer must be a multiple of it
  * (checked, TL_ERR_INVALID); where the filesystem refuses O_DIRECT (EINVAL at open) the
  * file is used buffered with align 1. t->fd is exposed for io_uring. Thread-safe:
  * pread/pwrite carry their own offsets. */
