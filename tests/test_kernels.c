@@ -242,11 +242,11 @@ static int act_paths_differ(tl_type type, const void *W, size_t k, size_t j0, si
     float *act = malloc(af * sizeof(float)), *y = malloc(n * ldy * sizeof(float));
     tl_matmul_act_prepare(type, k, X, ldx, n, act);
     int bad = 0;
-    for (int isa = 0; isa < 2; isa++) {
+    for (int isa = TL_ISA_AVX2; isa <= TL_ISA_AVXVNNI; isa++) {
         size_t mid = j0 + (j1 - j0) / 3;
         for (size_t i = 0; i < n * ldy; i++) y[i] = 1e30f;
         if (!tl__matmul_fast_act_isa(isa, type, W, k, j0, mid, act, n, y, ldy)) {
-            CHECK(isa == 1);
+            CHECK(isa == TL_ISA_AVXVNNI);
             if (!isa_noted) fprintf(stderr, "  (no AVX-VNNI here: that path is not tested)\n");
             isa_noted = 1;
             continue;

@@ -84,10 +84,14 @@ void tl_matmul_act_prepare(tl_type type, size_t k, const float *X, size_t ldx, s
                            float *act);
 void tl_matmul_fast_act(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                         const float *act, size_t n, float *Y, size_t ldy);
-/* Internal, for tests: tl_matmul_fast_act on one instruction set, isa 0 = AVX2+FMA+F16C,
- * 1 = AVX-VNNI (which tl_matmul_fast_act picks when this CPU has it). Returns 0, without
- * computing, when that path is not built in or this CPU lacks it. */
-int tl__matmul_fast_act_isa(int isa, tl_type type, const void *W, size_t k, size_t j0,
+/* Internal, for tests: tl_matmul_fast_act on one instruction set (tl_matmul_fast_act
+ * picks AVX-VNNI when this CPU has it, else AVX2). Returns 0, without computing, when
+ * that path is not built in or this CPU lacks it. */
+typedef enum tl__isa {
+    TL_ISA_AVX2 = 0,   /* AVX2+FMA+F16C: always built, the baseline the fast kernels need */
+    TL_ISA_AVXVNNI = 1 /* AVX-VNNI (x86vnni_matmul.c) */
+} tl__isa;
+int tl__matmul_fast_act_isa(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0,
                             size_t j1, const float *act, size_t n, float *Y, size_t ldy);
 
 /* ---- small vector kernels used by attention ---- */

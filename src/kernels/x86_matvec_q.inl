@@ -1,4 +1,4 @@
-/* x86_matvec_q.inl - the Q8_0 / Q4_0 int8 matvec, compiled twice: in x86_matmul.c as
+/* x86_matvec_q.inl - the Q8_0 / Q4_0 int8 matvec, compiled twice: in x86_matvec.c as
  * tl__matvec_q_avx2 (maddubs + madd) and in x86vnni_matmul.c, with -mavxvnni, as
  * tl__matvec_q_vnni (vpdpbusd fuses the two). Include after defining TL_MATVEC_Q_NAME.
  * Integer sums are exact either way (|w| <= 128, |q_x| <= 127: no int16 saturation), so

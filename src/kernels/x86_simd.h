@@ -1,5 +1,5 @@
-/* x86_simd.h - helpers shared by the x86 kernel files (x86_matmul.c, x86vnni_matmul.c),
- * and the activation layout of the Q8_0/Q4_0 int8 matvec that both compile.
+/* x86_simd.h - helpers shared by the x86 kernel files (x86_*.c, x86vnni_matmul.c), and
+ * the activation layout of the Q8_0/Q4_0 int8 matvec (x86_matvec.c, x86vnni_matmul.c).
  * Internal to src/kernels; include only from files built with -mavx2 -mfma -mf16c.
  */
 #ifndef TL_KERNELS_X86_SIMD_H
@@ -19,7 +19,7 @@
 /* Matvec weight streams are software-prefetched tl__prefetch_distance() bytes ahead, and
  * each row range starts by prefetching its first that many bytes. Decode runs two or
  * more threads each streaming its own rows, and the hardware prefetcher alone keeps too
- * few lines in flight. The best distance depends on the core (x86_matmul.c picks it once
+ * few lines in flight. The best distance depends on the core (x86_cpu.c picks it once
  * per process by CPU vendor): on a 2-core Zen 5 VM, 2048 bytes reached ~42 GB/s for
  * Q8_0 decode, 8192 ~47 (of ~60 GB/s); on a 2-core Xeon VM with AVX-512, 8192 gave
  * 24.5 GB/s for a cold Q8_0 matvec on 2 threads and 3072 gave 33-34 (of ~37), F16 31 ->
@@ -55,7 +55,7 @@ static ALWAYS_INLINE float hsum(__m256 v) {
  *
  * Blocks go in pairs (A, B) so that one int->float conversion, one scale product and one
  * FMA serve two blocks. Each activation row is laid out as pair records, made from the
- * bit-exact blocks of tl_quant_act_row_fast (x86_matmul.c, tl_matmul_act_prepare):
+ * bit-exact blocks of tl_quant_act_row_fast (x86_act.c, tl_matmul_act_prepare):
  *   bytes [ACT_Q, +64)  q: 64 int8
  *   bytes [ACT_D, +32)  d: 8 floats
  *   bytes [ACT_C, +32)  c: 8 int32, Q4_0 only

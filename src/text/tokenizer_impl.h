@@ -1,11 +1,14 @@
-/* tokenizer_impl.h - internals shared by tokenizer.c, tokenizer_spm.c, tokenizer_bpe.c.
- * Not part of the API.
+/* tokenizer_impl.h - internals shared by the tokenizer files: the tl_tokenizer struct
+ * (filled by tokenizer_load.c), the id list and model encoders tokenizer.c calls
+ * (tokenizer_spm.c, tokenizer_bpe.c), and the merge heap both encoders use
+ * (bigram_heap.c). Not part of the API.
  */
 #ifndef TL_TEXT_TOKENIZER_IMPL_H
 #define TL_TEXT_TOKENIZER_IMPL_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include "text/strmap.h"
 #include "text/tokenizer.h"
 
 /* tokenizer.ggml.token_type values (llama.cpp's llama_token_type). */
@@ -16,23 +19,6 @@ enum {
 };
 
 typedef enum tl_tok_kind { TL_TOK_SPM, TL_TOK_BPE } tl_tok_kind;
-
-/* Open-addressing string table (linear probing, power-of-two capacity). A key is a byte
- * string; with split < len it is "left<sep>right" where the separator byte sits at
- * `split`, so a pair can be looked up without building the joined string. Keys point
- * into memory the owner keeps alive. */
-typedef struct tl__strmap_entry {
-    const char *key;
-    uint32_t len;
-    uint32_t split; /* == len when the key is not a pair */
-    uint32_t hash;
-    int32_t val;
-} tl__strmap_entry;
-
-typedef struct tl__strmap {
-    tl__strmap_entry *slots; /* key == NULL marks an empty slot */
-    size_t cap, n;
-} tl__strmap;
 
 struct tl_tokenizer {
     tl_tok_kind kind;
@@ -65,12 +51,7 @@ struct tl_tokenizer {
     size_t n_user;
 };
 
-uint32_t tl__strmap_hash(const char *a, size_t alen, const char *b, size_t blen, int sep);
-/* Looks up the key a, or with sep >= 0 the pair a<sep>b. Returns the value or -1. */
-int32_t tl__strmap_find(const tl__strmap *m, const char *a, size_t alen, const char *b,
-                        size_t blen, int sep);
-
-/* A growable id list. */
+/* A growable id list (tokenizer.c). */
 typedef struct tl__ids {
     int32_t *v;
     size_t n, cap;
@@ -103,6 +84,7 @@ typedef struct tl__bigram_heap {
     size_t n, cap;
 } tl__bigram_heap;
 
+/* bigram_heap.c */
 tl_status tl__bigram_push(tl__bigram_heap *h, tl__bigram bg);
 tl__bigram tl__bigram_pop(tl__bigram_heap *h); /* h->n must be > 0 */
 

@@ -46,36 +46,21 @@ unsigned tl_unicode_class(uint32_t cpt)
 
 size_t tl_utf8_decode(const unsigned char *s, size_t n, uint32_t *cpt)
 {
-    unsigned char b = s[0];
-    if (b < 0x80) {
-        *cpt = b;
+    unsigned char lo, hi; /* allowed range of the second byte */
+    size_t len = tl_utf8_strict_len(s[0], &lo, &hi);
+    if (len == 1) {
+        *cpt = s[0];
         return 1;
     }
-    size_t len;
-    uint32_t c, min;
-    unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (b >= 0xC2 && b <= 0xDF) {
-        len = 2, c = b & 0x1F, min = 0x80;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-        len = 3, c = b & 0x0F, min = 0x800;
-        if (b == 0xE0) lo = 0xA0;
-        if (b == 0xED) hi = 0x9F; /* no surrogates */
-    } else if (b >= 0xF0 && b <= 0xF4) {
-        len = 4, c = b & 0x07, min = 0x10000;
-        if (b == 0xF0) lo = 0x90;
-        if (b == 0xF4) hi = 0x8F;
-    } else {
+    if (len == 0 || n < len || s[1] < lo || s[1] > hi)
         return 0;
-    }
-    if (n < len || s[1] < lo || s[1] > hi)
-        return 0;
+    /* lo/hi exclude overlongs, so the value needs no minimum check */
+    uint32_t c = s[0] & (0x7Fu >> len);
     for (size_t i = 1; i < len; i++) {
         if ((s[i] & 0xC0) != 0x80)
             return 0;
         c = (c << 6) | (s[i] & 0x3F);
     }
-    if (c < min)
-        return 0;
     *cpt = c;
     return len;
 }

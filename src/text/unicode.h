@@ -28,6 +28,31 @@ size_t tl_utf8_decode(const unsigned char *s, size_t n, uint32_t *cpt);
 /* Writes cpt (<= U+10FFFF) as UTF-8 to out (>= 4 bytes); returns the length. */
 size_t tl_utf8_encode(uint32_t cpt, char *out);
 
+/* Length (1..4) of the strictly valid UTF-8 sequence lead byte b starts, 0 if b cannot
+ * start one (a continuation byte, C0, C1, F5..FF). Sets [*lo, *hi] to the range the
+ * second byte must fall in, which rules out overlongs, surrogates and values past
+ * U+10FFFF; every later byte is 0x80..0xBF. The one definition of validity, shared by
+ * tl_utf8_decode and tl_utf8_stream. */
+static inline size_t tl_utf8_strict_len(unsigned char b, unsigned char *lo, unsigned char *hi)
+{
+    *lo = 0x80, *hi = 0xBF;
+    if (b < 0x80)
+        return 1;
+    if (b >= 0xC2 && b <= 0xDF)
+        return 2;
+    if (b >= 0xE0 && b <= 0xEF) {
+        if (b == 0xE0) *lo = 0xA0;
+        if (b == 0xED) *hi = 0x9F; /* no surrogates */
+        return 3;
+    }
+    if (b >= 0xF0 && b <= 0xF4) {
+        if (b == 0xF0) *lo = 0x90;
+        if (b == 0xF4) *hi = 0x8F;
+        return 4;
+    }
+    return 0;
+}
+
 /* Length of the UTF-8 sequence a lead byte announces, as llama.cpp's unicode_len_utf8:
  * by its high nibble, 1 for ASCII and stray continuation bytes. */
 static inline size_t tl_utf8_lead_len(unsigned char b)

@@ -1,0 +1,41 @@
+/* x86_cpu.c - what the x86 kernels ask of the CPU at run time, each read once with
+ * cpuid and cached (cpuid traps to the hypervisor in a VM): the matvec prefetch distance
+ * (by vendor) and whether AVX-VNNI may be used.
+ */
+#include <cpuid.h>
+#include <stdatomic.h>
+#include "kernels/x86_matmul.h"
+#include "kernels/x86_simd.h"
+
+/* The matvec prefetch distance (x86_simd.h): 3072 bytes on Intel cores, 8192 elsewhere
+ * (measured on one VM of each; see there). CPUID leaf 0's vendor string, cached. */
+size_t tl__prefetch_distance(void) {
+    static _Atomic size_t cached = 0; /* a CPU property: racing first calls agree */
+    size_t v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v == 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        int intel = __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u /* "Genu" */ &&
+                    d == 0x49656e69u /* "ineI" */ && c == 0x6c65746eu /* "ntel" */;
+        v = intel ? 3072 : 8192;
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+/* AVX-VNNI is used when the compiler could build it and this CPU has it: CPUID leaf 7
+ * sub-leaf 1, EAX bit 4 (read with cpuid.h: clang 14's __builtin_cpu_supports does not
+ * know "avxvnni"). Cached: cpuid traps to the hypervisor in a VM. */
+int tl__cpu_has_avxvnni(void) {
+#ifdef TL_HAVE_AVXVNNI
+    static _Atomic int cached = -1; /* a CPU property: racing first calls agree */
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        v = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1u);
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
+#else
+    return 0;
+#endif
+}

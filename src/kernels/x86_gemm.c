@@ -1,0 +1,198 @@
+/* x86_gemm.c - the GEMM (prefill, n > TL_GROUPED_MAX_N activation rows): compute-bound,
+ * BLIS-style. For each KC-slice of k and each panel of NR=16 output columns, the weights
+ * are dequantized and packed transposed (panel[c][16], padded with zero columns past j1)
+ * into scratch; a 6x16 register-tile micro-kernel then sweeps all n rows of X (split into
+ * near-equal tiles of <= 6 rows). The first k-slice stores into Y, later ones add to it.
+ * The next panel's weight rows are software-prefetched: they are short runs at a large
+ * stride, which the hardware prefetcher does not follow. For Q8_0/Q4_0 each k-slice of X
+ * is rounded to x' into scratch before it is used (n x KC floats), so no full copy of X
+ * is needed.
+ */
+#include "kernels/x86_dequant.h"
+#include "kernels/x86_matmul.h"
+
+#define MR 6    /* micro-tile rows of X (and Y) */
+#define NR 16   /* micro-tile columns j (two ymm) */
+#define KC 256  /* k-slice; a multiple of TL_QK */
+
+/* x' for len elements (a multiple of 32) of each of n rows: dst[i*ldd + c]. */
+static void round_act_rows(const float *X, size_t ldx, size_t n, size_t len, float *dst,
+                           size_t ldd) {
+    for (size_t i = 0; i < n; i++)
+        for (size_t c = 0; c < len; c += TL_QK) {
+            __m256 r[4];
+            __m256 d = _mm256_set1_ps(act_block(X + i * ldx + c, r));
+            UNROLL
+            for (int q = 0; q < 4; q++) _mm256_storeu_ps(dst + i * ldd + c + 8 * q, _mm256_mul_ps(d, r[q]));
+        }
+}
+
+/* 8x8 transpose: rows src[r*lds + 0..7] -> dst[c*ldd + 0..7] holds column c. */
+static ALWAYS_INLINE void transpose8(const float *src, size_t lds, float *dst, size_t ldd) {
+    __m256 r0 = _mm256_loadu_ps(src + 0 * lds), r1 = _mm256_loadu_ps(src + 1 * lds);
+    __m256 r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds);
+    __m256 r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds);
+    __m256 r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    _mm256_storeu_ps(dst + 0 * ldd, _mm256_permute2f128_ps(s0, s4, 0x20));
+    _mm256_storeu_ps(dst + 1 * ldd, _mm256_permute2f128_ps(s1, s5, 0x20));
+    _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(s2, s6, 0x20));
+    _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(s3, s7, 0x20));
+    _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(s0, s4, 0x31));
+    _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(s1, s5, 0x31));
+    _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(s2, s6, 0x31));
+    _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(s3, s7, 0x31));
+}
+
+/* Packs columns [c0, c0+kc) of weight rows [jb, jb+nj) (nj <= NR) as panel[c*NR + jj],
+ * zero for jj >= nj. tmp holds NR*KC floats. */
+static ALWAYS_INLINE void pack_panel(tl_type type, const uint8_t *W, size_t row_bytes,
+                                     size_t c0, size_t kc, size_t jb, size_t nj, float *tmp,
+                                     float *panel) {
+    size_t off = tl_type_row_bytes(type, c0); /* c0 is a multiple of KC */
+    for (size_t jj = 0; jj < NR; jj++) {
+        if (jj < nj)
+            dequant_slice(type, W + (jb + jj) * row_bytes + off, kc, tmp + jj * KC);
+        else
+            memset(tmp + jj * KC, 0, kc * sizeof(float));
+    }
+    size_t c = 0;
+    for (; c + 8 <= kc; c += 8) {
+        transpose8(tmp + c, KC, panel + c * NR, NR);
+        transpose8(tmp + 8 * KC + c, KC, panel + c * NR + 8, NR);
+    }
+    for (; c < kc; c++)
+        for (size_t jj = 0; jj < NR; jj++) panel[c * NR + jj] = tmp[jj * KC + c];
+}
+
+/* C[r*ldc + 0..15] (+)= sum_c X[r*ldx + c] * panel[c*16 + 0..15] for r < M. */
+static ALWAYS_INLINE void ukernel(const int M, size_t kc, const float *panel, const float *X,
+                                  size_t ldx, float *C, size_t ldc, int add) {
+    __m256 acc[MR][2];
+    UNROLL
+    for (int r = 0; r < M; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    const float *x[MR];
+    UNROLL
+    for (int r = 0; r < M; r++) x[r] = X + r * ldx;
+#pragma GCC unroll 4
+    for (size_t c = 0; c < kc; c++) {
+        __m256 b0 = _mm256_loadu_ps(panel + c * NR), b1 = _mm256_loadu_ps(panel + c * NR + 8);
+        UNROLL
+        for (int r = 0; r < M; r++) {
+            __m256 a = _mm256_broadcast_ss(x[r] + c);
+            acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+        }
+    }
+    UNROLL
+    for (int r = 0; r < M; r++) {
+        float *cr = C + r * ldc;
+        if (add) {
+            acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_loadu_ps(cr));
+            acc[r][1] = _mm256_add_ps(acc[r][1], _mm256_loadu_ps(cr + 8));
+        }
+        _mm256_storeu_ps(cr, acc[r][0]);
+        _mm256_storeu_ps(cr + 8, acc[r][1]);
+    }
+}
+
+static void ukernel_any(size_t m, size_t kc, const float *panel, const float *X, size_t ldx,
+                        float *C, size_t ldc, int add) {
+    switch (m) {
+    case 6: ukernel(6, kc, panel, X, ldx, C, ldc, add); break;
+    case 5: ukernel(5, kc, panel, X, ldx, C, ldc, add); break;
+    case 4: ukernel(4, kc, panel, X, ldx, C, ldc, add); break;
+    case 3: ukernel(3, kc, panel, X, ldx, C, ldc, add); break;
+    case 2: ukernel(2, kc, panel, X, ldx, C, ldc, add); break;
+    default: ukernel(1, kc, panel, X, ldx, C, ldc, add); break;
+    }
+}
+
+/* Rows of X in micro-tile t when n rows are split into ceil(n/MR) tiles as evenly as
+ * possible (n = 8 runs as 4+4, not 6+2: a 2-row tile cannot keep the FMA units busy). */
+static inline size_t m_of(size_t n, size_t t) {
+    size_t tiles = (n + MR - 1) / MR;
+    return n / tiles + (t < n % tiles);
+}
+
+static void prefetch_rows(const uint8_t *p, size_t stride, size_t rows, size_t bytes) {
+    for (size_t r = 0; r < rows; r++, p += stride)
+        for (size_t b = 0; b < bytes; b += 64) _mm_prefetch((const char *)(p + b), _MM_HINT_T0);
+}
+
+static ALWAYS_INLINE void gemm(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
+                               const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
+                               float *scratch) {
+    size_t row_bytes = tl_type_row_bytes(type, k);
+    float *panel = scratch, *tmp = scratch + NR * KC, *xr = scratch + 2 * NR * KC;
+    for (size_t c0 = 0; c0 < k; c0 += KC) {
+        size_t kc = k - c0 < KC ? k - c0 : KC;
+        int add = c0 > 0;
+        const float *xs = X + c0; /* this k-slice of X (or of x') */
+        size_t lds = ldx;
+        if (tl_type_rounds_act(type)) {
+            round_act_rows(X + c0, ldx, n, kc, xr, KC);
+            xs = xr, lds = KC;
+        }
+        for (size_t jb = j0; jb < j1; jb += NR) {
+            size_t nj = j1 - jb < NR ? j1 - jb : NR;
+            pack_panel(type, W, row_bytes, c0, kc, jb, nj, tmp, panel);
+            /* the next panel's rows are short runs at a large stride: fetch them while
+             * this one is being multiplied */
+            if (jb + NR < j1)
+                prefetch_rows(W + (jb + NR) * row_bytes + tl_type_row_bytes(type, c0), row_bytes,
+                              j1 - jb - NR < NR ? j1 - jb - NR : NR, tl_type_row_bytes(type, kc));
+            else if (c0 + KC < k)
+                prefetch_rows(W + j0 * row_bytes + tl_type_row_bytes(type, c0 + KC), row_bytes,
+                              j1 - j0 < NR ? j1 - j0 : NR,
+                              tl_type_row_bytes(type, k - c0 - KC < KC ? k - c0 - KC : KC));
+            for (size_t i0 = 0, t = 0; i0 < n; i0 += m_of(n, t++)) {
+                size_t m = m_of(n, t);
+                const float *xb = xs + i0 * lds;
+                float *yb = Y + i0 * ldy + jb;
+                if (nj == NR) {
+                    ukernel_any(m, kc, panel, xb, lds, yb, ldy, add);
+                } else { /* partial panel: compute a full tile, write back valid columns */
+                    float tile[MR * NR];
+                    ukernel_any(m, kc, panel, xb, lds, tile, NR, 0);
+                    for (size_t r = 0; r < m; r++)
+                        for (size_t jj = 0; jj < nj; jj++)
+                            yb[r * ldy + jj] = (add ? yb[r * ldy + jj] : 0.0f) + tile[r * NR + jj];
+                }
+            }
+        }
+    }
+}
+
+#define GEMM_FN(name, T)                                                                 \
+    static void name(const uint8_t *w, size_t k, size_t j0, size_t j1, const float *X,   \
+                     size_t ldx, size_t n, float *Y, size_t ldy, float *scratch) {       \
+        gemm(T, w, k, j0, j1, X, ldx, n, Y, ldy, scratch);                               \
+    }
+GEMM_FN(gemm_f32, TL_TYPE_F32)
+GEMM_FN(gemm_f16, TL_TYPE_F16)
+GEMM_FN(gemm_bf16, TL_TYPE_BF16)
+GEMM_FN(gemm_q8_0, TL_TYPE_Q8_0)
+GEMM_FN(gemm_q4_0, TL_TYPE_Q4_0)
+
+void tl__gemm(tl_type type, const uint8_t *w, size_t k, size_t j0, size_t j1, const float *X,
+              size_t ldx, size_t n, float *Y, size_t ldy, float *scratch) {
+    switch (type) {
+    case TL_TYPE_F32: gemm_f32(w, k, j0, j1, X, ldx, n, Y, ldy, scratch); return;
+    case TL_TYPE_F16: gemm_f16(w, k, j0, j1, X, ldx, n, Y, ldy, scratch); return;
+    case TL_TYPE_BF16: gemm_bf16(w, k, j0, j1, X, ldx, n, Y, ldy, scratch); return;
+    case TL_TYPE_Q8_0: gemm_q8_0(w, k, j0, j1, X, ldx, n, Y, ldy, scratch); return;
+    case TL_TYPE_Q4_0: gemm_q4_0(w, k, j0, j1, X, ldx, n, Y, ldy, scratch); return;
+    }
+}
+
+size_t tl__gemm_scratch_floats(size_t n) {
+    return 2 * NR * KC + (n > TL_GROUPED_MAX_N ? n * KC : 0); /* panels, x' slice */
+}
