@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# test.sh - builds tierllm and runs every test (ctest). With --sanitize, builds a
+# test.sh - checks the include graph against docs/ARCHITECTURE.md, then builds tierllm
+# and runs every test (ctest). With --sanitize, builds a
 # separate ASan+UBSan tree (build-asan) and runs the suite there. With --tsan, builds a
 # ThreadSanitizer tree (build-tsan) and runs the tests that exercise threads: the pool,
 # the threaded matrix products, the IO queue (both backends: the pread pool always, and
@@ -10,6 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
+python3 scripts/check_layers.py # includes follow docs/ARCHITECTURE.md's layers
 dir=build; flags=(-DCMAKE_BUILD_TYPE=Release); only=(); run=()
 if [ "${1:-}" = "--sanitize" ]; then
     dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DTL_SANITIZE=ON)
