@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <float.h>
 #include <math.h>
+#include "base/rng.h"
 #include "format/tensor_type.h"
 #include "kv/kv_cache.h"
 #include "tier/aio.h"
@@ -24,10 +25,7 @@ static tl_aio *aio;
 static float val(int ident, int layer, int pos, int j, int which) {
     uint64_t x = ((uint64_t)ident * 1000003u + (uint64_t)layer * 7919u + (uint64_t)pos * 131u +
                   (uint64_t)j) * 2u + (uint64_t)which;
-    x *= 0x9E3779B97F4A7C15ull;
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 29;
+    x = tl_mix64(x);
     float f = (float)((int)(x % 20001) - 10000) / 997.0f;
     if (j % 7 == 3) f *= 1e-3f; /* a spread of magnitudes */
     return f;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "base/rng.h"
 #include "base/status.h"
 #include "testutil.h"
 #include "tier/tier.h"
@@ -44,9 +45,7 @@ static int tk_n_paths;
 
 /* The byte the pattern `seed` holds at offset o. */
 static inline uint8_t tk_byte(uint64_t o, unsigned seed) {
-    uint64_t x = (o + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)seed * 0xC2B2AE3D27D4EB4Full);
-    x ^= x >> 29;
-    return (uint8_t)(x ^ (x >> 17));
+    return (uint8_t)tl_mix64(o ^ ((uint64_t)seed << 48));
 }
 
 static inline void tk_fill(uint8_t *p, uint64_t off, size_t len, unsigned seed) {
