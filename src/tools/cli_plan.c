@@ -59,7 +59,7 @@ void cli_print_prediction(FILE *f, const char *label, const tl_plan_result *r,
 
 static void term_line(FILE *f, const char *name, double pred, double meas, const char *unit,
                       double scale) {
-    if (meas < 0)
+    if (meas == CLI_NOT_MEASURED)
         fprintf(f, "[plan]   %-22s predicted %10.3f %-4s\n", name, pred / scale, unit);
     else
         fprintf(f, "[plan]   %-22s predicted %10.3f %-4s measured %10.3f %-4s (%+.0f%%)\n",
@@ -74,9 +74,9 @@ void cli_print_terms(FILE *f, const char *phase, const tl_cost_terms *pred, doub
     term_line(f, "passes", pred_passes, meas->passes, "", 1);
     term_line(f, "compute", pred->compute_s, meas->compute_s, "s", 1);
     term_line(f, "KV wait", pred->kv_wait_s, meas->kv_wait_s, "s", 1);
-    term_line(f, "weight reads", pred->weight_read_s, -1, "s", 1);
-    term_line(f, "KV reads", pred->kv_read_s, -1, "s", 1);
-    term_line(f, "KV writes", pred->kv_write_s, -1, "s", 1);
+    term_line(f, "weight reads", pred->weight_read_s, CLI_NOT_MEASURED, "s", 1);
+    term_line(f, "KV reads", pred->kv_read_s, CLI_NOT_MEASURED, "s", 1);
+    term_line(f, "KV writes", pred->kv_write_s, CLI_NOT_MEASURED, "s", 1);
     term_line(f, "IO busy (all reads)", pred->weight_read_s + pred->kv_read_s, meas->io_busy_s,
               "s", 1);
     term_line(f, "weight bytes", pred->weight_bytes, meas->weight_bytes, "MiB", 1048576.0);

@@ -15,11 +15,20 @@ void cli_print_prediction(FILE *f, const char *label, const tl_plan_result *r,
                           const tl_workload *w);
 
 /* A measurement to print beside a prediction; a negative value is "not measured". */
+/* What a run measured, beside the plan's prediction; a term the run does not measure is
+ * CLI_NOT_MEASURED and prints as a prediction only. */
+#define CLI_NOT_MEASURED (-1.0)
 typedef struct cli_measured {
     double wall_s, passes, compute_s, io_busy_s;
     double weight_bytes, kv_read_bytes, kv_write_bytes;
-    double kv_wait_s; /* compute waiting for KV pages (-1: not measured) */
+    double kv_wait_s; /* compute waiting for KV pages */
 } cli_measured;
+/* Every term CLI_NOT_MEASURED. */
+static inline cli_measured cli_measured_none(void) {
+    cli_measured m = {CLI_NOT_MEASURED, CLI_NOT_MEASURED, CLI_NOT_MEASURED, CLI_NOT_MEASURED,
+                      CLI_NOT_MEASURED, CLI_NOT_MEASURED, CLI_NOT_MEASURED, CLI_NOT_MEASURED};
+    return m;
+}
 void cli_print_terms(FILE *f, const char *phase, const tl_cost_terms *pred, double pred_wall,
                      double pred_passes, const cli_measured *meas);
 

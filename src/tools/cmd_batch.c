@@ -231,16 +231,22 @@ static void print_plan_stats(const tl_plan_request *rq, const tl_plan_result *ch
     const int whole = rp && rp->switches > 0 && rp->checks == 0;
     const tl_cost *c = whole ? &rp->current.cost : &chosen->cost;
     if (whole) cli_print_policy(stderr, "[plan] policy that ran", &rp->current);
-    cli_measured pre = {bs->prefill_s, (double)bs->prefill_passes,
-                        bs->prefill_s - bs->prefill_stall_s, -1, -1, -1, -1,
-                        bs->prefill_kv_wait_s};
-    cli_measured dec = {bs->decode_s, (double)bs->decode_passes,
-                        bs->decode_s - bs->decode_stall_s, -1, -1, -1, -1, bs->decode_kv_wait_s};
-    cli_measured all = {bs->prefill_s + bs->decode_s,
-                        (double)(bs->prefill_passes + bs->decode_passes),
-                        bs->prefill_s + bs->decode_s - bs->prefill_stall_s - bs->decode_stall_s,
-                        -1, (double)bs->weight_bytes_read, (double)bs->kv_bytes_read,
-                        (double)bs->ssd_bytes_written, bs->prefill_kv_wait_s + bs->decode_kv_wait_s};
+    cli_measured pre = cli_measured_none(), dec = cli_measured_none(), all = cli_measured_none();
+    pre.wall_s = bs->prefill_s;
+    pre.passes = (double)bs->prefill_passes;
+    pre.compute_s = bs->prefill_s - bs->prefill_stall_s;
+    pre.kv_wait_s = bs->prefill_kv_wait_s;
+    dec.wall_s = bs->decode_s;
+    dec.passes = (double)bs->decode_passes;
+    dec.compute_s = bs->decode_s - bs->decode_stall_s;
+    dec.kv_wait_s = bs->decode_kv_wait_s;
+    all.wall_s = pre.wall_s + dec.wall_s;
+    all.passes = pre.passes + dec.passes;
+    all.compute_s = pre.compute_s + dec.compute_s;
+    all.weight_bytes = (double)bs->weight_bytes_read;
+    all.kv_read_bytes = (double)bs->kv_bytes_read;
+    all.kv_write_bytes = (double)bs->ssd_bytes_written;
+    all.kv_wait_s = pre.kv_wait_s + dec.kv_wait_s;
     tl_cost_terms sum = c->prefill;
     sum.compute_s += c->decode.compute_s;
     sum.weight_read_s += c->decode.weight_read_s;

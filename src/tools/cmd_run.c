@@ -210,8 +210,10 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
 static void print_plan_stats(const tl_plan_result *chosen, const tl_generate_stats *gs,
                              const tl_run_stats *t, const tl_run_stats *after_prefill) {
     const tl_cost *c = &chosen->cost;
-    cli_measured pre = {gs->prefill_seconds, -1, -1, -1, -1, -1, -1, -1};
-    cli_measured dec = {gs->decode_seconds, gs->n_decoded, -1, -1, -1, -1, -1, -1};
+    cli_measured pre = cli_measured_none(), dec = cli_measured_none();
+    pre.wall_s = gs->prefill_seconds;
+    dec.wall_s = gs->decode_seconds;
+    dec.passes = gs->n_decoded;
     if (after_prefill) {
         pre.compute_s = after_prefill->compute_s;
         pre.io_busy_s = after_prefill->io_busy_s;
