@@ -1,4 +1,5 @@
-/* test_kv.c - the paged KV cache: every format (32/16/8/4 bits) x kv_mem_pct {100, 50, 0}
+/* test_kv.c - the paged KV cache: every format (32/16/8/4 bits) x placements (spread
+ * kv_mem_pct {100, 50, 0}, with a cache; temperature windows with sinks and caches)
  * x page_tokens {1, 3, 16}, three sequences of different lengths appended in blocks of 1,
  * 5 and 17 rows over three layers, checked through prefetch/wait/view at every step
  * (uncommitted rows included) and at the end: bit-exact f32 (through disk too), f16-exact,
@@ -148,9 +149,15 @@ static void verify(kv_case *c, const int32_t *seqs, const int *idents, int n, in
     tl_kv_release(kv, seqs, n, layer);
 }
 
-static uint64_t disk_pages(int pct, int full) {
-    uint64_t n = 0, d = (uint64_t)(100 - pct);
-    for (uint64_t i = 0; i < (uint64_t)full; i++) n += (i + 1) * d / 100 > i * d / 100;
+/* Where full pages live: spread (kv_mem_pct) or temperature (sinks + window in memory). */
+typedef struct place { int temperature, pct, sinks, window, cache; } place;
+
+/* Disk pages among `full` full pages, counted page by page from the rules' definitions. */
+static uint64_t disk_pages(place pl, int full) {
+    uint64_t n = 0, d = (uint64_t)(100 - pl.pct);
+    for (uint64_t i = 0; i < (uint64_t)full; i++)
+        n += pl.temperature ? (i >= (uint64_t)pl.sinks && i + (uint64_t)pl.window < (uint64_t)full)
+                            : (i + 1) * d / 100 > i * d / 100;
     return n;
 }
 
@@ -173,14 +180,26 @@ static tl_kv_params base_params(int bits, int pct, int P, int head_dim) {
 static int n_tight; /* cases where the 1.05x spill bound was checked */
 
 /* One configuration of the matrix; returns the hash of every view it saw. */
-static uint64_t run_case(int bits, int pct, int P) {
+static uint64_t run_case(int bits, place pl, int P) {
     enum { NS = 3 };
     static const int LENS[NS] = {23, 40, 7}, BLOCKS[3] = {1, 5, 17};
     kv_case c;
     memset(&c, 0, sizeof c);
+    const int pct = pl.temperature ? 0 : pl.pct;
     c.p = base_params(bits, pct, P, P == 16 ? 64 : 10); /* groups of 64; of head_dim */
+    c.p.placement = pl.temperature ? TL_KV_TEMPERATURE : TL_KV_SPREAD;
+    c.p.sink_pages = pl.sinks;
+    c.p.window_pages = pl.window;
+    c.p.cache_pages = pl.cache;
     c.hash = 0xCBF29CE484222325ull;
-    snprintf(c.label, sizeof c.label, "bits %d pct %d page %d", bits, pct, P);
+    if (pl.temperature)
+        snprintf(c.label, sizeof c.label, "bits %d sinks %d window %d cache %d page %d", bits,
+                 pl.sinks, pl.window, pl.cache, P);
+    else
+        snprintf(c.label, sizeof c.label, "bits %d pct %d cache %d page %d", bits, pct,
+                 pl.cache, P);
+    /* a spill file exists when a sequence at max_tokens would have a disk page */
+    const int spill = disk_pages(pl, (c.p.max_tokens + P - 1) / P) > 0;
     tl_budget *b;
     CHECK(tl_budget_open(0, &b) == TL_OK);
     tl_status st = tl_kv_open(&c.p, b, aio, &c.kv);
@@ -189,7 +208,7 @@ static uint64_t run_case(int bits, int pct, int P) {
         tl_budget_close(b);
         return 0;
     }
-    CHECK(count_spill_files() == (pct < 100));
+    CHECK(count_spill_files() == spill);
     const int D = c.p.kv_dim, L = c.p.n_layer;
     int32_t seqs[NS];
     int idents[NS], done[NS];
@@ -224,7 +243,7 @@ static uint64_t run_case(int bits, int pct, int P) {
     }
     /* once every write is done, the final views read every disk page from the file */
     uint64_t want_pages = 0;
-    for (int s = 0; s < NS; s++) want_pages += (uint64_t)L * disk_pages(pct, LENS[s] / P);
+    for (int s = 0; s < NS; s++) want_pages += (uint64_t)L * disk_pages(pl, LENS[s] / P);
     tl_kv_stats ks;
     for (int i = 0; i < 2000; i++) {
         CHECK(tl_kv_prefetch(c.kv, NULL, 0, 0) == TL_OK); /* reaps finished writes */
@@ -232,15 +251,23 @@ static uint64_t run_case(int bits, int pct, int P) {
         if (ks.pages_written == want_pages) break;
         usleep(1000);
     }
-    uint64_t read0 = ks.pages_read;
+    /* every write has completed, so each disk page passed the cache's door once: the cache
+     * holds min(cache, disk pages) of them, and the rest are read from the file */
+    const uint64_t cached = want_pages < (uint64_t)pl.cache ? want_pages : (uint64_t)pl.cache;
+    CHECK_MSG(ks.cache_pages == cached, "%s: %llu pages cached, want %llu", c.label,
+              (unsigned long long)ks.cache_pages, (unsigned long long)cached);
+    uint64_t read0 = ks.pages_read, hit0 = ks.cache_hits;
     for (int l = 0; l < L; l++) verify(&c, seqs, idents, NS, l);
     tl_kv_get_stats(c.kv, &ks);
-    CHECK_MSG(ks.pages_read - read0 == want_pages, "%s: %llu pages read, %llu on disk", c.label,
-              (unsigned long long)(ks.pages_read - read0), (unsigned long long)want_pages);
+    CHECK_MSG(ks.pages_read - read0 == want_pages - cached && ks.cache_hits - hit0 == cached,
+              "%s: %llu pages read and %llu cache hits, %llu on disk of which %llu cached",
+              c.label, (unsigned long long)(ks.pages_read - read0),
+              (unsigned long long)(ks.cache_hits - hit0), (unsigned long long)want_pages,
+              (unsigned long long)cached);
     /* a disk page that is not staged cannot be viewed */
     int first_disk = 0;
-    while (pct < 100 && disk_pages(pct, first_disk + 1) == 0) first_disk++;
-    if (pct < 100 && LENS[1] / P > first_disk) {
+    while (!pl.temperature && pct < 100 && disk_pages(pl, first_disk + 1) == 0) first_disk++;
+    if (!pl.temperature && pl.cache == 0 && pct < 100 && LENS[1] / P > first_disk) {
         float *scratch = malloc(sizeof(float) * 2 * (size_t)P * (size_t)D);
         const float *kk, *vv;
         int32_t rows;
@@ -256,16 +283,16 @@ static uint64_t run_case(int bits, int pct, int P) {
               c.label, (unsigned long long)ks.pages_written, (unsigned long long)want_pages);
     CHECK(ks.bytes_written == ks.pages_written * slot);
     CHECK(ks.bytes_read == ks.pages_read * slot);
-    CHECK(pct < 100 || ks.pages_read == 0);
+    CHECK(spill || ks.pages_read == 0);
     if (page % 4096 == 0) { /* f32 and f16 with 16 tokens x 128: no slot padding */
         CHECK((double)ks.bytes_written <= 1.05 * (double)(ks.pages_written * page));
-        n_tight += pct < 100;
+        n_tight += !pl.temperature && pct < 100 && pl.cache == 0;
     }
     CHECK(ks.mem_pages_peak > 0);
     uint64_t bound = tl_kv_budget_bytes(&c.p, NS);
     CHECK_MSG(tl_budget_peak(b) <= bound, "%s: budget peak %llu over the bound %llu", c.label,
               (unsigned long long)tl_budget_peak(b), (unsigned long long)bound);
-    CHECK(count_spill_files() == (pct < 100));
+    CHECK(count_spill_files() == spill);
     tl_kv_close(c.kv);
     CHECK_MSG(count_spill_files() == 0, "%s: spill file left behind", c.label);
     CHECK_MSG(tl_budget_used(b) == 0, "%s: %llu budget bytes left", c.label,
@@ -276,15 +303,21 @@ static uint64_t run_case(int bits, int pct, int P) {
     return c.hash;
 }
 
+/* Every placement must give the same views (placement changes speed, not results). */
 static void test_matrix(void) {
-    static const int BITS[] = {32, 16, 8, 4}, PCTS[] = {100, 50, 0}, PAGES[] = {1, 3, 16};
+    static const int BITS[] = {32, 16, 8, 4}, PAGES[] = {1, 3, 16};
+    static const place PLACES[] = {
+        {0, 100, 0, 0, 0}, {0, 50, 0, 0, 0}, {0, 0, 0, 0, 0}, {0, 0, 0, 0, 3},
+        {1, 0, 0, 1, 0},   {1, 0, 1, 1, 2},  {1, 0, 2, 3, 1000}};
+    enum { NP = sizeof PLACES / sizeof PLACES[0] };
     for (int bi = 0; bi < 4; bi++)
         for (int pi = 0; pi < 3; pi++) {
-            uint64_t h[3];
-            for (int m = 0; m < 3; m++) h[m] = run_case(BITS[bi], PCTS[m], PAGES[pi]);
-            CHECK_MSG(h[0] == h[1] && h[0] == h[2],
-                      "bits %d page %d: views differ between kv_mem_pct 100, 50, 0", BITS[bi],
-                      PAGES[pi]);
+            uint64_t h[NP];
+            for (int m = 0; m < NP; m++) {
+                h[m] = run_case(BITS[bi], PLACES[m], PAGES[pi]);
+                CHECK_MSG(h[m] == h[0], "bits %d page %d: placement %d's views differ from "
+                          "all-in-memory", BITS[bi], PAGES[pi], m);
+            }
         }
     CHECK(n_tight == 4);
     n_tight = 0;

@@ -39,7 +39,7 @@ enum { SLOT_ALIGN = TL_TIER_MAX_ALIGN, FRAME_ALIGN = 64 };
 typedef struct kv_page {
     uint8_t *frame, *stage;
     uint64_t slot, wtag, rtag;
-    uint8_t state, writing, reading, pinned;
+    uint8_t state, writing, reading, pinned, cached;
 } kv_page;
 
 typedef struct kv_sl { int32_t pending, stored; } kv_sl; /* per (seq, layer) */
@@ -60,6 +60,7 @@ struct tl_kv {
     kv_wr *ring;
     size_t ring_cap, ring_head, ring_n;
     uint64_t next_slot, tag_base, next_tag, frames, frames_peak;
+    int64_t cache_used;   /* disk pages whose frame is a cached copy */
     tl_kv_stats stats;
     tl_status err;
     char errmsg[1024];
@@ -68,6 +69,20 @@ struct tl_kv {
 static atomic_uint kv_instances;
 
 /* ---- sizes and the budget formula ---- */
+
+static uint64_t pages_per_sl(const tl_kv_params *p);
+
+/* Full pages of a (seq, layer) with n full pages that are homed on disk. */
+static uint64_t disk_of(const tl_kv_params *p, uint64_t n) {
+    if (p->placement == TL_KV_TEMPERATURE) {
+        uint64_t keep = (uint64_t)p->sink_pages + (uint64_t)p->window_pages;
+        return n > keep ? n - keep : 0;
+    }
+    return n * (uint64_t)(100 - p->kv_mem_pct) / 100;
+}
+
+/* 1 when some page may be homed on disk (a spill file is needed). */
+static int spills(const tl_kv_params *p) { return disk_of(p, pages_per_sl(p)) > 0; }
 
 static tl_status check_params(const tl_kv_params *p) {
     if (!p) return tl_error_set(TL_ERR_INVALID, "kv: no parameters");
@@ -94,10 +109,17 @@ static tl_status check_params(const tl_kv_params *p) {
     if ((uint64_t)p->max_seqs * (uint64_t)p->n_layer * np > ((uint64_t)1 << 28))
         return tl_error_set(TL_ERR_INVALID, "kv: page table of %" PRIu64 " pages is too large",
                             (uint64_t)p->max_seqs * (uint64_t)p->n_layer * np);
-    if (p->kv_mem_pct < 100 && (!p->spill_dir || !p->spill_dir[0]))
-        return tl_error_set(TL_ERR_INVALID,
-                            "kv: kv_mem_pct %d < 100 needs a spill directory",
-                            (int)p->kv_mem_pct);
+    if (p->placement != TL_KV_SPREAD && p->placement != TL_KV_TEMPERATURE)
+        return tl_error_set(TL_ERR_INVALID, "kv: placement %d (spread or temperature)",
+                            (int)p->placement);
+    if (p->sink_pages < 0 || p->window_pages < 0 || p->cache_pages < 0 ||
+        (p->placement == TL_KV_TEMPERATURE && p->window_pages < 1))
+        return tl_error_set(TL_ERR_INVALID, "kv: %d sink pages, %d window pages, %d cache "
+                            "pages (the temperature rule needs a window of at least one "
+                            "page)", (int)p->sink_pages, (int)p->window_pages,
+                            (int)p->cache_pages);
+    if (spills(p) && (!p->spill_dir || !p->spill_dir[0]))
+        return tl_error_set(TL_ERR_INVALID, "kv: pages homed on disk need a spill directory");
     return TL_OK;
 }
 
@@ -118,10 +140,13 @@ static uint64_t pages_per_sl(const tl_kv_params *p) {
     return ((uint64_t)p->max_tokens + (uint64_t)p->page_tokens - 1) / (uint64_t)p->page_tokens;
 }
 
-/* Page i of a (seq, layer) is homed on disk iff floor((i+1)d) > floor(i d), d = the disk
- * share: the disk pages are spread evenly, and floor(n d) of the first n are on disk. */
-static int on_disk(int32_t pct, uint64_t i) {
-    uint64_t d = (uint64_t)(100 - pct);
+/* Spread rule: page i of a (seq, layer) is homed on disk iff floor((i+1)d) > floor(i d),
+ * d = the disk share: the disk pages are spread evenly, and floor(n d) of the first n are
+ * on disk. (The temperature rule homes every full page in memory first; commit moves the
+ * page that leaves the window to disk.) */
+static int on_disk(const tl_kv_params *p, uint64_t i) {
+    if (p->placement == TL_KV_TEMPERATURE) return 0;
+    uint64_t d = (uint64_t)(100 - p->kv_mem_pct);
     return (i + 1) * d / 100 > i * d / 100;
 }
 
@@ -129,7 +154,7 @@ static int on_disk(int32_t pct, uint64_t i) {
  * the write ring. *ring_cap gets the ring's capacity. */
 static uint64_t meta_bytes(const tl_kv_params *p, uint64_t *ring_cap, uint64_t off[4]) {
     uint64_t sl = (uint64_t)p->max_seqs * (uint64_t)p->n_layer, np = pages_per_sl(p);
-    uint64_t nd = np * (uint64_t)(100 - p->kv_mem_pct) / 100; /* disk pages per (seq, layer) */
+    uint64_t nd = disk_of(p, np); /* disk pages per (seq, layer) */
     uint64_t cap = 2 * sl < sl * nd ? 2 * sl : sl * nd;
     if (cap > 256) cap = 256; /* enough to keep the disk busy; more only costs memory */
     if (cap == 0) cap = 1;
@@ -150,22 +175,24 @@ size_t tl_kv_page_bytes(const tl_kv_params *p) {
 }
 
 /* The bound, with S = max_seqs, L = n_layer, NP = ceil(max_tokens / page_tokens) pages per
- * (seq, layer), ND = floor(NP * (100 - kv_mem_pct) / 100) of them homed on disk (the
- * placement rule puts floor(n d) of the first n pages on disk), NM = NP - ND,
+ * (seq, layer), ND of them homed on disk at most (spread: floor(NP (100 - kv_mem_pct) /
+ * 100), as the rule puts floor(n d) of the first n pages on disk; temperature:
+ * NP - sink_pages - window_pages), NM = NP - ND, C = cache_pages,
  * OPEN = 1 + ceil(max_block / page_tokens) open f32 pages per (seq, layer) (2 when
  * max_block <= page_tokens), W = min(2 S L, S L ND, 256) write buffers in flight (the ring),
  * and each budget block costing its size + its alignment (the allocator's header):
  *   S L (NM (page_bytes + 64) + OPEN (f32_page_bytes + 64))   resident and open pages
- *   + (active ND + W) (slot_bytes + SLOT_ALIGN)                staging and write buffers
+ *   + (active ND + W + C) (slot_bytes + SLOT_ALIGN)            staging, writes, cache
  *   + meta + 64                                                page tables and write ring
  * slot_bytes = page_bytes rounded up to SLOT_ALIGN (TL_TIER_MAX_ALIGN). A page being
  * stored holds its open frame and its new frame for a moment; both are counted. A page
  * pinned by a prefetch while its write was in flight keeps its write buffer in place of a
- * staging frame. */
+ * staging frame. A page leaving the temperature window is copied into a write buffer
+ * before its frame is freed, and only then is the page entering the window stored. */
 uint64_t tl_kv_budget_bytes(const tl_kv_params *p, int32_t active) {
     if (check_params(p) != TL_OK || active < 0) return UINT64_MAX;
     uint64_t S = (uint64_t)p->max_seqs, L = (uint64_t)p->n_layer, np = pages_per_sl(p);
-    uint64_t nd = np * (uint64_t)(100 - p->kv_mem_pct) / 100, nm = np - nd;
+    uint64_t nd = disk_of(p, np), nm = np - nd, C = (uint64_t)p->cache_pages;
     uint64_t P = (uint64_t)p->page_tokens, M = p->max_block ? (uint64_t)p->max_block : P;
     uint64_t open = 1 + (M + P - 1) / P;
     uint64_t page = tl_kv_page_bytes(p), f32 = 2 * P * (uint64_t)p->kv_dim * 4;
@@ -173,7 +200,20 @@ uint64_t tl_kv_budget_bytes(const tl_kv_params *p, int32_t active) {
     uint64_t meta = meta_bytes(p, &cap, off);
     uint64_t w = nd ? cap : 0;
     return S * L * (nm * (page + FRAME_ALIGN) + open * (f32 + FRAME_ALIGN)) +
-           ((uint64_t)active * nd + w) * (slot + SLOT_ALIGN) + meta + FRAME_ALIGN;
+           ((uint64_t)active * nd + w + (nd ? C : 0)) * (slot + SLOT_ALIGN) + meta +
+           FRAME_ALIGN;
+}
+
+size_t tl_kv_slot_bytes(const tl_kv_params *p) { return slot_of(tl_kv_page_bytes(p)); }
+
+int64_t tl_kv_disk_pages(const tl_kv_params *p, int64_t len) {
+    if (check_params(p) != TL_OK || len <= 0) return 0;
+    return (int64_t)disk_of(p, (uint64_t)len / (uint64_t)p->page_tokens);
+}
+
+int64_t tl_kv_predict_step_reads(const tl_kv_params *p, int32_t n_seqs, int64_t len) {
+    int64_t d = (int64_t)n_seqs * p->n_layer * tl_kv_disk_pages(p, len);
+    return d > p->cache_pages ? d - p->cache_pages : 0;
 }
 
 /* ---- small helpers ---- */
@@ -274,6 +314,20 @@ static void decode_page(const tl_kv *kv, const uint8_t *in, int32_t n, float *sc
     }
 }
 
+/* ---- the DRAM cache of disk pages ---- */
+
+/* A disk page's frame (a finished write buffer or a read staging frame) is no longer
+ * needed for IO: it stays as a cached copy while the cache has room, else it is freed.
+ * Cached pages are never evicted (see kv_cache.h: a fixed set serves an exact scan). */
+static void keep_or_free(tl_kv *kv, kv_page *pg) {
+    if (kv->cache_used < kv->p.cache_pages) {
+        pg->cached = 1;
+        kv->cache_used++;
+    } else {
+        frame_free(kv, &pg->frame);
+    }
+}
+
 /* ---- the write ring ---- */
 
 /* Finishes the oldest write in the ring: waits for it if `block`, else only if it has
@@ -288,7 +342,10 @@ static tl_status ring_pop(tl_kv *kv, int block, int *progress) {
         if (!block && !tl_aio_poll(kv->aio, w->tag)) return TL_OK;
         st = tl_aio_wait(kv->aio, w->tag);
         pg->writing = 0;
-        if (!pg->pinned) frame_free(kv, &pg->frame);
+        if (!pg->pinned) {
+            if (st == TL_OK) keep_or_free(kv, pg);
+            else frame_free(kv, &pg->frame);
+        }
         if (st == TL_OK) {
             kv->stats.pages_written++;
             kv->stats.bytes_written += kv->slot_bytes;
@@ -344,29 +401,20 @@ static tl_status finish_read(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer,
 
 /* ---- storing a full page ---- */
 
-static tl_status store_page(tl_kv *kv, int32_t seq, int32_t layer, int32_t i) {
-    kv_page *pg = page_at(kv, seq, layer, i);
-    const float *f32 = (const float *)(const void *)pg->frame;
+/* Writes page i to the next slot of the spill file, once: its stored bytes are `src` (in
+ * the stored format) or, when `f32` is set, encoded from that open f32 frame. The page's
+ * old frame is freed and the write buffer becomes its frame until the write completes. */
+static tl_status write_out(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, int32_t i,
+                           const uint8_t *src, const float *f32) {
     tl_status st;
-    if (!on_disk(kv->p.kv_mem_pct, (uint64_t)i)) {
-        if (kv->p.bits != 32) {
-            uint8_t *f;
-            st = frame_alloc(kv, kv->page_bytes, FRAME_ALIGN, &f, "stored page", seq, layer, i);
-            if (st != TL_OK) return st;
-            encode_page(kv, f32, f);
-            frame_free(kv, &pg->frame);
-            pg->frame = f;
-        }
-        pg->state = PG_MEM;
-        return TL_OK;
-    }
     int progress;
     while (kv->ring_n == kv->ring_cap) /* bound the write buffers in flight */
         if ((st = ring_pop(kv, 1, &progress)) != TL_OK) return st;
     uint8_t *buf;
     st = frame_alloc(kv, kv->slot_bytes, SLOT_ALIGN, &buf, "spill write buffer", seq, layer, i);
     if (st != TL_OK) return st;
-    encode_page(kv, f32, buf);
+    if (f32) encode_page(kv, f32, buf);
+    else memcpy(buf, src, kv->page_bytes);
     memset(buf + kv->page_bytes, 0, kv->slot_bytes - kv->page_bytes);
     uint64_t tag = new_tag(kv);
     st = tl_aio_write(kv->aio, kv->tier, kv->next_slot * kv->slot_bytes, buf, kv->slot_bytes,
@@ -392,6 +440,34 @@ static tl_status store_page(tl_kv *kv, int32_t seq, int32_t layer, int32_t i) {
     return TL_OK;
 }
 
+/* Stores full page i: encoded into a memory frame, or written to disk (spread rule). */
+static tl_status store_page(tl_kv *kv, int32_t seq, int32_t layer, int32_t i) {
+    kv_page *pg = page_at(kv, seq, layer, i);
+    const float *f32 = (const float *)(const void *)pg->frame;
+    if (on_disk(&kv->p, (uint64_t)i)) return write_out(kv, pg, seq, layer, i, NULL, f32);
+    if (kv->p.bits != 32) {
+        uint8_t *f;
+        tl_status st = frame_alloc(kv, kv->page_bytes, FRAME_ALIGN, &f, "stored page", seq,
+                                   layer, i);
+        if (st != TL_OK) return st;
+        encode_page(kv, f32, f);
+        frame_free(kv, &pg->frame);
+        pg->frame = f;
+    }
+    pg->state = PG_MEM;
+    return TL_OK;
+}
+
+/* Temperature rule: storing page `next` of a (seq, layer) pushes page next - window out
+ * of the window; unless it is a sink, it goes to disk. */
+static tl_status leave_window(tl_kv *kv, int32_t seq, int32_t layer, int32_t next) {
+    int32_t j = next - kv->p.window_pages;
+    if (kv->p.placement != TL_KV_TEMPERATURE || j < kv->p.sink_pages) return TL_OK;
+    kv_page *pg = page_at(kv, seq, layer, j);
+    if (pg->state != PG_MEM) return TL_OK;
+    return write_out(kv, pg, seq, layer, j, pg->frame, NULL);
+}
+
 /* ---- open / close ---- */
 
 /* The spill file has no name (see tl_tier_file_open_scratch): it cannot outlive the
@@ -406,7 +482,7 @@ tl_status tl_kv_open(const tl_kv_params *p, tl_budget *budget, tl_aio *aio, tl_k
     *out = NULL;
     tl_status st = check_params(p);
     if (st != TL_OK) return st;
-    if (!budget || (p->kv_mem_pct < 100 && !aio))
+    if (!budget || (spills(p) && !aio))
         return tl_error_set(TL_ERR_INVALID, "kv open: no budget or IO queue");
     tl_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return tl_error_set(TL_ERR_NOMEM, "kv: out of memory");
@@ -434,7 +510,7 @@ tl_status tl_kv_open(const tl_kv_params *p, tl_budget *budget, tl_aio *aio, tl_k
     kv->ring_cap = (size_t)cap;
     unsigned inst = atomic_fetch_add(&kv_instances, 1);
     kv->tag_base = KV_TAG | ((uint64_t)(inst & 0xFFFF) << 40);
-    if (p->kv_mem_pct < 100) {
+    if (spills(p)) {
         st = open_spill(kv, p->spill_dir);
         if (st != TL_OK) {
             tl_budget_free(budget, kv->meta);
@@ -461,6 +537,7 @@ static void page_clear(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, int32
         }
     }
     (void)finish_read(kv, pg, seq, layer, i);
+    if (pg->cached) kv->cache_used--;
     frame_free(kv, &pg->frame);
     frame_free(kv, &pg->stage);
     memset(pg, 0, sizeof *pg);
@@ -574,6 +651,7 @@ tl_status tl_kv_seq_commit(tl_kv *kv, int32_t seq, int32_t n) {
     for (int32_t l = 0; l < kv->p.n_layer; l++) {
         kv_sl *sl = sl_at(kv, seq, l);
         while (sl->stored < full) {
+            if ((st = leave_window(kv, seq, l, sl->stored)) != TL_OK) return st;
             if ((st = store_page(kv, seq, l, sl->stored)) != TL_OK) return st;
             sl->stored++;
         }
@@ -603,8 +681,9 @@ tl_status tl_kv_prefetch(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t
         for (int32_t i = 0; i < stored; i++) {
             kv_page *pg = page_at(kv, s, layer, i);
             if (pg->state != PG_DISK || pg->stage || pg->pinned) continue;
-            if (pg->frame) { /* its write is in flight: use the buffer, no read */
-                pg->pinned = 1;
+            if (pg->frame) { /* cached, or its write is in flight: no read */
+                if (!pg->cached) pg->pinned = 1; /* keeps the write buffer until release */
+                kv->stats.cache_hits++;
                 continue;
             }
             st = frame_alloc(kv, kv->slot_bytes, SLOT_ALIGN, &pg->stage, "staging frame", s,
@@ -649,11 +728,19 @@ void tl_kv_release(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t layer
         for (int32_t i = 0; i < stored; i++) {
             kv_page *pg = page_at(kv, s, layer, i);
             if (pg->state != PG_DISK) continue;
-            (void)finish_read(kv, pg, s, layer, i);
-            frame_free(kv, &pg->stage);
+            tl_status rs = finish_read(kv, pg, s, layer, i);
+            if (pg->stage) {
+                if (rs == TL_OK && !pg->frame) { /* the page read: keep it if there is room */
+                    pg->frame = pg->stage;
+                    pg->stage = NULL;
+                    keep_or_free(kv, pg);
+                } else {
+                    frame_free(kv, &pg->stage);
+                }
+            }
             if (pg->pinned) {
                 pg->pinned = 0;
-                if (!pg->writing) frame_free(kv, &pg->frame);
+                if (!pg->writing) keep_or_free(kv, pg);
             }
         }
     }
@@ -686,7 +773,7 @@ tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float 
         src = pg->frame;
     } else if (pg->state == PG_DISK && pg->stage && !pg->reading) {
         src = pg->stage;
-    } else if (pg->state == PG_DISK && pg->pinned) {
+    } else if (pg->state == PG_DISK && (pg->pinned || pg->cached)) {
         src = pg->frame;
     } else {
         return tl_error_set(TL_ERR_INVALID,
@@ -712,6 +799,7 @@ void tl_kv_get_stats(const tl_kv *kv, tl_kv_stats *out) {
     if (!kv) return;
     *out = kv->stats;
     out->mem_pages_peak = kv->frames_peak;
+    out->cache_pages = (uint64_t)kv->cache_used;
 }
 
 void tl_kv_set_spill_fault(tl_kv *kv, const tl_fault_spec *spec) {

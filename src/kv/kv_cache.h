@@ -8,11 +8,20 @@
  * lengths share one pool of page frames; nothing is padded.
  *
  * Homes: the last (partial) page of a sequence is always in memory (appends go there).
- * When a page fills up, its home is decided by the placement rule (kv_mem_pct: about
- * that percent of each sequence's full pages stay in memory, the others spread evenly
- * among its pages go to disk). A disk page is written once, asynchronously, to the
- * append-only spill file (O_DIRECT, created in spill_dir, deleted at close), and never
- * rewritten; its memory frame is released when the write completes.
+ * Full pages are homed by one of two rules:
+ *  - spread (TL_KV_SPREAD): when a page fills up, kv_mem_pct percent of each sequence's
+ *    full pages stay in memory, the others, spread evenly among its pages, go to disk;
+ *  - temperature (TL_KV_TEMPERATURE): the first sink_pages of each (sequence, layer)
+ *    (attention sinks) and its window_pages most recent full pages stay in memory; a
+ *    page that leaves the window goes to disk.
+ * A disk page is written once, asynchronously, to the append-only spill file (O_DIRECT,
+ * created in spill_dir, deleted at close), and never rewritten. When its write completes
+ * its frame stays in memory as a cached copy if the DRAM cache (cache_pages frames, all
+ * sequences and layers together) has room, and is released otherwise; a disk page read
+ * for attention is kept the same way. A cached page is never evicted, so the cache holds
+ * the first disk pages that reach it: under exact attention every disk page is read at
+ * every step, and a cache that evicted by recency would miss on every read of that
+ * cyclic scan, while a fixed set of C cached pages saves C reads per step.
  * Reading: before attention at layer l, tl_kv_prefetch() queues reads of the disk pages
  * of the given sequences at that layer into staging frames; tl_kv_wait() waits for them;
  * tl_kv_view() then gives f32 K/V rows for any page (dequantized into the caller's
@@ -43,7 +52,13 @@ typedef struct tl_kv_params {
                              (prefill block); 0 = page_tokens. Only tl_kv_budget_bytes uses
                              it: open f32 pages per (seq, layer) <= 1 + ceil(max_block /
                              page_tokens). */
+    int32_t placement;    /* TL_KV_SPREAD (kv_mem_pct) or TL_KV_TEMPERATURE */
+    int32_t sink_pages;   /* temperature: first pages of each (seq, layer) kept in memory */
+    int32_t window_pages; /* temperature: most recent full pages kept in memory */
+    int32_t cache_pages;  /* disk pages kept in memory after their write or read */
 } tl_kv_params;
+
+enum { TL_KV_SPREAD = 0, TL_KV_TEMPERATURE = 1 };
 
 typedef struct tl_kv tl_kv;
 
@@ -51,12 +66,24 @@ typedef struct tl_kv_stats {
     uint64_t bytes_written;  /* to the spill file */
     uint64_t bytes_read;     /* from the spill file */
     uint64_t pages_written, pages_read;
+    uint64_t cache_hits;     /* disk pages a prefetch found in memory (cached, or their
+                                write still in flight): pages_read are the misses */
+    uint64_t cache_pages;    /* disk pages cached now */
     uint64_t mem_pages_peak; /* frames in memory at once */
     double wait_s;           /* time tl_kv_wait blocked on page reads still in flight */
 } tl_kv_stats;
 
 /* Bytes of one stored page (K and V) in this format. */
 size_t tl_kv_page_bytes(const tl_kv_params *p);
+/* Bytes one disk page occupies in the spill file, in a read, and in a cache frame. */
+size_t tl_kv_slot_bytes(const tl_kv_params *p);
+/* Full pages of one (sequence, layer) homed on disk when the sequence holds `len`
+ * positions. */
+int64_t tl_kv_disk_pages(const tl_kv_params *p, int64_t len);
+/* Predicted disk pages read by one exact step (every layer) of n_seqs sequences holding
+ * `len` positions each, once the cache is full or holds every disk page: the disk pages
+ * beyond the fixed set the cache keeps. The hit rate is 1 - reads / disk pages. */
+int64_t tl_kv_predict_step_reads(const tl_kv_params *p, int32_t n_seqs, int64_t len);
 /* Budget bytes the cache needs at most for these parameters, when each of `active`
  * sequences is read at one layer at a time (resident pages + staging + write buffers). */
 uint64_t tl_kv_budget_bytes(const tl_kv_params *p, int32_t active);
