@@ -95,6 +95,16 @@ typedef struct tl_context_params {
                         capped at 4096 */
     int32_t n_batch; /* prompt tokens processed per matrix-matrix step; <= 0: 64 */
     int32_t kv_bits; /* KV storage: 32 (default, exact), 16, 8 or 4 (group-wise) */
+    /* Where the KV cache lives. kv_window > 0: in tiers by temperature: the first kv_sinks
+     * positions (attention sinks) and the last kv_window positions stay in memory, older
+     * pages are written once to an unnamed file in spill_dir and read back for attention,
+     * through a DRAM cache of kv_cache_bytes (-1: what the budget leaves once every weight
+     * is resident). kv_window 0 (default): in memory when the whole context fits in the
+     * budget beside the weights' minimum, else in tiers with a window of 256 positions.
+     * kv_window < 0: always in memory. Results are the same in every placement. */
+    int32_t kv_window, kv_sinks;
+    int64_t kv_cache_bytes;
+    const char *spill_dir;  /* NULL: $TMPDIR or /tmp */
 } tl_context_params;
 
 tl_context_params tl_context_default_params(void);
@@ -115,6 +125,11 @@ typedef struct tl_run_stats {
     uint64_t budget_bytes, budget_peak_bytes;
     uint64_t weights_resident_bytes, weights_streamed_bytes; /* per forward pass */
     int32_t slots, io_uring;          /* layer buffers in the ring; 1 if io_uring */
+    /* KV tiers (all 0 when the KV cache is in memory) */
+    int32_t kv_window_pages, kv_sink_pages, kv_cache_pages, kv_page_tokens;
+    uint64_t kv_bytes_read, kv_pages_read;   /* from the spill file */
+    uint64_t kv_cache_hits;                  /* disk pages found in memory instead */
+    uint64_t kv_predicted_reads;             /* disk pages the model predicts were read */
 } tl_run_stats;
 
 tl_status tl_context_get_stats(const tl_context *ctx, tl_run_stats *out);

@@ -4,6 +4,13 @@
  * n_batch are evaluated in n_batch-sized blocks (matrix-matrix products); generation
  * then decodes one token at a time. A prompt that does not fit in the context is an
  * error before any compute, never a silent truncation.
+ *
+ * The KV cache is in memory when the whole context fits in the budget beside the weights'
+ * minimum; otherwise (or when asked) it lives in tiers by temperature (kv/kv_cache.h): a
+ * window of recent positions and the first positions in memory, older pages on disk, read
+ * back for attention through a DRAM cache. The weights are placed first with what the KV
+ * minimum leaves (weights before KV, as LLM in a Flash orders them); an automatic cache
+ * gets what is left once every weight is resident.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +25,10 @@
 
 struct tl_context {
     tl_model *model;
-    tl_kv *kv;                     /* one sequence, pages in memory */
+    tl_kv *kv;                     /* one sequence */
+    tl_kv_params kp;               /* its placement */
+    uint64_t kv_predicted_reads;   /* disk pages the model predicts the steps read */
+    tl_kv_stats kv_base;           /* KV counters at the last stats reset */
     int32_t seq;
     int32_t n_ctx, n_batch;
     tl_llama_scratch scratch;
@@ -35,8 +45,14 @@ tl_context_params tl_context_default_params(void) {
     p.n_ctx = 0;
     p.n_batch = 0;
     p.kv_bits = 32;
+    p.kv_window = 0;
+    p.kv_sinks = 16;
+    p.kv_cache_bytes = -1;
+    p.spill_dir = NULL;
     return p;
 }
+
+enum { KV_PAGE_TOKENS = 16, KV_AUTO_WINDOW = 256 };
 
 static tl_kv_params kv_params(const tl_model *m, int32_t n_ctx, int32_t n_batch,
                               int32_t bits) {
@@ -45,7 +61,7 @@ static tl_kv_params kv_params(const tl_model *m, int32_t n_ctx, int32_t n_batch,
     kp.n_layer = m->lm.hp.n_layer;
     kp.kv_dim = m->lm.hp.n_head_kv * m->lm.hp.head_dim;
     kp.head_dim = m->lm.hp.head_dim;
-    kp.page_tokens = 16;
+    kp.page_tokens = KV_PAGE_TOKENS;
     kp.bits = bits;
     kp.kv_mem_pct = 100;
     kp.max_seqs = 1;
@@ -54,12 +70,72 @@ static tl_kv_params kv_params(const tl_model *m, int32_t n_ctx, int32_t n_batch,
     return kp;
 }
 
+/* Budget bytes of everything but the KV cache. */
+static uint64_t activation_bytes(const tl_model *m, int32_t n_ctx, int32_t n_batch) {
+    return tl_llama_scratch_bytes(&m->lm, n_batch, n_ctx, KV_PAGE_TOKENS) +
+           (uint64_t)n_batch * (size_t)m->lm.hp.n_embd * sizeof(float) + 64;
+}
+
 uint64_t tl_context_budget_bytes(const tl_model *m, int32_t n_ctx, int32_t n_batch) {
     if (n_batch > n_ctx) n_batch = n_ctx;
     const tl_kv_params kp = kv_params(m, n_ctx, n_batch, 32);
-    return tl_llama_scratch_bytes(&m->lm, n_batch, n_ctx, kp.page_tokens) +
-           (uint64_t)n_batch * (size_t)m->lm.hp.n_embd * sizeof(float) + 64 +
-           tl_kv_budget_bytes(&kp, 1);
+    return activation_bytes(m, n_ctx, n_batch) + tl_kv_budget_bytes(&kp, 1);
+}
+
+/* Budget bytes free for this context's state: beside a placement, what it left; before
+ * one, what the weights' minimum leaves. */
+static uint64_t room_for_state(const tl_model *m) {
+    const tl_model_params *mp = &m->lm.params;
+    const uint64_t limit = tl_budget_limit(m->lm.budget), used = tl_budget_used(m->lm.budget);
+    uint64_t floor = m->res ? 0 : tl_weight_plan_minimum(&m->lm, mp->prefetch, mp->overlap);
+    return limit > used + floor ? limit - used - floor : 0;
+}
+
+static int32_t pages_up(int64_t tokens) {
+    return (int32_t)((tokens + KV_PAGE_TOKENS - 1) / KV_PAGE_TOKENS);
+}
+
+/* The KV placement of a context (see the top of this file). */
+static tl_status plan_kv(const tl_model *m, const tl_context_params *p, int32_t n_ctx,
+                         int32_t n_batch, tl_kv_params *kp) {
+    *kp = kv_params(m, n_ctx, n_batch, p->kv_bits);
+    const uint64_t act = activation_bytes(m, n_ctx, n_batch);
+    int32_t window = p->kv_window;
+    if (window < 0) return TL_OK;
+    if (window == 0) {
+        if (act + tl_kv_budget_bytes(kp, 1) <= room_for_state(m)) return TL_OK;
+        window = KV_AUTO_WINDOW;
+    }
+    if (p->kv_sinks < 0 || (p->kv_cache_bytes < 0 && p->kv_cache_bytes != -1))
+        return tl_error_set(TL_ERR_INVALID, "KV tiers: %d sink positions, a cache of %lld "
+                            "bytes", (int)p->kv_sinks, (long long)p->kv_cache_bytes);
+    const char *t = getenv("TMPDIR");
+    kp->placement = TL_KV_TEMPERATURE;
+    kp->kv_mem_pct = 0;
+    kp->window_pages = pages_up(window);
+    kp->sink_pages = pages_up(p->kv_sinks);
+    kp->spill_dir = p->spill_dir && *p->spill_dir ? p->spill_dir : t && *t ? t : "/tmp";
+    const int64_t disk_max = (int64_t)kp->n_layer * tl_kv_disk_pages(kp, n_ctx);
+    const uint64_t slot = tl_kv_slot_bytes(kp) + TL_TIER_MAX_ALIGN; /* and its header */
+    int64_t cache = 0;
+    if (p->kv_cache_bytes >= 0) {
+        cache = p->kv_cache_bytes / (int64_t)slot;
+    } else { /* what is left once every weight is resident */
+        const uint64_t state = act + tl_kv_budget_bytes(kp, 1);
+        const uint64_t limit = tl_budget_limit(m->lm.budget), used = tl_budget_used(m->lm.budget);
+        uint64_t weights = 0;
+        if (!m->res) {
+            tl_weight_plan wp;
+            tl_status st = tl_weight_plan_make(&m->lm, UINT64_MAX, m->lm.params.prefetch,
+                                               m->lm.params.overlap, &wp);
+            if (st) return st;
+            weights = wp.total_bytes;
+            tl_weight_plan_free(&wp);
+        }
+        if (limit > used + weights + state) cache = (int64_t)((limit - used - weights - state) / slot);
+    }
+    kp->cache_pages = (int32_t)(cache < disk_max ? cache : disk_max);
+    return TL_OK;
 }
 
 tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_context **out) {
@@ -72,13 +148,17 @@ tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_c
     if (p.kv_bits != 32 && p.kv_bits != 16 && p.kv_bits != 8 && p.kv_bits != 4)
         return tl_error_set(TL_ERR_INVALID, "kv_bits must be 32, 16, 8 or 4 (got %d)",
                             (int)p.kv_bits);
-    const tl_kv_params kp = kv_params(model, n_ctx, n_batch, p.kv_bits);
+    tl_kv_params kp;
+    tl_status st = plan_kv(model, &p, n_ctx, n_batch, &kp);
+    if (st) return st;
     const uint64_t x_bytes = (uint64_t)n_batch * (size_t)model->lm.hp.n_embd * sizeof(float) + 64;
-    tl_status st = tl_engine_place(model, tl_context_budget_bytes(model, n_ctx, n_batch));
+    st = tl_engine_place(model, activation_bytes(model, n_ctx, n_batch) +
+                                    tl_kv_budget_bytes(&kp, 1));
     if (st) return st;
     tl_context *c = calloc(1, sizeof *c);
     if (!c) return tl_error_set(TL_ERR_NOMEM, "out of memory");
     c->model = model;
+    c->kp = kp;
     c->n_ctx = n_ctx;
     c->n_batch = n_batch;
     c->pos = malloc((size_t)n_batch * sizeof *c->pos);
@@ -117,6 +197,8 @@ void tl_context_reset(tl_context *c) {
 
 void tl_context_reset_stats(tl_context *c) {
     memset(&c->stats, 0, sizeof c->stats);
+    c->kv_predicted_reads = 0;
+    tl_kv_get_stats(c->kv, &c->kv_base);
     tl_residency_get_stats(c->model->res, &c->res_base);
     tl_aio_get_stats(c->model->lm.aio, &c->aio_base);
 }
@@ -140,6 +222,18 @@ tl_status tl_context_get_stats(const tl_context *c, tl_run_stats *out) {
     out->weights_streamed_bytes = p->streamed_bytes;
     out->slots = p->n_slots;
     out->io_uring = tl_aio_uses_uring(m->lm.aio);
+    if (c->kp.placement == TL_KV_TEMPERATURE) {
+        tl_kv_stats ks;
+        tl_kv_get_stats(c->kv, &ks);
+        out->kv_window_pages = c->kp.window_pages;
+        out->kv_sink_pages = c->kp.sink_pages;
+        out->kv_cache_pages = c->kp.cache_pages;
+        out->kv_page_tokens = c->kp.page_tokens;
+        out->kv_bytes_read = ks.bytes_read - c->kv_base.bytes_read;
+        out->kv_pages_read = ks.pages_read - c->kv_base.pages_read;
+        out->kv_cache_hits = ks.cache_hits - c->kv_base.cache_hits;
+        out->kv_predicted_reads = c->kv_predicted_reads;
+    }
     return TL_OK;
 }
 
@@ -170,6 +264,7 @@ static tl_status decode(tl_context *c, const int32_t *tokens, size_t n, float *l
             mb.n_logits = 1;
             mb.logits = logits;
         }
+        c->kv_predicted_reads += (uint64_t)tl_kv_predict_step_reads(&c->kp, 1, base);
         double t0 = tl_now();
         tl_status st = tl_engine_step(c->model, &c->scratch, c->kv, &mb, 1);
         c->stats.wall_s += tl_now() - t0;

@@ -38,6 +38,14 @@ static void usage(void) {
            "  --io-chunk SIZE         read chunk size (default 1M)\n"
            "  --io-depth N            chunks in flight (default 8)\n"
            "  --no-direct             read through the page cache instead of O_DIRECT\n"
+           "  --kv-window N           KV in tiers: the last N positions (and the sinks) stay\n"
+           "                          in memory, older pages go to --spill-dir (default:\n"
+           "                          tiers with N = 256 only when the KV does not fit the\n"
+           "                          budget; -1 = always in memory)\n"
+           "  --kv-sinks N            first positions kept in memory with tiers (default 16)\n"
+           "  --kv-cache SIZE         memory caching disk KV pages (default: what the budget\n"
+           "                          leaves once every weight is resident)\n"
+           "  --spill-dir DIR         where disk KV pages go (default $TMPDIR or /tmp)\n"
            "  --stats                 print IO/compute/stall statistics per token, and the\n"
            "                          plan's prediction beside the measurement\n"
            "  --policy auto|manual    auto: the planner picks n_batch, prefetch and the\n"
@@ -117,10 +125,19 @@ static void print_token_stats(const tl_run_stats *a, const tl_run_stats *b, int 
     uint64_t disk = b->bytes_read_disk - a->bytes_read_disk;
     uint64_t mem = b->bytes_read_mem - a->bytes_read_mem;
     fprintf(stderr, "[stats] %s %d: disk %.1f MiB, mem %.1f MiB | io busy %.3f s, compute "
-            "%.3f s, stall %.3f s | read %.2f GB/s | overlap %.2f\n",
+            "%.3f s, stall %.3f s | read %.2f GB/s | overlap %.2f",
             n ? "token" : "prefill+token", n, disk / 1048576.0,
             mem / 1048576.0, io, wall - stall, stall, io > 0 ? disk / io / 1e9 : 0.0,
             wall > 0 ? 1.0 - stall / wall : 1.0);
+    if (b->kv_window_pages) {
+        uint64_t rd = b->kv_pages_read - a->kv_pages_read, hit = b->kv_cache_hits - a->kv_cache_hits;
+        uint64_t pr = b->kv_predicted_reads - a->kv_predicted_reads;
+        fprintf(stderr, " | KV disk pages read %llu, cached %llu: hit rate %.3f (predicted "
+                "%.3f)", (unsigned long long)rd, (unsigned long long)hit,
+                rd + hit ? (double)hit / (double)(rd + hit) : 1.0,
+                rd + hit ? 1.0 - (double)pr / (double)(rd + hit) : 1.0);
+    }
+    fputc('\n', stderr);
 }
 
 static int on_piece(void *user, int32_t token, const char *text, size_t len) {
@@ -233,7 +250,7 @@ int tl_cmd_run(int argc, char **argv) {
     tl_context_params cp = tl_context_default_params();
     tl_generate_params gp = tl_generate_default_params();
     gp.sampler.seed = 24301;
-    int stats = 0, policy = -1, knobs = 0, ctx_given = 0;
+    int stats = 0, policy = -1, knobs = 0, ctx_given = 0, kv_knobs = 0;
     const char *profile_path = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -286,6 +303,18 @@ int tl_cmd_run(int argc, char **argv) {
             VAL(); if (!cli_int(a, v, 1, 1024, &mp.io_queue_depth)) return 2;
         } else if (!strcmp(a, "--no-direct")) mp.direct_io = 0;
         else if (!strcmp(a, "--stats")) stats = 1;
+        else if (!strcmp(a, "--kv-window")) {
+            VAL(); if (!cli_int(a, v, -1, 1 << 26, &cp.kv_window)) return 2;
+            kv_knobs++;
+        } else if (!strcmp(a, "--kv-sinks")) {
+            VAL(); if (!cli_int(a, v, 0, 1 << 26, &cp.kv_sinks)) return 2;
+            kv_knobs++;
+        } else if (!strcmp(a, "--kv-cache")) {
+            uint64_t bytes;
+            VAL(); if (!cli_size(a, v, &bytes)) return 2;
+            cp.kv_cache_bytes = (int64_t)(bytes > INT64_MAX ? INT64_MAX : bytes);
+            kv_knobs++;
+        } else if (!strcmp(a, "--spill-dir")) { VAL(); cp.spill_dir = v; kv_knobs++; }
         else {
             fprintf(stderr, "error: unknown option '%s' (see tierllm run --help)\n", a);
             return 2;
@@ -301,11 +330,16 @@ int tl_cmd_run(int argc, char **argv) {
                 "use --policy manual\n");
         return 2;
     }
+    if (policy == 1 && kv_knobs) { /* the planner does not model KV tiers yet */
+        fprintf(stderr, "error: --policy auto keeps the KV cache in memory; --kv-window, "
+                "--kv-sinks, --kv-cache and --spill-dir need --policy manual\n");
+        return 2;
+    }
     if (tl_sampler_params_check(&gp.sampler)) { /* the same check and message as batch */
         fprintf(stderr, "error: %s\n", tl_last_error());
         return 2;
     }
-    if (policy < 0) policy = mp.mem_budget > 0 && !knobs;
+    if (policy < 0) policy = mp.mem_budget > 0 && !knobs && !kv_knobs;
     char *file_prompt = NULL;
     if (prompt_file) {
         file_prompt = read_prompt_file(prompt_file);
@@ -323,6 +357,13 @@ int tl_cmd_run(int argc, char **argv) {
     if (!st && policy == 1) {
         st = plan_run(m, prompt, &gp, &cp, ctx_given, profile_path, 1, &rq, &chosen, &prof);
         predicted = !st;
+        if (st == TL_ERR_NOMEM && ctx_given) { /* the planner keeps KV in memory */
+            fprintf(stderr, "policy auto: no policy with the KV cache in memory fits (%s); "
+                    "running the default policy with the KV cache in tiers instead\n",
+                    tl_last_error());
+            policy = 0;
+            st = TL_OK;
+        }
     } else if (!st && stats) { /* a manual policy: predicted for the comparison only */
         memset(&rq, 0, sizeof rq);
         if (plan_run(m, prompt, &gp, &cp, ctx_given, profile_path, 0, &rq, &chosen, &prof) ||
