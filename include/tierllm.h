@@ -197,6 +197,11 @@ typedef struct tl_batch_params {
     int32_t kv_mem_pct;     /* share of full KV pages homed in memory (default 100) */
     int32_t page_tokens;    /* positions per KV page (default 16) */
     const char *spill_dir;  /* where KV spill files go (default: $TMPDIR or /tmp) */
+    int32_t kv_window;      /* > 0: KV in tiers by temperature instead of kv_mem_pct: each
+                               sequence's last kv_window positions and first kv_sinks stay
+                               in memory, older pages go to disk (default 0: kv_mem_pct) */
+    int32_t kv_sinks;
+    int64_t kv_cache_bytes; /* memory caching disk KV pages (default 0) */
 } tl_batch_params;
 
 tl_batch_params tl_batch_default_params(void);
@@ -226,6 +231,9 @@ typedef struct tl_batch_stats {
     uint64_t kv_bytes_read;      /* KV pages read back from the spill file */
     uint64_t weight_bytes_read;  /* weights streamed from the model file */
     int32_t replans;             /* times the policy was replaced between blocks */
+    uint64_t kv_pages_read;      /* disk KV pages read back (the cache's misses) */
+    uint64_t kv_cache_hits;      /* disk KV pages attention found in memory instead */
+    uint64_t kv_predicted_reads; /* disk KV pages the cache model predicts were read */
 } tl_batch_stats;
 
 /* Called once per prompt, in input order, when its block is complete. Return nonzero to

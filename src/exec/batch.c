@@ -52,6 +52,7 @@ typedef struct batch {
     tl_batch_stats st;
     double t_start;
     uint64_t base_written, base_kv_read, base_weight_read; /* from before a re-plan */
+    uint64_t base_pages_read, base_hits;
     const tl_fault_spec *spill_fault;
     const int32_t *seed_index;
 } batch;
@@ -67,6 +68,9 @@ tl_batch_params tl_batch_default_params(void) {
     p.kv_mem_pct = 100;
     p.page_tokens = 16;
     p.spill_dir = NULL;
+    p.kv_window = 0;
+    p.kv_sinks = 0;
+    p.kv_cache_bytes = 0;
     return p;
 }
 
@@ -84,6 +88,19 @@ static tl_kv_params kv_params(const batch *b) {
     kp.spill_dir = b->bp.spill_dir;
     kp.max_block = b->rows_per_mb / b->bp.gbs; /* a prefill chunk per sequence */
     if (kp.max_block < 1) kp.max_block = 1;
+    if (b->bp.kv_window > 0) {
+        const int32_t P = kp.page_tokens;
+        kp.placement = TL_KV_TEMPERATURE;
+        kp.kv_mem_pct = 0;
+        kp.window_pages = (b->bp.kv_window + P - 1) / P;
+        kp.sink_pages = (b->bp.kv_sinks + P - 1) / P;
+    }
+    if (b->bp.kv_cache_bytes > 0) {
+        int64_t pages = b->bp.kv_cache_bytes /
+                        (int64_t)(tl_kv_slot_bytes(&kp) + TL_TIER_MAX_ALIGN);
+        int64_t disk = (int64_t)kp.max_seqs * kp.n_layer * tl_kv_disk_pages(&kp, kp.max_tokens);
+        kp.cache_pages = (int32_t)(pages < disk ? pages : disk);
+    }
     return kp;
 }
 
@@ -103,6 +120,10 @@ static tl_status check_params(tl_batch_params *p) {
     if (p->kv_bits != 32 && p->kv_bits != 16 && p->kv_bits != 8 && p->kv_bits != 4)
         return tl_error_set(TL_ERR_INVALID, "--kv-bits must be 32, 16, 8 or 4 (got %d)",
                             (int)p->kv_bits);
+    if (p->kv_window < 0 || p->kv_sinks < 0 || p->kv_cache_bytes < 0)
+        return tl_error_set(TL_ERR_INVALID, "KV window %d, sinks %d and cache %lld bytes must "
+                            "not be negative", (int)p->kv_window, (int)p->kv_sinks,
+                            (long long)p->kv_cache_bytes);
     if (p->kv_mem_pct < 0 || p->kv_mem_pct > 100)
         return tl_error_set(TL_ERR_INVALID, "--kv-mem must be 0..100 (got %d)",
                             (int)p->kv_mem_pct);
@@ -150,7 +171,7 @@ static int32_t gcd32(int32_t a, int32_t b) {
  * not a multiple of it would pad its slot and write more than the KV it holds. When KV
  * may spill, page_tokens is rounded up so that a page is a whole number of units. */
 static void align_pages(const tl_model *m, tl_batch_params *p) {
-    if (p->kv_mem_pct >= 100) return;
+    if (p->kv_mem_pct >= 100 && p->kv_window <= 0) return;
     tl_kv_params kp;
     memset(&kp, 0, sizeof kp);
     kp.kv_dim = m->lm.hp.n_head_kv * m->lm.hp.head_dim;
@@ -319,6 +340,15 @@ static tl_status step(batch *b, int32_t n_seqs_block, int prefill, int32_t chunk
     }
     if (n_mb == 0) return TL_OK;
     *any = 1;
+    /* the cache model: every disk page of the step's sequences is read, but for the fixed
+     * set the cache holds */
+    const tl_kv_params kp = kv_params(b);
+    int64_t disk = 0;
+    for (int32_t k = 0; k < n_mb; k++)
+        for (int32_t j = 0; j < b->mb[k].n_seqs; j++)
+            disk += (int64_t)kp.n_layer *
+                    tl_kv_disk_pages(&kp, tl_kv_seq_len(b->kv, b->mb[k].seqs[j]));
+    b->st.kv_predicted_reads += (uint64_t)(disk > kp.cache_pages ? disk - kp.cache_pages : 0);
     double t0 = tl_now();
     tl_residency_stats r0, r1;
     tl_kv_stats k0, k1;
@@ -357,6 +387,8 @@ static void fill_io_stats(batch *b) {
     tl_residency_get_stats(b->m->res, &rs);
     b->st.ssd_bytes_written = b->base_written + ks.bytes_written;
     b->st.kv_bytes_read = b->base_kv_read + ks.bytes_read;
+    b->st.kv_pages_read = b->base_pages_read + ks.pages_read;
+    b->st.kv_cache_hits = b->base_hits + ks.cache_hits;
     b->st.weight_bytes_read = b->base_weight_read + rs.bytes_read_disk;
     b->st.elapsed_s = tl_now() - b->t_start;
 }
@@ -368,6 +400,8 @@ static tl_status replace_policy(batch *b, const tl_batch_params *bp) {
     fill_io_stats(b);
     b->base_written = b->st.ssd_bytes_written;
     b->base_kv_read = b->st.kv_bytes_read;
+    b->base_pages_read = b->st.kv_pages_read;
+    b->base_hits = b->st.kv_cache_hits;
     b->base_weight_read = b->st.weight_bytes_read;
     batch_free(b);
     tl_engine_unplace(b->m);

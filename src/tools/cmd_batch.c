@@ -43,6 +43,11 @@ static void usage(void) {
            "  --num-gb N              micro-batches per block (default 4)\n"
            "  --kv-bits 32|16|8|4     KV storage (default 32 = exact)\n"
            "  --kv-mem PCT            share of KV pages kept in memory (default 100)\n"
+           "  --kv-window N           KV in tiers instead: each sequence's last N positions\n"
+           "                          and first --kv-sinks positions stay in memory, older\n"
+           "                          pages go to --spill-dir\n"
+           "  --kv-sinks N            first positions kept in memory with --kv-window (0)\n"
+           "  --kv-cache SIZE         memory caching disk KV pages (default 0)\n"
            "  --w-mem PCT             share of weights kept in memory at most (default 100)\n"
            "  --spill-dir DIR         where spilled KV pages go (default $TMPDIR or /tmp)\n"
            "  --mem-budget SIZE --prefetch N --no-overlap --io auto|pool|uring -t N\n"
@@ -317,6 +322,7 @@ int tl_cmd_batch(int argc, char **argv) {
 #define VAL() if (!(v = cli_value(argc, argv, &i))) return 2
 #define INT(flag, lo, hi, dst) else if (!strcmp(a, flag)) { VAL(); if (!cli_int(a, v, lo, hi, dst)) return 2; \
         knobs += !strcmp(flag, "--gbs") || !strcmp(flag, "--num-gb") || !strcmp(flag, "--kv-mem") || \
+                 !strcmp(flag, "--kv-window") || !strcmp(flag, "--kv-sinks") || \
                  !strcmp(flag, "--w-mem") || !strcmp(flag, "--prefetch") || !strcmp(flag, "--prefill-rows"); \
         kv_bits_given |= !strcmp(flag, "--kv-bits"); ctx_given |= !strcmp(flag, "-c") || !strcmp(flag, "--ctx-size"); }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
@@ -329,11 +335,18 @@ int tl_cmd_batch(int argc, char **argv) {
         INT("-c", 2, 1 << 24, &bp.n_ctx) INT("--ctx-size", 2, 1 << 24, &bp.n_ctx)
         INT("--gbs", 1, 4096, &bp.gbs) INT("--num-gb", 1, 4096, &bp.num_gb)
         INT("--kv-bits", 4, 32, &bp.kv_bits) INT("--kv-mem", 0, 100, &bp.kv_mem_pct)
+        INT("--kv-window", 0, 1 << 26, &bp.kv_window) INT("--kv-sinks", 0, 1 << 26, &bp.kv_sinks)
         INT("--w-mem", 0, 100, &w_mem) INT("--prefetch", 0, 64, &mp.prefetch)
         INT("-t", 1, 256, &mp.n_threads) INT("--threads", 1, 256, &mp.n_threads)
         INT("--top-k", 0, 1 << 24, &gp.sampler.top_k) INT("--prefill-rows", 1, 1 << 20, &bp.prefill_rows)
         INT("--repeat-last-n", 0, 1 << 20, &gp.sampler.repeat_last_n)
         else if (!strcmp(a, "--spill-dir")) { VAL(); bp.spill_dir = v; }
+        else if (!strcmp(a, "--kv-cache")) {
+            uint64_t bytes;
+            VAL(); if (!cli_size(a, v, &bytes)) return 2;
+            bp.kv_cache_bytes = (int64_t)(bytes > INT64_MAX ? INT64_MAX : bytes);
+            knobs++;
+        }
         else if (!strcmp(a, "--mem-budget")) { VAL(); if (!cli_size(a, v, &mp.mem_budget)) return 2; }
         else if (!strcmp(a, "--no-overlap")) mp.overlap = 0;
         else if (!strcmp(a, "--io")) { VAL(); if (!cli_io_backend(a, v, &mp.io_backend)) return 2; }
@@ -493,6 +506,13 @@ int tl_cmd_batch(int argc, char **argv) {
                 bs.elapsed_s > 0 ? bs.generated_tokens / bs.elapsed_s : 0,
                 bs.weight_bytes_read / gen / 1024, bs.kv_bytes_read / gen / 1024,
                 bs.ssd_bytes_written / gen / 1024);
+    if (rl.n > 0 && bs.kv_pages_read + bs.kv_cache_hits > 0) {
+        double seen = (double)(bs.kv_pages_read + bs.kv_cache_hits);
+        fprintf(stderr, "batch: disk KV pages: %llu read, %llu found in memory: hit rate "
+                "%.3f (predicted %.3f)\n", (unsigned long long)bs.kv_pages_read,
+                (unsigned long long)bs.kv_cache_hits, (double)bs.kv_cache_hits / seen,
+                1.0 - (double)bs.kv_predicted_reads / seen);
+    }
     fprintf(stderr, "batch: %d result lines written to %s (%d with an error)%s\n",
             (int)rc.written, out_path, (int)rc.failed,
             n_done ? ", after the ones already there" : "");
