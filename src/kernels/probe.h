@@ -9,9 +9,9 @@
 #include "base/threadpool.h"
 
 /* The probe reads as fast as this machine allows, so a ratio to it is honest: memory
- * with the same huge-page advice as the engine's weights (with 4 KiB pages the probe
- * read ~30 GB/s where the weights streamed at up to 36 on a 2-core Xeon VM, and decode
- * looked like 99% of a bound it was not), two streams per task (a few % more than one).
+ * with the same huge-page advice as the engine's weights (on 4 KiB pages the probe reads
+ * slower than the weights stream, and a ratio to it would overstate the engine), and two
+ * streams per task (more memory-level parallelism than one).
  *
  * Streams `bytes` of freshly allocated memory (> last-level cache) `reps` times with all
  * pool threads; returns the median read bandwidth in bytes/s (0 on allocation failure). */

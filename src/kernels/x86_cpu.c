@@ -7,8 +7,8 @@
 #include "kernels/x86_matmul.h"
 #include "kernels/x86_simd.h"
 
-/* The matvec prefetch distance (x86_simd.h): 3072 bytes on Intel cores, 8192 elsewhere
- * (measured on one VM of each; see there). CPUID leaf 0's vendor string, cached. */
+/* The matvec prefetch distance (x86_simd.h says why it differs by vendor): 3072 bytes on
+ * Intel cores, 8192 elsewhere. CPUID leaf 0's vendor string, cached. */
 size_t tl__prefetch_distance(void) {
     static _Atomic size_t cached = 0; /* a CPU property: racing first calls agree */
     size_t v = atomic_load_explicit(&cached, memory_order_relaxed);

@@ -19,11 +19,10 @@
 /* Matvec weight streams are software-prefetched tl__prefetch_distance() bytes ahead, and
  * each row range starts by prefetching its first that many bytes. Decode runs two or
  * more threads each streaming its own rows, and the hardware prefetcher alone keeps too
- * few lines in flight. The best distance depends on the core (x86_cpu.c picks it once
- * per process by CPU vendor): on a 2-core Zen 5 VM, 2048 bytes reached ~42 GB/s for
- * Q8_0 decode, 8192 ~47 (of ~60 GB/s); on a 2-core Xeon VM with AVX-512, 8192 gave
- * 24.5 GB/s for a cold Q8_0 matvec on 2 threads and 3072 gave 33-34 (of ~37), F16 31 ->
- * 35-36, F32 30 -> 34 (distances 1024-32768 and the L2 hint tried). */
+ * few lines in flight. The best distance depends on the core, so x86_cpu.c picks it once
+ * per process by CPU vendor, from sweeps of cold multi-threaded matvecs (Q8_0, F16, F32)
+ * over distances of 1 KiB to 32 KiB and both cache hints: AMD cores do best with a long
+ * distance, Intel cores with a moderate one (a long one loses much of the gain there). */
 size_t tl__prefetch_distance(void);
 
 static inline void prefetch_start(const uint8_t *p, size_t bytes, size_t distance) {
@@ -70,10 +69,11 @@ static ALWAYS_INLINE float hsum(__m256 v) {
  * Row i of n starts at record i * ceil(k/64).
  *
  * Why Q8_0's records are short: the matvec reads a row's whole activation once per weight
- * row, from L1, while the weight stream passes through L1 beside it. A Q8_0 activation is
- * 1.9x the weight bytes at 128-byte records; for ffn_down (k = 5632, 11 KiB of records)
- * a cold 2-thread matvec read 30.0-30.3 GB/s of weights against 33.0-33.8 at 96 bytes (the
- * same kernel, same run, on a 2-core Xeon VM; k = 2048: 33.2-33.9 against 34.2-34.6).
+ * row, from L1, while the weight stream passes through L1 beside it. At 128-byte records
+ * a Q8_0 activation would be nearly twice the weight bytes of its row, and for wide rows
+ * such as ffn_down's it crowds the weight stream out of L1; leaving out the c field,
+ * which Q8_0 does not use, keeps it at 96 bytes, and a cold matvec reads its weights
+ * measurably faster so.
  */
 #define ACT_Q 0
 #define ACT_D 64

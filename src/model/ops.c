@@ -4,16 +4,16 @@
  *
  * Matrix-vector products (n <= 4, decode) are memory-bound streams, and a thread's stream
  * ramps up again each time it starts reading somewhere that does not follow what it read
- * last: on a 2-core Xeon VM, two threads streaming a Q8_0 matrix in contiguous 34 KiB
- * calls read 34.4 GB/s, but 20.8 GB/s when each took every other 34 KiB piece, 23.4 at
- * 136 KiB pieces, 33 at 544 KiB (the software prefetch and the hardware streamer restart
- * cold; no prefetch burst at the jump helped, pieces walked backwards were slower still).
+ * last: the software prefetch and the hardware streamer restart cold, so threads taking
+ * interleaved pieces of tens of KiB read far slower than threads streaming contiguous
+ * ranges, and only pieces of hundreds of KiB come close (a prefetch burst at the jump
+ * does not help, and pieces walked backwards are slower still).
  * So each run's rows - all its matrices, end to end, in the order given - are cut into
  * one contiguous region per thread, walked front to back in small claimed steps (a step
  * that follows the last one does not restart the stream). A thread done with its region
  * steals the back half of the largest unclaimed remainder of another's, and that becomes
  * its region, which can be stolen from in turn: a few large steals per run instead of
- * many small ones, since threads do not run at the same speed (~5% apart here).
+ * many small ones, since threads do not run at quite the same speed.
  * Larger products use about 4 equal chunks per thread and matrix: each chunk re-reads
  * (and for Q types re-rounds) X. */
 #include <math.h>
@@ -87,7 +87,8 @@ static size_t split_rows(const tl_weight *const *ws, size_t nw, size_t threads, 
 
 #define MATVEC_MAX_THREADS 32        /* regions live on the caller's stack; more threads */
                                      /* take the chunked path */
-#define MATVEC_STEP_BYTES (32 << 10) /* an owner's claim: ~2 us of streaming */
+#define MATVEC_STEP_BYTES (32 << 10) /* an owner's claim: many cache lines per CAS, */
+                                     /* yet a small share of a region */
 #define MATVEC_MIN_STEAL 16          /* rows; smaller remainders are left to their owner */
 
 /* The unclaimed rows [next, end) of one region, as indices into the run's concatenated

@@ -15,11 +15,10 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     *measured_bps = 0;
     *ratio = 1;
     if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating the disk: nothing placed");
-    /* several passes (at least 3 and 512 MiB, at most 5): the disk's rate wanders (a
-     * virtual disk here read the same file at 1.4, 2.2 and 1.4 GB/s in three passes),
-     * and the median pass is what a run of many passes sees. At least 3, so that there
-     * is a median: with 2 passes the "median" was the faster one, and one fast pass
-     * made bench_costmodel predict a run 34% too short. */
+    /* several passes (at least 3 and 512 MiB, at most 5): the disk's rate wanders from
+     * one pass over the same file to the next, and the median pass is what a run of many
+     * passes sees. At least 3, so that one pass cannot decide: of 2 passes the median is
+     * their mean, and a single fast pass pulls it, and every prediction, too short. */
     double rate[5];
     int n = 0;
     uint64_t total = 0;
@@ -91,9 +90,9 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
     if (predicted <= 0 || measured <= 0) return TL_OK;
     *ratio = measured / predicted;
     /* the memory-bound products (up to 4 rows, the matrix-vector kernel on one group)
-     * follow the measurement; larger ones re-read their weights from cache and keep
-     * their figures (scaling 8-row products by the 1-row ratio over-predicted them by
-     * 25% in bench_costmodel) */
+     * follow the measurement; larger ones re-read their weights from cache, so a ratio
+     * measured on streamed 1-row products does not carry over, and they keep their
+     * figures */
     for (int ty = 0; ty < TL_PROF_N_TYPE; ty++)
         for (int r = 0; r < TL_PROF_N_ROWS; r++)
             if (tl_prof_rows[r] <= 4) {

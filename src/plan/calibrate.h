@@ -25,7 +25,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
                                  double *ratio);
 
 /* The same for compute, whose memory-bound rates drift with the machine's memory
- * bandwidth (on a shared host by 2x within minutes): matrix-vector products over the
+ * bandwidth (on a shared host, within minutes): matrix-vector products over the
  * resident matrices (128-384 MiB of them; with less resident nothing is measured and
  * *ratio stays 1) are timed, median of 3 passes, against the profile's prediction for
  * them, and *ratio = measured / predicted scales the profile's rates for products of up

@@ -24,17 +24,18 @@
  *                    (measured so: behind the stream, every core computing) when weights
  *                    stream in the pass, else slot_bytes / read_bps(slot_bytes, 1 and 16);
  *                    c(k) = micro-batch k's compute at one layer. Small micro-batches with
- *                    their KV on disk wait: 4-row ones measured 1.5-4 s of 8-14 s so.
+ *                    their KV on disk wait most: the compute of the micro-batch before
+ *                    is too short to hide their page reads.
  *   pass time      = smax(compute' + KV wait, weight + KV reads + KV writes)  with overlap,
  *                    smax(a, b) = (a^4 + b^4)^(1/4): max(a, b) when one side dominates
  *                    (within 1.5% once the smaller is at most half the larger), 2^(1/4) =
  *                    1.19 max at exact balance. Compute and IO overlap through a ring of
  *                    prefetch + 1 slots, and each unit's read and compute times jitter
- *                    (this VM's disk: 1.4-2.2 GB/s between passes of one file), so a
+ *                    (a disk's rate varies between passes over the same file), so a
  *                    balanced pipeline stalls on whichever stage is slow at the moment.
- *                    The exponent is fitted, not derived: with max(), decode passes of
- *                    bench_costmodel measured +18.5% at compute/IO = 0.94, +4-6.5% at
- *                    0.7 and +0% at 0.09 (smax: +15.5%, +5.5%, +0%),
+ *                    The exponent is fitted, not derived: bench_costmodel's decode passes
+ *                    run longer than max() near balance and as max() far from it, and
+ *                    smax with 4 follows both,
  *                    where
  *                    compute' = compute + (s - 1) * min(IO, compute): the part of the
  *                    compute that runs while the disk streams is s times slower

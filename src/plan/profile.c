@@ -31,7 +31,8 @@ const int32_t tl_prof_rows[TL_PROF_N_ROWS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 
 const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS] = {32, 16, 8, 4};
 
 #define PROFILE_VERSION 3 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
-                            * huge-page memory, as the weights (2 read them ~30% low) */
+                            * huge-page memory, as the weights (2 read them on 4 KiB pages,
+                            * which understates the rates) */
 #define PROFILE_MAX_BYTES ((size_t)1 << 20)
 
 int32_t tl__profile_threads(int32_t n_threads) {

@@ -1,5 +1,5 @@
 /* profile.h - the hardware profile: what this machine's disk, memory and kernels
- * achieve, measured once (`tierllm profile`, under two minutes) and saved as JSON under
+ * achieve, measured once (`tierllm profile`) and saved as JSON under
  * the user's cache directory ($XDG_CACHE_HOME/tierllm or ~/.cache/tierllm). The cost
  * model (cost.h) reads every rate it uses from here; nothing in it is a constant fitted
  * by hand.
@@ -87,7 +87,7 @@ void tl_profile_machine_key(int32_t n_threads, char *out, size_t cap);
  * set. */
 tl_status tl_profile_default_path(int32_t n_threads, char *out, size_t cap);
 
-/* Measures everything (under two minutes on 2 cores): `n_threads` compute threads
+/* Measures everything: `n_threads` compute threads
  * (<= 0: all cores); the disk figures use a temporary file in disk_dir (deleted before
  * returning; TL_ERR_NOSPACE/TL_ERR_IO with a message if it cannot be written; NULL:
  * the default path's directory, created, else ".").
@@ -131,7 +131,7 @@ double tl_profile_read_bps(const tl_hw_profile *p, uint64_t chunk, int32_t depth
 double tl_profile_matmul_macs(const tl_hw_profile *p, int32_t type, double rows);
 double tl_profile_matmul_call_s(const tl_hw_profile *p, int32_t type, double rows);
 
-/* Internal, shared by profile.c and profile_measure.c: the thread count n_threads
+/* Internal, shared by profile.c and the measurement (profile_*.c): the thread count n_threads
  * stands for (<= 0: online CPUs); the default disk directory (the default profile's
  * directory, created, else "."); one progress line (progress may be NULL). */
 int32_t tl__profile_threads(int32_t n_threads);

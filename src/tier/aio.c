@@ -5,17 +5,16 @@
  * - Pending requests sit in one FIFO: urgent ones (tl_aio_read_urgent) first, then the
  *   others, each kind in submission order; chunks are carved off the head only. So an
  *   urgent read waits for the chunks already in flight, never for queued ones: a KV page
- *   that attention needs next is not stuck behind layers of weights read ahead (in a
- *   batch run with all KV on disk, attention waited 6.2 s of a 12.3 s decode for its
- *   pages when they queued behind the weights).
+ *   that attention needs next is not stuck behind layers of weights read ahead, which
+ *   would stall the layer that needs it for as long as the read-ahead takes to drain.
  * - At most queue_depth chunks are in flight across all requests and both backends, plus
  *   up to TL_AIO_URGENT_SLOTS more for urgent requests (so an urgent read starts at once,
  *   not when a weight chunk finishes); a chunk occupies one slot from carve to finish.
  * - No ordinary chunk starts while an urgent one is in flight: the device then serves
- *   the urgent reads behind only the chunks it already has. A virtual disk served a
- *   32 KiB read behind a stream of 1 MiB chunks kept refilled in 33-55 ms, and in 2 ms
- *   when the stream held back; a batch run with all KV on disk (7B Q4_0, 2x8) waited
- *   0.28 s instead of 0.99 s for its pages in decode.
+ *   the urgent reads behind only the chunks it already has, not also behind the ones
+ *   the queue would keep submitting meanwhile: a device shares its time among what it
+ *   holds, so a small read beside a stream that is kept refilled waits many chunk times,
+ *   beside a stream held back a few at most.
  * - A request is done when all its bytes were carved and no chunk is outstanding. Its
  *   first failure is kept (status + message) and its uncarved rest is dropped.
  * - Requests live in the tag table from submit until tl_aio_wait (or close) frees them.

@@ -37,7 +37,7 @@ typedef struct tl_aio_chunk {
 typedef struct tl_aio_uring tl_aio_uring;
 
 /* slots beyond queue_depth that only urgent requests use (aio.c): a micro-batch's KV
- * pages go to the device together (with 2, 8 pages took 4 rounds: ~3.6 ms) */
+ * pages go to the device together instead of a few at a time, one round trip each */
 enum { TL_AIO_BUCKETS = 256, TL_AIO_URGENT_SLOTS = 16 };
 
 struct tl_aio {

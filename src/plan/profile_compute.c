@@ -1,0 +1,403 @@
+/* profile_compute.c - the kernel stages of the hardware profile (profile_measure.h), each
+ * on its own with nothing else running.
+ *
+ * matmul: tl_op_matmul on TL__PROF_MM_ROWS x TL__PROF_MM_COLS matrices of every profile
+ * type, cycled through copies larger than the last-level cache so every call streams its
+ * weights from DRAM as decode does; a second, smaller matrix separates the fixed cost of a
+ * call from its rate. element-wise: swiglu and rmsnorm over a buffer beyond the caches.
+ * attention: token-by-token decode of a tiny synthetic model with f32 KV; a robust line
+ * through per-window medians of the per-token times gives the cost per visible position,
+ * its intercept (less the matrix products and element-wise work) the fixed cost per
+ * layer; stored KV formats are costed by timing their row decoding directly. The
+ * synthetic model's file is unlinked as soon as it is open, so it cannot outlive the
+ * process.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "plan/profile_measure.h"
+#include "base/clock.h"
+#include "base/rng.h"
+#include "base/stats.h"
+#include "base/status.h"
+#include "base/threadpool.h"
+#include "kernels/kernels.h"
+#include "kernels/probe.h"
+#include "format/tensor_type.h"
+#include "kv/kv_cache.h"
+#include "exec/model_handle.h"
+#include "model/ops.h"
+
+#define MM_SMALL_ROWS 1024 /* the second size: separates per-call cost from the rate */
+
+/* tiny model for the attention fit: up to TL__PROF_AT_POS positions decoded with f32 KV,
+ * and with stored (decoded) KV, whose cost grows faster with the position */
+#define AT_RUN_S 10.0 /* a run stops early after this long (a loaded machine) ... */
+#define AT_MIN_POS 160 /* ... once it has this many positions */
+#define AT_SKIP 32 /* first positions left out of the fit (warm-up) */
+#define AT_WIN 32  /* positions per median window */
+
+/* A hidden temporary file name in dir, unique to this process and moment; 0 if it does
+ * not fit. */
+static int temp_name(const char *dir, const char *ext, char *out, size_t cap) {
+    unsigned long long us = (unsigned long long)(tl_now() * 1e6);
+    int n = snprintf(out, cap, "%s/.tierllm-profile-%ld-%llu.%s", dir, (long)getpid(), us, ext);
+    return n >= 0 && (size_t)n < cap;
+}
+
+/* `copies` back-to-back copies of one R x C matrix of random weights in `type` (more
+ * bytes than the last-level cache, so cycling through them streams from DRAM); `row` is
+ * C floats of scratch. NULL when out of memory. */
+uint8_t *tl__profile_weight_copies(tl_type type, size_t R, size_t C, size_t copies,
+                                   float *row, uint64_t *seed) {
+    const size_t rb = tl_type_row_bytes(type, C), mb = R * rb;
+    /* memory like the engine's weights (2 MiB-aligned, huge pages advised): on 4 KiB
+     * pages every page of a streamed matrix costs a TLB miss and a page walk, so the rates
+     * would understate what decode reaches on the engine's own weight memory */
+    uint8_t *W = tl_probe_buffer(copies * mb);
+    if (!W) return NULL;
+    for (size_t j = 0; j < R; j++) {
+        for (size_t c = 0; c < C; c++) row[c] = tl_rand_sym(seed);
+        tl_quant_row(type, row, W + j * rb, C);
+    }
+    for (size_t k = 1; k < copies; k++) memcpy(W + k * mb, W, mb);
+    return W;
+}
+
+/* Median seconds of tl_op_matmul of n rows over W (cycling `copies` matrices of mb). */
+double tl__profile_time_matmul(tl_llama *mm, tl_weight *w, const uint8_t *W, size_t copies,
+                               size_t mb, const float *X, size_t n, float *Y, float *scratch,
+                               size_t sf, int reps) {
+    double t[16];
+    for (int r = -1; r < reps; r++) {
+        w->data = W + (size_t)(r + 1) % copies * mb;
+        double t0 = tl_now();
+        tl_op_matmul(mm, w, X, n, Y, scratch, sf);
+        if (r >= 0) t[r] = tl_now() - t0;
+    }
+    return tl_median(t, (size_t)reps);
+}
+
+/* ---- matmul ---- */
+
+tl_status tl__profile_measure_matmul(tl_pool *pool, tl_hw_profile *p,
+                                     tl__profile_progress progress, void *user) {
+    const size_t R = TL__PROF_MM_ROWS, C = TL__PROF_MM_COLS;
+    const size_t NMAX = (size_t)tl_prof_rows[TL_PROF_N_ROWS - 1];
+    const size_t threads = (size_t)tl_pool_threads(pool);
+    size_t sf = (tl_matmul_scratch_floats(C, NMAX) + 15) / 16 * 16; /* 64-byte slices */
+    float *X = aligned_alloc(64, NMAX * C * sizeof(float));
+    float *Y = aligned_alloc(64, NMAX * R * sizeof(float));
+    float *scratch = aligned_alloc(64, threads * sf * sizeof(float));
+    float *row = malloc(C * sizeof(float));
+    tl_status st = TL_OK;
+    if (!X || !Y || !scratch || !row) {
+        st = tl_error_set(TL_ERR_NOMEM, "matmul profile: out of memory");
+        goto done;
+    }
+    uint64_t seed = 7;
+    for (size_t i = 0; i < NMAX * C; i++) X[i] = tl_rand_sym(&seed);
+    tl_llama mm;
+    memset(&mm, 0, sizeof mm); /* tl_op_matmul reads only pool and use_reference */
+    mm.pool = pool;
+    mm.use_reference = 0;
+    for (int ti = 0; ti < TL_PROF_N_TYPE && st == TL_OK; ti++) {
+        tl_type type = tl_type_table[ti].type;
+        size_t rb = tl_type_row_bytes(type, C), mb = R * rb;
+        size_t copies = TL__PROF_MM_MIN_BYTES / mb + 1;
+        tl__profile_say(progress, user, "matmul: %s, %zu x %zu, %zu copies (%zu MiB)",
+                        tl_type_name(type), R, C, copies, copies * mb >> 20);
+        uint8_t *W = tl__profile_weight_copies(type, R, C, copies, row, &seed);
+        if (!W) {
+            st = tl_error_set(TL_ERR_NOMEM, "matmul profile: out of memory for %zu MiB of %s",
+                              copies * mb >> 20, tl_type_name(type));
+            break;
+        }
+        /* a second, smaller matrix (MM_SMALL_ROWS of the same rows): two sizes separate
+         * the per-call cost (dispatch, chunking) from the per-MAC rate */
+        const size_t Rs = MM_SMALL_ROWS, mbs = Rs * rb;
+        tl_weight w, ws;
+        memset(&w, 0, sizeof w);
+        w.type = w.file_type = type;
+        w.rows = R;
+        w.cols = C;
+        ws = w;
+        ws.rows = Rs;
+        size_t cur = 0, cur_s = 0, copies_s = copies * mb / mbs;
+        for (int ri = 0; ri < TL_PROF_N_ROWS; ri++) {
+            size_t n = (size_t)tl_prof_rows[ri];
+            int reps = n <= 64 ? 7 : 3;
+            double t[7], ts[7];
+            for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
+                w.data = W + cur * mb;
+                cur = (cur + 1) % copies;
+                double t0 = tl_now();
+                tl_op_matmul(&mm, &w, X, n, Y, scratch, sf);
+                if (r >= 0) t[r] = tl_now() - t0;
+                ws.data = W + cur_s * mbs; /* the small matrix cycles over the same copies */
+                cur_s = (cur_s + 1) % copies_s;
+                t0 = tl_now();
+                tl_op_matmul(&mm, &ws, X, n, Y, scratch, sf);
+                if (r >= 0) ts[r] = tl_now() - t0;
+            }
+            const double tl_ = tl_median(t, (size_t)reps), tsm = tl_median(ts, (size_t)reps);
+            const double macs_l = (double)n * R * C, macs_s = (double)n * Rs * C;
+            /* t = call + macs / rate, fitted through both sizes */
+            double rate = tl_ > tsm ? (macs_l - macs_s) / (tl_ - tsm) : macs_l / tl_;
+            double call = tsm - macs_s / rate;
+            if (call < 0 || rate <= 0) {
+                call = 0;
+                rate = macs_l / tl_;
+            }
+            p->matmul_macs[ti][ri] = rate;
+            p->matmul_call_s[ti][ri] = call;
+        }
+        free(W);
+    }
+done:
+    free(X);
+    free(Y);
+    free(scratch);
+    free(row);
+    return st;
+}
+
+/* ---- element-wise ---- */
+
+tl_status tl__profile_measure_elementwise(tl_hw_profile *p) {
+    const size_t N = (size_t)1 << 20, D = 2048;
+    float *g0 = malloc(N * sizeof(float)), *g = malloc(N * sizeof(float));
+    float *u = malloc(N * sizeof(float)), *o = malloc(N * sizeof(float));
+    float *w = malloc(D * sizeof(float));
+    if (!g0 || !g || !u || !o || !w) {
+        free(g0), free(g), free(u), free(o), free(w);
+        return tl_error_set(TL_ERR_NOMEM, "element-wise profile: out of memory");
+    }
+    uint64_t seed = 11;
+    for (size_t i = 0; i < N; i++) g0[i] = tl_rand_sym(&seed), u[i] = tl_rand_sym(&seed);
+    for (size_t i = 0; i < D; i++) w[i] = 1.0f + 0.5f * tl_rand_sym(&seed);
+    double ts[6], tr[6];
+    for (int r = 0; r < 6; r++) {
+        memcpy(g, g0, N * sizeof(float)); /* same inputs every time (no drift to denormals) */
+        double t0 = tl_now();
+        tl_swiglu_fast(g, u, N);
+        ts[r] = tl_now() - t0;
+        t0 = tl_now();
+        tl_op_rmsnorm(g0, w, N / D, D, 1e-5f, o);
+        tr[r] = tl_now() - t0;
+    }
+    p->elementwise_s = 0.5 * (tl_median(ts + 1, 5) + tl_median(tr + 1, 5)) / (double)N;
+    free(g0), free(g), free(u), free(o), free(w);
+    return TL_OK;
+}
+
+/* ---- attention ---- */
+
+/* A line y = a + b*x through the points: Theil-Sen (median of pairwise slopes, then the
+ * median intercept), robust against the odd slow token. */
+static tl_status fit_line(const double *x, const double *y, size_t n, double *a, double *b) {
+    double *tmp = malloc((n * (n - 1) / 2 + n) * sizeof *tmp);
+    if (!tmp) return tl_error_set(TL_ERR_NOMEM, "attention profile: out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++)
+            if (x[j] != x[i]) tmp[k++] = (y[j] - y[i]) / (x[j] - x[i]);
+    *b = k ? tl_median(tmp, k) : 0;
+    for (size_t i = 0; i < n; i++) tmp[i] = y[i] - *b * x[i];
+    *a = tl_median(tmp, n);
+    free(tmp);
+    return TL_OK;
+}
+
+static double model_matmul_seconds(tl_model *m) {
+    const tl_llama_hparams *hp = &m->lm.hp;
+    size_t nw = 7 * (size_t)hp->n_layer + 1, maxk = 0, maxr = 0;
+    const tl_weight **ws = malloc(nw * sizeof *ws);
+    if (!ws) return -1;
+    size_t k = 0;
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        tl_llama_layer *L = &m->lm.layers[l];
+        const tl_weight *lw[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+                                  &L->w_down};
+        for (int i = 0; i < 7; i++) ws[k++] = lw[i];
+    }
+    ws[k++] = m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output;
+    for (size_t i = 0; i < nw; i++) {
+        maxk = ws[i]->cols > maxk ? ws[i]->cols : maxk;
+        maxr = ws[i]->rows > maxr ? ws[i]->rows : maxr;
+    }
+    size_t threads = (size_t)tl_pool_threads(m->lm.pool);
+    size_t sf = (tl_matmul_scratch_floats(maxk, 1) + 15) / 16 * 16;
+    float *scratch = aligned_alloc(64, threads * sf * sizeof(float));
+    float *x = malloc(maxk * sizeof(float)), *y = malloc(maxr * sizeof(float));
+    double t[9], res = -1;
+    int ok = scratch && x && y;
+    for (size_t i = 0; ok && i < nw; i++) ok = ws[i]->data != NULL;
+    if (ok) {
+        uint64_t seed = 3;
+        for (size_t i = 0; i < maxk; i++) x[i] = tl_rand_sym(&seed);
+        for (int r = 0; r < 9; r++) {
+            double t0 = tl_now();
+            for (size_t i = 0; i < nw; i++) tl_op_matmul(&m->lm, ws[i], x, 1, y, scratch, sf);
+            t[r] = tl_now() - t0;
+        }
+        /* dispatches included: the cost model charges them to each matmul call
+         * (matmul_call_s), so the fixed per-layer figure is what is left */
+        res = tl_median(t + 1, 8);
+    }
+    free(ws);
+    free(scratch);
+    free(x);
+    free(y);
+    return res;
+}
+
+/* Per-token decode times of one KV width over n_pos positions (fewer when the run takes
+ * longer than AT_RUN_S), reduced to a line over positions; with mm_s, also the matrix
+ * products' share of a token (model_matmul_seconds). */
+static tl_status attention_run(tl_model *m, int32_t kv_bits, int32_t n_pos, float *logits,
+                               double *times, double *a, double *b, double *mm_s) {
+    tl_context_params cp = tl_context_default_params();
+    cp.n_ctx = n_pos + 16;
+    cp.kv_bits = kv_bits;
+    tl_context *c;
+    tl_status st = tl_context_open(m, &cp, &c);
+    if (st != TL_OK) return st;
+    double start = tl_now();
+    for (int32_t i = 0; i < n_pos && st == TL_OK; i++) {
+        int32_t tok = 1 + i % 500;
+        double t0 = tl_now();
+        st = tl_decode(c, &tok, 1, logits);
+        times[i] = tl_now() - t0;
+        if (i + 1 >= AT_MIN_POS && tl_now() - start > AT_RUN_S) n_pos = i + 1;
+    }
+    if (st == TL_OK && mm_s) *mm_s = model_matmul_seconds(m);
+    tl_context_close(c);
+    if (st != TL_OK) return st;
+    double wx[(TL__PROF_AT_POS - AT_SKIP) / AT_WIN], wy[(TL__PROF_AT_POS - AT_SKIP) / AT_WIN];
+    int nw = (n_pos - AT_SKIP) / AT_WIN;
+    for (int w = 0; w < nw; w++) {
+        int p0 = AT_SKIP + w * AT_WIN;
+        wx[w] = p0 + 0.5 * (AT_WIN - 1);
+        wy[w] = tl_median(times + p0, AT_WIN); /* reorders only this window */
+    }
+    return fit_line(wx, wy, (size_t)nw, a, b);
+}
+
+/* Decoding stored KV pages into f32 (kv_cache.c's decode_page: f16 conversion or
+ * group-wise dequantization, a row of kv_dim at a time): seconds per element, timed
+ * directly on rows of 4096 values (a 7B model's kv_dim), single-threaded as it runs. */
+static tl_status measure_kv_decode(tl_hw_profile *p) {
+    const int32_t D = 4096, rows = 256;
+    float *x = malloc((size_t)D * sizeof *x), *y = malloc((size_t)D * sizeof *y);
+    uint8_t *in = malloc((size_t)rows * D * 2);
+    if (!x || !y || !in) {
+        free(x), free(y), free(in);
+        return tl_error_set(TL_ERR_NOMEM, "kv decode profile: out of memory");
+    }
+    uint64_t seed = 5;
+    for (int32_t j = 0; j < D; j++) x[j] = tl_rand_sym(&seed);
+    p->attn_decode_s[0] = 0;
+    for (int k = 1; k < TL_PROF_N_KVBITS; k++) {
+        const int32_t bits = tl_prof_kvbits[k];
+        const size_t rb = bits == 16 ? (size_t)D * 2 : tl_kv_quant_row_bytes(D, 64, bits);
+        for (int32_t r = 0; r < rows; r++) {
+            if (bits == 16)
+                for (int32_t j = 0; j < D; j++)
+                    ((uint16_t *)(void *)(in + r * rb))[j] = tl_f32_to_f16(x[j]);
+            else
+                tl_kv_quant_row(x, D, 64, bits, in + r * rb);
+        }
+        double t[5];
+        volatile float sink = 0;
+        for (int rep = 0; rep < 5; rep++) {
+            double t0 = tl_now();
+            for (int32_t r = 0; r < rows; r++) {
+                if (bits == 16) {
+                    const uint16_t *h = (const uint16_t *)(const void *)(in + r * rb);
+                    for (int32_t j = 0; j < D; j++) y[j] = tl_f16_to_f32(h[j]);
+                } else {
+                    tl_kv_dequant_row(in + r * rb, D, 64, bits, y);
+                }
+                sink += y[r % D];
+            }
+            t[rep] = tl_now() - t0;
+        }
+        (void)sink;
+        p->attn_decode_s[k] = tl_median(t, 5) / ((double)rows * D);
+    }
+    free(x), free(y), free(in);
+    return TL_OK;
+}
+
+/* The tiny model the attention stage decodes with. */
+void tl__profile_attention_model(tl_synth_params *sp) {
+    memset(sp, 0, sizeof *sp);
+    sp->n_vocab = 512, sp->n_embd = 512, sp->n_ff = 1024, sp->n_layer = 4;
+    sp->n_head = 8, sp->n_head_kv = 8, sp->n_ctx = 2048;
+    sp->weight_type = TL_TYPE_F32, sp->rope_base = 10000.0f, sp->seed = 1;
+}
+
+tl_status tl__profile_measure_attention(int32_t threads, const char *dir, tl_hw_profile *p,
+                                        tl__profile_progress progress, void *user) {
+    tl_synth_params sp;
+    tl__profile_attention_model(&sp);
+    const double hd = sp.n_embd / sp.n_head, kvd = sp.n_head_kv * hd, L = sp.n_layer;
+    char path[600];
+    if (!temp_name(dir, "gguf", path, sizeof path))
+        return tl_error_set(TL_ERR_INVALID, "attention profile: directory name too long");
+    tl__profile_say(progress, user, "attention: writing a %d-layer synthetic model to %s",
+                    sp.n_layer, dir);
+    tl_status st = tl_synth_write(&sp, path);
+    if (st != TL_OK) {
+        unlink(path);
+        return tl_error_wrap(st, "attention profile");
+    }
+    tl_model_params mp = tl_model_default_params();
+    mp.n_threads = threads;
+    tl_model *m = NULL;
+    st = tl_model_open(path, &mp, &m);
+    unlink(path); /* the model holds its file open */
+    if (st != TL_OK) return tl_error_wrap(st, "attention profile");
+    double *times = malloc(TL__PROF_AT_POS * sizeof *times);
+    float *logits = malloc((size_t)sp.n_vocab * sizeof *logits);
+    double a = 0, b = 0, mm_s = -1; /* f32 KV; stored formats are timed by kv_decode */
+    if (!times || !logits) st = tl_error_set(TL_ERR_NOMEM, "attention profile: out of memory");
+    if (st == TL_OK) {
+        tl__profile_say(progress, user, "attention: %d positions with 32-bit KV",
+                        TL__PROF_AT_POS);
+        st = attention_run(m, 32, TL__PROF_AT_POS, logits, times, &a, &b, &mm_s);
+    }
+    tl_model_close(m);
+    free(times);
+    free(logits);
+    if (st != TL_OK) return tl_error_wrap(st, "attention profile");
+
+    /* seconds per visible position per layer */
+    double s32 = b / L;
+    if (s32 > 0) {
+        p->attn_s_per_mac = s32 / (sp.n_head * hd);
+    } else { /* noise swamped the slope: fall back to the FMA bound (QK and AV: 4 FLOPs) */
+        tl__profile_say(progress, user, "attention: no measurable slope; using the FMA bound");
+        p->attn_s_per_mac = 4.0 / p->fma_flops;
+    }
+    st = measure_kv_decode(p);
+    if (st != TL_OK) return st;
+    /* intercept: one token at position 0, less its matrix-product work (timed on the
+     * model's own weights, as warm as in the loop - the streamed F32 rate would overstate
+     * it for weights this small - or else estimated from that rate) and its element-wise
+     * work, per layer: what is left is dispatches and bookkeeping */
+    if (mm_s < 0) {
+        double layer_macs = sp.n_embd * (sp.n_head * hd) + 2.0 * sp.n_embd * kvd +
+                            (sp.n_head * hd) * sp.n_embd + 3.0 * sp.n_embd * sp.n_ff;
+        mm_s = ((double)sp.n_vocab * sp.n_embd + L * layer_macs) / p->matmul_macs[0][0];
+    }
+    /* the cost model's element-wise terms: per layer 4*n_embd + 3*n_ff, per token the
+     * embedding row (n_embd) and the logits' norm and output (n_embd + n_vocab) */
+    double tok_elem = p->elementwise_s * (2.0 * sp.n_embd + sp.n_vocab);
+    double fixed = (a - mm_s - tok_elem) / L -
+                   p->elementwise_s * (4.0 * sp.n_embd + 3.0 * sp.n_ff);
+    p->layer_fixed_s = fixed > 0 ? fixed : 0;
+    return TL_OK;
+}

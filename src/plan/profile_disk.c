@@ -1,0 +1,166 @@
+/* profile_disk.c - the disk stage of the hardware profile (profile_measure.h): what the
+ * filesystem under the profile's directory delivers to the engine's IO queue.
+ *
+ * A scratch file of DISK_FILE_BYTES is written through the aio queue with O_DIRECT (where
+ * the filesystem allows it), then read back over the chunk x depth grid (tl_prof_chunks x
+ * tl_prof_depths), each setting capped at DISK_SETTING_S so a slow disk still finishes;
+ * each setting reads on from where the one before stopped, wrapping at the end of the
+ * file. The file has no name, so a measurement that is killed leaves nothing behind; it
+ * stays open for the interference stage, which streams it again through
+ * tl__profile_disk_urgent.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "plan/profile_measure.h"
+#include "base/clock.h"
+#include "base/rng.h"
+#include "base/status.h"
+#include "tier/aio.h"
+#include "tier/tier.h"
+
+#define DISK_FILE_BYTES ((uint64_t)256 << 20)
+#define DISK_WRITE_REQ ((size_t)4 << 20)
+#define DISK_SMALL_READ ((uint64_t)64 << 20) /* bytes read per setting, chunks < 1 MiB */
+#define DISK_SETTING_S 1.0                   /* time cap per read setting */
+
+static tl_status disk_write(tl_tier *t, const uint8_t *buf, double *bps) {
+    tl_aio_params ap = tl_aio_default_params();
+    ap.chunk_bytes = (size_t)1 << 20;
+    ap.queue_depth = 4;
+    tl_aio *q;
+    tl_status st = tl_aio_open(&ap, &q);
+    if (st != TL_OK) return st;
+    uint64_t n = DISK_FILE_BYTES / DISK_WRITE_REQ, sub = 0;
+    double t0 = tl_now();
+    for (; sub < n && st == TL_OK; sub++)
+        if ((st = tl_aio_write(q, t, sub * DISK_WRITE_REQ, buf, DISK_WRITE_REQ, sub)))
+            break;
+    for (uint64_t i = 0; i < sub && st == TL_OK; i++) st = tl_aio_wait(q, i);
+    tl_aio_close(q); /* after a failure: drains what is still in flight */
+    if (st != TL_OK) return st;
+    if (fdatasync(t->fd) != 0)
+        return tl_error_set(errno == ENOSPC || errno == EDQUOT ? TL_ERR_NOSPACE : TL_ERR_IO,
+                            "fdatasync %s: %s", t->name, strerror(errno));
+    *bps = (double)DISK_FILE_BYTES / (tl_now() - t0);
+    return TL_OK;
+}
+
+/* Reads `total` bytes in requests of `chunk` bytes, `depth` of them in flight, starting
+ * at *cursor and wrapping at the end of the file; stops early after DISK_SETTING_S. */
+static tl_status disk_read(tl_tier *t, uint64_t chunk, int depth, uint64_t total,
+                           uint64_t *cursor, uint8_t *bufs, double *bps) {
+    tl_aio_params ap = tl_aio_default_params();
+    ap.chunk_bytes = (size_t)chunk;
+    ap.queue_depth = depth;
+    tl_aio *q;
+    tl_status st = tl_aio_open(&ap, &q);
+    if (st != TL_OK) return st;
+    uint64_t nreq = total / chunk, sub = 0, done = 0;
+    double t0 = tl_now(), el = 0;
+    while (done < nreq) {
+        while (sub < nreq && sub - done < (uint64_t)depth) {
+            uint64_t off = *cursor;
+            *cursor = (off + chunk) % DISK_FILE_BYTES;
+            st = tl_aio_read(q, t, off, bufs + (sub % (uint64_t)depth) * chunk, chunk, sub);
+            if (st != TL_OK) break;
+            sub++;
+        }
+        if (st != TL_OK || (st = tl_aio_wait(q, done)) != TL_OK) break;
+        done++;
+        el = tl_now() - t0;
+        if (el > DISK_SETTING_S && done >= 4 * (uint64_t)depth) break;
+    }
+    tl_aio_close(q);
+    if (st != TL_OK) return st;
+    *bps = (double)(done * chunk) / el;
+    return TL_OK;
+}
+
+/* Streams like the engine's weights (the IO queue's default chunks at its default depth)
+ * and, after every other chunk, times a batch of urgent reads (tl_aio_read_urgent) of
+ * TL_PROF_URGENT_BYTES each, submitted together as a micro-batch's KV pages are: ahead of
+ * the queued chunks, but behind those the device already serves. Batches alternate
+ * between 1 and TL__PROF_URGENT_BATCH reads; appends their times to lat1 / latn (up to
+ * cap each) until *stop is set. */
+tl_status tl__profile_disk_urgent(tl_tier *t, uint8_t *bufs, atomic_int *stop, double *lat1,
+                                  int *n1, double *latn, int *nn, int cap) {
+    tl_aio_params ap = tl_aio_default_params();
+    const uint64_t chunk = ap.chunk_bytes;
+    const int depth = ap.queue_depth;
+    tl_aio *q;
+    tl_status st = tl_aio_open(&ap, &q);
+    if (st != TL_OK) return st;
+    uint64_t sub = 0, done = 0, cursor = 0, seed = 7;
+    uint8_t *small = bufs + (size_t)depth * chunk;
+    const uint64_t urgent_tag = UINT64_MAX - TL__PROF_URGENT_BATCH;
+    while (st == TL_OK && !atomic_load_explicit(stop, memory_order_relaxed)) {
+        while (sub - done < (uint64_t)depth) {
+            st = tl_aio_read(q, t, cursor, bufs + (sub % (uint64_t)depth) * chunk, chunk, sub);
+            if (st != TL_OK) break;
+            cursor = (cursor + chunk) % DISK_FILE_BYTES;
+            sub++;
+        }
+        if (st != TL_OK || (st = tl_aio_wait(q, done)) != TL_OK) break;
+        done++;
+        if (done < 2 * (uint64_t)depth || done % 2) continue;
+        const int batch = done % 4 ? 1 : TL__PROF_URGENT_BATCH;
+        if ((batch == 1 ? *n1 : *nn) >= cap) continue;
+        double t0 = tl_now();
+        int k = 0;
+        for (; k < batch && st == TL_OK; k++) {
+            uint64_t off = tl_splitmix64(&seed) % (DISK_FILE_BYTES / TL_PROF_URGENT_BYTES) *
+                           TL_PROF_URGENT_BYTES;
+            st = tl_aio_read_urgent(q, t, off, small + (size_t)k * TL_PROF_URGENT_BYTES,
+                                    TL_PROF_URGENT_BYTES, urgent_tag + (uint64_t)k);
+        }
+        for (int i = 0; i < k; i++) {
+            tl_status w = tl_aio_wait(q, urgent_tag + (uint64_t)i);
+            if (st == TL_OK) st = w;
+        }
+        if (batch == 1) lat1[(*n1)++] = tl_now() - t0;
+        else latn[(*nn)++] = tl_now() - t0;
+    }
+    tl_aio_close(q);
+    return st;
+}
+
+tl_status tl__profile_measure_disk(const char *dir, tl_hw_profile *p,
+                                   tl__profile_progress progress, void *user,
+                                   tl_tier **keep) {
+    size_t buf_bytes = (size_t)tl_prof_chunks[TL_PROF_N_CHUNK - 1] *
+                       (size_t)tl_prof_depths[TL_PROF_N_DEPTH - 1];
+    uint8_t *buf = aligned_alloc(TL_TIER_MAX_ALIGN, buf_bytes);
+    if (!buf) return tl_error_set(TL_ERR_NOMEM, "disk profile: out of memory");
+    uint64_t seed = 42;
+    for (size_t i = 0; i < DISK_WRITE_REQ / 8; i++) {
+        uint64_t r = tl_splitmix64(&seed);
+        memcpy(buf + 8 * i, &r, 8);
+    }
+    /* a scratch file has no name: a measurement that is killed leaves nothing behind */
+    tl_tier *file = NULL;
+    tl_status st = tl_tier_file_open_scratch(dir, TL_TIER_FILE_DIRECT, &file);
+    if (st == TL_OK) {
+        tl__profile_say(progress, user, "disk: writing %llu MiB to %s%s",
+                        (unsigned long long)(DISK_FILE_BYTES >> 20), dir,
+                        tl_tier_file_is_direct(file) ? "" : " (no O_DIRECT: page cache)");
+        st = disk_write(file, buf, &p->disk_write_bps);
+    }
+    uint64_t cursor = 0;
+    for (int c = 0; c < TL_PROF_N_CHUNK && st == TL_OK; c++) {
+        tl__profile_say(progress, user, "disk: reading in %llu KiB chunks at depth 1, 4, 16",
+                        (unsigned long long)(tl_prof_chunks[c] >> 10));
+        uint64_t total = tl_prof_chunks[c] < ((uint64_t)1 << 20) ? DISK_SMALL_READ
+                                                                  : DISK_FILE_BYTES;
+        for (int d = 0; d < TL_PROF_N_DEPTH && st == TL_OK; d++)
+            st = disk_read(file, tl_prof_chunks[c], tl_prof_depths[d], total, &cursor, buf,
+                           &p->disk_read_bps[c][d]);
+    }
+    if (st == TL_OK && keep) *keep = file;
+    else tl_tier_close(file);
+    free(buf);
+    if (st != TL_OK) return tl_error_wrap(st, "disk profile in %s", dir);
+    return TL_OK;
+}

@@ -1,0 +1,135 @@
+/* profile_interference.c - the interference stage of the hardware profile
+ * (profile_measure.h): the kernels and the disk at once, as the engine runs them.
+ *
+ * A reader thread streams the disk stage's file like the engine's weights
+ * (tl__profile_disk_urgent) while the measuring thread times Q8_0 matmuls; rounds of
+ * "alone" then "with the reader" alternate so drift cancels. Two results: how much slower
+ * the kernels are while the disk streams (io_slowdown_matvec, io_compute_slowdown, never
+ * below 1), and the urgent read times (disk_urgent_read_s / _page_s), which only mean
+ * what the cost model assumes when measured behind a weight stream with every core busy.
+ * The reader shares one atomic stop flag with the measuring thread; its results are read
+ * only after pthread_join.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "plan/profile_measure.h"
+#include "base/rng.h"
+#include "base/stats.h"
+#include "base/status.h"
+#include "base/threadpool.h"
+#include "kernels/kernels.h"
+#include "format/tensor_type.h"
+#include "model/ops.h"
+#include "tier/aio.h"
+#include "tier/tier.h"
+
+enum { URGENT_SAMPLES = 128 };
+/* The streaming thread: reads as the engine streams weights, timing urgent reads on
+ * the way (tl__profile_disk_urgent), until stop. */
+typedef struct reader {
+    tl_tier *t;
+    atomic_int stop; /* set by the measuring thread; only a flag, the results are read
+                        after pthread_join, which orders them */
+    uint8_t *buf; /* queue depth default chunks + TL__PROF_URGENT_BATCH pages */
+    tl_status st;
+    double lat1[URGENT_SAMPLES], latn[URGENT_SAMPLES];
+    int n1, nn;
+} reader;
+
+static void *reader_main(void *arg) {
+    reader *r = arg;
+    r->st = tl__profile_disk_urgent(r->t, r->buf, &r->stop, r->lat1, &r->n1, r->latn,
+                                    &r->nn, URGENT_SAMPLES);
+    return NULL;
+}
+
+/* How much slower the kernels run while the disk streams at full speed (DMA and
+ * interrupts share the memory and the cores): Q8_0 matmuls of 1, 4 and 32 rows, alone and
+ * with a reader thread keeping 8 MiB in flight, alternating to cancel drift. The reader
+ * also times urgent reads, so disk_urgent_read_s / _page_s are measured as the engine
+ * meets them: behind the chunks already in flight (the IO queue starts no new weight
+ * chunk while an urgent read is out, tier/aio.c), with every core computing; a batch of
+ * several pages is timed too, since a micro-batch submits its pages together and they
+ * wait behind the same chunks. With no sample (a disk too slow to reach the first one),
+ * the disk grid's figures stand in. */
+tl_status tl__profile_measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *p,
+                                           tl__profile_progress progress, void *user) {
+    tl__profile_say(progress, user, "compute while the disk streams");
+    const size_t R = TL__PROF_MM_ROWS, C = TL__PROF_MM_COLS, n_max = 32;
+    const size_t threads = (size_t)tl_pool_threads(pool);
+    const tl_type type = TL_TYPE_Q8_0;
+    const size_t mb = R * tl_type_row_bytes(type, C);
+    const size_t copies = TL__PROF_MM_MIN_BYTES / mb + 1;
+    size_t sf = (tl_matmul_scratch_floats(C, n_max) + 15) / 16 * 16;
+    float *X = aligned_alloc(64, n_max * C * sizeof(float));
+    float *Y = aligned_alloc(64, n_max * R * sizeof(float));
+    float *scratch = aligned_alloc(64, threads * sf * sizeof(float));
+    float *row = malloc(C * sizeof(float));
+    tl_aio_params dp = tl_aio_default_params();
+    reader *rd = calloc(1, sizeof *rd);
+    if (rd) {
+        rd->t = t;
+        rd->buf = aligned_alloc(TL_TIER_MAX_ALIGN, (size_t)dp.queue_depth * dp.chunk_bytes +
+                                          TL__PROF_URGENT_BATCH * TL_PROF_URGENT_BYTES);
+    }
+    uint64_t seed = 11;
+    uint8_t *W = row ? tl__profile_weight_copies(type, R, C, copies, row, &seed) : NULL;
+    tl_status st = TL_OK;
+    if (!W || !X || !Y || !scratch || !row || !rd || !rd->buf) {
+        st = tl_error_set(TL_ERR_NOMEM, "interference profile: out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n_max * C; i++) X[i] = tl_rand_sym(&seed);
+    tl_llama mm;
+    memset(&mm, 0, sizeof mm);
+    mm.pool = pool;
+    tl_weight w;
+    memset(&w, 0, sizeof w);
+    w.type = w.file_type = type;
+    w.rows = R;
+    w.cols = C;
+    const size_t ns[3] = {1, 4, n_max};
+    double alone[3] = {0, 0, 0}, busy[3] = {0, 0, 0};
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 3; i++)
+            alone[i] += tl__profile_time_matmul(&mm, &w, W, copies, mb, X, ns[i], Y, scratch,
+                                                sf, 9);
+        pthread_t th;
+        atomic_store_explicit(&rd->stop, 0, memory_order_relaxed);
+        if (pthread_create(&th, NULL, reader_main, rd) != 0) {
+            st = tl_error_set(TL_ERR_IO, "interference profile: cannot start a thread");
+            goto done;
+        }
+        struct timespec ts = {0, 50 * 1000 * 1000}; /* let the reads ramp up */
+        nanosleep(&ts, NULL);
+        for (int i = 0; i < 3; i++)
+            busy[i] += tl__profile_time_matmul(&mm, &w, W, copies, mb, X, ns[i], Y, scratch,
+                                               sf, 9);
+        atomic_store_explicit(&rd->stop, 1, memory_order_relaxed);
+        pthread_join(th, NULL);
+        if ((st = rd->st)) goto done;
+    }
+    const double page = (double)TL_PROF_URGENT_BYTES;
+    p->disk_urgent_read_s = rd->n1 ? tl_median(rd->lat1, (size_t)rd->n1)
+                                   : page / tl_profile_read_bps(p, TL_PROF_URGENT_BYTES, 1);
+    double more = rd->nn ? (tl_median(rd->latn, (size_t)rd->nn) - p->disk_urgent_read_s) /
+                               (TL__PROF_URGENT_BATCH - 1)
+                         : page / tl_profile_read_bps(p, TL_PROF_URGENT_BYTES, 16);
+    p->disk_urgent_page_s = more > 0 ? more : 1e-9;
+    if (!(p->disk_urgent_read_s > 0)) p->disk_urgent_read_s = 1e-9;
+    double mv = 0.5 * (busy[0] / alone[0] + busy[1] / alone[1]), mm_ = busy[2] / alone[2];
+    p->io_slowdown_matvec = mv > 1 ? mv : 1;
+    p->io_compute_slowdown = mm_ > 1 ? mm_ : 1;
+done:
+    free(W);
+    free(X);
+    free(Y);
+    free(scratch);
+    free(row);
+    if (rd) free(rd->buf);
+    free(rd);
+    return st;
+}
