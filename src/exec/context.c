@@ -103,7 +103,7 @@ static tl_status plan_kv(const tl_model *m, const tl_context_params *p, int32_t 
     int32_t window = p->kv_window;
     if (window < 0) return TL_OK;
     if (window == 0) {
-        if (act + tl_kv_budget_bytes(kp, 1) <= room_for_state(m)) return TL_OK;
+        if (act + tl_kv_budget_bytes(kp, 2) <= room_for_state(m)) return TL_OK;
         window = KV_AUTO_WINDOW;
     }
     if (p->kv_sinks < 0 || (p->kv_cache_bytes < 0 && p->kv_cache_bytes != -1))
@@ -121,7 +121,7 @@ static tl_status plan_kv(const tl_model *m, const tl_context_params *p, int32_t 
     if (p->kv_cache_bytes >= 0) {
         cache = p->kv_cache_bytes / (int64_t)slot;
     } else { /* what is left once every weight is resident */
-        const uint64_t state = act + tl_kv_budget_bytes(kp, 1);
+        const uint64_t state = act + tl_kv_budget_bytes(kp, 2);
         const uint64_t limit = tl_budget_limit(m->lm.budget), used = tl_budget_used(m->lm.budget);
         uint64_t weights = 0;
         if (!m->res) {
@@ -152,8 +152,9 @@ tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_c
     tl_status st = plan_kv(model, &p, n_ctx, n_batch, &kp);
     if (st) return st;
     const uint64_t x_bytes = (uint64_t)n_batch * (size_t)model->lm.hp.n_embd * sizeof(float) + 64;
+    /* the engine reads a layer's disk pages ahead while the previous layer's are in use */
     st = tl_engine_place(model, activation_bytes(model, n_ctx, n_batch) +
-                                    tl_kv_budget_bytes(&kp, 1));
+                                    tl_kv_budget_bytes(&kp, 2));
     if (st) return st;
     tl_context *c = calloc(1, sizeof *c);
     if (!c) return tl_error_set(TL_ERR_NOMEM, "out of memory");

@@ -223,6 +223,18 @@ tl_status tl_weight_plan_make(const tl_llama *m, uint64_t budget, int prefetch, 
                             "plus norms)", budget / 1048576.0, tl_mib_up(minimum),
                             overlap ? prefetch + 1 : 1);
     }
+    /* everything resident needs no streaming buffers, so it may fit where the greedy's
+     * last steps (resident parts plus the buffers of what still streams) do not */
+    memset(p->attn_resident, 1, (size_t)L);
+    memset(p->ffn_resident, 1, (size_t)L);
+    p->output_resident = p->embd_resident = 1;
+    if (tl_weight_plan_bytes(m, p) <= budget) {
+        plan_totals(m, p);
+        return TL_OK;
+    }
+    memset(p->attn_resident, 0, (size_t)L);
+    memset(p->ffn_resident, 0, (size_t)L);
+    p->output_resident = p->embd_resident = 0;
     /* greedy in value order: attention of each layer, the output, FFN of each layer,
      * the embedding (with a tied output: both at once). An item that does not fit is
      * skipped and later, smaller ones are still tried. */

@@ -413,6 +413,14 @@ int tl_cmd_run(int argc, char **argv) {
                     t.slots, t.io_uring ? "io_uring" : "pread pool",
                     t.bytes_read_disk / 1048576.0, t.io_busy_s, t.compute_s, t.stall_s,
                     t.wall_s > 0 ? 1.0 - t.stall_s / t.wall_s : 1.0);
+            if (t.kv_window_pages)
+                fprintf(stderr, "[stats] KV in tiers: %d-position pages, window %d pages, "
+                        "sinks %d pages, cache %d pages | disk pages read %llu (%.1f MiB), "
+                        "found in memory %llu, predicted reads %llu\n", t.kv_page_tokens,
+                        t.kv_window_pages, t.kv_sink_pages, t.kv_cache_pages,
+                        (unsigned long long)t.kv_pages_read, t.kv_bytes_read / 1048576.0,
+                        (unsigned long long)t.kv_cache_hits,
+                        (unsigned long long)t.kv_predicted_reads);
             if (predicted) print_plan_stats(&chosen, &gs, &t, rs.n > 0 ? &rs.snap[0] : NULL);
         }
     }
