@@ -1,0 +1,116 @@
+/* test_kv_tiers.c - a context whose KV cache lives in tiers by temperature gives the same
+ * logits, bit for bit, as one whose KV is in memory, and its DRAM cache of disk pages
+ * cuts the pages read as the cache model predicts.
+ *
+ * stories260K decodes 400 positions greedily from BOS (16-position pages, 5 layers), once
+ * with the KV in memory, then with a window of 32 positions and 16 sink positions (the
+ * other pages on disk) and a cache of 0%, 25% and 50% of the disk pages the run ends
+ * with. Over the last 64 steps the pages read per step must fall by at least the cache's
+ * share minus 5 points, and lie within 10% of the prediction (tl_run_stats's
+ * kv_predicted_reads). A window that holds everything reads nothing. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tierllm.h"
+#include "testutil.h"
+
+enum { VOCAB = 512, LAYERS = 5, STEPS = 400, TAIL = 64, PAGE = 16 };
+
+static int argmax(const float *v, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+
+typedef struct run {
+    int32_t tokens[STEPS];
+    float last[VOCAB];
+    uint64_t tail_reads, tail_predicted, tail_hits, total_reads;
+    int ok;
+} run;
+
+/* Greedy decode of STEPS positions from BOS; the stats of the last TAIL steps. */
+static void decode(tl_model *m, const tl_context_params *cp, const char *label, run *r) {
+    memset(r, 0, sizeof *r);
+    tl_context *c = NULL;
+    tl_status st = tl_context_open(m, cp, &c);
+    CHECK_MSG(st == TL_OK, "%s: open: %s", label, tl_last_error());
+    if (st) return;
+    int32_t tok = 1;
+    tl_run_stats before = {0}, after;
+    for (int i = 0; i < STEPS; i++) {
+        if (i == STEPS - TAIL) tl_context_get_stats(c, &before);
+        st = tl_decode(c, &tok, 1, r->last);
+        CHECK_MSG(st == TL_OK, "%s: step %d: %s", label, i, tl_last_error());
+        if (st) break;
+        tok = argmax(r->last, VOCAB);
+        r->tokens[i] = tok;
+    }
+    tl_context_get_stats(c, &after);
+    r->tail_reads = after.kv_pages_read - before.kv_pages_read;
+    r->tail_hits = after.kv_cache_hits - before.kv_cache_hits;
+    r->tail_predicted = after.kv_predicted_reads - before.kv_predicted_reads;
+    r->total_reads = after.kv_pages_read;
+    r->ok = st == TL_OK;
+    fprintf(stderr, "%s: last %d steps: %llu disk pages read, %llu found in memory, "
+            "%llu predicted reads\n", label, TAIL, (unsigned long long)r->tail_reads,
+            (unsigned long long)r->tail_hits, (unsigned long long)r->tail_predicted);
+    tl_context_close(c);
+}
+
+int main(void) {
+    tl_model *m = NULL;
+    tl_model_params mp = tl_model_default_params();
+    mp.n_threads = 2;
+    tl_status st = tl_model_open(tl_test_model("stories260K.gguf"), &mp, &m);
+    CHECK_MSG(st == TL_OK, "open: %s", tl_last_error());
+    if (st) return tl_test_finish("test_kv_tiers");
+
+    tl_context_params cp = tl_context_default_params();
+    cp.n_ctx = STEPS;
+    cp.kv_window = -1; /* in memory */
+    static run mem, tier[3], wide;
+    decode(m, &cp, "memory", &mem);
+
+    /* disk pages per layer at the end: full pages beyond 1 sink page and a 2-page window */
+    const int disk_end = LAYERS * (STEPS / PAGE - 1 - 2);
+    const double shares[3] = {0, 0.25, 0.5};
+    char dir[] = "/tmp/tl_kv_tiers.XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    for (int k = 0; k < 3; k++) {
+        cp.kv_window = 32;
+        cp.kv_sinks = 16;
+        cp.spill_dir = dir;
+        /* a cache page costs its 4 KiB slot and the allocator's 4 KiB alignment */
+        cp.kv_cache_bytes = (int64_t)(shares[k] * disk_end) * 8192;
+        char label[64];
+        snprintf(label, sizeof label, "tiers, cache %.0f%%", shares[k] * 100);
+        decode(m, &cp, label, &tier[k]);
+        CHECK_MSG(memcmp(tier[k].tokens, mem.tokens, sizeof mem.tokens) == 0 &&
+                  memcmp(tier[k].last, mem.last, sizeof mem.last) == 0,
+                  "%s: tokens or logits differ from the KV in memory", label);
+        const double meas = (double)tier[k].tail_reads, pred = (double)tier[k].tail_predicted;
+        CHECK_MSG(pred > 0 && fabs(meas - pred) <= 0.10 * pred,
+                  "%s: %.0f pages read, %.0f predicted", label, meas, pred);
+        if (k > 0) {
+            double fall = 1 - meas / (double)tier[0].tail_reads;
+            CHECK_MSG(fall >= shares[k] - 0.05, "%s: reads fell by %.1f%%, the cache holds "
+                      "%.0f%%", label, fall * 100, shares[k] * 100);
+        }
+    }
+    CHECK(tier[0].tail_reads > 0 && tier[0].tail_hits < tier[0].tail_reads / 10);
+
+    /* a window as long as the context: nothing goes to disk */
+    cp.kv_window = STEPS;
+    cp.kv_cache_bytes = 0;
+    decode(m, &cp, "window = context", &wide);
+    CHECK(wide.total_reads == 0 && memcmp(wide.last, mem.last, sizeof mem.last) == 0);
+
+    /* no spill file outlives its context */
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rmdir %s", dir);
+    CHECK_MSG(system(cmd) == 0, "%s is not empty", dir);
+    tl_model_close(m);
+    return tl_test_finish("test_kv_tiers");
+}
