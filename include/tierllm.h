@@ -105,6 +105,14 @@ typedef struct tl_context_params {
     int32_t kv_window, kv_sinks;
     int64_t kv_cache_bytes;
     const char *spill_dir;  /* NULL: $TMPDIR or /tmp */
+    /* Page-selective attention (lossy, opt-in): kv_select in (0, 1] is the share of a
+     * sequence's KV pages each generated token attends to: the sinks, the window (the
+     * tiers' window, else 32 positions), the open page, and the pages whose keys bound
+     * the highest attention logits for the current query. 0 (default): exact attention.
+     * kv_select_measure = 1 also scores the pages left out (the KV must then be in
+     * memory) and reports the attention mass the selection kept. */
+    float kv_select;
+    int32_t kv_select_measure;
 } tl_context_params;
 
 tl_context_params tl_context_default_params(void);
@@ -130,6 +138,11 @@ typedef struct tl_run_stats {
     uint64_t kv_bytes_read, kv_pages_read;   /* from the spill file */
     uint64_t kv_cache_hits;                  /* disk pages found in memory instead */
     uint64_t kv_predicted_reads;             /* disk pages the model predicts were read */
+    /* page selection (kv_select > 0): pages attended and visible over selective rows;
+     * with kv_select_measure, the attention mass kept summed over (row, layer, head), and
+     * that count */
+    uint64_t kv_select_pages_read, kv_select_pages_total, kv_demand_reads;
+    double kv_select_mass_kept, kv_select_heads;
 } tl_run_stats;
 
 tl_status tl_context_get_stats(const tl_context *ctx, tl_run_stats *out);

@@ -49,6 +49,8 @@ tl_context_params tl_context_default_params(void) {
     p.kv_sinks = 16;
     p.kv_cache_bytes = -1;
     p.spill_dir = NULL;
+    p.kv_select = 0;
+    p.kv_select_measure = 0;
     return p;
 }
 
@@ -148,13 +150,19 @@ tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_c
     if (p.kv_bits != 32 && p.kv_bits != 16 && p.kv_bits != 8 && p.kv_bits != 4)
         return tl_error_set(TL_ERR_INVALID, "kv_bits must be 32, 16, 8 or 4 (got %d)",
                             (int)p.kv_bits);
+    if (!(p.kv_select >= 0 && p.kv_select <= 1))
+        return tl_error_set(TL_ERR_INVALID, "kv_select %g is outside [0, 1]", (double)p.kv_select);
     tl_kv_params kp;
     tl_status st = plan_kv(model, &p, n_ctx, n_batch, &kp);
     if (st) return st;
+    kp.key_bounds = p.kv_select > 0;
     const uint64_t x_bytes = (uint64_t)n_batch * (size_t)model->lm.hp.n_embd * sizeof(float) + 64;
     /* the engine reads a layer's disk pages ahead while the previous layer's are in use */
     st = tl_engine_place(model, activation_bytes(model, n_ctx, n_batch) +
-                                    tl_kv_budget_bytes(&kp, 2));
+                                    tl_kv_budget_bytes(&kp, 2) +
+                                    (p.kv_select > 0 ? tl_llama_select_bytes(&model->lm, n_batch,
+                                                                             n_ctx, KV_PAGE_TOKENS)
+                                                     : 0));
     if (st) return st;
     tl_context *c = calloc(1, sizeof *c);
     if (!c) return tl_error_set(TL_ERR_NOMEM, "out of memory");
@@ -168,6 +176,14 @@ tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_c
     if (!c->pos || !c->seqs || !c->row_idx) st = tl_error_set(TL_ERR_NOMEM, "out of memory");
     for (int32_t i = 0; !st && i < n_batch; i++) c->row_idx[i] = i;
     if (!st) st = tl_llama_scratch_init(&model->lm, n_batch, n_ctx, kp.page_tokens, &c->scratch);
+    if (!st && p.kv_select > 0) {
+        tl_kv_select sp;
+        sp.page_share = p.kv_select;
+        sp.sink_pages = kp.placement == TL_KV_TEMPERATURE ? kp.sink_pages : pages_up(p.kv_sinks);
+        sp.window_pages = kp.placement == TL_KV_TEMPERATURE ? kp.window_pages : pages_up(32);
+        sp.measure = p.kv_select_measure != 0;
+        st = tl_llama_select_init(&model->lm, &c->scratch, &sp);
+    }
     if (!st) st = tl_budget_alloc(model->lm.budget, x_bytes - 64, 64, "hidden states", (void **)&c->x);
     if (!st) st = tl_kv_open(&kp, model->lm.budget, model->lm.aio, &c->kv);
     if (!st) st = tl_kv_seq_open(c->kv, &c->seq);
@@ -199,6 +215,10 @@ void tl_context_reset(tl_context *c) {
 void tl_context_reset_stats(tl_context *c) {
     memset(&c->stats, 0, sizeof c->stats);
     c->kv_predicted_reads = 0;
+    c->scratch.pages_read = c->scratch.pages_total = 0;
+    if (c->scratch.mass_kept)
+        memset(c->scratch.mass_kept, 0, 2 * (size_t)tl_pool_threads(c->model->lm.pool) *
+                                            sizeof(double));
     tl_kv_get_stats(c->kv, &c->kv_base);
     tl_residency_get_stats(c->model->res, &c->res_base);
     tl_aio_get_stats(c->model->lm.aio, &c->aio_base);
@@ -223,7 +243,13 @@ tl_status tl_context_get_stats(const tl_context *c, tl_run_stats *out) {
     out->weights_streamed_bytes = p->streamed_bytes;
     out->slots = p->n_slots;
     out->io_uring = tl_aio_uses_uring(m->lm.aio);
-    if (c->kp.placement == TL_KV_TEMPERATURE) {
+    out->kv_select_pages_read = c->scratch.pages_read;
+    out->kv_select_pages_total = c->scratch.pages_total;
+    for (int t = 0; c->scratch.mass_kept && t < tl_pool_threads(m->lm.pool); t++) {
+        out->kv_select_mass_kept += c->scratch.mass_kept[2 * t];
+        out->kv_select_heads += c->scratch.mass_kept[2 * t + 1];
+    }
+    if (c->kp.placement == TL_KV_TEMPERATURE || c->kp.key_bounds) {
         tl_kv_stats ks;
         tl_kv_get_stats(c->kv, &ks);
         out->kv_window_pages = c->kp.window_pages;
@@ -234,6 +260,7 @@ tl_status tl_context_get_stats(const tl_context *c, tl_run_stats *out) {
         out->kv_pages_read = ks.pages_read - c->kv_base.pages_read;
         out->kv_cache_hits = ks.cache_hits - c->kv_base.cache_hits;
         out->kv_predicted_reads = c->kv_predicted_reads;
+        out->kv_demand_reads = ks.demand_reads - c->kv_base.demand_reads;
     }
     return TL_OK;
 }

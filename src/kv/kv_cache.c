@@ -42,7 +42,7 @@ typedef struct kv_page {
     uint8_t state, writing, reading, pinned, cached;
 } kv_page;
 
-typedef struct kv_sl { int32_t pending, stored; } kv_sl; /* per (seq, layer) */
+typedef struct kv_sl { int32_t pending, stored, selective; } kv_sl; /* per (seq, layer) */
 typedef struct kv_seq { int32_t open, len; } kv_seq;
 typedef struct kv_wr { kv_page *pg; uint64_t tag; int32_t seq, layer, page; } kv_wr;
 
@@ -58,6 +58,8 @@ struct tl_kv {
     kv_sl *sl;
     kv_seq *seqs;
     kv_wr *ring;
+    float *bounds;   /* key_bounds: [seq][layer][page][2][kv_dim], min then max */
+    uint8_t *want;   /* key_bounds: [seq][layer][page], 1 = the last selection used it */
     size_t ring_cap, ring_head, ring_n;
     uint64_t next_slot, tag_base, next_tag, frames, frames_peak;
     int64_t cache_used;   /* disk pages whose frame is a cached copy */
@@ -152,7 +154,7 @@ static int on_disk(const tl_kv_params *p, uint64_t i) {
 
 /* Bytes of the page tables (one budget block): pages, (seq, layer) counters, sequences,
  * the write ring. *ring_cap gets the ring's capacity. */
-static uint64_t meta_bytes(const tl_kv_params *p, uint64_t *ring_cap, uint64_t off[4]) {
+static uint64_t meta_bytes(const tl_kv_params *p, uint64_t *ring_cap, uint64_t off[6]) {
     uint64_t sl = (uint64_t)p->max_seqs * (uint64_t)p->n_layer, np = pages_per_sl(p);
     uint64_t nd = disk_of(p, np); /* disk pages per (seq, layer) */
     uint64_t cap = 2 * sl < sl * nd ? 2 * sl : sl * nd;
@@ -164,6 +166,12 @@ static uint64_t meta_bytes(const tl_kv_params *p, uint64_t *ring_cap, uint64_t o
     o = (o + 63) / 64 * 64; off[1] = o; o += sl * sizeof(kv_sl);
     o = (o + 63) / 64 * 64; off[2] = o; o += (uint64_t)p->max_seqs * sizeof(kv_seq);
     o = (o + 63) / 64 * 64; off[3] = o; o += cap * sizeof(kv_wr);
+    off[4] = off[5] = o;
+    if (p->key_bounds) { /* the bounds, then the last selection's marks */
+        const uint64_t nb = sl * np;
+        o = (o + 63) / 64 * 64; off[4] = o; o += nb * 2 * (uint64_t)p->kv_dim * sizeof(float);
+        o = (o + 63) / 64 * 64; off[5] = o; o += nb;
+    }
     return o;
 }
 
@@ -196,7 +204,7 @@ uint64_t tl_kv_budget_bytes(const tl_kv_params *p, int32_t active) {
     uint64_t P = (uint64_t)p->page_tokens, M = p->max_block ? (uint64_t)p->max_block : P;
     uint64_t open = 1 + (M + P - 1) / P;
     uint64_t page = tl_kv_page_bytes(p), f32 = 2 * P * (uint64_t)p->kv_dim * 4;
-    uint64_t slot = slot_of(page), cap, off[4];
+    uint64_t slot = slot_of(page), cap, off[6];
     uint64_t meta = meta_bytes(p, &cap, off);
     uint64_t w = nd ? cap : 0;
     return S * L * (nm * (page + FRAME_ALIGN) + open * (f32 + FRAME_ALIGN)) +
@@ -440,10 +448,33 @@ static tl_status write_out(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, i
     return TL_OK;
 }
 
+static size_t page_index(const tl_kv *kv, int32_t seq, int32_t layer, int32_t i) {
+    return ((size_t)seq * (size_t)kv->p.n_layer + (size_t)layer) * (size_t)kv->np + (size_t)i;
+}
+
+/* The per-channel minimum and maximum of the page's K rows (exact f32, before storing). */
+static void note_bounds(tl_kv *kv, int32_t seq, int32_t layer, int32_t i, const float *f32) {
+    const size_t D = (size_t)kv->p.kv_dim;
+    float *mn = kv->bounds + page_index(kv, seq, layer, i) * 2 * D, *mx = mn + D;
+    memcpy(mn, f32, D * sizeof(float));
+    memcpy(mx, f32, D * sizeof(float));
+    for (int32_t r = 1; r < kv->p.page_tokens; r++) {
+        const float *k = f32 + (size_t)r * D;
+        for (size_t j = 0; j < D; j++) {
+            mn[j] = k[j] < mn[j] ? k[j] : mn[j];
+            mx[j] = k[j] > mx[j] ? k[j] : mx[j];
+        }
+    }
+}
+
 /* Stores full page i: encoded into a memory frame, or written to disk (spread rule). */
 static tl_status store_page(tl_kv *kv, int32_t seq, int32_t layer, int32_t i) {
     kv_page *pg = page_at(kv, seq, layer, i);
     const float *f32 = (const float *)(const void *)pg->frame;
+    if (kv->bounds) {
+        note_bounds(kv, seq, layer, i, f32);
+        kv->want[page_index(kv, seq, layer, i)] = 1; /* new pages are read until judged */
+    }
     if (on_disk(&kv->p, (uint64_t)i)) return write_out(kv, pg, seq, layer, i, NULL, f32);
     if (kv->p.bits != 32) {
         uint8_t *f;
@@ -496,7 +527,7 @@ tl_status tl_kv_open(const tl_kv_params *p, tl_budget *budget, tl_aio *aio, tl_k
     kv->page_bytes = tl_kv_page_bytes(p);
     kv->f32_bytes = 2 * (size_t)p->page_tokens * (size_t)p->kv_dim * sizeof(float);
     kv->slot_bytes = slot_of(kv->page_bytes);
-    uint64_t cap, off[4], mb = meta_bytes(p, &cap, off);
+    uint64_t cap, off[6], mb = meta_bytes(p, &cap, off);
     st = tl_budget_calloc(budget, (size_t)mb, "KV page tables", &kv->meta);
     if (st != TL_OK) {
         free(kv);
@@ -507,6 +538,10 @@ tl_status tl_kv_open(const tl_kv_params *p, tl_budget *budget, tl_aio *aio, tl_k
     kv->sl = (kv_sl *)(void *)(m + off[1]);
     kv->seqs = (kv_seq *)(void *)(m + off[2]);
     kv->ring = (kv_wr *)(void *)(m + off[3]);
+    if (p->key_bounds) {
+        kv->bounds = (float *)(void *)(m + off[4]);
+        kv->want = m + off[5];
+    }
     kv->ring_cap = (size_t)cap;
     unsigned inst = atomic_fetch_add(&kv_instances, 1);
     kv->tag_base = KV_TAG | ((uint64_t)(inst & 0xFFFF) << 40);
@@ -566,7 +601,7 @@ tl_status tl_kv_seq_open(tl_kv *kv, int32_t *seq) {
         if (kv->seqs[s].open) continue;
         kv->seqs[s].open = 1;
         kv->seqs[s].len = 0;
-        for (int32_t l = 0; l < kv->p.n_layer; l++) *sl_at(kv, s, l) = (kv_sl){0, 0};
+        for (int32_t l = 0; l < kv->p.n_layer; l++) *sl_at(kv, s, l) = (kv_sl){0, 0, 0};
         *seq = s;
         return TL_OK;
     }
@@ -577,7 +612,7 @@ void tl_kv_seq_close(tl_kv *kv, int32_t seq) {
     if (!kv || check_seq(kv, seq, "seq close") != TL_OK) return;
     for (int32_t l = 0; l < kv->p.n_layer; l++) {
         for (int32_t i = 0; i < kv->np; i++) page_clear(kv, page_at(kv, seq, l, i), seq, l, i);
-        *sl_at(kv, seq, l) = (kv_sl){0, 0};
+        *sl_at(kv, seq, l) = (kv_sl){0, 0, 0};
     }
     kv->seqs[seq].open = 0;
     kv->seqs[seq].len = 0;
@@ -681,6 +716,8 @@ tl_status tl_kv_prefetch(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t
         for (int32_t i = 0; i < stored; i++) {
             kv_page *pg = page_at(kv, s, layer, i);
             if (pg->state != PG_DISK || pg->stage || pg->pinned) continue;
+            if (kv->want && sl_at(kv, s, layer)->selective && !kv->want[page_index(kv, s, layer, i)])
+                continue; /* the last selection at this layer did not use it */
             if (pg->frame) { /* cached, or its write is in flight: no read */
                 if (!pg->cached) pg->pinned = 1; /* keeps the write buffer until release */
                 kv->stats.cache_hits++;
@@ -792,6 +829,76 @@ tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float 
     }
     *n = rows;
     return TL_OK;
+}
+
+/* ---- page selection ---- */
+
+int32_t tl_kv_stored_pages(const tl_kv *kv, int32_t seq, int32_t layer) {
+    if (!kv || check_seq(kv, seq, "stored pages") != TL_OK || layer < 0 ||
+        layer >= kv->p.n_layer)
+        return 0;
+    return sl_at(kv, seq, layer)->stored;
+}
+
+const float *tl_kv_key_bounds(const tl_kv *kv, int32_t seq, int32_t layer, int32_t page) {
+    if (!kv || !kv->bounds || page < 0 || page >= tl_kv_stored_pages(kv, seq, layer))
+        return NULL;
+    return kv->bounds + page_index(kv, seq, layer, page) * 2 * (size_t)kv->p.kv_dim;
+}
+
+int tl_kv_page_ready(const tl_kv *kv, int32_t seq, int32_t layer, int32_t page) {
+    if (!kv || check_seq(kv, seq, "page ready") != TL_OK || layer < 0 ||
+        layer >= kv->p.n_layer || page < 0 || page >= kv->np)
+        return 0;
+    const kv_page *pg = page_at(kv, seq, layer, page);
+    return pg->state == PG_OPEN || pg->state == PG_MEM ||
+           (pg->state == PG_DISK && (pg->frame || pg->stage));
+}
+
+tl_status tl_kv_require(tl_kv *kv, int32_t seq, int32_t layer, const int32_t *pages,
+                        int32_t n) {
+    if (!kv) return tl_error_set(TL_ERR_INVALID, "kv require: no cache");
+    tl_status st = check_seqs(kv, &seq, 1, layer, "require");
+    if (st != TL_OK) return st;
+    const int32_t stored = sl_at(kv, seq, layer)->stored;
+    for (int32_t j = 0; j < n; j++) { /* queue every missing read, then wait for them */
+        const int32_t i = pages[j];
+        if (i < 0 || i >= stored) continue; /* the open page is always in memory */
+        kv_page *pg = page_at(kv, seq, layer, i);
+        if (pg->state != PG_DISK || pg->frame || pg->stage) continue;
+        st = frame_alloc(kv, kv->slot_bytes, SLOT_ALIGN, &pg->stage, "staging frame", seq,
+                         layer, i);
+        if (st != TL_OK) return st;
+        pg->rtag = new_tag(kv);
+        st = tl_aio_read_urgent(kv->aio, kv->tier, pg->slot * kv->slot_bytes, pg->stage,
+                                kv->slot_bytes, pg->rtag);
+        if (st != TL_OK) {
+            frame_free(kv, &pg->stage);
+            tl_error_wrap(st, "KV spill read (seq %d, layer %d, page %d)", (int)seq,
+                          (int)layer, (int)i);
+            return stick(kv, st);
+        }
+        pg->reading = 1;
+        kv->stats.demand_reads++;
+    }
+    for (int32_t j = 0; j < n; j++) {
+        const int32_t i = pages[j];
+        if (i < 0 || i >= stored) continue;
+        if ((st = finish_read(kv, page_at(kv, seq, layer, i), seq, layer, i)) != TL_OK)
+            return st;
+    }
+    return TL_OK;
+}
+
+void tl_kv_note_selection(tl_kv *kv, int32_t seq, int32_t layer, const uint8_t *sel,
+                          int32_t n) {
+    if (!kv || !kv->want || check_seq(kv, seq, "note selection") != TL_OK || layer < 0 ||
+        layer >= kv->p.n_layer)
+        return;
+    const int32_t stored = sl_at(kv, seq, layer)->stored;
+    uint8_t *w = kv->want + page_index(kv, seq, layer, 0);
+    for (int32_t i = 0; i < stored; i++) w[i] = i < n && sel[i];
+    sl_at(kv, seq, layer)->selective = 1;
 }
 
 void tl_kv_get_stats(const tl_kv *kv, tl_kv_stats *out) {

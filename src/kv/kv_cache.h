@@ -56,6 +56,8 @@ typedef struct tl_kv_params {
     int32_t sink_pages;   /* temperature: first pages of each (seq, layer) kept in memory */
     int32_t window_pages; /* temperature: most recent full pages kept in memory */
     int32_t cache_pages;  /* disk pages kept in memory after their write or read */
+    int32_t key_bounds;   /* 1: keep each full page's per-channel key min and max in memory
+                             (2 kv_dim floats), for page selection */
 } tl_kv_params;
 
 enum { TL_KV_SPREAD = 0, TL_KV_TEMPERATURE = 1 };
@@ -69,6 +71,7 @@ typedef struct tl_kv_stats {
     uint64_t cache_hits;     /* disk pages a prefetch found in memory (cached, or their
                                 write still in flight): pages_read are the misses */
     uint64_t cache_pages;    /* disk pages cached now */
+    uint64_t demand_reads;   /* disk pages read by tl_kv_require (not prefetched in time) */
     uint64_t mem_pages_peak; /* frames in memory at once */
     double wait_s;           /* time tl_kv_wait blocked on page reads still in flight */
 } tl_kv_stats;
@@ -120,6 +123,26 @@ tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float 
                      const float **k, const float **v, int32_t *n);
 
 void tl_kv_get_stats(const tl_kv *kv, tl_kv_stats *out);
+
+/* ---- page selection ----
+ * With key_bounds, attention may read only some pages (model/kv_select.h picks them).
+ * The selection made at a layer is remembered and is what the next prefetch at that
+ * layer stages: a page attention needed at this step is likely needed at the next. */
+
+/* Full pages of seq at layer (those with key bounds). */
+int32_t tl_kv_stored_pages(const tl_kv *kv, int32_t seq, int32_t layer);
+/* Per-channel key minimum then maximum (2 kv_dim floats) of a full page, or NULL. */
+const float *tl_kv_key_bounds(const tl_kv *kv, int32_t seq, int32_t layer, int32_t page);
+/* 1 when the page can be viewed without a read: homed in memory, cached, or staged. */
+int tl_kv_page_ready(const tl_kv *kv, int32_t seq, int32_t layer, int32_t page);
+/* Makes the listed pages viewable, reading (and waiting for) those that are not: each
+ * such read counts in demand_reads. Release frees them as it frees prefetched ones. */
+tl_status tl_kv_require(tl_kv *kv, int32_t seq, int32_t layer, const int32_t *pages,
+                        int32_t n);
+/* Records which full pages attention used (sel[p] != 0, p < n): the next prefetch at
+ * this layer stages only those of them on disk. */
+void tl_kv_note_selection(tl_kv *kv, int32_t seq, int32_t layer, const uint8_t *sel,
+                          int32_t n);
 
 /* Group-wise quantization of one row of `n` values in groups of `group` (FlexGen): each
  * group stores min and scale = (max - min) / (2^bits - 1) as f32, then values

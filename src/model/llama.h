@@ -15,6 +15,7 @@
 #include "format/gguf.h"
 #include "format/tensor_type.h"
 #include "text/tokenizer.h"
+#include "model/kv_select.h"
 
 typedef struct tl_weight {
     tl_type type;      /* type of `data` (F32 after a load-time conversion) */
@@ -96,6 +97,16 @@ typedef struct tl_llama_scratch {
     size_t attn_floats;
     float *mm_scratch;         /* per thread: matmul scratch */
     size_t mm_scratch_floats;
+    /* page-selective attention (model/kv_select.h): the caller sets `select`; a row that
+     * is a sequence's only row in a step (decode) reads the pages sel marks */
+    tl_kv_select select;
+    int32_t page_tokens, max_pages;
+    float *sel_block;          /* the buffers below, carved from one allocation */
+    float *sel_ub, *sel_score, *sel_tmp;  /* [n_head][max_pages], [max_pages], [max_pages] */
+    const float **sel_bounds;  /* [max_pages] */
+    uint8_t *sel, *row_selective; /* [max_rows][max_pages], [max_rows] */
+    double *mass_kept;         /* per thread, with select.measure: [2] kept mass, heads */
+    uint64_t pages_read, pages_total; /* selective rows: pages attended and visible */
 } tl_llama_scratch;
 
 /* Budget bytes tl_llama_scratch_init will allocate. */
@@ -104,6 +115,11 @@ uint64_t tl_llama_scratch_bytes(const tl_llama *m, int32_t max_rows, int32_t max
 tl_status tl_llama_scratch_init(tl_llama *m, int32_t max_rows, int32_t max_ctx,
                                 int32_t page_tokens, tl_llama_scratch *s);
 void tl_llama_scratch_free(tl_llama *m, tl_llama_scratch *s);
+/* Page-selective attention on an initialized scratch: its buffers (budget bytes from
+ * tl_llama_select_bytes) and parameters. Without it attention is exact. */
+uint64_t tl_llama_select_bytes(const tl_llama *m, int32_t max_rows, int32_t max_ctx,
+                               int32_t page_tokens);
+tl_status tl_llama_select_init(tl_llama *m, tl_llama_scratch *s, const tl_kv_select *sp);
 
 /* Rows of one forward step. Rows of one sequence are contiguous and in position order;
  * pos[i] = the sequence's KV length before the step + the row's offset in its run. */

@@ -74,6 +74,8 @@ tl_status tl_llama_scratch_init(tl_llama *m, int32_t max_rows, int32_t max_ctx,
                             "positive", (int)max_rows, (int)max_ctx, (int)page_tokens);
     s->max_rows = max_rows;
     s->max_ctx = max_ctx;
+    s->page_tokens = page_tokens;
+    s->max_pages = (max_ctx + page_tokens - 1) / page_tokens;
     scratch_buf t[16];
     size_t n = scratch_table(m, s, max_rows, max_ctx, page_tokens, t);
     for (size_t i = 0; i < n; i++) {
@@ -87,9 +89,49 @@ tl_status tl_llama_scratch_init(tl_llama *m, int32_t max_rows, int32_t max_ctx,
     return TL_OK;
 }
 
+/* Floats of the page-selection buffers: ub, score, tmp, the bounds pointers (2 floats
+ * each), sel and the row flags (bytes), and two doubles per thread. */
+static size_t select_floats(const tl_llama *m, int32_t max_rows, int32_t max_ctx,
+                            int32_t page_tokens) {
+    const size_t pages = ((size_t)max_ctx + (size_t)page_tokens - 1) / (size_t)page_tokens;
+    const size_t nr = (size_t)max_rows, threads = (size_t)tl_pool_threads(m->pool);
+    return (size_t)m->hp.n_head * pages + 2 * pages + 2 * pages + 2 + (nr * pages + nr + 3) / 4 +
+           4 * threads + 4;
+}
+
+uint64_t tl_llama_select_bytes(const tl_llama *m, int32_t max_rows, int32_t max_ctx,
+                               int32_t page_tokens) {
+    return select_floats(m, max_rows, max_ctx, page_tokens) * sizeof(float) + 64;
+}
+
+tl_status tl_llama_select_init(tl_llama *m, tl_llama_scratch *s, const tl_kv_select *sp) {
+    tl_status st = tl_budget_calloc(m->budget,
+                                    select_floats(m, s->max_rows, s->max_ctx, s->page_tokens) *
+                                        sizeof(float), "page selection scratch",
+                                    (void **)&s->sel_block);
+    if (st) return st;
+    s->select = *sp;
+    const size_t P = (size_t)s->max_pages, threads = (size_t)tl_pool_threads(m->pool);
+    const int32_t max_rows = s->max_rows;
+    uint8_t *b = (uint8_t *)s->sel_block; /* calloc'd from the budget: 64-byte aligned */
+    s->mass_kept = (double *)(void *)b;
+    b += 2 * threads * sizeof(double);
+    s->sel_bounds = (const float **)(void *)b;
+    b += P * sizeof(float *);
+    s->sel_ub = (float *)(void *)b;
+    b += (size_t)m->hp.n_head * P * sizeof(float);
+    s->sel_score = (float *)(void *)b;
+    b += P * sizeof(float);
+    s->sel_tmp = (float *)(void *)b;
+    b += P * sizeof(float);
+    s->sel = b;
+    s->row_selective = b + (size_t)max_rows * P;
+    return TL_OK;
+}
+
 void tl_llama_scratch_free(tl_llama *m, tl_llama_scratch *s) {
     float *bufs[] = {s->xn, s->q, s->k, s->v, s->att_out, s->gate, s->up, s->attn,
-                     s->mm_scratch};
+                     s->mm_scratch, s->sel_block};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tl_budget_free(m->budget, bufs[i]);
     memset(s, 0, sizeof *s);
 }
@@ -140,10 +182,22 @@ static void attn_task(void *arg, int task, int thread) {
     const float scale = 1.0f / sqrtf((float)hd);
     const float *q = j->q + (size_t)r * qd + (size_t)g * group * hd;
     float *out = j->out + (size_t)r * qd + (size_t)g * group * hd;
-    /* pass 1: scores of every visible position */
+    const tl_llama_scratch *s = j->s;
+    const uint8_t *sel = s->sel_block && s->row_selective[r]
+                             ? s->sel + (size_t)r * (size_t)s->max_pages : NULL;
+    const int measure = sel && s->select.measure;
+    const int32_t P = s->page_tokens;
+    /* pass 1: scores of every visible position (left-out pages: -inf, unless measured) */
     for (int32_t p = 0, t0 = 0; t0 <= pos; p++) {
         const float *K, *V;
         int32_t n;
+        if (sel && !sel[p] && !measure) {
+            const int32_t cnt = P < pos + 1 - t0 ? P : pos + 1 - t0;
+            for (int h = 0; h < group; h++)
+                for (int32_t t = 0; t < cnt; t++) scores[(size_t)h * max_ctx + t0 + t] = -INFINITY;
+            t0 += P;
+            continue;
+        }
         tl_status st = tl_kv_view(j->kv, seq, j->layer, p, page_buf, &K, &V, &n);
         if (st || n <= 0) {
             attn_fail(j, st ? st : TL_ERR_INVALID);
@@ -161,11 +215,24 @@ static void attn_task(void *arg, int task, int thread) {
         if (fast) tl_softmax_fast(sc, (size_t)pos + 1);
         else tl_softmax_ref(sc, (size_t)pos + 1);
         memset(out + (size_t)h * hd, 0, (size_t)hd * sizeof *out);
+        if (measure) { /* the mass the selection keeps, then the selection's softmax */
+            double kept = 0;
+            for (int32_t t = 0; t <= pos; t++)
+                if (sel[t / P]) kept += sc[t];
+            s->mass_kept[2 * (size_t)thread] += kept;
+            s->mass_kept[2 * (size_t)thread + 1] += 1;
+            const float inv = kept > 0 ? (float)(1.0 / kept) : 0.0f;
+            for (int32_t t = 0; t <= pos; t++) sc[t] = sel[t / P] ? sc[t] * inv : 0.0f;
+        }
     }
     /* pass 2: weighted sum of V */
     for (int32_t p = 0, t0 = 0; t0 <= pos; p++) {
         const float *K, *V;
         int32_t n;
+        if (sel && !sel[p]) {
+            t0 += P;
+            continue;
+        }
         if (tl_kv_view(j->kv, seq, j->layer, p, page_buf, &K, &V, &n) || n <= 0) return;
         const int32_t kvd = n_kv * hd, cnt = n < pos + 1 - t0 ? n : pos + 1 - t0;
         (fast ? tl_attn_values_fast : tl_attn_values_ref)(out, (size_t)group, (size_t)hd,
@@ -174,6 +241,34 @@ static void attn_task(void *arg, int task, int thread) {
                                                           (size_t)cnt);
         t0 += n;
     }
+}
+
+/* Chooses the pages row r (the only row of seq in this step) attends to at layer l, makes
+ * them viewable, and records the choice for the next prefetch at this layer. */
+static tl_status select_pages(tl_llama *m, tl_llama_scratch *s, struct tl_kv *kv, int32_t l,
+                              int32_t seq, int32_t pos, const float *q, int32_t r) {
+    const int32_t n_full = tl_kv_stored_pages(kv, seq, l);
+    const int32_t n_pages = pos / s->page_tokens + 1;
+    if (n_full <= 0) return TL_OK;
+    for (int32_t p = 0; p < n_full; p++) {
+        s->sel_bounds[p] = tl_kv_key_bounds(kv, seq, l, p);
+        if (!s->sel_bounds[p]) return TL_OK; /* no bounds kept: exact attention */
+    }
+    tl_kv_select_scores(q, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, s->sel_bounds,
+                        n_full, s->sel_ub, s->sel_score);
+    uint8_t *sel = s->sel + (size_t)r * (size_t)s->max_pages;
+    s->pages_read += (uint64_t)tl_kv_select_pages(&s->select, s->sel_score, n_full, n_pages,
+                                                  s->sel_tmp, sel);
+    s->pages_total += (uint64_t)n_pages;
+    int32_t *need = (int32_t *)(void *)s->sel_ub; /* the scores are no longer needed */
+    int32_t n_need = 0;
+    for (int32_t p = 0; p < n_full; p++)
+        if (sel[p] && !tl_kv_page_ready(kv, seq, l, p)) need[n_need++] = p;
+    tl_status st = tl_kv_require(kv, seq, l, need, n_need);
+    if (st) return st;
+    tl_kv_note_selection(kv, seq, l, sel, n_full);
+    s->row_selective[r] = 1;
+    return TL_OK;
 }
 
 tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv *kv, int32_t l,
@@ -206,6 +301,15 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
         tl_status st = tl_kv_append(kv, rows->seq[i], l, s->k + (size_t)i * kvd,
                                     s->v + (size_t)i * kvd, e - i);
         if (st) return st;
+    }
+    for (int32_t i = 0, e; s->sel_block && i < rows->n; i = e) { /* selection: decode rows */
+        e = tl_llama_rows_run_end(rows, i);
+        for (int32_t r = i; r < e; r++) s->row_selective[r] = 0;
+        if (s->select.page_share > 0 && e - i == 1) {
+            tl_status st = select_pages(m, s, kv, l, rows->seq[i], rows->pos[i],
+                                        s->q + (size_t)i * qd, i);
+            if (st) return st;
+        }
     }
     attn_job j = {m, s, kv, l, rows, s->q, s->att_out, TL_OK};
     tl_pool_run(m->pool, (int)(n * (size_t)hp->n_head_kv), attn_task, &j);
