@@ -72,5 +72,23 @@ printf 'Once upon a time' >"$tmp/p.txt"
 out=$("$bin" run -m "$m" -f "$tmp/p.txt" -n 8 --temp 0 2>"$tmp/err")
 [ "${out#Once upon a time}" != "$out" ] || fail "run -f a prompt file: '$out' $(cat "$tmp/err")"
 
+# KV tiers: the same greedy text whatever the placement; the spill directory stays empty
+mkdir "$tmp/spill"
+ref=$("$bin" run -m "$m" -p "Once upon a time" -n 200 --temp 0 -c 256 --kv-window -1 2>/dev/null)
+for kv in "--kv-window 32 --kv-cache 0" "--kv-window 16 --kv-sinks 0 --kv-cache 40K"; do
+    out=$("$bin" run -m "$m" -p "Once upon a time" -n 200 --temp 0 -c 256 $kv \
+          --spill-dir "$tmp/spill" --stats 2>"$tmp/err")
+    [ -n "$ref" ] && [ "$out" = "$ref" ] || fail "run $kv: the text differs from the KV in memory"
+    grep -q "KV in tiers: 16-position pages" "$tmp/err" || fail "run $kv: no KV tier stats"
+done
+[ -z "$(ls -A "$tmp/spill")" ] || fail "a spill file was left in --spill-dir"
+expect_rc 2 "--kv-select out of range" "$bin" run -m "$m" -p hi --kv-select 1.5
+grep -q "kv-select expects a share" "$tmp/err" || fail "--kv-select 1.5: $(cat "$tmp/err")"
+expect_rc 2 "--kv-window with --policy auto" "$bin" run -m "$m" -p hi --kv-window 32 --policy auto
+grep -q "need --policy manual" "$tmp/err" || fail "--kv-window --policy auto: $(cat "$tmp/err")"
+expect_rc 1 "--spill-dir that does not exist" "$bin" run -m "$m" -p hi -c 256 --kv-window 16 \
+    --spill-dir "$tmp/nowhere"
+grep -q "error: .*spill" "$tmp/err" || fail "missing --spill-dir: $(cat "$tmp/err")"
+
 echo "$((fails == 0 ? 1 : 0)) passed, $fails failed"
 [ "$fails" -eq 0 ]
