@@ -27,6 +27,7 @@ struct tl_context {
     tl_model *model;
     tl_kv *kv;                     /* one sequence */
     tl_kv_params kp;               /* its placement */
+    int32_t cache_cap;             /* the cache size it opened with */
     uint64_t kv_predicted_reads;   /* disk pages the model predicts the steps read */
     tl_kv_stats kv_base;           /* KV counters at the last stats reset */
     int32_t seq;
@@ -168,6 +169,7 @@ tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_c
     if (!c) return tl_error_set(TL_ERR_NOMEM, "out of memory");
     c->model = model;
     c->kp = kp;
+    c->cache_cap = kp.cache_pages;
     c->n_ctx = n_ctx;
     c->n_batch = n_batch;
     c->pos = malloc((size_t)n_batch * sizeof *c->pos);
@@ -195,6 +197,20 @@ tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_c
     *out = c;
     return TL_OK;
 }
+
+tl_status tl_context_tune_kv(tl_context *c, int32_t cache_pages, float select_share) {
+    if (!(select_share >= 0 && select_share <= 1) || (select_share > 0 && !c->scratch.sel_block))
+        return tl_error_set(TL_ERR_INVALID, "page selection share %g: the context was opened "
+                            "%s selection", (double)select_share,
+                            c->scratch.sel_block ? "with" : "without");
+    tl_kv_set_cache_pages(c->kv, cache_pages);
+    c->kp.cache_pages = cache_pages < c->cache_cap ? cache_pages : c->cache_cap;
+    c->scratch.select.page_share = select_share;
+    if (select_share == 0) tl_kv_forget_selection(c->kv);
+    return TL_OK;
+}
+
+const tl_kv_params *tl_context_kv_params(const tl_context *c) { return &c->kp; }
 
 void tl_context_close(tl_context *c) {
     if (!c) return;

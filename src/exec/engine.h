@@ -33,6 +33,13 @@ uint64_t tl_engine_base_used(const tl_model *m);
  * tl_engine_place places the weights again, under the model's current params. */
 void tl_engine_unplace(tl_model *m);
 
+/* Between steps of a context (benchmarks, re-planning): the KV cache's size in pages (at
+ * most what the context opened with) and the page-selection share (0: exact; > 0 only
+ * for a context opened with selection). */
+tl_status tl_context_tune_kv(tl_context *c, int32_t cache_pages, float select_share);
+/* The KV placement a context chose (tiers, window, cache...). */
+const tl_kv_params *tl_context_kv_params(const tl_context *c);
+
 /* Budget bytes a single-sequence context of (n_ctx, n_batch) holds (context.c). */
 uint64_t tl_context_budget_bytes(const tl_model *m, int32_t n_ctx, int32_t n_batch);
 

@@ -63,6 +63,7 @@ struct tl_kv {
     size_t ring_cap, ring_head, ring_n;
     uint64_t next_slot, tag_base, next_tag, frames, frames_peak;
     int64_t cache_used;   /* disk pages whose frame is a cached copy */
+    int32_t cache_cap;    /* the cache size the budget was checked for */
     tl_kv_stats stats;
     tl_status err;
     char errmsg[1024];
@@ -527,6 +528,7 @@ tl_status tl_kv_open(const tl_kv_params *p, tl_budget *budget, tl_aio *aio, tl_k
     kv->page_bytes = tl_kv_page_bytes(p);
     kv->f32_bytes = 2 * (size_t)p->page_tokens * (size_t)p->kv_dim * sizeof(float);
     kv->slot_bytes = slot_of(kv->page_bytes);
+    kv->cache_cap = p->cache_pages;
     uint64_t cap, off[6], mb = meta_bytes(p, &cap, off);
     st = tl_budget_calloc(budget, (size_t)mb, "KV page tables", &kv->meta);
     if (st != TL_OK) {
@@ -899,6 +901,25 @@ void tl_kv_note_selection(tl_kv *kv, int32_t seq, int32_t layer, const uint8_t *
     uint8_t *w = kv->want + page_index(kv, seq, layer, 0);
     for (int32_t i = 0; i < stored; i++) w[i] = i < n && sel[i];
     sl_at(kv, seq, layer)->selective = 1;
+}
+
+void tl_kv_forget_selection(tl_kv *kv) {
+    if (!kv) return;
+    for (size_t i = 0; i < (size_t)kv->p.max_seqs * (size_t)kv->p.n_layer; i++)
+        kv->sl[i].selective = 0;
+}
+
+void tl_kv_set_cache_pages(tl_kv *kv, int32_t pages) {
+    if (!kv || pages < 0) return;
+    kv->p.cache_pages = pages < kv->cache_cap ? pages : kv->cache_cap;
+    const size_t n = (size_t)kv->p.max_seqs * (size_t)kv->p.n_layer * (size_t)kv->np;
+    for (size_t i = 0; i < n && kv->cache_used > pages; i++) {
+        kv_page *pg = &kv->pages[i];
+        if (!pg->cached) continue;
+        pg->cached = 0;
+        kv->cache_used--;
+        frame_free(kv, &pg->frame);
+    }
 }
 
 void tl_kv_get_stats(const tl_kv *kv, tl_kv_stats *out) {

@@ -143,6 +143,11 @@ tl_status tl_kv_require(tl_kv *kv, int32_t seq, int32_t layer, const int32_t *pa
  * this layer stages only those of them on disk. */
 void tl_kv_note_selection(tl_kv *kv, int32_t seq, int32_t layer, const uint8_t *sel,
                           int32_t n);
+/* Every prefetch stages every disk page again (attention turned exact). */
+void tl_kv_forget_selection(tl_kv *kv);
+/* A new cache size, at most the one the cache opened with (its budget): pages cached
+ * beyond it are released. Call between steps. */
+void tl_kv_set_cache_pages(tl_kv *kv, int32_t pages);
 
 /* Group-wise quantization of one row of `n` values in groups of `group` (FlexGen): each
  * group stores min and scale = (max - min) / (2^bits - 1) as f32, then values

@@ -1,0 +1,180 @@
+/* longctx.c (bench_longctx) - decoding long contexts whose KV cache outgrows the budget.
+ *
+ * A multi-head synthetic shape (width 1024, 16 layers, 16 heads and 16 KV heads, Q4_0;
+ * 128 KiB of f32 KV per position) is written once to the work directory. For each
+ * context length the model opens with a memory budget of half the context's KV, one
+ * context (KV in tiers by temperature: 256-position window, 16 sink positions, the cache
+ * the budget leaves, key bounds kept) is prefilled once, then 32 tokens are decoded
+ * under each setting in turn, in this order:
+ *   no cache    exact attention, the DRAM cache off: every disk page is read every step
+ *               (the nearest to today's --kv-mem 0 placement: only window and sinks stay)
+ *   cache       exact attention through the cache
+ *   select 50%  page selection at a budget of 50% of the pages, through the cache
+ *   select 25%  the same at 25%
+ * and reports per token: KV bytes read from disk, the cache hit rate measured and as the
+ * cache model predicts it (exact settings), the disk bytes the selection read on demand,
+ * and tokens per second; the disk's read rate for the same file is measured in the same
+ * run (the prefill's reads). Random weights attend nearly uniformly, so selection's
+ * quality is not judged here (tests/test_kv_select.c does, on trained weights).
+ * Usage: bench_longctx [--dir DIR] [--ctx 4096,16384] [--gen 32] [--threads N]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "tierllm.h"
+#include "base/clock.h"
+#include "exec/engine.h"
+#include "kv/kv_cache.h"
+
+static int argmax(const float *v, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+
+typedef struct setting { const char *name; int cache; float select; } setting;
+
+static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads) {
+    static const setting settings[] = {
+        {"no cache", 0, 0}, {"cache", 1, 0}, {"select 50%", 1, 0.5f}, {"select 25%", 1, 0.25f}};
+    enum { NS = sizeof settings / sizeof settings[0] };
+    const uint64_t kv_bytes = (uint64_t)n_ctx * 2 * 1024 * 4 * 16;
+    tl_model_params mp = tl_model_default_params();
+    mp.n_threads = threads;
+    mp.mem_budget = kv_bytes / 2;
+    tl_model *m = NULL;
+    if (tl_model_open(path, &mp, &m)) {
+        fprintf(stderr, "error: %s\n", tl_last_error());
+        return 1;
+    }
+    tl_context_params cp = tl_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = 128;
+    cp.kv_window = 256;
+    cp.kv_sinks = 16;
+    cp.kv_select = 0.5f; /* keeps the key bounds; each setting sets its own share */
+    tl_context *c = NULL;
+    if (tl_context_open(m, &cp, &c)) {
+        fprintf(stderr, "error: context of %d: %s\n", (int)n_ctx, tl_last_error());
+        tl_model_close(m);
+        return 1;
+    }
+    const tl_kv_params *kp = tl_context_kv_params(c);
+    const int32_t cache_full = kp->cache_pages;
+    const double page_mib = (double)tl_kv_slot_bytes(kp) / 1048576.0;
+    printf("context %d: KV %.0f MiB (f32), budget %.0f MiB; window %d pages, sinks %d, "
+           "cache %d pages (%.0f MiB)\n", (int)n_ctx, kv_bytes / 1048576.0,
+           mp.mem_budget / 1048576.0, kp->window_pages, kp->sink_pages, cache_full,
+           cache_full * page_mib);
+    /* prefill all but the decoded positions, exact */
+    const int32_t n_prompt = n_ctx - NS * n_gen - 1;
+    int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
+    float *logits = malloc(512 * sizeof *logits);
+    uint64_t x = 12345;
+    for (int32_t i = 0; i < n_prompt; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        prompt[i] = 3 + (int32_t)((x >> 33) % 509);
+    }
+    tl_context_tune_kv(c, cache_full, 0);
+    tl_run_stats s0, s1;
+    tl_context_get_stats(c, &s0);
+    double t0 = tl_now();
+    tl_status st = tl_decode(c, prompt, (size_t)n_prompt, logits);
+    double prefill_s = tl_now() - t0;
+    tl_context_get_stats(c, &s1);
+    if (st) {
+        fprintf(stderr, "error: prefill: %s\n", tl_last_error());
+    } else {
+        printf("  prefill %d tokens: %.1f s (%.1f tok/s); KV read %.0f MiB during it, disk "
+               "busy %.1f s\n", (int)n_prompt, prefill_s, n_prompt / prefill_s,
+               (s1.kv_bytes_read - s0.kv_bytes_read) / 1048576.0, s1.io_busy_s - s0.io_busy_s);
+    }
+    int32_t tok = argmax(logits, 512);
+    for (int k = 0; k < NS && !st; k++) {
+        const setting *se = &settings[k];
+        tl_context_tune_kv(c, se->cache ? cache_full : 0, se->select);
+        /* one step first: the cache fills and the selection settles */
+        if ((st = tl_decode(c, &tok, 1, logits))) break;
+        tok = argmax(logits, 512);
+        tl_context_get_stats(c, &s0);
+        t0 = tl_now();
+        for (int i = 0; i < n_gen - 1 && !st; i++) {
+            st = tl_decode(c, &tok, 1, logits);
+            tok = argmax(logits, 512);
+        }
+        const double dt = tl_now() - t0;
+        tl_context_get_stats(c, &s1);
+        if (st) break;
+        const double n = n_gen - 1;
+        const double rd = (double)(s1.kv_pages_read - s0.kv_pages_read);
+        const double hit = (double)(s1.kv_cache_hits - s0.kv_cache_hits);
+        const double pred = (double)(s1.kv_predicted_reads - s0.kv_predicted_reads);
+        const double dem = (double)(s1.kv_demand_reads - s0.kv_demand_reads);
+        const double io = s1.io_busy_s - s0.io_busy_s;
+        printf("  %-10s KV read %7.1f MiB/token", se->name,
+               (s1.kv_bytes_read - s0.kv_bytes_read) / 1048576.0 / n);
+        if (se->select == 0)
+            printf(" | hit rate %.3f, predicted %.3f (reads %+.1f%% of the prediction)",
+                   rd + hit > 0 ? hit / (rd + hit) : 1.0,
+                   rd + hit > 0 ? 1 - pred / (rd + hit) : 1.0, pred > 0 ? 100 * (rd / pred - 1) : 0.0);
+        else
+            printf(" | attended %.1f%% of pages, %.1f pages/token on demand",
+                   100.0 * (double)(s1.kv_select_pages_read - s0.kv_select_pages_read) /
+                       (double)(s1.kv_select_pages_total - s0.kv_select_pages_total),
+                   dem / n);
+        printf(" | %.2f tok/s | disk busy %.0f%% of the time\n", n / dt, 100 * io / dt);
+        fflush(stdout);
+    }
+    if (st) fprintf(stderr, "error: %s\n", tl_last_error());
+    free(prompt);
+    free(logits);
+    tl_context_close(c);
+    tl_model_close(m);
+    return st ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    const char *dir = "/tmp/tierllm-bench", *ctxs = "4096,16384";
+    int n_gen = 32, threads = 0;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--dir")) dir = argv[i + 1];
+        else if (!strcmp(argv[i], "--ctx")) ctxs = argv[i + 1];
+        else if (!strcmp(argv[i], "--gen")) n_gen = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "usage: bench_longctx [--dir DIR] [--ctx 4096,16384] [--gen N] "
+                    "[--threads N]\n");
+            return 2;
+        }
+    }
+    if (n_gen < 2) n_gen = 2;
+    mkdir(dir, 0755);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/longctx-w1024-l16-q4_0.gguf", dir);
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        tl_synth_params sp;
+        tl_synth_preset("stories260k", &sp);
+        sp.n_embd = 1024;
+        sp.n_ff = 2816;
+        sp.n_layer = 16;
+        sp.n_head = sp.n_head_kv = 16;
+        sp.n_ctx = 16384;
+        sp.weight_type = 2; /* Q4_0 */
+        printf("synthesizing %s ...\n", path);
+        if (tl_synth_write(&sp, path)) {
+            fprintf(stderr, "error: %s\n", tl_last_error());
+            return 1;
+        }
+    }
+    int rc = 0;
+    for (const char *p = ctxs; *p;) {
+        int32_t n_ctx = (int32_t)strtol(p, (char **)&p, 10);
+        if (n_ctx >= 1024) rc |= run_ctx(path, n_ctx, n_gen, threads);
+        while (*p == ',') p++;
+        if (*p && (*p < '0' || *p > '9')) break;
+    }
+    return rc;
+}
