@@ -14,7 +14,9 @@
  * and reports per token: KV bytes read from disk, the cache hit rate measured and as the
  * cache model predicts it (exact settings), the disk bytes the selection read on demand,
  * and tokens per second; the disk's read rate for the same file is measured in the same
- * run (the prefill's reads). Random weights attend nearly uniformly, so selection's
+ * run (the prefill's reads). Beside each setting: the cost model's prediction of the same
+ * steps (KV bytes and wall time per token) from the hardware profile (the cached one, or
+ * measured first). Random weights attend nearly uniformly, so selection's
  * quality is not judged here (tests/test_kv_select.c does, on trained weights).
  * Usage: bench_longctx [--dir DIR] [--ctx 4096,16384] [--gen 32] [--threads N]
  */
@@ -25,7 +27,10 @@
 #include "tierllm.h"
 #include "base/clock.h"
 #include "exec/engine.h"
+#include "exec/residency.h"
 #include "kv/kv_cache.h"
+#include "plan/cost.h"
+#include "plan/search.h"
 
 static int argmax(const float *v, int n) {
     int b = 0;
@@ -36,7 +41,32 @@ static int argmax(const float *v, int n) {
 
 typedef struct setting { const char *name; int cache; float select; } setting;
 
-static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads) {
+/* The cost model's prediction of n_gen - 1 decode steps after `len` positions, for the
+ * context's placement with this cache and selection share. */
+static tl_status predict(tl_model *m, const tl_hw_profile *prof, const tl_context *c,
+                         int32_t len, int n_gen, int32_t cache, float select, tl_cost *out) {
+    const tl_kv_params *kp = tl_context_kv_params(c);
+    tl_plan_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.single = 1;
+    rq.w.num_seqs = 1;
+    rq.w.prompt_len = len;
+    rq.w.gen_len = n_gen;
+    rq.n_ctx = kp->max_tokens;
+    rq.kv_bits = kp->bits;
+    rq.overlap = 1;
+    tl_policy pol = tl_plan_default_policy(m, &rq);
+    pol.prefill_rows = 128;
+    pol.page_tokens = kp->page_tokens;
+    pol.kv_window_pages = kp->window_pages;
+    pol.kv_sink_pages = kp->sink_pages;
+    pol.kv_cache_pages = cache;
+    pol.kv_select = select;
+    return tl_cost_predict(m, prof, &rq.w, &pol, tl_residency_plan(m->res), out);
+}
+
+static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
+                   const tl_hw_profile *prof) {
     static const setting settings[] = {
         {"no cache", 0, 0}, {"cache", 1, 0}, {"select 50%", 1, 0.5f}, {"select 25%", 1, 0.25f}};
     enum { NS = sizeof settings / sizeof settings[0] };
@@ -99,6 +129,9 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads) {
         if ((st = tl_decode(c, &tok, 1, logits))) break;
         tok = argmax(logits, 512);
         tl_context_get_stats(c, &s0);
+        tl_cost cost;
+        const int have_pred = predict(m, prof, c, (int32_t)s0.tokens, n_gen,
+                                      se->cache ? cache_full : 0, se->select, &cost) == TL_OK;
         t0 = tl_now();
         for (int i = 0; i < n_gen - 1 && !st; i++) {
             st = tl_decode(c, &tok, 1, logits);
@@ -125,6 +158,14 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads) {
                        (double)(s1.kv_select_pages_total - s0.kv_select_pages_total),
                    dem / n);
         printf(" | %.2f tok/s | disk busy %.0f%% of the time\n", n / dt, 100 * io / dt);
+        if (have_pred) {
+            const double kv_meas = (double)(s1.kv_bytes_read - s0.kv_bytes_read) / n;
+            const double kv_pred = cost.decode.kv_read_bytes / n, t_pred = cost.decode_s / n;
+            printf("  %-10s plan: KV read %7.1f MiB/token (%+.1f%% measured), %.3f s/token "
+                   "(%+.1f%% measured)\n", "", kv_pred / 1048576.0,
+                   kv_pred > 0 ? 100 * (kv_meas / kv_pred - 1) : 0.0, t_pred,
+                   100 * (dt / n / t_pred - 1));
+        }
         fflush(stdout);
     }
     if (st) fprintf(stderr, "error: %s\n", tl_last_error());
@@ -169,10 +210,17 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
+    tl_hw_profile prof;
+    int measured = 0;
+    if (tl_profile_obtain(NULL, threads, dir, 0, NULL, NULL, &prof, &measured)) {
+        fprintf(stderr, "error: hardware profile: %s\n", tl_last_error());
+        return 1;
+    }
+    if (measured) printf("measured the hardware profile (saved for the next run)\n");
     int rc = 0;
     for (const char *p = ctxs; *p;) {
         int32_t n_ctx = (int32_t)strtol(p, (char **)&p, 10);
-        if (n_ctx >= 1024) rc |= run_ctx(path, n_ctx, n_gen, threads);
+        if (n_ctx >= 1024) rc |= run_ctx(path, n_ctx, n_gen, threads, &prof);
         while (*p == ',') p++;
         if (*p && (*p < '0' || *p > '9')) break;
     }

@@ -89,7 +89,8 @@ static void hand_single(const char *path) {
     tl_hw_profile prof;
     round_profile(&prof);
     tl_workload w = {8, 4, 1};
-    tl_policy pol = {1, 1, 1, 4, 0, 100, 32, 16, 1, 1, 16};
+    tl_policy pol = {.single = 1, .gbs = 1, .num_gb = 1, .prefill_rows = 4, .w_mem_pct = 0,
+                     .kv_mem_pct = 100, .kv_bits = 32, .page_tokens = 16, .prefetch = 1, .overlap = 1, .n_ctx = 16};
     tl_plan_result r;
     CHECK(tl_plan_evaluate(m, &prof, &w, &pol, &r) == TL_OK);
     /* longhand: d 128, f 320, 8 heads of 16, 2 kv heads (kv_dim 32), 2 layers, vocab 300 */
@@ -196,7 +197,8 @@ static void hand_batch_spill(const char *path) {
     /* 4 sequences of 40 + 20, gbs 2 x num_gb 2, KV f32 half on disk, 16-token pages
      * (16 tokens x 32 values x 4 bytes x K,V = 4096 bytes: one 4096-byte unit) */
     tl_workload w = {40, 30, 4};
-    tl_policy pol = {0, 2, 2, 64, 100, 50, 32, 16, 1, 1, 80};
+    tl_policy pol = {.single = 0, .gbs = 2, .num_gb = 2, .prefill_rows = 64, .w_mem_pct = 100,
+                     .kv_mem_pct = 50, .kv_bits = 32, .page_tokens = 16, .prefetch = 1, .overlap = 1, .n_ctx = 80};
     tl_plan_result r;
     CHECK(tl_plan_evaluate(m, &prof, &w, &pol, &r) == TL_OK);
     CHECK(r.policy.page_tokens == 16);
@@ -471,7 +473,8 @@ int main(void) {
     if (!synth("spread", 300, 128, 320, 8, 8, 2, 0, p3, sizeof p3)) return 1;
     spread_placement(p3);
     if (!synth("lp", 300, 256, 512, 4, 8, 8, 0, p2, sizeof p2)) return 1;
-    tl_policy pol = {0, 4, 4, 512, 100, 100, 32, 16, 1, 1, 300};
+    tl_policy pol = {.single = 0, .gbs = 4, .num_gb = 4, .prefill_rows = 512, .w_mem_pct = 100,
+                     .kv_mem_pct = 100, .kv_bits = 32, .page_tokens = 16, .prefetch = 1, .overlap = 1, .n_ctx = 300};
     tl_workload w = {200, 64, 16};
     lp_vs_grid(p2, 48u << 20, w, pol); /* KV and weights compete for memory */
     g_slowdown = 1.3; /* compute slows while the disk streams: the LP's extra row */
@@ -480,7 +483,8 @@ int main(void) {
     pol.overlap = 0;
     pol.prefetch = 0;
     lp_vs_grid(p2, 40u << 20, w, pol);
-    tl_policy single = {1, 1, 1, 64, 100, 100, 32, 16, 2, 1, 300};
+    tl_policy single = {.single = 1, .gbs = 1, .num_gb = 1, .prefill_rows = 64, .w_mem_pct = 100,
+                        .kv_mem_pct = 100, .kv_bits = 32, .page_tokens = 16, .prefetch = 2, .overlap = 1, .n_ctx = 300};
     tl_workload w1 = {100, 50, 1};
     lp_vs_grid(p2, 14u << 20, w1, single);
     property(150, 12);

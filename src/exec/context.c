@@ -85,6 +85,15 @@ uint64_t tl_context_budget_bytes(const tl_model *m, int32_t n_ctx, int32_t n_bat
     return activation_bytes(m, n_ctx, n_batch) + tl_kv_budget_bytes(&kp, 1);
 }
 
+/* Budget bytes of a context's state: activations, page selection, and the KV cache with
+ * a layer's disk pages staged twice (the engine reads layer l+1's while l's are used). */
+static uint64_t context_state_bytes(const tl_model *m, const tl_context_params *p,
+                                    const tl_kv_params *kp, int32_t n_ctx, int32_t n_batch) {
+    return activation_bytes(m, n_ctx, n_batch) + tl_kv_budget_bytes(kp, 2) +
+           (p->kv_select > 0 ? tl_llama_select_bytes(&m->lm, n_batch, n_ctx, KV_PAGE_TOKENS)
+                             : 0);
+}
+
 /* Budget bytes free for this context's state: beside a placement, what it left; before
  * one, what the weights' minimum leaves. */
 static uint64_t room_for_state(const tl_model *m) {
@@ -102,7 +111,10 @@ static int32_t pages_up(int64_t tokens) {
 static tl_status plan_kv(const tl_model *m, const tl_context_params *p, int32_t n_ctx,
                          int32_t n_batch, tl_kv_params *kp) {
     *kp = kv_params(m, n_ctx, n_batch, p->kv_bits);
-    const uint64_t act = activation_bytes(m, n_ctx, n_batch);
+    kp->key_bounds = p->kv_select > 0;
+    const uint64_t act = activation_bytes(m, n_ctx, n_batch) +
+                         (p->kv_select > 0 ? tl_llama_select_bytes(&m->lm, n_batch, n_ctx,
+                                                                   KV_PAGE_TOKENS) : 0);
     int32_t window = p->kv_window;
     if (window < 0) return TL_OK;
     if (window == 0) {
@@ -156,14 +168,9 @@ tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_c
     tl_kv_params kp;
     tl_status st = plan_kv(model, &p, n_ctx, n_batch, &kp);
     if (st) return st;
-    kp.key_bounds = p.kv_select > 0;
     const uint64_t x_bytes = (uint64_t)n_batch * (size_t)model->lm.hp.n_embd * sizeof(float) + 64;
     /* the engine reads a layer's disk pages ahead while the previous layer's are in use */
-    st = tl_engine_place(model, activation_bytes(model, n_ctx, n_batch) +
-                                    tl_kv_budget_bytes(&kp, 2) +
-                                    (p.kv_select > 0 ? tl_llama_select_bytes(&model->lm, n_batch,
-                                                                             n_ctx, KV_PAGE_TOKENS)
-                                                     : 0));
+    st = tl_engine_place(model, context_state_bytes(model, &p, &kp, n_ctx, n_batch));
     if (st) return st;
     tl_context *c = calloc(1, sizeof *c);
     if (!c) return tl_error_set(TL_ERR_NOMEM, "out of memory");

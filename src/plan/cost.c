@@ -136,9 +136,37 @@ double tl_cost_kv_page_bytes(const tl_model *m, int32_t kv_bits, int32_t page_to
     return 2.0 * page_tokens * row;
 }
 
-/* Pages homed on disk among the first n full pages (kv_cache.c's placement rule). */
-static double disk_pages(double full_pages, int32_t kv_mem_pct) {
-    return floor(full_pages * (100 - kv_mem_pct) / 100.0);
+/* Pages homed on disk among the first n full pages of one (sequence, layer), by
+ * kv_cache.c's rules: temperature (all but sinks and window) or spread (a share). */
+static double disk_pages(const tl_policy *pol, double full_pages) {
+    if (pol->kv_window_pages > 0) {
+        const double keep = (double)pol->kv_sink_pages + pol->kv_window_pages;
+        return full_pages > keep ? full_pages - keep : 0;
+    }
+    if (pol->single) return 0;
+    return floor(full_pages * (100 - pol->kv_mem_pct) / 100.0);
+}
+
+/* Disk pages a decode row at position `pos` reads at one layer: all of its disk pages, or
+ * under page selection those the page budget takes beyond the pages always read (the
+ * open page, sinks and window: model/kv_select.c's rule; the others are the disk pages). */
+static double decode_disk_pages(const tl_policy *pol, double pos, int32_t pt) {
+    const double full = floor(pos / pt), disk = disk_pages(pol, full);
+    if (pol->kv_select <= 0) return disk;
+    const double n_pages = full + 1, keep = (double)pol->kv_sink_pages + pol->kv_window_pages;
+    const double always = (n_pages - full) + (full < keep ? full : keep);
+    double take = ceil((double)pol->kv_select * n_pages) - always;
+    if (take < 0) take = 0;
+    return take < disk ? take : disk;
+}
+
+/* Of `need` disk pages a pass reads out of `disk` it could read, those the cache serves:
+ * the cache keeps a fixed set of cache_pages disk pages (the first written), so an exact
+ * pass finds min(C, disk) of them there, and a pass reading a subset finds its share. */
+static double cache_hits(const tl_policy *pol, double need, double disk) {
+    const double c = pol->kv_cache_pages;
+    if (disk <= 0 || c <= 0) return 0;
+    return need >= disk ? (c < disk ? c : disk) : need * (c < disk ? c / disk : 1.0);
 }
 
 typedef struct acc {
@@ -218,14 +246,14 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                                    : slot / tl_profile_read_bps(prof, (uint64_t)slot, 1);
     const double page_s = streams ? prof->disk_urgent_page_s : slot / kbps;
     const double wr_bps = prof->disk_write_bps;
-    const int spill = !pol->single && pol->kv_mem_pct < 100;
+    const int spill = pol->kv_window_pages > 0 || (!pol->single && pol->kv_mem_pct < 100);
     /* prefill: chunks of `chunk` prompt tokens per sequence and step */
     int32_t chunk = pol->single ? pol->prefill_rows
                                 : (pol->prefill_rows < pol->gbs ? pol->gbs : pol->prefill_rows) / pol->gbs;
     if (chunk < 1) chunk = 1;
     for (int32_t fed = 0; fed < P; fed += chunk) {
         int32_t len = P - fed < chunk ? P - fed : chunk, last = fed + len == P;
-        double kv_read = 0, kv_write = 0;
+        double kv_read = 0, kv_write = 0, disk_all = 0;
         for (int32_t k = 0; k < n_mb; k++) {
             int32_t s_here = n_seqs - k * pol->gbs < pol->gbs ? n_seqs - k * pol->gbs : pol->gbs;
             rows[k] = s_here * len;
@@ -234,12 +262,17 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
             /* pages fill during the step but are stored at its commit: the rows decode
              * only the full pages committed before it */
             stored[k] = s_here * (double)len * floor((double)fed / pt) * pt;
-            pages[k] = spill ? s_here * disk_pages(floor((double)fed / pt), pol->kv_mem_pct) : 0;
+            pages[k] = spill ? s_here * disk_pages(pol, floor((double)fed / pt)) : 0;
             if (spill) {
-                kv_read += L * pages[k] * slot;
-                kv_write += s_here * L * (disk_pages(floor((double)(fed + len) / pt), pol->kv_mem_pct) -
-                                          disk_pages(floor((double)fed / pt), pol->kv_mem_pct)) * slot;
+                disk_all += L * pages[k];
+                kv_write += s_here * L * (disk_pages(pol, floor((double)(fed + len) / pt)) -
+                                          disk_pages(pol, floor((double)fed / pt))) * slot;
             }
+        }
+        if (disk_all > 0) { /* prefill rows attend to every page: the cache serves its set */
+            const double keep = 1 - cache_hits(pol, disk_all, disk_all) / disk_all;
+            for (int32_t k = 0; k < n_mb; k++) pages[k] *= keep;
+            kv_read = disk_all * keep * slot;
         }
         int32_t logit_rows = last ? n_seqs : 0;
         double slow = 1;
@@ -254,7 +287,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
     /* decode: gen_len - 1 steps, step j feeds position P + j - 1 of every sequence */
     for (int32_t j = 1; j < w->gen_len; j++) {
         const int32_t before = P + j - 1; /* positions committed before the step */
-        double kv_read = 0, kv_write = 0;
+        double kv_read = 0, kv_write = 0, disk_all = 0, need_all = 0;
         for (int32_t k = 0; k < n_mb; k++) {
             int32_t s_here = n_seqs - k * pol->gbs < pol->gbs ? n_seqs - k * pol->gbs : pol->gbs;
             rows[k] = s_here;
@@ -262,12 +295,18 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
             stored[k] = (double)s_here * floor((double)before / pt) * pt;
             pages[k] = 0;
             if (spill) {
-                double d0 = disk_pages(floor((double)before / pt), pol->kv_mem_pct);
-                double d1 = disk_pages(floor((double)(before + 1) / pt), pol->kv_mem_pct);
-                pages[k] = s_here * d0;
-                kv_read += s_here * L * d0 * slot;
+                double d0 = disk_pages(pol, floor((double)before / pt));
+                double d1 = disk_pages(pol, floor((double)(before + 1) / pt));
+                pages[k] = s_here * decode_disk_pages(pol, before, pt);
+                disk_all += s_here * L * d0;
+                need_all += L * pages[k];
                 kv_write += s_here * L * (d1 - d0) * slot;
             }
+        }
+        if (need_all > 0) {
+            const double keep = 1 - cache_hits(pol, need_all, disk_all) / need_all;
+            for (int32_t k = 0; k < n_mb; k++) pages[k] *= keep;
+            kv_read = need_all * keep * slot;
         }
         double slow = 1;
         double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, stored, n_mb, n_seqs,

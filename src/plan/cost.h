@@ -34,6 +34,11 @@ typedef struct tl_policy {
     int32_t w_mem_pct, kv_mem_pct, kv_bits, page_tokens;
     int32_t prefetch, overlap;
     int32_t n_ctx;            /* context per sequence (>= prompt_len + gen_len) */
+    /* KV tiers by temperature (kv/kv_cache.h) when kv_window_pages > 0 (then kv_mem_pct
+     * is not used): sinks and window in memory, the rest on disk, read through a cache of
+     * kv_cache_pages; kv_select > 0: decode rows attend to that share of their pages */
+    int32_t kv_window_pages, kv_sink_pages, kv_cache_pages;
+    float kv_select;
 } tl_policy;
 
 /* One set of terms (seconds and bytes). */

@@ -233,6 +233,29 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
     return tl_context_open(m, cp, c);
 }
 
+/* With the KV cache in tiers, the prediction of the policy the context really runs: its
+ * KV placement and the weight plan it placed. */
+static tl_status predict_tiers(tl_model *m, const tl_context *c, const tl_context_params *cp,
+                               const char *profile_path, const tl_plan_request *rq,
+                               tl_plan_result *out, tl_hw_profile *prof) {
+    tl_status st = cli_profile(m, profile_path, prof);
+    if (st) return st;
+    const tl_kv_params *kp = tl_context_kv_params(c);
+    tl_policy pol = tl_plan_default_policy(m, rq);
+    pol.n_ctx = kp->max_tokens;
+    pol.prefill_rows = cp->n_batch > 0 ? cp->n_batch : 64;
+    if (pol.prefill_rows > pol.n_ctx) pol.prefill_rows = pol.n_ctx;
+    pol.page_tokens = kp->page_tokens;
+    pol.kv_bits = kp->bits;
+    pol.kv_window_pages = kp->window_pages;
+    pol.kv_sink_pages = kp->sink_pages;
+    pol.kv_cache_pages = kp->cache_pages;
+    pol.kv_select = cp->kv_select;
+    memset(out, 0, sizeof *out);
+    out->policy = pol;
+    return tl_cost_predict(m, prof, &rq->w, &pol, tl_residency_plan(m->res), &out->cost);
+}
+
 static void print_plan_stats(const tl_plan_result *chosen, const tl_generate_stats *gs,
                              const tl_run_stats *t, const tl_run_stats *after_prefill) {
     const tl_cost *c = &chosen->cost;
@@ -248,6 +271,10 @@ static void print_plan_stats(const tl_plan_result *chosen, const tl_generate_sta
         dec.compute_s = t->compute_s - after_prefill->compute_s;
         dec.io_busy_s = t->io_busy_s - after_prefill->io_busy_s;
         dec.weight_bytes = (double)(t->bytes_read_disk - after_prefill->bytes_read_disk);
+        if (t->kv_window_pages) { /* KV in tiers: its disk reads and writes are measured */
+            pre.kv_read_bytes = (double)after_prefill->kv_bytes_read;
+            dec.kv_read_bytes = (double)(t->kv_bytes_read - after_prefill->kv_bytes_read);
+        }
     }
     cli_print_terms(stderr, "prefill", &c->prefill, c->prefill_s, c->prefill_passes, &pre);
     cli_print_terms(stderr, "decode", &c->decode, c->decode_s, c->decode_passes, &dec);
@@ -381,15 +408,25 @@ int tl_cmd_run(int argc, char **argv) {
             policy = 0;
             st = TL_OK;
         }
-    } else if (!st && stats) { /* a manual policy: predicted for the comparison only */
+    }
+    char no_prediction[512] = "";
+    if (!st && policy != 1 && stats) { /* a manual policy: predicted for the comparison only */
         memset(&rq, 0, sizeof rq);
         if (plan_run(m, prompt, &gp, &cp, ctx_given, profile_path, 0, &rq, &chosen, &prof) ||
             rq.w.gen_len < 1)
-            fprintf(stderr, "[plan] no prediction for this run: %s\n", tl_last_error());
+            snprintf(no_prediction, sizeof no_prediction, "%s", tl_last_error());
         else
             predicted = 1;
     }
     if (!st) st = tl_context_open(m, &cp, &c);
+    if (!st && stats && policy != 1 && rq.w.gen_len >= 1 &&
+        tl_context_kv_params(c)->placement == TL_KV_TEMPERATURE) {
+        predicted = predict_tiers(m, c, &cp, profile_path, &rq, &chosen, &prof) == TL_OK;
+        if (!predicted) snprintf(no_prediction, sizeof no_prediction, "%s", tl_last_error());
+    }
+    if (!st && stats && !predicted)
+        fprintf(stderr, "[plan] no prediction for this run: %s\n",
+                no_prediction[0] ? no_prediction : "the workload is empty");
     if (!st && policy == 1 && rq.w.gen_len < 1) policy = predicted = 0; /* tl_generate reports it */
     if (!st && policy == 1) st = recheck_run(m, &c, &cp, &rq, &chosen, &prof);
     if (!st && policy == 1) cli_print_prediction(stderr, "predicted", &chosen, &rq.w);
