@@ -215,6 +215,8 @@ typedef struct tl_batch_params {
                                in memory, older pages go to disk (default 0: kv_mem_pct) */
     int32_t kv_sinks;
     int64_t kv_cache_bytes; /* memory caching disk KV pages (default 0) */
+    float kv_select;        /* page-selective attention for generated tokens (lossy,
+                               opt-in; see tl_context_params.kv_select); 0: exact */
 } tl_batch_params;
 
 tl_batch_params tl_batch_default_params(void);

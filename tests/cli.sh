@@ -90,5 +90,16 @@ expect_rc 1 "--spill-dir that does not exist" "$bin" run -m "$m" -p hi -c 256 --
     --spill-dir "$tmp/nowhere"
 grep -q "error: .*spill" "$tmp/err" || fail "missing --spill-dir: $(cat "$tmp/err")"
 
+# batch with page selection: at a share of 1 every page is read and the text is exact; at
+# 0.3 over KV tiers the run completes (its quality is judged by test_kv_select)
+printf '{"id": 1, "prompt": "Once upon a time", "n_predict": 150}\n{"id": 2, "prompt": "The cat", "n_predict": 120}\n' >"$tmp/sel.jsonl"
+sel=(-m "$m" -i "$tmp/sel.jsonl" --temp 0 --ignore-eos -c 256 --no-progress)
+"$bin" batch "${sel[@]}" -o "$tmp/exact.jsonl" 2>"$tmp/err" || fail "batch exact: $(cat "$tmp/err")"
+"$bin" batch "${sel[@]}" --kv-select 1 -o "$tmp/s1.jsonl" 2>"$tmp/err" || fail "batch --kv-select 1: $(cat "$tmp/err")"
+cmp -s "$tmp/exact.jsonl" "$tmp/s1.jsonl" || fail "batch --kv-select 1 differs from exact attention"
+"$bin" batch "${sel[@]}" --kv-select 0.3 --kv-window 32 --kv-sinks 16 --spill-dir "$tmp/spill" \
+    -o "$tmp/s3.jsonl" 2>"$tmp/err" && [ "$(wc -l < "$tmp/s3.jsonl")" -eq 2 ] ||
+    fail "batch --kv-select 0.3 over tiers: $(cat "$tmp/err")"
+
 echo "$((fails == 0 ? 1 : 0)) passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -9,16 +9,6 @@
 #include "tierllm.h"
 #include "testutil.h"
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = calloc(1, 1 << 16);
-    size_t n = buf ? fread(buf, 1, (1 << 16) - 1, f) : 0;
-    (void)n;
-    fclose(f);
-    return buf;
-}
-
 static double perplexity(tl_model *m, const int32_t *ids, size_t n, int bits) {
     tl_context_params cp = tl_context_default_params();
     cp.n_ctx = (int32_t)n + 1;
@@ -44,7 +34,7 @@ static double perplexity(tl_model *m, const int32_t *ids, size_t n, int bits) {
 
 int main(void) {
     const char *path = tl_test_model("stories260K.gguf");
-    char *text = slurp(TL_SOURCE_DIR "/tests/data/heldout_story.txt");
+    char *text = tl_test_read_text(TL_SOURCE_DIR "/tests/data/heldout_story.txt");
     CHECK(text != NULL);
     tl_model *m = NULL;
     CHECK(tl_model_open(path, NULL, &m) == TL_OK);

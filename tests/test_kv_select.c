@@ -19,16 +19,6 @@
 
 typedef struct outcome { double ppl, read_share, recall; } outcome;
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = calloc(1, 1 << 16);
-    size_t n = buf ? fread(buf, 1, (1 << 16) - 1, f) : 0;
-    (void)n;
-    fclose(f);
-    return buf;
-}
-
 static outcome evaluate(tl_model *m, const int32_t *ids, size_t n, float share) {
     outcome o = {NAN, NAN, NAN};
     tl_context_params cp = tl_context_default_params();
@@ -64,7 +54,7 @@ static outcome evaluate(tl_model *m, const int32_t *ids, size_t n, float share) 
 }
 
 int main(void) {
-    char *text = slurp(TL_SOURCE_DIR "/tests/data/heldout_story.txt");
+    char *text = tl_test_read_text(TL_SOURCE_DIR "/tests/data/heldout_story.txt");
     CHECK(text != NULL);
     tl_model *m = NULL;
     CHECK(tl_model_open(tl_test_model("stories260K.gguf"), NULL, &m) == TL_OK);

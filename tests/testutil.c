@@ -17,6 +17,16 @@ const char *tl_test_model(const char *name) {
     return p;
 }
 
+char *tl_test_read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = calloc(1, 1 << 16);
+    size_t n = buf ? fread(buf, 1, (1 << 16) - 1, f) : 0;
+    (void)n;
+    fclose(f);
+    return buf;
+}
+
 int tl_test_finish(const char *name) {
     if (tl_test_failures) {
         fprintf(stderr, "%s: %d check(s) failed\n", name, tl_test_failures);

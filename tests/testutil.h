@@ -27,6 +27,8 @@ extern int tl_test_failures;
 
 /* Path of a file in ../shared/models; the test fails (never skips) if it is missing. */
 const char *tl_test_model(const char *name);
+/* A text file of under 64 KiB as a NUL-terminated string (free it), or NULL. */
+char *tl_test_read_text(const char *path);
 /* Prints a summary line and returns the process exit code. */
 int tl_test_finish(const char *name);
 

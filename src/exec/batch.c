@@ -71,6 +71,7 @@ tl_batch_params tl_batch_default_params(void) {
     p.kv_window = 0;
     p.kv_sinks = 0;
     p.kv_cache_bytes = 0;
+    p.kv_select = 0;
     return p;
 }
 
@@ -95,6 +96,7 @@ static tl_kv_params kv_params(const batch *b) {
         kp.window_pages = (b->bp.kv_window + P - 1) / P;
         kp.sink_pages = (b->bp.kv_sinks + P - 1) / P;
     }
+    kp.key_bounds = b->bp.kv_select > 0;
     if (b->bp.kv_cache_bytes > 0) {
         int64_t pages = b->bp.kv_cache_bytes /
                         (int64_t)(tl_kv_slot_bytes(&kp) + TL_TIER_MAX_ALIGN);
@@ -120,6 +122,9 @@ static tl_status check_params(tl_batch_params *p) {
     if (p->kv_bits != 32 && p->kv_bits != 16 && p->kv_bits != 8 && p->kv_bits != 4)
         return tl_error_set(TL_ERR_INVALID, "--kv-bits must be 32, 16, 8 or 4 (got %d)",
                             (int)p->kv_bits);
+    if (!(p->kv_select >= 0 && p->kv_select <= 1))
+        return tl_error_set(TL_ERR_INVALID, "kv_select %g is outside [0, 1]",
+                            (double)p->kv_select);
     if (p->kv_window < 0 || p->kv_sinks < 0 || p->kv_cache_bytes < 0)
         return tl_error_set(TL_ERR_INVALID, "KV window %d, sinks %d and cache %lld bytes must "
                             "not be negative", (int)p->kv_window, (int)p->kv_sinks,
@@ -210,7 +215,11 @@ static uint64_t budget_bytes(const batch *b) {
     tl_kv_params kp = kv_params(b);
     const uint64_t kv = tl_kv_budget_bytes(&kp, 2 * b->bp.gbs); /* two micro-batches staged */
     if (kv == UINT64_MAX) return UINT64_MAX; /* invalid KV parameters: nothing fits */
-    return tl_llama_scratch_bytes(&m->lm, b->rows_per_mb, b->bp.n_ctx, b->bp.page_tokens) +
+    const uint64_t sel = b->bp.kv_select > 0 ? tl_llama_select_bytes(&m->lm, b->rows_per_mb,
+                                                                      b->bp.n_ctx,
+                                                                      b->bp.page_tokens)
+                                             : 0;
+    return sel + tl_llama_scratch_bytes(&m->lm, b->rows_per_mb, b->bp.n_ctx, b->bp.page_tokens) +
            nb * (uint64_t)b->rows_per_mb * (uint64_t)m->lm.hp.n_embd * sizeof(float) + 64 +
            nb * (uint64_t)b->bp.gbs * (uint64_t)m->lm.hp.n_vocab * sizeof(float) + 64 + kv;
 }
@@ -239,6 +248,16 @@ static tl_status batch_init(batch *b) {
                               64, "logits", (void **)&b->logits)))
         return st;
     tl_kv_params kp = kv_params(b);
+    if (b->bp.kv_select > 0) { /* always read: the tiers' sinks and window, else 32 positions */
+        const int32_t P = kp.page_tokens;
+        tl_kv_select sp;
+        sp.page_share = b->bp.kv_select;
+        sp.sink_pages = kp.placement == TL_KV_TEMPERATURE ? kp.sink_pages
+                                                          : (b->bp.kv_sinks + P - 1) / P;
+        sp.window_pages = kp.placement == TL_KV_TEMPERATURE ? kp.window_pages : (32 + P - 1) / P;
+        sp.measure = 0;
+        if ((st = tl_llama_select_init(&m->lm, &b->scratch, &sp))) return st;
+    }
     st = tl_kv_open(&kp, m->lm.budget, m->lm.aio, &b->kv);
     if (!st && b->spill_fault) tl_kv_set_spill_fault(b->kv, b->spill_fault);
     return st;
