@@ -57,9 +57,7 @@ static tl_status predict(tl_model *m, const tl_hw_profile *prof, const tl_contex
     rq.overlap = 1;
     tl_policy pol = tl_plan_default_policy(m, &rq);
     pol.prefill_rows = 128;
-    pol.page_tokens = kp->page_tokens;
-    pol.kv_window_pages = kp->window_pages;
-    pol.kv_sink_pages = kp->sink_pages;
+    tl_policy_set_kv(&pol, kp);
     pol.kv_cache_pages = cache;
     pol.kv_select = select;
     return tl_cost_predict(m, prof, &rq.w, &pol, tl_residency_plan(m->res), out);

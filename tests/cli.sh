@@ -84,6 +84,9 @@ done
 [ -z "$(ls -A "$tmp/spill")" ] || fail "a spill file was left in --spill-dir"
 expect_rc 2 "--kv-select out of range" "$bin" run -m "$m" -p hi --kv-select 1.5
 grep -q "kv-select expects a share" "$tmp/err" || fail "--kv-select 1.5: $(cat "$tmp/err")"
+expect_rc 2 "batch --kv-select out of range" "$bin" batch -m "$m" -i /dev/null -o "$tmp/x.jsonl" \
+    --kv-select -0.5
+grep -q "kv-select expects a share" "$tmp/err" || fail "batch --kv-select -0.5: $(cat "$tmp/err")"
 expect_rc 2 "--kv-window with --policy auto" "$bin" run -m "$m" -p hi --kv-window 32 --policy auto
 grep -q "need --policy manual" "$tmp/err" || fail "--kv-window --policy auto: $(cat "$tmp/err")"
 expect_rc 1 "--spill-dir that does not exist" "$bin" run -m "$m" -p hi -c 256 --kv-window 16 \

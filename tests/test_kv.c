@@ -574,6 +574,15 @@ static void test_bad_calls(void) {
     CHECK(tl_kv_open(&p, b, aio, &kv) == TL_ERR_INVALID);
     CHECK(tl_kv_budget_bytes(&p, 1) == UINT64_MAX);
     p = base_params(32, 0, 4, 10);
+    p.placement = TL_KV_TEMPERATURE; /* without a window */
+    CHECK(tl_kv_open(&p, b, aio, &kv) == TL_ERR_INVALID && has("window of at least one page"));
+    p.window_pages = 1;
+    p.cache_pages = -1;
+    CHECK(tl_kv_open(&p, b, aio, &kv) == TL_ERR_INVALID && has("-1 cache pages"));
+    p.cache_pages = 0;
+    p.placement = 7;
+    CHECK(tl_kv_open(&p, b, aio, &kv) == TL_ERR_INVALID && has("placement 7"));
+    p = base_params(32, 0, 4, 10);
     p.spill_dir = "/nonexistent-dir-for-tierllm";
     CHECK(tl_kv_open(&p, b, aio, &kv) == TL_ERR_IO && has("nonexistent"));
     p = base_params(32, 100, 4, 10);

@@ -6,9 +6,9 @@
  * attention mass the selected pages hold under exact attention (recall).
  *
  * Holds: at a budget of 100% selection is exact (same perplexity); at the default budget
- * (TL_KV_SELECT_DEFAULT below, what `--kv-select` without a value uses) at most 50% of the
- * pages are read, perplexity is within +2% of exact and recall is at least 95%; and fewer
- * pages never keep more mass. */
+ * (TL_KV_SELECT_DEFAULT below, the share README and `run --help` recommend) at most 50% of
+ * the pages are read, perplexity is within +2% of exact and recall is at least 95%; and
+ * fewer pages never keep more mass. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -101,6 +101,19 @@ int main(void) {
     }
     CHECK(tier[0].tail_reads > 0 && tier[0].tail_hits < tier[0].tail_reads / 10);
 
+    /* bad tier and selection parameters are refused with a message */
+    tl_context *bad = NULL;
+    tl_context_params bp = cp;
+    bp.kv_select = 1.5f;
+    CHECK(tl_context_open(m, &bp, &bad) == TL_ERR_INVALID && bad == NULL &&
+          strstr(tl_last_error(), "kv_select 1.5"));
+    bp = cp;
+    bp.kv_sinks = -16;
+    CHECK(tl_context_open(m, &bp, &bad) == TL_ERR_INVALID && strstr(tl_last_error(), "-16 sink"));
+    bp = cp;
+    bp.kv_cache_bytes = -5;
+    CHECK(tl_context_open(m, &bp, &bad) == TL_ERR_INVALID && strstr(tl_last_error(), "cache of -5"));
+
     /* a window as long as the context: nothing goes to disk */
     cp.kv_window = STEPS;
     cp.kv_cache_bytes = 0;

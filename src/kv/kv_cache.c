@@ -280,6 +280,11 @@ static tl_status check_seq(const tl_kv *kv, int32_t seq, const char *what) {
     return TL_OK;
 }
 
+/* 1 when seq is open and layer exists (the accessors that return 0 or NULL otherwise). */
+static int sl_valid(const tl_kv *kv, int32_t seq, int32_t layer, const char *what) {
+    return kv && check_seq(kv, seq, what) == TL_OK && layer >= 0 && layer < kv->p.n_layer;
+}
+
 static tl_status check_layer(const tl_kv *kv, int32_t layer, const char *what) {
     if (layer < 0 || layer >= kv->p.n_layer)
         return tl_error_set(TL_ERR_INVALID, "kv %s: layer %d out of range [0, %d)", what,
@@ -626,8 +631,7 @@ int32_t tl_kv_seq_len(const tl_kv *kv, int32_t seq) {
 }
 
 int32_t tl_kv_visible(const tl_kv *kv, int32_t seq, int32_t layer) {
-    if (!kv || check_seq(kv, seq, "visible") != TL_OK || layer < 0 || layer >= kv->p.n_layer)
-        return 0;
+    if (!sl_valid(kv, seq, layer, "visible")) return 0;
     return kv->seqs[seq].len + sl_at(kv, seq, layer)->pending;
 }
 
@@ -708,6 +712,24 @@ static tl_status check_seqs(const tl_kv *kv, const int32_t *seqs, int32_t n_seqs
     return st;
 }
 
+/* Queues the read of disk page i into a new staging frame (waited by finish_read). */
+static tl_status stage_read(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, int32_t i) {
+    tl_status st = frame_alloc(kv, kv->slot_bytes, SLOT_ALIGN, &pg->stage, "staging frame",
+                               seq, layer, i);
+    if (st != TL_OK) return st;
+    pg->rtag = new_tag(kv);
+    st = tl_aio_read_urgent(kv->aio, kv->tier, pg->slot * kv->slot_bytes, pg->stage,
+                            kv->slot_bytes, pg->rtag);
+    if (st != TL_OK) {
+        frame_free(kv, &pg->stage);
+        tl_error_wrap(st, "KV spill read (seq %d, layer %d, page %d)", (int)seq, (int)layer,
+                      (int)i);
+        return stick(kv, st);
+    }
+    pg->reading = 1;
+    return TL_OK;
+}
+
 tl_status tl_kv_prefetch(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t layer) {
     if (!kv) return tl_error_set(TL_ERR_INVALID, "kv prefetch: no cache");
     tl_status st = check_seqs(kv, seqs, n_seqs, layer, "prefetch");
@@ -725,19 +747,8 @@ tl_status tl_kv_prefetch(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t
                 kv->stats.cache_hits++;
                 continue;
             }
-            st = frame_alloc(kv, kv->slot_bytes, SLOT_ALIGN, &pg->stage, "staging frame", s,
-                             layer, i);
-            if (st != TL_OK) return st; /* what is queued so far is undone by release */
-            pg->rtag = new_tag(kv);
-            st = tl_aio_read_urgent(kv->aio, kv->tier, pg->slot * kv->slot_bytes, pg->stage,
-                             kv->slot_bytes, pg->rtag);
-            if (st != TL_OK) {
-                frame_free(kv, &pg->stage);
-                tl_error_wrap(st, "KV spill read (seq %d, layer %d, page %d)", (int)s,
-                              (int)layer, (int)i);
-                return stick(kv, st);
-            }
-            pg->reading = 1;
+            /* on an error, what is queued so far is undone by release */
+            if ((st = stage_read(kv, pg, s, layer, i)) != TL_OK) return st;
         }
     }
     return TL_OK;
@@ -836,9 +847,7 @@ tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float 
 /* ---- page selection ---- */
 
 int32_t tl_kv_stored_pages(const tl_kv *kv, int32_t seq, int32_t layer) {
-    if (!kv || check_seq(kv, seq, "stored pages") != TL_OK || layer < 0 ||
-        layer >= kv->p.n_layer)
-        return 0;
+    if (!sl_valid(kv, seq, layer, "stored pages")) return 0;
     return sl_at(kv, seq, layer)->stored;
 }
 
@@ -849,9 +858,7 @@ const float *tl_kv_key_bounds(const tl_kv *kv, int32_t seq, int32_t layer, int32
 }
 
 int tl_kv_page_ready(const tl_kv *kv, int32_t seq, int32_t layer, int32_t page) {
-    if (!kv || check_seq(kv, seq, "page ready") != TL_OK || layer < 0 ||
-        layer >= kv->p.n_layer || page < 0 || page >= kv->np)
-        return 0;
+    if (!sl_valid(kv, seq, layer, "page ready") || page < 0 || page >= kv->np) return 0;
     const kv_page *pg = page_at(kv, seq, layer, page);
     return pg->state == PG_OPEN || pg->state == PG_MEM ||
            (pg->state == PG_DISK && (pg->frame || pg->stage));
@@ -868,19 +875,7 @@ tl_status tl_kv_require(tl_kv *kv, int32_t seq, int32_t layer, const int32_t *pa
         if (i < 0 || i >= stored) continue; /* the open page is always in memory */
         kv_page *pg = page_at(kv, seq, layer, i);
         if (pg->state != PG_DISK || pg->frame || pg->stage) continue;
-        st = frame_alloc(kv, kv->slot_bytes, SLOT_ALIGN, &pg->stage, "staging frame", seq,
-                         layer, i);
-        if (st != TL_OK) return st;
-        pg->rtag = new_tag(kv);
-        st = tl_aio_read_urgent(kv->aio, kv->tier, pg->slot * kv->slot_bytes, pg->stage,
-                                kv->slot_bytes, pg->rtag);
-        if (st != TL_OK) {
-            frame_free(kv, &pg->stage);
-            tl_error_wrap(st, "KV spill read (seq %d, layer %d, page %d)", (int)seq,
-                          (int)layer, (int)i);
-            return stick(kv, st);
-        }
-        pg->reading = 1;
+        if ((st = stage_read(kv, pg, seq, layer, i)) != TL_OK) return st;
         kv->stats.demand_reads++;
     }
     for (int32_t j = 0; j < n; j++) {
@@ -894,9 +889,7 @@ tl_status tl_kv_require(tl_kv *kv, int32_t seq, int32_t layer, const int32_t *pa
 
 void tl_kv_note_selection(tl_kv *kv, int32_t seq, int32_t layer, const uint8_t *sel,
                           int32_t n) {
-    if (!kv || !kv->want || check_seq(kv, seq, "note selection") != TL_OK || layer < 0 ||
-        layer >= kv->p.n_layer)
-        return;
+    if (!sl_valid(kv, seq, layer, "note selection") || !kv->want) return;
     const int32_t stored = sl_at(kv, seq, layer)->stored;
     uint8_t *w = kv->want + page_index(kv, seq, layer, 0);
     for (int32_t i = 0; i < stored; i++) w[i] = i < n && sel[i];

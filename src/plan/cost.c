@@ -136,6 +136,14 @@ double tl_cost_kv_page_bytes(const tl_model *m, int32_t kv_bits, int32_t page_to
     return 2.0 * page_tokens * row;
 }
 
+void tl_policy_set_kv(tl_policy *pol, const tl_kv_params *kp) {
+    pol->page_tokens = kp->page_tokens;
+    pol->kv_bits = kp->bits;
+    pol->kv_window_pages = kp->placement == TL_KV_TEMPERATURE ? kp->window_pages : 0;
+    pol->kv_sink_pages = kp->placement == TL_KV_TEMPERATURE ? kp->sink_pages : 0;
+    pol->kv_cache_pages = kp->cache_pages;
+}
+
 /* Pages homed on disk among the first n full pages of one (sequence, layer), by
  * kv_cache.c's rules: temperature (all but sinks and window) or spread (a share). */
 static double disk_pages(const tl_policy *pol, double full_pages) {

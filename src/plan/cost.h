@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include "plan/profile.h"
 #include "exec/residency.h"
+#include "kv/kv_cache.h"
 #include "model/llama.h"
 
 typedef struct tl_workload {
@@ -40,6 +41,10 @@ typedef struct tl_policy {
     int32_t kv_window_pages, kv_sink_pages, kv_cache_pages;
     float kv_select;
 } tl_policy;
+
+/* The policy's KV format and placement (page size, bits, window, sinks, cache) as a
+ * KV cache that is already open holds them. */
+void tl_policy_set_kv(tl_policy *pol, const tl_kv_params *kp);
 
 /* One set of terms (seconds and bytes). */
 typedef struct tl_cost_terms {

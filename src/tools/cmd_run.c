@@ -245,11 +245,7 @@ static tl_status predict_tiers(tl_model *m, const tl_context *c, const tl_contex
     pol.n_ctx = kp->max_tokens;
     pol.prefill_rows = cp->n_batch > 0 ? cp->n_batch : 64;
     if (pol.prefill_rows > pol.n_ctx) pol.prefill_rows = pol.n_ctx;
-    pol.page_tokens = kp->page_tokens;
-    pol.kv_bits = kp->bits;
-    pol.kv_window_pages = kp->window_pages;
-    pol.kv_sink_pages = kp->sink_pages;
-    pol.kv_cache_pages = kp->cache_pages;
+    tl_policy_set_kv(&pol, kp);
     pol.kv_select = cp->kv_select;
     memset(out, 0, sizeof *out);
     out->policy = pol;
