@@ -93,8 +93,10 @@ struct tl_kv;
 typedef struct tl_llama_scratch {
     int32_t max_rows, max_ctx;
     float *xn, *q, *k, *v, *att_out, *gate, *up; /* [max_rows][...] */
-    float *attn;               /* per thread: scores [group][max_ctx] + a decoded page */
+    float *attn;               /* per thread: scores [attn_rows][group][max_ctx] + a page */
     size_t attn_floats;
+    int32_t attn_rows;         /* rows of one sequence attended together (a row block) */
+    int32_t *attn_block;       /* [max_rows + 1]: first row of each row block of a step */
     float *mm_scratch;         /* per thread: matmul scratch */
     size_t mm_scratch_floats;
     /* page-selective attention (model/kv_select.h): the caller sets `select`; a row that

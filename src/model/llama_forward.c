@@ -26,6 +26,12 @@
 #include "kernels/kernels.h"
 #include "kv/kv_cache.h"
 
+/* Attention takes a sequence's rows (a prompt chunk) in blocks that share each page's
+ * reads: up to TL_ATTN_BLOCK_MAX_ROWS rows, fewer when their score rows would pass
+ * TL_ATTN_BLOCK_SCORE_BYTES per thread (long contexts with many query heads per KV head). */
+#define TL_ATTN_BLOCK_MAX_ROWS 16
+#define TL_ATTN_BLOCK_SCORE_BYTES ((size_t)1 << 20)
+
 typedef struct scratch_buf { float **ptr; size_t floats; const char *what; } scratch_buf;
 
 /* One table serves sizing and allocation, so the budget check before a run is exact. */
@@ -40,7 +46,11 @@ static size_t scratch_table(const tl_llama *m, tl_llama_scratch *s, int32_t max_
     size_t widest = f > d ? f : d;
     if (qd > widest) widest = qd;
     s->mm_scratch_floats = tl_matmul_scratch_floats(widest, nr);
-    s->attn_floats = group * (size_t)max_ctx + 2 * (size_t)page_tokens * kvd;
+    size_t block = TL_ATTN_BLOCK_SCORE_BYTES / (group * (size_t)max_ctx * sizeof(float));
+    block = block < 1 ? 1 : block > TL_ATTN_BLOCK_MAX_ROWS ? TL_ATTN_BLOCK_MAX_ROWS : block;
+    s->attn_rows = (int32_t)(block < nr ? block : nr);
+    s->attn_floats = (size_t)s->attn_rows * group * (size_t)max_ctx +
+                     2 * (size_t)page_tokens * kvd;
     size_t n = 0;
     t[n++] = (scratch_buf){&s->xn, nr * (d > qd ? d : qd), "activations"};
     t[n++] = (scratch_buf){&s->q, nr * qd, "activations"};
@@ -50,6 +60,7 @@ static size_t scratch_table(const tl_llama *m, tl_llama_scratch *s, int32_t max_
     t[n++] = (scratch_buf){&s->gate, nr * f, "activations"};
     t[n++] = (scratch_buf){&s->up, nr * f, "activations"};
     t[n++] = (scratch_buf){&s->attn, threads * s->attn_floats, "attention scratch"};
+    t[n++] = (scratch_buf){(float **)(void *)&s->attn_block, nr + 1, "attention scratch"};
     t[n++] = (scratch_buf){&s->mm_scratch,
                            threads * (s->mm_scratch_floats ? s->mm_scratch_floats : 1),
                            "matmul scratch"};
@@ -131,7 +142,7 @@ tl_status tl_llama_select_init(tl_llama *m, tl_llama_scratch *s, const tl_kv_sel
 
 void tl_llama_scratch_free(tl_llama *m, tl_llama_scratch *s) {
     float *bufs[] = {s->xn, s->q, s->k, s->v, s->att_out, s->gate, s->up, s->attn,
-                     s->mm_scratch, s->sel_block};
+                     (float *)(void *)s->attn_block, s->mm_scratch, s->sel_block};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tl_budget_free(m->budget, bufs[i]);
     memset(s, 0, sizeof *s);
 }
@@ -167,32 +178,36 @@ static void attn_fail(attn_job *j, tl_status st) {
                                             memory_order_relaxed);
 }
 
-/* Row r, kv head g: the `group` query heads that share kv head g. */
+/* Block b of rows (consecutive rows of one sequence, positions ascending), kv head g: the
+ * `group` query heads that share kv head g. Each page is viewed once for the whole block
+ * and its K (then V) slice serves every row of the block while it is in L1; each row's
+ * arithmetic is the same as alone (its scores, its softmax over its whole row, its V sum
+ * in page order), so the block size never changes a result. */
 static void attn_task(void *arg, int task, int thread) {
     attn_job *j = arg;
     const tl_llama_hparams *hp = &j->m->hp;
     const int hd = hp->head_dim, n_head = hp->n_head, n_kv = hp->n_head_kv;
     const int group = n_head / n_kv;
-    const int r = task / n_kv, g = task % n_kv;
-    const int32_t seq = j->rows->seq[r], pos = j->rows->pos[r];
-    const size_t qd = (size_t)n_head * hd, max_ctx = (size_t)j->s->max_ctx;
-    float *scores = j->s->attn + (size_t)thread * j->s->attn_floats; /* [group][max_ctx] */
-    float *page_buf = scores + (size_t)group * max_ctx;
+    const tl_llama_scratch *s = j->s;
+    const int b = task / n_kv, g = task % n_kv;
+    const int32_t r0 = s->attn_block[b], r1 = s->attn_block[b + 1];
+    const int32_t seq = j->rows->seq[r0], last = j->rows->pos[r1 - 1];
+    const size_t qd = (size_t)n_head * hd, max_ctx = (size_t)s->max_ctx;
+    const size_t row_scores = (size_t)group * max_ctx;
+    float *scores = s->attn + (size_t)thread * s->attn_floats; /* [rows][group][max_ctx] */
+    float *page_buf = scores + (size_t)s->attn_rows * row_scores;
     const int fast = !j->m->use_reference;
     const float scale = 1.0f / sqrtf((float)hd);
-    const float *q = j->q + (size_t)r * qd + (size_t)g * group * hd;
-    float *out = j->out + (size_t)r * qd + (size_t)g * group * hd;
-    const tl_llama_scratch *s = j->s;
-    const uint8_t *sel = s->sel_block && s->row_selective[r]
-                             ? s->sel + (size_t)r * (size_t)s->max_pages : NULL;
+    const uint8_t *sel = r1 - r0 == 1 && s->sel_block && s->row_selective[r0]
+                             ? s->sel + (size_t)r0 * (size_t)s->max_pages : NULL;
     const int measure = sel && s->select.measure;
-    const int32_t P = s->page_tokens;
+    const int32_t P = s->page_tokens, kvd = n_kv * hd;
     /* pass 1: scores of every visible position (left-out pages: -inf, unless measured) */
-    for (int32_t p = 0, t0 = 0; t0 <= pos; p++) {
+    for (int32_t p = 0, t0 = 0; t0 <= last; p++) {
         const float *K, *V;
         int32_t n;
-        if (sel && !sel[p] && !measure) {
-            const int32_t cnt = P < pos + 1 - t0 ? P : pos + 1 - t0;
+        if (sel && !sel[p] && !measure) { /* a selective block is one row */
+            const int32_t cnt = P < last + 1 - t0 ? P : last + 1 - t0;
             for (int h = 0; h < group; h++)
                 for (int32_t t = 0; t < cnt; t++) scores[(size_t)h * max_ctx + t0 + t] = -INFINITY;
             t0 += P;
@@ -203,30 +218,38 @@ static void attn_task(void *arg, int task, int thread) {
             attn_fail(j, st ? st : TL_ERR_INVALID);
             return;
         }
-        const int32_t kvd = n_kv * hd, cnt = n < pos + 1 - t0 ? n : pos + 1 - t0;
-        (fast ? tl_attn_scores_fast : tl_attn_scores_ref)(q, (size_t)group, (size_t)hd,
-                                                          K + (size_t)g * hd, (size_t)kvd,
-                                                          (size_t)cnt, scale, scores + t0,
-                                                          max_ctx);
+        for (int32_t r = r0; r < r1; r++) {
+            const int32_t pos = j->rows->pos[r];
+            if (pos < t0) continue;
+            const int32_t cnt = n < pos + 1 - t0 ? n : pos + 1 - t0;
+            const float *q = j->q + (size_t)r * qd + (size_t)g * group * hd;
+            (fast ? tl_attn_scores_fast : tl_attn_scores_ref)(
+                q, (size_t)group, (size_t)hd, K + (size_t)g * hd, (size_t)kvd, (size_t)cnt,
+                scale, scores + (size_t)(r - r0) * row_scores + t0, max_ctx);
+        }
         t0 += n;
     }
-    for (int h = 0; h < group; h++) {
-        float *sc = scores + (size_t)h * max_ctx;
-        if (fast) tl_softmax_fast(sc, (size_t)pos + 1);
-        else tl_softmax_ref(sc, (size_t)pos + 1);
-        memset(out + (size_t)h * hd, 0, (size_t)hd * sizeof *out);
-        if (measure) { /* the mass the selection keeps, then the selection's softmax */
-            double kept = 0;
-            for (int32_t t = 0; t <= pos; t++)
-                if (sel[t / P]) kept += sc[t];
-            s->mass_kept[2 * (size_t)thread] += kept;
-            s->mass_kept[2 * (size_t)thread + 1] += 1;
-            const float inv = kept > 0 ? (float)(1.0 / kept) : 0.0f;
-            for (int32_t t = 0; t <= pos; t++) sc[t] = sel[t / P] ? sc[t] * inv : 0.0f;
+    for (int32_t r = r0; r < r1; r++) {
+        const int32_t pos = j->rows->pos[r];
+        float *out = j->out + (size_t)r * qd + (size_t)g * group * hd;
+        for (int h = 0; h < group; h++) {
+            float *sc = scores + (size_t)(r - r0) * row_scores + (size_t)h * max_ctx;
+            if (fast) tl_softmax_fast(sc, (size_t)pos + 1);
+            else tl_softmax_ref(sc, (size_t)pos + 1);
+            memset(out + (size_t)h * hd, 0, (size_t)hd * sizeof *out);
+            if (measure) { /* the mass the selection keeps, then the selection's softmax */
+                double kept = 0;
+                for (int32_t t = 0; t <= pos; t++)
+                    if (sel[t / P]) kept += sc[t];
+                s->mass_kept[2 * (size_t)thread] += kept;
+                s->mass_kept[2 * (size_t)thread + 1] += 1;
+                const float inv = kept > 0 ? (float)(1.0 / kept) : 0.0f;
+                for (int32_t t = 0; t <= pos; t++) sc[t] = sel[t / P] ? sc[t] * inv : 0.0f;
+            }
         }
     }
     /* pass 2: weighted sum of V */
-    for (int32_t p = 0, t0 = 0; t0 <= pos; p++) {
+    for (int32_t p = 0, t0 = 0; t0 <= last; p++) {
         const float *K, *V;
         int32_t n;
         if (sel && !sel[p]) {
@@ -234,11 +257,15 @@ static void attn_task(void *arg, int task, int thread) {
             continue;
         }
         if (tl_kv_view(j->kv, seq, j->layer, p, page_buf, &K, &V, &n) || n <= 0) return;
-        const int32_t kvd = n_kv * hd, cnt = n < pos + 1 - t0 ? n : pos + 1 - t0;
-        (fast ? tl_attn_values_fast : tl_attn_values_ref)(out, (size_t)group, (size_t)hd,
-                                                          scores + t0, max_ctx,
-                                                          V + (size_t)g * hd, (size_t)kvd,
-                                                          (size_t)cnt);
+        for (int32_t r = r0; r < r1; r++) {
+            const int32_t pos = j->rows->pos[r];
+            if (pos < t0) continue;
+            const int32_t cnt = n < pos + 1 - t0 ? n : pos + 1 - t0;
+            float *out = j->out + (size_t)r * qd + (size_t)g * group * hd;
+            (fast ? tl_attn_values_fast : tl_attn_values_ref)(
+                out, (size_t)group, (size_t)hd, scores + (size_t)(r - r0) * row_scores + t0,
+                max_ctx, V + (size_t)g * hd, (size_t)kvd, (size_t)cnt);
+        }
         t0 += n;
     }
 }
@@ -311,8 +338,14 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
             if (st) return st;
         }
     }
+    int32_t n_blocks = 0; /* each sequence's rows in blocks of at most attn_rows */
+    for (int32_t i = 0, e; i < rows->n; i = e) {
+        e = tl_llama_rows_run_end(rows, i);
+        for (int32_t b = i; b < e; b += s->attn_rows) s->attn_block[n_blocks++] = b;
+    }
+    s->attn_block[n_blocks] = rows->n;
     attn_job j = {m, s, kv, l, rows, s->q, s->att_out, TL_OK};
-    tl_pool_run(m->pool, (int)(n * (size_t)hp->n_head_kv), attn_task, &j);
+    tl_pool_run(m->pool, (int)(n_blocks * hp->n_head_kv), attn_task, &j);
     const tl_status attn_st = (tl_status)atomic_load_explicit(&j.status, memory_order_relaxed);
     if (attn_st)
         return tl_error_set(attn_st, "attention at layer %d could not read a KV page",
