@@ -16,7 +16,8 @@
  * and tokens per second; the disk's read rate for the same file is measured in the same
  * run (the prefill's reads). Beside each setting: the cost model's prediction of the same
  * steps (KV bytes and wall time per token) from the hardware profile (the cached one, or
- * measured first). Random weights attend nearly uniformly, so selection's
+ * measured first), its disk re-measured just before the setting in the KV prefetch's
+ * requests (tl_profile_reanchor_disk): this disk's rate drifts by the minute. Random weights attend nearly uniformly, so selection's
  * quality is not judged here (tests/test_kv_select.c does, on trained weights).
  * Usage: bench_longctx [--dir DIR] [--ctx 4096,16384] [--gen 32] [--threads N]
  */
@@ -126,9 +127,18 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
         /* one step first: the cache fills and the selection settles */
         if ((st = tl_decode(c, &tok, 1, logits))) break;
         tok = argmax(logits, 512);
+        /* the disk of this minute, in the requests the KV prefetch makes */
+        tl_hw_profile now = *prof;
+        const uint64_t slot = (tl_kv_slot_bytes(kp) + 4095) / 4096 * 4096;
+        double disk_bps = 0;
+        if (tl_profile_reanchor_disk(&now, kp->spill_dir, slot, mp.io_queue_depth, &disk_bps)) {
+            fprintf(stderr, "error: %s\n", tl_last_error());
+            st = TL_ERR_IO;
+            break;
+        }
         tl_context_get_stats(c, &s0);
         tl_cost cost;
-        const int have_pred = predict(m, prof, c, (int32_t)s0.tokens, n_gen,
+        const int have_pred = predict(m, &now, c, (int32_t)s0.tokens, n_gen,
                                       se->cache ? cache_full : 0, se->select, &cost) == TL_OK;
         t0 = tl_now();
         for (int i = 0; i < n_gen - 1 && !st; i++) {
@@ -155,7 +165,9 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
                    100.0 * (double)(s1.kv_select_pages_read - s0.kv_select_pages_read) /
                        (double)(s1.kv_select_pages_total - s0.kv_select_pages_total),
                    dem / n);
-        printf(" | %.2f tok/s | disk busy %.0f%% of the time\n", n / dt, 100 * io / dt);
+        printf(" | %.2f tok/s | disk busy %.0f%% of the time (disk before: %.2f GB/s in "
+               "%llu KiB reads, %d deep)\n", n / dt, 100 * io / dt, disk_bps / 1e9,
+               (unsigned long long)(slot >> 10), (int)mp.io_queue_depth);
         if (have_pred) {
             const double kv_meas = (double)(s1.kv_bytes_read - s0.kv_bytes_read) / n;
             const double kv_pred = cost.decode.kv_read_bytes / n, t_pred = cost.decode_s / n;

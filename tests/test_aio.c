@@ -339,7 +339,8 @@ static void test_order_poll_close(tl_aio_backend b) {
     free(buf);
 }
 
-/* Urgent reads (tl_aio_read_urgent) on a slow tier (10 ms per call, 4 KiB chunks). */
+/* Urgent reads (tl_aio_read_urgent) and the read classes (tl_aio_read_class) on a slow
+ * tier (10 ms per call, 4 KiB chunks). */
 static void test_urgent(void) {
     tl_fault_spec spec = {0};
     spec.latency_s = 0.01;
@@ -362,6 +363,28 @@ static void test_urgent(void) {
     for (uint64_t t = 1; t <= 11; t++) /* 12 was waited for */
         if (t <= 4 || t >= 10) CHECK(tl_aio_wait(q, t) == TL_OK);
     CHECK(tk_mismatch(buf, 0, 4 * 4096, 1) < 0 && tk_mismatch(buf + 8 * 4096, 8 * 4096, 3 * 4096, 1) < 0);
+    tl_aio_close(q);
+
+    /* classes: a read needed now goes ahead of queued urgent ones (each class in its own
+     * order), urgent ones ahead of ordinary ones; a bad class is refused */
+    q = open_q(TL_AIO_POOL, 4096, 1, 1);
+    CHECK(tl_aio_read(q, slow, 0, buf, 4096, 1) == TL_OK); /* in flight */
+    CHECK(tl_aio_read(q, slow, 4096, buf + 4096, 4096, 2) == TL_OK);
+    CHECK(tl_aio_read_class(q, slow, 2 * 4096, buf + 2 * 4096, 4096, 3, TL_AIO_SOON) == TL_OK);
+    CHECK(tl_aio_read_class(q, slow, 3 * 4096, buf + 3 * 4096, 4096, 4, TL_AIO_SOON) == TL_OK);
+    CHECK(tl_aio_read_class(q, slow, 4 * 4096, buf + 4 * 4096, 4096, 5, TL_AIO_NOW) == TL_OK);
+    CHECK(tl_aio_read_class(q, slow, 5 * 4096, buf + 5 * 4096, 4096, 6, TL_AIO_NOW) == TL_OK);
+    CHECK(tl_aio_read_class(q, slow, 6 * 4096, buf + 6 * 4096, 4096, 7, TL_AIO_SOON) == TL_OK);
+    CHECK(tl_aio_read_class(q, slow, 0, buf, 4096, 8, (tl_aio_class)3) == TL_ERR_INVALID);
+    CHECK(tl_aio_read_class(q, slow, 0, buf, 4096, 8, (tl_aio_class)-1) == TL_ERR_INVALID);
+    CHECK(tl_aio_wait(q, 6) == TL_OK); /* the second read needed now */
+    CHECK(tl_aio_poll(q, 5) == 1);
+    for (uint64_t t = 2; t <= 4; t++) CHECK_MSG(tl_aio_poll(q, t) == 0, "tag %d done", (int)t);
+    CHECK(tl_aio_poll(q, 7) == 0);
+    CHECK(tl_aio_wait(q, 7) == TL_OK); /* the last urgent one: the others urgent are done */
+    CHECK(tl_aio_poll(q, 3) == 1 && tl_aio_poll(q, 4) == 1 && tl_aio_poll(q, 2) == 0);
+    for (uint64_t t = 1; t <= 5; t++) CHECK(tl_aio_wait(q, t) == TL_OK);
+    CHECK(tk_mismatch(buf, 0, 7 * 4096, 1) < 0);
     tl_aio_close(q);
 
     /* depth 1 with threads for the urgent slots: an urgent read does not wait for the

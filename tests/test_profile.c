@@ -3,7 +3,8 @@
  * grid points, between neighbours, clamped outside, unknown types as F32), and hostile
  * files - every truncation, a missing field, a short array, negative/NaN/huge rates, a
  * changed grid, duplicates, deep nesting, oversize input, garbage and mutated bytes - all
- * TL_ERR_FORMAT and never a crash. Also the machine key and the default path. */
+ * TL_ERR_FORMAT and never a crash. Also the machine key, the default path, and
+ * re-anchoring the disk grid to a rate measured now. */
 #include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
@@ -359,6 +360,44 @@ static void test_mem_limit(void) {
     CHECK(access(def, F_OK) != 0); /* nothing was written */
 }
 
+static int count_entries(const char *d) {
+    DIR *dh = opendir(d);
+    int n = 0;
+    for (struct dirent *e; dh && (e = readdir(dh));) n += e->d_name[0] != '.';
+    if (dh) closedir(dh);
+    return n;
+}
+
+/* Re-anchoring the disk: the grid scales by one factor, so that the rate at the chunk and
+ * depth measured is the rate measured; nothing is left in the directory; bad requests are
+ * refused. */
+static void test_reanchor(void) {
+    tl_hw_profile p, q;
+    fill(&p);
+    q = p;
+    double bps = 0;
+    const int before = count_entries(dir);
+    CHECK_MSG(tl_profile_reanchor_disk(&q, dir, 131072 + 4096, 16, &bps) == TL_OK, "%s",
+              tl_last_error());
+    CHECK(bps > 1e6 && bps < 1e12);
+    CHECK(fabs(tl_profile_read_bps(&q, 131072 + 4096, 16) / bps - 1) < 1e-9);
+    const double f = q.disk_read_bps[0][0] / p.disk_read_bps[0][0];
+    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
+        for (int d = 0; d < TL_PROF_N_DEPTH; d++)
+            CHECK(fabs(q.disk_read_bps[c][d] / p.disk_read_bps[c][d] / f - 1) < 1e-9);
+    CHECK_MSG(count_entries(dir) == before, "%d entries in %s, %d before",
+              count_entries(dir), dir, before);
+    q = p;
+    CHECK(tl_profile_reanchor_disk(&q, dir, 1000, 16, NULL) == TL_ERR_INVALID &&
+          has("multiple of"));
+    CHECK(tl_profile_reanchor_disk(&q, dir, 65536, 0, NULL) == TL_ERR_INVALID);
+    CHECK(memcmp(&q, &p, sizeof p) == 0);
+    char missing[600];
+    snprintf(missing, sizeof missing, "%s/no/such/dir", dir);
+    CHECK(tl_profile_reanchor_disk(&q, missing, 65536, 4, NULL) != TL_OK &&
+          has("disk re-measure"));
+}
+
 int main(void) {
     const char *t = getenv("TMPDIR");
     snprintf(dir, sizeof dir, "%s/tl_profile_XXXXXX", t && *t ? t : "/tmp");
@@ -373,6 +412,7 @@ int main(void) {
     test_hostile();
     test_key_and_path();
     test_mem_limit();
+    test_reanchor();
     unlink(path);
     unlink(tmp);
     char d[600];

@@ -712,14 +712,16 @@ static tl_status check_seqs(const tl_kv *kv, const int32_t *seqs, int32_t n_seqs
     return st;
 }
 
-/* Queues the read of disk page i into a new staging frame (waited by finish_read). */
-static tl_status stage_read(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, int32_t i) {
+/* Queues the read of disk page i into a new staging frame (waited by finish_read), in
+ * IO class cls: SOON for a prefetch, NOW for a page attention waits for. */
+static tl_status stage_read(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, int32_t i,
+                            tl_aio_class cls) {
     tl_status st = frame_alloc(kv, kv->slot_bytes, SLOT_ALIGN, &pg->stage, "staging frame",
                                seq, layer, i);
     if (st != TL_OK) return st;
     pg->rtag = new_tag(kv);
-    st = tl_aio_read_urgent(kv->aio, kv->tier, pg->slot * kv->slot_bytes, pg->stage,
-                            kv->slot_bytes, pg->rtag);
+    st = tl_aio_read_class(kv->aio, kv->tier, pg->slot * kv->slot_bytes, pg->stage,
+                           kv->slot_bytes, pg->rtag, cls);
     if (st != TL_OK) {
         frame_free(kv, &pg->stage);
         tl_error_wrap(st, "KV spill read (seq %d, layer %d, page %d)", (int)seq, (int)layer,
@@ -748,7 +750,7 @@ tl_status tl_kv_prefetch(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t
                 continue;
             }
             /* on an error, what is queued so far is undone by release */
-            if ((st = stage_read(kv, pg, s, layer, i)) != TL_OK) return st;
+            if ((st = stage_read(kv, pg, s, layer, i, TL_AIO_SOON)) != TL_OK) return st;
         }
     }
     return TL_OK;
@@ -875,7 +877,7 @@ tl_status tl_kv_require(tl_kv *kv, int32_t seq, int32_t layer, const int32_t *pa
         if (i < 0 || i >= stored) continue; /* the open page is always in memory */
         kv_page *pg = page_at(kv, seq, layer, i);
         if (pg->state != PG_DISK || pg->frame || pg->stage) continue;
-        if ((st = stage_read(kv, pg, seq, layer, i)) != TL_OK) return st;
+        if ((st = stage_read(kv, pg, seq, layer, i, TL_AIO_NOW)) != TL_OK) return st;
         kv->stats.demand_reads++;
     }
     for (int32_t j = 0; j < n; j++) {

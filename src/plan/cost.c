@@ -11,7 +11,8 @@
  *                    + attention of its rows + elementwise + fixed ]
  *   output compute = matmul(output, logit rows) + logit rows * n_vocab * e (sampling)
  *   weight reads   = streamed bytes of the unit / read_bps(io_chunk, io_depth)
- *   KV reads       = disk pages seen by the pass * slot_bytes / read_bps(slot_bytes, 16)
+ *   KV reads       = disk pages seen by the pass * slot_bytes / read_bps(slot_bytes, depth)
+ *                    depth = the IO queue's (weights and KV pages share it)
  *   KV writes      = pages filled and homed on disk * slot_bytes / write_bps
  *   KV wait        = per layer, sum over micro-batches k of max(0, read(k) - c(k-1)):
  *                    the engine reads micro-batch k's disk pages while k-1 computes
@@ -22,7 +23,7 @@
  *                    read(k) = u + (pages(k) - 1) * v, the pages submitted together;
  *                    u, v = the profile's disk_urgent_read_s and disk_urgent_page_s
  *                    (measured so: behind the stream, every core computing) when weights
- *                    stream in the pass, else slot_bytes / read_bps(slot_bytes, 1 and 16);
+ *                    stream in the pass, else slot_bytes / read_bps(slot_bytes, 1 and depth);
  *                    c(k) = micro-batch k's compute at one layer. Small micro-batches with
  *                    their KV on disk wait most: the compute of the micro-batch before
  *                    is too short to hide their page reads.
@@ -248,7 +249,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
     const double wbps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
     const double page = tl_cost_kv_page_bytes(m, pol->kv_bits, pt);
     const double slot = ceil(page / SLOT_ALIGN) * SLOT_ALIGN;
-    const double kbps = tl_profile_read_bps(prof, (uint64_t)slot, 16);
+    const int32_t depth = m->lm.params.io_queue_depth; /* KV pages share the weights' queue */
+    const double kbps = tl_profile_read_bps(prof, (uint64_t)slot, depth);
     const int streams = layers_bytes > 0;
     const double first_s = streams ? prof->disk_urgent_read_s
                                    : slot / tl_profile_read_bps(prof, (uint64_t)slot, 1);

@@ -123,6 +123,15 @@ tl_status tl_profile_obtain(const char *path, int32_t n_threads, const char *dis
                             void (*progress)(void *user, const char *line), void *user,
                             tl_hw_profile *out, int *measured);
 
+/* The disk of this minute: reads a 256 MiB scratch file in `dir` (written first, with no
+ * name, so nothing is left behind) in `chunk`-byte requests at random chunk-aligned
+ * offsets (as KV pages lie in a spill file), `depth` in flight, for about a second, and
+ * scales the profile's whole read grid so that its rate at (chunk, depth) is the one just
+ * measured (*bps, may be NULL). A virtual disk's rate drifts by the minute; a prediction
+ * compared with a measurement should use the disk of the same run. */
+tl_status tl_profile_reanchor_disk(tl_hw_profile *p, const char *dir, uint64_t chunk,
+                                   int32_t depth, double *bps);
+
 /* Lookups used by the cost model (pure functions of the profile):
  * read bandwidth for requests of `chunk` bytes at `depth` in flight (log-linear
  * interpolation over the grid, clamped at its edges); the matmul rate of a type at n

@@ -49,9 +49,12 @@ static tl_status disk_write(tl_tier *t, const uint8_t *buf, double *bps) {
 }
 
 /* Reads `total` bytes in requests of `chunk` bytes, `depth` of them in flight, starting
- * at *cursor and wrapping at the end of the file; stops early after DISK_SETTING_S. */
+ * at *cursor and wrapping at file_bytes (scatter: at random chunk-aligned offsets
+ * instead); stops early after DISK_SETTING_S. */
 static tl_status disk_read(tl_tier *t, uint64_t chunk, int depth, uint64_t total,
-                           uint64_t *cursor, uint8_t *bufs, double *bps) {
+                           uint64_t *cursor, uint8_t *bufs, double *bps, uint64_t file_bytes,
+                           int scatter) {
+    uint64_t seed = 11;
     tl_aio_params ap = tl_aio_default_params();
     ap.chunk_bytes = (size_t)chunk;
     ap.queue_depth = depth;
@@ -63,7 +66,8 @@ static tl_status disk_read(tl_tier *t, uint64_t chunk, int depth, uint64_t total
     while (done < nreq) {
         while (sub < nreq && sub - done < (uint64_t)depth) {
             uint64_t off = *cursor;
-            *cursor = (off + chunk) % DISK_FILE_BYTES;
+            *cursor = (off + chunk) % file_bytes;
+            if (scatter) off = tl_splitmix64(&seed) % (file_bytes / chunk) * chunk;
             st = tl_aio_read(q, t, off, bufs + (sub % (uint64_t)depth) * chunk, chunk, sub);
             if (st != TL_OK) break;
             sub++;
@@ -156,11 +160,50 @@ tl_status tl__profile_measure_disk(const char *dir, tl_hw_profile *p,
                                                                   : DISK_FILE_BYTES;
         for (int d = 0; d < TL_PROF_N_DEPTH && st == TL_OK; d++)
             st = disk_read(file, tl_prof_chunks[c], tl_prof_depths[d], total, &cursor, buf,
-                           &p->disk_read_bps[c][d]);
+                           &p->disk_read_bps[c][d], DISK_FILE_BYTES, 0);
     }
     if (st == TL_OK && keep) *keep = file;
     else tl_tier_close(file);
     free(buf);
     if (st != TL_OK) return tl_error_wrap(st, "disk profile in %s", dir);
+    return TL_OK;
+}
+
+#define REANCHOR_FILE_BYTES ((uint64_t)256 << 20)
+
+tl_status tl_profile_reanchor_disk(tl_hw_profile *p, const char *dir, uint64_t chunk,
+                                   int32_t depth, double *bps) {
+    const double before = tl_profile_read_bps(p, chunk, depth);
+    if (chunk == 0 || chunk % TL_TIER_MAX_ALIGN || chunk > REANCHOR_FILE_BYTES || depth <= 0 ||
+        depth > 64 || !(before > 0))
+        return tl_error_set(TL_ERR_INVALID, "disk re-measure: %llu-byte chunks at depth %d "
+                            "(chunks must be a multiple of %d, at most %llu MiB)",
+                            (unsigned long long)chunk, (int)depth, (int)TL_TIER_MAX_ALIGN,
+                            (unsigned long long)(REANCHOR_FILE_BYTES >> 20));
+    uint8_t *buf = aligned_alloc(TL_TIER_MAX_ALIGN, (size_t)chunk * (size_t)depth);
+    if (!buf) return tl_error_set(TL_ERR_NOMEM, "disk re-measure: out of memory");
+    uint64_t seed = 43;
+    for (size_t i = 0; i + 8 <= (size_t)chunk; i += 8) {
+        uint64_t r = tl_splitmix64(&seed);
+        memcpy(buf + i, &r, 8);
+    }
+    const uint64_t file_bytes = REANCHOR_FILE_BYTES / chunk * chunk;
+    tl_tier *file = NULL;
+    tl_status st = tl_tier_file_open_scratch(dir, TL_TIER_FILE_DIRECT, &file);
+    for (uint64_t off = 0; st == TL_OK && off < file_bytes; off += chunk)
+        st = tl_tier_write_full(file, off, buf, (size_t)chunk);
+    if (st == TL_OK && fdatasync(file->fd) != 0)
+        st = tl_error_set(TL_ERR_IO, "fdatasync %s: %s", file->name, strerror(errno));
+    double now = 0;
+    uint64_t cursor = 0;
+    if (st == TL_OK)
+        st = disk_read(file, chunk, depth, 16 * file_bytes, &cursor, buf, &now, file_bytes, 1);
+    if (file) tl_tier_close(file);
+    free(buf);
+    if (st != TL_OK) return tl_error_wrap(st, "disk re-measure in %s", dir);
+    const double f = now / before;
+    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
+        for (int d = 0; d < TL_PROF_N_DEPTH; d++) p->disk_read_bps[c][d] *= f;
+    if (bps) *bps = now;
     return TL_OK;
 }

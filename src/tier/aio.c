@@ -2,11 +2,13 @@
  * pool backend (the io_uring backend lives in aio_uring.c).
  *
  * Invariants (all under q->mu):
- * - Pending requests sit in one FIFO: urgent ones (tl_aio_read_urgent) first, then the
- *   others, each kind in submission order; chunks are carved off the head only. So an
- *   urgent read waits for the chunks already in flight, never for queued ones: a KV page
- *   that attention needs next is not stuck behind layers of weights read ahead, which
- *   would stall the layer that needs it for as long as the read-ahead takes to drain.
+ * - Pending requests sit in one FIFO ordered by class (tl_aio_class): reads needed now,
+ *   then urgent ones (tl_aio_read_urgent), then the others, each class in submission
+ *   order; chunks are carved off the head only. So an urgent read waits for the chunks
+ *   already in flight, never for queued ones of a lower class: a KV page that attention
+ *   needs next is not stuck behind layers of weights read ahead, which would stall the
+ *   layer that needs it for as long as the read-ahead takes to drain; and a page that
+ *   compute waits for this moment is not stuck behind the next layer's prefetch.
  * - At most queue_depth chunks are in flight across all requests and both backends, plus
  *   up to TL_AIO_URGENT_SLOTS more for urgent requests (so an urgent read starts at once,
  *   not when a weight chunk finishes); a chunk occupies one slot from carve to finish.
@@ -69,7 +71,8 @@ static void kick(tl_aio *q) {
 }
 
 static void fifo_remove(tl_aio *q, tl_aio_req *r) {
-    if (q->urgent_tail == r) q->urgent_tail = r->qprev; /* urgent ones are a prefix */
+    if (r->urgent && q->class_tail[r->urgent] == r) /* each class is one run */
+        q->class_tail[r->urgent] = r->qprev && r->qprev->urgent == r->urgent ? r->qprev : NULL;
     if (r->qprev) r->qprev->qnext = r->qnext;
     else q->head = r->qnext;
     if (r->qnext) r->qnext->qprev = r->qprev;
@@ -296,9 +299,12 @@ void tl_aio_close(tl_aio *q) {
 
 int tl_aio_uses_uring(const tl_aio *q) { return q && q->uring != NULL; }
 
-/* Puts r into the FIFO: at the tail, or (urgent) after the last urgent request. */
+/* Puts r into the FIFO after the last request of its class or a higher one: at the tail
+ * for an ordinary request. */
 static void fifo_insert(tl_aio *q, tl_aio_req *r) {
-    tl_aio_req *after = r->urgent ? q->urgent_tail : q->tail;
+    tl_aio_req *after = r->urgent ? NULL : q->tail;
+    for (int c = r->urgent; r->urgent && c < TL_AIO_CLASSES && !after; c++)
+        after = q->class_tail[c];
     tl_aio_req *before = after ? after->qnext : q->head;
     r->qprev = after;
     r->qnext = before;
@@ -306,7 +312,7 @@ static void fifo_insert(tl_aio *q, tl_aio_req *r) {
     else q->head = r;
     if (before) before->qprev = r;
     else q->tail = r;
-    if (r->urgent) q->urgent_tail = r;
+    if (r->urgent) q->class_tail[r->urgent] = r;
     r->queued = 1;
 }
 
@@ -367,7 +373,14 @@ tl_status tl_aio_read(tl_aio *q, tl_tier *t, uint64_t offset, void *dst, size_t 
 
 tl_status tl_aio_read_urgent(tl_aio *q, tl_tier *t, uint64_t offset, void *dst, size_t len,
                              uint64_t tag) {
-    return submit(q, t, offset, dst, len, tag, 0, 1);
+    return submit(q, t, offset, dst, len, tag, 0, TL_AIO_SOON);
+}
+
+tl_status tl_aio_read_class(tl_aio *q, tl_tier *t, uint64_t offset, void *dst, size_t len,
+                            uint64_t tag, tl_aio_class cls) {
+    if ((int)cls < TL_AIO_ORDINARY || (int)cls >= TL_AIO_CLASSES)
+        return tl_error_set(TL_ERR_INVALID, "aio read tag %" PRIu64 ": class %d", tag, (int)cls);
+    return submit(q, t, offset, dst, len, tag, 0, (int)cls);
 }
 
 tl_status tl_aio_write(tl_aio *q, tl_tier *t, uint64_t offset, const void *src, size_t len,

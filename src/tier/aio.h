@@ -58,6 +58,17 @@ tl_status tl_aio_write(tl_aio *q, tl_tier *t, uint64_t offset, const void *src, 
  * goes ahead of every queued request that is not urgent, behind the urgent ones. */
 tl_status tl_aio_read_urgent(tl_aio *q, tl_tier *t, uint64_t offset, void *dst, size_t len,
                              uint64_t tag);
+/* Classes of reads, lowest first. A request is queued behind everything of its class or
+ * a higher one and ahead of everything of a lower one; urgent classes (SOON, NOW) get
+ * TL_AIO_URGENT_SLOTS more in flight, and ordinary chunks wait while urgent ones run. */
+typedef enum tl_aio_class {
+    TL_AIO_ORDINARY = 0, /* tl_aio_read: streamed weights, read ahead */
+    TL_AIO_SOON = 1,     /* tl_aio_read_urgent: needed by the next compute (prefetch) */
+    TL_AIO_NOW = 2,      /* compute is waiting for it (a page read on demand) */
+    TL_AIO_CLASSES = 3
+} tl_aio_class;
+tl_status tl_aio_read_class(tl_aio *q, tl_tier *t, uint64_t offset, void *dst, size_t len,
+                            uint64_t tag, tl_aio_class cls);
 /* Blocks until request `tag` has completed; returns its status (TL_ERR_INVALID for an
  * unknown tag) and forgets it. */
 tl_status tl_aio_wait(tl_aio *q, uint64_t tag);

@@ -17,7 +17,8 @@ struct tl_aio_req {
     size_t cursor;    /* bytes already carved into chunks */
     int outstanding;  /* chunks carved but not finished */
     int is_write, uring, queued, done, waiting;
-    int urgent;       /* queued ahead of every request that is not */
+    int urgent;       /* its class (tl_aio_class): queued ahead of every request of a
+                         lower class; nonzero = urgent */
     tl_status status; /* first failure */
     char msg[512];    /* its message, delivered to the waiter's thread */
     tl_aio_req *hnext;        /* tag hash chain */
@@ -45,9 +46,10 @@ struct tl_aio {
     pthread_mutex_t mu;
     pthread_cond_t pool_cv; /* pool threads: work at the head of the FIFO, or stop */
     pthread_cond_t done_cv; /* waiters: some request completed */
-    tl_aio_req *head, *tail; /* requests with chunks left to carve: the urgent ones first,
-                                then the rest, each in submission order */
-    tl_aio_req *urgent_tail; /* the last urgent request in the FIFO, or NULL */
+    tl_aio_req *head, *tail; /* requests with chunks left to carve: by class, highest
+                                first, each class in submission order */
+    tl_aio_req *class_tail[TL_AIO_CLASSES]; /* the last request of each urgent class in
+                                               the FIFO, or NULL ([0] unused) */
     tl_aio_req *buckets[TL_AIO_BUCKETS];
     tl_aio_chunk *slots, *free_slots;
     int inflight, inflight_r, inflight_w;
