@@ -97,6 +97,10 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
            "cache %d pages (%.0f MiB)\n", (int)n_ctx, kv_bytes / 1048576.0,
            mp.mem_budget / 1048576.0, kp->window_pages, kp->sink_pages, cache_full,
            cache_full * page_mib);
+    tl_run_stats ws;
+    tl_context_get_stats(c, &ws);
+    printf("  weights: %.1f MiB resident, %.1f MiB streamed per pass\n",
+           ws.weights_resident_bytes / 1048576.0, ws.weights_streamed_bytes / 1048576.0);
     /* prefill all but the decoded positions, exact */
     const int32_t n_prompt = n_ctx - NS * n_gen - 1;
     int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
@@ -154,8 +158,9 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
         const double pred = (double)(s1.kv_predicted_reads - s0.kv_predicted_reads);
         const double dem = (double)(s1.kv_demand_reads - s0.kv_demand_reads);
         const double io = s1.io_busy_s - s0.io_busy_s;
-        printf("  %-10s KV read %7.1f MiB/token", se->name,
-               (s1.kv_bytes_read - s0.kv_bytes_read) / 1048576.0 / n);
+        printf("  %-10s KV read %7.1f MiB/token, weights %.1f", se->name,
+               (s1.kv_bytes_read - s0.kv_bytes_read) / 1048576.0 / n,
+               (s1.bytes_read_disk - s0.bytes_read_disk) / 1048576.0 / n);
         if (se->select == 0)
             printf(" | hit rate %.3f, predicted %.3f (reads %+.1f%% of the prediction)",
                    rd + hit > 0 ? hit / (rd + hit) : 1.0,

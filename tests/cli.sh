@@ -82,6 +82,26 @@ for kv in "--kv-window 32 --kv-cache 0" "--kv-window 16 --kv-sinks 0 --kv-cache 
     grep -q "KV in tiers: 16-position pages" "$tmp/err" || fail "run $kv: no KV tier stats"
 done
 [ -z "$(ls -A "$tmp/spill")" ] || fail "a spill file was left in --spill-dir"
+# policy auto with a context whose KV cache does not fit: the planner puts it in tiers
+# (plan shows the tiers and the predicted hit rate) and the text is the in-memory one
+"$bin" synth --embd 128 --ff 256 --layers 4 --heads 4 --kv-heads 4 --ctx 4096 \
+    -o "$tmp/long.gguf" >/dev/null 2>&1 || fail "synth a 4096-position model"
+printf 'hello world %.0s' $(seq 1 100) >"$tmp/long.txt"
+ref=$("$bin" run -m "$tmp/long.gguf" -c 4096 -f "$tmp/long.txt" -n 32 --temp 0 --kv-window -1 \
+      2>/dev/null)
+out=$("$bin" run -m "$tmp/long.gguf" -c 4096 -f "$tmp/long.txt" -n 32 --temp 0 \
+      --mem-budget 13M 2>"$tmp/err")
+[ -n "$ref" ] && [ "$out" = "$ref" ] || fail "policy auto over KV tiers: the text differs"
+grep -q "^policy auto: .*" "$tmp/err" && grep -q "KV in tiers: 16-position pages" "$tmp/err" ||
+    fail "policy auto did not plan KV tiers: $(cat "$tmp/err")"
+"$bin" plan -m "$tmp/long.gguf" --mem-budget 13M --prompt-len 2000 --gen-len 64 --num-seqs 1 \
+    -c 4096 >"$tmp/plan.txt" 2>&1 || fail "plan with KV tiers: $(cat "$tmp/plan.txt")"
+grep -q "KV in tiers" "$tmp/plan.txt" && grep -q "cache hit rate" "$tmp/plan.txt" ||
+    fail "plan does not show the KV tiers: $(cat "$tmp/plan.txt")"
+expect_rc 1 "plan below the tiers' minimum" "$bin" plan -m "$tmp/long.gguf" --mem-budget 8M \
+    --prompt-len 2000 --gen-len 64 --num-seqs 1 -c 4096
+grep -q "with the KV cache in tiers (a 256-position window) the minimum is" "$tmp/err" ||
+    fail "plan below the tiers' minimum: $(cat "$tmp/err")"
 expect_rc 2 "--kv-select out of range" "$bin" run -m "$m" -p hi --kv-select 1.5
 grep -q "kv-select expects a share" "$tmp/err" || fail "--kv-select 1.5: $(cat "$tmp/err")"
 expect_rc 2 "batch --kv-select out of range" "$bin" batch -m "$m" -i /dev/null -o "$tmp/x.jsonl" \

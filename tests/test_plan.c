@@ -20,6 +20,7 @@
 #include "tierllm.h"
 #include "exec/engine.h"
 #include "plan/search.h"
+#include "plan/replan.h"
 #include "testutil.h"
 
 static void round_profile(tl_hw_profile *p) {
@@ -42,6 +43,8 @@ static void round_profile(tl_hw_profile *p) {
     p->io_slowdown_matvec = 1;
 }
 
+static int32_t g_synth_ctx = 512;
+
 static const char *synth(const char *tag, int32_t vocab, int32_t embd, int32_t ff,
                          int32_t layers, int32_t heads, int32_t kv_heads, int32_t type,
                          char *path, size_t cap) {
@@ -53,7 +56,7 @@ static const char *synth(const char *tag, int32_t vocab, int32_t embd, int32_t f
     sp.n_layer = layers;
     sp.n_head = heads;
     sp.n_head_kv = kv_heads;
-    sp.n_ctx = 512;
+    sp.n_ctx = g_synth_ctx;
     sp.weight_type = type;
     sp.tied_output = 0;
     snprintf(path, cap, "/tmp/tl_test_plan_%d_%s.gguf", (int)getpid(), tag);
@@ -467,6 +470,77 @@ static void property(int cases, int runs) {
     CHECK(ran == runs);
 }
 
+/* ---- 3. KV tiers in the latency regime ----
+ * A context whose KV cache does not fit in memory: the search puts it in tiers, its
+ * choice of cache size is within 2% of the best of a fine sweep of cache sizes at the same
+ * knobs, and the engine opens that policy within the budget and runs it. */
+static void tiers_search(const char *path) {
+    tl_model_params mp = tl_model_default_params();
+    mp.n_threads = 1;
+    mp.mem_budget = 24u << 20;
+    tl_model *m;
+    CHECK(tl_model_open(path, &mp, &m) == TL_OK);
+    if (!m) return;
+    tl_hw_profile prof;
+    round_profile(&prof);
+    for (int c = 0; c < TL_PROF_N_CHUNK; c++) /* a slow disk, so the cache matters */
+        for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof.disk_read_bps[c][d] = 1e8;
+    tl_plan_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.single = 1;
+    rq.overlap = 1;
+    rq.w = (tl_workload){1500, 40, 1};
+    rq.n_ctx = 2048;
+    tl_plan_result r;
+    const tl_status found = tl_plan_search(m, &prof, &rq, &r);
+    CHECK_MSG(found == TL_OK, "%s", tl_last_error());
+    if (found) {
+        tl_model_close(m);
+        return;
+    }
+    CHECK(r.policy.kv_window_pages > 0 && r.policy.kv_mem_pct == 0);
+    CHECK(r.mem_bytes <= r.budget_bytes);
+    CHECK(r.cost.decode_kv_pages_needed > 0 &&
+          r.cost.decode_kv_pages_read <= r.cost.decode_kv_pages_needed);
+    double sweep_best = HUGE_VAL;
+    int32_t best_cache = -1;
+    for (int32_t c = 0; c <= 700; c += 5) {
+        tl_policy q = r.policy;
+        q.kv_cache_pages = c;
+        tl_plan_result e;
+        if (tl_plan_evaluate(m, &prof, &rq.w, &q, &e)) continue;
+        if (e.cost.total_s < sweep_best) {
+            sweep_best = e.cost.total_s;
+            best_cache = c;
+        }
+    }
+    CHECK_MSG(r.cost.total_s <= sweep_best * 1.02, "search %.4f s (cache %d) vs sweep %.4f s "
+              "(cache %d)", r.cost.total_s, (int)r.policy.kv_cache_pages, sweep_best,
+              (int)best_cache);
+    fprintf(stderr, "tiers: cache %d pages, predicted %.4f s; sweep best cache %d, %.4f s\n",
+            (int)r.policy.kv_cache_pages, r.cost.total_s, (int)best_cache, sweep_best);
+    /* the engine holds the planned policy within the budget */
+    tl_plan_apply(&r.policy, m, NULL);
+    tl_context_params cp = tl_context_default_params();
+    tl_plan_context_params(&r.policy, m, &cp);
+    tl_context *c = NULL;
+    CHECK_MSG(tl_context_open(m, &cp, &c) == TL_OK, "%s", tl_last_error());
+    if (c) {
+        CHECK(tl_context_kv_params(c)->placement == TL_KV_TEMPERATURE &&
+              tl_context_kv_params(c)->cache_pages == r.policy.kv_cache_pages);
+        int32_t *tok = malloc(1540 * sizeof *tok);
+        for (int i = 0; i < 1540; i++) tok[i] = 3 + i % 250;
+        CHECK(tl_decode(c, tok, 1500, NULL) == TL_OK);
+        for (int i = 1500; i < 1540; i++) CHECK(tl_decode(c, tok + i, 1, NULL) == TL_OK);
+        tl_run_stats st;
+        tl_context_get_stats(c, &st);
+        CHECK(st.budget_peak_bytes <= mp.mem_budget && st.kv_pages_read > 0);
+        free(tok);
+        tl_context_close(c);
+    }
+    tl_model_close(m);
+}
+
 int main(void) {
     char p1[256], p2[256];
     if (!synth("hand", 300, 128, 320, 2, 8, 2, 0, p1, sizeof p1)) return 1;
@@ -491,6 +565,11 @@ int main(void) {
                         .kv_mem_pct = 100, .kv_bits = 32, .page_tokens = 16, .prefetch = 2, .overlap = 1, .n_ctx = 300};
     tl_workload w1 = {100, 50, 1};
     lp_vs_grid(p2, 14u << 20, w1, single);
+    char p4[256];
+    g_synth_ctx = 2048;
+    if (!synth("tiers", 300, 256, 320, 8, 8, 8, 0, p4, sizeof p4)) return 1;
+    tiers_search(p4);
+    unlink(p4);
     property(150, 12);
     unlink(p1);
     unlink(p2);

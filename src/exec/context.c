@@ -55,7 +55,7 @@ tl_context_params tl_context_default_params(void) {
     return p;
 }
 
-enum { KV_PAGE_TOKENS = 16, KV_AUTO_WINDOW = 256 };
+enum { KV_PAGE_TOKENS = 16, KV_AUTO_WINDOW = TL_KV_AUTO_WINDOW };
 
 static tl_kv_params kv_params(const tl_model *m, int32_t n_ctx, int32_t n_batch,
                               int32_t bits) {
@@ -107,6 +107,37 @@ static int32_t pages_up(int64_t tokens) {
     return (int32_t)((tokens + KV_PAGE_TOKENS - 1) / KV_PAGE_TOKENS);
 }
 
+/* The KV parameters of tiers by temperature: window and sinks in pages, a cache of
+ * cache_pages, key bounds when pages are selected. */
+static void tiers_kv(tl_kv_params *kp, int32_t window_pages, int32_t sink_pages,
+                     int32_t cache_pages, int select, const char *spill_dir) {
+    kp->key_bounds = select;
+    kp->placement = TL_KV_TEMPERATURE;
+    kp->kv_mem_pct = 0;
+    kp->window_pages = window_pages;
+    kp->sink_pages = sink_pages;
+    kp->cache_pages = cache_pages;
+    kp->spill_dir = spill_dir;
+}
+
+uint64_t tl_context_tiers_budget_bytes(const tl_model *m, int32_t n_ctx, int32_t n_batch,
+                                       int32_t bits, int32_t window_pages, int32_t sink_pages,
+                                       int32_t cache_pages, int select) {
+    if (n_batch > n_ctx) n_batch = n_ctx;
+    tl_kv_params kp = kv_params(m, n_ctx, n_batch, bits);
+    tiers_kv(&kp, window_pages, sink_pages, cache_pages, select, "/");
+    tl_context_params p = tl_context_default_params();
+    p.kv_select = select ? 1.0f : 0.0f;
+    return context_state_bytes(m, &p, &kp, n_ctx, n_batch);
+}
+
+int64_t tl_context_tiers_disk_pages(const tl_model *m, int32_t n_ctx, int32_t window_pages,
+                                    int32_t sink_pages) {
+    tl_kv_params kp = kv_params(m, n_ctx, 1, 32);
+    tiers_kv(&kp, window_pages, sink_pages, 0, 0, "/");
+    return (int64_t)kp.n_layer * tl_kv_disk_pages(&kp, n_ctx);
+}
+
 /* The KV placement of a context (see the top of this file). */
 static tl_status plan_kv(const tl_model *m, const tl_context_params *p, int32_t n_ctx,
                          int32_t n_batch, tl_kv_params *kp) {
@@ -125,11 +156,8 @@ static tl_status plan_kv(const tl_model *m, const tl_context_params *p, int32_t 
         return tl_error_set(TL_ERR_INVALID, "KV tiers: %d sink positions, a cache of %lld "
                             "bytes", (int)p->kv_sinks, (long long)p->kv_cache_bytes);
     const char *t = getenv("TMPDIR");
-    kp->placement = TL_KV_TEMPERATURE;
-    kp->kv_mem_pct = 0;
-    kp->window_pages = pages_up(window);
-    kp->sink_pages = pages_up(p->kv_sinks);
-    kp->spill_dir = p->spill_dir && *p->spill_dir ? p->spill_dir : t && *t ? t : "/tmp";
+    tiers_kv(kp, pages_up(window), pages_up(p->kv_sinks), 0, p->kv_select > 0,
+             p->spill_dir && *p->spill_dir ? p->spill_dir : t && *t ? t : "/tmp");
     const int64_t disk_max = (int64_t)kp->n_layer * tl_kv_disk_pages(kp, n_ctx);
     const uint64_t slot = tl_kv_slot_bytes(kp) + TL_TIER_MAX_ALIGN; /* and its header */
     int64_t cache = 0;

@@ -40,6 +40,18 @@ tl_status tl_context_tune_kv(tl_context *c, int32_t cache_pages, float select_sh
 /* The KV placement a context chose (tiers, window, cache...). */
 const tl_kv_params *tl_context_kv_params(const tl_context *c);
 
+/* A context whose KV cache does not fit in memory keeps this many recent positions (and
+ * tl_context_default_params' kv_sinks first ones) in memory when not told otherwise. */
+enum { TL_KV_AUTO_WINDOW = 256 };
+/* Budget bytes a context of (n_ctx, n_batch) holds with its KV in tiers (window and sink
+ * pages in memory, a cache of cache_pages disk pages, key bounds and the selection's
+ * scratch when select), as tl_context_open accounts them. */
+uint64_t tl_context_tiers_budget_bytes(const tl_model *m, int32_t n_ctx, int32_t n_batch,
+                                       int32_t bits, int32_t window_pages, int32_t sink_pages,
+                                       int32_t cache_pages, int select);
+/* Disk pages (all layers) of such a context once full. */
+int64_t tl_context_tiers_disk_pages(const tl_model *m, int32_t n_ctx, int32_t window_pages,
+                                    int32_t sink_pages);
 /* Budget bytes a single-sequence context of (n_ctx, n_batch) holds (context.c). */
 uint64_t tl_context_budget_bytes(const tl_model *m, int32_t n_ctx, int32_t n_batch);
 

@@ -291,7 +291,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         tl_cost_pass p = {1, block_index, fed / chunk, c, layers_bytes + (last ? out_bytes : 0),
                           kv_read, kv_write, wbps, kbps, wr_bps, 1, slow,
                           pass_kv_wait(m, prof, pol->kv_bits, rows, ctx, stored, pages, n_mb,
-                                       first_s, page_s)};
+                                       first_s, page_s), kv_read / slot};
         fn(user, &p);
     }
     /* decode: gen_len - 1 steps, step j feeds position P + j - 1 of every sequence */
@@ -324,7 +324,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         tl_cost_pass p = {0, block_index, j - 1, c, layers_bytes + out_bytes, kv_read, kv_write,
                           wbps, kbps, wr_bps, 1, slow,
                           pass_kv_wait(m, prof, pol->kv_bits, rows, ctx, stored, pages, n_mb,
-                                       first_s, page_s)};
+                                       first_s, page_s), need_all};
         fn(user, &p);
     }
 }
@@ -338,7 +338,11 @@ static void scaled_pass(void *user, const tl_cost_pass *p) {
     sc->fn(sc->user, &q);
 }
 
-typedef struct predict_acc { acc pre, dec; int overlap; } predict_acc;
+typedef struct predict_acc {
+    acc pre, dec;
+    int overlap;
+    double slot, kv_needed, kv_read_pages;
+} predict_acc;
 
 static void predict_pass(void *user, const tl_cost_pass *p) {
     predict_acc *pa = user;
@@ -358,6 +362,10 @@ static void predict_pass(void *user, const tl_cost_pass *p) {
     a->t.kv_write_bytes += one.t.kv_write_bytes * p->count;
     a->wall += one.wall * p->count;
     a->passes += p->count;
+    if (!p->prefill) {
+        pa->kv_needed += p->kv_pages_needed * p->count;
+        pa->kv_read_pages += p->kv_read_bytes / pa->slot * p->count;
+    }
 }
 
 static void scale_terms(tl_cost_terms *dst, const tl_cost_terms *src, double f) {
@@ -411,6 +419,8 @@ tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl
     predict_acc pa;
     memset(&pa, 0, sizeof pa);
     pa.overlap = pol->overlap;
+    pa.slot = ceil(tl_cost_kv_page_bytes(m, pol->kv_bits, pol->page_tokens) / SLOT_ALIGN) *
+              SLOT_ALIGN;
     tl_status st = tl_cost_walk(m, prof, w, pol, plan, predict_pass, &pa);
     if (st) return st;
     acc pre = pa.pre, dec = pa.dec;
@@ -426,5 +436,7 @@ tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl
     out->total_s = pre.wall + dec.wall;
     out->tokens_per_s = out->total_s > 0 ? (double)w->num_seqs * w->gen_len / out->total_s : 0;
     out->bottleneck = largest(dec.passes > 0 ? &dec.t : &pre.t);
+    out->decode_kv_pages_needed = pa.kv_needed;
+    out->decode_kv_pages_read = pa.kv_read_pages;
     return TL_OK;
 }

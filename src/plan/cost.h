@@ -64,6 +64,9 @@ typedef struct tl_cost {
     double prefill_s, decode_s, total_s;  /* wall time: overlapped or serial per policy */
     double tokens_per_s;                  /* generated tokens / total_s */
     const char *bottleneck;               /* largest term of the decode (or prefill) */
+    /* decode's KV disk pages over the workload: those attention uses, and those read
+     * (the rest are cache hits: hit rate = 1 - read / needed) */
+    double decode_kv_pages_needed, decode_kv_pages_read;
 } tl_cost;
 
 /* One forward pass as the cost model sees it: `count` identical passes (full blocks
@@ -78,6 +81,7 @@ typedef struct tl_cost_pass {
     double count;
     double io_slowdown;       /* compute slowdown while the disk streams (time-weighted) */
     double kv_wait_s;         /* compute stalled on KV pages read one micro-batch ahead */
+    double kv_pages_needed;   /* disk pages the pass's attention uses (read or cached) */
 } tl_cost_pass;
 typedef void (*tl_cost_pass_fn)(void *user, const tl_cost_pass *p);
 

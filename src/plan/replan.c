@@ -15,6 +15,19 @@ void tl_plan_apply(const tl_policy *pol, tl_model *m, tl_batch_params *bp) {
     if (bp) tl_plan_batch_params(pol, bp);
 }
 
+void tl_plan_context_params(const tl_policy *pol, const tl_model *m, tl_context_params *cp) {
+    cp->n_batch = pol->prefill_rows;
+    cp->n_ctx = pol->n_ctx;
+    cp->kv_bits = pol->kv_bits;
+    if (pol->kv_window_pages > 0) {
+        const int64_t page = (int64_t)tl_cost_kv_page_bytes(m, pol->kv_bits, pol->page_tokens);
+        const int64_t slot = (page + TL_TIER_MAX_ALIGN - 1) / TL_TIER_MAX_ALIGN * TL_TIER_MAX_ALIGN;
+        cp->kv_window = pol->kv_window_pages * pol->page_tokens;
+        cp->kv_sinks = pol->kv_sink_pages * pol->page_tokens;
+        cp->kv_cache_bytes = (int64_t)pol->kv_cache_pages * (slot + TL_TIER_MAX_ALIGN);
+    }
+}
+
 void tl_replanner_init(tl_replanner *r, const tl_model *m, const tl_hw_profile *prof,
                        const tl_plan_request *rq, const tl_plan_result *chosen) {
     memset(r, 0, sizeof *r);

@@ -49,5 +49,8 @@ int tl_replanner_hook(void *user, tl_model *m, const tl_batch_stats *so_far,
 /* Writes a policy's knobs: the model's (placement not yet made, or about to be made
  * again) and the batch's (bp may be NULL for a single-sequence policy). */
 void tl_plan_apply(const tl_policy *pol, tl_model *m, tl_batch_params *bp);
+/* A single-sequence policy's context parameters: n_ctx, n_batch, the KV format, and its
+ * KV tiers (window, sinks and cache in tl_context_params' units) when it has them. */
+void tl_plan_context_params(const tl_policy *pol, const tl_model *m, tl_context_params *cp);
 
 #endif

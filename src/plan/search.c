@@ -27,6 +27,10 @@ static tl_batch_params batch_params_of(const tl_policy *pol) {
 
 /* Budget bytes of everything but the weights (the same functions the engine uses). */
 static uint64_t state_bytes(const tl_model *m, const tl_policy *pol) {
+    if (pol->single && pol->kv_window_pages > 0)
+        return tl_context_tiers_budget_bytes(m, pol->n_ctx, pol->prefill_rows, pol->kv_bits,
+                                             pol->kv_window_pages, pol->kv_sink_pages,
+                                             pol->kv_cache_pages, pol->kv_select > 0);
     if (pol->single) return tl_context_budget_bytes(m, pol->n_ctx, pol->prefill_rows);
     tl_batch_params bp = batch_params_of(pol);
     return tl_batch_budget_bytes(m, &bp);
@@ -237,6 +241,12 @@ tl_status tl_plan_lp_solve(const tl_plan_lp *plp, double *x_w, double *x_k, doub
 
 /* ---- the search ---- */
 
+/* Pages that fit, at most `cap`. */
+static double floor_pages(double fit, int64_t cap) {
+    fit = floor(fit);
+    return fit < (double)cap ? fit : (double)cap;
+}
+
 static int better(const tl_plan_result *a, const tl_plan_result *b) {
     return a->cost.total_s < b->cost.total_s * (1 - 1e-9);
 }
@@ -274,6 +284,56 @@ static void try_combination(const tl_model *m, const tl_hw_profile *prof,
         }
         if (pol.single || p < pct - 2) break;
     }
+}
+
+/* The latency regime when no policy keeps the KV cache in memory: KV in tiers, the
+ * engine's automatic window and sinks in memory, the rest on disk read through a DRAM
+ * cache. The budget left beside the KV minimum goes to resident weights and to that
+ * cache; under exact attention a byte of either saves one byte read per token, but
+ * weights are also read by every prefill pass and a cached page serves only decode, so
+ * the split is searched by direct evaluation: cache sizes from none to every page the
+ * budget can hold once the weights are at their minimum. */
+static void try_tiers(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
+                      const tl_policy *base, tl_plan_result *best, int *have, int32_t *combos,
+                      int32_t *feasible) {
+    const int32_t pt = 16;
+    tl_context_params cp = tl_context_default_params();
+    tl_policy pol = *base;
+    pol.page_tokens = pt;
+    pol.kv_window_pages = (TL_KV_AUTO_WINDOW + pt - 1) / pt;
+    pol.kv_sink_pages = (cp.kv_sinks + pt - 1) / pt;
+    pol.kv_mem_pct = 0;
+    pol.w_mem_pct = 100;
+    const int64_t disk = tl_context_tiers_disk_pages(m, pol.n_ctx, pol.kv_window_pages,
+                                                     pol.kv_sink_pages);
+    const double slot = ceil(tl_cost_kv_page_bytes(m, pol.kv_bits, pt) / TL_TIER_MAX_ALIGN) *
+                            TL_TIER_MAX_ALIGN + TL_TIER_MAX_ALIGN;
+    const int32_t nb[5] = {16, 32, 64, 128, 256};
+    for (int32_t pf = 1; pf <= (base->overlap ? 2 : 1); pf++)
+        for (int i = 0; i < 5; i++) {
+            if (i > 0 && nb[i - 1] >= w->prompt_len) break;
+            pol.prefetch = base->overlap ? pf : 0;
+            pol.prefill_rows = nb[i] < pol.n_ctx ? nb[i] : pol.n_ctx;
+            pol.kv_cache_pages = 0;
+            const uint64_t state0 = state_bytes(m, &pol);
+            const double floor = (double)tl_weight_plan_minimum(&m->lm, pol.prefetch, pol.overlap);
+            double room = (double)tl_budget_limit(m->lm.budget) - (double)tl_engine_base_used(m) -
+                          (double)state0 - floor;
+            double most = room > 0 ? floor_pages(room / slot, disk) : 0;
+            static const double share[7] = {0, 0.125, 0.25, 0.5, 0.75, 0.9, 1};
+            for (int k = 0; k < 7; k++) {
+                if (k > 0 && most <= 0) break;
+                pol.kv_cache_pages = (int32_t)(most * share[k]);
+                (*combos)++;
+                tl_plan_result r;
+                if (tl_plan_evaluate(m, prof, w, &pol, &r)) continue;
+                (*feasible)++;
+                if (!*have || better(&r, best)) {
+                    *best = r;
+                    *have = 1;
+                }
+            }
+        }
 }
 
 tl_status tl_plan_search(const tl_model *m, const tl_hw_profile *prof,
@@ -314,6 +374,7 @@ tl_status tl_plan_search(const tl_model *m, const tl_hw_profile *prof,
                 try_combination(m, prof, w, pol, &best, &have, &solves, &feasible);
                 if (!rq->overlap) break;
             }
+        if (!have) try_tiers(m, prof, w, &base, &best, &have, &combos, &feasible);
     } else {
         const int32_t S = w->num_seqs;
         for (int32_t gbs = 1; gbs <= 512; gbs *= 2) {
@@ -349,6 +410,19 @@ tl_status tl_plan_search(const tl_model *m, const tl_hw_profile *prof,
         if (!st) tl_weight_plan_free(&p);
         char msg[512];
         snprintf(msg, sizeof msg, "%s", st ? tl_last_error() : "");
+        if (rq->single) { /* what the smallest KV tiers need */
+            tl_policy t = base;
+            t.prefetch = 1;
+            t.prefill_rows = 16 < base.n_ctx ? 16 : base.n_ctx;
+            t.kv_window_pages = (TL_KV_AUTO_WINDOW + 15) / 16;
+            t.kv_sink_pages = (tl_context_default_params().kv_sinks + 15) / 16;
+            const size_t len = strlen(msg);
+            snprintf(msg + len, sizeof msg - len, "%swith the KV cache in tiers (a %d-position "
+                     "window) the minimum is %.1f MiB", len ? "; " : "",
+                     (int)TL_KV_AUTO_WINDOW,
+                     tl_mib_up(tl_engine_base_used(m) + state_bytes(m, &t) +
+                               tl_weight_plan_minimum(&m->lm, 1, rq->overlap)));
+        }
         return tl_error_set(TL_ERR_NOMEM, "no policy fits the memory budget of %.1f MiB "
                             "(%d combinations tried)%s%s",
                             tl_budget_limit(m->lm.budget) / 1048576.0, (int)combos,

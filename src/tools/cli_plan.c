@@ -40,7 +40,13 @@ void cli_print_policy(FILE *f, const char *label, const tl_plan_result *r) {
                 (r->resident_bytes + r->streamed_bytes) / 1048576.0,
                 r->streamed_bytes / 1048576.0, r->mem_bytes / 1048576.0,
                 r->budget_bytes / 1048576.0);
-    else
+    if (p->single && p->kv_window_pages > 0)
+        fprintf(f, "%*s  KV in tiers: %d-position pages, window %d pages and %d sink pages "
+                "in memory, the rest on disk through a cache of %d pages%s\n",
+                (int)strlen(label), "", (int)p->page_tokens, (int)p->kv_window_pages,
+                (int)p->kv_sink_pages, (int)p->kv_cache_pages,
+                p->kv_select > 0 ? " (page selection)" : "");
+    else if (!p->single)
         fprintf(f, "%s: gbs %d x num_gb %d, prefill rows %d, KV %d-bit %d%% in memory (page "
                 "%d), prefetch %d%s, streamed %.1f MiB per pass, memory %.1f of %.1f MiB\n",
                 label, (int)p->gbs, (int)p->num_gb, (int)p->prefill_rows, (int)p->kv_bits,
@@ -55,6 +61,13 @@ void cli_print_prediction(FILE *f, const char *label, const tl_plan_result *r,
     fprintf(f, "%s: prefill %.3f s, decode %.3f s, total %.3f s = %.2f generated tok/s "
             "(%d x %d tokens); bottleneck: %s\n", label, c->prefill_s, c->decode_s,
             c->total_s, c->tokens_per_s, (int)w->num_seqs, (int)w->gen_len, c->bottleneck);
+    const double steps = c->decode_passes > 0 ? c->decode_passes : 1;
+    if (c->decode_kv_pages_needed > 0)
+        fprintf(f, "%*s  KV per decode step: %.0f disk pages used, %.0f read (%.1f MiB), "
+                "cache hit rate %.3f\n", (int)strlen(label), "",
+                c->decode_kv_pages_needed / steps, c->decode_kv_pages_read / steps,
+                c->decode.kv_read_bytes / steps / 1048576.0,
+                1 - c->decode_kv_pages_read / c->decode_kv_pages_needed);
 }
 
 static void term_line(FILE *f, const char *name, double pred, double meas, const char *unit,

@@ -96,8 +96,12 @@ int tl_cmd_plan(int argc, char **argv) {
     cli_print_prediction(stdout, "predicted", &best, &rq.w);
     print_layer("prefill", &best.cost.prefill_layer);
     print_layer("decode", &best.cost.decode_layer);
-    printf("  LP: resident weights %.0f%%, KV in memory %.0f%%, LP optimum %.3f s\n",
-           best.lp_xw * 100, best.lp_xk * 100, best.lp_objective);
+    if (best.policy.kv_window_pages > 0)
+        printf("  KV tiers searched directly: %d candidate cache sizes and batch sizes\n",
+               (int)best.combinations);
+    else
+        printf("  LP: resident weights %.0f%%, KV in memory %.0f%%, LP optimum %.3f s\n",
+               best.lp_xw * 100, best.lp_xk * 100, best.lp_objective);
 
     /* the naive alternatives */
     tl_policy dflt = tl_plan_default_policy(m, &rq);
@@ -106,8 +110,9 @@ int tl_cmd_plan(int argc, char **argv) {
         cli_print_policy(stdout, "all resident", &alt);
         cli_print_prediction(stdout, "  predicted", &alt, &rq.w);
     } else {
-        printf("all resident: does not fit (the weights alone are %.1f MiB of a %.1f MiB "
-               "budget)\n", m->lm.weight_bytes / 1048576.0, tl_budget_limit(m->lm.budget) / 1048576.0);
+        printf("all resident: does not fit (the weights are %.1f MiB, beside the KV cache "
+               "in memory, of a %.1f MiB budget)\n", m->lm.weight_bytes / 1048576.0,
+               tl_budget_limit(m->lm.budget) / 1048576.0);
     }
     tl_policy streamed = dflt;
     streamed.gbs = streamed.num_gb = 1;

@@ -160,6 +160,12 @@ static int on_piece(void *user, int32_t token, const char *text, size_t len) {
 
 /* The workload from the prompt and -n; then the search with the policy applied (auto),
  * or the prediction of the manual policy (for --stats). */
+/* The planner's policy as the model's knobs and the context's parameters. */
+static void apply_run_policy(tl_model *m, const tl_policy *pol, tl_context_params *cp) {
+    tl_plan_apply(pol, m, NULL);
+    tl_plan_context_params(pol, m, cp);
+}
+
 static tl_status plan_run(tl_model *m, const char *prompt, const tl_generate_params *gp,
                           tl_context_params *cp, int ctx_given, const char *profile_path,
                           int automatic, tl_plan_request *rq, tl_plan_result *chosen,
@@ -195,9 +201,7 @@ static tl_status plan_run(tl_model *m, const char *prompt, const tl_generate_par
         return tl_plan_evaluate(m, prof, &rq->w, &pol, chosen);
     }
     if ((st = tl_plan_search(m, prof, rq, chosen))) return st;
-    tl_plan_apply(&chosen->policy, m, NULL);
-    cp->n_batch = chosen->policy.prefill_rows;
-    cp->n_ctx = chosen->policy.n_ctx;
+    apply_run_policy(m, &chosen->policy, cp);
     cli_print_policy(stderr, "policy auto", chosen);
     return TL_OK;
 }
@@ -216,7 +220,9 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
     if ((st = tl_plan_search(m, prof, rq, &next))) return st;
     int change = next.policy.prefetch != chosen->policy.prefetch ||
                  next.policy.prefill_rows != chosen->policy.prefill_rows ||
-                 next.policy.n_ctx != chosen->policy.n_ctx;
+                 next.policy.n_ctx != chosen->policy.n_ctx ||
+                 next.policy.kv_window_pages != chosen->policy.kv_window_pages ||
+                 next.policy.kv_cache_pages != chosen->policy.kv_cache_pages;
     fprintf(stderr, "policy auto: the model file streams at %.2f GB/s, %.0f%% of the "
             "profile's figure, and matrix-vector products take %.0f%% of the profile's time; "
             "re-planned: %s\n", bps / 1e9, ratio * 100, cratio * 100,
@@ -226,9 +232,7 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
     tl_context_close(*c);
     *c = NULL;
     tl_engine_unplace(m);
-    tl_plan_apply(&next.policy, m, NULL);
-    cp->n_batch = next.policy.prefill_rows;
-    cp->n_ctx = next.policy.n_ctx;
+    apply_run_policy(m, &next.policy, cp);
     cli_print_policy(stderr, "policy auto", &next);
     return tl_context_open(m, cp, c);
 }
@@ -370,8 +374,8 @@ int tl_cmd_run(int argc, char **argv) {
                 "use --policy manual\n");
         return 2;
     }
-    if (policy == 1 && kv_knobs) { /* the planner does not model KV tiers yet */
-        fprintf(stderr, "error: --policy auto keeps the KV cache in memory; --kv-window, "
+    if (policy == 1 && kv_knobs) {
+        fprintf(stderr, "error: --policy auto chooses the KV placement itself; --kv-window, "
                 "--kv-sinks, --kv-cache and --spill-dir need --policy manual\n");
         return 2;
     }
