@@ -113,6 +113,13 @@ typedef struct tl_context_params {
      * memory) and reports the attention mass the selection kept. */
     float kv_select;
     int32_t kv_select_measure;
+    /* Recompute instead of load (KV in tiers, 32-bit KV): the first kv_recompute layers
+     * store their disk pages as the layer's normalized input rows (n_embd floats per
+     * position, half of K and V together without grouped-query attention) and attention
+     * recomputes K and V from them; the others store K and V. 0 (default): none. K and V
+     * recomputed from a page of rows may differ from those computed with the prompt in
+     * the last bits (a different row count takes a different product kernel). */
+    int32_t kv_recompute;
 } tl_context_params;
 
 tl_context_params tl_context_default_params(void);

@@ -7,10 +7,13 @@
  * other pages on disk) and a cache of 0%, 25% and 50% of the disk pages the run ends
  * with. Over the last 64 steps the pages read per step must fall by at least the cache's
  * share minus 5 points, and lie within 10% of the prediction (tl_run_stats's
- * kv_predicted_reads). A window that holds everything reads nothing. */
+ * kv_predicted_reads). A window that holds everything reads nothing. Layers that
+ * recompute K and V from input rows kept on disk give the same tokens (logits to float
+ * rounding) and read fewer bytes where the rows are narrower than K and V. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "tierllm.h"
 #include "testutil.h"
 
@@ -26,7 +29,7 @@ static int argmax(const float *v, int n) {
 typedef struct run {
     int32_t tokens[STEPS];
     float last[VOCAB];
-    uint64_t tail_reads, tail_predicted, tail_hits, total_reads;
+    uint64_t tail_reads, tail_predicted, tail_hits, total_reads, tail_bytes;
     int ok;
 } run;
 
@@ -50,6 +53,7 @@ static void decode(tl_model *m, const tl_context_params *cp, const char *label, 
     tl_context_get_stats(c, &after);
     r->tail_reads = after.kv_pages_read - before.kv_pages_read;
     r->tail_hits = after.kv_cache_hits - before.kv_cache_hits;
+    r->tail_bytes = after.kv_bytes_read - before.kv_bytes_read;
     r->tail_predicted = after.kv_predicted_reads - before.kv_predicted_reads;
     r->total_reads = after.kv_pages_read;
     r->ok = st == TL_OK;
@@ -57,6 +61,51 @@ static void decode(tl_model *m, const tl_context_params *cp, const char *label, 
             "%llu predicted reads\n", label, TAIL, (unsigned long long)r->tail_reads,
             (unsigned long long)r->tail_hits, (unsigned long long)r->tail_predicted);
     tl_context_close(c);
+}
+
+/* A multi-head shape (64 wide, 8 heads of 8, 8 KV heads, 4 layers, random weights): a
+ * page's K and V take 8 KiB, its input rows 4 KiB. With 1 of 4 layers recomputing, the
+ * bytes read per disk page fall to 7 KiB on average; with all 4, to 4 KiB; the greedy
+ * tokens stay those of loading K and V. */
+static void recompute_bytes(const char *dir) {
+    tl_synth_params sp;
+    tl_synth_preset("stories260k", &sp);
+    sp.n_embd = 64;
+    sp.n_ff = 128;
+    sp.n_layer = 4;
+    sp.n_head = sp.n_head_kv = 8;
+    char path[256];
+    snprintf(path, sizeof path, "%s/mha.gguf", dir);
+    CHECK_MSG(tl_synth_write(&sp, path) == TL_OK, "synth: %s", tl_last_error());
+    tl_model *m = NULL;
+    tl_model_params mp = tl_model_default_params();
+    mp.n_threads = 2;
+    CHECK_MSG(tl_model_open(path, &mp, &m) == TL_OK, "open: %s", tl_last_error());
+    if (!m) return;
+    tl_context_params cp = tl_context_default_params();
+    cp.n_ctx = STEPS;
+    cp.kv_window = 32;
+    cp.kv_sinks = 16;
+    cp.kv_cache_bytes = 0;
+    cp.spill_dir = dir;
+    static run load, rec[2];
+    decode(m, &cp, "multi-head, load", &load);
+    const int layers[2] = {1, 4};
+    for (int k = 0; k < 2; k++) {
+        cp.kv_recompute = layers[k];
+        char label[64];
+        snprintf(label, sizeof label, "multi-head, recompute %d of 4", layers[k]);
+        decode(m, &cp, label, &rec[k]);
+        CHECK_MSG(memcmp(rec[k].tokens, load.tokens, sizeof load.tokens) == 0,
+                  "%s: the tokens differ from loading", label);
+        const double per_page = (double)rec[k].tail_bytes / (double)rec[k].tail_reads;
+        const double want = 8192.0 - 4096.0 * layers[k] / 4;
+        CHECK_MSG(fabs(per_page - want) <= 0.02 * want, "%s: %.0f bytes per page read, "
+                  "%.0f expected", label, per_page, want);
+    }
+    CHECK((double)load.tail_bytes / (double)load.tail_reads == 8192.0);
+    tl_model_close(m);
+    unlink(path);
 }
 
 int main(void) {
@@ -101,6 +150,41 @@ int main(void) {
     }
     CHECK(tier[0].tail_reads > 0 && tier[0].tail_hits < tier[0].tail_reads / 10);
 
+    /* recompute instead of load: 2 and then all 5 layers keep input rows on disk, and K
+     * and V recomputed from a page of rows agree with the computed ones to float
+     * rounding: the same greedy tokens, logits within 1e-4. stories260K's input rows (64
+     * floats) are as wide as its K and V together (grouped-query: 2 x 32), so a page
+     * reads 4 KiB either way; recompute_bytes checks the saving on a multi-head shape. */
+    static run rec[2];
+    const int rec_layers[2] = {2, LAYERS};
+    for (int k = 0; k < 2; k++) {
+        cp.kv_window = 32;
+        cp.kv_sinks = 16;
+        cp.kv_cache_bytes = 0;
+        cp.kv_recompute = rec_layers[k];
+        char label[64];
+        snprintf(label, sizeof label, "tiers, recompute %d layers", rec_layers[k]);
+        decode(m, &cp, label, &rec[k]);
+        float worst = 0;
+        for (int i = 0; i < VOCAB; i++) worst = fmaxf(worst, fabsf(rec[k].last[i] - mem.last[i]));
+        CHECK_MSG(memcmp(rec[k].tokens, mem.tokens, sizeof mem.tokens) == 0 && worst <= 1e-4f,
+                  "%s: tokens differ or logits by %g", label, (double)worst);
+        /* the same pages, fewer bytes: layers that recompute read 1 of 2 slots of 4 KiB */
+        CHECK(rec[k].tail_reads + rec[k].tail_hits == tier[0].tail_reads + tier[0].tail_hits);
+        const double per_page = (double)rec[k].tail_bytes / (double)rec[k].tail_reads;
+        const double want = 4096.0;
+        CHECK_MSG(fabs(per_page - want) <= 0.02 * want, "%s: %.0f bytes per page read, "
+                  "%.0f expected", label, per_page, want);
+        fprintf(stderr, "%s: logits within %g of the KV in memory\n", label, (double)worst);
+    }
+    cp.kv_recompute = 0;
+    tl_context *rc = NULL;
+    tl_context_params rp = cp;
+    rp.kv_recompute = LAYERS;
+    rp.kv_bits = 16;
+    CHECK(tl_context_open(m, &rp, &rc) == TL_ERR_INVALID && rc == NULL &&
+          strstr(tl_last_error(), "recomputing layers needs 32-bit KV"));
+
     /* bad tier and selection parameters are refused with a message */
     tl_context *bad = NULL;
     tl_context_params bp = cp;
@@ -119,6 +203,8 @@ int main(void) {
     cp.kv_cache_bytes = 0;
     decode(m, &cp, "window = context", &wide);
     CHECK(wide.total_reads == 0 && memcmp(wide.last, mem.last, sizeof mem.last) == 0);
+
+    recompute_bytes(dir);
 
     /* no spill file outlives its context */
     char cmd[128];

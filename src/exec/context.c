@@ -52,6 +52,7 @@ tl_context_params tl_context_default_params(void) {
     p.spill_dir = NULL;
     p.kv_select = 0;
     p.kv_select_measure = 0;
+    p.kv_recompute = 0;
     return p;
 }
 
@@ -158,6 +159,7 @@ static tl_status plan_kv(const tl_model *m, const tl_context_params *p, int32_t 
     const char *t = getenv("TMPDIR");
     tiers_kv(kp, pages_up(window), pages_up(p->kv_sinks), 0, p->kv_select > 0,
              p->spill_dir && *p->spill_dir ? p->spill_dir : t && *t ? t : "/tmp");
+    tl_kv_set_recompute(kp, m->lm.hp.n_embd, p->kv_recompute);
     const int64_t disk_max = (int64_t)kp->n_layer * tl_kv_disk_pages(kp, n_ctx);
     const uint64_t slot = tl_kv_slot_bytes(kp) + TL_TIER_MAX_ALIGN; /* and its header */
     int64_t cache = 0;

@@ -53,6 +53,7 @@ struct tl_kv {
     tl_tier *tier; /* the spill file (maybe wrapped in the fault shim), or NULL */
     int32_t group, np;
     size_t row_bytes, page_bytes, f32_bytes, slot_bytes;
+    size_t x_bytes, x_slot; /* a page's input rows (recompute), and rounded up to a slot */
     void *meta; /* one budget block holding the four tables below */
     kv_page *pages;
     kv_sl *sl;
@@ -125,7 +126,27 @@ static tl_status check_params(const tl_kv_params *p) {
                             (int)p->cache_pages);
     if (spills(p) && (!p->spill_dir || !p->spill_dir[0]))
         return tl_error_set(TL_ERR_INVALID, "kv: pages homed on disk need a spill directory");
+    const int any = (p->recompute[0] | p->recompute[1] | p->recompute[2] | p->recompute[3]) != 0;
+    if (any && (p->bits != 32 || p->input_dim < 1 || p->input_dim > 2 * p->kv_dim))
+        return tl_error_set(TL_ERR_INVALID, "kv: recomputing layers needs 32-bit KV and input "
+                            "rows no wider than K and V together (bits %d, input_dim %d, "
+                            "kv_dim %d)", (int)p->bits, (int)p->input_dim, (int)p->kv_dim);
+    for (int32_t l = p->n_layer; l < 256 && any; l++)
+        if (tl_kv_params_recomputes(p, l))
+            return tl_error_set(TL_ERR_INVALID, "kv: layer %d recomputes, of %d layers",
+                                (int)l, (int)p->n_layer);
     return TL_OK;
+}
+
+/* Layers that recompute, and the bytes of one page's input rows. */
+static uint64_t recompute_layers(const tl_kv_params *p) {
+    uint64_t n = 0;
+    for (int32_t l = 0; l < p->n_layer && l < 256; l++) n += (uint64_t)tl_kv_params_recomputes(p, l);
+    return n;
+}
+
+static uint64_t input_page_bytes(const tl_kv_params *p) {
+    return (uint64_t)p->page_tokens * (uint64_t)p->input_dim * sizeof(float);
 }
 
 static int32_t quant_group(const tl_kv_params *p) {
@@ -193,9 +214,11 @@ size_t tl_kv_page_bytes(const tl_kv_params *p) {
  * max_block <= page_tokens), W = min(2 S L, S L ND, 256) write buffers in flight (the ring),
  * and each budget block costing its size + its alignment (the allocator's header):
  *   S L (NM (page_bytes + 64) + OPEN (f32_page_bytes + 64))   resident and open pages
+ *   + S R (NM + OPEN) input_page_bytes                          their input rows
  *   + (active ND + W + C) (slot_bytes + SLOT_ALIGN)            staging, writes, cache
  *   + meta + 64                                                page tables and write ring
- * slot_bytes = page_bytes rounded up to SLOT_ALIGN (TL_TIER_MAX_ALIGN). A page being
+ * R = layers that recompute (a disk page's input rows take x_slot <= slot_bytes of its
+ * slot, as input_dim <= 2 kv_dim is required). slot_bytes = page_bytes rounded up to SLOT_ALIGN (TL_TIER_MAX_ALIGN). A page being
  * stored holds its open frame and its new frame for a moment; both are counted. A page
  * pinned by a prefetch while its write was in flight keeps its write buffer in place of a
  * staging frame. A page leaving the temperature window is copied into a write buffer
@@ -211,6 +234,7 @@ uint64_t tl_kv_budget_bytes(const tl_kv_params *p, int32_t active) {
     uint64_t meta = meta_bytes(p, &cap, off);
     uint64_t w = nd ? cap : 0;
     return S * L * (nm * (page + FRAME_ALIGN) + open * (f32 + FRAME_ALIGN)) +
+           S * recompute_layers(p) * (nm + open) * input_page_bytes(p) +
            ((uint64_t)active * nd + w + (nd ? C : 0)) * (slot + SLOT_ALIGN) + meta +
            FRAME_ALIGN;
 }
@@ -301,6 +325,20 @@ static void slot_free(tl_kv *kv, uint8_t **f) {
 static void page_frame_free(tl_kv *kv, kv_page *pg) {
     if (pg->state == PG_DISK) slot_free(kv, &pg->frame);
     else frame_free(kv, &pg->frame);
+}
+
+static int recomputes(const tl_kv *kv, int32_t layer) {
+    return tl_kv_params_recomputes(&kv->p, layer);
+}
+
+/* Bytes of a layer's disk page in its slot: K and V, or its input rows. */
+static size_t disk_bytes(const tl_kv *kv, int32_t layer) {
+    return recomputes(kv, layer) ? kv->x_slot : kv->slot_bytes;
+}
+
+/* Bytes of a layer's open page frame: f32 K and V rows, then the input rows. */
+static size_t open_bytes(const tl_kv *kv, int32_t layer) {
+    return kv->f32_bytes + (recomputes(kv, layer) ? kv->x_bytes : 0);
 }
 
 static uint64_t new_tag(tl_kv *kv) {
@@ -395,7 +433,7 @@ static tl_status ring_pop(tl_kv *kv, int block, int *progress) {
         }
         if (st == TL_OK) {
             kv->stats.pages_written++;
-            kv->stats.bytes_written += kv->slot_bytes;
+            kv->stats.bytes_written += disk_bytes(kv, w->layer);
         } else {
             tl_error_wrap(st, "KV spill write (seq %d, layer %d, page %d)", (int)w->seq,
                           (int)w->layer, (int)w->page);
@@ -442,7 +480,7 @@ static tl_status finish_read(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer,
         return stick(kv, st);
     }
     kv->stats.pages_read++;
-    kv->stats.bytes_read += kv->slot_bytes;
+    kv->stats.bytes_read += disk_bytes(kv, layer);
     return TL_OK;
 }
 
@@ -460,12 +498,18 @@ static tl_status write_out(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, i
     uint8_t *buf;
     st = slot_alloc(kv, &buf, "spill write buffer", seq, layer, i);
     if (st != TL_OK) return st;
-    if (f32) encode_page(kv, f32, buf);
-    else memcpy(buf, src, kv->page_bytes);
-    memset(buf + kv->page_bytes, 0, kv->slot_bytes - kv->page_bytes);
+    const size_t bytes = disk_bytes(kv, layer);
+    if (recomputes(kv, layer)) { /* the input rows, after the f32 K and V rows (the frame
+                                    of a 32-bit page kept in memory is its open frame) */
+        memcpy(buf, (f32 ? (const uint8_t *)f32 : src) + kv->f32_bytes, kv->x_bytes);
+        memset(buf + kv->x_bytes, 0, bytes - kv->x_bytes);
+    } else {
+        if (f32) encode_page(kv, f32, buf);
+        else memcpy(buf, src, kv->page_bytes);
+        memset(buf + kv->page_bytes, 0, bytes - kv->page_bytes);
+    }
     uint64_t tag = new_tag(kv);
-    st = tl_aio_write(kv->aio, kv->tier, kv->next_slot * kv->slot_bytes, buf, kv->slot_bytes,
-                      tag);
+    st = tl_aio_write(kv->aio, kv->tier, kv->next_slot * kv->slot_bytes, buf, bytes, tag);
     if (st != TL_OK) {
         slot_free(kv, &buf);
         tl_error_wrap(st, "KV spill write (seq %d, layer %d, page %d)", (int)seq, (int)layer,
@@ -566,6 +610,8 @@ tl_status tl_kv_open(const tl_kv_params *p, tl_budget *budget, tl_aio *aio, tl_k
     kv->page_bytes = tl_kv_page_bytes(p);
     kv->f32_bytes = 2 * (size_t)p->page_tokens * (size_t)p->kv_dim * sizeof(float);
     kv->slot_bytes = slot_of(kv->page_bytes);
+    kv->x_bytes = (size_t)input_page_bytes(p);
+    kv->x_slot = slot_of(kv->x_bytes);
     kv->cache_cap = p->cache_pages;
     uint64_t cap, off[6], mb = meta_bytes(p, &cap, off);
     st = tl_budget_calloc(budget, (size_t)mb, "KV page tables", &kv->meta);
@@ -610,7 +656,7 @@ static void page_clear(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, int32
         pg->writing = 0; /* its ring entry is now dead */
         if (st == TL_OK) {
             kv->stats.pages_written++;
-            kv->stats.bytes_written += kv->slot_bytes;
+            kv->stats.bytes_written += disk_bytes(kv, layer);
         } else {
             tl_error_wrap(st, "KV spill write (seq %d, layer %d, page %d)", (int)seq,
                           (int)layer, (int)i);
@@ -701,7 +747,8 @@ tl_status tl_kv_append(tl_kv *kv, int32_t seq, int32_t layer, const float *k, co
     for (int32_t i = (int32_t)(pos0 / P); i <= (int32_t)((pos0 + n - 1) / P); i++) {
         kv_page *pg = page_at(kv, seq, layer, i);
         if (pg->state != PG_EMPTY) continue;
-        st = frame_alloc(kv, kv->f32_bytes, FRAME_ALIGN, &pg->frame, "open page", seq, layer, i);
+        st = frame_alloc(kv, open_bytes(kv, layer), FRAME_ALIGN, &pg->frame, "open page", seq,
+                         layer, i);
         if (st != TL_OK) return st; /* frames allocated so far stay, empty and open */
         pg->state = PG_OPEN;
     }
@@ -762,7 +809,7 @@ static tl_status stage_read(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, 
     if (st != TL_OK) return st;
     pg->rtag = new_tag(kv);
     st = tl_aio_read_class(kv->aio, kv->tier, pg->slot * kv->slot_bytes, pg->stage,
-                           kv->slot_bytes, pg->rtag, cls);
+                           disk_bytes(kv, layer), pg->rtag, cls);
     if (st != TL_OK) {
         slot_free(kv, &pg->stage);
         tl_error_wrap(st, "KV spill read (seq %d, layer %d, page %d)", (int)seq, (int)layer,
@@ -839,41 +886,59 @@ void tl_kv_release(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t layer
     }
 }
 
-tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float *scratch,
-                     const float **k, const float **v, int32_t *n) {
-    if (!kv || !k || !v || !n) return tl_error_set(TL_ERR_INVALID, "kv view: null argument");
+/* The bytes of a viewable page (NULL for an open page), and its visible rows. */
+static tl_status view_source(tl_kv *kv, int32_t seq, int32_t layer, int32_t page,
+                             const char *what, kv_page **pgp, const uint8_t **src,
+                             int32_t *rows) {
     tl_status st = sticky(kv);
-    if (st == TL_OK) st = check_seq(kv, seq, "view");
-    if (st == TL_OK) st = check_layer(kv, layer, "view");
+    if (st == TL_OK) st = check_seq(kv, seq, what);
+    if (st == TL_OK) st = check_layer(kv, layer, what);
     if (st != TL_OK) return st;
     const int32_t P = kv->p.page_tokens;
     int32_t vis = tl_kv_visible(kv, seq, layer);
     if (page < 0 || (int64_t)page * P >= vis)
         return tl_error_set(TL_ERR_INVALID,
-                            "kv view: page %d of sequence %d layer %d is past its %d "
-                            "positions", (int)page, (int)seq, (int)layer, (int)vis);
-    int32_t rows = vis - page * P < P ? vis - page * P : P;
+                            "kv %s: page %d of sequence %d layer %d is past its %d "
+                            "positions", what, (int)page, (int)seq, (int)layer, (int)vis);
+    *rows = vis - page * P < P ? vis - page * P : P;
     kv_page *pg = page_at(kv, seq, layer, page);
-    const uint8_t *src = NULL;
-    if (pg->state == PG_OPEN) {
+    *pgp = pg;
+    *src = NULL;
+    if (pg->state == PG_OPEN) return TL_OK;
+    if (pg->state == PG_MEM) {
+        *src = pg->frame;
+    } else if (pg->state == PG_DISK && pg->stage && !pg->reading) {
+        *src = pg->stage;
+    } else if (pg->state == PG_DISK && (pg->pinned || pg->cached)) {
+        *src = pg->frame;
+    } else {
+        return tl_error_set(TL_ERR_INVALID,
+                            "kv %s: page %d of sequence %d layer %d is on disk and %s "
+                            "(tl_kv_prefetch and tl_kv_wait first)", what, (int)page, (int)seq,
+                            (int)layer, pg->stage ? "its read was not waited for" : "not staged");
+    }
+    return TL_OK;
+}
+
+tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float *scratch,
+                     const float **k, const float **v, int32_t *n) {
+    if (!kv || !k || !v || !n) return tl_error_set(TL_ERR_INVALID, "kv view: null argument");
+    kv_page *pg;
+    const uint8_t *src;
+    int32_t rows;
+    tl_status st = view_source(kv, seq, layer, page, "view", &pg, &src, &rows);
+    if (st != TL_OK) return st;
+    const int32_t P = kv->p.page_tokens;
+    if (!src) { /* open: f32 rows in its frame */
         const float *f = (const float *)(const void *)pg->frame;
         *k = f;
         *v = f + (size_t)P * (size_t)kv->p.kv_dim;
         *n = rows;
         return TL_OK;
     }
-    if (pg->state == PG_MEM) {
-        src = pg->frame;
-    } else if (pg->state == PG_DISK && pg->stage && !pg->reading) {
-        src = pg->stage;
-    } else if (pg->state == PG_DISK && (pg->pinned || pg->cached)) {
-        src = pg->frame;
-    } else {
-        return tl_error_set(TL_ERR_INVALID,
-                            "kv view: page %d of sequence %d layer %d is on disk and %s "
-                            "(tl_kv_prefetch and tl_kv_wait first)", (int)page, (int)seq,
-                            (int)layer, pg->stage ? "its read was not waited for" : "not staged");
-    }
+    if (pg->state == PG_DISK && recomputes(kv, layer))
+        return tl_error_set(TL_ERR_INVALID, "kv view: page %d of sequence %d layer %d holds "
+                            "input rows (tl_kv_view_inputs)", (int)page, (int)seq, (int)layer);
     if (kv->p.bits == 32) {
         *k = (const float *)(const void *)src;
         *v = *k + (size_t)P * (size_t)kv->p.kv_dim;
@@ -886,6 +951,46 @@ tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float 
     *n = rows;
     return TL_OK;
 }
+
+tl_status tl_kv_view_inputs(tl_kv *kv, int32_t seq, int32_t layer, int32_t page,
+                            const float **x, int32_t *n) {
+    if (!kv || !x || !n) return tl_error_set(TL_ERR_INVALID, "kv view inputs: null argument");
+    *x = NULL;
+    kv_page *pg;
+    const uint8_t *src;
+    int32_t rows;
+    tl_status st = view_source(kv, seq, layer, page, "view inputs", &pg, &src, &rows);
+    if (st != TL_OK) return st;
+    *n = rows;
+    if (src && pg->state == PG_DISK && recomputes(kv, layer))
+        *x = (const float *)(const void *)src;
+    return TL_OK;
+}
+
+tl_status tl_kv_append_inputs(tl_kv *kv, int32_t seq, int32_t layer, const float *x,
+                              int32_t n) {
+    if (!kv) return tl_error_set(TL_ERR_INVALID, "kv append inputs: no cache");
+    tl_status st = sticky(kv);
+    if (st == TL_OK) st = check_seq(kv, seq, "append inputs");
+    if (st == TL_OK) st = check_layer(kv, layer, "append inputs");
+    if (st != TL_OK) return st;
+    const kv_sl *sl = sl_at(kv, seq, layer);
+    if (!recomputes(kv, layer) || n < 0 || n > sl->pending || (n > 0 && !x))
+        return tl_error_set(TL_ERR_INVALID, "kv append inputs: layer %d %s, %d rows of %d "
+                            "appended", (int)layer, recomputes(kv, layer) ? "recomputes" :
+                            "does not recompute", (int)n, (int)sl->pending);
+    const int32_t P = kv->p.page_tokens;
+    const size_t X = (size_t)kv->p.input_dim;
+    const int64_t pos0 = (int64_t)kv->seqs[seq].len + sl->pending - n;
+    for (int32_t r = 0; r < n; r++) { /* the rows tl_kv_append just wrote: open frames */
+        const int64_t pos = pos0 + r;
+        uint8_t *f = page_at(kv, seq, layer, (int32_t)(pos / P))->frame + kv->f32_bytes;
+        memcpy(f + (size_t)(pos % P) * X * sizeof(float), x + (size_t)r * X, X * sizeof(float));
+    }
+    return TL_OK;
+}
+
+int tl_kv_recomputes(const tl_kv *kv, int32_t layer) { return kv && recomputes(kv, layer); }
 
 /* ---- page selection ---- */
 

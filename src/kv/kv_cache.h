@@ -58,7 +58,27 @@ typedef struct tl_kv_params {
     int32_t cache_pages;  /* disk pages kept in memory after their write or read */
     int32_t key_bounds;   /* 1: keep each full page's per-channel key min and max in memory
                              (2 kv_dim floats), for page selection */
+    /* Recompute instead of load: layer l's disk pages hold the layer's input rows
+     * (input_dim f32 values per position: the attention block's normalized input) rather
+     * than K and V, and attention recomputes K and V from them (model/). Set bit l of
+     * recompute[l / 64] for such a layer (layers < 256); needs bits 32 and input_dim. */
+    int32_t input_dim;
+    uint64_t recompute[4];
 } tl_kv_params;
+
+/* The first `layers` layers recompute from input rows of input_dim (clamped to
+ * [0, min(n_layer, 256)]); the others load K and V. */
+static inline void tl_kv_set_recompute(tl_kv_params *p, int32_t input_dim, int32_t layers) {
+    for (int i = 0; i < 4; i++) p->recompute[i] = 0;
+    p->input_dim = layers > 0 ? input_dim : 0;
+    for (int32_t l = 0; l < layers && l < p->n_layer && l < 256; l++)
+        p->recompute[l / 64] |= (uint64_t)1 << (l % 64);
+}
+
+/* 1 when layer l's disk pages hold input rows (see tl_kv_params.recompute). */
+static inline int tl_kv_params_recomputes(const tl_kv_params *p, int32_t l) {
+    return l >= 0 && l < 256 && (p->recompute[l / 64] >> (l % 64) & 1);
+}
 
 enum { TL_KV_SPREAD = 0, TL_KV_TEMPERATURE = 1 };
 
@@ -123,6 +143,21 @@ tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float 
                      const float **k, const float **v, int32_t *n);
 
 void tl_kv_get_stats(const tl_kv *kv, tl_kv_stats *out);
+
+/* ---- recompute instead of load ----
+ * A layer that recomputes gets its input rows beside K and V: call tl_kv_append_inputs
+ * right after tl_kv_append with the same n rows. Its pages homed on disk are written as
+ * those input rows only; tl_kv_view refuses such a page, and tl_kv_view_inputs gives its
+ * rows instead (once viewable, as for tl_kv_view), from which the caller computes K and V
+ * (RoPE at the page's positions). */
+tl_status tl_kv_append_inputs(tl_kv *kv, int32_t seq, int32_t layer, const float *x,
+                              int32_t n);
+/* *x = the page's input rows (*n of input_dim floats) when the page is held as input
+ * rows; *x = NULL when it holds K and V (use tl_kv_view). */
+tl_status tl_kv_view_inputs(tl_kv *kv, int32_t seq, int32_t layer, int32_t page,
+                            const float **x, int32_t *n);
+/* 1 when the cache's layer recomputes. */
+int tl_kv_recomputes(const tl_kv *kv, int32_t layer);
 
 /* ---- page selection ----
  * With key_bounds, attention may read only some pages (model/kv_select.h picks them).

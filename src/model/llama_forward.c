@@ -45,7 +45,9 @@ static size_t scratch_table(const tl_llama *m, tl_llama_scratch *s, int32_t max_
     const size_t group = (size_t)(hp->n_head / hp->n_head_kv);
     size_t widest = f > d ? f : d;
     if (qd > widest) widest = qd;
-    s->mm_scratch_floats = tl_matmul_scratch_floats(widest, nr);
+    /* matrix products of max_rows rows, and of a page of rows (attention's recompute) */
+    s->mm_scratch_floats = tl_matmul_scratch_floats(
+        widest, nr > (size_t)page_tokens ? nr : (size_t)page_tokens);
     size_t block = TL_ATTN_BLOCK_SCORE_BYTES / (group * (size_t)max_ctx * sizeof(float));
     block = block < 1 ? 1 : block > TL_ATTN_BLOCK_MAX_ROWS ? TL_ATTN_BLOCK_MAX_ROWS : block;
     s->attn_rows = (int32_t)(block < nr ? block : nr);
@@ -178,6 +180,49 @@ static void attn_fail(attn_job *j, tl_status st) {
                                             memory_order_relaxed);
 }
 
+/* A page held as input rows (a layer that recomputes, kv_cache.h): head g's slice of K
+ * (Wk's rows of that head, then RoPE at the page's positions) or of V into `out` (rows of
+ * kvd floats, only the head's columns written), in the calling thread. */
+static void recompute_head(const attn_job *j, const float *x, int32_t n, int32_t pos0, int g,
+                           int key, float *out, int thread) {
+    const tl_llama_hparams *hp = &j->m->hp;
+    const tl_llama_layer *L = &j->m->layers[j->layer];
+    const tl_weight *w = key ? &L->wk : &L->wv;
+    const size_t hd = (size_t)hp->head_dim, kvd = (size_t)hp->n_head_kv * hd;
+    if (j->m->use_reference)
+        tl_matmul_ref(w->type, w->data, w->cols, (size_t)g * hd, (size_t)(g + 1) * hd, x,
+                      w->cols, (size_t)n, out, kvd);
+    else
+        tl_matmul_fast(w->type, w->data, w->cols, (size_t)g * hd, (size_t)(g + 1) * hd, x,
+                       w->cols, (size_t)n, out, kvd,
+                       j->s->mm_scratch + (size_t)thread * j->s->mm_scratch_floats);
+    if (key)
+        for (int32_t t = 0; t < n; t++)
+            tl_op_rope(out + (size_t)t * kvd + (size_t)g * hd, 1, hp->head_dim, hp->rope_dim,
+                       pos0 + t, hp->rope_base);
+}
+
+/* The K (key) or V rows of page p for head g: viewed, or recomputed from input rows into
+ * page_buf. */
+static tl_status head_rows(const attn_job *j, int32_t seq, int32_t p, int g, int key,
+                           float *page_buf, int thread, const float **rows, int32_t *n) {
+    const float *K, *V, *x = NULL;
+    if (tl_kv_recomputes(j->kv, j->layer)) {
+        tl_status st = tl_kv_view_inputs(j->kv, seq, j->layer, p, &x, n);
+        if (st) return st;
+    }
+    if (x) {
+        const size_t kvd = (size_t)j->m->hp.n_head_kv * (size_t)j->m->hp.head_dim;
+        float *out = page_buf + (key ? 0 : (size_t)j->s->page_tokens * kvd);
+        recompute_head(j, x, *n, p * j->s->page_tokens, g, key, out, thread);
+        *rows = out;
+        return TL_OK;
+    }
+    tl_status st = tl_kv_view(j->kv, seq, j->layer, p, page_buf, &K, &V, n);
+    *rows = key ? K : V;
+    return st;
+}
+
 /* Block b of rows (consecutive rows of one sequence, positions ascending), kv head g: the
  * `group` query heads that share kv head g. Each page is viewed once for the whole block
  * and its K (then V) slice serves every row of the block while it is in L1; each row's
@@ -204,7 +249,7 @@ static void attn_task(void *arg, int task, int thread) {
     const int32_t P = s->page_tokens, kvd = n_kv * hd;
     /* pass 1: scores of every visible position (left-out pages: -inf, unless measured) */
     for (int32_t p = 0, t0 = 0; t0 <= last; p++) {
-        const float *K, *V;
+        const float *K;
         int32_t n;
         if (sel && !sel[p] && !measure) { /* a selective block is one row */
             const int32_t cnt = P < last + 1 - t0 ? P : last + 1 - t0;
@@ -213,7 +258,7 @@ static void attn_task(void *arg, int task, int thread) {
             t0 += P;
             continue;
         }
-        tl_status st = tl_kv_view(j->kv, seq, j->layer, p, page_buf, &K, &V, &n);
+        tl_status st = head_rows(j, seq, p, g, 1, page_buf, thread, &K, &n);
         if (st || n <= 0) {
             attn_fail(j, st ? st : TL_ERR_INVALID);
             return;
@@ -250,13 +295,13 @@ static void attn_task(void *arg, int task, int thread) {
     }
     /* pass 2: weighted sum of V */
     for (int32_t p = 0, t0 = 0; t0 <= last; p++) {
-        const float *K, *V;
+        const float *V;
         int32_t n;
         if (sel && !sel[p]) {
             t0 += P;
             continue;
         }
-        if (tl_kv_view(j->kv, seq, j->layer, p, page_buf, &K, &V, &n) || n <= 0) return;
+        if (head_rows(j, seq, p, g, 0, page_buf, thread, &V, &n) || n <= 0) return;
         for (int32_t r = r0; r < r1; r++) {
             const int32_t pos = j->rows->pos[r];
             if (pos < t0) continue;
@@ -327,6 +372,8 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
         e = tl_llama_rows_run_end(rows, i);
         tl_status st = tl_kv_append(kv, rows->seq[i], l, s->k + (size_t)i * kvd,
                                     s->v + (size_t)i * kvd, e - i);
+        if (!st && tl_kv_recomputes(kv, l)) /* its disk pages keep the inputs instead */
+            st = tl_kv_append_inputs(kv, rows->seq[i], l, s->xn + (size_t)i * d, e - i);
         if (st) return st;
     }
     for (int32_t i = 0, e; s->sel_block && i < rows->n; i = e) { /* selection: decode rows */
