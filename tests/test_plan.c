@@ -472,19 +472,20 @@ static void property(int cases, int runs) {
 
 /* ---- 3. KV tiers in the latency regime ----
  * A context whose KV cache does not fit in memory: the search puts it in tiers, its
- * choice of cache size is within 2% of the best of a fine sweep of cache sizes at the same
- * knobs, and the engine opens that policy within the budget and runs it. */
-static void tiers_search(const char *path) {
+ * choice of cache size and recomputing layers is within 2% of the best of a sweep of
+ * both at the same other knobs, and the engine opens that policy within the budget and
+ * runs it. */
+static void tiers_search(const char *path, uint64_t budget, double disk_bps, int run) {
     tl_model_params mp = tl_model_default_params();
     mp.n_threads = 1;
-    mp.mem_budget = 24u << 20;
+    mp.mem_budget = budget;
     tl_model *m;
     CHECK(tl_model_open(path, &mp, &m) == TL_OK);
     if (!m) return;
     tl_hw_profile prof;
     round_profile(&prof);
     for (int c = 0; c < TL_PROF_N_CHUNK; c++) /* a slow disk, so the cache matters */
-        for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof.disk_read_bps[c][d] = 1e8;
+        for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof.disk_read_bps[c][d] = disk_bps;
     tl_plan_request rq;
     memset(&rq, 0, sizeof rq);
     rq.single = 1;
@@ -504,21 +505,37 @@ static void tiers_search(const char *path) {
           r.cost.decode_kv_pages_read <= r.cost.decode_kv_pages_needed);
     double sweep_best = HUGE_VAL;
     int32_t best_cache = -1;
-    for (int32_t c = 0; c <= 700; c += 5) {
-        tl_policy q = r.policy;
-        q.kv_cache_pages = c;
-        tl_plan_result e;
-        if (tl_plan_evaluate(m, &prof, &rq.w, &q, &e)) continue;
-        if (e.cost.total_s < sweep_best) {
-            sweep_best = e.cost.total_s;
-            best_cache = c;
+    int32_t best_rc = -1;
+    for (int32_t c = 0; c <= 700; c += 10)
+        for (int32_t rc = 0; rc <= 8; rc++) { /* and every count of recomputing layers */
+            tl_policy q = r.policy;
+            q.kv_cache_pages = c;
+            q.kv_recompute = rc;
+            q.kv_inputs = rc > 0;
+            tl_plan_result e;
+            if (tl_plan_evaluate(m, &prof, &rq.w, &q, &e)) continue;
+            if (e.cost.total_s < sweep_best) {
+                sweep_best = e.cost.total_s;
+                best_cache = c;
+                best_rc = rc;
+            }
         }
-    }
     CHECK_MSG(r.cost.total_s <= sweep_best * 1.02, "search %.4f s (cache %d) vs sweep %.4f s "
               "(cache %d)", r.cost.total_s, (int)r.policy.kv_cache_pages, sweep_best,
               (int)best_cache);
-    fprintf(stderr, "tiers: cache %d pages, predicted %.4f s; sweep best cache %d, %.4f s\n",
-            (int)r.policy.kv_cache_pages, r.cost.total_s, (int)best_cache, sweep_best);
+    fprintf(stderr, "tiers: cache %d pages, %d layers recompute, predicted %.4f s; sweep "
+            "best cache %d, %d layers recompute, %.4f s\n", (int)r.policy.kv_cache_pages,
+            (int)r.policy.kv_recompute, r.cost.total_s, (int)best_cache, (int)best_rc,
+            sweep_best);
+    /* reading a page's 32 KiB of K and V takes 0.33 ms at 1e8 B/s, recomputing it from
+     * its 16 KiB of input rows 2 ms of products at 1e9 MAC/s: load; at 1e6 B/s, the 16
+     * KiB saved take 16 ms: recompute */
+    CHECK_MSG((r.policy.kv_recompute > 0) == (disk_bps < 1e7), "%d layers recompute at a "
+              "disk of %.0e B/s", (int)r.policy.kv_recompute, disk_bps);
+    if (!run) {
+        tl_model_close(m);
+        return;
+    }
     /* the engine holds the planned policy within the budget */
     tl_plan_apply(&r.policy, m, NULL);
     tl_context_params cp = tl_context_default_params();
@@ -568,7 +585,8 @@ int main(void) {
     char p4[256];
     g_synth_ctx = 2048;
     if (!synth("tiers", 300, 256, 320, 8, 8, 8, 0, p4, sizeof p4)) return 1;
-    tiers_search(p4);
+    tiers_search(p4, 24u << 20, 1e8, 1);
+    tiers_search(p4, 36u << 20, 1e6, 0); /* input rows kept take room too */
     unlink(p4);
     property(150, 12);
     unlink(p1);

@@ -123,10 +123,11 @@ static void tiers_kv(tl_kv_params *kp, int32_t window_pages, int32_t sink_pages,
 
 uint64_t tl_context_tiers_budget_bytes(const tl_model *m, int32_t n_ctx, int32_t n_batch,
                                        int32_t bits, int32_t window_pages, int32_t sink_pages,
-                                       int32_t cache_pages, int select) {
+                                       int32_t cache_pages, int select, int32_t recompute) {
     if (n_batch > n_ctx) n_batch = n_ctx;
     tl_kv_params kp = kv_params(m, n_ctx, n_batch, bits);
     tiers_kv(&kp, window_pages, sink_pages, cache_pages, select, "/");
+    tl_kv_set_recompute(&kp, m->lm.hp.n_embd, recompute);
     tl_context_params p = tl_context_default_params();
     p.kv_select = select ? 1.0f : 0.0f;
     return context_state_bytes(m, &p, &kp, n_ctx, n_batch);
@@ -153,6 +154,9 @@ static tl_status plan_kv(const tl_model *m, const tl_context_params *p, int32_t 
         if (act + tl_kv_budget_bytes(kp, 2) <= room_for_state(m)) return TL_OK;
         window = KV_AUTO_WINDOW;
     }
+    if (p->kv_recompute < 0 || p->kv_recompute > 256)
+        return tl_error_set(TL_ERR_INVALID, "KV tiers: %d layers recomputing (0 to 256)",
+                            (int)p->kv_recompute);
     if (p->kv_sinks < 0 || (p->kv_cache_bytes < 0 && p->kv_cache_bytes != -1))
         return tl_error_set(TL_ERR_INVALID, "KV tiers: %d sink positions, a cache of %lld "
                             "bytes", (int)p->kv_sinks, (long long)p->kv_cache_bytes);
@@ -245,6 +249,12 @@ tl_status tl_context_tune_kv(tl_context *c, int32_t cache_pages, float select_sh
     c->scratch.select.page_share = select_share;
     if (select_share == 0) tl_kv_forget_selection(c->kv);
     return TL_OK;
+}
+
+tl_status tl_context_set_kv_recompute(tl_context *c, int32_t layers) {
+    tl_status st = tl_kv_set_recompute_layers(c->kv, layers);
+    if (!st) tl_kv_set_recompute(&c->kp, c->kp.input_dim, layers);
+    return st;
 }
 
 const tl_kv_params *tl_context_kv_params(const tl_context *c) { return &c->kp; }

@@ -37,6 +37,9 @@ void tl_engine_unplace(tl_model *m);
  * most what the context opened with) and the page-selection share (0: exact; > 0 only
  * for a context opened with selection). */
 tl_status tl_context_tune_kv(tl_context *c, int32_t cache_pages, float select_share);
+/* Between steps of a context opened with kv_recompute > 0 (its input rows kept): the
+ * first `layers` layers recompute K and V from them from now on, the others load. */
+tl_status tl_context_set_kv_recompute(tl_context *c, int32_t layers);
 /* The KV placement a context chose (tiers, window, cache...). */
 const tl_kv_params *tl_context_kv_params(const tl_context *c);
 
@@ -45,10 +48,11 @@ const tl_kv_params *tl_context_kv_params(const tl_context *c);
 enum { TL_KV_AUTO_WINDOW = 256 };
 /* Budget bytes a context of (n_ctx, n_batch) holds with its KV in tiers (window and sink
  * pages in memory, a cache of cache_pages disk pages, key bounds and the selection's
- * scratch when select), as tl_context_open accounts them. */
+ * scratch when select, input rows kept when recompute > 0), as tl_context_open accounts
+ * them. */
 uint64_t tl_context_tiers_budget_bytes(const tl_model *m, int32_t n_ctx, int32_t n_batch,
                                        int32_t bits, int32_t window_pages, int32_t sink_pages,
-                                       int32_t cache_pages, int select);
+                                       int32_t cache_pages, int select, int32_t recompute);
 /* Disk pages (all layers) of such a context once full. */
 int64_t tl_context_tiers_disk_pages(const tl_model *m, int32_t n_ctx, int32_t window_pages,
                                     int32_t sink_pages);

@@ -40,7 +40,12 @@ typedef struct kv_page {
     uint8_t *frame, *stage;
     uint64_t slot, wtag, rtag;
     uint8_t state, writing, reading, pinned, cached;
+    uint8_t form;  /* what a disk page's frame holds: FORM_KV, FORM_X (input rows only), or
+                      FORM_BOTH (the write buffer: K and V, then the input rows) */
+    uint8_t sform; /* what its stage holds (FORM_KV or FORM_X) */
 } kv_page;
+
+enum { FORM_KV = 0, FORM_X = 1, FORM_BOTH = 2 };
 
 typedef struct kv_sl { int32_t pending, stored, selective; } kv_sl; /* per (seq, layer) */
 typedef struct kv_seq { int32_t open, len; } kv_seq;
@@ -54,6 +59,8 @@ struct tl_kv {
     int32_t group, np;
     size_t row_bytes, page_bytes, f32_bytes, slot_bytes;
     size_t x_bytes, x_slot; /* a page's input rows (recompute), and rounded up to a slot */
+    size_t frame_slot;      /* a slot frame and a page's stride in the spill file: slot_bytes,
+                               + x_slot when input rows are kept */
     void *meta; /* one budget block holding the four tables below */
     kv_page *pages;
     kv_sl *sl;
@@ -127,7 +134,8 @@ static tl_status check_params(const tl_kv_params *p) {
     if (spills(p) && (!p->spill_dir || !p->spill_dir[0]))
         return tl_error_set(TL_ERR_INVALID, "kv: pages homed on disk need a spill directory");
     const int any = (p->recompute[0] | p->recompute[1] | p->recompute[2] | p->recompute[3]) != 0;
-    if (any && (p->bits != 32 || p->input_dim < 1 || p->input_dim > 2 * p->kv_dim))
+    if (p->input_dim < 0 || (any && p->input_dim == 0) ||
+        (p->input_dim > 0 && (p->bits != 32 || p->input_dim > 2 * p->kv_dim)))
         return tl_error_set(TL_ERR_INVALID, "kv: recomputing layers needs 32-bit KV and input "
                             "rows no wider than K and V together (bits %d, input_dim %d, "
                             "kv_dim %d)", (int)p->bits, (int)p->input_dim, (int)p->kv_dim);
@@ -138,13 +146,7 @@ static tl_status check_params(const tl_kv_params *p) {
     return TL_OK;
 }
 
-/* Layers that recompute, and the bytes of one page's input rows. */
-static uint64_t recompute_layers(const tl_kv_params *p) {
-    uint64_t n = 0;
-    for (int32_t l = 0; l < p->n_layer && l < 256; l++) n += (uint64_t)tl_kv_params_recomputes(p, l);
-    return n;
-}
-
+/* The bytes of one page's input rows (0 when they are not kept). */
 static uint64_t input_page_bytes(const tl_kv_params *p) {
     return (uint64_t)p->page_tokens * (uint64_t)p->input_dim * sizeof(float);
 }
@@ -214,11 +216,11 @@ size_t tl_kv_page_bytes(const tl_kv_params *p) {
  * max_block <= page_tokens), W = min(2 S L, S L ND, 256) write buffers in flight (the ring),
  * and each budget block costing its size + its alignment (the allocator's header):
  *   S L (NM (page_bytes + 64) + OPEN (f32_page_bytes + 64))   resident and open pages
- *   + S R (NM + OPEN) input_page_bytes                          their input rows
+ *   + S L (NM + OPEN) input_page_bytes                          their input rows
  *   + (active ND + W + C) (slot_bytes + SLOT_ALIGN)            staging, writes, cache
  *   + meta + 64                                                page tables and write ring
- * R = layers that recompute (a disk page's input rows take x_slot <= slot_bytes of its
- * slot, as input_dim <= 2 kv_dim is required). slot_bytes = page_bytes rounded up to SLOT_ALIGN (TL_TIER_MAX_ALIGN). A page being
+ * slot_bytes = page_bytes rounded up to SLOT_ALIGN (TL_TIER_MAX_ALIGN), plus the input
+ * rows rounded up likewise when they are kept (tl_kv_slot_bytes). A page being
  * stored holds its open frame and its new frame for a moment; both are counted. A page
  * pinned by a prefetch while its write was in flight keeps its write buffer in place of a
  * staging frame. A page leaving the temperature window is copied into a write buffer
@@ -230,16 +232,24 @@ uint64_t tl_kv_budget_bytes(const tl_kv_params *p, int32_t active) {
     uint64_t P = (uint64_t)p->page_tokens, M = p->max_block ? (uint64_t)p->max_block : P;
     uint64_t open = 1 + (M + P - 1) / P;
     uint64_t page = tl_kv_page_bytes(p), f32 = 2 * P * (uint64_t)p->kv_dim * 4;
-    uint64_t slot = slot_of(page), cap, off[6];
+    uint64_t slot = tl_kv_slot_bytes(p), cap, off[6];
     uint64_t meta = meta_bytes(p, &cap, off);
     uint64_t w = nd ? cap : 0;
     return S * L * (nm * (page + FRAME_ALIGN) + open * (f32 + FRAME_ALIGN)) +
-           S * recompute_layers(p) * (nm + open) * input_page_bytes(p) +
+           S * L * (nm + open) * input_page_bytes(p) +
            ((uint64_t)active * nd + w + (nd ? C : 0)) * (slot + SLOT_ALIGN) + meta +
            FRAME_ALIGN;
 }
 
-size_t tl_kv_slot_bytes(const tl_kv_params *p) { return slot_of(tl_kv_page_bytes(p)); }
+size_t tl_kv_slot_bytes(const tl_kv_params *p) {
+    const uint64_t x = input_page_bytes(p);
+    return slot_of(tl_kv_page_bytes(p)) + (x ? slot_of((size_t)x) : 0);
+}
+
+size_t tl_kv_read_bytes(const tl_kv_params *p, int recompute) {
+    return recompute && p->input_dim > 0 ? slot_of((size_t)input_page_bytes(p))
+                                         : slot_of(tl_kv_page_bytes(p));
+}
 
 int64_t tl_kv_disk_pages(const tl_kv_params *p, int64_t len) {
     if (check_params(p) != TL_OK || len <= 0) return 0;
@@ -304,7 +314,8 @@ static void frame_free(tl_kv *kv, uint8_t **f) {
  * so the budget's peak is unchanged. */
 static tl_status slot_alloc(tl_kv *kv, uint8_t **out, const char *what, int32_t seq,
                             int32_t layer, int32_t i) {
-    if (kv->n_spare == 0) return frame_alloc(kv, kv->slot_bytes, SLOT_ALIGN, out, what, seq, layer, i);
+    if (kv->n_spare == 0)
+        return frame_alloc(kv, kv->frame_slot, SLOT_ALIGN, out, what, seq, layer, i);
     *out = kv->spare[--kv->n_spare];
     if (++kv->frames > kv->frames_peak) kv->frames_peak = kv->frames;
     return TL_OK;
@@ -331,14 +342,16 @@ static int recomputes(const tl_kv *kv, int32_t layer) {
     return tl_kv_params_recomputes(&kv->p, layer);
 }
 
-/* Bytes of a layer's disk page in its slot: K and V, or its input rows. */
-static size_t disk_bytes(const tl_kv *kv, int32_t layer) {
+/* Bytes a read of a layer's disk page takes: its input rows when the layer recomputes,
+ * else K and V. */
+static size_t read_bytes(const tl_kv *kv, int32_t layer) {
     return recomputes(kv, layer) ? kv->x_slot : kv->slot_bytes;
 }
 
-/* Bytes of a layer's open page frame: f32 K and V rows, then the input rows. */
-static size_t open_bytes(const tl_kv *kv, int32_t layer) {
-    return kv->f32_bytes + (recomputes(kv, layer) ? kv->x_bytes : 0);
+/* 1 when a disk page's frame (or stage) of this form serves attention at the layer now:
+ * input rows serve only a layer that recomputes; K and V serve either. */
+static int form_serves(const tl_kv *kv, int32_t layer, int form) {
+    return form != FORM_X || recomputes(kv, layer);
 }
 
 static uint64_t new_tag(tl_kv *kv) {
@@ -433,7 +446,7 @@ static tl_status ring_pop(tl_kv *kv, int block, int *progress) {
         }
         if (st == TL_OK) {
             kv->stats.pages_written++;
-            kv->stats.bytes_written += disk_bytes(kv, w->layer);
+            kv->stats.bytes_written += kv->frame_slot;
         } else {
             tl_error_wrap(st, "KV spill write (seq %d, layer %d, page %d)", (int)w->seq,
                           (int)w->layer, (int)w->page);
@@ -480,7 +493,7 @@ static tl_status finish_read(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer,
         return stick(kv, st);
     }
     kv->stats.pages_read++;
-    kv->stats.bytes_read += disk_bytes(kv, layer);
+    kv->stats.bytes_read += pg->sform == FORM_X ? kv->x_slot : kv->slot_bytes;
     return TL_OK;
 }
 
@@ -498,18 +511,18 @@ static tl_status write_out(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, i
     uint8_t *buf;
     st = slot_alloc(kv, &buf, "spill write buffer", seq, layer, i);
     if (st != TL_OK) return st;
-    const size_t bytes = disk_bytes(kv, layer);
-    if (recomputes(kv, layer)) { /* the input rows, after the f32 K and V rows (the frame
-                                    of a 32-bit page kept in memory is its open frame) */
-        memcpy(buf, (f32 ? (const uint8_t *)f32 : src) + kv->f32_bytes, kv->x_bytes);
-        memset(buf + kv->x_bytes, 0, bytes - kv->x_bytes);
-    } else {
-        if (f32) encode_page(kv, f32, buf);
-        else memcpy(buf, src, kv->page_bytes);
-        memset(buf + kv->page_bytes, 0, bytes - kv->page_bytes);
+    if (f32) encode_page(kv, f32, buf);
+    else memcpy(buf, src, kv->page_bytes);
+    memset(buf + kv->page_bytes, 0, kv->slot_bytes - kv->page_bytes);
+    if (kv->x_bytes) { /* the input rows, after the f32 K and V rows (the frame of a 32-bit
+                          page kept in memory is its open frame) */
+        memcpy(buf + kv->slot_bytes, (f32 ? (const uint8_t *)f32 : src) + kv->f32_bytes,
+               kv->x_bytes);
+        memset(buf + kv->slot_bytes + kv->x_bytes, 0, kv->x_slot - kv->x_bytes);
     }
     uint64_t tag = new_tag(kv);
-    st = tl_aio_write(kv->aio, kv->tier, kv->next_slot * kv->slot_bytes, buf, bytes, tag);
+    st = tl_aio_write(kv->aio, kv->tier, kv->next_slot * kv->frame_slot, buf, kv->frame_slot,
+                      tag);
     if (st != TL_OK) {
         slot_free(kv, &buf);
         tl_error_wrap(st, "KV spill write (seq %d, layer %d, page %d)", (int)seq, (int)layer,
@@ -520,6 +533,7 @@ static tl_status write_out(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, i
     pg->frame = buf;
     pg->slot = kv->next_slot++;
     pg->state = PG_DISK;
+    pg->form = kv->x_bytes ? FORM_BOTH : FORM_KV;
     pg->writing = 1;
     pg->wtag = tag;
     kv_wr *w = &kv->ring[(kv->ring_head + kv->ring_n++) % kv->ring_cap];
@@ -611,7 +625,8 @@ tl_status tl_kv_open(const tl_kv_params *p, tl_budget *budget, tl_aio *aio, tl_k
     kv->f32_bytes = 2 * (size_t)p->page_tokens * (size_t)p->kv_dim * sizeof(float);
     kv->slot_bytes = slot_of(kv->page_bytes);
     kv->x_bytes = (size_t)input_page_bytes(p);
-    kv->x_slot = slot_of(kv->x_bytes);
+    kv->x_slot = kv->x_bytes ? slot_of(kv->x_bytes) : 0;
+    kv->frame_slot = kv->slot_bytes + kv->x_slot;
     kv->cache_cap = p->cache_pages;
     uint64_t cap, off[6], mb = meta_bytes(p, &cap, off);
     st = tl_budget_calloc(budget, (size_t)mb, "KV page tables", &kv->meta);
@@ -656,7 +671,7 @@ static void page_clear(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, int32
         pg->writing = 0; /* its ring entry is now dead */
         if (st == TL_OK) {
             kv->stats.pages_written++;
-            kv->stats.bytes_written += disk_bytes(kv, layer);
+            kv->stats.bytes_written += kv->frame_slot;
         } else {
             tl_error_wrap(st, "KV spill write (seq %d, layer %d, page %d)", (int)seq,
                           (int)layer, (int)i);
@@ -742,13 +757,14 @@ tl_status tl_kv_append(tl_kv *kv, int32_t seq, int32_t layer, const float *k, co
                             (int)seq, (int)layer, pos0, (int)n, (int)kv->p.max_tokens);
     if (n == 0) return TL_OK;
     if ((st = reap(kv)) != TL_OK) return st;
+    /* open frames: f32 K rows, V rows, then the input rows when they are kept */
     const int32_t P = kv->p.page_tokens;
     const size_t D = (size_t)kv->p.kv_dim;
     for (int32_t i = (int32_t)(pos0 / P); i <= (int32_t)((pos0 + n - 1) / P); i++) {
         kv_page *pg = page_at(kv, seq, layer, i);
         if (pg->state != PG_EMPTY) continue;
-        st = frame_alloc(kv, open_bytes(kv, layer), FRAME_ALIGN, &pg->frame, "open page", seq,
-                         layer, i);
+        st = frame_alloc(kv, kv->f32_bytes + kv->x_bytes, FRAME_ALIGN, &pg->frame, "open page",
+                         seq, layer, i);
         if (st != TL_OK) return st; /* frames allocated so far stay, empty and open */
         pg->state = PG_OPEN;
     }
@@ -808,8 +824,11 @@ static tl_status stage_read(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, 
     tl_status st = slot_alloc(kv, &pg->stage, "staging frame", seq, layer, i);
     if (st != TL_OK) return st;
     pg->rtag = new_tag(kv);
-    st = tl_aio_read_class(kv->aio, kv->tier, pg->slot * kv->slot_bytes, pg->stage,
-                           disk_bytes(kv, layer), pg->rtag, cls);
+    const int x = recomputes(kv, layer); /* input rows sit after K and V in the slot */
+    pg->sform = x ? FORM_X : FORM_KV;
+    st = tl_aio_read_class(kv->aio, kv->tier,
+                           pg->slot * kv->frame_slot + (x ? kv->slot_bytes : 0), pg->stage,
+                           read_bytes(kv, layer), pg->rtag, cls);
     if (st != TL_OK) {
         slot_free(kv, &pg->stage);
         tl_error_wrap(st, "KV spill read (seq %d, layer %d, page %d)", (int)seq, (int)layer,
@@ -832,7 +851,8 @@ tl_status tl_kv_prefetch(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t
             if (pg->state != PG_DISK || pg->stage || pg->pinned) continue;
             if (kv->want && sl_at(kv, s, layer)->selective && !kv->want[page_index(kv, s, layer, i)])
                 continue; /* the last selection at this layer did not use it */
-            if (pg->frame) { /* cached, or its write is in flight: no read */
+            if (pg->frame && form_serves(kv, layer, pg->form)) { /* cached, or its write is
+                                                                     in flight: no read */
                 if (!pg->cached) pg->pinned = 1; /* keeps the write buffer until release */
                 kv->stats.cache_hits++;
                 continue;
@@ -872,6 +892,7 @@ void tl_kv_release(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t layer
             if (pg->stage) {
                 if (rs == TL_OK && !pg->frame) { /* the page read: keep it if there is room */
                     pg->frame = pg->stage;
+                    pg->form = pg->sform;
                     pg->stage = NULL;
                     keep_or_free(kv, pg);
                 } else {
@@ -889,7 +910,7 @@ void tl_kv_release(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t layer
 /* The bytes of a viewable page (NULL for an open page), and its visible rows. */
 static tl_status view_source(tl_kv *kv, int32_t seq, int32_t layer, int32_t page,
                              const char *what, kv_page **pgp, const uint8_t **src,
-                             int32_t *rows) {
+                             int32_t *rows, int *form) {
     tl_status st = sticky(kv);
     if (st == TL_OK) st = check_seq(kv, seq, what);
     if (st == TL_OK) st = check_layer(kv, layer, what);
@@ -904,13 +925,16 @@ static tl_status view_source(tl_kv *kv, int32_t seq, int32_t layer, int32_t page
     kv_page *pg = page_at(kv, seq, layer, page);
     *pgp = pg;
     *src = NULL;
+    *form = FORM_KV;
     if (pg->state == PG_OPEN) return TL_OK;
     if (pg->state == PG_MEM) {
         *src = pg->frame;
     } else if (pg->state == PG_DISK && pg->stage && !pg->reading) {
         *src = pg->stage;
+        *form = pg->sform;
     } else if (pg->state == PG_DISK && (pg->pinned || pg->cached)) {
         *src = pg->frame;
+        *form = pg->form;
     } else {
         return tl_error_set(TL_ERR_INVALID,
                             "kv %s: page %d of sequence %d layer %d is on disk and %s "
@@ -926,7 +950,8 @@ tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float 
     kv_page *pg;
     const uint8_t *src;
     int32_t rows;
-    tl_status st = view_source(kv, seq, layer, page, "view", &pg, &src, &rows);
+    int form;
+    tl_status st = view_source(kv, seq, layer, page, "view", &pg, &src, &rows, &form);
     if (st != TL_OK) return st;
     const int32_t P = kv->p.page_tokens;
     if (!src) { /* open: f32 rows in its frame */
@@ -936,7 +961,7 @@ tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float 
         *n = rows;
         return TL_OK;
     }
-    if (pg->state == PG_DISK && recomputes(kv, layer))
+    if (form == FORM_X)
         return tl_error_set(TL_ERR_INVALID, "kv view: page %d of sequence %d layer %d holds "
                             "input rows (tl_kv_view_inputs)", (int)page, (int)seq, (int)layer);
     if (kv->p.bits == 32) {
@@ -959,11 +984,12 @@ tl_status tl_kv_view_inputs(tl_kv *kv, int32_t seq, int32_t layer, int32_t page,
     kv_page *pg;
     const uint8_t *src;
     int32_t rows;
-    tl_status st = view_source(kv, seq, layer, page, "view inputs", &pg, &src, &rows);
+    int form;
+    tl_status st = view_source(kv, seq, layer, page, "view inputs", &pg, &src, &rows, &form);
     if (st != TL_OK) return st;
     *n = rows;
-    if (src && pg->state == PG_DISK && recomputes(kv, layer))
-        *x = (const float *)(const void *)src;
+    if (src && pg->state == PG_DISK && recomputes(kv, layer) && form != FORM_KV)
+        *x = (const float *)(const void *)(src + (form == FORM_BOTH ? kv->slot_bytes : 0));
     return TL_OK;
 }
 
@@ -975,10 +1001,10 @@ tl_status tl_kv_append_inputs(tl_kv *kv, int32_t seq, int32_t layer, const float
     if (st == TL_OK) st = check_layer(kv, layer, "append inputs");
     if (st != TL_OK) return st;
     const kv_sl *sl = sl_at(kv, seq, layer);
-    if (!recomputes(kv, layer) || n < 0 || n > sl->pending || (n > 0 && !x))
-        return tl_error_set(TL_ERR_INVALID, "kv append inputs: layer %d %s, %d rows of %d "
-                            "appended", (int)layer, recomputes(kv, layer) ? "recomputes" :
-                            "does not recompute", (int)n, (int)sl->pending);
+    if (!kv->x_bytes || n < 0 || n > sl->pending || (n > 0 && !x))
+        return tl_error_set(TL_ERR_INVALID, "kv append inputs: %s, %d rows of %d appended at "
+                            "layer %d", kv->x_bytes ? "input rows kept" : "no input rows kept",
+                            (int)n, (int)sl->pending, (int)layer);
     const int32_t P = kv->p.page_tokens;
     const size_t X = (size_t)kv->p.input_dim;
     const int64_t pos0 = (int64_t)kv->seqs[seq].len + sl->pending - n;
@@ -991,6 +1017,17 @@ tl_status tl_kv_append_inputs(tl_kv *kv, int32_t seq, int32_t layer, const float
 }
 
 int tl_kv_recomputes(const tl_kv *kv, int32_t layer) { return kv && recomputes(kv, layer); }
+
+int tl_kv_keeps_inputs(const tl_kv *kv) { return kv && kv->x_bytes > 0; }
+
+tl_status tl_kv_set_recompute_layers(tl_kv *kv, int32_t layers) {
+    if (!kv) return tl_error_set(TL_ERR_INVALID, "kv recompute: no cache");
+    if (layers < 0 || (layers > 0 && !kv->x_bytes))
+        return tl_error_set(TL_ERR_INVALID, "kv recompute: %d layers, and input rows are %s",
+                            (int)layers, kv->x_bytes ? "kept" : "not kept");
+    tl_kv_set_recompute(&kv->p, kv->p.input_dim, layers);
+    return TL_OK;
+}
 
 /* ---- page selection ---- */
 
@@ -1009,7 +1046,8 @@ int tl_kv_page_ready(const tl_kv *kv, int32_t seq, int32_t layer, int32_t page) 
     if (!sl_valid(kv, seq, layer, "page ready") || page < 0 || page >= kv->np) return 0;
     const kv_page *pg = page_at(kv, seq, layer, page);
     return pg->state == PG_OPEN || pg->state == PG_MEM ||
-           (pg->state == PG_DISK && (pg->frame || pg->stage));
+           (pg->state == PG_DISK && ((pg->frame && form_serves(kv, layer, pg->form)) ||
+                                     pg->stage));
 }
 
 tl_status tl_kv_require(tl_kv *kv, int32_t seq, int32_t layer, const int32_t *pages,
@@ -1022,7 +1060,9 @@ tl_status tl_kv_require(tl_kv *kv, int32_t seq, int32_t layer, const int32_t *pa
         const int32_t i = pages[j];
         if (i < 0 || i >= stored) continue; /* the open page is always in memory */
         kv_page *pg = page_at(kv, seq, layer, i);
-        if (pg->state != PG_DISK || pg->frame || pg->stage) continue;
+        if (pg->state != PG_DISK || pg->stage ||
+            (pg->frame && form_serves(kv, layer, pg->form)))
+            continue;
         if ((st = stage_read(kv, pg, seq, layer, i, TL_AIO_NOW)) != TL_OK) return st;
         kv->stats.demand_reads++;
     }

@@ -58,10 +58,11 @@ typedef struct tl_kv_params {
     int32_t cache_pages;  /* disk pages kept in memory after their write or read */
     int32_t key_bounds;   /* 1: keep each full page's per-channel key min and max in memory
                              (2 kv_dim floats), for page selection */
-    /* Recompute instead of load: layer l's disk pages hold the layer's input rows
-     * (input_dim f32 values per position: the attention block's normalized input) rather
-     * than K and V, and attention recomputes K and V from them (model/). Set bit l of
-     * recompute[l / 64] for such a layer (layers < 256); needs bits 32 and input_dim. */
+    /* Recompute instead of load: input_dim > 0 keeps each page's input rows (input_dim
+     * f32 values per position: the attention block's normalized input) beside its K and
+     * V (a disk slot holds both; needs bits 32 and input_dim <= 2 kv_dim), and a layer
+     * whose bit l of recompute[l / 64] is set (layers < 256) reads a disk page's input
+     * rows instead of its K and V; attention recomputes K and V from them (model/). */
     int32_t input_dim;
     uint64_t recompute[4];
 } tl_kv_params;
@@ -98,7 +99,8 @@ typedef struct tl_kv_stats {
 
 /* Bytes of one stored page (K and V) in this format. */
 size_t tl_kv_page_bytes(const tl_kv_params *p);
-/* Bytes one disk page occupies in the spill file, in a read, and in a cache frame. */
+/* Bytes one disk page occupies in the spill file and in a slot frame (a staging or cache
+ * frame): K and V, plus the input rows when they are kept, each rounded up to 4 KiB. */
 size_t tl_kv_slot_bytes(const tl_kv_params *p);
 /* Full pages of one (sequence, layer) homed on disk when the sequence holds `len`
  * positions. */
@@ -145,17 +147,24 @@ tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float 
 void tl_kv_get_stats(const tl_kv *kv, tl_kv_stats *out);
 
 /* ---- recompute instead of load ----
- * A layer that recomputes gets its input rows beside K and V: call tl_kv_append_inputs
- * right after tl_kv_append with the same n rows. Its pages homed on disk are written as
- * those input rows only; tl_kv_view refuses such a page, and tl_kv_view_inputs gives its
- * rows instead (once viewable, as for tl_kv_view), from which the caller computes K and V
- * (RoPE at the page's positions). */
+ * With input rows kept, call tl_kv_append_inputs right after each tl_kv_append with the
+ * same n rows. At a layer that recomputes, prefetch reads disk pages' input rows;
+ * tl_kv_view_inputs gives them (once viewable, as for tl_kv_view), and the caller
+ * computes K and V (RoPE at the page's positions). A page held as K and V (in memory, or
+ * cached from a read before the layer turned to recompute) is viewed with tl_kv_view as
+ * always; tl_kv_view refuses a page held as input rows only. */
 tl_status tl_kv_append_inputs(tl_kv *kv, int32_t seq, int32_t layer, const float *x,
                               int32_t n);
-/* *x = the page's input rows (*n of input_dim floats) when the page is held as input
- * rows; *x = NULL when it holds K and V (use tl_kv_view). */
+/* *x = the page's input rows (*n of input_dim floats) when the layer recomputes and the
+ * page is held with them; else *x = NULL (use tl_kv_view). */
 tl_status tl_kv_view_inputs(tl_kv *kv, int32_t seq, int32_t layer, int32_t page,
                             const float **x, int32_t *n);
+/* 1 when input rows are kept (tl_kv_params.input_dim > 0). */
+int tl_kv_keeps_inputs(const tl_kv *kv);
+/* Between steps: the first `layers` layers recompute from now on (input rows kept). */
+tl_status tl_kv_set_recompute_layers(tl_kv *kv, int32_t layers);
+/* Bytes a read of one disk page takes: its input rows (recompute) or its K and V. */
+size_t tl_kv_read_bytes(const tl_kv_params *p, int recompute);
 /* 1 when the cache's layer recomputes. */
 int tl_kv_recomputes(const tl_kv *kv, int32_t layer);
 

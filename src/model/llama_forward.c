@@ -372,7 +372,7 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
         e = tl_llama_rows_run_end(rows, i);
         tl_status st = tl_kv_append(kv, rows->seq[i], l, s->k + (size_t)i * kvd,
                                     s->v + (size_t)i * kvd, e - i);
-        if (!st && tl_kv_recomputes(kv, l)) /* its disk pages keep the inputs instead */
+        if (!st && tl_kv_keeps_inputs(kv)) /* for layers that recompute from them */
             st = tl_kv_append_inputs(kv, rows->seq[i], l, s->xn + (size_t)i * d, e - i);
         if (st) return st;
     }

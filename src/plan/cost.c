@@ -11,9 +11,13 @@
  *                    + attention of its rows + elementwise + fixed ]
  *   output compute = matmul(output, logit rows) + logit rows * n_vocab * e (sampling)
  *   weight reads   = streamed bytes of the unit / read_bps(io_chunk, io_depth)
- *   KV reads       = disk pages seen by the pass * slot_bytes / read_bps(slot_bytes, depth)
- *                    depth = the IO queue's (weights and KV pages share it)
- *   KV writes      = pages filled and homed on disk * slot_bytes / write_bps
+ *   KV reads       = disk pages seen by the pass * read bytes / read_bps(slot_bytes, depth)
+ *                    depth = the IO queue's (weights and KV pages share it); read bytes =
+ *                    slot_bytes, or the input rows' slot at a layer that recomputes
+ *   recompute      = per page read as input rows (per block of 16 rows in prefill): the
+ *                    Wk and Wv products of page_tokens rows, added to compute
+ *   KV writes      = pages filled and homed on disk * (slot_bytes [+ input rows' slot])
+ *                    / write_bps
  *   KV wait        = per layer, sum over micro-batches k of max(0, read(k) - c(k-1)):
  *                    the engine reads micro-batch k's disk pages while k-1 computes
  *                    (engine.c; k = 0 while the last one of the layer before does, and
@@ -143,6 +147,10 @@ void tl_policy_set_kv(tl_policy *pol, const tl_kv_params *kp) {
     pol->kv_window_pages = kp->placement == TL_KV_TEMPERATURE ? kp->window_pages : 0;
     pol->kv_sink_pages = kp->placement == TL_KV_TEMPERATURE ? kp->sink_pages : 0;
     pol->kv_cache_pages = kp->cache_pages;
+    pol->kv_inputs = kp->input_dim > 0;
+    pol->kv_recompute = 0;
+    while (pol->kv_recompute < kp->n_layer && tl_kv_params_recomputes(kp, pol->kv_recompute))
+        pol->kv_recompute++;
 }
 
 /* Pages homed on disk among the first n full pages of one (sequence, layer), by
@@ -233,6 +241,13 @@ static double pass_kv_wait(const tl_model *m, const tl_hw_profile *prof, int32_t
     return wait;
 }
 
+/* Seconds to recompute one page's K and V from its input rows (kv_cache.h): the two
+ * products of page_tokens rows, at the profile's rate for that many rows. */
+static double recompute_page_s(const tl_model *m, const tl_hw_profile *prof, int32_t pt) {
+    const tl_llama_layer *l0 = &m->lm.layers[0];
+    return tl_cost_matmul(prof, &l0->wk, pt) + tl_cost_matmul(prof, &l0->wv, pt);
+}
+
 /* One block of n_seqs sequences through the engine's schedule (batch.c; context.c is the
  * case gbs = num_gb = 1): emits each pass. */
 static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
@@ -249,12 +264,19 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
     const double wbps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
     const double page = tl_cost_kv_page_bytes(m, pol->kv_bits, pt);
     const double slot = ceil(page / SLOT_ALIGN) * SLOT_ALIGN;
+    /* recompute: input rows written beside K and V; layers that recompute read them */
+    const int inputs = pol->kv_inputs || pol->kv_recompute > 0;
+    const double x_slot = inputs ? ceil(pt * (double)m->lm.hp.n_embd * 4 / SLOT_ALIGN) * SLOT_ALIGN : 0;
+    const double rc_share = pol->kv_recompute > 0 ? fmin(pol->kv_recompute, L) / L : 0;
+    const double wslot = slot + x_slot, rslot = (1 - rc_share) * slot + rc_share * x_slot;
+    const double rc_page_s = rc_share > 0 ? recompute_page_s(m, prof, pt) : 0;
     const int32_t depth = m->lm.params.io_queue_depth; /* KV pages share the weights' queue */
     const double kbps = tl_profile_read_bps(prof, (uint64_t)slot, depth);
     const int streams = layers_bytes > 0;
     const double first_s = streams ? prof->disk_urgent_read_s
                                    : slot / tl_profile_read_bps(prof, (uint64_t)slot, 1);
-    const double page_s = streams ? prof->disk_urgent_page_s : slot / kbps;
+    /* a page's transfer time scales with the bytes a read takes (input rows: fewer) */
+    const double page_s = (streams ? prof->disk_urgent_page_s : slot / kbps) * rslot / slot;
     const double wr_bps = prof->disk_write_bps;
     const int spill = pol->kv_window_pages > 0 || (!pol->single && pol->kv_mem_pct < 100);
     /* prefill: chunks of `chunk` prompt tokens per sequence and step */
@@ -276,22 +298,26 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
             if (spill) {
                 disk_all += L * pages[k];
                 kv_write += s_here * L * (disk_pages(pol, floor((double)(fed + len) / pt)) -
-                                          disk_pages(pol, floor((double)fed / pt))) * slot;
+                                          disk_pages(pol, floor((double)fed / pt))) * wslot;
             }
         }
+        double read_pages = 0;
         if (disk_all > 0) { /* prefill rows attend to every page: the cache serves its set */
             const double keep = 1 - cache_hits(pol, disk_all, disk_all) / disk_all;
             for (int32_t k = 0; k < n_mb; k++) pages[k] *= keep;
-            kv_read = disk_all * keep * slot;
+            read_pages = disk_all * keep;
+            kv_read = read_pages * rslot;
         }
         int32_t logit_rows = last ? n_seqs : 0;
         double slow = 1;
         double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, stored, n_mb,
                                         logit_rows, plan->embd_resident, &slow);
+        /* each block of up to 16 rows of a sequence recomputes every page it reads */
+        c += read_pages * rc_share * ceil(len / 16.0) * rc_page_s;
         tl_cost_pass p = {1, block_index, fed / chunk, c, layers_bytes + (last ? out_bytes : 0),
                           kv_read, kv_write, wbps, kbps, wr_bps, 1, slow,
                           pass_kv_wait(m, prof, pol->kv_bits, rows, ctx, stored, pages, n_mb,
-                                       first_s, page_s), kv_read / slot};
+                                       first_s, page_s), read_pages, read_pages};
         fn(user, &p);
     }
     /* decode: gen_len - 1 steps, step j feeds position P + j - 1 of every sequence */
@@ -310,21 +336,25 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                 pages[k] = s_here * decode_disk_pages(pol, before, pt);
                 disk_all += s_here * L * d0;
                 need_all += L * pages[k];
-                kv_write += s_here * L * (d1 - d0) * slot;
+                kv_write += s_here * L * (d1 - d0) * wslot;
             }
         }
+        double read_pages = 0;
         if (need_all > 0) {
             const double keep = 1 - cache_hits(pol, need_all, disk_all) / need_all;
             for (int32_t k = 0; k < n_mb; k++) pages[k] *= keep;
-            kv_read = need_all * keep * slot;
+            read_pages = need_all * keep;
+            kv_read = read_pages * rslot;
         }
         double slow = 1;
         double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, stored, n_mb, n_seqs,
                                         plan->embd_resident, &slow);
+        /* pages read as input rows are recomputed (cached ones hold K and V: written) */
+        c += read_pages * rc_share * rc_page_s;
         tl_cost_pass p = {0, block_index, j - 1, c, layers_bytes + out_bytes, kv_read, kv_write,
                           wbps, kbps, wr_bps, 1, slow,
                           pass_kv_wait(m, prof, pol->kv_bits, rows, ctx, stored, pages, n_mb,
-                                       first_s, page_s), need_all};
+                                       first_s, page_s), need_all, read_pages};
         fn(user, &p);
     }
 }
@@ -341,7 +371,7 @@ static void scaled_pass(void *user, const tl_cost_pass *p) {
 typedef struct predict_acc {
     acc pre, dec;
     int overlap;
-    double slot, kv_needed, kv_read_pages;
+    double kv_needed, kv_read_pages;
 } predict_acc;
 
 static void predict_pass(void *user, const tl_cost_pass *p) {
@@ -364,7 +394,7 @@ static void predict_pass(void *user, const tl_cost_pass *p) {
     a->passes += p->count;
     if (!p->prefill) {
         pa->kv_needed += p->kv_pages_needed * p->count;
-        pa->kv_read_pages += p->kv_read_bytes / pa->slot * p->count;
+        pa->kv_read_pages += p->kv_pages_read * p->count;
     }
 }
 
@@ -419,8 +449,6 @@ tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl
     predict_acc pa;
     memset(&pa, 0, sizeof pa);
     pa.overlap = pol->overlap;
-    pa.slot = ceil(tl_cost_kv_page_bytes(m, pol->kv_bits, pol->page_tokens) / SLOT_ALIGN) *
-              SLOT_ALIGN;
     tl_status st = tl_cost_walk(m, prof, w, pol, plan, predict_pass, &pa);
     if (st) return st;
     acc pre = pa.pre, dec = pa.dec;

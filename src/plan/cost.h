@@ -40,6 +40,10 @@ typedef struct tl_policy {
      * kv_cache_pages; kv_select > 0: decode rows attend to that share of their pages */
     int32_t kv_window_pages, kv_sink_pages, kv_cache_pages;
     float kv_select;
+    /* tiers, 32-bit KV: the first kv_recompute layers read disk pages as input rows and
+     * recompute K and V (kv_cache.h); input rows are then written beside K and V */
+    int32_t kv_recompute;
+    int32_t kv_inputs;        /* input rows kept (written) though no layer recomputes */
 } tl_policy;
 
 /* The policy's KV format and placement (page size, bits, window, sinks, cache) as a
@@ -82,6 +86,7 @@ typedef struct tl_cost_pass {
     double io_slowdown;       /* compute slowdown while the disk streams (time-weighted) */
     double kv_wait_s;         /* compute stalled on KV pages read one micro-batch ahead */
     double kv_pages_needed;   /* disk pages the pass's attention uses (read or cached) */
+    double kv_pages_read;     /* of those, read from disk */
 } tl_cost_pass;
 typedef void (*tl_cost_pass_fn)(void *user, const tl_cost_pass *p);
 

@@ -21,9 +21,13 @@ void tl_plan_context_params(const tl_policy *pol, const tl_model *m, tl_context_
     cp->kv_bits = pol->kv_bits;
     if (pol->kv_window_pages > 0) {
         const int64_t page = (int64_t)tl_cost_kv_page_bytes(m, pol->kv_bits, pol->page_tokens);
-        const int64_t slot = (page + TL_TIER_MAX_ALIGN - 1) / TL_TIER_MAX_ALIGN * TL_TIER_MAX_ALIGN;
+        const int64_t x = pol->kv_recompute > 0
+                              ? (int64_t)pol->page_tokens * m->lm.hp.n_embd * 4 : 0;
+        const int64_t a = TL_TIER_MAX_ALIGN; /* K and V, and the input rows, in 4 KiB units */
+        const int64_t slot = (page + a - 1) / a * a + (x + a - 1) / a * a;
         cp->kv_window = pol->kv_window_pages * pol->page_tokens;
         cp->kv_sinks = pol->kv_sink_pages * pol->page_tokens;
+        cp->kv_recompute = pol->kv_recompute;
         cp->kv_cache_bytes = (int64_t)pol->kv_cache_pages * (slot + TL_TIER_MAX_ALIGN);
     }
 }

@@ -30,7 +30,8 @@ static uint64_t state_bytes(const tl_model *m, const tl_policy *pol) {
     if (pol->single && pol->kv_window_pages > 0)
         return tl_context_tiers_budget_bytes(m, pol->n_ctx, pol->prefill_rows, pol->kv_bits,
                                              pol->kv_window_pages, pol->kv_sink_pages,
-                                             pol->kv_cache_pages, pol->kv_select > 0);
+                                             pol->kv_cache_pages, pol->kv_select > 0,
+                                             pol->kv_recompute);
     if (pol->single) return tl_context_budget_bytes(m, pol->n_ctx, pol->prefill_rows);
     tl_batch_params bp = batch_params_of(pol);
     return tl_batch_budget_bytes(m, &bp);
@@ -292,7 +293,9 @@ static void try_combination(const tl_model *m, const tl_hw_profile *prof,
  * cache; under exact attention a byte of either saves one byte read per token, but
  * weights are also read by every prefill pass and a cached page serves only decode, so
  * the split is searched by direct evaluation: cache sizes from none to every page the
- * budget can hold once the weights are at their minimum. */
+ * budget can hold once the weights are at their minimum. With each, the number of
+ * layers that recompute K and V from input rows instead of reading them: the layers are
+ * alike, so a count decides it, from the bytes saved against the products' time. */
 static void try_tiers(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
                       const tl_policy *base, tl_plan_result *best, int *have, int32_t *combos,
                       int32_t *feasible) {
@@ -315,6 +318,7 @@ static void try_tiers(const tl_model *m, const tl_hw_profile *prof, const tl_wor
             pol.prefetch = base->overlap ? pf : 0;
             pol.prefill_rows = nb[i] < pol.n_ctx ? nb[i] : pol.n_ctx;
             pol.kv_cache_pages = 0;
+            pol.kv_recompute = pol.kv_inputs = 0;
             const uint64_t state0 = state_bytes(m, &pol);
             const double floor = (double)tl_weight_plan_minimum(&m->lm, pol.prefetch, pol.overlap);
             double room = (double)tl_budget_limit(m->lm.budget) - (double)tl_engine_base_used(m) -
@@ -324,13 +328,22 @@ static void try_tiers(const tl_model *m, const tl_hw_profile *prof, const tl_wor
             for (int k = 0; k < 7; k++) {
                 if (k > 0 && most <= 0) break;
                 pol.kv_cache_pages = (int32_t)(most * share[k]);
-                (*combos)++;
-                tl_plan_result r;
-                if (tl_plan_evaluate(m, prof, w, &pol, &r)) continue;
-                (*feasible)++;
-                if (!*have || better(&r, best)) {
-                    *best = r;
-                    *have = 1;
+                /* layers that recompute K and V instead of reading them (32-bit KV): a
+                 * recomputing page reads its input rows and costs two products */
+                const int32_t L = m->lm.hp.n_layer;
+                const int32_t rc[6] = {0, 1, L / 4, L / 2, 3 * L / 4, L};
+                for (int r = 0; r < (pol.kv_bits == 32 ? 6 : 1); r++) {
+                    if (r > 0 && rc[r] <= rc[r - 1]) continue;
+                    pol.kv_recompute = rc[r];
+                    pol.kv_inputs = rc[r] > 0;
+                    (*combos)++;
+                    tl_plan_result res;
+                    if (tl_plan_evaluate(m, prof, w, &pol, &res)) continue;
+                    (*feasible)++;
+                    if (!*have || better(&res, best)) {
+                        *best = res;
+                        *have = 1;
+                    }
                 }
             }
         }

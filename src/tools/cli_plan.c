@@ -42,10 +42,11 @@ void cli_print_policy(FILE *f, const char *label, const tl_plan_result *r) {
                 r->budget_bytes / 1048576.0);
     if (p->single && p->kv_window_pages > 0)
         fprintf(f, "%*s  KV in tiers: %d-position pages, window %d pages and %d sink pages "
-                "in memory, the rest on disk through a cache of %d pages%s\n",
+                "in memory, the rest on disk through a cache of %d pages; %d layer%s "
+                "recompute K and V from input rows%s\n",
                 (int)strlen(label), "", (int)p->page_tokens, (int)p->kv_window_pages,
-                (int)p->kv_sink_pages, (int)p->kv_cache_pages,
-                p->kv_select > 0 ? " (page selection)" : "");
+                (int)p->kv_sink_pages, (int)p->kv_cache_pages, (int)p->kv_recompute,
+                p->kv_recompute == 1 ? "" : "s", p->kv_select > 0 ? " (page selection)" : "");
     else if (!p->single)
         fprintf(f, "%s: gbs %d x num_gb %d, prefill rows %d, KV %d-bit %d%% in memory (page "
                 "%d), prefetch %d%s, streamed %.1f MiB per pass, memory %.1f of %.1f MiB\n",

@@ -46,6 +46,9 @@ static void usage(void) {
            "  --kv-cache SIZE         memory caching disk KV pages (default: what the budget\n"
            "                          leaves once every weight is resident)\n"
            "  --spill-dir DIR         where disk KV pages go (default $TMPDIR or /tmp)\n"
+           "  --kv-recompute N        with tiers and 32-bit KV: the first N layers keep\n"
+           "                          their input rows on disk beside K and V and recompute\n"
+           "                          K and V from them instead of reading them (default 0)\n"
            "  --kv-select SHARE       lossy, opt-in: each generated token attends to this\n"
            "                          share of its KV pages (0.4 keeps ~95%% of the\n"
            "                          attention mass on stories260K), chosen by per-page\n"
@@ -345,6 +348,9 @@ int tl_cmd_run(int argc, char **argv) {
         } else if (!strcmp(a, "--kv-sinks")) {
             VAL(); if (!cli_int(a, v, 0, 1 << 26, &cp.kv_sinks)) return 2;
             kv_knobs++;
+        } else if (!strcmp(a, "--kv-recompute")) {
+            VAL(); if (!cli_int(a, v, 0, 256, &cp.kv_recompute)) return 2;
+            kv_knobs++;
         } else if (!strcmp(a, "--kv-cache")) {
             uint64_t bytes;
             VAL(); if (!cli_size(a, v, &bytes)) return 2;
@@ -376,7 +382,8 @@ int tl_cmd_run(int argc, char **argv) {
     }
     if (policy == 1 && kv_knobs) {
         fprintf(stderr, "error: --policy auto chooses the KV placement itself; --kv-window, "
-                "--kv-sinks, --kv-cache and --spill-dir need --policy manual\n");
+                "--kv-sinks, --kv-cache, --kv-recompute and --spill-dir need --policy "
+                "manual\n");
         return 2;
     }
     if (tl_sampler_params_check(&gp.sampler)) { /* the same check and message as batch */
