@@ -19,8 +19,11 @@
  * measured first), its disk re-measured just before the setting in the KV prefetch's
  * requests (tl_profile_reanchor_disk): this disk's rate drifts by the minute. Random weights attend nearly uniformly, so selection's
  * quality is not judged here (tests/test_kv_select.c does, on trained weights).
+ * Then recompute against load (run_recompute) on a --recompute-ctx context (4096).
  * Usage: bench_longctx [--dir DIR] [--ctx 4096,16384] [--gen 32] [--threads N]
+ *                      [--recompute-ctx 4096]
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,10 +46,11 @@ static int argmax(const float *v, int n) {
 typedef struct setting { const char *name; int cache; float select; } setting;
 
 /* The cost model's prediction of n_gen - 1 decode steps after `len` positions, for the
- * context's placement with this cache and selection share. */
+ * context's placement (or `as`, when given) with this cache and selection share. */
 static tl_status predict(tl_model *m, const tl_hw_profile *prof, const tl_context *c,
-                         int32_t len, int n_gen, int32_t cache, float select, tl_cost *out) {
-    const tl_kv_params *kp = tl_context_kv_params(c);
+                         int32_t len, int n_gen, int32_t cache, float select,
+                         const tl_kv_params *as, tl_cost *out) {
+    const tl_kv_params *kp = as ? as : tl_context_kv_params(c);
     tl_plan_request rq;
     memset(&rq, 0, sizeof rq);
     rq.single = 1;
@@ -62,6 +66,127 @@ static tl_status predict(tl_model *m, const tl_hw_profile *prof, const tl_contex
     pol.kv_cache_pages = cache;
     pol.kv_select = select;
     return tl_cost_predict(m, prof, &rq.w, &pol, tl_residency_plan(m->res), out);
+}
+
+/* Recompute against load on one context: the model opened as for run_ctx, its KV in tiers
+ * with the input rows kept beside K and V (prefill loads), then n_gen tokens decoded with
+ * 0 (load), all, and the planner's count of layers recomputing K and V (the count among
+ * the search's candidates whose predicted decode time is least, with the disk re-measured
+ * now). Reported: KV bytes read per token, tok/s, the plan's time per token. */
+static int run_recompute(const char *path, int32_t n_ctx, int n_gen, int threads,
+                         const tl_hw_profile *prof) {
+    const uint64_t kv_bytes = (uint64_t)n_ctx * 2 * 1024 * 4 * 16;
+    tl_model_params mp = tl_model_default_params();
+    mp.n_threads = threads;
+    mp.mem_budget = kv_bytes / 2;
+    tl_model *m = NULL;
+    if (tl_model_open(path, &mp, &m)) {
+        fprintf(stderr, "error: %s\n", tl_last_error());
+        return 1;
+    }
+    const int32_t L = m->lm.hp.n_layer;
+    tl_context_params cp = tl_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = 128;
+    cp.kv_window = 256;
+    cp.kv_sinks = 16;
+    cp.kv_recompute = L; /* keeps the input rows; each setting sets its own count */
+    tl_context *c = NULL;
+    if (tl_context_open(m, &cp, &c) || tl_context_set_kv_recompute(c, 0)) {
+        fprintf(stderr, "error: context of %d: %s\n", (int)n_ctx, tl_last_error());
+        if (c) tl_context_close(c);
+        tl_model_close(m);
+        return 1;
+    }
+    const tl_kv_params *kp = tl_context_kv_params(c);
+    printf("recompute against load, context %d: cache %d pages; a disk page reads %zu KiB "
+           "as K and V, %zu KiB as input rows\n", (int)n_ctx, kp->cache_pages,
+           tl_kv_read_bytes(kp, 0) >> 10, tl_kv_read_bytes(kp, 1) >> 10);
+    const int32_t n_prompt = n_ctx - 3 * n_gen - 1;
+    int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
+    float *logits = malloc(512 * sizeof *logits);
+    uint64_t x = 777;
+    for (int32_t i = 0; i < n_prompt; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        prompt[i] = 3 + (int32_t)((x >> 33) % 509);
+    }
+    double t0 = tl_now();
+    tl_status st = tl_decode(c, prompt, (size_t)n_prompt, logits);
+    if (!st) printf("  prefill %d tokens (loading): %.1f s\n", (int)n_prompt, tl_now() - t0);
+    int32_t tok = argmax(logits, 512);
+    /* the planner's count for these decode steps, on the disk of this minute */
+    tl_hw_profile now = *prof;
+    const uint64_t slot = tl_kv_read_bytes(kp, 0);
+    double disk_bps = 0;
+    if (!st) st = tl_profile_reanchor_disk(&now, kp->spill_dir, slot, mp.io_queue_depth, &disk_bps);
+    const int32_t cand[6] = {0, 1, L / 4, L / 2, 3 * L / 4, L};
+    int32_t pick = 0;
+    double pick_s = HUGE_VAL;
+    tl_run_stats s0, s1;
+    tl_context_get_stats(c, &s0);
+    for (int i = 0; i < 6 && !st; i++) {
+        tl_cost cost;
+        tl_kv_params q = *kp;
+        tl_kv_set_recompute(&q, q.input_dim, cand[i]);
+        if (predict(m, &now, c, (int32_t)s0.tokens, n_gen, kp->cache_pages, 0, &q, &cost))
+            continue;
+        printf("  plan: %2d layers recomputing: %.3f s/token\n", (int)cand[i],
+               cost.decode_s / (n_gen - 1));
+        if (cost.decode_s < pick_s) {
+            pick_s = cost.decode_s;
+            pick = cand[i];
+        }
+    }
+    const int32_t runs[3] = {0, L, pick};
+    double tps[3] = {0, 0, 0};
+    for (int k = 0; k < 3 && !st; k++) {
+        if (k == 2 && (pick == 0 || pick == L)) {
+            tps[2] = tps[pick == 0 ? 0 : 1];
+            printf("  planner's choice: %d layers (measured above)\n", (int)pick);
+            break;
+        }
+        if ((st = tl_context_set_kv_recompute(c, runs[k]))) break;
+        if ((st = tl_decode(c, &tok, 1, logits))) break; /* settles the cache */
+        tok = argmax(logits, 512);
+        tl_hw_profile here = *prof;
+        if ((st = tl_profile_reanchor_disk(&here, kp->spill_dir, slot, mp.io_queue_depth,
+                                           &disk_bps)))
+            break;
+        tl_context_get_stats(c, &s0);
+        tl_cost cost;
+        const int have = predict(m, &here, c, (int32_t)s0.tokens, n_gen, kp->cache_pages, 0,
+                                 NULL, &cost) == TL_OK;
+        t0 = tl_now();
+        for (int i = 0; i < n_gen - 1 && !st; i++) {
+            st = tl_decode(c, &tok, 1, logits);
+            tok = argmax(logits, 512);
+        }
+        const double dt = tl_now() - t0, n = n_gen - 1;
+        tl_context_get_stats(c, &s1);
+        if (st) break;
+        tps[k] = n / dt;
+        printf("  %2d layers recomputing%s: KV read %6.1f MiB/token | %.2f tok/s | disk "
+               "before: %.2f GB/s", (int)runs[k], k == 2 ? " (planner)" : "",
+               (s1.kv_bytes_read - s0.kv_bytes_read) / 1048576.0 / n, tps[k], disk_bps / 1e9);
+        if (have)
+            printf(" | plan %.3f s/token (%+.1f%% measured)", cost.decode_s / n,
+                   100 * (dt / n / (cost.decode_s / n) - 1));
+        printf("\n");
+        fflush(stdout);
+    }
+    if (!st) {
+        const double best = tps[0] > tps[1] ? tps[0] : tps[1];
+        printf("  planner's choice (%d layers) at %.2f tok/s: %+.1f%% against the better fixed "
+               "choice (%s, %.2f tok/s)\n", (int)pick, tps[2], 100 * (tps[2] / best - 1),
+               tps[0] > tps[1] ? "load" : "recompute all", best);
+    } else {
+        fprintf(stderr, "error: %s\n", tl_last_error());
+    }
+    free(prompt);
+    free(logits);
+    tl_context_close(c);
+    tl_model_close(m);
+    return st ? 1 : 0;
 }
 
 static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
@@ -143,7 +268,8 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
         tl_context_get_stats(c, &s0);
         tl_cost cost;
         const int have_pred = predict(m, &now, c, (int32_t)s0.tokens, n_gen,
-                                      se->cache ? cache_full : 0, se->select, &cost) == TL_OK;
+                                      se->cache ? cache_full : 0, se->select, NULL,
+                                      &cost) == TL_OK;
         t0 = tl_now();
         for (int i = 0; i < n_gen - 1 && !st; i++) {
             st = tl_decode(c, &tok, 1, logits);
@@ -193,15 +319,17 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
 
 int main(int argc, char **argv) {
     const char *dir = "/tmp/tierllm-bench", *ctxs = "4096,16384";
+    int32_t recompute_ctx = 4096;
     int n_gen = 32, threads = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--dir")) dir = argv[i + 1];
         else if (!strcmp(argv[i], "--ctx")) ctxs = argv[i + 1];
         else if (!strcmp(argv[i], "--gen")) n_gen = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--recompute-ctx")) recompute_ctx = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "usage: bench_longctx [--dir DIR] [--ctx 4096,16384] [--gen N] "
-                    "[--threads N]\n");
+                    "[--threads N] [--recompute-ctx 4096 (0: skip)]\n");
             return 2;
         }
     }
@@ -239,5 +367,6 @@ int main(int argc, char **argv) {
         while (*p == ',') p++;
         if (*p && (*p < '0' || *p > '9')) break;
     }
+    if (recompute_ctx >= 1024) rc |= run_recompute(path, recompute_ctx, n_gen, threads, &prof);
     return rc;
 }

@@ -127,7 +127,7 @@ uint64_t tl_context_tiers_budget_bytes(const tl_model *m, int32_t n_ctx, int32_t
     if (n_batch > n_ctx) n_batch = n_ctx;
     tl_kv_params kp = kv_params(m, n_ctx, n_batch, bits);
     tiers_kv(&kp, window_pages, sink_pages, cache_pages, select, "/");
-    tl_kv_set_recompute(&kp, m->lm.hp.n_embd, recompute);
+    tl_kv_set_recompute(&kp, recompute > 0 ? m->lm.hp.n_embd : 0, recompute);
     tl_context_params p = tl_context_default_params();
     p.kv_select = select ? 1.0f : 0.0f;
     return context_state_bytes(m, &p, &kp, n_ctx, n_batch);
@@ -163,7 +163,7 @@ static tl_status plan_kv(const tl_model *m, const tl_context_params *p, int32_t 
     const char *t = getenv("TMPDIR");
     tiers_kv(kp, pages_up(window), pages_up(p->kv_sinks), 0, p->kv_select > 0,
              p->spill_dir && *p->spill_dir ? p->spill_dir : t && *t ? t : "/tmp");
-    tl_kv_set_recompute(kp, m->lm.hp.n_embd, p->kv_recompute);
+    tl_kv_set_recompute(kp, p->kv_recompute > 0 ? m->lm.hp.n_embd : 0, p->kv_recompute);
     const int64_t disk_max = (int64_t)kp->n_layer * tl_kv_disk_pages(kp, n_ctx);
     const uint64_t slot = tl_kv_slot_bytes(kp) + TL_TIER_MAX_ALIGN; /* and its header */
     int64_t cache = 0;

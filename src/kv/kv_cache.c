@@ -827,8 +827,9 @@ static tl_status stage_read(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, 
     const int x = recomputes(kv, layer); /* input rows sit after K and V in the slot */
     pg->sform = x ? FORM_X : FORM_KV;
     st = tl_aio_read_class(kv->aio, kv->tier,
-                           pg->slot * kv->frame_slot + (x ? kv->slot_bytes : 0), pg->stage,
-                           read_bytes(kv, layer), pg->rtag, cls);
+                           pg->slot * kv->frame_slot + (x ? kv->slot_bytes : 0),
+                           pg->stage + (x ? kv->slot_bytes : 0), read_bytes(kv, layer),
+                           pg->rtag, cls);
     if (st != TL_OK) {
         slot_free(kv, &pg->stage);
         tl_error_wrap(st, "KV spill read (seq %d, layer %d, page %d)", (int)seq, (int)layer,
@@ -963,7 +964,8 @@ tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float 
     }
     if (form == FORM_X)
         return tl_error_set(TL_ERR_INVALID, "kv view: page %d of sequence %d layer %d holds "
-                            "input rows (tl_kv_view_inputs)", (int)page, (int)seq, (int)layer);
+                            "input rows only (recompute it: tl_kv_page_inputs)", (int)page, (int)seq,
+                            (int)layer);
     if (kv->p.bits == 32) {
         *k = (const float *)(const void *)src;
         *v = *k + (size_t)P * (size_t)kv->p.kv_dim;
@@ -977,20 +979,31 @@ tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float 
     return TL_OK;
 }
 
-tl_status tl_kv_view_inputs(tl_kv *kv, int32_t seq, int32_t layer, int32_t page,
-                            const float **x, int32_t *n) {
-    if (!kv || !x || !n) return tl_error_set(TL_ERR_INVALID, "kv view inputs: null argument");
-    *x = NULL;
+int tl_kv_page_inputs(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, const float **x,
+                      float **out, int32_t *n) {
+    kv_page *pg;
+    const uint8_t *src;
+    int form;
+    if (!kv || !recomputes(kv, layer) || page < 0 || page >= tl_kv_stored_pages(kv, seq, layer))
+        return 0;
+    if (view_source(kv, seq, layer, page, "page inputs", &pg, &src, n, &form) != TL_OK ||
+        !src || form != FORM_X)
+        return 0;
+    *x = (const float *)(const void *)(src + kv->slot_bytes);
+    *out = (float *)(void *)(uintptr_t)src; /* a slot frame of this cache's, writable */
+    return 1;
+}
+
+void tl_kv_recomputed(tl_kv *kv, int32_t seq, int32_t layer, int32_t page) {
     kv_page *pg;
     const uint8_t *src;
     int32_t rows;
     int form;
-    tl_status st = view_source(kv, seq, layer, page, "view inputs", &pg, &src, &rows, &form);
-    if (st != TL_OK) return st;
-    *n = rows;
-    if (src && pg->state == PG_DISK && recomputes(kv, layer) && form != FORM_KV)
-        *x = (const float *)(const void *)(src + (form == FORM_BOTH ? kv->slot_bytes : 0));
-    return TL_OK;
+    if (!kv || page < 0 || page >= tl_kv_stored_pages(kv, seq, layer) ||
+        view_source(kv, seq, layer, page, "recomputed", &pg, &src, &rows, &form) != TL_OK || !src)
+        return;
+    if (pg->stage && src == pg->stage) pg->sform = FORM_BOTH;
+    else pg->form = FORM_BOTH;
 }
 
 tl_status tl_kv_append_inputs(tl_kv *kv, int32_t seq, int32_t layer, const float *x,

@@ -67,11 +67,11 @@ typedef struct tl_kv_params {
     uint64_t recompute[4];
 } tl_kv_params;
 
-/* The first `layers` layers recompute from input rows of input_dim (clamped to
- * [0, min(n_layer, 256)]); the others load K and V. */
+/* Input rows of input_dim kept (0: none), and the first `layers` layers recompute from
+ * them (clamped to [0, min(n_layer, 256)]); the others load K and V. */
 static inline void tl_kv_set_recompute(tl_kv_params *p, int32_t input_dim, int32_t layers) {
     for (int i = 0; i < 4; i++) p->recompute[i] = 0;
-    p->input_dim = layers > 0 ? input_dim : 0;
+    p->input_dim = input_dim;
     for (int32_t l = 0; l < layers && l < p->n_layer && l < 256; l++)
         p->recompute[l / 64] |= (uint64_t)1 << (l % 64);
 }
@@ -148,17 +148,20 @@ void tl_kv_get_stats(const tl_kv *kv, tl_kv_stats *out);
 
 /* ---- recompute instead of load ----
  * With input rows kept, call tl_kv_append_inputs right after each tl_kv_append with the
- * same n rows. At a layer that recomputes, prefetch reads disk pages' input rows;
- * tl_kv_view_inputs gives them (once viewable, as for tl_kv_view), and the caller
- * computes K and V (RoPE at the page's positions). A page held as K and V (in memory, or
- * cached from a read before the layer turned to recompute) is viewed with tl_kv_view as
- * always; tl_kv_view refuses a page held as input rows only. */
+ * same n rows. At a layer that recomputes, prefetch reads disk pages' input rows only;
+ * before attention the caller recomputes K and V of each such page it will view
+ * (tl_kv_page_inputs gives the rows and where K and V go, in the page's own frame; RoPE
+ * at the page's positions), then marks it (tl_kv_recomputed), and tl_kv_view works as
+ * for any page. tl_kv_view refuses a page still held as input rows only. */
 tl_status tl_kv_append_inputs(tl_kv *kv, int32_t seq, int32_t layer, const float *x,
                               int32_t n);
-/* *x = the page's input rows (*n of input_dim floats) when the layer recomputes and the
- * page is held with them; else *x = NULL (use tl_kv_view). */
-tl_status tl_kv_view_inputs(tl_kv *kv, int32_t seq, int32_t layer, int32_t page,
-                            const float **x, int32_t *n);
+/* 1 when full page `page` is viewable at a layer that recomputes and held as input rows
+ * only: *x = its rows (*n of input_dim floats), *out = where its K rows then V rows go
+ * (2 page_tokens kv_dim floats). Reads only, so threads may call it for different pages. */
+int tl_kv_page_inputs(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, const float **x,
+                      float **out, int32_t *n);
+/* The page's K and V were written to *out: it is viewed as K and V from now on. */
+void tl_kv_recomputed(tl_kv *kv, int32_t seq, int32_t layer, int32_t page);
 /* 1 when input rows are kept (tl_kv_params.input_dim > 0). */
 int tl_kv_keeps_inputs(const tl_kv *kv);
 /* Between steps: the first `layers` layers recompute from now on (input rows kept). */

@@ -97,6 +97,11 @@ typedef struct tl_llama_scratch {
     size_t attn_floats;
     int32_t attn_rows;         /* rows of one sequence attended together (a row block) */
     int32_t *attn_block;       /* [max_rows + 1]: first row of each row block of a step */
+    float *rc_block;           /* recompute (llama_forward.c): the four arrays below */
+    const float **rc_x;        /* [max_pages] */
+    float **rc_out;            /* [max_pages] */
+    int32_t *rc_page, *rc_rows;/* [max_pages] */
+    uint64_t pages_recomputed; /* pages whose K and V were recomputed from input rows */
     float *mm_scratch;         /* per thread: matmul scratch */
     size_t mm_scratch_floats;
     /* page-selective attention (model/kv_select.h): the caller sets `select`; a row that

@@ -63,6 +63,10 @@ static size_t scratch_table(const tl_llama *m, tl_llama_scratch *s, int32_t max_
     t[n++] = (scratch_buf){&s->up, nr * f, "activations"};
     t[n++] = (scratch_buf){&s->attn, threads * s->attn_floats, "attention scratch"};
     t[n++] = (scratch_buf){(float **)(void *)&s->attn_block, nr + 1, "attention scratch"};
+    /* recompute: per page of a sequence, its index, rows, and two pointers */
+    const size_t pages = ((size_t)max_ctx + (size_t)page_tokens - 1) / (size_t)page_tokens;
+    t[n++] = (scratch_buf){&s->rc_block, pages * (2 + 2 * sizeof(void *) / sizeof(float)),
+                           "recompute scratch"};
     t[n++] = (scratch_buf){&s->mm_scratch,
                            threads * (s->mm_scratch_floats ? s->mm_scratch_floats : 1),
                            "matmul scratch"};
@@ -99,6 +103,11 @@ tl_status tl_llama_scratch_init(tl_llama *m, int32_t max_rows, int32_t max_ctx,
             return st;
         }
     }
+    uint8_t *b = (uint8_t *)s->rc_block; /* 64-byte aligned: pointers first */
+    s->rc_x = (const float **)(void *)b;
+    s->rc_out = (float **)(void *)(b + (size_t)s->max_pages * sizeof(void *));
+    s->rc_page = (int32_t *)(void *)(b + 2 * (size_t)s->max_pages * sizeof(void *));
+    s->rc_rows = s->rc_page + s->max_pages;
     return TL_OK;
 }
 
@@ -144,7 +153,8 @@ tl_status tl_llama_select_init(tl_llama *m, tl_llama_scratch *s, const tl_kv_sel
 
 void tl_llama_scratch_free(tl_llama *m, tl_llama_scratch *s) {
     float *bufs[] = {s->xn, s->q, s->k, s->v, s->att_out, s->gate, s->up, s->attn,
-                     (float *)(void *)s->attn_block, s->mm_scratch, s->sel_block};
+                     (float *)(void *)s->attn_block, s->rc_block, s->mm_scratch,
+                     s->sel_block};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tl_budget_free(m->budget, bufs[i]);
     memset(s, 0, sizeof *s);
 }
@@ -180,47 +190,59 @@ static void attn_fail(attn_job *j, tl_status st) {
                                             memory_order_relaxed);
 }
 
-/* A page held as input rows (a layer that recomputes, kv_cache.h): head g's slice of K
- * (Wk's rows of that head, then RoPE at the page's positions) or of V into `out` (rows of
- * kvd floats, only the head's columns written), in the calling thread. */
-static void recompute_head(const attn_job *j, const float *x, int32_t n, int32_t pos0, int g,
-                           int key, float *out, int thread) {
+/* ---- recompute instead of load (kv/kv_cache.h) ----
+ * Before attention at a layer that recomputes, every viewable page of the step's
+ * sequences held as input rows gets its K (with RoPE at the page's positions) and V back,
+ * one task per page: the two products of page_tokens rows, in the page's own frame. */
+
+typedef struct recompute_job {
+    tl_llama *m;
+    tl_llama_scratch *s;
+    int32_t layer;
+    int32_t n;               /* pages */
+    const int32_t *page;     /* [n] page indices (positions page * page_tokens ..) */
+    const float *const *x;   /* [n] input rows */
+    float *const *out;       /* [n] K rows then V rows */
+    const int32_t *rows;     /* [n] rows in the page */
+} recompute_job;
+
+static void recompute_task(void *arg, int task, int thread) {
+    const recompute_job *j = arg;
     const tl_llama_hparams *hp = &j->m->hp;
     const tl_llama_layer *L = &j->m->layers[j->layer];
-    const tl_weight *w = key ? &L->wk : &L->wv;
-    const size_t hd = (size_t)hp->head_dim, kvd = (size_t)hp->n_head_kv * hd;
-    if (j->m->use_reference)
-        tl_matmul_ref(w->type, w->data, w->cols, (size_t)g * hd, (size_t)(g + 1) * hd, x,
-                      w->cols, (size_t)n, out, kvd);
-    else
-        tl_matmul_fast(w->type, w->data, w->cols, (size_t)g * hd, (size_t)(g + 1) * hd, x,
-                       w->cols, (size_t)n, out, kvd,
-                       j->s->mm_scratch + (size_t)thread * j->s->mm_scratch_floats);
-    if (key)
-        for (int32_t t = 0; t < n; t++)
-            tl_op_rope(out + (size_t)t * kvd + (size_t)g * hd, 1, hp->head_dim, hp->rope_dim,
-                       pos0 + t, hp->rope_base);
+    const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, P = (size_t)j->s->page_tokens;
+    const tl_weight *w[2] = {&L->wk, &L->wv};
+    float *scratch = j->s->mm_scratch + (size_t)thread * j->s->mm_scratch_floats;
+    const size_t n = (size_t)j->rows[task];
+    for (int i = 0; i < 2; i++) {
+        float *y = j->out[task] + (size_t)i * P * kvd;
+        if (j->m->use_reference)
+            tl_matmul_ref(w[i]->type, w[i]->data, w[i]->cols, 0, kvd, j->x[task], w[i]->cols,
+                          n, y, kvd);
+        else
+            tl_matmul_fast(w[i]->type, w[i]->data, w[i]->cols, 0, kvd, j->x[task],
+                           w[i]->cols, n, y, kvd, scratch);
+    }
+    for (size_t t = 0; t < n; t++)
+        tl_op_rope(j->out[task] + t * kvd, hp->n_head_kv, hp->head_dim, hp->rope_dim,
+                   j->page[task] * (int32_t)P + (int32_t)t, hp->rope_base);
 }
 
-/* The K (key) or V rows of page p for head g: viewed, or recomputed from input rows into
- * page_buf. */
-static tl_status head_rows(const attn_job *j, int32_t seq, int32_t p, int g, int key,
-                           float *page_buf, int thread, const float **rows, int32_t *n) {
-    const float *K, *V, *x = NULL;
-    if (tl_kv_recomputes(j->kv, j->layer)) {
-        tl_status st = tl_kv_view_inputs(j->kv, seq, j->layer, p, &x, n);
-        if (st) return st;
+static void recompute_pages(tl_llama *m, tl_llama_scratch *s, struct tl_kv *kv, int32_t l,
+                            const tl_llama_rows *rows) {
+    for (int32_t i = 0, e; i < rows->n; i = e) {
+        e = tl_llama_rows_run_end(rows, i);
+        const int32_t seq = rows->seq[i], stored = tl_kv_stored_pages(kv, seq, l);
+        int32_t n = 0;
+        for (int32_t p = 0; p < stored; p++)
+            if (tl_kv_page_inputs(kv, seq, l, p, &s->rc_x[n], &s->rc_out[n], &s->rc_rows[n]))
+                s->rc_page[n++] = p;
+        if (n == 0) continue;
+        recompute_job j = {m, s, l, n, s->rc_page, s->rc_x, s->rc_out, s->rc_rows};
+        tl_pool_run(m->pool, n, recompute_task, &j);
+        for (int32_t k = 0; k < n; k++) tl_kv_recomputed(kv, seq, l, s->rc_page[k]);
+        s->pages_recomputed += (uint64_t)n;
     }
-    if (x) {
-        const size_t kvd = (size_t)j->m->hp.n_head_kv * (size_t)j->m->hp.head_dim;
-        float *out = page_buf + (key ? 0 : (size_t)j->s->page_tokens * kvd);
-        recompute_head(j, x, *n, p * j->s->page_tokens, g, key, out, thread);
-        *rows = out;
-        return TL_OK;
-    }
-    tl_status st = tl_kv_view(j->kv, seq, j->layer, p, page_buf, &K, &V, n);
-    *rows = key ? K : V;
-    return st;
 }
 
 /* Block b of rows (consecutive rows of one sequence, positions ascending), kv head g: the
@@ -258,7 +280,8 @@ static void attn_task(void *arg, int task, int thread) {
             t0 += P;
             continue;
         }
-        tl_status st = head_rows(j, seq, p, g, 1, page_buf, thread, &K, &n);
+        const float *V;
+        tl_status st = tl_kv_view(j->kv, seq, j->layer, p, page_buf, &K, &V, &n);
         if (st || n <= 0) {
             attn_fail(j, st ? st : TL_ERR_INVALID);
             return;
@@ -301,7 +324,8 @@ static void attn_task(void *arg, int task, int thread) {
             t0 += P;
             continue;
         }
-        if (head_rows(j, seq, p, g, 0, page_buf, thread, &V, &n) || n <= 0) return;
+        const float *K;
+        if (tl_kv_view(j->kv, seq, j->layer, p, page_buf, &K, &V, &n) || n <= 0) return;
         for (int32_t r = r0; r < r1; r++) {
             const int32_t pos = j->rows->pos[r];
             if (pos < t0) continue;
@@ -385,6 +409,7 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
             if (st) return st;
         }
     }
+    if (tl_kv_recomputes(kv, l)) recompute_pages(m, s, kv, l, rows);
     int32_t n_blocks = 0; /* each sequence's rows in blocks of at most attn_rows */
     for (int32_t i = 0, e; i < rows->n; i = e) {
         e = tl_llama_rows_run_end(rows, i);

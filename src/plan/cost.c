@@ -14,8 +14,8 @@
  *   KV reads       = disk pages seen by the pass * read bytes / read_bps(slot_bytes, depth)
  *                    depth = the IO queue's (weights and KV pages share it); read bytes =
  *                    slot_bytes, or the input rows' slot at a layer that recomputes
- *   recompute      = per page read as input rows (per block of 16 rows in prefill): the
- *                    Wk and Wv products of page_tokens rows, added to compute
+ *   recompute      = per page read as input rows: the Wk and Wv products of page_tokens
+ *                    rows, added to compute
  *   KV writes      = pages filled and homed on disk * (slot_bytes [+ input rows' slot])
  *                    / write_bps
  *   KV wait        = per layer, sum over micro-batches k of max(0, read(k) - c(k-1)):
@@ -312,8 +312,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         double slow = 1;
         double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, stored, n_mb,
                                         logit_rows, plan->embd_resident, &slow);
-        /* each block of up to 16 rows of a sequence recomputes every page it reads */
-        c += read_pages * rc_share * ceil(len / 16.0) * rc_page_s;
+        /* pages read as input rows are recomputed once before attention */
+        c += read_pages * rc_share * rc_page_s;
         tl_cost_pass p = {1, block_index, fed / chunk, c, layers_bytes + (last ? out_bytes : 0),
                           kv_read, kv_write, wbps, kbps, wr_bps, 1, slow,
                           pass_kv_wait(m, prof, pol->kv_bits, rows, ctx, stored, pages, n_mb,
