@@ -9,6 +9,8 @@
  *   no cache    exact attention, the DRAM cache off: every disk page is read every step
  *               (the nearest to today's --kv-mem 0 placement: only window and sinks stay)
  *   cache       exact attention through the cache
+ *   by need     the same with weights and KV pages read in the order compute needs them
+ *               (TL_IO_BY_NEED) instead of KV pages ahead of streamed weights
  *   select 50%  page selection at a budget of 50% of the pages, through the cache
  *   select 25%  the same at 25%
  * and reports per token: KV bytes read from disk, the cache hit rate measured and as the
@@ -43,7 +45,7 @@ static int argmax(const float *v, int n) {
     return b;
 }
 
-typedef struct setting { const char *name; int cache; float select; } setting;
+typedef struct setting { const char *name; int cache; float select; int32_t io_order; } setting;
 
 /* The cost model's prediction of n_gen - 1 decode steps after `len` positions, for the
  * context's placement (or `as`, when given) with this cache and selection share. */
@@ -191,8 +193,11 @@ static int run_recompute(const char *path, int32_t n_ctx, int n_gen, int threads
 
 static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
                    const tl_hw_profile *prof) {
-    static const setting settings[] = {
-        {"no cache", 0, 0}, {"cache", 1, 0}, {"select 50%", 1, 0.5f}, {"select 25%", 1, 0.25f}};
+    static const setting settings[] = {{"no cache", 0, 0, TL_IO_KV_FIRST},
+                                       {"cache", 1, 0, TL_IO_KV_FIRST},
+                                       {"by need", 1, 0, TL_IO_BY_NEED},
+                                       {"select 50%", 1, 0.5f, TL_IO_KV_FIRST},
+                                       {"select 25%", 1, 0.25f, TL_IO_KV_FIRST}};
     enum { NS = sizeof settings / sizeof settings[0] };
     const uint64_t kv_bytes = (uint64_t)n_ctx * 2 * 1024 * 4 * 16;
     tl_model_params mp = tl_model_default_params();
@@ -253,6 +258,7 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
     for (int k = 0; k < NS && !st; k++) {
         const setting *se = &settings[k];
         tl_context_tune_kv(c, se->cache ? cache_full : 0, se->select);
+        m->lm.params.io_order = se->io_order;
         /* one step first: the cache fills and the selection settles */
         if ((st = tl_decode(c, &tok, 1, logits))) break;
         tok = argmax(logits, 512);

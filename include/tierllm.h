@@ -62,7 +62,15 @@ typedef struct tl_model_params {
     uint64_t io_chunk_bytes;   /* read chunk size (default 1 MiB) */
     int32_t direct_io;         /* 1 (default): O_DIRECT, bypassing the page cache */
     int32_t w_mem_pct;         /* at most this percent of the weights resident (default 100) */
+    /* Order of reads on the one IO queue. TL_IO_KV_FIRST (default): the KV pages the next
+     * attention needs go ahead of streamed weights read ahead; TL_IO_BY_NEED: weights and
+     * KV pages in one line, in the order they were asked for, which is the order compute
+     * needs them (a layer's weights are asked for `prefetch` layers ahead). Either way a
+     * KV page attention is waiting for goes first. */
+    int32_t io_order;
 } tl_model_params;
+
+enum { TL_IO_KV_FIRST = 0, TL_IO_BY_NEED = 1 };
 
 tl_model_params tl_model_default_params(void);
 

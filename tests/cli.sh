@@ -102,6 +102,11 @@ expect_rc 1 "plan below the tiers' minimum" "$bin" plan -m "$tmp/long.gguf" --me
     --prompt-len 2000 --gen-len 64 --num-seqs 1 -c 4096
 grep -q "with the KV cache in tiers (a 256-position window) the minimum is" "$tmp/err" ||
     fail "plan below the tiers' minimum: $(cat "$tmp/err")"
+out=$("$bin" run -m "$tmp/long.gguf" -c 4096 -f "$tmp/long.txt" -n 32 --temp 0 --kv-window 64 \
+      --kv-cache 0 --io-order by-need --kv-recompute 4 --mem-budget 20M 2>"$tmp/err")
+[ "$out" = "$ref" ] || fail "--io-order by-need --kv-recompute 4: the text differs: $(cat "$tmp/err")"
+expect_rc 2 "--io-order bad" "$bin" run -m "$m" -p hi --io-order sideways
+grep -q "io-order expects kv-first or by-need" "$tmp/err" || fail "--io-order bad: $(cat "$tmp/err")"
 expect_rc 2 "--kv-select out of range" "$bin" run -m "$m" -p hi --kv-select 1.5
 grep -q "kv-select expects a share" "$tmp/err" || fail "--kv-select 1.5: $(cat "$tmp/err")"
 expect_rc 2 "batch --kv-select out of range" "$bin" batch -m "$m" -i /dev/null -o "$tmp/x.jsonl" \

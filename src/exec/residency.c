@@ -90,8 +90,12 @@ static tl_status keep(tl_residency *r, void *buf) {
 static tl_status submit_layout(tl_residency *r, const tl_weight_layout *L, uint8_t *buf, uint64_t *tags) {
     for (int i = 0; i < L->n_e; i++) {
         tags[i] = ++r->next_tag;
-        tl_status st = tl_aio_read(r->m->aio, r->m->tier, L->e[i].file_off,
-                                   buf + L->e[i].buf_off, L->e[i].len, tags[i]);
+        /* by need: weights share the KV prefetch's class, so the queue keeps the order of
+         * asking (model params: io_order) */
+        const tl_aio_class cls =
+            r->m->params.io_order == TL_IO_BY_NEED ? TL_AIO_SOON : TL_AIO_ORDINARY;
+        tl_status st = tl_aio_read_class(r->m->aio, r->m->tier, L->e[i].file_off,
+                                         buf + L->e[i].buf_off, L->e[i].len, tags[i], cls);
         if (st) {
             for (int j = 0; j < i; j++) tl_aio_wait(r->m->aio, tags[j]);
             return st;

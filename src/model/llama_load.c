@@ -208,6 +208,7 @@ tl_model_params tl_model_default_params(void) {
     p.io_chunk_bytes = 1u << 20;
     p.direct_io = 1;
     p.w_mem_pct = 100;
+    p.io_order = TL_IO_KV_FIRST;
     return p;
 }
 
@@ -234,6 +235,9 @@ static tl_status check_params(const tl_model_params *p) {
         return tl_error_set(TL_ERR_INVALID, "IO chunk size %llu must be a multiple of %d "
                             "up to 1 GiB", (unsigned long long)p->io_chunk_bytes,
                             (int)TL_TIER_MAX_ALIGN);
+    if (p->io_order != TL_IO_KV_FIRST && p->io_order != TL_IO_BY_NEED)
+        return tl_error_set(TL_ERR_INVALID, "io_order %d (TL_IO_KV_FIRST or TL_IO_BY_NEED)",
+                            (int)p->io_order);
     if (p->w_mem_pct < 0 || p->w_mem_pct > 100)
         return tl_error_set(TL_ERR_INVALID, "weight memory share %d%% is outside 0..100",
                             (int)p->w_mem_pct);

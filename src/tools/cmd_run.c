@@ -37,6 +37,8 @@ static void usage(void) {
            "  --io auto|pool|uring    IO backend (default auto: io_uring if it works)\n"
            "  --io-chunk SIZE         read chunk size (default 1M)\n"
            "  --io-depth N            chunks in flight (default 8)\n"
+           "  --io-order kv-first|by-need  KV pages ahead of streamed weights (default), or\n"
+           "                          both in the order compute needs them\n"
            "  --no-direct             read through the page cache instead of O_DIRECT\n"
            "  --kv-window N           KV in tiers: the last N positions (and the sinks) stay\n"
            "                          in memory, older pages go to --spill-dir (default:\n"
@@ -340,6 +342,14 @@ int tl_cmd_run(int argc, char **argv) {
             VAL(); if (!cli_size(a, v, &mp.io_chunk_bytes)) return 2;
         } else if (!strcmp(a, "--io-depth")) {
             VAL(); if (!cli_int(a, v, 1, 1024, &mp.io_queue_depth)) return 2;
+        } else if (!strcmp(a, "--io-order")) {
+            VAL();
+            if (!strcmp(v, "kv-first")) mp.io_order = TL_IO_KV_FIRST;
+            else if (!strcmp(v, "by-need")) mp.io_order = TL_IO_BY_NEED;
+            else {
+                fprintf(stderr, "error: --io-order expects kv-first or by-need, not %s\n", v);
+                return 2;
+            }
         } else if (!strcmp(a, "--no-direct")) mp.direct_io = 0;
         else if (!strcmp(a, "--stats")) stats = 1;
         else if (!strcmp(a, "--kv-window")) {
