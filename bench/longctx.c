@@ -297,11 +297,16 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
             printf(" | hit rate %.3f, predicted %.3f (reads %+.1f%% of the prediction)",
                    rd + hit > 0 ? hit / (rd + hit) : 1.0,
                    rd + hit > 0 ? 1 - pred / (rd + hit) : 1.0, pred > 0 ? 100 * (rd / pred - 1) : 0.0);
-        else
-            printf(" | attended %.1f%% of pages, %.1f pages/token on demand",
+        else {
+            const double used = (double)(s1.kv_select_disk_pages - s0.kv_select_disk_pages);
+            const double hn = s1.kv_heat_needed - s0.kv_heat_needed;
+            printf(" | attended %.1f%% of pages, %.1f pages/token on demand, hit rate %.3f, "
+                   "predicted %.3f",
                    100.0 * (double)(s1.kv_select_pages_read - s0.kv_select_pages_read) /
                        (double)(s1.kv_select_pages_total - s0.kv_select_pages_total),
-                   dem / n);
+                   dem / n, used > 0 ? 1 - dem / used : 1.0,
+                   hn > 0 ? (s1.kv_heat_ready - s0.kv_heat_ready) / hn : 1.0);
+        }
         printf(" | %.2f tok/s | disk busy %.0f%% of the time (disk before: %.2f GB/s in "
                "%llu KiB reads, %d deep)\n", n / dt, 100 * io / dt, disk_bps / 1e9,
                (unsigned long long)(slot >> 10), (int)mp.io_queue_depth);

@@ -157,6 +157,11 @@ typedef struct tl_run_stats {
      * with kv_select_measure, the attention mass kept summed over (row, layer, head), and
      * that count */
     uint64_t kv_select_pages_read, kv_select_pages_total, kv_demand_reads;
+    /* the hit-rate model of selection (kv/kv_cache.h): disk pages the selections used
+     * (measured hit rate = 1 - kv_demand_reads / kv_select_disk_pages), and the predicted
+     * hit rate's sums (predicted = kv_heat_ready / kv_heat_needed) */
+    uint64_t kv_select_disk_pages;
+    double kv_heat_needed, kv_heat_ready;
     double kv_select_mass_kept, kv_select_heads;
 } tl_run_stats;
 

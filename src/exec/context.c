@@ -324,6 +324,9 @@ tl_status tl_context_get_stats(const tl_context *c, tl_run_stats *out) {
         out->kv_cache_hits = ks.cache_hits - c->kv_base.cache_hits;
         out->kv_predicted_reads = c->kv_predicted_reads;
         out->kv_demand_reads = ks.demand_reads - c->kv_base.demand_reads;
+        out->kv_select_disk_pages = ks.select_disk_pages - c->kv_base.select_disk_pages;
+        out->kv_heat_needed = ks.heat_needed - c->kv_base.heat_needed;
+        out->kv_heat_ready = ks.heat_ready - c->kv_base.heat_ready;
     }
     return TL_OK;
 }

@@ -67,7 +67,7 @@ struct tl_kv {
     kv_seq *seqs;
     kv_wr *ring;
     float *bounds;   /* key_bounds: [seq][layer][page][2][kv_dim], min then max */
-    uint8_t *want;   /* key_bounds: [seq][layer][page], 1 = the last selection used it */
+    float *heat;     /* key_bounds: [seq][layer][page], the page-need estimate (below) */
     size_t ring_cap, ring_head, ring_n;
     uint64_t next_slot, tag_base, next_tag, frames, frames_peak;
     uint8_t **spare;      /* slot frames not in use, kept for reuse (see slot_free) */
@@ -193,10 +193,10 @@ static uint64_t meta_bytes(const tl_kv_params *p, uint64_t *ring_cap, uint64_t o
     o = (o + 63) / 64 * 64; off[2] = o; o += (uint64_t)p->max_seqs * sizeof(kv_seq);
     o = (o + 63) / 64 * 64; off[3] = o; o += cap * sizeof(kv_wr);
     off[4] = off[5] = o;
-    if (p->key_bounds) { /* the bounds, then the last selection's marks */
+    if (p->key_bounds) { /* the bounds, then the pages' heat */
         const uint64_t nb = sl * np;
         o = (o + 63) / 64 * 64; off[4] = o; o += nb * 2 * (uint64_t)p->kv_dim * sizeof(float);
-        o = (o + 63) / 64 * 64; off[5] = o; o += nb;
+        o = (o + 63) / 64 * 64; off[5] = o; o += nb * sizeof(float);
     }
     return o;
 }
@@ -570,7 +570,7 @@ static tl_status store_page(tl_kv *kv, int32_t seq, int32_t layer, int32_t i) {
     const float *f32 = (const float *)(const void *)pg->frame;
     if (kv->bounds) {
         note_bounds(kv, seq, layer, i, f32);
-        kv->want[page_index(kv, seq, layer, i)] = 1; /* new pages are read until judged */
+        kv->heat[page_index(kv, seq, layer, i)] = 1; /* new pages are read until judged */
     }
     if (on_disk(&kv->p, (uint64_t)i)) return write_out(kv, pg, seq, layer, i, NULL, f32);
     if (kv->p.bits != 32) {
@@ -641,7 +641,7 @@ tl_status tl_kv_open(const tl_kv_params *p, tl_budget *budget, tl_aio *aio, tl_k
     kv->ring = (kv_wr *)(void *)(m + off[3]);
     if (p->key_bounds) {
         kv->bounds = (float *)(void *)(m + off[4]);
-        kv->want = m + off[5];
+        kv->heat = (float *)(void *)(m + off[5]);
     }
     kv->ring_cap = (size_t)cap;
     unsigned inst = atomic_fetch_add(&kv_instances, 1);
@@ -850,10 +850,16 @@ tl_status tl_kv_prefetch(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t
         for (int32_t i = 0; i < stored; i++) {
             kv_page *pg = page_at(kv, s, layer, i);
             if (pg->state != PG_DISK || pg->stage || pg->pinned) continue;
-            if (kv->want && sl_at(kv, s, layer)->selective && !kv->want[page_index(kv, s, layer, i)])
-                continue; /* the last selection at this layer did not use it */
-            if (pg->frame && form_serves(kv, layer, pg->form)) { /* cached, or its write is
-                                                                     in flight: no read */
+            const int selective = kv->heat && sl_at(kv, s, layer)->selective;
+            const float heat = selective ? kv->heat[page_index(kv, s, layer, i)] : 1;
+            const int served = pg->frame && form_serves(kv, layer, pg->form);
+            if (selective) { /* the share of the next selection expected in memory */
+                kv->stats.heat_needed += heat;
+                if (served || heat >= TL_KV_HEAT_FETCH) kv->stats.heat_ready += heat;
+            }
+            if (selective && heat < TL_KV_HEAT_FETCH && !served)
+                continue; /* not likely needed: a demand read if it is */
+            if (served) { /* cached, or its write is in flight: no read */
                 if (!pg->cached) pg->pinned = 1; /* keeps the write buffer until release */
                 kv->stats.cache_hits++;
                 continue;
@@ -1090,10 +1096,14 @@ tl_status tl_kv_require(tl_kv *kv, int32_t seq, int32_t layer, const int32_t *pa
 
 void tl_kv_note_selection(tl_kv *kv, int32_t seq, int32_t layer, const uint8_t *sel,
                           int32_t n) {
-    if (!sl_valid(kv, seq, layer, "note selection") || !kv->want) return;
+    if (!sl_valid(kv, seq, layer, "note selection") || !kv->heat) return;
     const int32_t stored = sl_at(kv, seq, layer)->stored;
-    uint8_t *w = kv->want + page_index(kv, seq, layer, 0);
-    for (int32_t i = 0; i < stored; i++) w[i] = i < n && sel[i];
+    float *h = kv->heat + page_index(kv, seq, layer, 0);
+    for (int32_t i = 0; i < stored; i++) {
+        const int used = i < n && sel[i];
+        h[i] = (1 - TL_KV_HEAT_KEEP) * (float)used + TL_KV_HEAT_KEEP * h[i];
+        if (used && page_at(kv, seq, layer, i)->state == PG_DISK) kv->stats.select_disk_pages++;
+    }
     sl_at(kv, seq, layer)->selective = 1;
 }
 

@@ -93,6 +93,12 @@ typedef struct tl_kv_stats {
                                 write still in flight): pages_read are the misses */
     uint64_t cache_pages;    /* disk pages cached now */
     uint64_t demand_reads;   /* disk pages read by tl_kv_require (not prefetched in time) */
+    /* page selection: disk pages the selections used (1 - demand_reads / select_disk_pages
+     * is the measured hit rate), and the heat of the disk pages each selective prefetch
+     * judged, all of them and those in memory or staged after it (heat_ready / heat_needed
+     * is the predicted hit rate of the next selection) */
+    uint64_t select_disk_pages;
+    double heat_needed, heat_ready;
     uint64_t mem_pages_peak; /* frames in memory at once */
     double wait_s;           /* time tl_kv_wait blocked on page reads still in flight */
 } tl_kv_stats;
@@ -173,8 +179,18 @@ int tl_kv_recomputes(const tl_kv *kv, int32_t layer);
 
 /* ---- page selection ----
  * With key_bounds, attention may read only some pages (model/kv_select.h picks them).
- * The selection made at a layer is remembered and is what the next prefetch at that
- * layer stages: a page attention needed at this step is likely needed at the next. */
+ * The hit-rate model: each full page of a (seq, layer) has a heat, the estimate of the
+ * probability that the next selection there uses it: 1 for a new page, then after each
+ * selection heat = KEEP * heat + (1 - KEEP) * used (an average over recent selections
+ * weighted toward the last: recency, and how often the page's attention bound ranked it
+ * among the pages attention needs). The next prefetch at that layer stages the disk
+ * pages whose heat is at least FETCH; the others are read on demand if selected. The
+ * predicted hit rate of the next selection is the heat in memory or staged over all the
+ * heat (tl_kv_stats). With KEEP 1/2 and FETCH 1/2, a page used by the last selection is
+ * staged, and so is one skipped once after being used by every selection since it was
+ * written. */
+#define TL_KV_HEAT_KEEP 0.5f
+#define TL_KV_HEAT_FETCH 0.5f
 
 /* Full pages of seq at layer (those with key bounds). */
 int32_t tl_kv_stored_pages(const tl_kv *kv, int32_t seq, int32_t layer);
@@ -186,8 +202,7 @@ int tl_kv_page_ready(const tl_kv *kv, int32_t seq, int32_t layer, int32_t page);
  * such read counts in demand_reads. Release frees them as it frees prefetched ones. */
 tl_status tl_kv_require(tl_kv *kv, int32_t seq, int32_t layer, const int32_t *pages,
                         int32_t n);
-/* Records which full pages attention used (sel[p] != 0, p < n): the next prefetch at
- * this layer stages only those of them on disk. */
+/* Records which full pages attention used (sel[p] != 0, p < n): their heat is updated. */
 void tl_kv_note_selection(tl_kv *kv, int32_t seq, int32_t layer, const uint8_t *sel,
                           int32_t n);
 /* Every prefetch stages every disk page again (attention turned exact). */

@@ -145,11 +145,14 @@ static void print_token_stats(const tl_run_stats *a, const tl_run_stats *b, int 
                 "%.3f)", (unsigned long long)rd, (unsigned long long)hit,
                 rd + hit ? (double)hit / (double)(rd + hit) : 1.0,
                 rd + hit ? 1.0 - (double)pr / (double)(rd + hit) : 1.0);
-    } else if (b->kv_window_pages) { /* selection: the prefetch stages the last selection */
+    } else if (b->kv_window_pages) { /* selection: the prefetch stages the hot pages */
         uint64_t rd = b->kv_pages_read - a->kv_pages_read;
         uint64_t dem = b->kv_demand_reads - a->kv_demand_reads;
-        fprintf(stderr, " | KV disk pages read %llu, of them on demand %llu (selected but "
-                "not prefetched)", (unsigned long long)rd, (unsigned long long)dem);
+        uint64_t used = b->kv_select_disk_pages - a->kv_select_disk_pages;
+        double hn = b->kv_heat_needed - a->kv_heat_needed, hr = b->kv_heat_ready - a->kv_heat_ready;
+        fprintf(stderr, " | KV disk pages read %llu, of them on demand %llu: hit rate %.3f "
+                "(predicted %.3f)", (unsigned long long)rd, (unsigned long long)dem,
+                used ? 1.0 - (double)dem / (double)used : 1.0, hn > 0 ? hr / hn : 1.0);
     }
     fputc('\n', stderr);
 }
