@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include "tierllm.h"
 #include "base/clock.h"
+#include "base/stats.h"
 #include "exec/engine.h"
 #include "exec/residency.h"
 #include "kv/kv_cache.h"
@@ -70,33 +71,51 @@ static tl_status predict(tl_model *m, const tl_hw_profile *prof, const tl_contex
     return tl_cost_predict(m, prof, &rq.w, &pol, tl_residency_plan(m->res), out);
 }
 
-/* Recompute against load on one context: the model opened as for run_ctx, its KV in tiers
- * with the input rows kept beside K and V (prefill loads), then n_gen tokens decoded with
- * 0 (load), all, and the planner's count of layers recomputing K and V (the count among
- * the search's candidates whose predicted decode time is least, with the disk re-measured
- * now). Reported: KV bytes read per token, tok/s, the plan's time per token. */
-static int run_recompute(const char *path, int32_t n_ctx, int n_gen, int threads,
-                         const tl_hw_profile *prof) {
-    const uint64_t kv_bytes = (uint64_t)n_ctx * 2 * 1024 * 4 * 16;
-    tl_model_params mp = tl_model_default_params();
-    mp.n_threads = threads;
-    mp.mem_budget = kv_bytes / 2;
-    tl_model *m = NULL;
-    if (tl_model_open(path, &mp, &m)) {
+/* The model with a budget of half the context's f32 KV, and a context with its KV in
+ * tiers (256-position window, 16 sinks, the cache the budget leaves), selection's key
+ * bounds kept (select) or the input rows kept with every layer recomputing (recompute).
+ * Returns 0, or 1 after printing the error. */
+static int open_longctx(const char *path, int32_t n_ctx, int threads, int select,
+                        int recompute, tl_model_params *mp, tl_model **m, tl_context **c) {
+    *mp = tl_model_default_params();
+    mp->n_threads = threads;
+    mp->mem_budget = (uint64_t)n_ctx * 2 * 1024 * 4 * 16 / 2;
+    *c = NULL;
+    if (tl_model_open(path, mp, m)) {
         fprintf(stderr, "error: %s\n", tl_last_error());
         return 1;
     }
-    const int32_t L = m->lm.hp.n_layer;
     tl_context_params cp = tl_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_batch = 128;
     cp.kv_window = 256;
     cp.kv_sinks = 16;
-    cp.kv_recompute = L; /* keeps the input rows; each setting sets its own count */
-    tl_context *c = NULL;
-    if (tl_context_open(m, &cp, &c) || tl_context_set_kv_recompute(c, 0)) {
+    cp.kv_select = select ? 0.5f : 0; /* keeps the key bounds; settings set the share */
+    cp.kv_recompute = recompute ? (*m)->lm.hp.n_layer : 0; /* keeps the input rows */
+    if (tl_context_open(*m, &cp, c)) {
         fprintf(stderr, "error: context of %d: %s\n", (int)n_ctx, tl_last_error());
-        if (c) tl_context_close(c);
+        tl_model_close(*m);
+        return 1;
+    }
+    return 0;
+}
+
+/* Recompute against load on one context: the model opened as for run_ctx, its KV in tiers
+ * with the input rows kept beside K and V (prefill loads), then n_gen tokens decoded with
+ * 0 (load), all, and the planner's count of layers recomputing K and V (by the search's
+ * rule: the candidate count with the least predicted decode time, a count above 0 only
+ * by TL_PLAN_RECOMPUTE_MARGIN, with the disk re-measured now), in 3 alternating rounds.
+ * Reported: KV bytes read per token, tok/s, the plan's time per token, and the medians. */
+static int run_recompute(const char *path, int32_t n_ctx, int n_gen, int threads,
+                         const tl_hw_profile *prof) {
+    tl_model_params mp;
+    tl_model *m;
+    tl_context *c;
+    if (open_longctx(path, n_ctx, threads, 0, 1, &mp, &m, &c)) return 1;
+    const int32_t L = m->lm.hp.n_layer;
+    if (tl_context_set_kv_recompute(c, 0)) { /* the prefill loads */
+        fprintf(stderr, "error: %s\n", tl_last_error());
+        tl_context_close(c);
         tl_model_close(m);
         return 1;
     }
@@ -104,7 +123,7 @@ static int run_recompute(const char *path, int32_t n_ctx, int n_gen, int threads
     printf("recompute against load, context %d: cache %d pages; a disk page reads %zu KiB "
            "as K and V, %zu KiB as input rows\n", (int)n_ctx, kp->cache_pages,
            tl_kv_read_bytes(kp, 0) >> 10, tl_kv_read_bytes(kp, 1) >> 10);
-    const int32_t n_prompt = n_ctx - 3 * n_gen - 1;
+    const int32_t n_prompt = n_ctx - 9 * (n_gen + 1) - 1; /* 3 rounds of up to 3 settings */
     int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
     float *logits = malloc(512 * sizeof *logits);
     uint64_t x = 777;
@@ -132,55 +151,60 @@ static int run_recompute(const char *path, int32_t n_ctx, int n_gen, int threads
         tl_kv_set_recompute(&q, q.input_dim, cand[i]);
         if (predict(m, &now, c, (int32_t)s0.tokens, n_gen, kp->cache_pages, 0, &q, &cost))
             continue;
+        /* the planner's rule (plan/search.h): recompute only by a margin */
+        const double ranked = cost.decode_s * (cand[i] > 0 ? 1 + TL_PLAN_RECOMPUTE_MARGIN : 1);
         printf("  plan: %2d layers recomputing: %.3f s/token\n", (int)cand[i],
                cost.decode_s / (n_gen - 1));
-        if (cost.decode_s < pick_s) {
-            pick_s = cost.decode_s;
+        if (ranked < pick_s) {
+            pick_s = ranked;
             pick = cand[i];
         }
     }
+    /* load and recompute-all alternate (the planner's count between, when it is neither)
+     * for 3 rounds; the medians are compared */
+    double tps[3][3];
+    int n_sets = pick == 0 || pick == L ? 2 : 3;
     const int32_t runs[3] = {0, L, pick};
-    double tps[3] = {0, 0, 0};
-    for (int k = 0; k < 3 && !st; k++) {
-        if (k == 2 && (pick == 0 || pick == L)) {
-            tps[2] = tps[pick == 0 ? 0 : 1];
-            printf("  planner's choice: %d layers (measured above)\n", (int)pick);
-            break;
-        }
-        if ((st = tl_context_set_kv_recompute(c, runs[k]))) break;
-        if ((st = tl_decode(c, &tok, 1, logits))) break; /* settles the cache */
-        tok = argmax(logits, 512);
-        tl_hw_profile here = *prof;
-        if ((st = tl_profile_reanchor_disk(&here, kp->spill_dir, slot, mp.io_queue_depth,
-                                           &disk_bps)))
-            break;
-        tl_context_get_stats(c, &s0);
-        tl_cost cost;
-        const int have = predict(m, &here, c, (int32_t)s0.tokens, n_gen, kp->cache_pages, 0,
-                                 NULL, &cost) == TL_OK;
-        t0 = tl_now();
-        for (int i = 0; i < n_gen - 1 && !st; i++) {
-            st = tl_decode(c, &tok, 1, logits);
+    for (int round = 0; round < 3 && !st; round++)
+        for (int k = 0; k < n_sets && !st; k++) {
+            if ((st = tl_context_set_kv_recompute(c, runs[k]))) break;
+            if ((st = tl_decode(c, &tok, 1, logits))) break; /* settles the cache */
             tok = argmax(logits, 512);
+            tl_hw_profile here = *prof;
+            if ((st = tl_profile_reanchor_disk(&here, kp->spill_dir, slot, mp.io_queue_depth,
+                                               &disk_bps)))
+                break;
+            tl_context_get_stats(c, &s0);
+            tl_cost cost;
+            const int have = predict(m, &here, c, (int32_t)s0.tokens, n_gen, kp->cache_pages,
+                                     0, NULL, &cost) == TL_OK;
+            t0 = tl_now();
+            for (int i = 0; i < n_gen - 1 && !st; i++) {
+                st = tl_decode(c, &tok, 1, logits);
+                tok = argmax(logits, 512);
+            }
+            const double dt = tl_now() - t0, n = n_gen - 1;
+            tl_context_get_stats(c, &s1);
+            if (st) break;
+            tps[k][round] = n / dt;
+            printf("  round %d, %2d layers recomputing%s: KV read %6.1f MiB/token | %.2f tok/s "
+                   "| disk before: %.2f GB/s", round + 1, (int)runs[k],
+                   k == 2 ? " (planner)" : "",
+                   (s1.kv_bytes_read - s0.kv_bytes_read) / 1048576.0 / n, tps[k][round],
+                   disk_bps / 1e9);
+            if (have)
+                printf(" | plan %.3f s/token (%+.1f%% measured)", cost.decode_s / n,
+                       100 * (dt / n / (cost.decode_s / n) - 1));
+            printf("\n");
+            fflush(stdout);
         }
-        const double dt = tl_now() - t0, n = n_gen - 1;
-        tl_context_get_stats(c, &s1);
-        if (st) break;
-        tps[k] = n / dt;
-        printf("  %2d layers recomputing%s: KV read %6.1f MiB/token | %.2f tok/s | disk "
-               "before: %.2f GB/s", (int)runs[k], k == 2 ? " (planner)" : "",
-               (s1.kv_bytes_read - s0.kv_bytes_read) / 1048576.0 / n, tps[k], disk_bps / 1e9);
-        if (have)
-            printf(" | plan %.3f s/token (%+.1f%% measured)", cost.decode_s / n,
-                   100 * (dt / n / (cost.decode_s / n) - 1));
-        printf("\n");
-        fflush(stdout);
-    }
     if (!st) {
-        const double best = tps[0] > tps[1] ? tps[0] : tps[1];
-        printf("  planner's choice (%d layers) at %.2f tok/s: %+.1f%% against the better fixed "
-               "choice (%s, %.2f tok/s)\n", (int)pick, tps[2], 100 * (tps[2] / best - 1),
-               tps[0] > tps[1] ? "load" : "recompute all", best);
+        const double load = tl_median(tps[0], 3), all = tl_median(tps[1], 3);
+        const double chosen = pick == 0 ? load : pick == L ? all : tl_median(tps[2], 3);
+        const double best = load > all ? load : all;
+        printf("  medians: load %.2f tok/s, recompute all %.2f tok/s; the planner's choice (%d "
+               "layers) %.2f tok/s: %+.1f%% against the better fixed choice (%s)\n", load, all,
+               (int)pick, chosen, 100 * (chosen / best - 1), load > all ? "load" : "recompute");
     } else {
         fprintf(stderr, "error: %s\n", tl_last_error());
     }
@@ -200,26 +224,10 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
                                        {"select 25%", 1, 0.25f, TL_IO_KV_FIRST}};
     enum { NS = sizeof settings / sizeof settings[0] };
     const uint64_t kv_bytes = (uint64_t)n_ctx * 2 * 1024 * 4 * 16;
-    tl_model_params mp = tl_model_default_params();
-    mp.n_threads = threads;
-    mp.mem_budget = kv_bytes / 2;
-    tl_model *m = NULL;
-    if (tl_model_open(path, &mp, &m)) {
-        fprintf(stderr, "error: %s\n", tl_last_error());
-        return 1;
-    }
-    tl_context_params cp = tl_context_default_params();
-    cp.n_ctx = n_ctx;
-    cp.n_batch = 128;
-    cp.kv_window = 256;
-    cp.kv_sinks = 16;
-    cp.kv_select = 0.5f; /* keeps the key bounds; each setting sets its own share */
-    tl_context *c = NULL;
-    if (tl_context_open(m, &cp, &c)) {
-        fprintf(stderr, "error: context of %d: %s\n", (int)n_ctx, tl_last_error());
-        tl_model_close(m);
-        return 1;
-    }
+    tl_model_params mp;
+    tl_model *m;
+    tl_context *c;
+    if (open_longctx(path, n_ctx, threads, 1, 0, &mp, &m, &c)) return 1;
     const tl_kv_params *kp = tl_context_kv_params(c);
     const int32_t cache_full = kp->cache_pages;
     const double page_mib = (double)tl_kv_slot_bytes(kp) / 1048576.0;

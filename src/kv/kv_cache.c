@@ -309,8 +309,8 @@ static void frame_free(tl_kv *kv, uint8_t **f) {
 /* Slot frames (staging frames, write buffers, cached copies: slot_bytes each) turn over
  * thousands of times per decoded token. Each released one is kept (still counted in the
  * budget) for the next, up to spare_cap of them: a fresh allocation for every page read
- * makes the kernel fault new pages in under every O_DIRECT read, which cost a quarter of
- * the read rate. The spares never exceed the slot frames once in use at the same time,
+ * makes the kernel fault new pages in under every O_DIRECT read, a large share of the
+ * read's cost. The spares never exceed the slot frames once in use at the same time,
  * so the budget's peak is unchanged. */
 static tl_status slot_alloc(tl_kv *kv, uint8_t **out, const char *what, int32_t seq,
                             int32_t layer, int32_t i) {

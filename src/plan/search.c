@@ -295,7 +295,8 @@ static void try_combination(const tl_model *m, const tl_hw_profile *prof,
  * the split is searched by direct evaluation: cache sizes from none to every page the
  * budget can hold once the weights are at their minimum. With each, the number of
  * layers that recompute K and V from input rows instead of reading them: the layers are
- * alike, so a count decides it, from the bytes saved against the products' time. */
+ * alike, so a count decides it, from the bytes saved against the products' time; a count
+ * above 0 is taken only when predicted faster than loading by TL_PLAN_RECOMPUTE_MARGIN. */
 static void try_tiers(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
                       const tl_policy *base, tl_plan_result *best, int *have, int32_t *combos,
                       int32_t *feasible) {
@@ -340,7 +341,14 @@ static void try_tiers(const tl_model *m, const tl_hw_profile *prof, const tl_wor
                     tl_plan_result res;
                     if (tl_plan_evaluate(m, prof, w, &pol, &res)) continue;
                     (*feasible)++;
-                    if (!*have || better(&res, best)) {
+                    /* recompute must win by the margin of the disk term's error: a
+                     * virtual disk drifts by 10-20% between minutes */
+                    tl_plan_result ranked = res;
+                    if (rc[r] > 0) ranked.cost.total_s *= 1 + TL_PLAN_RECOMPUTE_MARGIN;
+                    tl_plan_result cur = *best;
+                    if (*have && cur.policy.kv_recompute > 0)
+                        cur.cost.total_s *= 1 + TL_PLAN_RECOMPUTE_MARGIN;
+                    if (!*have || better(&ranked, &cur)) {
                         *best = res;
                         *have = 1;
                     }

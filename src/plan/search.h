@@ -54,6 +54,10 @@ typedef struct tl_plan_result {
     int32_t combinations, lp_solves, feasible;
 } tl_plan_result;
 
+/* KV tiers: layers recompute K and V (tl_policy.kv_recompute) only when predicted faster
+ * than loading by this share: the disk term of a virtual disk drifts by 10-20%. */
+#define TL_PLAN_RECOMPUTE_MARGIN 0.05
+
 /* Searches; TL_ERR_NOMEM (with the minimum) if no candidate fits the model's budget. */
 tl_status tl_plan_search(const tl_model *m, const tl_hw_profile *prof,
                          const tl_plan_request *rq, tl_plan_result *out);
