@@ -345,11 +345,14 @@ static void test_urgent(void) {
     tl_fault_spec spec = {0};
     spec.latency_s = 0.01;
     tl_tier *slow = fault_mem(&spec, 1 << 20);
+    tl_fault_spec hold_spec = {0};
+    hold_spec.latency_s = 0.3; /* the one thread is busy while all the others are queued */
+    tl_tier *held = fault_mem(&hold_spec, 1 << 20);
     uint8_t *buf = tk_alloc(1 << 20);
 
     /* one thread, depth 1: the urgent ones run next, in their order, then the rest */
     tl_aio *q = open_q(TL_AIO_POOL, 4096, 1, 1);
-    CHECK(tl_aio_read(q, slow, 0, buf, 4096, 1) == TL_OK); /* in flight */
+    CHECK(tl_aio_read(q, held, 0, buf, 4096, 1) == TL_OK); /* in flight */
     for (int i = 0; i < 3; i++)
         CHECK(tl_aio_read(q, slow, (uint64_t)(1 + i) * 4096, buf + (1 + i) * 4096, 4096, 2 + i) ==
               TL_OK);
@@ -368,7 +371,7 @@ static void test_urgent(void) {
     /* classes: a read needed now goes ahead of queued urgent ones (each class in its own
      * order), urgent ones ahead of ordinary ones; a bad class is refused */
     q = open_q(TL_AIO_POOL, 4096, 1, 1);
-    CHECK(tl_aio_read(q, slow, 0, buf, 4096, 1) == TL_OK); /* in flight */
+    CHECK(tl_aio_read(q, held, 0, buf, 4096, 1) == TL_OK); /* in flight */
     CHECK(tl_aio_read(q, slow, 4096, buf + 4096, 4096, 2) == TL_OK);
     CHECK(tl_aio_read_class(q, slow, 2 * 4096, buf + 2 * 4096, 4096, 3, TL_AIO_SOON) == TL_OK);
     CHECK(tl_aio_read_class(q, slow, 3 * 4096, buf + 3 * 4096, 4096, 4, TL_AIO_SOON) == TL_OK);
@@ -386,6 +389,7 @@ static void test_urgent(void) {
     for (uint64_t t = 1; t <= 5; t++) CHECK(tl_aio_wait(q, t) == TL_OK);
     CHECK(tk_mismatch(buf, 0, 7 * 4096, 1) < 0);
     tl_aio_close(q);
+    tl_tier_close(held);
 
     /* depth 1 with threads for the urgent slots: an urgent read does not wait for the
      * ordinary chunk in flight (0.5 s) */
