@@ -345,19 +345,22 @@ static void test_urgent(void) {
     tl_fault_spec spec = {0};
     spec.latency_s = 0.01;
     tl_tier *slow = fault_mem(&spec, 1 << 20);
-    tl_fault_spec hold_spec = {0};
+    tl_fault_spec hold_spec = {0}, lag_spec = {0};
     hold_spec.latency_s = 0.3; /* the one thread is busy while all the others are queued */
     tl_tier *held = fault_mem(&hold_spec, 1 << 20);
+    lag_spec.latency_s = 0.15; /* a read that must not have finished when polled: the one
+                                  thread starts it just as the awaited read completes */
+    tl_tier *lag = fault_mem(&lag_spec, 1 << 20);
     uint8_t *buf = tk_alloc(1 << 20);
 
     /* one thread, depth 1: the urgent ones run next, in their order, then the rest */
     tl_aio *q = open_q(TL_AIO_POOL, 4096, 1, 1);
     CHECK(tl_aio_read(q, held, 0, buf, 4096, 1) == TL_OK); /* in flight */
     for (int i = 0; i < 3; i++)
-        CHECK(tl_aio_read(q, slow, (uint64_t)(1 + i) * 4096, buf + (1 + i) * 4096, 4096, 2 + i) ==
+        CHECK(tl_aio_read(q, lag, (uint64_t)(1 + i) * 4096, buf + (1 + i) * 4096, 4096, 2 + i) ==
               TL_OK);
     CHECK(tl_aio_read_urgent(q, slow, 8 * 4096, buf + 8 * 4096, 4096, 10) == TL_OK);
-    CHECK(tl_aio_read(q, slow, 9 * 4096, buf + 9 * 4096, 4096, 11) == TL_OK);
+    CHECK(tl_aio_read(q, lag, 9 * 4096, buf + 9 * 4096, 4096, 11) == TL_OK);
     CHECK(tl_aio_read_urgent(q, slow, 10 * 4096, buf + 10 * 4096, 4096, 12) == TL_OK);
     CHECK(tl_aio_wait(q, 12) == TL_OK);
     CHECK(tl_aio_poll(q, 10) == 1); /* urgent, submitted first */
@@ -372,9 +375,9 @@ static void test_urgent(void) {
      * order), urgent ones ahead of ordinary ones; a bad class is refused */
     q = open_q(TL_AIO_POOL, 4096, 1, 1);
     CHECK(tl_aio_read(q, held, 0, buf, 4096, 1) == TL_OK); /* in flight */
-    CHECK(tl_aio_read(q, slow, 4096, buf + 4096, 4096, 2) == TL_OK);
-    CHECK(tl_aio_read_class(q, slow, 2 * 4096, buf + 2 * 4096, 4096, 3, TL_AIO_SOON) == TL_OK);
-    CHECK(tl_aio_read_class(q, slow, 3 * 4096, buf + 3 * 4096, 4096, 4, TL_AIO_SOON) == TL_OK);
+    CHECK(tl_aio_read(q, lag, 4096, buf + 4096, 4096, 2) == TL_OK);
+    CHECK(tl_aio_read_class(q, lag, 2 * 4096, buf + 2 * 4096, 4096, 3, TL_AIO_SOON) == TL_OK);
+    CHECK(tl_aio_read_class(q, lag, 3 * 4096, buf + 3 * 4096, 4096, 4, TL_AIO_SOON) == TL_OK);
     CHECK(tl_aio_read_class(q, slow, 4 * 4096, buf + 4 * 4096, 4096, 5, TL_AIO_NOW) == TL_OK);
     CHECK(tl_aio_read_class(q, slow, 5 * 4096, buf + 5 * 4096, 4096, 6, TL_AIO_NOW) == TL_OK);
     CHECK(tl_aio_read_class(q, slow, 6 * 4096, buf + 6 * 4096, 4096, 7, TL_AIO_SOON) == TL_OK);
@@ -390,6 +393,7 @@ static void test_urgent(void) {
     CHECK(tk_mismatch(buf, 0, 7 * 4096, 1) < 0);
     tl_aio_close(q);
     tl_tier_close(held);
+    tl_tier_close(lag);
 
     /* depth 1 with threads for the urgent slots: an urgent read does not wait for the
      * ordinary chunk in flight (0.5 s) */
