@@ -197,6 +197,18 @@ int main(void) {
     bp = cp;
     bp.kv_cache_bytes = -5;
     CHECK(tl_context_open(m, &bp, &bad) == TL_ERR_INVALID && strstr(tl_last_error(), "cache of -5"));
+    bp = cp;
+    bp.kv_recompute = -1;
+    CHECK(tl_context_open(m, &bp, &bad) == TL_ERR_INVALID &&
+          strstr(tl_last_error(), "-1 layers recomputing"));
+    bp.kv_recompute = 300;
+    CHECK(tl_context_open(m, &bp, &bad) == TL_ERR_INVALID &&
+          strstr(tl_last_error(), "300 layers recomputing"));
+    tl_model_params bad_mp = tl_model_default_params();
+    bad_mp.io_order = 7;
+    tl_model *bad_m = NULL;
+    CHECK(tl_model_open(tl_test_model("stories260K.gguf"), &bad_mp, &bad_m) == TL_ERR_INVALID &&
+          bad_m == NULL && strstr(tl_last_error(), "io_order 7"));
 
     /* a window as long as the context: nothing goes to disk */
     cp.kv_window = STEPS;
