@@ -46,6 +46,16 @@ static int argmax(const float *v, int n) {
     return b;
 }
 
+/* n token ids of the synthetic vocabulary past its specials, from a seeded LCG. */
+static int32_t *random_prompt(int32_t n, uint64_t x) {
+    int32_t *p = malloc((size_t)n * sizeof *p);
+    for (int32_t i = 0; p && i < n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        p[i] = 3 + (int32_t)((x >> 33) % 509);
+    }
+    return p;
+}
+
 typedef struct setting { const char *name; int cache; float select; int32_t io_order; } setting;
 
 /* The cost model's prediction of n_gen - 1 decode steps after `len` positions, for the
@@ -124,13 +134,8 @@ static int run_recompute(const char *path, int32_t n_ctx, int n_gen, int threads
            "as K and V, %zu KiB as input rows\n", (int)n_ctx, kp->cache_pages,
            tl_kv_read_bytes(kp, 0) >> 10, tl_kv_read_bytes(kp, 1) >> 10);
     const int32_t n_prompt = n_ctx - 9 * (n_gen + 1) - 1; /* 3 rounds of up to 3 settings */
-    int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
+    int32_t *prompt = random_prompt(n_prompt, 777);
     float *logits = malloc(512 * sizeof *logits);
-    uint64_t x = 777;
-    for (int32_t i = 0; i < n_prompt; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        prompt[i] = 3 + (int32_t)((x >> 33) % 509);
-    }
     double t0 = tl_now();
     tl_status st = tl_decode(c, prompt, (size_t)n_prompt, logits);
     if (!st) printf("  prefill %d tokens (loading): %.1f s\n", (int)n_prompt, tl_now() - t0);
@@ -241,13 +246,8 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
            ws.weights_resident_bytes / 1048576.0, ws.weights_streamed_bytes / 1048576.0);
     /* prefill all but the decoded positions, exact */
     const int32_t n_prompt = n_ctx - NS * n_gen - 1;
-    int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
+    int32_t *prompt = random_prompt(n_prompt, 12345);
     float *logits = malloc(512 * sizeof *logits);
-    uint64_t x = 12345;
-    for (int32_t i = 0; i < n_prompt; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        prompt[i] = 3 + (int32_t)((x >> 33) % 509);
-    }
     tl_context_tune_kv(c, cache_full, 0);
     tl_run_stats s0, s1;
     tl_context_get_stats(c, &s0);

@@ -918,9 +918,7 @@ void tl_kv_release(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t layer
 static tl_status view_source(tl_kv *kv, int32_t seq, int32_t layer, int32_t page,
                              const char *what, kv_page **pgp, const uint8_t **src,
                              int32_t *rows, int *form) {
-    tl_status st = sticky(kv);
-    if (st == TL_OK) st = check_seq(kv, seq, what);
-    if (st == TL_OK) st = check_layer(kv, layer, what);
+    tl_status st = check_seqs(kv, &seq, 1, layer, what);
     if (st != TL_OK) return st;
     const int32_t P = kv->p.page_tokens;
     int32_t vis = tl_kv_visible(kv, seq, layer);
@@ -1015,9 +1013,7 @@ void tl_kv_recomputed(tl_kv *kv, int32_t seq, int32_t layer, int32_t page) {
 tl_status tl_kv_append_inputs(tl_kv *kv, int32_t seq, int32_t layer, const float *x,
                               int32_t n) {
     if (!kv) return tl_error_set(TL_ERR_INVALID, "kv append inputs: no cache");
-    tl_status st = sticky(kv);
-    if (st == TL_OK) st = check_seq(kv, seq, "append inputs");
-    if (st == TL_OK) st = check_layer(kv, layer, "append inputs");
+    tl_status st = check_seqs(kv, &seq, 1, layer, "append inputs");
     if (st != TL_OK) return st;
     const kv_sl *sl = sl_at(kv, seq, layer);
     if (!kv->x_bytes || n < 0 || n > sl->pending || (n > 0 && !x))

@@ -101,7 +101,6 @@ typedef struct tl_llama_scratch {
     const float **rc_x;        /* [max_pages] */
     float **rc_out;            /* [max_pages] */
     int32_t *rc_page, *rc_rows;/* [max_pages] */
-    uint64_t pages_recomputed; /* pages whose K and V were recomputed from input rows */
     float *mm_scratch;         /* per thread: matmul scratch */
     size_t mm_scratch_floats;
     /* page-selective attention (model/kv_select.h): the caller sets `select`; a row that

@@ -241,7 +241,6 @@ static void recompute_pages(tl_llama *m, tl_llama_scratch *s, struct tl_kv *kv, 
         recompute_job j = {m, s, l, n, s->rc_page, s->rc_x, s->rc_out, s->rc_rows};
         tl_pool_run(m->pool, n, recompute_task, &j);
         for (int32_t k = 0; k < n; k++) tl_kv_recomputed(kv, seq, l, s->rc_page[k]);
-        s->pages_recomputed += (uint64_t)n;
     }
 }
 

@@ -341,8 +341,8 @@ static void try_tiers(const tl_model *m, const tl_hw_profile *prof, const tl_wor
                     tl_plan_result res;
                     if (tl_plan_evaluate(m, prof, w, &pol, &res)) continue;
                     (*feasible)++;
-                    /* recompute must win by the margin of the disk term's error: a
-                     * virtual disk drifts by 10-20% between minutes */
+                    /* recompute must win by the margin of the disk term's error
+                     * (plan/search.h) */
                     tl_plan_result ranked = res;
                     if (rc[r] > 0) ranked.cost.total_s *= 1 + TL_PLAN_RECOMPUTE_MARGIN;
                     tl_plan_result cur = *best;

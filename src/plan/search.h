@@ -55,7 +55,8 @@ typedef struct tl_plan_result {
 } tl_plan_result;
 
 /* KV tiers: layers recompute K and V (tl_policy.kv_recompute) only when predicted faster
- * than loading by this share: the disk term of a virtual disk drifts by 10-20%. */
+ * than loading by this share: the disk term is measured minutes before the run, and a
+ * virtual disk's rate drifts in between. */
 #define TL_PLAN_RECOMPUTE_MARGIN 0.05
 
 /* Searches; TL_ERR_NOMEM (with the minimum) if no candidate fits the model's budget. */

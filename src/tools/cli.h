@@ -26,6 +26,10 @@ int cli_u64(const char *flag, const char *s, uint64_t *out);
 int cli_io_backend(const char *flag, const char *s, int32_t *out);
 /* "2G", "512M", "1.5GiB", "4096" (bytes) */
 int cli_size(const char *flag, const char *s, uint64_t *out);
+/* A size as cli_size, capped at INT64_MAX (for int64_t fields such as kv_cache_bytes). */
+int cli_size_i64(const char *flag, const char *s, int64_t *out);
+/* A share in [0, 1] ("expects a share in [0, 1]" otherwise). */
+int cli_share(const char *flag, const char *s, float *out);
 /* Returns argv[*i + 1] and advances, or prints "flag needs a value" and returns NULL. */
 const char *cli_value(int argc, char **argv, int *i);
 /* Prints "error: <message>" for a failed status and returns 1. */

@@ -31,6 +31,24 @@ int cli_float(const char *flag, const char *s, float *out) {
     return 1;
 }
 
+int cli_share(const char *flag, const char *s, float *out) {
+    float v;
+    if (!cli_float(flag, s, &v)) return 0;
+    if (!(v >= 0 && v <= 1)) {
+        fprintf(stderr, "error: %s expects a share in [0, 1], not %s\n", flag, s);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int cli_size_i64(const char *flag, const char *s, int64_t *out) {
+    uint64_t bytes;
+    if (!cli_size(flag, s, &bytes)) return 0;
+    *out = (int64_t)(bytes > INT64_MAX ? INT64_MAX : bytes);
+    return 1;
+}
+
 int cli_u64(const char *flag, const char *s, uint64_t *out) {
     char *end;
     errno = 0;

@@ -344,17 +344,11 @@ int tl_cmd_batch(int argc, char **argv) {
         INT("--repeat-last-n", 0, 1 << 20, &gp.sampler.repeat_last_n)
         else if (!strcmp(a, "--spill-dir")) { VAL(); bp.spill_dir = v; }
         else if (!strcmp(a, "--kv-select")) {
-            VAL(); if (!cli_float(a, v, &bp.kv_select)) return 2;
-            if (!(bp.kv_select >= 0 && bp.kv_select <= 1)) {
-                fprintf(stderr, "error: --kv-select expects a share in [0, 1], not %s\n", v);
-                return 2;
-            }
+            VAL(); if (!cli_share(a, v, &bp.kv_select)) return 2;
             knobs++;
         }
         else if (!strcmp(a, "--kv-cache")) {
-            uint64_t bytes;
-            VAL(); if (!cli_size(a, v, &bytes)) return 2;
-            bp.kv_cache_bytes = (int64_t)(bytes > INT64_MAX ? INT64_MAX : bytes);
+            VAL(); if (!cli_size_i64(a, v, &bp.kv_cache_bytes)) return 2;
             knobs++;
         }
         else if (!strcmp(a, "--mem-budget")) { VAL(); if (!cli_size(a, v, &mp.mem_budget)) return 2; }

@@ -365,17 +365,11 @@ int tl_cmd_run(int argc, char **argv) {
             VAL(); if (!cli_int(a, v, 0, 256, &cp.kv_recompute)) return 2;
             kv_knobs++;
         } else if (!strcmp(a, "--kv-cache")) {
-            uint64_t bytes;
-            VAL(); if (!cli_size(a, v, &bytes)) return 2;
-            cp.kv_cache_bytes = (int64_t)(bytes > INT64_MAX ? INT64_MAX : bytes);
+            VAL(); if (!cli_size_i64(a, v, &cp.kv_cache_bytes)) return 2;
             kv_knobs++;
         } else if (!strcmp(a, "--spill-dir")) { VAL(); cp.spill_dir = v; kv_knobs++; }
         else if (!strcmp(a, "--kv-select")) {
-            VAL(); if (!cli_float(a, v, &cp.kv_select)) return 2;
-            if (!(cp.kv_select >= 0 && cp.kv_select <= 1)) {
-                fprintf(stderr, "error: --kv-select expects a share in [0, 1], not %s\n", v);
-                return 2;
-            }
+            VAL(); if (!cli_share(a, v, &cp.kv_select)) return 2;
             kv_knobs++;
         }
         else {
