@@ -16,7 +16,7 @@
  * and reports per token: KV bytes read from disk, the cache hit rate measured and as the
  * cache model predicts it (exact settings), the disk bytes the selection read on demand,
  * and tokens per second; the disk's read rate for the same file is measured in the same
- * run (the prefill's reads). Beside each setting: the cost model's prediction of the same
+ * run (the prefill's reads). Beside the prefill and each setting: the cost model's prediction of the same
  * steps (KV bytes and wall time per token) from the hardware profile (the cached one, or
  * measured first), its disk re-measured just before the setting in the KV prefetch's
  * requests (tl_profile_reanchor_disk): this disk's rate drifts by the minute. Random weights attend nearly uniformly, so selection's
@@ -261,6 +261,11 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
         printf("  prefill %d tokens: %.1f s (%.1f tok/s); KV read %.0f MiB during it, disk "
                "busy %.1f s\n", (int)n_prompt, prefill_s, n_prompt / prefill_s,
                (s1.kv_bytes_read - s0.kv_bytes_read) / 1048576.0, s1.io_busy_s - s0.io_busy_s);
+        tl_cost pc;
+        if (predict(m, prof, c, n_prompt, 1, cache_full, 0, NULL, &pc) == TL_OK)
+            printf("  prefill plan: %.1f s (%+.1f%% measured; compute %.1f s, KV read %.0f MiB)\n",
+                   pc.prefill_s, 100 * (prefill_s / pc.prefill_s - 1), pc.prefill.compute_s,
+                   pc.prefill.kv_read_bytes / 1048576.0);
     }
     int32_t tok = argmax(logits, 512);
     for (int k = 0; k < NS && !st; k++) {
@@ -322,9 +327,12 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
             const double kv_meas = (double)(s1.kv_bytes_read - s0.kv_bytes_read) / n;
             const double kv_pred = cost.decode.kv_read_bytes / n, t_pred = cost.decode_s / n;
             printf("  %-10s plan: KV read %7.1f MiB/token (%+.1f%% measured), %.3f s/token "
-                   "(%+.1f%% measured)\n", "", kv_pred / 1048576.0,
+                   "(%+.1f%% measured); terms: compute %.3f, KV read %.3f, weights read %.3f, "
+                   "KV wait %.3f\n", "", kv_pred / 1048576.0,
                    kv_pred > 0 ? 100 * (kv_meas / kv_pred - 1) : 0.0, t_pred,
-                   100 * (dt / n / t_pred - 1));
+                   100 * (dt / n / t_pred - 1), cost.decode.compute_s / n,
+                   cost.decode.kv_read_s / n, cost.decode.weight_read_s / n,
+                   cost.decode.kv_wait_s / n);
         }
         fflush(stdout);
     }

@@ -37,6 +37,7 @@ static void round_profile(tl_hw_profile *p) {
     for (int t = 0; t < TL_PROF_N_TYPE; t++)
         for (int n = 0; n < TL_PROF_N_ROWS; n++) p->matmul_macs[t][n] = 1e9;
     p->attn_s_per_mac = 2e-9;
+    p->attn_block_s_per_mac = 2e-9; /* blocks as fast as single rows: the longhand below */
     p->elementwise_s = 1e-9;
     p->layer_fixed_s = 1e-5;
     p->io_compute_slowdown = 1;
@@ -152,11 +153,44 @@ static void hand_slowdown(const char *path) {
     const int32_t rows[3] = {1, 4, 64};
     const double ctx[3] = {0, 0, 0}, stored[3] = {0, 0, 0};
     double s = 0;
-    double t = tl_cost_pass_compute(m, &prof, 32, rows, ctx, stored, 3, 0, 1, &s);
+    double t = tl_cost_pass_compute(m, &prof, 32, rows, ctx, stored, 3, 1, 0, 1, &s);
     const double tv = 5 * mm_row; /* the 1- and 4-row products */
     const double expect = (tv * 1.6 + (t - tv) * 1.1) / t;
     CHECK_MSG(close_to(s, expect, 1e-12), "slowdown %.12g vs %.12g", s, expect);
     CHECK(t > tv + 64 * mm_row * (1 - 1e-12));
+    tl_model_close(m);
+}
+
+/* Attention in blocks (llama.h): a row's per-MAC cost is own + shared / b for blocks of b
+ * rows, through the profile's points b = 1 (attn_s_per_mac) and b = TL_ATTN_BLOCK_MAX_ROWS
+ * (attn_block_s_per_mac); decode rows are blocks of one. Longhand on hand_single's plan:
+ * 2 layers, 8 heads of 16, prefill chunks of 4 rows seeing 10 and 26 positions. */
+static void hand_attn_block(const char *path) {
+    tl_model *m = open_model(path, 64u << 20);
+    if (!m) return;
+    tl_hw_profile one, blk;
+    round_profile(&one);
+    blk = one;
+    blk.attn_block_s_per_mac = 0.5e-9;
+    const double B = TL_ATTN_BLOCK_MAX_ROWS, shared = 1.5e-9 * B / (B - 1), own = 2e-9 - shared;
+    const int32_t rows[1] = {16};
+    const double ctx[1] = {1000}, stored[1] = {0};
+    double t1 = tl_cost_pass_compute(m, &one, 32, rows, ctx, stored, 1, B, 0, 1, NULL);
+    double tb = tl_cost_pass_compute(m, &blk, 32, rows, ctx, stored, 1, B, 0, 1, NULL);
+    double tr = tl_cost_pass_compute(m, &blk, 32, rows, ctx, stored, 1, 1, 0, 1, NULL);
+    CHECK_MSG(close_to(t1 - tb, 1000 * 2 * 128 * 1.5e-9, 1e-9), "full block saves %.9g", t1 - tb);
+    CHECK_MSG(close_to(tr, t1, 1e-12), "rows one at a time cost the single-row rate");
+    tl_workload w = {8, 4, 1};
+    tl_policy pol = {.single = 1, .gbs = 1, .num_gb = 1, .prefill_rows = 4, .w_mem_pct = 0,
+                     .kv_mem_pct = 100, .kv_bits = 32, .page_tokens = 16, .prefetch = 1, .overlap = 1, .n_ctx = 16};
+    tl_plan_result r1, rb;
+    CHECK(tl_plan_evaluate(m, &one, &w, &pol, &r1) == TL_OK);
+    CHECK(tl_plan_evaluate(m, &blk, &w, &pol, &rb) == TL_OK);
+    const double saved = 36 * 2 * 128 * (2e-9 - (own + shared / 4));
+    CHECK_MSG(close_to(r1.cost.prefill.compute_s - rb.cost.prefill.compute_s, saved, 1e-9),
+              "prefill saves %.9g vs %.9g", r1.cost.prefill.compute_s - rb.cost.prefill.compute_s, saved);
+    CHECK_MSG(close_to(r1.cost.decode.compute_s, rb.cost.decode.compute_s, 1e-12),
+              "decode unchanged: %.9g vs %.9g", r1.cost.decode.compute_s, rb.cost.decode.compute_s);
     tl_model_close(m);
 }
 
@@ -242,7 +276,8 @@ static void hand_batch_spill(const char *path) {
         q.kv_bits = 16;
         CHECK(tl_plan_evaluate(m, &p16, &w, &q, &r16) == TL_OK);
         const double per_pos = 2.0 * 2 * 32 * 1e-9 * L;
-        double pre = 4 * 8 * 32 * per_pos; /* step 2: 8 rows per sequence, 2 full pages */
+        /* step 2: 8 rows per sequence, 2 full pages, decoded once per block of 8 rows */
+        double pre = 4 * 8 * 32 * per_pos / 8;
         double dec = 0;
         for (int j = 1; j < 30; j++) dec += 4 * floor((40 + j - 1) / 16.0) * 16 * per_pos;
         CHECK_MSG(close_to(r16.cost.prefill.compute_s - r32.cost.prefill.compute_s, pre, 1e-6),
@@ -564,6 +599,7 @@ int main(void) {
     hand_single(p1);
     hand_batch_spill(p1);
     hand_slowdown(p1);
+    hand_attn_block(p1);
     char p3[256];
     if (!synth("spread", 300, 128, 320, 8, 8, 2, 0, p3, sizeof p3)) return 1;
     spread_placement(p3);

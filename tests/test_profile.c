@@ -41,6 +41,7 @@ static void fill(tl_hw_profile *p) {
     for (int t = 0; t < TL_PROF_N_TYPE; t++)
         for (int r = 0; r < TL_PROF_N_ROWS; r++) p->matmul_call_s[t][r] = 1e-6 * (t + r) / 3.0;
     p->attn_s_per_mac = 4.38e-10 / 3.0;
+    p->attn_block_s_per_mac = 1.21e-10 / 7.0;
     p->attn_decode_s[0] = 0;
     p->attn_decode_s[1] = 2.1e-9 / 3.0;
     p->attn_decode_s[2] = 1.5e-9;
@@ -61,6 +62,7 @@ static int same(const tl_hw_profile *a, const tl_hw_profile *b) {
            !memcmp(a->matmul_macs, b->matmul_macs, sizeof a->matmul_macs) &&
            !memcmp(a->matmul_call_s, b->matmul_call_s, sizeof a->matmul_call_s) &&
            a->attn_s_per_mac == b->attn_s_per_mac &&
+           a->attn_block_s_per_mac == b->attn_block_s_per_mac &&
            !memcmp(a->attn_decode_s, b->attn_decode_s, sizeof a->attn_decode_s) &&
            a->elementwise_s == b->elementwise_s && a->layer_fixed_s == b->layer_fixed_s &&
            a->io_compute_slowdown == b->io_compute_slowdown &&
@@ -221,6 +223,8 @@ static void test_hostile(void) {
     expect_bad_value(text, "fma_flops", NULL, "missing");
     expect_bad_value(text, "machine", NULL, "missing");
     expect_bad_value(text, "attn_s_per_mac", NULL, "missing");
+    expect_bad_value(text, "attn_block_s_per_mac", NULL, "missing");
+    expect_bad_value(text, "attn_block_s_per_mac", "0", "zero");
     expect_bad_value(text, "mem_read_bps", "-1", "negative");
     expect_bad_value(text, "mem_read_bps", "0", "zero rate");
     expect_bad_value(text, "mem_read_bps", "NaN", "NaN");
@@ -239,7 +243,8 @@ static void test_hostile(void) {
     expect_bad_value(text, "types", "[0, 1, 30, 8]", "short grid");
     expect_bad_value(text, "n_threads", "2.5", "fractional");
     expect_bad_value(text, "n_threads", "0", "zero threads");
-    expect_bad_value(text, "tierllm_profile_version", "4", "future version");
+    expect_bad_value(text, "tierllm_profile_version", "5", "future version");
+    expect_bad_value(text, "tierllm_profile_version", "3", "old version (no blocked attention)");
     expect_bad_value(text, "tierllm_profile_version", "2", "old version (matmul rates low)");
     expect_bad_value(text, "tierllm_profile_version", "1", "old version (no urgent-read time)");
     expect_bad_value(text, "machine", "\"a\\u0000b\"", "NUL");

@@ -119,6 +119,7 @@ static void replanner(const char *path, const collect *ref) {
     for (int t = 0; t < TL_PROF_N_TYPE; t++)
         for (int n = 0; n < TL_PROF_N_ROWS; n++) prof.matmul_macs[t][n] = 1e9;
     prof.attn_s_per_mac = 1e-9;
+    prof.attn_block_s_per_mac = 1e-9;
     prof.elementwise_s = 1e-9;
     prof.layer_fixed_s = 1e-6;
     prof.io_compute_slowdown = 1;

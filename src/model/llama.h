@@ -115,6 +115,15 @@ typedef struct tl_llama_scratch {
     uint64_t pages_read, pages_total; /* selective rows: pages attended and visible */
 } tl_llama_scratch;
 
+/* Attention takes a sequence's rows (a prompt chunk) in blocks that share each page's
+ * reads: up to TL_ATTN_BLOCK_MAX_ROWS rows, fewer when their score rows would pass
+ * TL_ATTN_BLOCK_SCORE_BYTES per thread (long contexts with many query heads per KV head).
+ * tl_llama_attn_block_rows: that cap for a scratch sized for max_ctx positions (the cost
+ * model prices attention by it). */
+#define TL_ATTN_BLOCK_MAX_ROWS 16
+#define TL_ATTN_BLOCK_SCORE_BYTES ((size_t)1 << 20)
+int32_t tl_llama_attn_block_rows(const tl_llama_hparams *hp, int32_t max_ctx);
+
 /* Budget bytes tl_llama_scratch_init will allocate. */
 uint64_t tl_llama_scratch_bytes(const tl_llama *m, int32_t max_rows, int32_t max_ctx,
                                 int32_t page_tokens);

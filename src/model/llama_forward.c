@@ -26,11 +26,12 @@
 #include "kernels/kernels.h"
 #include "kv/kv_cache.h"
 
-/* Attention takes a sequence's rows (a prompt chunk) in blocks that share each page's
- * reads: up to TL_ATTN_BLOCK_MAX_ROWS rows, fewer when their score rows would pass
- * TL_ATTN_BLOCK_SCORE_BYTES per thread (long contexts with many query heads per KV head). */
-#define TL_ATTN_BLOCK_MAX_ROWS 16
-#define TL_ATTN_BLOCK_SCORE_BYTES ((size_t)1 << 20)
+int32_t tl_llama_attn_block_rows(const tl_llama_hparams *hp, int32_t max_ctx) {
+    const size_t group = (size_t)(hp->n_head / hp->n_head_kv);
+    size_t block = TL_ATTN_BLOCK_SCORE_BYTES /
+                   (group * (size_t)(max_ctx > 0 ? max_ctx : 1) * sizeof(float));
+    return (int32_t)(block < 1 ? 1 : block > TL_ATTN_BLOCK_MAX_ROWS ? TL_ATTN_BLOCK_MAX_ROWS : block);
+}
 
 typedef struct scratch_buf { float **ptr; size_t floats; const char *what; } scratch_buf;
 
@@ -48,8 +49,7 @@ static size_t scratch_table(const tl_llama *m, tl_llama_scratch *s, int32_t max_
     /* matrix products of max_rows rows, and of a page of rows (attention's recompute) */
     s->mm_scratch_floats = tl_matmul_scratch_floats(
         widest, nr > (size_t)page_tokens ? nr : (size_t)page_tokens);
-    size_t block = TL_ATTN_BLOCK_SCORE_BYTES / (group * (size_t)max_ctx * sizeof(float));
-    block = block < 1 ? 1 : block > TL_ATTN_BLOCK_MAX_ROWS ? TL_ATTN_BLOCK_MAX_ROWS : block;
+    const size_t block = (size_t)tl_llama_attn_block_rows(hp, max_ctx);
     s->attn_rows = (int32_t)(block < nr ? block : nr);
     s->attn_floats = (size_t)s->attn_rows * group * (size_t)max_ctx +
                      2 * (size_t)page_tokens * kvd;

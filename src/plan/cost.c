@@ -76,18 +76,32 @@ static double kv_bits_decode_s(const tl_hw_profile *prof, int32_t bits) {
     return 0;
 }
 
-/* One micro-batch of `rows` rows at layer l: its 7 matmuls, attention over ctx visible
- * positions of which `stored` in stored pages, element-wise work and the per-layer fixed
- * cost. *matvec: the matmuls' part when the
+/* Seconds per MAC of attention for rows taken in blocks of `block` rows (llama.h): a
+ * part every row pays (the arithmetic) and a part the block shares (reading K and V),
+ * c(b) = shared / b + own, through the profile's two points b = 1 and
+ * b = TL_ATTN_BLOCK_MAX_ROWS. */
+static double attn_s_per_mac(const tl_hw_profile *prof, double block) {
+    const double s1 = prof->attn_s_per_mac, B = TL_ATTN_BLOCK_MAX_ROWS;
+    double sb = prof->attn_block_s_per_mac > 0 ? prof->attn_block_s_per_mac : s1;
+    if (sb > s1) sb = s1;
+    const double shared = (s1 - sb) * B / (B - 1), own = s1 - shared;
+    return own + shared / (block > 1 ? block : 1);
+}
+
+/* One micro-batch of `rows` rows at layer l, attention taking them in blocks of `block`
+ * rows (1 in decode): its 7 matmuls, attention over ctx visible positions of which
+ * `stored` in stored pages (decoded once per block), element-wise work and the per-layer
+ * fixed cost. *matvec: the matmuls' part when the
  * products have <= 4 rows (they slow down differently while the disk streams). */
 static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int32_t l,
-                               int32_t kv_bits, int32_t rows, double ctx, double stored,
-                               double *matvec) {
+                               int32_t kv_bits, int32_t rows, double block, double ctx,
+                               double stored, double *matvec) {
     const tl_llama_hparams *hp = &m->lm.hp;
     const double d = hp->n_embd, f = hp->n_ff, hd = hp->head_dim;
     const double kvd = (double)hp->n_head_kv * hd;
-    const double attn_per_pos = hp->n_head * hd * prof->attn_s_per_mac;
-    const double decode_per_pos = 2.0 * hp->n_head_kv * kvd * kv_bits_decode_s(prof, kv_bits);
+    const double b = block > 1 ? block : 1;
+    const double attn_per_pos = hp->n_head * hd * attn_s_per_mac(prof, b);
+    const double decode_per_pos = 2.0 * hp->n_head_kv * kvd * kv_bits_decode_s(prof, kv_bits) / b;
     if (matvec) *matvec = 0;
     if (rows <= 0) return 0;
     const tl_llama_layer *L = &m->lm.layers[l];
@@ -101,15 +115,16 @@ static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int
 
 double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
                             const int32_t *rows, const double *ctx_sum,
-                            const double *stored_sum, int32_t n_mb, int32_t logit_rows,
-                            int embd_resident, double *slowdown) {
+                            const double *stored_sum, int32_t n_mb, double attn_block,
+                            int32_t logit_rows, int embd_resident, double *slowdown) {
     const tl_llama_hparams *hp = &m->lm.hp;
     const double d = hp->n_embd;
     double t = 0, all_rows = 0, t_matvec = 0;
     for (int32_t l = 0; l < hp->n_layer; l++)
         for (int32_t k = 0; k < n_mb; k++) {
             double mv;
-            t += mb_layer_compute(m, prof, l, kv_bits, rows[k], ctx_sum[k], stored_sum[k], &mv);
+            t += mb_layer_compute(m, prof, l, kv_bits, rows[k], attn_block, ctx_sum[k],
+                                  stored_sum[k], &mv);
             t_matvec += mv;
         }
     for (int32_t k = 0; k < n_mb; k++) all_rows += rows[k] > 0 ? rows[k] : 0;
@@ -224,8 +239,9 @@ static void add_pass(acc *a, const tl_cost_pass *p, int overlap) {
 /* The pass's KV wait (formula at the top): pages[k] disk pages of micro-batch k per
  * layer; the first of them arrives after first_s, each further one page_s later. */
 static double pass_kv_wait(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
-                           const int32_t *rows, const double *ctx, const double *stored,
-                           const double *pages, int32_t n_mb, double first_s, double page_s) {
+                           const int32_t *rows, double block, const double *ctx,
+                           const double *stored, const double *pages, int32_t n_mb,
+                           double first_s, double page_s) {
     double wait = 0, prev = -1;
     int any = 0;
     for (int32_t k = 0; k < n_mb; k++) any |= pages[k] > 0;
@@ -236,7 +252,7 @@ static double pass_kv_wait(const tl_model *m, const tl_hw_profile *prof, int32_t
             double read = pages[k] > 0 ? first_s + (pages[k] - 1) * page_s : 0;
             if (prev >= 0 && read > prev) wait += read - prev;
             else if (prev < 0) wait += read; /* the pass's first read: nothing to hide it */
-            prev = mb_layer_compute(m, prof, l, kv_bits, rows[k], ctx[k], stored[k], NULL);
+            prev = mb_layer_compute(m, prof, l, kv_bits, rows[k], block, ctx[k], stored[k], NULL);
         }
     return wait;
 }
@@ -283,6 +299,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
     int32_t chunk = pol->single ? pol->prefill_rows
                                 : (pol->prefill_rows < pol->gbs ? pol->gbs : pol->prefill_rows) / pol->gbs;
     if (chunk < 1) chunk = 1;
+    /* the engine sizes attention's blocks for its context (n_ctx per sequence) */
+    const double block_cap = tl_llama_attn_block_rows(&m->lm.hp, pol->n_ctx > 0 ? pol->n_ctx : P + w->gen_len);
     for (int32_t fed = 0; fed < P; fed += chunk) {
         int32_t len = P - fed < chunk ? P - fed : chunk, last = fed + len == P;
         double kv_read = 0, kv_write = 0, disk_all = 0;
@@ -310,14 +328,16 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         }
         int32_t logit_rows = last ? n_seqs : 0;
         double slow = 1;
-        double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, stored, n_mb,
+        /* a sequence's len rows in blocks of at most block_cap: their mean size */
+        const double block = (double)len / ceil((double)len / block_cap);
+        double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, stored, n_mb, block,
                                         logit_rows, plan->embd_resident, &slow);
         /* pages read as input rows are recomputed once before attention */
         c += read_pages * rc_share * rc_page_s;
         tl_cost_pass p = {1, block_index, fed / chunk, c, layers_bytes + (last ? out_bytes : 0),
                           kv_read, kv_write, wbps, kbps, wr_bps, 1, slow,
-                          pass_kv_wait(m, prof, pol->kv_bits, rows, ctx, stored, pages, n_mb,
-                                       first_s, page_s), read_pages, read_pages};
+                          pass_kv_wait(m, prof, pol->kv_bits, rows, block, ctx, stored, pages,
+                                       n_mb, first_s, page_s), read_pages, read_pages};
         fn(user, &p);
     }
     /* decode: gen_len - 1 steps, step j feeds position P + j - 1 of every sequence */
@@ -347,14 +367,14 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
             kv_read = read_pages * rslot;
         }
         double slow = 1;
-        double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, stored, n_mb, n_seqs,
-                                        plan->embd_resident, &slow);
+        double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, stored, n_mb, 1,
+                                        n_seqs, plan->embd_resident, &slow);
         /* pages read as input rows are recomputed (cached ones hold K and V: written) */
         c += read_pages * rc_share * rc_page_s;
         tl_cost_pass p = {0, block_index, j - 1, c, layers_bytes + out_bytes, kv_read, kv_write,
                           wbps, kbps, wr_bps, 1, slow,
-                          pass_kv_wait(m, prof, pol->kv_bits, rows, ctx, stored, pages, n_mb,
-                                       first_s, page_s), need_all, read_pages};
+                          pass_kv_wait(m, prof, pol->kv_bits, rows, 1, ctx, stored, pages,
+                                       n_mb, first_s, page_s), need_all, read_pages};
         fn(user, &p);
     }
 }

@@ -103,12 +103,13 @@ tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl
 /* Building blocks (also used by the LP in search.c and checked in tests):
  * seconds of one forward pass's compute over micro-batches of `rows[k]` rows (k <
  * n_mb), the rows of micro-batch k attending to `ctx_sum[k]` visible positions in all
- * (`stored_sum[k]` of them in stored pages that must be decoded),
+ * (`stored_sum[k]` of them in stored pages that must be decoded), attention taking a
+ * sequence's rows in blocks of `attn_block` rows on average (1 in decode; llama.h),
  * `logit_rows` rows needing logits; without any IO. *slowdown (may be NULL) gets the
  * factor this compute slows by while the disk streams (the profile's two, time-weighted). */
 double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
                             const int32_t *rows, const double *ctx_sum,
-                            const double *stored_sum, int32_t n_mb,
+                            const double *stored_sum, int32_t n_mb, double attn_block,
                             int32_t logit_rows, int embd_resident, double *slowdown);
 /* Seconds of one matrix product of `n` rows with weight w. */
 double tl_cost_matmul(const tl_hw_profile *prof, const tl_weight *w, double n);

@@ -30,9 +30,9 @@ const int32_t tl_prof_depths[TL_PROF_N_DEPTH] = {1, 4, 16};
 const int32_t tl_prof_rows[TL_PROF_N_ROWS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
 const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS] = {32, 16, 8, 4};
 
-#define PROFILE_VERSION 3 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
+#define PROFILE_VERSION 4 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
                             * huge-page memory, as the weights (2 read them on 4 KiB pages,
-                            * which understates the rates) */
+                            * which understates the rates); 4: attn_block_s_per_mac */
 #define PROFILE_MAX_BYTES ((size_t)1 << 20)
 
 int32_t tl__profile_threads(int32_t n_threads) {
@@ -180,6 +180,7 @@ static const pfield fields[] = {
     {"attn_s_per_mac", F_NUM, R_POS, OFF(attn_s_per_mac), 1, 0, NULL},
     {"kv_bits", F_AXIS_I32, R_POS, 0, TL_PROF_N_KVBITS, 0, tl_prof_kvbits},
     {"attn_decode_s", F_VEC, R_NONNEG, OFF(attn_decode_s), TL_PROF_N_KVBITS, 0, NULL},
+    {"attn_block_s_per_mac", F_NUM, R_POS, OFF(attn_block_s_per_mac), 1, 0, NULL},
     {"elementwise_s", F_NUM, R_POS, OFF(elementwise_s), 1, 0, NULL},
     {"layer_fixed_s", F_NUM, R_NONNEG, OFF(layer_fixed_s), 1, 0, NULL},
     {"io_compute_slowdown", F_NUM, R_POS, OFF(io_compute_slowdown), 1, 0, NULL},

@@ -65,6 +65,11 @@ typedef struct tl_hw_profile {
      * 32 bits; the attention decodes a whole page, K and V, once per row and kv head) */
     double attn_s_per_mac;
     double attn_decode_s[TL_PROF_N_KVBITS];
+    /* the same per-MAC seconds when TL_ATTN_BLOCK_MAX_ROWS rows of one sequence (a prompt
+     * chunk) share each position's K and V reads (llama.h): lower, as the reads are
+     * amortized over the block. The cost model splits a row's cost into a part every row
+     * pays and a part the block shares, from these two points. */
+    double attn_block_s_per_mac;
 
     /* element-wise work of a layer (rmsnorm, rope, swiglu, residual adds), seconds per
      * element of one row (the cost model counts 4*n_embd + 3*n_ff elements per row) */

@@ -8,10 +8,13 @@
  * attention: token-by-token decode of a tiny synthetic model with f32 KV; a robust line
  * through per-window medians of the per-token times gives the cost per visible position,
  * its intercept (less the matrix products and element-wise work) the fixed cost per
- * layer; stored KV formats are costed by timing their row decoding directly. The
+ * layer; the same model prefilled in chunks of one attention block (TL_ATTN_BLOCK_MAX_ROWS
+ * rows) gives the per-position cost when a block shares the reads; stored KV formats are
+ * costed by timing their row decoding directly. The
  * synthetic model's file is unlinked as soon as it is open, so it cannot outlive the
  * process.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,16 +256,24 @@ static double model_matmul_seconds(tl_model *m) {
     return res;
 }
 
+/* A context for n_pos positions (and a margin) fed n_batch rows at a time (0: the
+ * default). */
+static tl_status open_context(tl_model *m, int32_t n_pos, int32_t n_batch, int32_t kv_bits,
+                              tl_context **c) {
+    tl_context_params cp = tl_context_default_params();
+    cp.n_ctx = n_pos + 16;
+    cp.n_batch = n_batch;
+    cp.kv_bits = kv_bits;
+    return tl_context_open(m, &cp, c);
+}
+
 /* Per-token decode times of one KV width over n_pos positions (fewer when the run takes
  * longer than AT_RUN_S), reduced to a line over positions; with mm_s, also the matrix
  * products' share of a token (model_matmul_seconds). */
 static tl_status attention_run(tl_model *m, int32_t kv_bits, int32_t n_pos, float *logits,
                                double *times, double *a, double *b, double *mm_s) {
-    tl_context_params cp = tl_context_default_params();
-    cp.n_ctx = n_pos + 16;
-    cp.kv_bits = kv_bits;
     tl_context *c;
-    tl_status st = tl_context_open(m, &cp, &c);
+    tl_status st = open_context(m, n_pos, 0, kv_bits, &c);
     if (st != TL_OK) return st;
     double start = tl_now();
     for (int32_t i = 0; i < n_pos && st == TL_OK; i++) {
@@ -331,6 +342,47 @@ static tl_status measure_kv_decode(tl_hw_profile *p) {
     return TL_OK;
 }
 
+/* Blocked attention: the same model prefills n_pos positions in prompt chunks of
+ * TL_ATTN_BLOCK_MAX_ROWS rows (one attention block each); a chunk starting at position p
+ * costs a constant (its matrix products and element-wise work) plus L * n_head * head_dim
+ * * s * (rows * p + rows (rows + 1) / 2), so a robust line through per-window medians of
+ * the chunk times against p has slope rows * L * n_head * head_dim * s. *s_block gets s
+ * (0 when noise swamped the slope). */
+static tl_status attention_block_run(tl_model *m, int32_t n_pos, double *s_block) {
+    enum { ROWS = TL_ATTN_BLOCK_MAX_ROWS, SKIP = 2, WIN = 4 };
+    const tl_llama_hparams *hp = &m->lm.hp;
+    tl_context *c;
+    tl_status st = open_context(m, n_pos, ROWS, 32, &c);
+    if (st != TL_OK) return st;
+    int32_t n_chunks = n_pos / ROWS;
+    double *times = malloc((size_t)n_chunks * 3 * sizeof *times);
+    if (!times) st = tl_error_set(TL_ERR_NOMEM, "attention profile: out of memory");
+    double *wx = times ? times + n_chunks : NULL, *wy = wx ? wx + n_chunks : NULL;
+    const double start = tl_now();
+    for (int32_t i = 0; i < n_chunks && st == TL_OK; i++) {
+        int32_t toks[ROWS];
+        for (int32_t r = 0; r < ROWS; r++) toks[r] = 1 + (i * ROWS + r) % 500;
+        double t0 = tl_now();
+        st = tl_decode(c, toks, ROWS, NULL);
+        times[i] = tl_now() - t0;
+        if (i + 1 >= SKIP + 4 * WIN && tl_now() - start > AT_RUN_S) n_chunks = i + 1;
+    }
+    tl_context_close(c);
+    *s_block = 0;
+    int nw = (n_chunks - SKIP) / WIN;
+    for (int w = 0; st == TL_OK && w < nw; w++) {
+        int k0 = SKIP + w * WIN;
+        wx[w] = (k0 + 0.5 * (WIN - 1)) * ROWS;
+        wy[w] = tl_median(times + k0, WIN); /* reorders only this window */
+    }
+    double a = 0, b = 0;
+    if (st == TL_OK && nw >= 2) st = fit_line(wx, wy, (size_t)nw, &a, &b);
+    if (st == TL_OK && b > 0)
+        *s_block = b / ((double)ROWS * hp->n_layer * hp->n_head * hp->head_dim);
+    free(times);
+    return st;
+}
+
 /* The tiny model the attention stage decodes with. */
 void tl__profile_attention_model(tl_synth_params *sp) {
     memset(sp, 0, sizeof *sp);
@@ -363,11 +415,17 @@ tl_status tl__profile_measure_attention(int32_t threads, const char *dir, tl_hw_
     double *times = malloc(TL__PROF_AT_POS * sizeof *times);
     float *logits = malloc((size_t)sp.n_vocab * sizeof *logits);
     double a = 0, b = 0, mm_s = -1; /* f32 KV; stored formats are timed by kv_decode */
+    double s_block = 0;
     if (!times || !logits) st = tl_error_set(TL_ERR_NOMEM, "attention profile: out of memory");
     if (st == TL_OK) {
         tl__profile_say(progress, user, "attention: %d positions with 32-bit KV",
                         TL__PROF_AT_POS);
         st = attention_run(m, 32, TL__PROF_AT_POS, logits, times, &a, &b, &mm_s);
+    }
+    if (st == TL_OK) {
+        tl__profile_say(progress, user, "attention: %d positions in blocks of %d rows",
+                        TL__PROF_AT_BLOCK_POS, TL_ATTN_BLOCK_MAX_ROWS);
+        st = attention_block_run(m, TL__PROF_AT_BLOCK_POS, &s_block);
     }
     tl_model_close(m);
     free(times);
@@ -382,6 +440,15 @@ tl_status tl__profile_measure_attention(int32_t threads, const char *dir, tl_hw_
         tl__profile_say(progress, user, "attention: no measurable slope; using the FMA bound");
         p->attn_s_per_mac = 4.0 / p->fma_flops;
     }
+    /* blocks share the reads, never the arithmetic: a block's rate lies between the
+     * single row's and the FMA bound (noise outside it is clamped) */
+    if (s_block <= 0) {
+        tl__profile_say(progress, user, "attention blocks: no measurable slope; using the "
+                        "single-row rate");
+        s_block = p->attn_s_per_mac;
+    }
+    const double fma_bound = 4.0 / p->fma_flops;
+    p->attn_block_s_per_mac = fmin(p->attn_s_per_mac, fmax(s_block, fma_bound));
     st = measure_kv_decode(p);
     if (st != TL_OK) return st;
     /* intercept: one token at position 0, less its matrix-product work (timed on the

@@ -25,8 +25,10 @@
 #define TL__PROF_MM_MIN_BYTES ((size_t)96 << 20) /* weights cycled per type: beyond the LLC */
 /* urgent reads timed together in one batch (a micro-batch's KV pages) */
 enum { TL__PROF_URGENT_BATCH = 8 };
-/* positions the attention stage decodes at most (its KV and time buffers) */
+/* positions the attention stage decodes at most (its KV and time buffers), and those it
+ * prefills in blocks (more: a prefill is fast, and the slope needs a longer run) */
 #define TL__PROF_AT_POS 1024
+#define TL__PROF_AT_BLOCK_POS 2016
 
 typedef void (*tl__profile_progress)(void *user, const char *line);
 
@@ -63,9 +65,9 @@ tl_status tl__profile_measure_matmul(tl_pool *pool, tl_hw_profile *p,
 tl_status tl__profile_measure_elementwise(tl_hw_profile *p);
 /* The tiny model the attention stage decodes with. */
 void tl__profile_attention_model(tl_synth_params *sp);
-/* The attention stage: p->attn_s_per_mac, p->attn_decode_s and p->layer_fixed_s, from a
- * synthetic model written to dir. Reads p->fma_flops, p->matmul_macs and
- * p->elementwise_s, so it runs after those stages. */
+/* The attention stage: p->attn_s_per_mac, p->attn_block_s_per_mac, p->attn_decode_s and
+ * p->layer_fixed_s, from a synthetic model written to dir. Reads p->fma_flops,
+ * p->matmul_macs and p->elementwise_s, so it runs after those stages. */
 tl_status tl__profile_measure_attention(int32_t threads, const char *dir, tl_hw_profile *p,
                                         tl__profile_progress progress, void *user);
 

@@ -149,6 +149,7 @@ int tl_replanner_hook(void *user, tl_model *m, const tl_batch_stats *s, int32_t 
         for (int t = 0; t < TL_PROF_N_TYPE; t++)
             for (int n = 0; n < TL_PROF_N_ROWS; n++) r->prof.matmul_macs[t][n] /= compute_ratio;
         r->prof.attn_s_per_mac *= compute_ratio;
+        r->prof.attn_block_s_per_mac *= compute_ratio;
         for (int k = 0; k < TL_PROF_N_KVBITS; k++) r->prof.attn_decode_s[k] *= compute_ratio;
         r->prof.elementwise_s *= compute_ratio;
         r->prof.layer_fixed_s *= compute_ratio;

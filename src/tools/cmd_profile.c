@@ -6,6 +6,7 @@
 #include <time.h>
 #include "tools/cli.h"
 #include "format/tensor_type.h"
+#include "model/llama.h"
 #include "plan/profile.h"
 
 static void usage(FILE *f) {
@@ -64,8 +65,9 @@ static void print_summary(const tl_hw_profile *p) {
         for (int r = 0; r < TL_PROF_N_ROWS; r++) printf(" %6.1f", p->matmul_call_s[t][r] * 1e6);
         printf("\n");
     }
-    printf("attention:     %.3f ns per (position x head x head_dim), f32 KV\n",
-           p->attn_s_per_mac * 1e9);
+    printf("attention:     %.3f ns per (position x head x head_dim), f32 KV; %.3f ns in "
+           "blocks of %d rows\n", p->attn_s_per_mac * 1e9, p->attn_block_s_per_mac * 1e9,
+           TL_ATTN_BLOCK_MAX_ROWS);
     printf("  KV decode:   ");
     for (int k = 1; k < TL_PROF_N_KVBITS; k++)
         printf("%s%d-bit %.3f ns", k > 1 ? ", " : "", (int)tl_prof_kvbits[k],
