@@ -264,6 +264,10 @@ static int act_paths_differ(tl_type type, const void *W, size_t k, size_t j0, si
     return bad;
 }
 
+static int matmul_outputs_wrong(tl_type type, size_t k, size_t n, size_t j0, size_t j1,
+                                size_t ldy, const float *yref, const float *yf,
+                                const float *xr, const float *wf, int isa);
+
 static int matmul_case_x(tl_type type, size_t k, size_t n, size_t j0, size_t j1, int xpat) {
     size_t rows = j1, ldx = k + 3, ldy = j1 + 5;
     size_t rb = tl_type_row_bytes(type, k);
@@ -291,11 +295,46 @@ static int matmul_case_x(tl_type type, size_t k, size_t n, size_t j0, size_t j1,
     for (size_t i = 0; i < n * ldy; i++) yref[i] = yfast[i] = 1e30f; /* sentinel */
     for (size_t i = 0; i < sf; i++) scratch[i] = NAN; /* fast path must not read stale */
     tl_matmul_ref(type, W, k, j0, j1, X, ldx, n, yref, ldy);
+    /* every instruction set this machine has, each against the reference below; the
+     * widest last, as tl_matmul_fast picks it */
+    float *yisa[TL_ISA_AVX512VNNI + 1] = {0};
+    for (int isa = TL_ISA_AVX2; isa <= TL_ISA_AVX512VNNI; isa++) {
+        yisa[isa] = malloc(n * ldy * sizeof(float));
+        for (size_t i = 0; i < n * ldy; i++) yisa[isa][i] = 1e30f;
+        if (!tl__matmul_fast_isa(isa, type, W, k, j0, j1, X, ldx, n, yisa[isa], ldy, scratch)) {
+            free(yisa[isa]);
+            yisa[isa] = NULL;
+        }
+    }
     tl_matmul_fast(type, W, k, j0, j1, X, ldx, n, yfast, ldy, scratch);
     int bad = act_paths_differ(type, W, k, j0, j1, X, ldx, n, yfast, ldy);
+    for (int isa = TL_ISA_AVX512VNNI; isa >= TL_ISA_AVX2; isa--)
+        if (yisa[isa]) { /* the widest present is tl_matmul_fast's own path */
+            bad += memcmp(yisa[isa], yfast, n * ldy * sizeof(float)) != 0;
+            break;
+        }
+    for (int isa = TL_ISA_AVX2 - 1; isa <= TL_ISA_AVX512VNNI; isa++) {
+        /* isa -1: tl_matmul_fast; then each instruction set's path */
+        const float *yf = isa < TL_ISA_AVX2 ? yfast : yisa[isa];
+        if (!yf) continue;
+        bad += matmul_outputs_wrong(type, k, n, j0, j1, ldy, yref, yf, xr, wf, isa);
+    }
+    for (int isa = TL_ISA_AVX2; isa <= TL_ISA_AVX512VNNI; isa++) free(yisa[isa]);
+    free(wbuf), free(row), free(wf), free(xbuf), free(yref), free(yfast), free(scratch);
+    free(xr);
+    return bad;
+}
+
+/* Outputs of one fast path (yf) against the reference (yref) and the float64 product of
+ * the activations the product uses (xr) with the dequantized weights (wf); columns
+ * outside [j0, j1) must keep their sentinel. Returns the number that differ. */
+static int matmul_outputs_wrong(tl_type type, size_t k, size_t n, size_t j0, size_t j1,
+                                size_t ldy, const float *yref, const float *yf,
+                                const float *xr, const float *wf, int isa) {
+    int bad = 0;
     for (size_t i = 0; i < n; i++) {
         for (size_t j = 0; j < ldy; j++) {
-            float r = yref[i * ldy + j], f = yfast[i * ldy + j];
+            float r = yref[i * ldy + j], f = yf[i * ldy + j];
             if (j < j0 || j >= j1) {
                 if (f != 1e30f || r != 1e30f) bad++;
                 continue;
@@ -308,14 +347,12 @@ static int matmul_case_x(tl_type type, size_t k, size_t n, size_t j0, size_t j1,
             double tol = 1e-5 * mag + 1e-6;
             if (!(fabs((double)f - r) <= tol) || !(fabs(r - exact) <= 1e-6 * mag + 1e-6)) {
                 if (bad < 3)
-                    fprintf(stderr, "  %s k=%zu n=%zu j=[%zu,%zu) at i=%zu j=%zu: fast %g ref %g\n",
-                            tl_type_name(type), k, n, j0, j1, i, j, f, r);
+                    fprintf(stderr, "  %s isa %d k=%zu n=%zu j=[%zu,%zu) at i=%zu j=%zu: fast %g "
+                            "ref %g\n", tl_type_name(type), isa, k, n, j0, j1, i, j, f, r);
                 bad++;
             }
         }
     }
-    free(wbuf), free(row), free(wf), free(xbuf), free(yref), free(yfast), free(scratch);
-    free(xr);
     return bad;
 }
 

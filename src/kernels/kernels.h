@@ -84,15 +84,21 @@ void tl_matmul_act_prepare(tl_type type, size_t k, const float *X, size_t ldx, s
                            float *act);
 void tl_matmul_fast_act(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                         const float *act, size_t n, float *Y, size_t ldy);
-/* Internal, for tests: tl_matmul_fast_act on one instruction set (tl_matmul_fast_act
- * picks AVX-VNNI when this CPU has it, else AVX2). Returns 0, without computing, when
- * that path is not built in or this CPU lacks it. */
+/* Internal, for tests: tl_matmul_fast_act / tl_matmul_fast on one instruction set (they
+ * pick the widest this CPU has: AVX-VNNI for the int8 matvec, AVX-512 VNNI for the
+ * Q8_0/Q4_0 GEMM, else AVX2). Return 0, without computing, when that path is not built
+ * in or this CPU lacks it. A path uses the set named, or a narrower one where that set
+ * has no kernel. */
 typedef enum tl__isa {
-    TL_ISA_AVX2 = 0,   /* AVX2+FMA+F16C: always built, the baseline the fast kernels need */
-    TL_ISA_AVXVNNI = 1 /* AVX-VNNI (x86vnni_matmul.c) */
+    TL_ISA_AVX2 = 0,      /* AVX2+FMA+F16C: always built, the baseline the fast kernels need */
+    TL_ISA_AVXVNNI = 1,   /* AVX-VNNI (x86vnni_matmul.c) */
+    TL_ISA_AVX512VNNI = 2 /* AVX-512 F/BW + VNNI (x86avx512_gemm.c) */
 } tl__isa;
 int tl__matmul_fast_act_isa(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0,
                             size_t j1, const float *act, size_t n, float *Y, size_t ldy);
+int tl__matmul_fast_isa(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0,
+                        size_t j1, const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
+                        float *scratch);
 
 /* ---- small vector kernels used by attention ---- */
 float tl_dot_f32_ref(const float *a, const float *b, size_t n);

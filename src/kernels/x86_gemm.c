@@ -115,13 +115,6 @@ static void ukernel_any(size_t m, size_t kc, const float *panel, const float *X,
     }
 }
 
-/* Rows of X in micro-tile t when n rows are split into ceil(n/MR) tiles as evenly as
- * possible (n = 8 runs as 4+4, not 6+2: a 2-row tile cannot keep the FMA units busy). */
-static inline size_t m_of(size_t n, size_t t) {
-    size_t tiles = (n + MR - 1) / MR;
-    return n / tiles + (t < n % tiles);
-}
-
 static void prefetch_rows(const uint8_t *p, size_t stride, size_t rows, size_t bytes) {
     for (size_t r = 0; r < rows; r++, p += stride)
         for (size_t b = 0; b < bytes; b += 64) _mm_prefetch((const char *)(p + b), _MM_HINT_T0);
@@ -153,8 +146,8 @@ static ALWAYS_INLINE void gemm(tl_type type, const uint8_t *W, size_t k, size_t 
                 prefetch_rows(W + j0 * row_bytes + tl_type_row_bytes(type, c0 + KC), row_bytes,
                               j1 - j0 < NR ? j1 - j0 : NR,
                               tl_type_row_bytes(type, k - c0 - KC < KC ? k - c0 - KC : KC));
-            for (size_t i0 = 0, t = 0; i0 < n; i0 += m_of(n, t++)) {
-                size_t m = m_of(n, t);
+            for (size_t i0 = 0, t = 0; i0 < n; i0 += tl__tile_rows(n, t++, MR)) {
+                size_t m = tl__tile_rows(n, t, MR);
                 const float *xb = xs + i0 * lds;
                 float *yb = Y + i0 * ldy + jb;
                 if (nj == NR) {

@@ -12,8 +12,10 @@
  *    the thread's weight rows from DRAM, the next ones find them in L2 (ops.c splits a
  *    product into chunks of a few hundred KB); packing weight panels for the GEMM costs
  *    as much for few rows as for many, so re-reading the rows from cache is cheaper.
- *  - gemm (larger n, prefill; x86_gemm.c): compute-bound, packed weight panels and a
- *    register-tile micro-kernel.
+ *  - gemm (larger n, prefill): compute-bound, packed weight panels and a register-tile
+ *    micro-kernel. Q8_0/Q4_0 on AVX-512 VNNI CPUs: int8 dot products under the same
+ *    contract as the matvec (x86avx512_gemm.c); otherwise f32 FMA on dequantized panels
+ *    (x86_gemm.c).
  * Invariants: dequantization is exact (as in quant.c), activation rounding is bit-exact
  * with quant.c's, accumulation is f32, so results agree with tl_matmul_ref to float
  * rounding. Weight rows may start at any 2-aligned address: all vector loads are
@@ -29,6 +31,10 @@ size_t tl_matmul_scratch_floats(size_t k, size_t n) {
     size_t nv = n < TL_GROUPED_MAX_N ? n : TL_GROUPED_MAX_N;
     size_t act = tl_matmul_act_floats(TL_TYPE_Q4_0, k, nv); /* matvec: the larger records */
     size_t gemm = tl__gemm_scratch_floats(n);
+#ifdef TL_HAVE_AVX512VNNI
+    size_t gemm_q = (tl__gemm_q_avx512_scratch_bytes(n) + 3) / 4;
+    if (gemm_q > gemm) gemm = gemm_q;
+#endif
     size_t f = act > gemm ? act : gemm;
     return (f + 15) / 16 * 16; /* whole cache lines: per-thread slices stay aligned */
 }
@@ -61,19 +67,42 @@ void tl_matmul_fast_act(tl_type type, const void *W, size_t k, size_t j0, size_t
 int tl__matmul_fast_act_isa(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0,
                             size_t j1, const float *act, size_t n, float *Y, size_t ldy) {
     if (isa == TL_ISA_AVXVNNI && !tl__cpu_has_avxvnni()) return 0;
+    if (isa == TL_ISA_AVX512VNNI) return 0; /* no 512-bit matvec */
     if (j0 >= j1 || n == 0) return 1;
     act_groups(isa == TL_ISA_AVXVNNI, type, W, k, j0, j1, (const uint8_t *)act, n, Y, ldy);
+    return 1;
+}
+
+static void matmul(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0, size_t j1,
+                   const float *X, size_t ldx, size_t n, float *Y, size_t ldy, float *scratch);
+
+int tl__matmul_fast_isa(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0,
+                        size_t j1, const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
+                        float *scratch) {
+    if ((isa == TL_ISA_AVXVNNI && !tl__cpu_has_avxvnni()) ||
+        (isa == TL_ISA_AVX512VNNI && !tl__cpu_has_avx512vnni()))
+        return 0;
+    matmul(isa, type, W, k, j0, j1, X, ldx, n, Y, ldy, scratch);
     return 1;
 }
 
 void tl_matmul_fast(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                     const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
                     float *scratch) {
+    const tl__isa isa = tl__cpu_has_avx512vnni() ? TL_ISA_AVX512VNNI
+                        : tl__cpu_has_avxvnni() ? TL_ISA_AVXVNNI : TL_ISA_AVX2;
+    matmul(isa, type, W, k, j0, j1, X, ldx, n, Y, ldy, scratch);
+}
+
+/* tl_matmul_fast on the instruction sets up to isa (available: checked by the caller). */
+static void matmul(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0, size_t j1,
+                   const float *X, size_t ldx, size_t n, float *Y, size_t ldy, float *scratch) {
     const uint8_t *w = W;
     if (j0 >= j1 || n == 0) return;
     if (tl_matmul_act_floats(type, k, n)) { /* Q8_0/Q4_0 matvec */
         tl_matmul_act_prepare(type, k, X, ldx, n, scratch);
-        tl_matmul_fast_act(type, W, k, j0, j1, scratch, n, Y, ldy);
+        act_groups(isa >= TL_ISA_AVXVNNI && tl__cpu_has_avxvnni(), type, W, k, j0, j1,
+                   (const uint8_t *)scratch, n, Y, ldy);
         return;
     }
     if (n <= TL_GROUPED_MAX_N) { /* float types: groups of up to 4 rows */
@@ -85,6 +114,12 @@ void tl_matmul_fast(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
         }
         return;
     }
+#ifdef TL_HAVE_AVX512VNNI
+    if (isa == TL_ISA_AVX512VNNI && tl_type_rounds_act(type)) {
+        tl__gemm_q_avx512(type, w, k, j0, j1, X, ldx, n, Y, ldy, scratch);
+        return;
+    }
+#endif
     tl__gemm(type, w, k, j0, j1, X, ldx, n, Y, ldy, scratch);
 }
 

@@ -17,7 +17,29 @@ void tl__gemm(tl_type type, const uint8_t *w, size_t k, size_t j0, size_t j1, co
               size_t ldx, size_t n, float *Y, size_t ldy, float *scratch);
 size_t tl__gemm_scratch_floats(size_t n);
 
+/* Rows of X in micro-tile t when n rows are split into ceil(n/mr) tiles as evenly as
+ * possible (with mr = 6, n = 8 runs as 4+4, not 6+2: a 2-row tile cannot keep the
+ * multiply units busy). Shared by the GEMMs. */
+static inline size_t tl__tile_rows(size_t n, size_t t, size_t mr) {
+    size_t tiles = (n + mr - 1) / mr;
+    return n / tiles + (t < n % tiles);
+}
+
+/* Q8_0/Q4_0, any n, on AVX-512 VNNI (x86avx512_gemm.c; only when tl__cpu_has_avx512vnni):
+ * scratch of at least tl__gemm_q_avx512_scratch_bytes(n) bytes, 32-byte aligned. */
+void tl__gemm_q_avx512(tl_type type, const uint8_t *w, size_t k, size_t j0, size_t j1,
+                       const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
+                       void *scratch);
+size_t tl__gemm_q_avx512_scratch_bytes(size_t n);
+
 /* 1 when the AVX-VNNI kernels are built in (TL_HAVE_AVXVNNI) and this CPU has them. */
 int tl__cpu_has_avxvnni(void);
+/* 1 when the AVX-512 VNNI kernels are built in (TL_HAVE_AVX512VNNI), this CPU has
+ * AVX-512 F/BW and VNNI, and the OS saves the 512-bit state. */
+int tl__cpu_has_avx512vnni(void);
+/* The widest instruction set the kernels may use: the CPU's, or less when the
+ * environment variable TIERLLM_ISA caps it ("avx2", "avxvnni", "avx512"; read once) -
+ * so the tests can run every path this machine has. */
+tl__isa tl__cpu_isa_cap(void);
 
 #endif
