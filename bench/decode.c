@@ -7,7 +7,11 @@
  *                   embedding row); the host's bandwidth drifts, so decode runs in slices
  *                   of 8 tokens each preceded by a probe, and the ratio is the median
  *                   slice's decode speed over the median probe's bound
- *   prefill ratio = matmul FLOPs per second / FMA peak (attention FLOPs are counted too)
+ *   prefill ratios = matrix FLOPs per second (2 x weights per token, the convention of
+ *                   llama.cpp's figures) / the widest f32 FMA peak, the yardstick across
+ *                   types; and all FLOPs (attention too) / the peak of the unit the
+ *                   type's GEMM runs on (int8 dot products for Q8_0/Q4_0 where AVX-512
+ *                   VNNI is present, else f32 FMA AVX2). Every unit's peak is printed.
  * Reports medians of repeated runs. Usage:
  *   bench_decode [--dir DIR] [--threads N] [--reps R] [--types q8_0,f16] [--gen N]
  */
@@ -119,7 +123,23 @@ static int run_type(const char *dir, const char *type_name, int32_t type, int th
             slice_tps[n_slices++] = slice / el;
         }
     }
+    /* the peaks, in the same run: every unit present once, then the widest f32 FMA (the
+     * yardstick across types) and the unit this type's prefill GEMM runs on */
+    static int units_printed;
+    if (!units_printed) {
+        printf("peaks (%d threads):", tl_pool_threads(m->lm.pool));
+        for (int u = 0; u < TL_UNIT_COUNT; u++)
+            if (tl_probe_unit_present((tl_probe_unit)u))
+                printf(" %s %.1f G/s;", tl_probe_unit_name((tl_probe_unit)u),
+                       tl_probe_unit_peak(m->lm.pool, (tl_probe_unit)u, 5) / 1e9);
+        printf(" (operations: 2 per multiply-add)\n");
+        units_printed = 1;
+    }
     double peak = tl_probe_fma_peak(m->lm.pool, 5);
+    const int rounds = type == 8 || type == 2; /* Q8_0, Q4_0: the int8 GEMM where present */
+    tl_probe_unit own = rounds && tl_probe_unit_present(TL_UNIT_INT8_AVX512VNNI)
+                            ? TL_UNIT_INT8_AVX512VNNI : TL_UNIT_FMA_AVX2;
+    double own_peak = tl_probe_unit_peak(m->lm.pool, own, 5);
     double t_pre = tl_median(pre, (size_t)reps), t_dec = tl_median(dec, (size_t)reps);
     double bw = tl_median(slice_bw, (size_t)n_slices);
     double ratio = tl_median(slice_tps, (size_t)n_slices) * (double)bytes / bw;
@@ -128,14 +148,18 @@ static int run_type(const char *dir, const char *type_name, int32_t type, int th
     double attn = 2.0 * 2.0 * (double)m->lm.hp.n_layer * m->lm.hp.n_head * m->lm.hp.head_dim *
                   (double)n_prompt * (n_prompt + 1) / 2.0;
     double pre_flops = (flops * n_prompt + attn) / t_pre;
-    printf("%-5s threads %d | weights/token %.1f MiB | DRAM read %.1f GB/s | FMA peak %.1f "
-           "GFLOP/s\n", type_name, tl_pool_threads(m->lm.pool), bytes / 1048576.0, bw / 1e9,
+    printf("%-5s threads %d | weights/token %.1f MiB | DRAM read %.1f GB/s | widest f32 FMA "
+           "peak %.1f GFLOP/s\n", type_name, tl_pool_threads(m->lm.pool), bytes / 1048576.0, bw / 1e9,
            peak / 1e9);
     printf("%-5s decode  %.2f tok/s  bound %.2f tok/s  ratio %.0f%% (median slice over median probe; "
            "%.1f GB/s of weights)\n", type_name, dec_tps, bound_tps, 100.0 * ratio,
            dec_tps * (double)bytes / 1e9);
-    printf("%-5s prefill %.1f tok/s (%d-token prompt)  %.1f GFLOP/s  ratio to FMA peak %.0f%%\n",
-           type_name, n_prompt / t_pre, n_prompt, pre_flops / 1e9, 100.0 * pre_flops / peak);
+    printf("%-5s prefill %.1f tok/s (%d-token prompt)  %.1f GFLOP/s of matrices (2 x weights "
+           "per token: %.2f GFLOP) = %.0f%% of the widest f32 FMA peak; with attention "
+           "%.1f GFLOP/s = %.0f%% of its own unit's peak (%s)\n",
+           type_name, n_prompt / t_pre, n_prompt, flops * n_prompt / t_pre / 1e9, flops / 1e9,
+           100.0 * flops * n_prompt / t_pre / peak, pre_flops / 1e9,
+           100.0 * pre_flops / own_peak, tl_probe_unit_name(own));
     fflush(stdout);
     free(prompt);
     free(logits);

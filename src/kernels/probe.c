@@ -8,6 +8,7 @@
 #include "base/budget.h"
 #include "base/stats.h"
 #include "base/clock.h"
+#include "kernels/x86_matmul.h"
 
 typedef struct read_job { const float *p; size_t n, per; _Atomic float sink; } read_job;
 
@@ -51,25 +52,67 @@ double tl_probe_read_bandwidth(tl_pool *pool, size_t bytes, int reps) {
     return bw;
 }
 
-typedef struct fma_job { size_t iters; _Atomic float sink; } fma_job;
+typedef float (*unit_kernel)(size_t iters, float seed);
+typedef struct unit_job { unit_kernel fn; size_t iters; _Atomic float sink; } unit_job;
 
-static void fma_task(void *arg, int task, int thread) {
+static void unit_task(void *arg, int task, int thread) {
     (void)thread;
-    fma_job *j = arg;
-    atomic_store_explicit(&j->sink, tl_probe_fma_kernel(j->iters, (float)task),
-                          memory_order_relaxed);
+    unit_job *j = arg;
+    atomic_store_explicit(&j->sink, j->fn(j->iters, (float)task), memory_order_relaxed);
+}
+
+/* Each unit's loop, its operations per iteration (12 chains x products per instruction
+ * x 2), and its name. */
+static const struct {
+    const char *name;
+    double ops_per_iter;
+} units[TL_UNIT_COUNT] = {
+    [TL_UNIT_FMA_AVX2] = {"f32 FMA AVX2", 12 * 8 * 2},
+    [TL_UNIT_FMA_AVX512] = {"f32 FMA AVX-512", 12 * 16 * 2},
+    [TL_UNIT_INT8_AVX2] = {"int8 dot AVX2", 12 * 32 * 2},
+    [TL_UNIT_INT8_AVXVNNI] = {"int8 dot AVX-VNNI", 12 * 32 * 2},
+    [TL_UNIT_INT8_AVX512VNNI] = {"int8 dot AVX-512 VNNI", 12 * 64 * 2},
+    [TL_UNIT_BF16_AVX512] = {"bf16 dot AVX-512", 12 * 32 * 2},
+};
+
+const char *tl_probe_unit_name(tl_probe_unit u) {
+    return u >= 0 && u < TL_UNIT_COUNT ? units[u].name : "?";
+}
+
+static unit_kernel unit_fn(tl_probe_unit u) {
+    switch (u) {
+    case TL_UNIT_FMA_AVX2: return tl_probe_fma_kernel;
+    case TL_UNIT_INT8_AVX2: return tl__probe_int8_avx2_kernel;
+#ifdef TL_HAVE_AVXVNNI
+    case TL_UNIT_INT8_AVXVNNI: return tl__cpu_has_avxvnni() ? tl__probe_int8_vnni256_kernel : NULL;
+#endif
+#ifdef TL_HAVE_AVX512VNNI
+    case TL_UNIT_FMA_AVX512: return tl__cpu_has_avx512vnni() ? tl__probe_fma512_kernel : NULL;
+    case TL_UNIT_INT8_AVX512VNNI:
+        return tl__cpu_has_avx512vnni() ? tl__probe_int8_512_kernel : NULL;
+    case TL_UNIT_BF16_AVX512: return tl__cpu_has_avx512bf16() ? tl__probe_bf16_512_kernel : NULL;
+#endif
+    default: return NULL;
+    }
+}
+
+int tl_probe_unit_present(tl_probe_unit u) { return unit_fn(u) != NULL; }
+
+double tl_probe_unit_peak(tl_pool *pool, tl_probe_unit u, int reps) {
+    unit_job j = {unit_fn(u), 2000u * 1000, 0};
+    if (!j.fn || reps < 1 || reps > 64) return 0;
+    int tasks = 8 * tl_pool_threads(pool); /* several per thread: a late thread can't skew */
+    double t[64];
+    for (int r = 0; r < reps; r++) {
+        double t0 = tl_now();
+        tl_pool_run(pool, tasks, unit_task, &j);
+        t[r] = tl_now() - t0;
+    }
+    return (double)j.iters * units[u].ops_per_iter * tasks / tl_median(t, (size_t)reps);
 }
 
 double tl_probe_fma_peak(tl_pool *pool, int reps) {
-    int tasks = 8 * tl_pool_threads(pool);
-    fma_job j = {2500u * 1000, 0};
-    double t[64];
-    if (reps < 1 || reps > 64) return 0;
-    for (int r = 0; r < reps; r++) {
-        double t0 = tl_now();
-        tl_pool_run(pool, tasks, fma_task, &j);
-        t[r] = tl_now() - t0;
-    }
-    /* per iteration: 12 FMAs x 8 lanes x 2 FLOPs, per task */
-    return (double)j.iters * 12 * 8 * 2 * tasks / tl_median(t, (size_t)reps);
+    double p512 = tl_probe_unit_peak(pool, TL_UNIT_FMA_AVX512, reps);
+    double p256 = tl_probe_unit_peak(pool, TL_UNIT_FMA_AVX2, reps);
+    return p512 > p256 ? p512 : p256;
 }

@@ -37,6 +37,8 @@ int tl__cpu_has_avxvnni(void);
 /* 1 when the AVX-512 VNNI kernels are built in (TL_HAVE_AVX512VNNI), this CPU has
  * AVX-512 F/BW and VNNI, and the OS saves the 512-bit state. */
 int tl__cpu_has_avx512vnni(void);
+/* 1 when, beyond tl__cpu_has_avx512vnni, this CPU has AVX512_BF16 (the probes use it). */
+int tl__cpu_has_avx512bf16(void);
 /* The widest instruction set the kernels may use: the CPU's, or less when the
  * environment variable TIERLLM_ISA caps it ("avx2", "avxvnni", "avx512"; read once) -
  * so the tests can run every path this machine has. */

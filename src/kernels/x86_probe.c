@@ -1,6 +1,7 @@
-/* x86_probe.c - AVX2 inner loops of the bandwidth and FMA probes (see probe.h). */
+/* x86_probe.c - AVX2 inner loops of the bandwidth and peak probes (see probe.h). */
 #include <immintrin.h>
 #include "kernels/probe.h"
+#include "kernels/x86_probe_chains.h"
 
 float tl_probe_read_kernel(const float *p, size_t n) {
     /* two streams in lockstep (the halves of the range): more lines in flight than one */
@@ -23,25 +24,28 @@ float tl_probe_read_kernel(const float *p, size_t n) {
 }
 
 float tl_probe_fma_kernel(size_t iters, float seed) {
-    /* 12 independent chains in named registers hide the FMA latency on two FMA ports */
     const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-    __m256 a0 = _mm256_set1_ps(seed), a1 = _mm256_set1_ps(seed + 1), a2 = _mm256_set1_ps(seed + 2);
-    __m256 a3 = _mm256_set1_ps(seed + 3), a4 = _mm256_set1_ps(seed + 4), a5 = _mm256_set1_ps(seed + 5);
-    __m256 a6 = _mm256_set1_ps(seed + 6), a7 = _mm256_set1_ps(seed + 7), a8 = _mm256_set1_ps(seed + 8);
-    __m256 a9 = _mm256_set1_ps(seed + 9), a10 = _mm256_set1_ps(seed + 10);
-    __m256 a11 = _mm256_set1_ps(seed + 11);
-    for (size_t i = 0; i < iters; i++) {
-        a0 = _mm256_fmadd_ps(a0, m, c); a1 = _mm256_fmadd_ps(a1, m, c);
-        a2 = _mm256_fmadd_ps(a2, m, c); a3 = _mm256_fmadd_ps(a3, m, c);
-        a4 = _mm256_fmadd_ps(a4, m, c); a5 = _mm256_fmadd_ps(a5, m, c);
-        a6 = _mm256_fmadd_ps(a6, m, c); a7 = _mm256_fmadd_ps(a7, m, c);
-        a8 = _mm256_fmadd_ps(a8, m, c); a9 = _mm256_fmadd_ps(a9, m, c);
-        a10 = _mm256_fmadd_ps(a10, m, c); a11 = _mm256_fmadd_ps(a11, m, c);
-    }
-    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+#define INIT(k) _mm256_set1_ps(seed + (k))
+#define OP(a) _mm256_fmadd_ps(a, m, c)
+    __m256 s;
+    PROBE_CHAINS(__m256, INIT, OP, _mm256_add_ps, iters, s);
+#undef INIT
+#undef OP
     float out[8];
     _mm256_storeu_ps(out, s);
     return out[0] + out[7];
+}
+
+/* int8 dot products without VNNI: maddubs (u8*s8 pairs to int16) then madd against ones
+ * (pairs to int32) and an add: three instructions per 32 products, as the AVX2 matvec.
+ * The chain's own bytes are the unsigned operand, so nothing is loop-invariant. */
+float tl__probe_int8_avx2_kernel(size_t iters, float seed) {
+    const __m256i s = _mm256_set1_epi8((char)-2), one = _mm256_set1_epi16(1);
+#define INIT(k) _mm256_set1_epi32((int)seed + (k))
+#define OP(a) _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(a, s), one))
+    __m256i v;
+    PROBE_CHAINS(__m256i, INIT, OP, _mm256_add_epi32, iters, v);
+#undef INIT
+#undef OP
+    return (float)_mm256_extract_epi32(v, 0) + (float)_mm256_extract_epi32(v, 7);
 }
