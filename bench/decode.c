@@ -10,8 +10,9 @@
  *   prefill ratios = matrix FLOPs per second (2 x weights per token, the convention of
  *                   llama.cpp's figures) / the widest f32 FMA peak, the yardstick across
  *                   types; and all FLOPs (attention too) / the peak of the unit the
- *                   type's GEMM runs on (int8 dot products for Q8_0/Q4_0 where AVX-512
- *                   VNNI is present, else f32 FMA AVX2). Every unit's peak is printed.
+ *                   type's GEMM runs on (where AVX-512 VNNI is present int8 dot products
+ *                   for Q8_0/Q4_0 and 512-bit FMA for float types, else f32 FMA AVX2).
+ *                   Every unit's peak is printed.
  * Reports medians of repeated runs. Usage:
  *   bench_decode [--dir DIR] [--threads N] [--reps R] [--types q8_0,f16] [--gen N]
  */
@@ -137,8 +138,9 @@ static int run_type(const char *dir, const char *type_name, int32_t type, int th
     }
     double peak = tl_probe_fma_peak(m->lm.pool, 5);
     const int rounds = type == 8 || type == 2; /* Q8_0, Q4_0: the int8 GEMM where present */
-    tl_probe_unit own = rounds && tl_probe_unit_present(TL_UNIT_INT8_AVX512VNNI)
-                            ? TL_UNIT_INT8_AVX512VNNI : TL_UNIT_FMA_AVX2;
+    const int wide = tl_probe_unit_present(TL_UNIT_INT8_AVX512VNNI); /* x86_matmul.c's rule */
+    tl_probe_unit own = !wide ? TL_UNIT_FMA_AVX2
+                        : rounds ? TL_UNIT_INT8_AVX512VNNI : TL_UNIT_FMA_AVX512;
     double own_peak = tl_probe_unit_peak(m->lm.pool, own, 5);
     double t_pre = tl_median(pre, (size_t)reps), t_dec = tl_median(dec, (size_t)reps);
     double bw = tl_median(slice_bw, (size_t)n_slices);

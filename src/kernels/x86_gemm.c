@@ -27,30 +27,6 @@ static void round_act_rows(const float *X, size_t ldx, size_t n, size_t len, flo
         }
 }
 
-/* 8x8 transpose: rows src[r*lds + 0..7] -> dst[c*ldd + 0..7] holds column c. */
-static ALWAYS_INLINE void transpose8(const float *src, size_t lds, float *dst, size_t ldd) {
-    __m256 r0 = _mm256_loadu_ps(src + 0 * lds), r1 = _mm256_loadu_ps(src + 1 * lds);
-    __m256 r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds);
-    __m256 r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds);
-    __m256 r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
-    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
-    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
-    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
-    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
-    _mm256_storeu_ps(dst + 0 * ldd, _mm256_permute2f128_ps(s0, s4, 0x20));
-    _mm256_storeu_ps(dst + 1 * ldd, _mm256_permute2f128_ps(s1, s5, 0x20));
-    _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(s2, s6, 0x20));
-    _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(s3, s7, 0x20));
-    _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(s0, s4, 0x31));
-    _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(s1, s5, 0x31));
-    _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(s2, s6, 0x31));
-    _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(s3, s7, 0x31));
-}
-
 /* Packs columns [c0, c0+kc) of weight rows [jb, jb+nj) (nj <= NR) as panel[c*NR + jj],
  * zero for jj >= nj. tmp holds NR*KC floats. */
 static ALWAYS_INLINE void pack_panel(tl_type type, const uint8_t *W, size_t row_bytes,
@@ -155,9 +131,7 @@ static ALWAYS_INLINE void gemm(tl_type type, const uint8_t *W, size_t k, size_t 
                 } else { /* partial panel: compute a full tile, write back valid columns */
                     float tile[MR * NR];
                     ukernel_any(m, kc, panel, xb, lds, tile, NR, 0);
-                    for (size_t r = 0; r < m; r++)
-                        for (size_t jj = 0; jj < nj; jj++)
-                            yb[r * ldy + jj] = (add ? yb[r * ldy + jj] : 0.0f) + tile[r * NR + jj];
+                    tl__tile_store(yb, ldy, tile, NR, m, nj, add);
                 }
             }
         }

@@ -13,9 +13,9 @@
  *    product into chunks of a few hundred KB); packing weight panels for the GEMM costs
  *    as much for few rows as for many, so re-reading the rows from cache is cheaper.
  *  - gemm (larger n, prefill): compute-bound, packed weight panels and a register-tile
- *    micro-kernel. Q8_0/Q4_0 on AVX-512 VNNI CPUs: int8 dot products under the same
- *    contract as the matvec (x86avx512_gemm.c); otherwise f32 FMA on dequantized panels
- *    (x86_gemm.c).
+ *    micro-kernel. On AVX-512 VNNI CPUs, Q8_0/Q4_0 take int8 dot products under the same
+ *    contract as the matvec (x86avx512_gemm.c) and float types 512-bit FMA
+ *    (x86avx512_gemm_f.c); otherwise f32 FMA on dequantized panels (x86_gemm.c).
  * Invariants: dequantization is exact (as in quant.c), activation rounding is bit-exact
  * with quant.c's, accumulation is f32, so results agree with tl_matmul_ref to float
  * rounding. Weight rows may start at any 2-aligned address: all vector loads are
@@ -34,6 +34,7 @@ size_t tl_matmul_scratch_floats(size_t k, size_t n) {
 #ifdef TL_HAVE_AVX512VNNI
     size_t gemm_q = (tl__gemm_q_avx512_scratch_bytes(n) + 3) / 4;
     if (gemm_q > gemm) gemm = gemm_q;
+    if (tl__gemm_f_avx512_scratch_floats() > gemm) gemm = tl__gemm_f_avx512_scratch_floats();
 #endif
     size_t f = act > gemm ? act : gemm;
     return (f + 15) / 16 * 16; /* whole cache lines: per-thread slices stay aligned */
@@ -115,8 +116,9 @@ static void matmul(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0
         return;
     }
 #ifdef TL_HAVE_AVX512VNNI
-    if (isa == TL_ISA_AVX512VNNI && tl_type_rounds_act(type)) {
-        tl__gemm_q_avx512(type, w, k, j0, j1, X, ldx, n, Y, ldy, scratch);
+    if (isa == TL_ISA_AVX512VNNI) {
+        if (tl_type_rounds_act(type)) tl__gemm_q_avx512(type, w, k, j0, j1, X, ldx, n, Y, ldy, scratch);
+        else tl__gemm_f_avx512(type, w, k, j0, j1, X, ldx, n, Y, ldy, scratch);
         return;
     }
 #endif

@@ -25,12 +25,27 @@ static inline size_t tl__tile_rows(size_t n, size_t t, size_t mr) {
     return n / tiles + (t < n % tiles);
 }
 
+/* A partial panel's write-back: the first nj of the nr columns of an m-row tile (row
+ * stride nr) stored into Y (or added, when add). */
+static inline void tl__tile_store(float *Y, size_t ldy, const float *tile, size_t nr,
+                                  size_t m, size_t nj, int add) {
+    for (size_t r = 0; r < m; r++)
+        for (size_t jj = 0; jj < nj; jj++)
+            Y[r * ldy + jj] = (add ? Y[r * ldy + jj] : 0.0f) + tile[r * nr + jj];
+}
+
 /* Q8_0/Q4_0, any n, on AVX-512 VNNI (x86avx512_gemm.c; only when tl__cpu_has_avx512vnni):
  * scratch of at least tl__gemm_q_avx512_scratch_bytes(n) bytes, 32-byte aligned. */
 void tl__gemm_q_avx512(tl_type type, const uint8_t *w, size_t k, size_t j0, size_t j1,
                        const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
                        void *scratch);
 size_t tl__gemm_q_avx512_scratch_bytes(size_t n);
+/* F32/F16/BF16, any n, on AVX-512 F (x86avx512_gemm_f.c; only when
+ * tl__cpu_has_avx512vnni): scratch of tl__gemm_f_avx512_scratch_floats() floats. */
+void tl__gemm_f_avx512(tl_type type, const uint8_t *w, size_t k, size_t j0, size_t j1,
+                       const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
+                       float *scratch);
+size_t tl__gemm_f_avx512_scratch_floats(void);
 
 /* 1 when the AVX-VNNI kernels are built in (TL_HAVE_AVXVNNI) and this CPU has them. */
 int tl__cpu_has_avxvnni(void);

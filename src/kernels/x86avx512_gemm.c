@@ -177,9 +177,7 @@ void tl__gemm_q_avx512(tl_type type, const uint8_t *W, size_t k, size_t j0, size
                 } else { /* partial panel: a full tile, then the valid columns */
                     float tile[MR * NR];
                     ukernel_any(m, kb, panel, scale, xs + i0, tile, NR, 0);
-                    for (size_t r = 0; r < m; r++)
-                        for (size_t jj = 0; jj < nj; jj++)
-                            yb[r * ldy + jj] = (add ? yb[r * ldy + jj] : 0.0f) + tile[r * NR + jj];
+                    tl__tile_store(yb, ldy, tile, NR, m, nj, add);
                 }
             }
         }
