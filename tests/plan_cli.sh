@@ -83,6 +83,8 @@ grep -q "^\[plan\]   wall .*predicted .* measured" "$tmp/err" || fail "batch aut
 grep -q "^\[plan\]   weight bytes .*predicted .* measured" "$tmp/err" || fail "batch auto: no byte terms"
 grep -q "^\[plan\]   KV wait .*predicted .* measured" "$tmp/err" || fail "batch auto: no KV wait term"
 grep -q "^\[plan\] re-planning: " "$tmp/err" || fail "batch auto: no re-planning line"
+grep -q "^\[fixed\] [0-9.]* s of [0-9.]* s wall (.*%) outside prefill and decode: load [0-9.]* s, plan" \
+    "$tmp/err" || fail "batch auto: no fixed-costs line: $(cat "$tmp/err")"
 "$bin" batch -m "$m" -i "$tmp/in.jsonl" -o "$tmp/manual.jsonl" -n 12 --temp 0 --ignore-eos \
     --policy manual --no-progress 2>"$tmp/err" || fail "batch manual: $(cat "$tmp/err")"
 $py - "$tmp/auto.jsonl" "$tmp/manual.jsonl" <<'P' || fail "auto and manual tokens differ"

@@ -391,7 +391,8 @@ tl_status tl_residency_embedding(tl_residency *r, int32_t id, float *dst) {
     return TL_OK;
 }
 
-tl_status tl_residency_measure_io(tl_residency *r, double *seconds, uint64_t *bytes) {
+tl_status tl_residency_measure_io(tl_residency *r, uint64_t max_bytes, double *seconds,
+                                  uint64_t *bytes) {
     *seconds = 0;
     *bytes = 0;
     if (r->error) return sticky(r);
@@ -399,9 +400,12 @@ tl_status tl_residency_measure_io(tl_residency *r, double *seconds, uint64_t *by
     const int n_slots = r->plan.n_slots;
     tl_status st = TL_OK;
     int unit_of[65], oldest = 0, in_flight = 0; /* slots used round robin, FIFO order */
+    uint64_t submitted = 0;
     double t0 = tl_now();
     for (int u = 0; u <= r->m->hp.n_layer && n_slots > 0 && !st; u++) {
         if (!r->units[u].n_t) continue;
+        if (max_bytes && submitted >= max_bytes) break;
+        submitted += r->units[u].bytes;
         if (in_flight == n_slots) { /* wait for the oldest before reusing its slot */
             slot *o = &r->slots[oldest];
             st = wait_tags(r, o->tags, o->n_tags);

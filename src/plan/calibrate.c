@@ -10,22 +10,26 @@
 #include "kernels/kernels.h"
 #include "model/ops.h"
 
+#define CALIBRATE_PASS_BYTES ((uint64_t)192 << 20)
+
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio) {
     *measured_bps = 0;
     *ratio = 1;
     if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating the disk: nothing placed");
-    /* several passes (at least 3 and 512 MiB, at most 5): the disk's rate wanders from
-     * one pass over the same file to the next, and the median pass is what a run of many
-     * passes sees. At least 3, so that one pass cannot decide: of 2 passes the median is
-     * their mean, and a single fast pass pulls it, and every prediction, too short. */
+    /* several passes (at least 3 and 512 MiB, at most 5), each over the streamed units
+     * up to CALIBRATE_PASS_BYTES: the disk's rate wanders from one pass over the same
+     * file to the next, and the median pass is what a run of many passes sees. At least
+     * 3, so that one pass cannot decide: of 2 passes the median is their mean, and a
+     * single fast pass pulls it, and every prediction, too short. The cap keeps this a
+     * fixed cost of a second or less however much streams. */
     double rate[5];
     int n = 0;
     uint64_t total = 0;
     while (n < 5 && (n < 3 || total < ((uint64_t)512 << 20))) {
         double seconds = 0;
         uint64_t bytes = 0;
-        tl_status st = tl_residency_measure_io(m->res, &seconds, &bytes);
+        tl_status st = tl_residency_measure_io(m->res, CALIBRATE_PASS_BYTES, &seconds, &bytes);
         if (st) return tl_error_wrap(st, "calibrating the disk on the model file");
         if (bytes < ((uint64_t)8 << 20) || seconds <= 0) return TL_OK;
         rate[n++] = (double)bytes / seconds;

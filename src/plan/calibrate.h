@@ -4,9 +4,9 @@
  * device or behind another cache (a virtual disk backed by the host's page cache reads
  * data it has just served at several times the speed of a fresh file, and no short probe
  * of ours reproduced the engine's own rate). So once the weights are placed, a few
- * passes of the engine's own streaming are timed with nothing else running (every
- * streamed unit read once through the residency ring and IO queue,
- * tl_residency_measure_io; the median pass counts), and the profile's read figures for
+ * passes of the engine's own streaming are timed with nothing else running (the
+ * streamed units, up to 192 MiB of them, read once through the residency ring and IO
+ * queue, tl_residency_measure_io; the median pass counts), and the profile's read figures for
  * requests of the engine's chunk size and larger are scaled by measured / profiled
  * bandwidth (smaller requests, KV pages, keep their figures). It costs a few passes of
  * IO (at least 512 MiB) and nothing stays in memory. The caller decides what a large

@@ -88,6 +88,41 @@ static double attn_s_per_mac(const tl_hw_profile *prof, double block) {
     return own + shared / (block > 1 ? block : 1);
 }
 
+/* Seconds of layer l's 7 matmuls of `rows` rows. The search prices thousands of passes
+ * of identical layers, so results are remembered by (rows, the layer's weight types and
+ * shapes) in a few slots (memo may be NULL). */
+enum { MM_MEMO = 4 };
+typedef struct mm_memo { int32_t layer[MM_MEMO], rows[MM_MEMO]; double s[MM_MEMO]; int next; } mm_memo;
+static const tl_weight *layer_weight(const tl_model *m, int32_t l, int i) {
+    const tl_llama_layer *L = &m->lm.layers[l];
+    const tl_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    return ws[i];
+}
+static int same_shapes(const tl_model *m, int32_t a, int32_t b) {
+    for (int i = 0; i < 7; i++) {
+        const tl_weight *x = layer_weight(m, a, i), *y = layer_weight(m, b, i);
+        if (x->type != y->type || x->rows != y->rows || x->cols != y->cols) return 0;
+    }
+    return 1;
+}
+static void memo_init(mm_memo *mo) {
+    for (int i = 0; i < MM_MEMO; i++) mo->layer[i] = -1;
+    mo->next = 0;
+}
+static double layer_matmul_s(const tl_model *m, const tl_hw_profile *prof, int32_t l,
+                             int32_t rows, mm_memo *mo) {
+    for (int i = 0; mo && i < MM_MEMO; i++)
+        if (mo->layer[i] >= 0 && mo->rows[i] == rows && same_shapes(m, mo->layer[i], l))
+            return mo->s[i];
+    double mm = 0;
+    for (int i = 0; i < 7; i++) mm += tl_cost_matmul(prof, layer_weight(m, l, i), rows);
+    if (mo) {
+        mo->layer[mo->next] = l, mo->rows[mo->next] = rows, mo->s[mo->next] = mm;
+        mo->next = (mo->next + 1) % MM_MEMO;
+    }
+    return mm;
+}
+
 /* One micro-batch of `rows` rows at layer l, attention taking them in blocks of `block`
  * rows (1 in decode): its 7 matmuls, attention over ctx visible positions of which
  * `stored` in stored pages (decoded once per block), element-wise work and the per-layer
@@ -95,7 +130,7 @@ static double attn_s_per_mac(const tl_hw_profile *prof, double block) {
  * products have <= 4 rows (they slow down differently while the disk streams). */
 static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int32_t l,
                                int32_t kv_bits, int32_t rows, double block, double ctx,
-                               double stored, double *matvec) {
+                               double stored, double *matvec, mm_memo *mo) {
     const tl_llama_hparams *hp = &m->lm.hp;
     const double d = hp->n_embd, f = hp->n_ff, hd = hp->head_dim;
     const double kvd = (double)hp->n_head_kv * hd;
@@ -104,10 +139,7 @@ static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int
     const double decode_per_pos = 2.0 * hp->n_head_kv * kvd * kv_bits_decode_s(prof, kv_bits) / b;
     if (matvec) *matvec = 0;
     if (rows <= 0) return 0;
-    const tl_llama_layer *L = &m->lm.layers[l];
-    const tl_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-    double mm = 0;
-    for (int i = 0; i < 7; i++) mm += tl_cost_matmul(prof, ws[i], rows);
+    const double mm = layer_matmul_s(m, prof, l, rows, mo);
     if (matvec && rows <= 4) *matvec = mm;
     return mm + ctx * attn_per_pos + stored * decode_per_pos +
            rows * (4 * d + 3 * f) * prof->elementwise_s + prof->layer_fixed_s;
@@ -120,13 +152,22 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
     const tl_llama_hparams *hp = &m->lm.hp;
     const double d = hp->n_embd;
     double t = 0, all_rows = 0, t_matvec = 0;
-    for (int32_t l = 0; l < hp->n_layer; l++)
-        for (int32_t k = 0; k < n_mb; k++) {
-            double mv;
-            t += mb_layer_compute(m, prof, l, kv_bits, rows[k], attn_block, ctx_sum[k],
-                                  stored_sum[k], &mv);
-            t_matvec += mv;
+    mm_memo mo;
+    memo_init(&mo);
+    double layer_t = 0, layer_mv = 0; /* a layer shaped as the one before costs the same */
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        if (l == 0 || !same_shapes(m, l, l - 1)) {
+            layer_t = layer_mv = 0;
+            for (int32_t k = 0; k < n_mb; k++) {
+                double mv;
+                layer_t += mb_layer_compute(m, prof, l, kv_bits, rows[k], attn_block, ctx_sum[k],
+                                            stored_sum[k], &mv, &mo);
+                layer_mv += mv;
+            }
         }
+        t += layer_t;
+        t_matvec += layer_mv;
+    }
     for (int32_t k = 0; k < n_mb; k++) all_rows += rows[k] > 0 ? rows[k] : 0;
     /* embedding: a copy per row when resident, else one small synchronous read per row */
     if (embd_resident) t += all_rows * d * prof->elementwise_s;
@@ -244,6 +285,8 @@ static double pass_kv_wait(const tl_model *m, const tl_hw_profile *prof, int32_t
                            double first_s, double page_s) {
     double wait = 0, prev = -1;
     int any = 0;
+    mm_memo mo;
+    memo_init(&mo);
     for (int32_t k = 0; k < n_mb; k++) any |= pages[k] > 0;
     if (!any) return 0;
     for (int32_t l = 0; l < m->lm.hp.n_layer; l++)
@@ -252,7 +295,8 @@ static double pass_kv_wait(const tl_model *m, const tl_hw_profile *prof, int32_t
             double read = pages[k] > 0 ? first_s + (pages[k] - 1) * page_s : 0;
             if (prev >= 0 && read > prev) wait += read - prev;
             else if (prev < 0) wait += read; /* the pass's first read: nothing to hide it */
-            prev = mb_layer_compute(m, prof, l, kv_bits, rows[k], block, ctx[k], stored[k], NULL);
+            prev = mb_layer_compute(m, prof, l, kv_bits, rows[k], block, ctx[k], stored[k], NULL,
+                                    &mo);
         }
     return wait;
 }

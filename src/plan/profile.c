@@ -499,8 +499,11 @@ tl_status tl_profile_obtain(const char *path, int32_t n_threads, const char *dis
 }
 
 /* Position of v on an increasing axis: cell i and fraction f in [0, 1], clamped. */
+/* Where v falls on an increasing axis of n > 1 positive points, on a log scale: segment
+ * *i and the fraction *f along it (clamped to the ends; NaN or v <= 0 at the start). Two
+ * logarithms whatever n (the cost model looks up rates millions of times). */
 static void axis_locate(const double *ax, int n, double v, int *i, double *f) {
-    if (!(v > ax[0])) { /* also NaN */
+    if (!(v > ax[0])) {
         *i = 0, *f = 0;
         return;
     }
@@ -511,16 +514,16 @@ static void axis_locate(const double *ax, int n, double v, int *i, double *f) {
     int k = 0;
     while (k + 2 < n && v >= ax[k + 1]) k++;
     *i = k;
-    *f = (v - ax[k]) / (ax[k + 1] - ax[k]);
+    *f = log(v / ax[k]) / log(ax[k + 1] / ax[k]);
 }
 
 double tl_profile_read_bps(const tl_hw_profile *p, uint64_t chunk, int32_t depth) {
-    double lc[TL_PROF_N_CHUNK], ld[TL_PROF_N_DEPTH], fc, fd;
+    double ac[TL_PROF_N_CHUNK], ad[TL_PROF_N_DEPTH], fc, fd;
     int ic, id;
-    for (int i = 0; i < TL_PROF_N_CHUNK; i++) lc[i] = log((double)tl_prof_chunks[i]);
-    for (int i = 0; i < TL_PROF_N_DEPTH; i++) ld[i] = log((double)tl_prof_depths[i]);
-    axis_locate(lc, TL_PROF_N_CHUNK, chunk ? log((double)chunk) : lc[0], &ic, &fc);
-    axis_locate(ld, TL_PROF_N_DEPTH, depth > 0 ? log((double)depth) : ld[0], &id, &fd);
+    for (int i = 0; i < TL_PROF_N_CHUNK; i++) ac[i] = (double)tl_prof_chunks[i];
+    for (int i = 0; i < TL_PROF_N_DEPTH; i++) ad[i] = (double)tl_prof_depths[i];
+    axis_locate(ac, TL_PROF_N_CHUNK, (double)chunk, &ic, &fc);
+    axis_locate(ad, TL_PROF_N_DEPTH, (double)depth, &id, &fd);
     const double(*g)[TL_PROF_N_DEPTH] = p->disk_read_bps;
     double lo = g[ic][id] + fd * (g[ic][id + 1] - g[ic][id]);
     double hi = g[ic + 1][id] + fd * (g[ic + 1][id + 1] - g[ic + 1][id]);
@@ -530,10 +533,10 @@ double tl_profile_read_bps(const tl_hw_profile *p, uint64_t chunk, int32_t depth
 /* Log-linear interpolation over the rows axis of one type's row, clamped. */
 static double rows_lookup(const double (*table)[TL_PROF_N_ROWS], int32_t type, double rows) {
     int t = tl_type_index(type), i;
-    double lr[TL_PROF_N_ROWS], f;
+    double ar[TL_PROF_N_ROWS], f;
     if (t < 0) t = 0;
-    for (int k = 0; k < TL_PROF_N_ROWS; k++) lr[k] = log((double)tl_prof_rows[k]);
-    axis_locate(lr, TL_PROF_N_ROWS, rows > 0 ? log(rows) : lr[0], &i, &f);
+    for (int k = 0; k < TL_PROF_N_ROWS; k++) ar[k] = (double)tl_prof_rows[k];
+    axis_locate(ar, TL_PROF_N_ROWS, rows, &i, &f);
     const double *v = table[t];
     return v[i] + f * (v[i + 1] - v[i]);
 }

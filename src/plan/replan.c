@@ -7,6 +7,7 @@
 #include "exec/model_handle.h"
 #include "plan/calibrate.h"
 #include "base/status.h"
+#include "base/clock.h"
 
 void tl_plan_apply(const tl_policy *pol, tl_model *m, tl_batch_params *bp) {
     m->lm.params.prefetch = pol->prefetch;
@@ -90,9 +91,20 @@ static int search_again(tl_replanner *r, tl_model *m, int32_t prompts_left,
     return 1;
 }
 
+static int hook(tl_replanner *r, tl_model *m, const tl_batch_stats *s, int32_t prompts_left,
+                tl_batch_params *bp);
+
 int tl_replanner_hook(void *user, tl_model *m, const tl_batch_stats *s, int32_t prompts_left,
                       tl_batch_params *bp) {
     tl_replanner *r = user;
+    const double t0 = tl_now();
+    int sw = hook(r, m, s, prompts_left, bp);
+    r->hook_s += tl_now() - t0;
+    return sw;
+}
+
+static int hook(tl_replanner *r, tl_model *m, const tl_batch_stats *s, int32_t prompts_left,
+                tl_batch_params *bp) {
     if (!r->started) { /* before the first block: one pass of the engine's own streaming */
         r->started = 1;
         double bps, ratio = 1, cratio = 1;

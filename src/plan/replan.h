@@ -35,6 +35,7 @@ typedef struct tl_replanner {
     double disk_ratio;           /* model file streaming / profile, measured before block 1 */
     int32_t checks, replans, switches;
     double last_io_ratio, last_compute_ratio; /* measured / predicted, last block */
+    double hook_s;               /* wall seconds in the hook: calibration, checks, searches */
     char log[TL_REPLAN_LOG][320];
     int32_t n_log;
 } tl_replanner;

@@ -22,6 +22,7 @@
 #include "tools/cli_plan.h"
 #include "exec/engine.h"
 #include "plan/replan.h"
+#include "base/clock.h"
 #ifdef TL_TEST_HOOKS
 #include "tools/test_hooks.h"
 #endif
@@ -310,6 +311,7 @@ static int make_run_list(const batch_input *in, const batch_out *out, run_list *
 }
 
 int tl_cmd_batch(int argc, char **argv) {
+    const double t_start = tl_now();
     const char *model_path = NULL, *in_path = NULL, *out_path = NULL;
     tl_model_params mp = tl_model_default_params();
     tl_batch_params bp = tl_batch_default_params();
@@ -432,8 +434,12 @@ int tl_cmd_batch(int argc, char **argv) {
     tl_plan_result chosen;
     int predicted = 0;
     tl_status st = TL_OK;
+    double load_s = 0, plan_s = 0;
     if (rl.n > 0) {
+        double t0 = tl_now();
         st = tl_model_open(model_path, &mp, &m);
+        load_s = tl_now() - t0;
+        t0 = tl_now();
         if (!st && policy == 1) {
             st = plan_batch(m, &rl, &bp, &gp, profile_path, lossy, kv_bits_given, ctx_given, 1,
                             &rq, &chosen, &rp);
@@ -449,6 +455,7 @@ int tl_cmd_batch(int argc, char **argv) {
                 predicted = 1;
         }
         if (!st) st = tl_batch_check(m, &bp);
+        plan_s = tl_now() - t0;
     }
     if (st) {
         int code = cli_fail(st);
@@ -531,8 +538,18 @@ int tl_cmd_batch(int argc, char **argv) {
     } else if (!code && rc.failed) {
         code = EXIT_SOME_FAILED;
     }
-    free(rp);
+    const double t0 = tl_now();
     tl_model_close(m);
+    if (stats && rl.n > 0) { /* the costs that are not the work: the wall time around it */
+        const double wall = tl_now() - t_start, close_s = tl_now() - t0;
+        const double hook_s = rp ? rp->hook_s : 0, work = bs.prefill_s + bs.decode_s;
+        fprintf(stderr, "[fixed] %.2f s of %.2f s wall (%.1f%%) outside prefill and decode: "
+                "load %.2f s, plan %.2f s, calibration and re-planning %.2f s, close %.2f s, "
+                "other %.2f s (input, tokenizing, output)\n", wall - work, wall,
+                wall > 0 ? 100 * (wall - work) / wall : 0.0, load_s, plan_s, hook_s, close_s,
+                wall - work - load_s - plan_s - hook_s - close_s);
+    }
+    free(rp);
     run_list_free(&rl);
     batch_input_free(&in);
     return code;
