@@ -302,6 +302,10 @@ static int matmul_case_x(tl_type type, size_t k, size_t n, size_t j0, size_t j1,
         yisa[isa] = malloc(n * ldy * sizeof(float));
         for (size_t i = 0; i < n * ldy; i++) yisa[isa][i] = 1e30f;
         if (!tl__matmul_fast_isa(isa, type, W, k, j0, j1, X, ldx, n, yisa[isa], ldy, scratch)) {
+            static int noted[TL_ISA_AVX512VNNI + 1];
+            if (!noted[isa]++)
+                fprintf(stderr, "  (instruction set %d is not on this CPU or build: its "
+                        "products are not tested here)\n", isa);
             free(yisa[isa]);
             yisa[isa] = NULL;
         }
