@@ -18,7 +18,7 @@ py=/usr/bin/python3
 $py - "$tmp/prof.json" <<'P'
 import json, sys
 rows = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
-p = {"tierllm_profile_version": 5, "machine": "test", "disk_dir": "/tmp", "n_threads": 2,
+p = {"tierllm_profile_version": 6, "machine": "test", "disk_dir": "/tmp", "n_threads": 2,
      "measured_unix": 0, "profile_seconds": 1, "mem_read_bps": 2e10, "fma_flops": 1e11,
      "chunks": [65536, 262144, 1048576, 4194304], "depths": [1, 4, 16],
      "disk_read_bps": [[5e8, 8e8, 1e9]] * 4, "disk_write_bps": 5e8, "disk_urgent_read_s": 2e-3, "disk_urgent_page_s": 1e-4,
@@ -63,7 +63,7 @@ bad_profile() {
 }
 bad_profile "old profile" '{"tierllm_profile_version": 1, "machine": "x"}' \
     "field 'tierllm_profile_version': unsupported version"
-bad_profile "incomplete profile" '{"tierllm_profile_version": 5, "machine": "x"}' \
+bad_profile "incomplete profile" '{"tierllm_profile_version": 6, "machine": "x"}' \
     "field 'disk_dir' is missing"
 
 # batch: auto (budget given) with stats; the tokens equal a manual run's

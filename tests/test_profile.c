@@ -243,7 +243,8 @@ static void test_hostile(void) {
     expect_bad_value(text, "types", "[0, 1, 30, 8]", "short grid");
     expect_bad_value(text, "n_threads", "2.5", "fractional");
     expect_bad_value(text, "n_threads", "0", "zero threads");
-    expect_bad_value(text, "tierllm_profile_version", "6", "future version");
+    expect_bad_value(text, "tierllm_profile_version", "7", "future version");
+    expect_bad_value(text, "tierllm_profile_version", "5", "old version (int8 GEMM from 33 rows)");
     expect_bad_value(text, "tierllm_profile_version", "4", "old version (f32 GEMM rates)");
     expect_bad_value(text, "tierllm_profile_version", "3", "old version (no blocked attention)");
     expect_bad_value(text, "tierllm_profile_version", "2", "old version (matmul rates low)");

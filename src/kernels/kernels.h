@@ -66,14 +66,15 @@ void tl_matmul_ref(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
  * largest batch serves every call. Must be 4-byte aligned (32 is better). */
 size_t tl_matmul_scratch_floats(size_t k, size_t n);
 /* Products of at most this many rows run the matrix-vector kernel over groups of 4 rows
- * (re-reading the weights from cache per group) rather than packing GEMM panels. */
+ * (re-reading the weights from cache per group) rather than packing GEMM panels; on CPUs
+ * with AVX-512 VNNI, Q8_0/Q4_0 products of more than 8 rows take the int8 GEMM instead. */
 #define TL_MATMUL_GROUPED_MAX_N 32
 void tl_matmul_fast(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                     const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
                     float *scratch);
 
 /* Splitting one product over threads: the work all output rows share - for Q8_0/Q4_0
- * with n <= TL_MATMUL_GROUPED_MAX_N, rounding the n rows of X into int8 blocks - is done once by
+ * products on the matrix-vector kernel (above), rounding the n rows of X into int8 blocks - is done once by
  * tl_matmul_act_prepare into `act`, a buffer of tl_matmul_act_floats(type, k, n) floats
  * (4-byte aligned; at most tl_matmul_scratch_floats(k, n)); then tl_matmul_fast_act
  * computes any row range [j0, j1) from it, read-only, so threads may share one `act`.

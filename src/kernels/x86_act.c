@@ -5,6 +5,7 @@
  * threads.
  */
 #include "kernels/x86_dequant.h"
+#include "kernels/x86_matmul.h"
 
 void tl_quant_act_row_fast(const float *src, tl_block_q8_act *dst, size_t n) {
     for (size_t b = 0; b < n / TL_QK; b++) {
@@ -53,15 +54,20 @@ static void act_pairs(tl_type type, const float *x, size_t k, uint8_t *out) {
     }
 }
 
-size_t tl_matmul_act_floats(tl_type type, size_t k, size_t n) {
+size_t tl__act_floats(tl_type type, size_t k, size_t n) {
     if (!tl_type_rounds_act(type) || n == 0 || n > TL_GROUPED_MAX_N) return 0;
     return n * ((k / TL_QK + 1) / 2) * (act_record_bytes(type) / sizeof(float));
+}
+
+size_t tl_matmul_act_floats(tl_type type, size_t k, size_t n) {
+    if (n > TL_Q_GEMM_AFTER_N && tl__cpu_has_avx512vnni()) return 0; /* the int8 GEMM's */
+    return tl__act_floats(type, k, n);
 }
 
 void tl_matmul_act_prepare(tl_type type, size_t k, const float *X, size_t ldx, size_t n,
                            float *act) {
     uint8_t *xa = (uint8_t *)act;
     const size_t row_step = (k / TL_QK + 1) / 2 * act_record_bytes(type);
-    if (tl_matmul_act_floats(type, k, n) == 0) return;
+    if (tl__act_floats(type, k, n) == 0) return;
     for (size_t i = 0; i < n; i++) act_pairs(type, X + i * ldx, k, xa + i * row_step);
 }

@@ -104,12 +104,11 @@ static ALWAYS_INLINE void dequant_slice(tl_type type, const uint8_t *p, size_t l
 
 /* ---- packing ---- */
 
-/* 8x8 transpose: rows src[r*lds + 0..7] -> dst[c*ldd + 0..7] holds column c. */
-static ALWAYS_INLINE void transpose8(const float *src, size_t lds, float *dst, size_t ldd) {
-    __m256 r0 = _mm256_loadu_ps(src + 0 * lds), r1 = _mm256_loadu_ps(src + 1 * lds);
-    __m256 r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds);
-    __m256 r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds);
-    __m256 r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
+/* 8x8 transpose of 32-bit lanes held in registers: dst[c*ldd + 0..7] gets lane c of
+ * r[0..7] (floats, or the bits of any 32-bit values). */
+static ALWAYS_INLINE void transpose8_regs(const __m256 r[8], float *dst, size_t ldd) {
+    const __m256 r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+    const __m256 r4 = r[4], r5 = r[5], r6 = r[6], r7 = r[7];
     __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
     __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
     __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
@@ -126,6 +125,14 @@ static ALWAYS_INLINE void transpose8(const float *src, size_t lds, float *dst, s
     _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(s1, s5, 0x31));
     _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(s2, s6, 0x31));
     _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(s3, s7, 0x31));
+}
+
+/* 8x8 transpose: rows src[r*lds + 0..7] -> dst[c*ldd + 0..7] holds column c. */
+static ALWAYS_INLINE void transpose8(const float *src, size_t lds, float *dst, size_t ldd) {
+    __m256 r[8];
+    UNROLL
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * lds);
+    transpose8_regs(r, dst, ldd);
 }
 
 /* ---- activation rounding (bit-exact with quant.c) ---- */

@@ -29,7 +29,7 @@
 
 size_t tl_matmul_scratch_floats(size_t k, size_t n) {
     size_t nv = n < TL_GROUPED_MAX_N ? n : TL_GROUPED_MAX_N;
-    size_t act = tl_matmul_act_floats(TL_TYPE_Q4_0, k, nv); /* matvec: the larger records */
+    size_t act = tl__act_floats(TL_TYPE_Q4_0, k, nv); /* matvec: the larger records */
     size_t gemm = tl__gemm_scratch_floats(n);
 #ifdef TL_HAVE_AVX512VNNI
     size_t gemm_q = (tl__gemm_q_avx512_scratch_bytes(n) + 3) / 4;
@@ -99,8 +99,16 @@ void tl_matmul_fast(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
 static void matmul(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                    const float *X, size_t ldx, size_t n, float *Y, size_t ldy, float *scratch) {
     const uint8_t *w = W;
+    const int q = tl_type_rounds_act(type);
     if (j0 >= j1 || n == 0) return;
-    if (tl_matmul_act_floats(type, k, n)) { /* Q8_0/Q4_0 matvec */
+#ifdef TL_HAVE_AVX512VNNI
+    if (isa == TL_ISA_AVX512VNNI && n > (q ? TL_Q_GEMM_AFTER_N : TL_GROUPED_MAX_N)) {
+        if (q) tl__gemm_q_avx512(type, w, k, j0, j1, X, ldx, n, Y, ldy, scratch);
+        else tl__gemm_f_avx512(type, w, k, j0, j1, X, ldx, n, Y, ldy, scratch);
+        return;
+    }
+#endif
+    if (q && n <= TL_GROUPED_MAX_N) { /* Q8_0/Q4_0 matvec */
         tl_matmul_act_prepare(type, k, X, ldx, n, scratch);
         act_groups(isa >= TL_ISA_AVXVNNI && tl__cpu_has_avxvnni(), type, W, k, j0, j1,
                    (const uint8_t *)scratch, n, Y, ldy);
@@ -115,13 +123,6 @@ static void matmul(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0
         }
         return;
     }
-#ifdef TL_HAVE_AVX512VNNI
-    if (isa == TL_ISA_AVX512VNNI) {
-        if (tl_type_rounds_act(type)) tl__gemm_q_avx512(type, w, k, j0, j1, X, ldx, n, Y, ldy, scratch);
-        else tl__gemm_f_avx512(type, w, k, j0, j1, X, ldx, n, Y, ldy, scratch);
-        return;
-    }
-#endif
     tl__gemm(type, w, k, j0, j1, X, ldx, n, Y, ldy, scratch);
 }
 

@@ -16,6 +16,10 @@ void tl__matvec_float(tl_type type, const uint8_t *w, size_t k, size_t j0, size_
 void tl__gemm(tl_type type, const uint8_t *w, size_t k, size_t j0, size_t j1, const float *X,
               size_t ldx, size_t n, float *Y, size_t ldy, float *scratch);
 size_t tl__gemm_scratch_floats(size_t n);
+/* Floats of the matvec's prepared activations for n <= TL_GROUPED_MAX_N rows of Q8_0/Q4_0
+ * (0 otherwise), whichever path this CPU takes (tl_matmul_act_floats is 0 where the GEMM
+ * takes those rows). */
+size_t tl__act_floats(tl_type type, size_t k, size_t n);
 
 /* Rows of X in micro-tile t when n rows are split into ceil(n/mr) tiles as evenly as
  * possible (with mr = 6, n = 8 runs as 4+4, not 6+2: a 2-row tile cannot keep the
@@ -33,6 +37,11 @@ static inline void tl__tile_store(float *Y, size_t ldy, const float *tile, size_
         for (size_t jj = 0; jj < nj; jj++)
             Y[r * ldy + jj] = (add ? Y[r * ldy + jj] : 0.0f) + tile[r * nr + jj];
 }
+
+/* On AVX-512 VNNI CPUs, Q8_0/Q4_0 products of more rows than this take the int8 GEMM
+ * (below that, the matvec's 4-row groups re-reading weights from cache cost less than
+ * packing panels). */
+#define TL_Q_GEMM_AFTER_N 8
 
 /* Q8_0/Q4_0, any n, on AVX-512 VNNI (x86avx512_gemm.c; only when tl__cpu_has_avx512vnni):
  * scratch of at least tl__gemm_q_avx512_scratch_bytes(n) bytes, 32-byte aligned. */

@@ -20,8 +20,8 @@
  * slice stores into Y, later ones add to it.
  */
 #include <string.h>
+#include "kernels/x86_dequant.h"
 #include "kernels/x86_matmul.h"
-#include "kernels/x86_simd.h"
 
 #define MR 6  /* micro-tile rows of X (and Y) */
 #define NR 32 /* micro-tile columns j (two zmm) */
@@ -62,39 +62,36 @@ static void round_slice(const float *X, size_t ldx, size_t n, size_t b0, size_t 
 }
 
 /* Packs blocks [b0, b0 + kb) of weight rows [jb, jb + nj) (nj <= NR) into panel and
- * scale (layout at the top). */
+ * scale (layout at the top): per block, each row's 32 unsigned weights are 8 dwords (one
+ * 4-element group each), and 8 rows at a time are transposed so that a group's dwords
+ * for consecutive columns are contiguous. Columns past j1 get zero weights and scales. */
 static void pack_panel(tl_type type, const uint8_t *W, size_t row_bytes, size_t b0, size_t kb,
                        size_t jb, size_t nj, uint8_t *panel, float *scale) {
     const size_t bb = type == TL_TYPE_Q8_0 ? 34 : 18;
-    for (size_t jj = 0; jj < NR; jj++) {
-        const uint8_t *p = jj < nj ? W + (jb + jj) * row_bytes + b0 * bb : NULL;
-        for (size_t b = 0; b < kb; b++, p = p ? p + bb : NULL) {
-            uint8_t *dst = panel + b * BLOCK_BYTES + jj * 4;
-            if (!p) { /* a column past j1: zero weight, zero scale */
-                const uint8_t zero = type == TL_TYPE_Q8_0 ? 0x80 : 0x08;
-                for (int g = 0; g < 8; g++) memset(dst + g * GROUP_BYTES, zero, 4);
-                scale[b * NR + jj] = 0;
-                continue;
-            }
-            scale[b * NR + jj] = load_f16_scale(p);
-            if (type == TL_TYPE_Q8_0) {
-                uint32_t v8[8];
-                memcpy(v8, p + 2, 32);
-                for (int g = 0; g < 8; g++) {
-                    uint32_t u = v8[g] ^ 0x80808080u; /* w + 128 as unsigned bytes */
-                    memcpy(dst + g * GROUP_BYTES, &u, 4);
+    const __m256i flip = _mm256_set1_epi8((char)0x80), m4 = _mm256_set1_epi8(0x0f);
+    const __m256i zero_w = type == TL_TYPE_Q8_0 ? flip : _mm256_set1_epi8(0x08);
+    for (size_t b = 0; b < kb; b++)
+        for (size_t j8 = 0; j8 < NR; j8 += 8) {
+            __m256 r[8];
+            for (size_t t = 0; t < 8; t++) {
+                const size_t jj = j8 + t;
+                __m256i v = zero_w;
+                float d = 0;
+                if (jj < nj) {
+                    const uint8_t *p = W + (jb + jj) * row_bytes + (b0 + b) * bb;
+                    d = load_f16_scale(p);
+                    if (type == TL_TYPE_Q8_0) { /* w + 128 as unsigned bytes */
+                        v = _mm256_xor_si256(loadu256(p + 2), flip);
+                    } else { /* elements 0-15: low nibbles of bytes 0-15; 16-31: high */
+                        __m256i x = _mm256_broadcastsi128_si256(loadu128(p + 2));
+                        v = _mm256_and_si256(_mm256_blend_epi32(x, _mm256_srli_epi16(x, 4), 0xf0), m4);
+                    }
                 }
-            } else { /* elements 0-15 are the low nibbles of bytes 0-15, 16-31 the high */
-                uint32_t v[4];
-                memcpy(v, p + 2, 16);
-                for (int g = 0; g < 4; g++) {
-                    uint32_t lo = v[g] & 0x0f0f0f0fu, hi = v[g] >> 4 & 0x0f0f0f0fu;
-                    memcpy(dst + g * GROUP_BYTES, &lo, 4);
-                    memcpy(dst + (g + 4) * GROUP_BYTES, &hi, 4);
-                }
+                scale[b * NR + jj] = d;
+                r[t] = _mm256_castsi256_ps(v);
             }
+            transpose8_regs(r, (float *)(void *)(panel + b * BLOCK_BYTES + j8 * 4), GROUP_BYTES / 4);
         }
-    }
 }
 
 /* C[r*ldc + 0..31] (+)= the slice's products of rows xs[0..M) with the panel. */

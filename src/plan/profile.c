@@ -30,10 +30,11 @@ const int32_t tl_prof_depths[TL_PROF_N_DEPTH] = {1, 4, 16};
 const int32_t tl_prof_rows[TL_PROF_N_ROWS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
 const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS] = {32, 16, 8, 4};
 
-#define PROFILE_VERSION 5 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
+#define PROFILE_VERSION 6 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
                             * huge-page memory, as the weights (2 read them on 4 KiB pages,
                             * which understates the rates); 4: attn_block_s_per_mac; 5: the
-                            * Q8_0/Q4_0 GEMM on int8 dot products (4 timed the f32 one) */
+                            * Q8_0/Q4_0 GEMM on int8 dot products (4 timed the f32 one); 6:
+                            * that GEMM from 9 rows, with vector packing */
 #define PROFILE_MAX_BYTES ((size_t)1 << 20)
 
 int32_t tl__profile_threads(int32_t n_threads) {
