@@ -69,6 +69,9 @@ size_t tl_matmul_scratch_floats(size_t k, size_t n);
  * (re-reading the weights from cache per group) rather than packing GEMM panels; on CPUs
  * with AVX-512 VNNI, Q8_0/Q4_0 products of more than 8 rows take the int8 GEMM instead. */
 #define TL_MATMUL_GROUPED_MAX_N 32
+/* 1 when tl_matmul_fast runs a product of n rows of `type` as a GEMM (packed panels) on
+ * this CPU: callers splitting it over threads then prefer fewer, larger row ranges. */
+int tl_matmul_takes_gemm(tl_type type, size_t n);
 void tl_matmul_fast(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                     const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
                     float *scratch);

@@ -77,6 +77,11 @@ int tl__matmul_fast_act_isa(tl__isa isa, tl_type type, const void *W, size_t k, 
 static void matmul(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                    const float *X, size_t ldx, size_t n, float *Y, size_t ldy, float *scratch);
 
+int tl_matmul_takes_gemm(tl_type type, size_t n) {
+    if (tl_type_rounds_act(type) && tl__cpu_has_avx512vnni()) return n > TL_Q_GEMM_AFTER_N;
+    return n > TL_GROUPED_MAX_N;
+}
+
 int tl__matmul_fast_isa(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0,
                         size_t j1, const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
                         float *scratch) {

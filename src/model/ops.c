@@ -57,17 +57,21 @@ static void matmul_task(void *arg, int task, int thread) {
 
 /* The chunked path (products of more than 4 rows, and matrix-vector products that the
  * regions below cannot hold): splits the rows of the matrices ws[0..nw) into about 4
- * equal chunks of whole 16-row panels per thread and matrix, appended as pairs
+ * equal chunks of whole 16-row panels per thread and matrix (2 for a GEMM), appended as pairs
  * (bounds[2t], bounds[2t+1]) with which[t] the matrix; returns their number. */
 static size_t split_rows(const tl_weight *const *ws, size_t nw, size_t threads, size_t n,
                          size_t *bounds, unsigned char *which) {
     size_t t = 0;
     for (size_t w = 0; w < nw; w++) {
         const size_t rows = ws[w]->rows, row_bytes = tl_type_row_bytes(ws[w]->type, ws[w]->cols);
-        size_t j = 0, chunk = (rows + 4 * threads - 1) / (4 * threads);
+        /* a GEMM call rounds or packs its share of X again per chunk: fewer, larger
+         * chunks for it (2 per thread still balance a late thread) */
+        const int gemm = tl_matmul_takes_gemm(ws[w]->type, n);
+        const size_t per = gemm ? 2 : 4;
+        size_t j = 0, chunk = (rows + per * threads - 1) / (per * threads);
         /* grouped products read their chunk once per group of 4 rows: chunks of at most
          * ~256 KiB stay in L2 between the groups */
-        if (n <= TL_MATMUL_GROUPED_MAX_N && chunk * row_bytes > ((size_t)256 << 10))
+        if (!gemm && n <= TL_MATMUL_GROUPED_MAX_N && chunk * row_bytes > ((size_t)256 << 10))
             chunk = ((size_t)256 << 10) / (row_bytes ? row_bytes : 1);
         chunk = (chunk + 15) / 16 * 16;
         if (chunk < 16) chunk = 16;
