@@ -23,14 +23,19 @@
 #include "plan/replan.h"
 #include "testutil.h"
 
+/* Every disk read rate of the profile, whatever the chunk and depth. */
+static void set_disk(tl_hw_profile *p, double bps) {
+    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
+        for (int d = 0; d < TL_PROF_N_DEPTH; d++) p->disk_read_bps[c][d] = bps;
+}
+
 static void round_profile(tl_hw_profile *p) {
     memset(p, 0, sizeof *p);
     snprintf(p->machine, sizeof p->machine, "test");
     p->n_threads = 1;
     p->mem_read_bps = 1e10;
     p->fma_flops = 1e11;
-    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
-        for (int d = 0; d < TL_PROF_N_DEPTH; d++) p->disk_read_bps[c][d] = 1e9;
+    set_disk(p, 1e9);
     p->disk_write_bps = 5e8;
     p->disk_urgent_read_s = 2e-3;
     p->disk_urgent_page_s = 1e-4;
@@ -334,16 +339,11 @@ static void hand_batch_spill(const char *path) {
 static double g_slowdown = 1;
 
 static void lp_vs_grid(const char *path, uint64_t budget, tl_workload w, tl_policy pol) {
-    tl_model_params mp = tl_model_default_params();
-    mp.n_threads = 1;
-    mp.mem_budget = budget;
-    tl_model *m;
-    CHECK(tl_model_open(path, &mp, &m) == TL_OK);
+    tl_model *m = open_model(path, budget);
     if (!m) return;
     tl_hw_profile prof;
     round_profile(&prof);
-    for (int c = 0; c < TL_PROF_N_CHUNK; c++) /* a slow disk, so IO matters */
-        for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof.disk_read_bps[c][d] = 5e7;
+    set_disk(&prof, 5e7); /* a slow disk, so IO matters */
     prof.disk_write_bps = 2e7;
     prof.io_compute_slowdown = g_slowdown;
     prof.io_slowdown_matvec = g_slowdown + 0.2;
@@ -511,16 +511,11 @@ static void property(int cases, int runs) {
  * both at the same other knobs, and the engine opens that policy within the budget and
  * runs it. */
 static void tiers_search(const char *path, uint64_t budget, double disk_bps, int run) {
-    tl_model_params mp = tl_model_default_params();
-    mp.n_threads = 1;
-    mp.mem_budget = budget;
-    tl_model *m;
-    CHECK(tl_model_open(path, &mp, &m) == TL_OK);
+    tl_model *m = open_model(path, budget);
     if (!m) return;
     tl_hw_profile prof;
     round_profile(&prof);
-    for (int c = 0; c < TL_PROF_N_CHUNK; c++) /* a slow disk, so the cache matters */
-        for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof.disk_read_bps[c][d] = disk_bps;
+    set_disk(&prof, disk_bps); /* a slow disk, so the cache matters */
     tl_plan_request rq;
     memset(&rq, 0, sizeof rq);
     rq.single = 1;
@@ -586,7 +581,7 @@ static void tiers_search(const char *path, uint64_t budget, double disk_bps, int
         for (int i = 1500; i < 1540; i++) CHECK(tl_decode(c, tok + i, 1, NULL) == TL_OK);
         tl_run_stats st;
         tl_context_get_stats(c, &st);
-        CHECK(st.budget_peak_bytes <= mp.mem_budget && st.kv_pages_read > 0);
+        CHECK(st.budget_peak_bytes <= budget && st.kv_pages_read > 0);
         free(tok);
         tl_context_close(c);
     }

@@ -10,21 +10,6 @@
 #include "kernels/x86_matmul.h"
 #include "kernels/x86_simd.h"
 
-/* The matvec prefetch distance (x86_simd.h says why it differs by vendor): 3072 bytes on
- * Intel cores, 8192 elsewhere. CPUID leaf 0's vendor string, cached. */
-size_t tl__prefetch_distance(void) {
-    static _Atomic size_t cached = 0; /* a CPU property: racing first calls agree */
-    size_t v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (v == 0) {
-        unsigned a = 0, b = 0, c = 0, d = 0;
-        int intel = __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u /* "Genu" */ &&
-                    d == 0x49656e69u /* "ineI" */ && c == 0x6c65746eu /* "ntel" */;
-        v = intel ? 3072 : 8192;
-        atomic_store_explicit(&cached, v, memory_order_relaxed);
-    }
-    return v;
-}
-
 /* A CPU property read once with `read` and cached in *cache (-1: not yet read): cpuid
  * traps to the hypervisor in a VM. Racing first calls agree, so relaxed order is enough. */
 static int cached(_Atomic int *cache, int (*read)(void)) {
@@ -34,6 +19,20 @@ static int cached(_Atomic int *cache, int (*read)(void)) {
         atomic_store_explicit(cache, v, memory_order_relaxed);
     }
     return v;
+}
+
+/* The matvec prefetch distance (x86_simd.h says why it differs by vendor): 3072 bytes on
+ * Intel cores, 8192 elsewhere, by CPUID leaf 0's vendor string. */
+static int read_prefetch_distance(void) {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    int intel = __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u /* "Genu" */ &&
+                d == 0x49656e69u /* "ineI" */ && c == 0x6c65746eu /* "ntel" */;
+    return intel ? 3072 : 8192;
+}
+
+size_t tl__prefetch_distance(void) {
+    static _Atomic int cache = -1;
+    return (size_t)cached(&cache, read_prefetch_distance);
 }
 
 static int read_isa_cap(void) {

@@ -64,8 +64,8 @@ int tl__cpu_has_avx512vnni(void);
 /* 1 when, beyond tl__cpu_has_avx512vnni, this CPU has AVX512_BF16 (the probes use it). */
 int tl__cpu_has_avx512bf16(void);
 /* The widest instruction set the kernels may use: the CPU's, or less when the
- * environment variable TIERLLM_ISA caps it ("avx2", "avxvnni", "avx512"; read once) -
- * so the tests can run every path this machine has. */
+ * environment variable TIERLLM_ISA caps it ("avx2" or "avxvnni"; unset or any other
+ * value: no cap; read once) - so the tests can run every path this machine has. */
 tl__isa tl__cpu_isa_cap(void);
 
 #endif
