@@ -226,32 +226,35 @@ static void fill_x(float *X, size_t ldx, size_t n, size_t k, int pattern) {
 
 static int isa_noted;
 
-/* Where X is prepared once (tl_matmul_act_prepare) and row ranges are computed from it,
- * on the AVX2 and (when this CPU has it) the AVX-VNNI instruction set, every output must
- * equal tl_matmul_fast's bit for bit: the ranges [j0, mid) and [mid, j1) stand for two
- * threads sharing one prepared X. Returns the number of outputs that differ. */
+/* Where X is prepared once (tl_matmul_act_prepare, here in two row ranges as two threads
+ * would) and row ranges are computed from it, on every instruction set this CPU has that
+ * reads that preparation (AVX2 and AVX-VNNI the matvec's pair records, AVX-512 VNNI the
+ * GEMM's records), every output must equal tl_matmul_fast's bit for bit: the ranges
+ * [j0, mid) and [mid, j1) stand for two threads sharing one prepared X. Returns the
+ * number of outputs that differ. */
 static int act_paths_differ(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                             const float *X, size_t ldx, size_t n, const float *yfast,
                             size_t ldy) {
-    size_t af = tl_matmul_act_floats(type, k, n);
+    size_t af = tl_matmul_act_floats(type, TL_LAYOUT_ROWS, k, n);
     if (af == 0) {
         CHECK(!tl_type_rounds_act(type) || n > 4); /* Q types' matvec has a shared part */
         return 0;
     }
     CHECK(af <= tl_matmul_scratch_floats(k, n));
     float *act = malloc(af * sizeof(float)), *y = malloc(n * ldy * sizeof(float));
-    tl_matmul_act_prepare(type, k, X, ldx, n, act);
-    int bad = 0;
-    for (int isa = TL_ISA_AVX2; isa <= TL_ISA_AVXVNNI; isa++) {
+    tl_matmul_act_prepare(type, TL_LAYOUT_ROWS, k, X, ldx, n, n / 2, n, act);
+    tl_matmul_act_prepare(type, TL_LAYOUT_ROWS, k, X, ldx, n, 0, n / 2, act);
+    int bad = 0, ran = 0;
+    for (int isa = TL_ISA_AVX2; isa <= TL_ISA_AVX512VNNI; isa++) {
         size_t mid = j0 + (j1 - j0) / 3;
         for (size_t i = 0; i < n * ldy; i++) y[i] = 1e30f;
-        if (!tl__matmul_fast_act_isa(isa, type, W, k, j0, mid, act, n, y, ldy)) {
-            CHECK(isa == TL_ISA_AVXVNNI);
-            if (!isa_noted) fprintf(stderr, "  (no AVX-VNNI here: that path is not tested)\n");
-            isa_noted = 1;
+        if (!tl__matmul_fast_act_isa(isa, type, TL_LAYOUT_ROWS, W, k, j0, mid, act, n, y, ldy)) {
+            if (isa == TL_ISA_AVXVNNI && ran && !isa_noted++) /* pair records, no AVX-VNNI */
+                fprintf(stderr, "  (no AVX-VNNI here: that path is not tested)\n");
             continue;
         }
-        tl__matmul_fast_act_isa(isa, type, W, k, mid, j1, act, n, y, ldy);
+        ran++;
+        tl__matmul_fast_act_isa(isa, type, TL_LAYOUT_ROWS, W, k, mid, j1, act, n, y, ldy);
         for (size_t i = 0; i < n * ldy; i++)
             if (memcmp(&y[i], &yfast[i], sizeof(float)) != 0) {
                 if (bad < 3)
@@ -260,6 +263,7 @@ static int act_paths_differ(tl_type type, const void *W, size_t k, size_t j0, si
                 bad++;
             }
     }
+    CHECK_MSG(ran > 0, "%s n=%zu: no instruction set reads the prepared X", tl_type_name(type), n);
     free(act), free(y);
     return bad;
 }
@@ -441,6 +445,92 @@ static void test_matmul(void) {
 
 /* ---- vector kernels ---- */
 
+/* Weights in 32-row panels (kernels.h): the reference pack and unpack are inverse bit for
+ * bit, the in-place pack writes the reference's bytes, the reference product over panels
+ * equals tl_matmul_ref's over the file's rows bit for bit, and (where this CPU computes
+ * from panels) the fast product agrees with the reference to float rounding, does not
+ * depend on how its panels or the rows of X are split, and equals the rows layout's GEMM
+ * bit for bit where both walk k in slices (n > 12). */
+static void test_panels(void) {
+    static const size_t ks[] = {32, 96, 288, 4096 + 32};
+    static const size_t ns[] = {1, 2, 5, 8, 9, 12, 13, 64, 65};
+    static const tl_type types[] = {TL_TYPE_Q8_0, TL_TYPE_Q4_0};
+    const size_t rows = 96;
+    int wanted = tl_panels_wanted(TL_TYPE_Q8_0, rows);
+    CHECK(!tl_panels_wanted(TL_TYPE_Q8_0, rows + 16) && !tl_panels_wanted(TL_TYPE_F16, rows));
+    if (!wanted) fprintf(stderr, "  (this CPU does not compute from panels: fast path not tested)\n");
+    for (size_t t = 0; t < 2; t++)
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+            const tl_type type = types[t];
+            const size_t k = ks[ki], rb = tl_type_row_bytes(type, k), bytes = rows * rb;
+            uint8_t *W = malloc(bytes), *P = malloc(bytes), *Q = malloc(bytes);
+            uint8_t *tmp = malloc(tl_panels_tmp_bytes(type, k));
+            float *row = malloc(k * sizeof(float));
+            for (size_t j = 0; j < rows; j++) {
+                fill(row, k, j % 7 == 3 ? 0.0f : 1.0f); /* an all-zero row: scale 0 */
+                tl_quant_row(type, row, W + j * rb, k);
+            }
+            tl_panels_pack_ref(type, W, rows, k, P);
+            tl_panels_unpack_ref(type, P, rows, k, Q);
+            CHECK_MSG(memcmp(Q, W, bytes) == 0, "%s k=%zu: unpack(pack) differs", tl_type_name(type), k);
+            memcpy(Q, W, bytes);
+            tl_panels_pack(type, Q, rows, k, tmp);
+            CHECK_MSG(memcmp(Q, P, bytes) == 0, "%s k=%zu: in-place pack differs from the reference",
+                      tl_type_name(type), k);
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                const size_t n = ns[ni], ldx = k + 3, ldy = rows + 5;
+                float *X = malloc(n * ldx * sizeof(float)), *yr = malloc(n * ldy * sizeof(float));
+                float *yp = malloc(n * ldy * sizeof(float)), *yf = malloc(n * ldy * sizeof(float));
+                float *ys = malloc(n * ldy * sizeof(float));
+                fill_x(X, ldx, n, k, (int)(ni % 3));
+                for (size_t i = 0; i < n * ldy; i++) yr[i] = yp[i] = yf[i] = ys[i] = 1e30f;
+                tl_matmul_ref(type, W, k, 0, rows, X, ldx, n, yr, ldy);
+                tl_matmul_panels_ref(type, P, k, 0, rows, X, ldx, n, yp, ldy);
+                CHECK_MSG(memcmp(yr, yp, n * ldy * sizeof(float)) == 0,
+                          "%s k=%zu n=%zu: reference over panels differs", tl_type_name(type), k, n);
+                if (!wanted) {
+                    free(X), free(yr), free(yp), free(yf), free(ys);
+                    continue;
+                }
+                const size_t af = tl_matmul_act_floats(type, TL_LAYOUT_PANELS, k, n);
+                CHECK(af > 0 && af <= tl_matmul_scratch_floats(k, n));
+                float *act = malloc(af * sizeof(float));
+                tl_matmul_act_prepare(type, TL_LAYOUT_PANELS, k, X, ldx, n, 0, n, act);
+                tl_matmul_fast_act(type, TL_LAYOUT_PANELS, P, k, 0, rows, act, n, yf, ldy);
+                tl_matmul_act_prepare(type, TL_LAYOUT_PANELS, k, X, ldx, n, n / 3, n, act);
+                tl_matmul_act_prepare(type, TL_LAYOUT_PANELS, k, X, ldx, n, 0, n / 3, act);
+                tl_matmul_fast_act(type, TL_LAYOUT_PANELS, P, k, 32, rows, act, n, ys, ldy);
+                tl_matmul_fast_act(type, TL_LAYOUT_PANELS, P, k, 0, 32, act, n, ys, ldy);
+                CHECK_MSG(memcmp(yf, ys, n * ldy * sizeof(float)) == 0,
+                          "%s k=%zu n=%zu: result depends on the split", tl_type_name(type), k, n);
+                int bad = 0;
+                for (size_t i = 0; i < n; i++)
+                    for (size_t j = 0; j < ldy; j++) {
+                        const float f = yf[i * ldy + j], r = yr[i * ldy + j];
+                        if (j >= rows) {
+                            bad += f != 1e30f;
+                            continue;
+                        }
+                        double mag = 0.0;
+                        tl_dequant_row(type, W + j * rb, row, k);
+                        for (size_t c = 0; c < k; c++) mag += fabs((double)X[i * ldx + c] * row[c]);
+                        bad += !(fabs((double)f - r) <= 1e-5 * mag + 1e-6);
+                    }
+                CHECK_MSG(bad == 0, "%s k=%zu n=%zu: %d outputs off the reference",
+                          tl_type_name(type), k, n, bad);
+                if (n > 12) {
+                    float *scratch = aligned_alloc(64, (tl_matmul_scratch_floats(k, n) * 4 + 63) / 64 * 64);
+                    tl_matmul_fast(type, W, k, 0, rows, X, ldx, n, ys, ldy, scratch);
+                    CHECK_MSG(memcmp(yf, ys, n * ldy * sizeof(float)) == 0,
+                              "%s k=%zu n=%zu: panels differ from the rows' GEMM", tl_type_name(type), k, n);
+                    free(scratch);
+                }
+                free(act), free(X), free(yr), free(yp), free(yf), free(ys);
+            }
+            free(W), free(P), free(Q), free(tmp), free(row);
+        }
+}
+
 static void test_vector(void) {
     static const size_t ns[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 1000, 4099};
     enum { MAXN = 4099 + 1 };
@@ -556,6 +646,7 @@ int main(void) {
     test_attention();
     test_elementwise();
     test_matmul();
+    test_panels();
     test_batch_invariance();
     return tl_test_finish("test_kernels");
 }

@@ -19,6 +19,7 @@
 #include "base/budget.h"
 #include "base/clock.h"
 #include "base/status.h"
+#include "base/threadpool.h"
 #include "kernels/kernels.h"
 #include "tier/aio.h"
 #include "tier/tier.h"
@@ -58,6 +59,11 @@ struct tl_residency {
     char error_msg[512];
     double stall_s;
     uint64_t bytes_disk, bytes_mem, passes;
+    uint8_t *repack_tmp;    /* one panel per pool thread (tl_weight_repack_bytes) */
+    size_t repack_stride;
+    uint64_t panel_bytes;   /* resident weights repacked into panels at placement */
+    uint64_t streamed_panel_bytes; /* streamed weights repacked on arrival, all passes */
+    double repack_s;
 };
 
 /* ---- the manager ---- */
@@ -118,6 +124,51 @@ static tl_status wait_tags(tl_residency *r, const uint64_t *tags, int n) {
     return first;
 }
 
+/* Repacks the weights of a just-read part (resident or a streamed unit's slot) that want
+ * panels, each split over the pool's threads in whole panels, each thread with its own
+ * one-panel temporary. */
+typedef struct repack_job {
+    tl_residency *r;
+    const tl_weight_layout *L;
+    uint8_t *buf;
+    int threads;
+} repack_job;
+
+static void repack_task(void *arg, int task, int thread) {
+    const repack_job *j = arg;
+    uint8_t *tmp = j->r->repack_tmp + (size_t)thread * j->r->repack_stride;
+    for (int i = 0; i < j->L->n_t; i++) {
+        tl_weight *w = j->L->t[i].w;
+        if (!tl_weight_wants_panels(j->r->m, w)) continue;
+        const size_t panels = w->rows / TL_PANEL_ROWS, rb = tl_type_row_bytes(w->type, w->cols);
+        const size_t p0 = panels * (size_t)task / (size_t)j->threads;
+        const size_t p1 = panels * (size_t)(task + 1) / (size_t)j->threads;
+        tl_panels_pack(w->type, j->buf + j->L->t[i].buf_off + p0 * TL_PANEL_ROWS * rb,
+                       (p1 - p0) * TL_PANEL_ROWS, w->cols, tmp);
+    }
+}
+
+/* Repacks, then returns the bytes repacked (0 when nothing wants panels). */
+static uint64_t repack(tl_residency *r, const tl_weight_layout *L, uint8_t *buf) {
+    uint64_t bytes = 0;
+    for (int i = 0; i < L->n_t; i++)
+        if (tl_weight_wants_panels(r->m, L->t[i].w)) bytes += L->t[i].w->file_bytes;
+    if (!bytes) return 0;
+    const double t0 = tl_now();
+    repack_job j = {r, L, buf, tl_pool_threads(r->m->pool)};
+    tl_pool_run(r->m->pool, j.threads, repack_task, &j);
+    r->repack_s += tl_now() - t0;
+    return bytes;
+}
+
+/* Points the weights of a part at buf, each in the layout it was left in. */
+static void point_at(tl_residency *r, const tl_weight_layout *L, uint8_t *buf) {
+    for (int i = 0; i < L->n_t; i++) {
+        L->t[i].w->data = buf + L->t[i].buf_off;
+        L->t[i].w->panels = tl_weight_wants_panels(r->m, L->t[i].w);
+    }
+}
+
 /* Reads a resident part into a new budget buffer and points its weights there. */
 static tl_status load_resident(tl_residency *r, tl_weight *const *ws, int n) {
     tl_weight_layout L;
@@ -132,7 +183,8 @@ static tl_status load_resident(tl_residency *r, tl_weight *const *ws, int n) {
     uint64_t tags[TL_WEIGHT_UNIT_MAX];
     if ((st = submit_layout(r, &L, buf, tags))) return st;
     if ((st = wait_tags(r, tags, L.n_e))) return st;
-    for (int i = 0; i < L.n_t; i++) L.t[i].w->data = buf + L.t[i].buf_off;
+    r->panel_bytes += repack(r, &L, buf);
+    point_at(r, &L, buf);
     return TL_OK;
 }
 
@@ -191,6 +243,13 @@ tl_status tl_residency_open(tl_llama *m, const tl_weight_plan *plan, tl_residenc
     }
     for (size_t i = 0; i < n_all && !st; i++)
         if (all[i]->convert) st = load_converted(r, all[i]);
+    const uint64_t repack_bytes = tl_weight_repack_bytes(m);
+    if (!st && repack_bytes) {
+        const int threads = tl_pool_threads(m->pool);
+        r->repack_stride = (size_t)(repack_bytes - ALIGN) / (size_t)threads;
+        st = tl_budget_alloc(m->budget, repack_bytes - ALIGN, ALIGN, "weight repacking",
+                             (void **)&r->repack_tmp);
+    }
     for (int u = 0; u < L && !st; u++) {
         tl_weight *ws[TL_WEIGHT_UNIT_MAX];
         int n;
@@ -202,7 +261,10 @@ tl_status tl_residency_open(tl_llama *m, const tl_weight_plan *plan, tl_residenc
     if (!st && plan->embd_resident) {
         tl_weight *e = &m->tok_embd;
         st = load_resident(r, &e, 1);
-        if (!st && m->tied_output) m->output.data = m->tok_embd.data;
+        if (!st && m->tied_output) {
+            m->output.data = m->tok_embd.data;
+            m->output.panels = m->tok_embd.panels;
+        }
     }
     if (!st && plan->output_resident && !m->tied_output) {
         tl_weight *o = &m->output;
@@ -256,12 +318,14 @@ void tl_residency_close(tl_residency *r) {
      * that follows (re-planning) starts from "nothing resident", not from stale memory */
     tl_weight *all[4096];
     size_t n_all = tl_llama_weights(r->m, all, 4096);
-    for (size_t i = 0; i < n_all && i < 4096; i++) all[i]->data = NULL;
+    for (size_t i = 0; i < n_all && i < 4096; i++) all[i]->data = NULL, all[i]->panels = 0;
     r->m->output.data = NULL;
+    r->m->output.panels = 0;
     if (r->slots)
         for (int i = 0; i < r->plan.n_slots; i++) tl_budget_free(r->m->budget, r->slots[i].buf);
     for (size_t i = 0; i < r->n_resident; i++) tl_budget_free(r->m->budget, r->resident[i]);
     tl_budget_free(r->m->budget, r->row_buf);
+    tl_budget_free(r->m->budget, r->repack_tmp);
     free(r->resident);
     free(r->slots);
     free(r->queue);
@@ -353,7 +417,8 @@ tl_status tl_residency_acquire(tl_residency *r, int u) {
     }
     s->state = SLOT_IN_USE;
     r->bytes_disk += L->bytes;
-    for (int i = 0; i < L->n_t; i++) L->t[i].w->data = s->buf + L->t[i].buf_off;
+    r->streamed_panel_bytes += repack(r, L, s->buf);
+    point_at(r, L, s->buf);
     return TL_OK;
 }
 
@@ -373,6 +438,10 @@ tl_status tl_residency_embedding(tl_residency *r, int32_t id, float *dst) {
     tl_llama *m = r->m;
     const tl_weight *w = &m->tok_embd;
     const size_t rb = tl_type_row_bytes(w->type, w->cols);
+    if (w->data && w->panels) {
+        tl_panels_dequant_row(w->type, w->data, w->cols, (size_t)id, dst);
+        return TL_OK;
+    }
     if (w->data) {
         tl_dequant_row(w->type, (const uint8_t *)w->data + (size_t)id * rb, dst, w->cols);
         return TL_OK;
@@ -435,6 +504,9 @@ void tl_residency_get_stats(const tl_residency *r, tl_residency_stats *out) {
     out->stall_s = r->stall_s;
     out->bytes_read_disk = r->bytes_disk;
     out->bytes_read_mem = r->bytes_mem;
+    out->panel_bytes = r->panel_bytes;
+    out->streamed_panel_bytes = r->streamed_panel_bytes;
+    out->repack_s = r->repack_s;
 }
 
 const tl_weight_plan *tl_residency_plan(const tl_residency *r) { return &r->plan; }

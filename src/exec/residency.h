@@ -38,6 +38,10 @@ typedef struct tl_residency_stats {
     uint64_t passes;  /* forward passes begun */
     double stall_s;
     uint64_t bytes_read_disk, bytes_read_mem;
+    /* weights repacked into 32-row panels (kernels.h): resident ones once at placement,
+     * streamed ones each time they arrive (summed over passes), and the time it took */
+    uint64_t panel_bytes, streamed_panel_bytes;
+    double repack_s;
 } tl_residency_stats;
 void tl_residency_get_stats(const tl_residency *r, tl_residency_stats *out);
 const tl_weight_plan *tl_residency_plan(const tl_residency *r);

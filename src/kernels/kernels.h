@@ -76,18 +76,53 @@ void tl_matmul_fast(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                     const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
                     float *scratch);
 
+/* ---- Q8_0 / Q4_0 weights in 32-row panels ----
+ * Where the int8 GEMM runs (AVX-512 VNNI), a Q8_0/Q4_0 tensor whose row count is a
+ * multiple of TL_PANEL_ROWS may be repacked once, when it is placed in memory, into the
+ * layout the kernel streams, so no product packs it again. The repacked tensor occupies
+ * the same bytes: rows [32p, 32p + 32) keep their byte range, reordered by block: block b
+ * of the panel starts b * 32 * block_bytes into it, with the 32 rows' fp16 scales as in
+ * the file (64 bytes), then the quants, row r's four bytes of a 4-element group at
+ * 4 * r into the group's 128 bytes:
+ *   Q8_0: groups g < 8 (elements 4g..4g+3), each byte w + 128 (unsigned).
+ *   Q4_0: groups h < 4: bytes 4h..4h+3 of the row's 16 quant bytes as in the file (low
+ *         nibbles: elements 4h.., high nibbles: elements 16 + 4h..).
+ * Products with such a tensor pass TL_LAYOUT_PANELS to the act functions below, with
+ * [j0, j1) whole panels (multiples of 32). The result equals tl_matmul_fast's over the
+ * same rows in the file's layout bit for bit on this CPU. */
+#define TL_PANEL_ROWS 32
+typedef enum tl_weights_layout { TL_LAYOUT_ROWS = 0, TL_LAYOUT_PANELS = 1 } tl_weights_layout;
+/* 1 when this CPU's fast path reads a tensor of `type` with `rows` rows faster as panels
+ * (AVX-512 VNNI, not capped by TIERLLM_ISA; Q8_0/Q4_0; rows a multiple of 32). */
+int tl_panels_wanted(tl_type type, size_t rows);
+/* Bytes of the temporary tl_panels_pack needs: one panel's rows. */
+size_t tl_panels_tmp_bytes(tl_type type, size_t k);
+/* Repacks rows [0, rows) of W (rows a multiple of 32) into panels in place. */
+void tl_panels_pack(tl_type type, void *W, size_t rows, size_t k, void *tmp);
+/* The definition, to be read: panels from file rows (src and dst distinct), and back. */
+void tl_panels_pack_ref(tl_type type, const void *rows_src, size_t rows, size_t k, void *dst);
+void tl_panels_unpack_ref(tl_type type, const void *panels, size_t rows, size_t k, void *dst);
+/* Row j of a tensor in panels, dequantized (a token embedding's lookup). */
+void tl_panels_dequant_row(tl_type type, const void *W, size_t k, size_t j, float *dst);
+/* tl_matmul_ref over a tensor in panels (j0, j1 any rows). */
+void tl_matmul_panels_ref(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
+                          const float *X, size_t ldx, size_t n, float *Y, size_t ldy);
+
 /* Splitting one product over threads: the work all output rows share - for Q8_0/Q4_0
- * products on the matrix-vector kernel (above), rounding the n rows of X into int8 blocks - is done once by
- * tl_matmul_act_prepare into `act`, a buffer of tl_matmul_act_floats(type, k, n) floats
- * (4-byte aligned; at most tl_matmul_scratch_floats(k, n)); then tl_matmul_fast_act
- * computes any row range [j0, j1) from it, read-only, so threads may share one `act`.
+ * products on the matrix-vector kernel (above) or the int8 GEMM, rounding the n rows of X
+ * into int8 blocks - is done once by tl_matmul_act_prepare into `act`, a buffer of
+ * tl_matmul_act_floats(type, layout, k, n) floats (4-byte aligned; at most
+ * tl_matmul_scratch_floats(k, n)); then tl_matmul_fast_act computes any row range
+ * [j0, j1) from it, read-only, so threads may share one `act`. The prepare may itself be
+ * split: each call rounds rows [i0, i1) of the n (disjoint ranges may run at once).
  * Results equal tl_matmul_fast's bit for bit. tl_matmul_act_floats returns 0 when
- * (type, n) has nothing to share: then call tl_matmul_fast. */
-size_t tl_matmul_act_floats(tl_type type, size_t k, size_t n);
-void tl_matmul_act_prepare(tl_type type, size_t k, const float *X, size_t ldx, size_t n,
-                           float *act);
-void tl_matmul_fast_act(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
-                        const float *act, size_t n, float *Y, size_t ldy);
+ * (type, n) has nothing to share in the rows layout: then call tl_matmul_fast. Weights in
+ * panels always go through act (their act floats are > 0 for every n). */
+size_t tl_matmul_act_floats(tl_type type, tl_weights_layout layout, size_t k, size_t n);
+void tl_matmul_act_prepare(tl_type type, tl_weights_layout layout, size_t k, const float *X,
+                           size_t ldx, size_t n, size_t i0, size_t i1, float *act);
+void tl_matmul_fast_act(tl_type type, tl_weights_layout layout, const void *W, size_t k,
+                        size_t j0, size_t j1, const float *act, size_t n, float *Y, size_t ldy);
 /* Internal, for tests: tl_matmul_fast_act / tl_matmul_fast on one instruction set (they
  * pick the widest this CPU has: AVX-VNNI for the int8 matvec, AVX-512 VNNI for the
  * Q8_0/Q4_0 GEMM, else AVX2). Return 0, without computing, when that path is not built
@@ -98,8 +133,9 @@ typedef enum tl__isa {
     TL_ISA_AVXVNNI = 1,   /* AVX-VNNI (x86vnni_matmul.c) */
     TL_ISA_AVX512VNNI = 2 /* AVX-512 F/BW + VNNI (x86avx512_gemm.c) */
 } tl__isa;
-int tl__matmul_fast_act_isa(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0,
-                            size_t j1, const float *act, size_t n, float *Y, size_t ldy);
+int tl__matmul_fast_act_isa(tl__isa isa, tl_type type, tl_weights_layout layout, const void *W,
+                            size_t k, size_t j0, size_t j1, const float *act, size_t n,
+                            float *Y, size_t ldy);
 int tl__matmul_fast_isa(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0,
                         size_t j1, const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
                         float *scratch);

@@ -59,15 +59,56 @@ size_t tl__act_floats(tl_type type, size_t k, size_t n) {
     return n * ((k / TL_QK + 1) / 2) * (act_record_bytes(type) / sizeof(float));
 }
 
-size_t tl_matmul_act_floats(tl_type type, size_t k, size_t n) {
-    if (n > TL_Q_GEMM_AFTER_N && tl__cpu_has_avx512vnni()) return 0; /* the int8 GEMM's */
+void tl__act_records(tl_type type, size_t k, const float *X, size_t ldx, size_t i0, size_t i1,
+                     tl__act_rec *act) {
+    const size_t nb = k / TL_QK, slice = 16;
+    const int32_t off = type == TL_TYPE_Q8_0 ? 128 : 8;
+    for (size_t i = i0; i < i1; i++)
+        for (size_t b0 = 0; b0 < nb; b0 += slice) {
+            const size_t kb = nb - b0 < slice ? nb - b0 : slice;
+            tl_block_q8_act blk[16];
+            tl_quant_act_row_fast(X + i * ldx + b0 * TL_QK, blk, kb * TL_QK);
+            for (size_t b = 0; b < kb; b++) {
+                tl__act_rec *rec = &act[i * nb + b0 + b];
+                __m256i q = loadu256(blk[b].q);
+                /* sum of the 32 signed bytes: widen to 16 bits against ones, then pairs */
+                __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
+                __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+                __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+                h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+                h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+                rec->d = blk[b].d;
+                rec->corr = -off * _mm_cvtsi128_si32(h);
+                _mm256_storeu_si256((__m256i *)(void *)rec->q, q);
+            }
+        }
+}
+
+int tl__act_takes_records(tl_type type, tl_weights_layout layout, size_t n) {
+    if (!tl_type_rounds_act(type) || n == 0) return 0;
+    return layout == TL_LAYOUT_PANELS || tl__cpu_has_avx512vnni();
+}
+
+size_t tl_matmul_act_floats(tl_type type, tl_weights_layout layout, size_t k, size_t n) {
+    if (tl__act_takes_records(type, layout, n))
+        return n * (k / TL_QK) * sizeof(tl__act_rec) / sizeof(float);
+    if (layout == TL_LAYOUT_PANELS) return 0;
     return tl__act_floats(type, k, n);
 }
 
-void tl_matmul_act_prepare(tl_type type, size_t k, const float *X, size_t ldx, size_t n,
-                           float *act) {
+void tl_matmul_act_prepare(tl_type type, tl_weights_layout layout, size_t k, const float *X,
+                           size_t ldx, size_t n, size_t i0, size_t i1, float *act) {
+    if (i1 > n) i1 = n;
+    if (tl__act_takes_records(type, layout, n)) {
+        tl__act_records(type, k, X, ldx, i0, i1, (tl__act_rec *)(void *)act);
+        return;
+    }
+    if (tl__act_floats(type, k, n) != 0) tl__act_pairs(type, k, X, ldx, i0, i1, act);
+}
+
+void tl__act_pairs(tl_type type, size_t k, const float *X, size_t ldx, size_t i0, size_t i1,
+                   float *act) {
     uint8_t *xa = (uint8_t *)act;
     const size_t row_step = (k / TL_QK + 1) / 2 * act_record_bytes(type);
-    if (tl__act_floats(type, k, n) == 0) return;
-    for (size_t i = 0; i < n; i++) act_pairs(type, X + i * ldx, k, xa + i * row_step);
+    for (size_t i = i0; i < i1; i++) act_pairs(type, X + i * ldx, k, xa + i * row_step);
 }

@@ -22,6 +22,7 @@
  * unaligned, block scales are read with memcpy. Scratch is assumed 32-byte aligned only
  * (all accesses are loadu/storeu anyway).
  */
+#include <math.h>
 #include "kernels/x86_matmul.h"
 #include "kernels/x86_simd.h"
 
@@ -32,7 +33,7 @@ size_t tl_matmul_scratch_floats(size_t k, size_t n) {
     size_t act = tl__act_floats(TL_TYPE_Q4_0, k, nv); /* matvec: the larger records */
     size_t gemm = tl__gemm_scratch_floats(n);
 #ifdef TL_HAVE_AVX512VNNI
-    size_t gemm_q = (tl__gemm_q_avx512_scratch_bytes(n) + 3) / 4;
+    size_t gemm_q = (tl__gemm_q_avx512_scratch_bytes(k, n) + 3) / 4;
     if (gemm_q > gemm) gemm = gemm_q;
     if (tl__gemm_f_avx512_scratch_floats() > gemm) gemm = tl__gemm_f_avx512_scratch_floats();
 #endif
@@ -59,18 +60,81 @@ static void act_groups(int vnni, tl_type type, const void *W, size_t k, size_t j
     }
 }
 
-void tl_matmul_fast_act(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
-                        const float *act, size_t n, float *Y, size_t ldy) {
-    if (j0 >= j1 || n == 0) return;
-    act_groups(tl__cpu_has_avxvnni(), type, W, k, j0, j1, (const uint8_t *)act, n, Y, ldy);
+/* Weights in panels where the AVX-512 kernel is absent (tl_panels_wanted never asks for
+ * them there, so only direct callers reach this): the records' contract in scalar code,
+ * f32 accumulation fused as the vector kernel's. */
+static void panels_act_scalar(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
+                              const tl__act_rec *xs, size_t n, float *Y, size_t ldy) {
+    const size_t nb = k / TL_QK, bb = tl_type_block_bytes(type), row_bytes = tl_type_row_bytes(type, k);
+    for (size_t j = j0; j < j1; j++) {
+        const uint8_t *panel = W + (j / TL_PANEL_ROWS) * TL_PANEL_ROWS * row_bytes;
+        const size_t r = j % TL_PANEL_ROWS;
+        for (size_t i = 0; i < n; i++) {
+            float acc = 0.0f;
+            for (size_t b = 0; b < nb; b++) {
+                const uint8_t *pb = panel + b * TL_PANEL_ROWS * bb, *q = pb + 2 * TL_PANEL_ROWS;
+                const tl__act_rec *x = &xs[i * nb + b];
+                uint16_t d;
+                memcpy(&d, pb + 2 * r, 2);
+                int32_t s = x->corr;
+                for (size_t e = 0; e < TL_QK; e++) {
+                    int u;
+                    if (type == TL_TYPE_Q8_0) u = q[(e / 4) * 4 * TL_PANEL_ROWS + 4 * r + e % 4];
+                    else {
+                        const size_t byte = e % 16;
+                        const uint8_t v = q[(byte / 4) * 4 * TL_PANEL_ROWS + 4 * r + byte % 4];
+                        u = e < 16 ? v & 0x0f : v >> 4;
+                    }
+                    s += u * x->q[e];
+                }
+                acc = fmaf((float)s, tl_f16_to_f32(d) * x->d, acc);
+            }
+            Y[i * ldy + j] = acc;
+        }
+    }
 }
 
-int tl__matmul_fast_act_isa(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0,
-                            size_t j1, const float *act, size_t n, float *Y, size_t ldy) {
+/* The product from prepared activations on instruction sets up to isa. */
+static void act_product(tl__isa isa, tl_type type, tl_weights_layout layout, const void *W,
+                        size_t k, size_t j0, size_t j1, const float *act, size_t n, float *Y,
+                        size_t ldy) {
+    if (j0 >= j1 || n == 0) return;
+    if (tl__act_takes_records(type, layout, n)) {
+        const int panels = layout == TL_LAYOUT_PANELS;
+#ifdef TL_HAVE_AVX512VNNI
+        if (isa == TL_ISA_AVX512VNNI) {
+            tl__gemm_q_avx512_act(type, W, panels, k, j0, j1, (const tl__act_rec *)(const void *)act,
+                                  n, Y, ldy);
+            return;
+        }
+#endif
+        (void)isa;
+        panels_act_scalar(type, W, k, j0, j1, (const tl__act_rec *)(const void *)act, n, Y, ldy);
+        return;
+    }
+    act_groups(isa >= TL_ISA_AVXVNNI && tl__cpu_has_avxvnni(), type, W, k, j0, j1,
+               (const uint8_t *)act, n, Y, ldy);
+}
+
+static tl__isa widest_isa(void) {
+    return tl__cpu_has_avx512vnni() ? TL_ISA_AVX512VNNI
+           : tl__cpu_has_avxvnni()  ? TL_ISA_AVXVNNI
+                                    : TL_ISA_AVX2;
+}
+
+void tl_matmul_fast_act(tl_type type, tl_weights_layout layout, const void *W, size_t k,
+                        size_t j0, size_t j1, const float *act, size_t n, float *Y, size_t ldy) {
+    act_product(widest_isa(), type, layout, W, k, j0, j1, act, n, Y, ldy);
+}
+
+int tl__matmul_fast_act_isa(tl__isa isa, tl_type type, tl_weights_layout layout, const void *W,
+                            size_t k, size_t j0, size_t j1, const float *act, size_t n,
+                            float *Y, size_t ldy) {
     if (isa == TL_ISA_AVXVNNI && !tl__cpu_has_avxvnni()) return 0;
-    if (isa == TL_ISA_AVX512VNNI) return 0; /* no 512-bit matvec */
-    if (j0 >= j1 || n == 0) return 1;
-    act_groups(isa == TL_ISA_AVXVNNI, type, W, k, j0, j1, (const uint8_t *)act, n, Y, ldy);
+    if (isa == TL_ISA_AVX512VNNI && !tl__cpu_has_avx512vnni()) return 0;
+    /* records are read by the AVX-512 kernel only; pair records by the AVX2/AVX-VNNI ones */
+    if (tl__act_takes_records(type, layout, n) != (isa == TL_ISA_AVX512VNNI)) return 0;
+    act_product(isa, type, layout, W, k, j0, j1, act, n, Y, ldy);
     return 1;
 }
 
@@ -78,7 +142,7 @@ static void matmul(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0
                    const float *X, size_t ldx, size_t n, float *Y, size_t ldy, float *scratch);
 
 int tl_matmul_takes_gemm(tl_type type, size_t n) {
-    if (tl_type_rounds_act(type) && tl__cpu_has_avx512vnni()) return n > TL_Q_GEMM_AFTER_N;
+    if (tl_type_rounds_act(type) && tl__cpu_has_avx512vnni()) return 1;
     return n > TL_GROUPED_MAX_N;
 }
 
@@ -95,9 +159,7 @@ int tl__matmul_fast_isa(tl__isa isa, tl_type type, const void *W, size_t k, size
 void tl_matmul_fast(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                     const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
                     float *scratch) {
-    const tl__isa isa = tl__cpu_has_avx512vnni() ? TL_ISA_AVX512VNNI
-                        : tl__cpu_has_avxvnni() ? TL_ISA_AVXVNNI : TL_ISA_AVX2;
-    matmul(isa, type, W, k, j0, j1, X, ldx, n, Y, ldy, scratch);
+    matmul(widest_isa(), type, W, k, j0, j1, X, ldx, n, Y, ldy, scratch);
 }
 
 /* tl_matmul_fast on the instruction sets up to isa (available: checked by the caller). */
@@ -107,14 +169,14 @@ static void matmul(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0
     const int q = tl_type_rounds_act(type);
     if (j0 >= j1 || n == 0) return;
 #ifdef TL_HAVE_AVX512VNNI
-    if (isa == TL_ISA_AVX512VNNI && n > (q ? TL_Q_GEMM_AFTER_N : TL_GROUPED_MAX_N)) {
+    if (isa == TL_ISA_AVX512VNNI && (q || n > TL_GROUPED_MAX_N)) {
         if (q) tl__gemm_q_avx512(type, w, k, j0, j1, X, ldx, n, Y, ldy, scratch);
         else tl__gemm_f_avx512(type, w, k, j0, j1, X, ldx, n, Y, ldy, scratch);
         return;
     }
 #endif
     if (q && n <= TL_GROUPED_MAX_N) { /* Q8_0/Q4_0 matvec */
-        tl_matmul_act_prepare(type, k, X, ldx, n, scratch);
+        tl__act_pairs(type, k, X, ldx, 0, n, scratch);
         act_groups(isa >= TL_ISA_AVXVNNI && tl__cpu_has_avxvnni(), type, W, k, j0, j1,
                    (const uint8_t *)scratch, n, Y, ldy);
         return;

@@ -20,6 +20,9 @@ size_t tl__gemm_scratch_floats(size_t n);
  * (0 otherwise), whichever path this CPU takes (tl_matmul_act_floats is 0 where the GEMM
  * takes those rows). */
 size_t tl__act_floats(tl_type type, size_t k, size_t n);
+/* Rows [i0, i1) of X as the matvec's pair records (x86_simd.h), whatever the CPU. */
+void tl__act_pairs(tl_type type, size_t k, const float *X, size_t ldx, size_t i0, size_t i1,
+                   float *act);
 
 /* Rows of X in micro-tile t when n rows are split into ceil(n/mr) tiles as evenly as
  * possible (with mr = 6, n = 8 runs as 4+4, not 6+2: a 2-row tile cannot keep the
@@ -43,12 +46,31 @@ static inline void tl__tile_store(float *Y, size_t ldy, const float *tile, size_
  * packing panels). */
 #define TL_Q_GEMM_AFTER_N 8
 
+/* The int8 GEMM's rounded activations: per X row, one record per 32-element block (row
+ * i's start at i * k/32); corr = -off * sum q, off being the weights' unsigned offset
+ * (Q8_0 128, Q4_0 8). tl__act_records rounds rows [i0, i1) (x86_act.c). */
+typedef struct tl__act_rec {
+    float d;
+    int32_t corr;
+    int8_t q[TL_QK];
+} tl__act_rec;
+void tl__act_records(tl_type type, size_t k, const float *X, size_t ldx, size_t i0, size_t i1,
+                     tl__act_rec *act);
+/* 1 when tl_matmul_act_prepare writes records (above) for this product: weights in
+ * panels, or more than TL_Q_GEMM_AFTER_N rows on an AVX-512 VNNI CPU. */
+int tl__act_takes_records(tl_type type, tl_weights_layout layout, size_t n);
+
 /* Q8_0/Q4_0, any n, on AVX-512 VNNI (x86avx512_gemm.c; only when tl__cpu_has_avx512vnni):
- * scratch of at least tl__gemm_q_avx512_scratch_bytes(n) bytes, 32-byte aligned. */
+ * from records (`panels`: W is in panels, kernels.h), or from X with scratch of
+ * tl__gemm_q_avx512_scratch_bytes(k, n) bytes holding them. */
+void tl__gemm_q_avx512_act(tl_type type, const uint8_t *W, int panels, size_t k, size_t j0,
+                           size_t j1, const tl__act_rec *act, size_t n, float *Y, size_t ldy);
 void tl__gemm_q_avx512(tl_type type, const uint8_t *w, size_t k, size_t j0, size_t j1,
                        const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
                        void *scratch);
-size_t tl__gemm_q_avx512_scratch_bytes(size_t n);
+size_t tl__gemm_q_avx512_scratch_bytes(size_t k, size_t n);
+/* tl_panels_pack's vector packer (same bytes as tl_panels_pack_ref; tmp: one panel). */
+void tl__panels_pack_avx512(tl_type type, uint8_t *W, size_t rows, size_t k, uint8_t *tmp);
 /* F32/F16/BF16, any n, on AVX-512 F (x86avx512_gemm_f.c; only when
  * tl__cpu_has_avx512vnni): scratch of tl__gemm_f_avx512_scratch_floats() floats. */
 void tl__gemm_f_avx512(tl_type type, const uint8_t *w, size_t k, size_t j0, size_t j1,

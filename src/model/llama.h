@@ -25,6 +25,8 @@ typedef struct tl_weight {
     tl_type file_type; /* type in the file */
     uint64_t file_offset, file_bytes;
     int convert;       /* 1: converted to f32 at load (norms, rows splitting blocks) */
+    int panels;        /* 1: `data` was repacked into 32-row panels when placed (kernels.h);
+                          set by whoever points `data` at it */
 } tl_weight;
 
 typedef struct tl_llama_hparams {

@@ -216,12 +216,7 @@ static void recompute_task(void *arg, int task, int thread) {
     const size_t n = (size_t)j->rows[task];
     for (int i = 0; i < 2; i++) {
         float *y = j->out[task] + (size_t)i * P * kvd;
-        if (j->m->use_reference)
-            tl_matmul_ref(w[i]->type, w[i]->data, w[i]->cols, 0, kvd, j->x[task], w[i]->cols,
-                          n, y, kvd);
-        else
-            tl_matmul_fast(w[i]->type, w[i]->data, w[i]->cols, 0, kvd, j->x[task],
-                           w[i]->cols, n, y, kvd, scratch);
+        tl_op_matmul_serial(j->m, w[i], 0, kvd, j->x[task], n, y, kvd, scratch);
     }
     for (size_t t = 0; t < n; t++)
         tl_op_rope(j->out[task] + t * kvd, hp->n_head_kv, hp->head_dim, hp->rope_dim,

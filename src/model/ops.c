@@ -38,13 +38,20 @@ typedef struct matmul_job {
 } matmul_job;
 
 /* Rows [j0, j1) of matrix `which` of the product, on pool thread `thread`. */
+static tl_weights_layout layout_of(const tl_weight *w) {
+    return w->panels ? TL_LAYOUT_PANELS : TL_LAYOUT_ROWS;
+}
+
 static void product_rows(const matmul_job *j, size_t which, size_t j0, size_t j1, int thread) {
     const tl_weight *w = j->ws[which];
     float *Y = j->Ys[which];
-    if (j->reference)
+    if (j->reference && w->panels)
+        tl_matmul_panels_ref(w->type, w->data, w->cols, j0, j1, j->X, w->cols, j->n, Y, w->rows);
+    else if (j->reference)
         tl_matmul_ref(w->type, w->data, w->cols, j0, j1, j->X, w->cols, j->n, Y, w->rows);
     else if (j->act)
-        tl_matmul_fast_act(w->type, w->data, w->cols, j0, j1, j->act, j->n, Y, w->rows);
+        tl_matmul_fast_act(w->type, layout_of(w), w->data, w->cols, j0, j1, j->act, j->n, Y,
+                           w->rows);
     else
         tl_matmul_fast(w->type, w->data, w->cols, j0, j1, j->X, w->cols, j->n, Y, w->rows,
                        j->scratch + (size_t)thread * j->scratch_floats);
@@ -73,9 +80,9 @@ static size_t split_rows(const tl_weight *const *ws, size_t nw, size_t threads, 
          * ~256 KiB stay in L2 between the groups */
         if (!gemm && n <= TL_MATMUL_GROUPED_MAX_N && chunk * row_bytes > ((size_t)256 << 10))
             chunk = ((size_t)256 << 10) / (row_bytes ? row_bytes : 1);
-        chunk = (chunk + 15) / 16 * 16;
-        if (chunk < 16) chunk = 16;
+        const size_t unit = ws[w]->panels ? TL_PANEL_ROWS : 16; /* panels are never split */
         if ((rows + chunk - 1) / chunk > MAX_CHUNKS) chunk = (rows + MAX_CHUNKS - 1) / MAX_CHUNKS;
+        chunk = (chunk + unit - 1) / unit * unit;
         while (j < rows) {
             size_t c = chunk < rows - j ? chunk : rows - j;
             bounds[2 * t] = j;
@@ -105,6 +112,7 @@ typedef struct matvec_job {
     /* matrix w holds the concatenated rows [first[w], first[w + 1]) */
     size_t first[TL_MATMUL_MULTI_MAX + 1];
     size_t step_rows[TL_MATMUL_MULTI_MAX];
+    size_t unit;     /* every boundary is a multiple of this many rows (32: panels) */
     region *regions; /* [threads] */
 } matvec_job;
 
@@ -134,7 +142,8 @@ static int claim_step(const matvec_job *j, region *r, size_t *w, size_t *g0, siz
  * rows) of another region into `mine`, which is empty. 0 when there is none. */
 static int steal_half(matvec_job *j, size_t mine) {
     for (;;) {
-        size_t best = j->threads, best_left = 2 * MATVEC_MIN_STEAL - 1;
+        const size_t least = MATVEC_MIN_STEAL > j->unit ? MATVEC_MIN_STEAL : j->unit;
+        size_t best = j->threads, best_left = 2 * least - 1;
         uint64_t best_span = 0;
         for (size_t v = 0; v < j->threads; v++) {
             if (v == mine) continue;
@@ -145,7 +154,7 @@ static int steal_half(matvec_job *j, size_t mine) {
         }
         if (best == j->threads) return 0;
         size_t next = (size_t)(best_span & 0xffffffffu), end = (size_t)(best_span >> 32);
-        size_t mid = next + (end - next) / 2;
+        size_t mid = next + (end - next) / 2 / j->unit * j->unit;
         if (atomic_compare_exchange_strong_explicit(&j->regions[best].span, &best_span,
                                                     span_of(next, mid), memory_order_relaxed,
                                                     memory_order_relaxed)) {
@@ -167,18 +176,39 @@ static void matvec_task(void *arg, int owner, int thread) {
 
 static void matvec_run(tl_llama *m, matmul_job *mm, size_t nw, size_t threads) {
     region regions[MATVEC_MAX_THREADS];
-    matvec_job j = {mm, nw, threads, {0}, {0}, regions};
+    /* the run's matrices agree on panels (tl_op_matmul_multi), all rows multiples of 32 */
+    const size_t unit = mm->ws[0]->panels ? TL_PANEL_ROWS : 1;
+    matvec_job j = {mm, nw, threads, {0}, {0}, unit, regions};
     for (size_t w = 0; w < nw; w++) {
         const tl_weight *W = mm->ws[w];
         size_t row_bytes = tl_type_row_bytes(W->type, W->cols);
         size_t step = MATVEC_STEP_BYTES / (row_bytes ? row_bytes : 1);
-        j.step_rows[w] = step < 1 ? 1 : step;
+        j.step_rows[w] = step < unit ? unit : step / unit * unit;
         j.first[w + 1] = j.first[w] + W->rows;
     }
     const size_t total = j.first[nw];
     for (size_t t = 0; t < threads; t++)
-        atomic_init(&regions[t].span, span_of(total * t / threads, total * (t + 1) / threads));
+        atomic_init(&regions[t].span, span_of(total * t / threads / unit * unit,
+                                              t + 1 == threads ? total
+                                                               : total * (t + 1) / threads / unit * unit));
     tl_pool_run(m->pool, (int)threads, matvec_task, &j);
+}
+
+/* Rounding X for a product, in `parts` row ranges. */
+typedef struct act_job {
+    tl_type type;
+    tl_weights_layout layout;
+    size_t k;
+    const float *X;
+    size_t n, parts;
+    float *act;
+} act_job;
+
+static void act_task(void *arg, int task, int thread) {
+    (void)thread;
+    const act_job *a = arg;
+    const size_t i0 = a->n * (size_t)task / a->parts, i1 = a->n * (size_t)(task + 1) / a->parts;
+    tl_matmul_act_prepare(a->type, a->layout, a->k, a->X, a->k, a->n, i0, i1, a->act);
 }
 
 void tl_op_matmul_multi(tl_llama *m, const tl_weight *const *ws, size_t nw, const float *X,
@@ -190,9 +220,11 @@ void tl_op_matmul_multi(tl_llama *m, const tl_weight *const *ws, size_t nw, cons
      * width (and the task arrays hold them); otherwise each gets its own run */
     const tl_type type = ws[0]->type;
     const size_t k = ws[0]->cols;
-    const int act = !m->use_reference && tl_matmul_act_floats(type, k, n) != 0;
+    const tl_weights_layout layout = layout_of(ws[0]);
+    const int act = !m->use_reference && tl_matmul_act_floats(type, layout, k, n) != 0;
     int together = nw <= TL_MATMUL_MULTI_MAX;
-    for (size_t i = 1; i < nw && together; i++) together = ws[i]->type == type && ws[i]->cols == k;
+    for (size_t i = 1; i < nw && together; i++)
+        together = ws[i]->type == type && ws[i]->cols == k && ws[i]->panels == ws[0]->panels;
     if (!together) {
         for (size_t w = 0; w < nw; w++)
             tl_op_matmul_multi(m, ws + w, 1, X, n, Ys + w, scratch, scratch_floats);
@@ -200,8 +232,11 @@ void tl_op_matmul_multi(tl_llama *m, const tl_weight *const *ws, size_t nw, cons
     }
     matmul_job j = {ws, X, n, bounds, which, NULL, Ys, scratch, scratch_floats, m->use_reference};
     if (act) {
-        /* round X once, into thread 0's scratch, rather than once per range */
-        tl_matmul_act_prepare(type, k, X, k, n, scratch);
+        /* round X once, into thread 0's scratch, rather than once per range; split over
+         * the threads when there are rows enough to share */
+        act_job a = {type, layout, k, X, n, (size_t)(n >= 2 * threads ? threads : 1), scratch};
+        if (a.parts > 1) tl_pool_run(m->pool, (int)a.parts, act_task, &a);
+        else tl_matmul_act_prepare(type, layout, k, X, k, n, 0, n, scratch);
         j.act = scratch;
     }
     size_t total_rows = 0;
@@ -212,6 +247,19 @@ void tl_op_matmul_multi(tl_llama *m, const tl_weight *const *ws, size_t nw, cons
     }
     size_t tasks = split_rows(ws, nw, threads, n, bounds, which);
     tl_pool_run(m->pool, (int)tasks, matmul_task, &j);
+}
+
+void tl_op_matmul_serial(const tl_llama *m, const tl_weight *w, size_t j0, size_t j1,
+                         const float *X, size_t n, float *Y, size_t ldy, float *scratch) {
+    if (m->use_reference && w->panels)
+        tl_matmul_panels_ref(w->type, w->data, w->cols, j0, j1, X, w->cols, n, Y, ldy);
+    else if (m->use_reference)
+        tl_matmul_ref(w->type, w->data, w->cols, j0, j1, X, w->cols, n, Y, ldy);
+    else if (w->panels) {
+        tl_matmul_act_prepare(w->type, TL_LAYOUT_PANELS, w->cols, X, w->cols, n, 0, n, scratch);
+        tl_matmul_fast_act(w->type, TL_LAYOUT_PANELS, w->data, w->cols, j0, j1, scratch, n, Y, ldy);
+    } else
+        tl_matmul_fast(w->type, w->data, w->cols, j0, j1, X, w->cols, n, Y, ldy, scratch);
 }
 
 void tl_op_matmul(tl_llama *m, const tl_weight *w, const float *X, size_t n, float *Y,

@@ -14,6 +14,11 @@
 void tl_op_matmul(tl_llama *m, const tl_weight *w, const float *X, size_t n, float *Y,
                   float *scratch, size_t scratch_floats);
 
+/* Rows [j0, j1) of Y[n][ldy] = X[n][w->cols] * W^T on the calling thread alone, with one
+ * thread's scratch (a task already running on the pool). */
+void tl_op_matmul_serial(const tl_llama *m, const tl_weight *w, size_t j0, size_t j1,
+                         const float *X, size_t n, float *Y, size_t ldy, float *scratch);
+
 /* Y_i = X W_i^T for the nw matrices ws[i] (same X, so same cols) in one run over the
  * thread pool: the decode step's q/k/v and gate/up products. Results equal nw calls of
  * tl_op_matmul bit for bit. */

@@ -11,6 +11,8 @@
 #include "model/placement.h"
 #include "base/budget.h"
 #include "base/status.h"
+#include "base/threadpool.h"
+#include "kernels/kernels.h"
 #include "tier/tier.h"
 
 #define ALIGN ((uint64_t)TL_TIER_MAX_ALIGN)
@@ -94,10 +96,28 @@ uint64_t tl_weight_row_buf_bytes(const tl_llama *m) {
     return align_up(tl_type_row_bytes(m->tok_embd.type, m->tok_embd.cols) + 2 * ALIGN);
 }
 
+int tl_weight_wants_panels(const tl_llama *m, const tl_weight *w) {
+    return !m->use_reference && !w->convert && tl_panels_wanted(w->type, w->rows);
+}
+
+uint64_t tl_weight_repack_bytes(const tl_llama *m) {
+    tl_weight *all[4096];
+    size_t n = tl_llama_weights((tl_llama *)m, all, 4096), most = 0;
+    for (size_t i = 0; i < n && i < 4096; i++)
+        if (tl_weight_wants_panels(m, all[i])) {
+            size_t b = tl_panels_tmp_bytes(all[i]->type, all[i]->cols);
+            if (b > most) most = b;
+        }
+    if (!most) return 0;
+    const uint64_t threads = m->pool ? (uint64_t)tl_pool_threads(m->pool) : 1;
+    return threads * align_up(most) + ALIGN;
+}
+
 uint64_t tl_weight_plan_bytes(const tl_llama *m, const tl_weight_plan *p) {
     const int L = m->hp.n_layer;
     uint64_t held, temp, total = 0, slot = 0;
     converted_bytes(m, &held, &temp);
+    held += tl_weight_repack_bytes(m);
     total = held;
     tl_weight *ws[TL_WEIGHT_UNIT_MAX];
     for (int u = 0; u <= L; u++) {

@@ -65,4 +65,12 @@ int tl_weight_plan_unit_weights(const tl_llama *m, const tl_weight_plan *p, int 
 /* Bytes of the buffer one token-embedding row is read into (widened reads). */
 uint64_t tl_weight_row_buf_bytes(const tl_llama *m);
 
+/* 1 when w is repacked into 32-row panels (kernels.h) once its bytes are in memory,
+ * resident or streamed: where this CPU's kernels want them, on the fast path. Every such
+ * tensor is always in panels when computed with, so results do not depend on placement. */
+int tl_weight_wants_panels(const tl_llama *m, const tl_weight *w);
+/* Bytes of the repacking temporaries (one panel per pool thread; 0 when none is wanted),
+ * held from placement to close and counted in tl_weight_plan_bytes. */
+uint64_t tl_weight_repack_bytes(const tl_llama *m);
+
 #endif
