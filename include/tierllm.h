@@ -148,6 +148,11 @@ typedef struct tl_run_stats {
     uint64_t budget_bytes, budget_peak_bytes;
     uint64_t weights_resident_bytes, weights_streamed_bytes; /* per forward pass */
     int32_t slots, io_uring;          /* layer buffers in the ring; 1 if io_uring */
+    /* weights kept in the int8 kernels' 32-row panels (Q8_0/Q4_0 on AVX-512 VNNI CPUs):
+     * resident bytes repacked once at placement; streamed bytes repacked on arrival (all
+     * passes since the reset); seconds of all repacking since the model was placed */
+    uint64_t weights_panel_bytes, weights_repacked_bytes;
+    double weights_repack_s;
     /* KV tiers (all 0 when the KV cache is in memory) */
     int32_t kv_window_pages, kv_sink_pages, kv_cache_pages, kv_page_tokens;
     uint64_t kv_bytes_read, kv_pages_read;   /* from the spill file */
@@ -265,6 +270,10 @@ typedef struct tl_batch_stats {
     uint64_t ssd_bytes_written;  /* KV pages written to the spill file */
     uint64_t kv_bytes_read;      /* KV pages read back from the spill file */
     uint64_t weight_bytes_read;  /* weights streamed from the model file */
+    /* as tl_run_stats: resident weight bytes in panels, streamed bytes repacked into
+     * panels on arrival, seconds of all repacking (placement included) */
+    uint64_t weight_panel_bytes, weight_bytes_repacked;
+    double weight_repack_s;
     int32_t replans;             /* times the policy was replaced between blocks */
     uint64_t kv_pages_read;      /* disk KV pages read back (the cache's misses) */
     uint64_t kv_cache_hits;      /* disk KV pages attention found in memory instead */

@@ -40,6 +40,7 @@ static void fill(tl_hw_profile *p) {
             p->matmul_macs[t][r] = 1e9 * (t + 1) * (r + 1) + 1.0 / 3.0;
     for (int t = 0; t < TL_PROF_N_TYPE; t++)
         for (int r = 0; r < TL_PROF_N_ROWS; r++) p->matmul_call_s[t][r] = 1e-6 * (t + r) / 3.0;
+    for (int t = 0; t < TL_PROF_N_TYPE; t++) p->repack_bps[t] = t >= 3 ? 3e10 / (t + 1) : 0;
     p->attn_s_per_mac = 4.38e-10 / 3.0;
     p->attn_block_s_per_mac = 1.21e-10 / 7.0;
     p->attn_decode_s[0] = 0;
@@ -61,6 +62,7 @@ static int same(const tl_hw_profile *a, const tl_hw_profile *b) {
            a->disk_write_bps == b->disk_write_bps &&
            !memcmp(a->matmul_macs, b->matmul_macs, sizeof a->matmul_macs) &&
            !memcmp(a->matmul_call_s, b->matmul_call_s, sizeof a->matmul_call_s) &&
+           !memcmp(a->repack_bps, b->repack_bps, sizeof a->repack_bps) &&
            a->attn_s_per_mac == b->attn_s_per_mac &&
            a->attn_block_s_per_mac == b->attn_block_s_per_mac &&
            !memcmp(a->attn_decode_s, b->attn_decode_s, sizeof a->attn_decode_s) &&
@@ -243,7 +245,8 @@ static void test_hostile(void) {
     expect_bad_value(text, "types", "[0, 1, 30, 8]", "short grid");
     expect_bad_value(text, "n_threads", "2.5", "fractional");
     expect_bad_value(text, "n_threads", "0", "zero threads");
-    expect_bad_value(text, "tierllm_profile_version", "7", "future version");
+    expect_bad_value(text, "tierllm_profile_version", "8", "future version");
+    expect_bad_value(text, "tierllm_profile_version", "6", "old version (rates on rows, no repack_bps)");
     expect_bad_value(text, "tierllm_profile_version", "5", "old version (int8 GEMM from 33 rows)");
     expect_bad_value(text, "tierllm_profile_version", "4", "old version (f32 GEMM rates)");
     expect_bad_value(text, "tierllm_profile_version", "3", "old version (no blocked attention)");

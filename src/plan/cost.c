@@ -10,6 +10,8 @@
  *   layer compute  = sum over micro-batches k of [ sum of its 7 matmuls at n = rows_k
  *                    + attention of its rows + elementwise + fixed ]
  *   output compute = matmul(output, logit rows) + logit rows * n_vocab * e (sampling)
+ *   repack         = per pass, streamed bytes of weights kept in panels / repack_bps(type)
+ *                    (residency.c repacks a unit on arrival), added to compute
  *   weight reads   = streamed bytes of the unit / read_bps(io_chunk, io_depth)
  *   KV reads       = disk pages seen by the pass * read bytes / read_bps(slot_bytes, depth)
  *                    depth = the IO queue's (weights and KV pages share it); read bytes =
@@ -308,6 +310,21 @@ static double recompute_page_s(const tl_model *m, const tl_hw_profile *prof, int
     return tl_cost_matmul(prof, &l0->wk, pt) + tl_cost_matmul(prof, &l0->wv, pt);
 }
 
+/* Seconds of repacking unit u's streamed weights into panels on arrival (residency.c),
+ * paid in every pass that reads the unit. */
+static double unit_repack_s(const tl_model *m, const tl_hw_profile *prof,
+                            const tl_weight_plan *plan, int32_t u) {
+    tl_weight *ws[TL_WEIGHT_UNIT_MAX];
+    const int n = tl_weight_plan_unit_weights(&m->lm, plan, u, ws);
+    double s = 0;
+    for (int i = 0; i < n; i++) {
+        const int ti = tl_type_index(ws[i]->type);
+        if (ti >= 0 && prof->repack_bps[ti] > 0 && tl_weight_wants_panels(&m->lm, ws[i]))
+            s += (double)ws[i]->file_bytes / prof->repack_bps[ti];
+    }
+    return s;
+}
+
 /* One block of n_seqs sequences through the engine's schedule (batch.c; context.c is the
  * case gbs = num_gb = 1): emits each pass. */
 static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
@@ -320,7 +337,11 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
     double pages[4096];             /* disk pages each micro-batch reads per layer */
     if (n_mb > 4096) n_mb = 4096;
     double layers_bytes = 0, out_bytes = tl_weight_plan_unit_bytes(&m->lm, plan, L);
-    for (int32_t l = 0; l < L; l++) layers_bytes += tl_weight_plan_unit_bytes(&m->lm, plan, l);
+    double layers_repack = 0, out_repack = unit_repack_s(m, prof, plan, L);
+    for (int32_t l = 0; l < L; l++) {
+        layers_bytes += tl_weight_plan_unit_bytes(&m->lm, plan, l);
+        layers_repack += unit_repack_s(m, prof, plan, l);
+    }
     const double wbps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
     const double page = tl_cost_kv_page_bytes(m, pol->kv_bits, pt);
     const double slot = ceil(page / SLOT_ALIGN) * SLOT_ALIGN;
@@ -376,6 +397,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         const double block = (double)len / ceil((double)len / block_cap);
         double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, stored, n_mb, block,
                                         logit_rows, plan->embd_resident, &slow);
+        c += layers_repack + (last ? out_repack : 0);
         /* pages read as input rows are recomputed once before attention */
         c += read_pages * rc_share * rc_page_s;
         tl_cost_pass p = {1, block_index, fed / chunk, c, layers_bytes + (last ? out_bytes : 0),
@@ -412,7 +434,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         }
         double slow = 1;
         double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, stored, n_mb, 1,
-                                        n_seqs, plan->embd_resident, &slow);
+                                        n_seqs, plan->embd_resident, &slow) +
+                   layers_repack + out_repack;
         /* pages read as input rows are recomputed (cached ones hold K and V: written) */
         c += read_pages * rc_share * rc_page_s;
         tl_cost_pass p = {0, block_index, j - 1, c, layers_bytes + out_bytes, kv_read, kv_write,

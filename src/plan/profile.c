@@ -30,11 +30,12 @@ const int32_t tl_prof_depths[TL_PROF_N_DEPTH] = {1, 4, 16};
 const int32_t tl_prof_rows[TL_PROF_N_ROWS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
 const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS] = {32, 16, 8, 4};
 
-#define PROFILE_VERSION 6 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
+#define PROFILE_VERSION 7 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
                             * huge-page memory, as the weights (2 read them on 4 KiB pages,
                             * which understates the rates); 4: attn_block_s_per_mac; 5: the
                             * Q8_0/Q4_0 GEMM on int8 dot products (4 timed the f32 one); 6:
-                            * that GEMM from 9 rows, with vector packing */
+                            * that GEMM from 9 rows, with vector packing; 7: Q8_0/Q4_0 rates
+                            * on weights in panels, repack_bps */
 #define PROFILE_MAX_BYTES ((size_t)1 << 20)
 
 int32_t tl__profile_threads(int32_t n_threads) {
@@ -179,6 +180,7 @@ static const pfield fields[] = {
     {"rows", F_AXIS_I32, R_POS, 0, TL_PROF_N_ROWS, 0, tl_prof_rows},
     {"matmul_macs", F_MAT, R_POS, OFF(matmul_macs), TL_PROF_N_TYPE, TL_PROF_N_ROWS, NULL},
     {"matmul_call_s", F_MAT, R_NONNEG, OFF(matmul_call_s), TL_PROF_N_TYPE, TL_PROF_N_ROWS, NULL},
+    {"repack_bps", F_VEC, R_NONNEG, OFF(repack_bps), TL_PROF_N_TYPE, 0, NULL},
     {"attn_s_per_mac", F_NUM, R_POS, OFF(attn_s_per_mac), 1, 0, NULL},
     {"kv_bits", F_AXIS_I32, R_POS, 0, TL_PROF_N_KVBITS, 0, tl_prof_kvbits},
     {"attn_decode_s", F_VEC, R_NONNEG, OFF(attn_decode_s), TL_PROF_N_KVBITS, 0, NULL},

@@ -59,6 +59,10 @@ typedef struct tl_hw_profile {
     /* and the fixed seconds of each call (thread dispatch, chunking, preparing X), from
      * a second, smaller matrix: a call of M MACs costs matmul_call_s + M / matmul_macs */
     double matmul_call_s[TL_PROF_N_TYPE][TL_PROF_N_ROWS];
+    /* bytes/s of repacking a type's weights into 32-row panels over the pool (kernels.h;
+     * streamed weights pay it on arrival, each pass); 0 where this CPU keeps the type in
+     * the file's layout. The rates above are for the layout the engine computes in. */
+    double repack_bps[TL_PROF_N_TYPE];
 
     /* attention: seconds per (row x visible position x query head x head_dim) with f32
      * KV, and seconds per K or V element decoded from a stored page, by KV bits (0 for

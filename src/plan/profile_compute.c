@@ -4,7 +4,9 @@
  * matmul: tl_op_matmul on TL__PROF_MM_ROWS x TL__PROF_MM_COLS matrices of every profile
  * type, cycled through copies larger than the last-level cache so every call streams its
  * weights from DRAM as decode does; a second, smaller matrix separates the fixed cost of a
- * call from its rate. element-wise: swiglu and rmsnorm over a buffer beyond the caches.
+ * call from its rate. Weights are in the layout the engine computes them in (32-row
+ * panels where the CPU wants them, kernels.h), and the repacking into panels that
+ * streamed weights take on arrival is timed over the same copies. element-wise: swiglu and rmsnorm over a buffer beyond the caches.
  * attention: token-by-token decode of a tiny synthetic model with f32 KV; a robust line
  * through per-window medians of the per-token times gives the cost per visible position,
  * its intercept (less the matrix products and element-wise work) the fixed cost per
@@ -84,6 +86,46 @@ double tl__profile_time_matmul(tl_llama *mm, tl_weight *w, const uint8_t *W, siz
 
 /* ---- matmul ---- */
 
+/* Repacking copies into panels over the pool (each thread a share of the panels, with its
+ * own one-panel temporary), as the residency does with a streamed unit on arrival. */
+typedef struct repack_job {
+    tl_type type;
+    uint8_t *W;
+    size_t rows, cols, threads;
+    uint8_t *tmp;
+    size_t tmp_bytes;
+} repack_job;
+
+static void repack_task(void *arg, int task, int thread) {
+    const repack_job *j = arg;
+    const size_t panels = j->rows / TL_PANEL_ROWS, rb = tl_type_row_bytes(j->type, j->cols);
+    const size_t p0 = panels * (size_t)task / j->threads, p1 = panels * (size_t)(task + 1) / j->threads;
+    tl_panels_pack(j->type, j->W + p0 * TL_PANEL_ROWS * rb, (p1 - p0) * TL_PANEL_ROWS, j->cols,
+                   j->tmp + (size_t)thread * j->tmp_bytes);
+}
+
+/* Repacks every copy in place (so they hold panels), timing each: the median bytes/s. */
+static double repack_copies(tl_pool *pool, tl_type type, uint8_t *W, size_t R, size_t C,
+                            size_t copies, tl_status *st) {
+    const size_t threads = (size_t)tl_pool_threads(pool), mb = R * tl_type_row_bytes(type, C);
+    repack_job j = {type, NULL, R, C, threads, NULL, tl_panels_tmp_bytes(type, C)};
+    j.tmp = malloc(threads * j.tmp_bytes);
+    double t[64];
+    size_t n = 0;
+    if (!j.tmp) {
+        *st = tl_error_set(TL_ERR_NOMEM, "matmul profile: out of memory");
+        return 0;
+    }
+    for (size_t c = 0; c < copies; c++) {
+        j.W = W + c * mb;
+        const double t0 = tl_now();
+        tl_pool_run(pool, (int)threads, repack_task, &j);
+        if (n < 64) t[n++] = tl_now() - t0;
+    }
+    free(j.tmp);
+    return (double)mb / tl_median(t, n);
+}
+
 tl_status tl__profile_measure_matmul(tl_pool *pool, tl_hw_profile *p,
                                      tl__profile_progress progress, void *user) {
     const size_t R = TL__PROF_MM_ROWS, C = TL__PROF_MM_COLS;
@@ -125,6 +167,13 @@ tl_status tl__profile_measure_matmul(tl_pool *pool, tl_hw_profile *p,
         w.type = w.file_type = type;
         w.rows = R;
         w.cols = C;
+        /* the first Rs rows of panels are panels: both sizes share the repacked copies */
+        w.panels = tl_panels_wanted(type, R) && tl_panels_wanted(type, Rs);
+        p->repack_bps[ti] = w.panels ? repack_copies(pool, type, W, R, C, copies, &st) : 0;
+        if (st) {
+            free(W);
+            break;
+        }
         ws = w;
         ws.rows = Rs;
         size_t cur = 0, cur_s = 0, copies_s = copies * mb / mbs;

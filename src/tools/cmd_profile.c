@@ -65,6 +65,13 @@ static void print_summary(const tl_hw_profile *p) {
         for (int r = 0; r < TL_PROF_N_ROWS; r++) printf(" %6.1f", p->matmul_call_s[t][r] * 1e6);
         printf("\n");
     }
+    printf("repacking into int8 panels (streamed weights, on arrival):");
+    int any = 0;
+    for (int t = 0; t < TL_PROF_N_TYPE; t++)
+        if (p->repack_bps[t] > 0)
+            printf("%s %s %.1f GB/s", any++ ? "," : "", tl_type_name(tl_type_table[t].type),
+                   p->repack_bps[t] / 1e9);
+    printf("%s\n", any ? "" : " none (this CPU computes from the file's layout)");
     printf("attention:     %.3f ns per (position x head x head_dim), f32 KV; %.3f ns in "
            "blocks of %d rows\n", p->attn_s_per_mac * 1e9, p->attn_block_s_per_mac * 1e9,
            TL_ATTN_BLOCK_MAX_ROWS);
