@@ -318,6 +318,30 @@ check '[ $rc -eq 1 ] && grep -q "not a result line" "$tmp/err" && cmp -s "$tmp/n
 check '[ $rc -eq 0 ] && grep -q "40 of 40 prompts already done" "$tmp/err" && [ "$(wc -l < "$tmp/ref40.jsonl")" -eq 40 ]' \
     "--resume of a finished run: $(cat "$tmp/err")"
 
+# ---- --weights-copy on: a converted copy in the cache directory, written once, the same
+# output as without it; the model file unchanged; a bad value is a usage error ----------
+"$bin" synth --type q8_0 --seed 5 --embd 128 --ff 384 --heads 4 --kv-heads 4 -o "$tmp/q8.gguf" >/dev/null 2>&1 || fail "synth q8_0"
+cksum < "$tmp/q8.gguf" > "$tmp/q8.sum"
+# most weights stream under this budget (the activations take ~8.2 MiB at -c 64)
+q8=(-m "$tmp/q8.gguf" -i "$tmp/in.jsonl" -n 8 -c 64 --temp 0 --gbs 2 --num-gb 1 --no-progress --mem-budget 8600K --policy manual)
+XDG_CACHE_HOME=$tmp/cache "$bin" batch "${q8[@]}" -o "$tmp/c0.jsonl" --weights-copy off 2>"$tmp/err"; rc=$?
+check '[ $rc -eq 0 ] && [ ! -e "$tmp/cache/tierllm" ] || [ -z "$(ls "$tmp/cache/tierllm" 2>/dev/null | grep panels)" ]' \
+    "--weights-copy off: rc $rc, $(ls "$tmp/cache/tierllm" 2>&1) $(cat "$tmp/err")"
+XDG_CACHE_HOME=$tmp/cache "$bin" batch "${q8[@]}" -o "$tmp/c1.jsonl" --weights-copy on 2>"$tmp/err"; rc=$?
+if grep -q "wrote a converted copy" "$tmp/err"; then
+    check '[ $rc -eq 0 ] && cmp -s "$tmp/c0.jsonl" "$tmp/c1.jsonl" && [ "$(ls "$tmp/cache/tierllm" | grep -c "^panels-.*\.gguf$")" -eq 1 ]' \
+        "--weights-copy on: rc $rc, outputs differ or no single copy: $(cat "$tmp/err")"
+    XDG_CACHE_HOME=$tmp/cache "$bin" batch "${q8[@]}" -o "$tmp/c2.jsonl" --weights-copy on 2>"$tmp/err"; rc=$?
+    check '[ $rc -eq 0 ] && grep -q "streaming the weights from the converted copy" "$tmp/err" && cmp -s "$tmp/c0.jsonl" "$tmp/c2.jsonl"' \
+        "--weights-copy on, second run: rc $rc, $(cat "$tmp/err")"
+else  # a CPU without AVX-512 VNNI keeps the file's layout: nothing to convert
+    check '[ $rc -eq 0 ] && cmp -s "$tmp/c0.jsonl" "$tmp/c1.jsonl" && ! grep -q "converted copy" "$tmp/err"' \
+        "--weights-copy on without panels: rc $rc, $(cat "$tmp/err")"
+fi
+check 'cksum < "$tmp/q8.gguf" | cmp -s - "$tmp/q8.sum"' "the model file changed"
+"$bin" batch "${q8[@]}" -o "$tmp/c3.jsonl" --weights-copy maybe 2>"$tmp/err"; rc=$?
+check '[ $rc -eq 2 ] && grep -q "expects auto, on or off" "$tmp/err" && [ ! -e "$tmp/c3.jsonl" ]' "--weights-copy maybe: rc $rc"
+
 "$bin" batch "${common[@]}" -i "$tmp/in.jsonl" -o "$tmp/o3.jsonl" --kv-bits 5 2>/dev/null; rc=$?
 check '[ $rc -eq 1 ] && [ ! -e "$tmp/o3.jsonl" ]' "--kv-bits 5 accepted or -o created"
 check spill_empty "spill directory not empty at the end: $(ls -A "$spill")"

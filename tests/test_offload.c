@@ -8,6 +8,10 @@
  * 3. Faults injected into weight reads (EIO, short reads, latency) give a clear error
  *    or the correct tokens, never a crash, hang or wrong tokens; an error sticks.
  * 4. A budget below the minimum is refused before running, naming the minimum.
+ * 5. A converted copy of the weights (exec/panel_copy.h) is written once, leaves the model
+ *    file as it was, holds the file's bytes with the panel tensors repacked, is reused by
+ *    the next run, and gives the same tokens; a directory that cannot take it is an error
+ *    that leaves the model reading its own file.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +22,9 @@
 #include <unistd.h>
 #include "base/status.h"
 #include "exec/engine.h"
+#include "exec/panel_copy.h"
+#include "kernels/kernels.h"
+#include "model/placement.h"
 #include "exec/residency.h"
 #include "model/llama.h"
 #include "testutil.h"
@@ -33,13 +40,19 @@ static int argmax(const float *v, int n) {
 }
 
 /* Greedy tokens after a fixed prompt; returns the status. `fault` (optional) wraps the
- * model's tier before the weights are placed. */
-static tl_status greedy(const char *path, tl_model_params mp, const tl_fault_spec *fault,
-                        int32_t *out, tl_run_stats *stats) {
+ * model's tier before the weights are placed; with copy_dir the weights are read from a
+ * converted copy there (info: what tl_panel_copy_use did; its error is returned). */
+static tl_status greedy_from(const char *path, tl_model_params mp, const tl_fault_spec *fault,
+                             const char *copy_dir, tl_panel_copy_info *info, int32_t *out,
+                             tl_run_stats *stats) {
     tl_model *m = NULL;
     tl_context *c = NULL;
     tl_status st = tl_model_open(path, &mp, &m);
     if (st) return st;
+    if (copy_dir && (st = tl_panel_copy_use(m, copy_dir, info))) {
+        tl_model_close(m);
+        return st;
+    }
     if (fault) {
         tl_tier *wrapped;
         st = tl_tier_fault_open(m->lm.tier, fault, &wrapped);
@@ -63,6 +76,11 @@ static tl_status greedy(const char *path, tl_model_params mp, const tl_fault_spe
     tl_context_close(c);
     tl_model_close(m);
     return st;
+}
+
+static tl_status greedy(const char *path, tl_model_params mp, const tl_fault_spec *fault,
+                        int32_t *out, tl_run_stats *stats) {
+    return greedy_from(path, mp, fault, NULL, NULL, out, stats);
 }
 
 /* The smallest budget that runs this configuration (all weights streamed). */
@@ -187,6 +205,93 @@ static void faults(const char *path, uint64_t budget) {
     CHECK(rs.stall_s > 0);
 }
 
+static uint8_t *slurp(const char *path, size_t *n) {
+    int fd = open(path, O_RDONLY);
+    struct stat sb;
+    uint8_t *b = NULL;
+    if (fd >= 0 && fstat(fd, &sb) == 0 && (b = malloc((size_t)sb.st_size + 1))) {
+        *n = (size_t)sb.st_size;
+        for (size_t done = 0; done < *n;) {
+            ssize_t r = read(fd, b + done, *n - done);
+            if (r <= 0) { free(b); b = NULL; break; }
+            done += (size_t)r;
+        }
+    }
+    if (fd >= 0) close(fd);
+    return b;
+}
+
+static void panel_copy(const char *path, uint64_t budget, const char *dir) {
+    int32_t want[N_GEN], got[N_GEN];
+    size_t n_model = 0, n_copy = 0;
+    uint8_t *model = slurp(path, &n_model);
+    CHECK(model != NULL);
+    tl_model_params mp = tl_model_default_params();
+    CHECK(greedy(path, mp, NULL, want, NULL) == TL_OK);
+    mp.mem_budget = budget;
+    char copies[512];
+    snprintf(copies, sizeof copies, "%s/cache", dir);
+    tl_panel_copy_info info;
+    tl_run_stats rs;
+    memset(got, 0, sizeof got);
+    tl_status st = greedy_from(path, mp, NULL, copies, &info, got, &rs);
+    CHECK_MSG(st == TL_OK, "run from a converted copy: %s", tl_last_error());
+    CHECK_MSG(!memcmp(want, got, sizeof want), "the converted copy changed the tokens");
+    int wanted = tl_panels_wanted(TL_TYPE_Q8_0, 256);
+    CHECK_MSG(info.used == wanted && info.created == wanted, "copy used %d created %d, panels wanted %d",
+              info.used, info.created, wanted);
+    if (!wanted) {
+        fprintf(stderr, "  (no panels on this CPU: the converted copy is not tested)\n");
+        free(model);
+        return;
+    }
+    CHECK_MSG(rs.weights_repacked_bytes == 0 && rs.weights_streamed_bytes > 0,
+              "with the copy %llu bytes were still repacked on arrival",
+              (unsigned long long)rs.weights_repacked_bytes);
+    /* the copy: the file's bytes, the panel tensors repacked; the model file untouched */
+    size_t n_again = 0;
+    uint8_t *again = slurp(path, &n_again), *copy = slurp(info.path, &n_copy);
+    CHECK(again && n_again == n_model && !memcmp(again, model, n_model));
+    CHECK(copy && n_copy == n_model);
+    tl_model *m;
+    CHECK(tl_model_open(path, &mp, &m) == TL_OK);
+    static tl_weight *all[4096];
+    size_t n_all = tl_llama_weights(&m->lm, all, 4096), repacked = 0;
+    CHECK(n_all <= 4096);
+    for (size_t i = 0; copy && i < n_all; i++) {
+        const tl_weight *w = all[i];
+        uint8_t *orig = model + w->file_offset, *in_copy = copy + w->file_offset;
+        if (w != &m->lm.tok_embd && tl_weight_wants_panels(&m->lm, w)) {
+            uint8_t *rows = malloc(w->file_bytes);
+            tl_panels_unpack_ref(w->type, in_copy, w->rows, w->cols, rows);
+            CHECK_MSG(!memcmp(rows, orig, w->file_bytes), "%s: copy is not the repacked tensor", w->name);
+            CHECK_MSG(memcmp(in_copy, orig, w->file_bytes) != 0, "%s: not repacked", w->name);
+            free(rows);
+            repacked++;
+        } else {
+            CHECK_MSG(!memcmp(in_copy, orig, w->file_bytes), "%s: changed in the copy", w->name);
+        }
+        memset(orig, 0, w->file_bytes), memset(in_copy, 0, w->file_bytes);
+    }
+    CHECK(repacked > 0);
+    CHECK_MSG(copy && !memcmp(copy, model, n_model), "bytes outside the tensors differ");
+    tl_model_close(m);
+    /* written once: the next run reuses it */
+    st = greedy_from(path, mp, NULL, copies, &info, got, NULL);
+    CHECK(st == TL_OK && info.used && !info.created && !memcmp(want, got, sizeof want));
+    unlink(info.path);
+    rmdir(copies);
+    /* a directory that cannot be made: an error, and the model still runs on its file */
+    char bad[600];
+    snprintf(bad, sizeof bad, "%s/sub", path); /* below a regular file */
+    tl_error_clear();
+    st = greedy_from(path, mp, NULL, bad, &info, got, NULL);
+    CHECK_MSG(st == TL_ERR_IO && !info.used, "copy below a file: status %d '%s'", st, tl_last_error());
+    memset(got, 0, sizeof got);
+    CHECK(greedy(path, mp, NULL, got, NULL) == TL_OK && !memcmp(want, got, sizeof want));
+    free(model), free(again), free(copy);
+}
+
 int main(void) {
     const char *stories = tl_test_model("stories260K.gguf");
     /* stories260K needs ~2.9 MiB of KV + activations at n_ctx 96 .. weights 1.1 MiB */
@@ -211,6 +316,7 @@ int main(void) {
     CHECK((uint64_t)sb.st_size > 3 * budget);
     page_cache(path, budget);
     faults(path, budget);
+    panel_copy(path, budget, dir);
 
     /* a budget below the minimum is refused up front, with the minimum in the message */
     tl_model_params mp = tl_model_default_params();

@@ -100,7 +100,8 @@ static tl_status submit_layout(tl_residency *r, const tl_weight_layout *L, uint8
          * asking (model params: io_order) */
         const tl_aio_class cls =
             r->m->params.io_order == TL_IO_BY_NEED ? TL_AIO_SOON : TL_AIO_ORDINARY;
-        tl_status st = tl_aio_read_class(r->m->aio, r->m->tier, L->e[i].file_off,
+        tl_tier *from = r->m->panel_tier ? r->m->panel_tier : r->m->tier;
+        tl_status st = tl_aio_read_class(r->m->aio, from, L->e[i].file_off,
                                          buf + L->e[i].buf_off, L->e[i].len, tags[i], cls);
         if (st) {
             for (int j = 0; j < i; j++) tl_aio_wait(r->m->aio, tags[j]);
@@ -139,7 +140,7 @@ static void repack_task(void *arg, int task, int thread) {
     uint8_t *tmp = j->r->repack_tmp + (size_t)thread * j->r->repack_stride;
     for (int i = 0; i < j->L->n_t; i++) {
         tl_weight *w = j->L->t[i].w;
-        if (!tl_weight_wants_panels(j->r->m, w)) continue;
+        if (!tl_weight_repacked_in_memory(j->r->m, w)) continue;
         const size_t panels = w->rows / TL_PANEL_ROWS, rb = tl_type_row_bytes(w->type, w->cols);
         const size_t p0 = panels * (size_t)task / (size_t)j->threads;
         const size_t p1 = panels * (size_t)(task + 1) / (size_t)j->threads;
@@ -152,7 +153,7 @@ static void repack_task(void *arg, int task, int thread) {
 static uint64_t repack(tl_residency *r, const tl_weight_layout *L, uint8_t *buf) {
     uint64_t bytes = 0;
     for (int i = 0; i < L->n_t; i++)
-        if (tl_weight_wants_panels(r->m, L->t[i].w)) bytes += L->t[i].w->file_bytes;
+        if (tl_weight_repacked_in_memory(r->m, L->t[i].w)) bytes += L->t[i].w->file_bytes;
     if (!bytes) return 0;
     const double t0 = tl_now();
     repack_job j = {r, L, buf, tl_pool_threads(r->m->pool)};

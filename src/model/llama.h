@@ -63,6 +63,9 @@ struct tl_llama {
     tl_budget *budget;
     tl_pool *pool;
     struct tl_tier *tier;      /* the model file, read-only (O_DIRECT unless disabled) */
+    struct tl_tier *panel_tier; /* a converted copy streamed weights are read from, with
+                                   the tensors kept in panels stored repacked (exec/
+                                   panel_copy.h); NULL: none, weights come from `tier` */
     struct tl_aio *aio;        /* every weight read goes through this queue */
     tl_model_params params;
     int use_reference;         /* 1: scalar reference kernels everywhere */

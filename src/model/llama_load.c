@@ -325,6 +325,7 @@ tl_status tl_llama_open(const char *path, const tl_model_params *params, tl_llam
 void tl_llama_close(tl_llama *m) {
     tl_aio_close(m->aio);
     if (m->tier) tl_tier_close(m->tier);
+    if (m->panel_tier) tl_tier_close(m->panel_tier);
     free(m->layers);
     tl_pool_close(m->pool);
     tl_budget_close(m->budget);

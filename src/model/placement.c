@@ -100,11 +100,15 @@ int tl_weight_wants_panels(const tl_llama *m, const tl_weight *w) {
     return !m->use_reference && !w->convert && tl_panels_wanted(w->type, w->rows);
 }
 
+int tl_weight_repacked_in_memory(const tl_llama *m, const tl_weight *w) {
+    return tl_weight_wants_panels(m, w) && (!m->panel_tier || w == &m->tok_embd);
+}
+
 uint64_t tl_weight_repack_bytes(const tl_llama *m) {
     tl_weight *all[4096];
     size_t n = tl_llama_weights((tl_llama *)m, all, 4096), most = 0;
     for (size_t i = 0; i < n && i < 4096; i++)
-        if (tl_weight_wants_panels(m, all[i])) {
+        if (tl_weight_repacked_in_memory(m, all[i])) {
             size_t b = tl_panels_tmp_bytes(all[i]->type, all[i]->cols);
             if (b > most) most = b;
         }

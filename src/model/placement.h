@@ -69,6 +69,10 @@ uint64_t tl_weight_row_buf_bytes(const tl_llama *m);
  * resident or streamed: where this CPU's kernels want them, on the fast path. Every such
  * tensor is always in panels when computed with, so results do not depend on placement. */
 int tl_weight_wants_panels(const tl_llama *m, const tl_weight *w);
+/* 1 when w's bytes arrive in the file's layout and are repacked in memory: it wants
+ * panels and is not read from a converted copy that stores it repacked (m->panel_tier
+ * holds every such tensor but the token embedding). */
+int tl_weight_repacked_in_memory(const tl_llama *m, const tl_weight *w);
 /* Bytes of the repacking temporaries (one panel per pool thread; 0 when none is wanted),
  * held from placement to close and counted in tl_weight_plan_bytes. */
 uint64_t tl_weight_repack_bytes(const tl_llama *m);

@@ -319,7 +319,7 @@ static double unit_repack_s(const tl_model *m, const tl_hw_profile *prof,
     double s = 0;
     for (int i = 0; i < n; i++) {
         const int ti = tl_type_index(ws[i]->type);
-        if (ti >= 0 && prof->repack_bps[ti] > 0 && tl_weight_wants_panels(&m->lm, ws[i]))
+        if (ti >= 0 && prof->repack_bps[ti] > 0 && tl_weight_repacked_in_memory(&m->lm, ws[i]))
             s += (double)ws[i]->file_bytes / prof->repack_bps[ti];
     }
     return s;

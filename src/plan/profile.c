@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "plan/profile.h"
+#include "base/cache_dir.h"
 #include "base/budget.h"
 #include "base/json.h"
 #include "base/out_file.h"
@@ -80,40 +81,12 @@ void tl_profile_machine_key(int32_t n_threads, char *out, size_t cap) {
 }
 
 tl_status tl_profile_default_path(int32_t n_threads, char *out, size_t cap) {
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    int n;
-    int32_t t = tl__profile_threads(n_threads);
-    if (xdg && *xdg)
-        n = snprintf(out, cap, "%s/tierllm/profile-t%d.json", xdg, (int)t);
-    else if (home && *home)
-        n = snprintf(out, cap, "%s/.cache/tierllm/profile-t%d.json", home, (int)t);
-    else
-        return tl_error_set(TL_ERR_INVALID,
-                            "no profile location: neither XDG_CACHE_HOME nor HOME is set");
+    char dir[1024];
+    tl_status st = tl_cache_dir(dir, sizeof dir);
+    if (st) return st;
+    int n = snprintf(out, cap, "%s/profile-t%d.json", dir, (int)tl__profile_threads(n_threads));
     if (n < 0 || (size_t)n >= cap)
         return tl_error_set(TL_ERR_INVALID, "profile path too long");
-    return TL_OK;
-}
-
-/* mkdir -p of `dir`; directories it creates get mode 0700. */
-static tl_status make_dirs(const char *dir) {
-    char buf[1024];
-    size_t n = strlen(dir);
-    if (n == 0) return TL_OK;
-    if (n >= sizeof buf)
-        return tl_error_set(TL_ERR_INVALID, "directory name too long: %s", dir);
-    memcpy(buf, dir, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] != '/' && buf[i] != 0) continue;
-        char c = buf[i];
-        buf[i] = 0;
-        struct stat sb;
-        if (mkdir(buf, 0700) != 0 && errno != EEXIST)
-            return tl_error_set(TL_ERR_IO, "create directory %s: %s", buf, strerror(errno));
-        if (stat(buf, &sb) != 0 || !S_ISDIR(sb.st_mode))
-            return tl_error_set(TL_ERR_IO, "%s is not a directory", buf);
-        buf[i] = c;
-    }
     return TL_OK;
 }
 
@@ -127,7 +100,7 @@ void tl__profile_default_dir(int32_t n_threads, char *out, size_t cap) {
     char *slash = strrchr(path, '/');
     if (!slash || slash == path) return;
     *slash = 0;
-    if (make_dirs(path) != TL_OK || strlen(path) >= cap) {
+    if (tl_make_dirs(path) != TL_OK || strlen(path) >= cap) {
         tl_error_clear();
         return;
     }
@@ -282,7 +255,7 @@ static tl_status make_parent(const char *path) {
     char *slash = strrchr(dir, '/');
     if (!slash || slash == dir) return TL_OK;
     *slash = 0;
-    return make_dirs(dir);
+    return tl_make_dirs(dir);
 }
 
 tl_status tl_profile_check_path(const char *path) {

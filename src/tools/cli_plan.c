@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "tools/cli_plan.h"
+#include "exec/panel_copy.h"
 #include "base/budget.h"
 #include "base/status.h"
 #include "exec/engine.h"
@@ -27,6 +28,17 @@ tl_status cli_profile(const tl_model *m, const char *profile_path, tl_hw_profile
     tl_status st = tl_profile_obtain(profile_path, threads, NULL, limit, on_progress, NULL,
                                      prof, &measured);
     if (!st && measured) fprintf(stderr, "profile: measured once for this machine and saved\n");
+    return st;
+}
+
+tl_status cli_use_weights_copy(tl_model *m, const char *who) {
+    tl_panel_copy_info info;
+    tl_status st = tl_panel_copy_use(m, NULL, &info);
+    if (!st && info.created)
+        fprintf(stderr, "%s: wrote a converted copy of the weights (%.1f MiB in %.1f s): %s\n",
+                who, info.bytes / 1048576.0, info.seconds, info.path);
+    else if (!st && info.used)
+        fprintf(stderr, "%s: streaming the weights from the converted copy %s\n", who, info.path);
     return st;
 }
 

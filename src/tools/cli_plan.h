@@ -10,6 +10,10 @@
  * --mem-budget, or refused before measuring when the budget is too small for that. */
 tl_status cli_profile(const tl_model *m, const char *profile_path, tl_hw_profile *prof);
 
+/* Streams the weights from a converted copy (exec/panel_copy.h), saying on stderr, after
+ * `who`, whether it was written or reused. */
+tl_status cli_use_weights_copy(tl_model *m, const char *who);
+
 void cli_print_policy(FILE *f, const char *label, const tl_plan_result *r);
 void cli_print_prediction(FILE *f, const char *label, const tl_plan_result *r,
                           const tl_workload *w);

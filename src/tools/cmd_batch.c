@@ -57,6 +57,12 @@ static void usage(void) {
            "  --temp T --top-k K --top-p P --repeat-penalty R --repeat-last-n N --seed S\n"
            "  --ignore-eos            (as tierllm run)\n"
            "  --no-progress           no progress bar\n"
+           "  --weights-copy auto|on|off  Q8_0/Q4_0 weights streamed each pass are repacked\n"
+           "                          into the int8 kernels' layout on arrival (AVX-512 VNNI\n"
+           "                          CPUs); on: stream them from a converted copy written\n"
+           "                          once to the cache directory instead; auto (default):\n"
+           "                          when the run's predicted repacking costs more than\n"
+           "                          twice writing the copy; the model file is only read\n"
            "planning:\n"
            "  --policy auto|manual    auto: the planner picks gbs, num_gb, KV format and\n"
            "                          placement, prefetch (default when --mem-budget is given\n"
@@ -232,6 +238,37 @@ static tl_status plan_batch(tl_model *m, const run_list *ps, tl_batch_params *bp
     return TL_OK;
 }
 
+/* --weights-copy: auto writes the converted copy (exec/panel_copy.h) when repacking the
+ * streamed weights on arrival over the run's predicted passes would cost more than twice
+ * writing the copy once (reading the model file and writing as many bytes). A copy that
+ * cannot be made is an error for on, a note for auto. */
+static tl_status weights_from_copy(tl_model *m, int mode, const tl_plan_result *chosen,
+                                   const char *profile_path) {
+    if (mode == 0) return TL_OK;
+    if (mode < 0) {
+        tl_hw_profile prof;
+        const int ti = tl_type_index(m->lm.layers[0].w_gate.type);
+        if (!chosen || ti < 0 || cli_profile(m, profile_path, &prof) != TL_OK) {
+            tl_error_clear();
+            return TL_OK;
+        }
+        const double passes = chosen->cost.prefill_passes + chosen->cost.decode_passes;
+        const double bytes = (double)m->lm.tier->size;
+        const double repack = prof.repack_bps[ti] > 0
+                                  ? passes * (double)chosen->streamed_bytes / prof.repack_bps[ti] : 0;
+        const double write = bytes / prof.disk_write_bps + bytes / tl_profile_read_bps(&prof, 4u << 20, 4);
+        if (repack <= 2 * write) return TL_OK;
+    }
+    tl_status st = cli_use_weights_copy(m, "batch");
+    if (st && mode < 0) {
+        fprintf(stderr, "batch: no converted copy of the weights (%s): repacking them on "
+                "arrival\n", tl_last_error());
+        tl_error_clear();
+        return TL_OK;
+    }
+    return st;
+}
+
 static void print_plan_stats(const tl_plan_request *rq, const tl_plan_result *chosen,
                              const tl_replanner *rp, const tl_batch_stats *bs) {
     /* the policy that ran: re-planned before the first block, the new one covers the
@@ -325,6 +362,7 @@ int tl_cmd_batch(int argc, char **argv) {
     gp.sampler.seed = 24301;
     int progress = isatty(2), w_mem = 100, out_mode = BATCH_OUT_NEW, mode_flags = 0;
     int policy = -1, knobs = 0, stats = 0, lossy = 0, replan = 1, kv_bits_given = 0, ctx_given = 0;
+    int weights_copy = -1;
     const char *profile_path = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -376,6 +414,13 @@ int tl_cmd_batch(int argc, char **argv) {
         else if (!strcmp(a, "--profile")) { VAL(); profile_path = v; }
         else if (!strcmp(a, "--lossy-kv")) lossy = 1;
         else if (!strcmp(a, "--no-replan")) replan = 0;
+        else if (!strcmp(a, "--weights-copy")) {
+            VAL();
+            if (!strcmp(v, "auto")) weights_copy = -1;
+            else if (!strcmp(v, "on")) weights_copy = 1;
+            else if (!strcmp(v, "off")) weights_copy = 0;
+            else { fprintf(stderr, "error: --weights-copy expects auto, on or off\n"); return 2; }
+        }
         else if (!strcmp(a, "--stats")) stats = 1;
         else {
             fprintf(stderr, "error: unknown option '%s' (see tierllm batch --help)\n", a);
@@ -459,6 +504,7 @@ int tl_cmd_batch(int argc, char **argv) {
             else
                 predicted = 1;
         }
+        if (!st) st = weights_from_copy(m, weights_copy, predicted ? &chosen : NULL, profile_path);
         if (!st) st = tl_batch_check(m, &bp);
         plan_s = tl_now() - t0;
     }

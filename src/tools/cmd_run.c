@@ -40,6 +40,10 @@ static void usage(void) {
            "  --io-order kv-first|by-need  KV pages ahead of streamed weights (default), or\n"
            "                          both in the order compute needs them\n"
            "  --no-direct             read through the page cache instead of O_DIRECT\n"
+           "  --weights-copy on|off   stream Q8_0/Q4_0 weights from a converted copy in the\n"
+           "                          int8 kernels' layout, written once to the cache\n"
+           "                          directory (default off: repacked on arrival each pass;\n"
+           "                          AVX-512 VNNI CPUs; the model file is only read)\n"
            "  --kv-window N           KV in tiers: the last N positions (and the sinks) stay\n"
            "                          in memory, older pages go to --spill-dir (default:\n"
            "                          tiers with N = 256 only when the KV does not fit the\n"
@@ -294,7 +298,7 @@ int tl_cmd_run(int argc, char **argv) {
     tl_context_params cp = tl_context_default_params();
     tl_generate_params gp = tl_generate_default_params();
     gp.sampler.seed = 24301;
-    int stats = 0, policy = -1, knobs = 0, ctx_given = 0, kv_knobs = 0;
+    int stats = 0, policy = -1, knobs = 0, ctx_given = 0, kv_knobs = 0, weights_copy = 0;
     const char *profile_path = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -354,6 +358,12 @@ int tl_cmd_run(int argc, char **argv) {
                 return 2;
             }
         } else if (!strcmp(a, "--no-direct")) mp.direct_io = 0;
+        else if (!strcmp(a, "--weights-copy")) {
+            VAL();
+            if (!strcmp(v, "on")) weights_copy = 1;
+            else if (!strcmp(v, "off")) weights_copy = 0;
+            else { fprintf(stderr, "error: --weights-copy expects on or off\n"); return 2; }
+        }
         else if (!strcmp(a, "--stats")) stats = 1;
         else if (!strcmp(a, "--kv-window")) {
             VAL(); if (!cli_int(a, v, -1, 1 << 26, &cp.kv_window)) return 2;
@@ -408,6 +418,7 @@ int tl_cmd_run(int argc, char **argv) {
     tl_context *c = NULL;
     tl_generate_stats gs;
     tl_status st = tl_model_open(model_path, &mp, &m);
+    if (!st && weights_copy) st = cli_use_weights_copy(m, "run");
     tl_plan_request rq;
     tl_plan_result chosen;
     tl_hw_profile prof;
