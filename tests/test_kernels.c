@@ -316,6 +316,15 @@ static int matmul_case_x(tl_type type, size_t k, size_t n, size_t j0, size_t j1,
     }
     tl_matmul_fast(type, W, k, j0, j1, X, ldx, n, yfast, ldy, scratch);
     int bad = act_paths_differ(type, W, k, j0, j1, X, ldx, n, yfast, ldy);
+    /* the int8 GEMMs (AVX2 from 33 rows, AVX-VNNI from 13, AVX-512 VNNI) are one
+     * arithmetic: equal bits */
+    for (int isa = TL_ISA_AVX2; isa <= TL_ISA_AVXVNNI && tl_type_rounds_act(type); isa++)
+        if (n > (isa == TL_ISA_AVX2 ? 32u : 12u) && yisa[isa] && yisa[TL_ISA_AVX512VNNI] &&
+            memcmp(yisa[isa], yisa[TL_ISA_AVX512VNNI], n * ldy * sizeof(float)) != 0) {
+            fprintf(stderr, "  %s k=%zu n=%zu: the GEMMs of sets %d and AVX-512 VNNI differ\n",
+                    tl_type_name(type), k, n, isa);
+            bad++;
+        }
     for (int isa = TL_ISA_AVX512VNNI; isa >= TL_ISA_AVX2; isa--)
         if (yisa[isa]) { /* the widest present is tl_matmul_fast's own path */
             bad += memcmp(yisa[isa], yfast, n * ldy * sizeof(float)) != 0;

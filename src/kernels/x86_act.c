@@ -86,7 +86,7 @@ void tl__act_records(tl_type type, size_t k, const float *X, size_t ldx, size_t 
 
 int tl__act_takes_records(tl_type type, tl_weights_layout layout, size_t n) {
     if (!tl_type_rounds_act(type) || n == 0) return 0;
-    return layout == TL_LAYOUT_PANELS || tl__cpu_has_avx512vnni();
+    return layout == TL_LAYOUT_PANELS || n > tl__q_gemm_after_n(tl__cpu_widest_isa());
 }
 
 size_t tl_matmul_act_floats(tl_type type, tl_weights_layout layout, size_t k, size_t n) {

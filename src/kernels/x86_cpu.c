@@ -89,6 +89,12 @@ int tl__cpu_has_avx512vnni(void) {
 #endif
 }
 
+tl__isa tl__cpu_widest_isa(void) {
+    return tl__cpu_has_avx512vnni() ? TL_ISA_AVX512VNNI
+           : tl__cpu_has_avxvnni()  ? TL_ISA_AVXVNNI
+                                    : TL_ISA_AVX2;
+}
+
 int tl__cpu_has_avx512bf16(void) {
 #ifdef TL_HAVE_AVX512VNNI
     static _Atomic int cache = -1;

@@ -1,7 +1,10 @@
 /* x86_matmul.c - AVX2+FMA+F16C matrix products over weight rows of any tl_type: the
  * dispatcher, and the small vector kernels (dot, axpy).
  *
- * Three paths, chosen by the number of activation rows n:
+ * Paths, chosen by the instruction set and the number of activation rows n:
+ *  - AVX-512 VNNI CPUs, Q8_0/Q4_0: the int8 GEMM for every n (x86avx512_gemm.c), weights in
+ *    32-row panels or packed per call, X rounded once per product into records; one
+ *    arithmetic whatever the layout, so results do not depend on placement.
  *  - matvec (n <= TL_MATVEC_MAX_N, decode; x86_matvec.c): memory-bound, each weight row
  *    streamed once against all n rows. Float types FMA in f32; Q8_0/Q4_0 use the
  *    rounded-activation contract of kernels.h as int8 dot products over activations
@@ -12,10 +15,11 @@
  *    the thread's weight rows from DRAM, the next ones find them in L2 (ops.c splits a
  *    product into chunks of a few hundred KB); packing weight panels for the GEMM costs
  *    as much for few rows as for many, so re-reading the rows from cache is cheaper.
+ *    Q8_0/Q4_0 leave it above tl__q_gemm_after_n rows for the 256-bit int8 GEMM
+ *    (x86vnni_gemm.c on AVX-VNNI, x86_gemm_q.c on AVX2: the AVX-512 kernel's arithmetic).
  *  - gemm (larger n, prefill): compute-bound, packed weight panels and a register-tile
- *    micro-kernel. On AVX-512 VNNI CPUs, Q8_0/Q4_0 take int8 dot products under the same
- *    contract as the matvec (x86avx512_gemm.c) and float types 512-bit FMA
- *    (x86avx512_gemm_f.c); otherwise f32 FMA on dequantized panels (x86_gemm.c).
+ *    micro-kernel: float types 512-bit FMA on AVX-512 CPUs (x86avx512_gemm_f.c), else f32
+ *    FMA on dequantized panels (x86_gemm.c).
  * Invariants: dequantization is exact (as in quant.c), activation rounding is bit-exact
  * with quant.c's, accumulation is f32, so results agree with tl_matmul_ref to float
  * rounding. Weight rows may start at any 2-aligned address: all vector loads are
@@ -32,9 +36,10 @@ size_t tl_matmul_scratch_floats(size_t k, size_t n) {
     size_t nv = n < TL_GROUPED_MAX_N ? n : TL_GROUPED_MAX_N;
     size_t act = tl__act_floats(TL_TYPE_Q4_0, k, nv); /* matvec: the larger records */
     size_t gemm = tl__gemm_scratch_floats(n);
+    /* the int8 GEMMs' activation records (AVX-512 VNNI, AVX-VNNI) */
+    const size_t records = n * (k / TL_QK) * sizeof(tl__act_rec) / sizeof(float);
+    if (records > gemm) gemm = records;
 #ifdef TL_HAVE_AVX512VNNI
-    size_t gemm_q = (tl__gemm_q_avx512_scratch_bytes(k, n) + 3) / 4;
-    if (gemm_q > gemm) gemm = gemm_q;
     if (tl__gemm_f_avx512_scratch_floats() > gemm) gemm = tl__gemm_f_avx512_scratch_floats();
 #endif
     size_t f = act > gemm ? act : gemm;
@@ -94,6 +99,20 @@ static void panels_act_scalar(tl_type type, const uint8_t *W, size_t k, size_t j
     }
 }
 
+/* The int8 GEMM over weights in the file's rows on the widest of AVX-VNNI and AVX2 up
+ * to isa (AVX-512 VNNI is the caller's). */
+static void gemm_q_rows(tl__isa isa, tl_type type, const uint8_t *W, size_t k, size_t j0,
+                        size_t j1, const tl__act_rec *xs, size_t n, float *Y, size_t ldy) {
+#ifdef TL_HAVE_AVXVNNI
+    if (isa >= TL_ISA_AVXVNNI && tl__cpu_has_avxvnni()) {
+        tl__gemm_q_vnni_act(type, W, k, j0, j1, xs, n, Y, ldy);
+        return;
+    }
+#endif
+    (void)isa;
+    tl__gemm_q_avx2_act(type, W, k, j0, j1, xs, n, Y, ldy);
+}
+
 /* The product from prepared activations on instruction sets up to isa. */
 static void act_product(tl__isa isa, tl_type type, tl_weights_layout layout, const void *W,
                         size_t k, size_t j0, size_t j1, const float *act, size_t n, float *Y,
@@ -101,30 +120,27 @@ static void act_product(tl__isa isa, tl_type type, tl_weights_layout layout, con
     if (j0 >= j1 || n == 0) return;
     if (tl__act_takes_records(type, layout, n)) {
         const int panels = layout == TL_LAYOUT_PANELS;
+        const tl__act_rec *xs = (const tl__act_rec *)(const void *)act;
 #ifdef TL_HAVE_AVX512VNNI
         if (isa == TL_ISA_AVX512VNNI) {
-            tl__gemm_q_avx512_act(type, W, panels, k, j0, j1, (const tl__act_rec *)(const void *)act,
-                                  n, Y, ldy);
+            tl__gemm_q_avx512_act(type, W, panels, k, j0, j1, xs, n, Y, ldy);
             return;
         }
 #endif
-        (void)isa;
-        panels_act_scalar(type, W, k, j0, j1, (const tl__act_rec *)(const void *)act, n, Y, ldy);
+        if (!panels) {
+            gemm_q_rows(isa, type, W, k, j0, j1, xs, n, Y, ldy);
+            return;
+        }
+        panels_act_scalar(type, W, k, j0, j1, xs, n, Y, ldy);
         return;
     }
     act_groups(isa >= TL_ISA_AVXVNNI && tl__cpu_has_avxvnni(), type, W, k, j0, j1,
                (const uint8_t *)act, n, Y, ldy);
 }
 
-static tl__isa widest_isa(void) {
-    return tl__cpu_has_avx512vnni() ? TL_ISA_AVX512VNNI
-           : tl__cpu_has_avxvnni()  ? TL_ISA_AVXVNNI
-                                    : TL_ISA_AVX2;
-}
-
 void tl_matmul_fast_act(tl_type type, tl_weights_layout layout, const void *W, size_t k,
                         size_t j0, size_t j1, const float *act, size_t n, float *Y, size_t ldy) {
-    act_product(widest_isa(), type, layout, W, k, j0, j1, act, n, Y, ldy);
+    act_product(tl__cpu_widest_isa(), type, layout, W, k, j0, j1, act, n, Y, ldy);
 }
 
 int tl__matmul_fast_act_isa(tl__isa isa, tl_type type, tl_weights_layout layout, const void *W,
@@ -132,8 +148,11 @@ int tl__matmul_fast_act_isa(tl__isa isa, tl_type type, tl_weights_layout layout,
                             float *Y, size_t ldy) {
     if (isa == TL_ISA_AVXVNNI && !tl__cpu_has_avxvnni()) return 0;
     if (isa == TL_ISA_AVX512VNNI && !tl__cpu_has_avx512vnni()) return 0;
-    /* records are read by the AVX-512 kernel only; pair records by the AVX2/AVX-VNNI ones */
-    if (tl__act_takes_records(type, layout, n) != (isa == TL_ISA_AVX512VNNI)) return 0;
+    /* records are read by the int8 GEMMs (every set for the file's rows, AVX-512 VNNI for
+     * panels), pair records by the AVX2 and AVX-VNNI matvec */
+    const int records = tl__act_takes_records(type, layout, n);
+    if (records && layout == TL_LAYOUT_PANELS && isa != TL_ISA_AVX512VNNI) return 0;
+    if (!records && isa == TL_ISA_AVX512VNNI) return 0;
     act_product(isa, type, layout, W, k, j0, j1, act, n, Y, ldy);
     return 1;
 }
@@ -142,7 +161,7 @@ static void matmul(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0
                    const float *X, size_t ldx, size_t n, float *Y, size_t ldy, float *scratch);
 
 int tl_matmul_takes_gemm(tl_type type, size_t n) {
-    if (tl_type_rounds_act(type) && tl__cpu_has_avx512vnni()) return 1;
+    if (tl_type_rounds_act(type)) return n > tl__q_gemm_after_n(tl__cpu_widest_isa());
     return n > TL_GROUPED_MAX_N;
 }
 
@@ -159,7 +178,7 @@ int tl__matmul_fast_isa(tl__isa isa, tl_type type, const void *W, size_t k, size
 void tl_matmul_fast(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                     const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
                     float *scratch) {
-    matmul(widest_isa(), type, W, k, j0, j1, X, ldx, n, Y, ldy, scratch);
+    matmul(tl__cpu_widest_isa(), type, W, k, j0, j1, X, ldx, n, Y, ldy, scratch);
 }
 
 /* tl_matmul_fast on the instruction sets up to isa (available: checked by the caller). */
@@ -168,10 +187,21 @@ static void matmul(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0
     const uint8_t *w = W;
     const int q = tl_type_rounds_act(type);
     if (j0 >= j1 || n == 0) return;
+    if (q && n > tl__q_gemm_after_n(isa)) { /* Q8_0/Q4_0: the int8 GEMM of isa */
+        tl__act_rec *xs = (tl__act_rec *)(void *)scratch;
+        tl__act_records(type, k, X, ldx, 0, n, xs);
 #ifdef TL_HAVE_AVX512VNNI
-    if (isa == TL_ISA_AVX512VNNI && (q || n > TL_GROUPED_MAX_N)) {
-        if (q) tl__gemm_q_avx512(type, w, k, j0, j1, X, ldx, n, Y, ldy, scratch);
-        else tl__gemm_f_avx512(type, w, k, j0, j1, X, ldx, n, Y, ldy, scratch);
+        if (isa == TL_ISA_AVX512VNNI) {
+            tl__gemm_q_avx512_act(type, w, 0, k, j0, j1, xs, n, Y, ldy);
+            return;
+        }
+#endif
+        gemm_q_rows(isa, type, w, k, j0, j1, xs, n, Y, ldy);
+        return;
+    }
+#ifdef TL_HAVE_AVX512VNNI
+    if (isa == TL_ISA_AVX512VNNI && n > TL_GROUPED_MAX_N) {
+        tl__gemm_f_avx512(type, w, k, j0, j1, X, ldx, n, Y, ldy, scratch);
         return;
     }
 #endif

@@ -41,10 +41,15 @@ static inline void tl__tile_store(float *Y, size_t ldy, const float *tile, size_
             Y[r * ldy + jj] = (add ? Y[r * ldy + jj] : 0.0f) + tile[r * nr + jj];
 }
 
-/* On AVX-512 VNNI CPUs, Q8_0/Q4_0 products of more rows than this take the int8 GEMM
- * (below that, the matvec's 4-row groups re-reading weights from cache cost less than
- * packing panels). */
-#define TL_Q_GEMM_AFTER_N 8
+/* Q8_0/Q4_0 products of more rows than this take the int8 GEMM of instruction set isa
+ * (below it, the matvec's 4-row groups re-reading weights from cache cost less than
+ * packing panels): every n on AVX-512 VNNI (one arithmetic whether the weights are in
+ * panels or not, x86avx512_gemm.c), more than 12 on AVX-VNNI (the 256-bit tiles are
+ * smaller; at 12 rows the groups still win), more than 32 on AVX2 (as
+ * the float types). */
+static inline size_t tl__q_gemm_after_n(tl__isa isa) {
+    return isa == TL_ISA_AVX512VNNI ? 0 : isa == TL_ISA_AVXVNNI ? 12 : TL_MATMUL_GROUPED_MAX_N;
+}
 
 /* The int8 GEMM's rounded activations: per X row, one record per 32-element block (row
  * i's start at i * k/32); corr = -off * sum q, off being the weights' unsigned offset
@@ -57,18 +62,21 @@ typedef struct tl__act_rec {
 void tl__act_records(tl_type type, size_t k, const float *X, size_t ldx, size_t i0, size_t i1,
                      tl__act_rec *act);
 /* 1 when tl_matmul_act_prepare writes records (above) for this product: weights in
- * panels, or more than TL_Q_GEMM_AFTER_N rows on an AVX-512 VNNI CPU. */
+ * panels, or more rows than tl__q_gemm_after_n(this CPU's widest set) (the int8 GEMMs
+ * read them; the matvec reads pair records). */
 int tl__act_takes_records(tl_type type, tl_weights_layout layout, size_t n);
 
-/* Q8_0/Q4_0, any n, on AVX-512 VNNI (x86avx512_gemm.c; only when tl__cpu_has_avx512vnni):
- * from records (`panels`: W is in panels, kernels.h), or from X with scratch of
- * tl__gemm_q_avx512_scratch_bytes(k, n) bytes holding them. */
+/* Q8_0/Q4_0 from records, any n, on AVX-512 VNNI (x86avx512_gemm.c; only when
+ * tl__cpu_has_avx512vnni); `panels`: W is in panels (kernels.h), else in the file's rows. */
 void tl__gemm_q_avx512_act(tl_type type, const uint8_t *W, int panels, size_t k, size_t j0,
                            size_t j1, const tl__act_rec *act, size_t n, float *Y, size_t ldy);
-void tl__gemm_q_avx512(tl_type type, const uint8_t *w, size_t k, size_t j0, size_t j1,
-                       const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
-                       void *scratch);
-size_t tl__gemm_q_avx512_scratch_bytes(size_t k, size_t n);
+/* Q8_0/Q4_0 from records, weights in the file's rows, on AVX-VNNI (x86vnni_gemm.c; only
+ * when tl__cpu_has_avxvnni): the same results as tl__gemm_q_avx512_act's bit for bit. */
+void tl__gemm_q_vnni_act(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
+                         const tl__act_rec *act, size_t n, float *Y, size_t ldy);
+/* The same on AVX2 alone (x86_gemm_q.c; any x86 CPU the fast kernels run on). */
+void tl__gemm_q_avx2_act(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
+                         const tl__act_rec *act, size_t n, float *Y, size_t ldy);
 /* tl_panels_pack's vector packer (same bytes as tl_panels_pack_ref; tmp: one panel). */
 void tl__panels_pack_avx512(tl_type type, uint8_t *W, size_t rows, size_t k, uint8_t *tmp);
 /* F32/F16/BF16, any n, on AVX-512 F (x86avx512_gemm_f.c; only when
@@ -85,6 +93,8 @@ int tl__cpu_has_avxvnni(void);
 int tl__cpu_has_avx512vnni(void);
 /* 1 when, beyond tl__cpu_has_avx512vnni, this CPU has AVX512_BF16 (the probes use it). */
 int tl__cpu_has_avx512bf16(void);
+/* The widest set the kernels use on this CPU (within the cap below). */
+tl__isa tl__cpu_widest_isa(void);
 /* The widest instruction set the kernels may use: the CPU's, or less when the
  * environment variable TIERLLM_ISA caps it ("avx2" or "avxvnni"; unset or any other
  * value: no cap; read once) - so the tests can run every path this machine has. */

@@ -26,6 +26,7 @@
 #include <string.h>
 #include "kernels/x86_dequant.h"
 #include "kernels/x86_matmul.h"
+#include "kernels/x86_panels.h"
 #include "kernels/x86_simd.h"
 
 #define MR 6                 /* micro-tile rows of X (and Y) */
@@ -35,66 +36,6 @@
 
 typedef tl__act_rec act_rec;
 
-static size_t block_panel_bytes(tl_type type) { return NR * tl_type_block_bytes(type); }
-
-size_t tl__gemm_q_avx512_scratch_bytes(size_t k, size_t n) {
-    return n * (k / TL_QK) * sizeof(act_rec);
-}
-
-/* Packs block b of the nj (<= NR) weight rows at W (row_bytes apart) into one panel block
- * at dst (kernels.h's layout); rows past nj get zero scales and zero weights. */
-static ALWAYS_INLINE void pack_block(tl_type type, const uint8_t *W, size_t row_bytes,
-                                     size_t b, size_t nj, uint8_t *dst) {
-    const size_t bb = tl_type_block_bytes(type);
-    const uint8_t *src = W + b * bb;
-    uint16_t *scale = (uint16_t *)(void *)dst;
-    uint8_t *q = dst + NR * 2;
-    UNROLL
-    for (size_t j = 0; j < NR; j++) {
-        uint16_t d = 0;
-        if (j < nj) memcpy(&d, src + j * row_bytes, 2);
-        scale[j] = d;
-    }
-    if (type == TL_TYPE_Q8_0) { /* w + 128 as unsigned bytes; 8 rows transposed at once */
-        const __m256i flip = _mm256_set1_epi8((char)0x80);
-        for (size_t j8 = 0; j8 < NR; j8 += 8) {
-            __m256 r[8];
-            UNROLL
-            for (size_t t = 0; t < 8; t++) {
-                const size_t j = j8 + t;
-                __m256i v = j < nj ? _mm256_xor_si256(loadu256(src + j * row_bytes + 2), flip) : flip;
-                r[t] = _mm256_castsi256_ps(v);
-            }
-            transpose8_regs(r, (float *)(void *)(q + j8 * 4), NR);
-        }
-    } else { /* Q4_0: the 4 dwords of each row's 16 quant bytes, 4 rows transposed at once */
-        const __m128i eights = _mm_set1_epi8((char)0x88);
-        for (size_t j4 = 0; j4 < NR; j4 += 4) {
-            __m128 r0, r1, r2, r3;
-            r0 = _mm_castsi128_ps(j4 + 0 < nj ? loadu128(src + (j4 + 0) * row_bytes + 2) : eights);
-            r1 = _mm_castsi128_ps(j4 + 1 < nj ? loadu128(src + (j4 + 1) * row_bytes + 2) : eights);
-            r2 = _mm_castsi128_ps(j4 + 2 < nj ? loadu128(src + (j4 + 2) * row_bytes + 2) : eights);
-            r3 = _mm_castsi128_ps(j4 + 3 < nj ? loadu128(src + (j4 + 3) * row_bytes + 2) : eights);
-            _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-            _mm_storeu_ps((float *)(void *)(q + 0 * NR * 4 + j4 * 4), r0);
-            _mm_storeu_ps((float *)(void *)(q + 1 * NR * 4 + j4 * 4), r1);
-            _mm_storeu_ps((float *)(void *)(q + 2 * NR * 4 + j4 * 4), r2);
-            _mm_storeu_ps((float *)(void *)(q + 3 * NR * 4 + j4 * 4), r3);
-        }
-    }
-}
-
-/* pack_block specialized by type, and for whole panels (the in-place repack). */
-static void pack_block_part(tl_type type, const uint8_t *W, size_t row_bytes, size_t b,
-                            size_t nj, uint8_t *dst) {
-    if (type == TL_TYPE_Q8_0) pack_block(TL_TYPE_Q8_0, W, row_bytes, b, nj, dst);
-    else pack_block(TL_TYPE_Q4_0, W, row_bytes, b, nj, dst);
-}
-static void pack_block_full(tl_type type, const uint8_t *W, size_t row_bytes, size_t b,
-                            uint8_t *dst) {
-    if (type == TL_TYPE_Q8_0) pack_block(TL_TYPE_Q8_0, W, row_bytes, b, NR, dst);
-    else pack_block(TL_TYPE_Q4_0, W, row_bytes, b, NR, dst);
-}
 
 void tl__panels_pack_avx512(tl_type type, uint8_t *W, size_t rows, size_t k, uint8_t *tmp) {
     const size_t row_bytes = tl_type_row_bytes(type, k), nb = k / TL_QK;
@@ -260,11 +201,4 @@ void tl__gemm_q_avx512_act(tl_type type, const uint8_t *W, int panels, size_t k,
             panel_rows(type, panel, b0, kb, nj, xs, nb, n, Y, ldy, jb, b0 > 0, 0);
         }
     }
-}
-
-void tl__gemm_q_avx512(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
-                       const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
-                       void *scratch) {
-    tl__act_records(type, k, X, ldx, 0, n, scratch);
-    tl__gemm_q_avx512_act(type, W, 0, k, j0, j1, scratch, n, Y, ldy);
 }
