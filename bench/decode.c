@@ -138,11 +138,12 @@ static int run_type(const char *dir, const char *type_name, int32_t type, int th
     }
     double peak = tl_probe_fma_peak(m->lm.pool, 5);
     /* x86_matmul.c's rule: Q8_0/Q4_0 prompts take the widest int8 GEMM (AVX-512 VNNI, else
-     * AVX-VNNI), else the f32 one; float types the widest f32 FMA */
+     * AVX-VNNI, else AVX2's); float types the widest f32 FMA */
     const int rounds = type == 8 || type == 2;
     tl_probe_unit own = tl_probe_unit_present(TL_UNIT_FMA_AVX512) ? TL_UNIT_FMA_AVX512 : TL_UNIT_FMA_AVX2;
     if (rounds && tl_probe_unit_present(TL_UNIT_INT8_AVX512VNNI)) own = TL_UNIT_INT8_AVX512VNNI;
     else if (rounds && tl_probe_unit_present(TL_UNIT_INT8_AVXVNNI)) own = TL_UNIT_INT8_AVXVNNI;
+    else if (rounds) own = TL_UNIT_INT8_AVX2;
     double own_peak = tl_probe_unit_peak(m->lm.pool, own, 5);
     double t_pre = tl_median(pre, (size_t)reps), t_dec = tl_median(dec, (size_t)reps);
     double bw = tl_median(slice_bw, (size_t)n_slices);

@@ -149,8 +149,9 @@ typedef struct tl_run_stats {
     uint64_t weights_resident_bytes, weights_streamed_bytes; /* per forward pass */
     int32_t slots, io_uring;          /* layer buffers in the ring; 1 if io_uring */
     /* weights kept in the int8 kernels' 32-row panels (Q8_0/Q4_0 on AVX-512 VNNI CPUs):
-     * resident bytes repacked once at placement; streamed bytes repacked on arrival (all
-     * passes since the reset); seconds of all repacking since the model was placed */
+     * resident bytes (repacked once at placement, or read so from the converted copy);
+     * streamed bytes repacked on arrival (all passes since the reset); seconds of all
+     * repacking since the model was placed */
     uint64_t weights_panel_bytes, weights_repacked_bytes;
     double weights_repack_s;
     /* KV tiers (all 0 when the KV cache is in memory) */

@@ -325,7 +325,7 @@ cksum < "$tmp/q8.gguf" > "$tmp/q8.sum"
 # most weights stream under this budget (the activations take ~8.2 MiB at -c 64)
 q8=(-m "$tmp/q8.gguf" -i "$tmp/in.jsonl" -n 8 -c 64 --temp 0 --gbs 2 --num-gb 1 --no-progress --mem-budget 8600K --policy manual)
 XDG_CACHE_HOME=$tmp/cache "$bin" batch "${q8[@]}" -o "$tmp/c0.jsonl" --weights-copy off 2>"$tmp/err"; rc=$?
-check '[ $rc -eq 0 ] && [ ! -e "$tmp/cache/tierllm" ] || [ -z "$(ls "$tmp/cache/tierllm" 2>/dev/null | grep panels)" ]' \
+check '[ $rc -eq 0 ] && { [ ! -e "$tmp/cache/tierllm" ] || [ -z "$(ls "$tmp/cache/tierllm" | grep panels)" ]; }' \
     "--weights-copy off: rc $rc, $(ls "$tmp/cache/tierllm" 2>&1) $(cat "$tmp/err")"
 XDG_CACHE_HOME=$tmp/cache "$bin" batch "${q8[@]}" -o "$tmp/c1.jsonl" --weights-copy on 2>"$tmp/err"; rc=$?
 if grep -q "wrote a converted copy" "$tmp/err"; then

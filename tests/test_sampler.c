@@ -1,6 +1,7 @@
 /* test_sampler.c - sampling: greedy, top-k, top-p, temperature, repetition penalty and
  * seed reproducibility, on hand-made logits where the right answer is known. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "text/sampler.h"
 #include "testutil.h"
@@ -20,7 +21,51 @@ static int draw(tl_sampler_params p, const float *src, int n, int *counts) {
     return 1;
 }
 
+/* Descending value, then ascending id: the order top-k keeps the first k of. */
+typedef struct { float v; int id; } ranked;
+static int by_rank(const void *a, const void *b) {
+    const ranked *x = a, *y = b;
+    if (x->v != y->v) return x->v < y->v ? 1 : -1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* top_k = k over a large vocabulary full of ties draws exactly what sampling without
+ * top-k draws once every logit outside the first k (in that order) is -inf: the partial
+ * selection keeps the same k, in the same order, as a full sort. */
+static void top_k_matches_full_sort(void) {
+    enum { N = 3000 };
+    static float logits[N], masked[N], a[N], b[N];
+    static ranked r[N];
+    static const int ks[] = {1, 2, 40, 41, 777, N - 1};
+    uint32_t x = 12345;
+    for (int i = 0; i < N; i++) {
+        x = x * 1664525u + 1013904223u;
+        logits[i] = (float)((x >> 24) % 23) * 0.25f - 2.0f; /* 23 values: many ties */
+    }
+    for (size_t t = 0; t < sizeof ks / sizeof ks[0]; t++) {
+        const int k = ks[t];
+        for (int i = 0; i < N; i++) r[i] = (ranked){logits[i], i};
+        qsort(r, N, sizeof r[0], by_rank);
+        for (int i = 0; i < N; i++) masked[i] = -INFINITY;
+        for (int i = 0; i < k; i++) masked[r[i].id] = logits[r[i].id];
+        tl_sampler_params pk = tl_sampler_default_params(), pf = pk;
+        pk.top_k = k, pf.top_k = 0;
+        pk.top_p = pf.top_p = 0.9f;
+        pk.seed = pf.seed = 99;
+        tl_sampler sk, sf;
+        CHECK(tl_sampler_init(&sk, &pk, N) == TL_OK && tl_sampler_init(&sf, &pf, N) == TL_OK);
+        int same = 1;
+        for (int d = 0; d < 200; d++) {
+            memcpy(a, logits, sizeof a), memcpy(b, masked, sizeof b);
+            same &= tl_sampler_sample(&sk, a) == tl_sampler_sample(&sf, b);
+        }
+        CHECK_MSG(same, "top_k %d draws differ from a full sort's first %d", k, k);
+        tl_sampler_free(&sk), tl_sampler_free(&sf);
+    }
+}
+
 int main(void) {
+    top_k_matches_full_sort();
     const float logits[V] = {1.0f, 3.0f, 2.0f, 0.5f, 2.9f, -1.0f, 0.0f, 2.95f};
     int c[V];
     tl_sampler_params p = tl_sampler_default_params();

@@ -176,7 +176,8 @@ tl_status tl_panel_copy_use(tl_model *m, const char *dir, tl_panel_copy_info *in
     /* the chunk: COPY_CHUNK, or what the budget leaves beside the panel temporary (at
      * least one panel: the repack works in whole panels) */
     const uint64_t limit = tl_budget_limit(m->lm.budget), used = tl_budget_used(m->lm.budget);
-    const uint64_t spare = limit > used + 2 * most + 8192 ? limit - used - most - 8192 : most;
+    const uint64_t spare = limit == 0 ? COPY_CHUNK /* unlimited */
+                           : limit > used + 2 * most + 8192 ? limit - used - most - 8192 : most;
     size_t cap = spare < COPY_CHUNK ? (size_t)spare : COPY_CHUNK;
     if (cap < most) cap = most;
     uint8_t *buf = NULL, *tmp = NULL;

@@ -27,7 +27,8 @@ typedef struct tl_panel_copy_info {
 /* Before the weights are placed: opens the copy in `dir` (the cache directory when NULL),
  * writing it first when absent, and makes the model read its weights from it. Nothing to
  * do (info->used = 0, TL_OK) when no tensor is kept in panels on this CPU. Errors leave
- * the model reading its own file and no file behind: TL_ERR_NOSPACE when the directory's
+ * the model reading its own file and no partial copy behind (a complete one that could
+ * not be opened stays, for the next run): TL_ERR_NOSPACE when the directory's
  * filesystem lacks room for the copy (checked before writing), TL_ERR_IO on a failed read
  * or write, TL_ERR_INVALID when the weights are already placed. The conversion's buffers
  * come from the model's budget. */

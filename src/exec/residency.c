@@ -61,7 +61,7 @@ struct tl_residency {
     uint64_t bytes_disk, bytes_mem, passes;
     uint8_t *repack_tmp;    /* one panel per pool thread (tl_weight_repack_bytes) */
     size_t repack_stride;
-    uint64_t panel_bytes;   /* resident weights repacked into panels at placement */
+    uint64_t panel_bytes;   /* resident weights in panels (repacked, or from the copy) */
     uint64_t streamed_panel_bytes; /* streamed weights repacked on arrival, all passes */
     double repack_s;
 };
@@ -170,23 +170,83 @@ static void point_at(tl_residency *r, const tl_weight_layout *L, uint8_t *buf) {
     }
 }
 
-/* Reads a resident part into a new budget buffer and points its weights there. */
-static tl_status load_resident(tl_residency *r, tl_weight *const *ws, int n) {
+/* Resident parts are read LOAD_AHEAD at a time: while the oldest is waited for and
+ * repacked, the reads of the next ones keep the queue busy (one part at a time left the
+ * disk idle between parts and its queue a part deep). */
+#define LOAD_AHEAD 8
+
+typedef struct part_load {
     tl_weight_layout L;
-    tl_weight_layout_build(&L, ws, n);
     uint8_t *buf;
-    tl_status st = tl_budget_alloc(r->m->budget, L.bytes, ALIGN, ws[0]->name, (void **)&buf);
+    uint64_t tags[TL_WEIGHT_UNIT_MAX];
+} part_load;
+
+/* Allocates a resident part's budget buffer and queues its reads. */
+static tl_status start_part(tl_residency *r, tl_weight *const *ws, int n, part_load *p) {
+    tl_weight_layout_build(&p->L, ws, n);
+    tl_status st = tl_budget_alloc(r->m->budget, p->L.bytes, ALIGN, ws[0]->name, (void **)&p->buf);
     if (st) return st;
-    if ((st = keep(r, buf))) {
-        tl_budget_free(r->m->budget, buf);
+    if ((st = keep(r, p->buf))) {
+        tl_budget_free(r->m->budget, p->buf);
         return st;
     }
-    uint64_t tags[TL_WEIGHT_UNIT_MAX];
-    if ((st = submit_layout(r, &L, buf, tags))) return st;
-    if ((st = wait_tags(r, tags, L.n_e))) return st;
-    r->panel_bytes += repack(r, &L, buf);
-    point_at(r, &L, buf);
+    return submit_layout(r, &p->L, p->buf, p->tags);
+}
+
+/* Waits for a started part, repacks it and points its weights there. */
+static tl_status finish_part(tl_residency *r, part_load *p) {
+    tl_status st = wait_tags(r, p->tags, p->L.n_e);
+    if (st) return st;
+    repack(r, &p->L, p->buf);
+    point_at(r, &p->L, p->buf);
+    for (int i = 0; i < p->L.n_t; i++) /* repacked here or read from the converted copy */
+        if (p->L.t[i].w->panels) r->panel_bytes += p->L.t[i].w->file_bytes;
     return TL_OK;
+}
+
+/* Reads the plan's resident parts (layers' attention and FFN, embedding, output). */
+static tl_status load_residents(tl_residency *r, const tl_weight_plan *plan) {
+    tl_llama *m = r->m;
+    part_load ring[LOAD_AHEAD];
+    int head = 0, len = 0;
+    tl_status st = TL_OK;
+    for (int u = 0; u <= m->hp.n_layer + 1 && !st; u++)
+        for (int part = 0; part < 2 && !st; part++) {
+            tl_weight *ws[TL_WEIGHT_UNIT_MAX];
+            int n = 0;
+            if (u < m->hp.n_layer) {
+                const uint8_t *res = part ? plan->ffn_resident : plan->attn_resident;
+                if (res[u]) n = tl_llama_layer_matrices(&m->layers[u], part, ws);
+            } else if (u == m->hp.n_layer && part == 0 && plan->embd_resident) {
+                ws[n++] = &m->tok_embd;
+            } else if (u == m->hp.n_layer && part == 1 && plan->output_resident && !m->tied_output) {
+                ws[n++] = &m->output;
+            }
+            if (!n) continue;
+            if (len == LOAD_AHEAD) {
+                st = finish_part(r, &ring[head]);
+                head = (head + 1) % LOAD_AHEAD;
+                len--;
+                if (st) break;
+            }
+            st = start_part(r, ws, n, &ring[(head + len) % LOAD_AHEAD]);
+            if (!st) len++;
+        }
+    for (; len > 0; len--, head = (head + 1) % LOAD_AHEAD) { /* after an error: drain */
+        part_load *p = &ring[head];
+        if (!st) st = finish_part(r, p);
+        else {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", tl_last_error());
+            wait_tags(r, p->tags, p->L.n_e);
+            tl_error_set(st, "%s", msg);
+        }
+    }
+    if (!st && plan->embd_resident && m->tied_output) {
+        m->output.data = m->tok_embd.data;
+        m->output.panels = m->tok_embd.panels;
+    }
+    return st;
 }
 
 /* Reads a tensor and converts it to f32 (norms; rows that split quant blocks). */
@@ -251,26 +311,7 @@ tl_status tl_residency_open(tl_llama *m, const tl_weight_plan *plan, tl_residenc
         st = tl_budget_alloc(m->budget, repack_bytes - ALIGN, ALIGN, "weight repacking",
                              (void **)&r->repack_tmp);
     }
-    for (int u = 0; u < L && !st; u++) {
-        tl_weight *ws[TL_WEIGHT_UNIT_MAX];
-        int n;
-        if (plan->attn_resident[u] && (n = tl_llama_layer_matrices(&m->layers[u], 0, ws)))
-            st = load_resident(r, ws, n);
-        if (!st && plan->ffn_resident[u] && (n = tl_llama_layer_matrices(&m->layers[u], 1, ws)))
-            st = load_resident(r, ws, n);
-    }
-    if (!st && plan->embd_resident) {
-        tl_weight *e = &m->tok_embd;
-        st = load_resident(r, &e, 1);
-        if (!st && m->tied_output) {
-            m->output.data = m->tok_embd.data;
-            m->output.panels = m->tok_embd.panels;
-        }
-    }
-    if (!st && plan->output_resident && !m->tied_output) {
-        tl_weight *o = &m->output;
-        st = load_resident(r, &o, 1);
-    }
+    if (!st) st = load_residents(r, plan);
     if (!st && !plan->embd_resident) {
         r->row_buf_bytes = tl_weight_row_buf_bytes(m);
         st = tl_budget_alloc(m->budget, r->row_buf_bytes, ALIGN, "embedding row buffer",

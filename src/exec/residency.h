@@ -38,8 +38,9 @@ typedef struct tl_residency_stats {
     uint64_t passes;  /* forward passes begun */
     double stall_s;
     uint64_t bytes_read_disk, bytes_read_mem;
-    /* weights repacked into 32-row panels (kernels.h): resident ones once at placement,
-     * streamed ones each time they arrive (summed over passes), and the time it took */
+    /* weights in 32-row panels (kernels.h): resident ones (repacked once at placement, or
+     * read so from the converted copy), streamed ones repacked each time they arrive
+     * (summed over passes), and the time repacking took */
     uint64_t panel_bytes, streamed_panel_bytes;
     double repack_s;
 } tl_residency_stats;

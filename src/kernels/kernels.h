@@ -14,9 +14,9 @@
  *    32-element block: d_x = amax/127 in f32 (an f32 scale, not fp16), q = roundf(x/d_x)
  *    (f32 division; roundf rounds halves away from zero; q = 0 when d_x == 0), and
  *    x' = d_x*q in f32. The product is sum_c w(j,c) * x'(c) with w dequantized exactly.
- *    This holds for every n: the matvec path (n <= 4) computes it with int8 dot products
- *    (sum_b d_w*d_x * sum q_w*q_x), the GEMM path rounds X to x' and multiplies in f32,
- *    so the result does not depend on the batch size beyond f32 rounding. x' differs
+ *    This holds for every n: the matvec and the int8 GEMMs compute it with int8 dot
+ *    products (sum_b d_w*d_x * sum q_w*q_x), so the result does not depend on the batch
+ *    size beyond f32 rounding. x' differs
  *    from x by at most d_x/2 per element (relative error <= 1/254 of the block's amax).
  */
 #ifndef TL_KERNELS_KERNELS_H
@@ -61,13 +61,14 @@ void tl_matmul_ref(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                    const float *X, size_t ldx, size_t n, float *Y, size_t ldy);
 
 /* Floats of scratch the fast path needs for a given k and n (per calling thread): the
- * rounded activations (n <= TL_MATMUL_GROUPED_MAX_N: n*k/32 blocks; larger n: one k-slice of x') and the GEMM's
- * packed weights. Non-decreasing in k and n, so a buffer sized for the widest k and the
+ * rounded activations (the matvec's n*k/32 blocks, or the int8 GEMM's n*k/32 records)
+ * and the float GEMM's packed weights. Non-decreasing in k and n, so a buffer sized for the widest k and the
  * largest batch serves every call. Must be 4-byte aligned (32 is better). */
 size_t tl_matmul_scratch_floats(size_t k, size_t n);
 /* Products of at most this many rows run the matrix-vector kernel over groups of 4 rows
- * (re-reading the weights from cache per group) rather than packing GEMM panels; on CPUs
- * with AVX-512 VNNI, Q8_0/Q4_0 products of more than 8 rows take the int8 GEMM instead. */
+ * (re-reading the weights from cache per group) rather than packing GEMM panels; Q8_0/Q4_0
+ * products take the int8 GEMM earlier where the CPU has VNNI (every n on AVX-512 VNNI,
+ * more than 12 rows on AVX-VNNI). */
 #define TL_MATMUL_GROUPED_MAX_N 32
 /* 1 when tl_matmul_fast runs a product of n rows of `type` as a GEMM (packed panels) on
  * this CPU: callers splitting it over threads then prefer fewer, larger row ranges. */
@@ -77,7 +78,7 @@ void tl_matmul_fast(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                     float *scratch);
 
 /* ---- Q8_0 / Q4_0 weights in 32-row panels ----
- * Where the int8 GEMM runs (AVX-512 VNNI), a Q8_0/Q4_0 tensor whose row count is a
+ * Where the widest int8 GEMM runs (AVX-512 VNNI), a Q8_0/Q4_0 tensor whose row count is a
  * multiple of TL_PANEL_ROWS may be repacked once, when it is placed in memory, into the
  * layout the kernel streams, so no product packs it again. The repacked tensor occupies
  * the same bytes: rows [32p, 32p + 32) keep their byte range, reordered by block: block b
@@ -93,7 +94,7 @@ void tl_matmul_fast(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
 #define TL_PANEL_ROWS 32
 typedef enum tl_weights_layout { TL_LAYOUT_ROWS = 0, TL_LAYOUT_PANELS = 1 } tl_weights_layout;
 /* 1 when this CPU's fast path reads a tensor of `type` with `rows` rows faster as panels
- * (AVX-512 VNNI, not capped by TIERLLM_ISA; Q8_0/Q4_0; rows a multiple of 32). */
+ * (AVX-512 VNNI, unless TIERLLM_ISA caps it away; Q8_0/Q4_0; rows a multiple of 32). */
 int tl_panels_wanted(tl_type type, size_t rows);
 /* Bytes of the temporary tl_panels_pack needs: one panel's rows. */
 size_t tl_panels_tmp_bytes(tl_type type, size_t k);
@@ -124,13 +125,14 @@ void tl_matmul_act_prepare(tl_type type, tl_weights_layout layout, size_t k, con
 void tl_matmul_fast_act(tl_type type, tl_weights_layout layout, const void *W, size_t k,
                         size_t j0, size_t j1, const float *act, size_t n, float *Y, size_t ldy);
 /* Internal, for tests: tl_matmul_fast_act / tl_matmul_fast on one instruction set (they
- * pick the widest this CPU has: AVX-VNNI for the int8 matvec, AVX-512 VNNI for the
- * Q8_0/Q4_0 GEMM, else AVX2). Return 0, without computing, when that path is not built
- * in or this CPU lacks it. A path uses the set named, or a narrower one where that set
- * has no kernel. */
+ * pick the widest this CPU has). Return 0, without computing, when that path is not built
+ * in, this CPU lacks it, or (act) the set does not read the prepared X's form (the
+ * matvec's pair records: AVX2 and AVX-VNNI; the GEMMs' records: every set for the file's
+ * rows, and for panels AVX-512 VNNI or, below it, the scalar fallback). A path uses the
+ * set named, or a narrower one where that set has no kernel. */
 typedef enum tl__isa {
     TL_ISA_AVX2 = 0,      /* AVX2+FMA+F16C: always built, the baseline the fast kernels need */
-    TL_ISA_AVXVNNI = 1,   /* AVX-VNNI (x86vnni_matmul.c) */
+    TL_ISA_AVXVNNI = 1,   /* AVX-VNNI (x86vnni_matmul.c, x86vnni_gemm.c) */
     TL_ISA_AVX512VNNI = 2 /* AVX-512 F/BW + VNNI (x86avx512_gemm.c) */
 } tl__isa;
 int tl__matmul_fast_act_isa(tl__isa isa, tl_type type, tl_weights_layout layout, const void *W,

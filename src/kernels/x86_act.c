@@ -1,8 +1,9 @@
 /* x86_act.c - activation rounding for Q8_0/Q4_0 products (the contract of kernels.h):
  * tl_quant_act_row_fast rounds rows to (d, q) blocks bit-exact with quant.c's, and
  * tl_matmul_act_prepare lays them out as the pair records the int8 matvec reads
- * (x86_simd.h describes the layout). Prepared once per product, shared read-only by all
- * threads.
+ * (x86_simd.h describes the layout) or as the records the int8 GEMMs read (x86_matmul.h),
+ * whichever the product takes. Prepared once per product (in row ranges that may run at
+ * once), shared read-only by all threads.
  */
 #include "kernels/x86_dequant.h"
 #include "kernels/x86_matmul.h"

@@ -67,7 +67,8 @@ static void act_groups(int vnni, tl_type type, const void *W, size_t k, size_t j
 
 /* Weights in panels where the AVX-512 kernel is absent (tl_panels_wanted never asks for
  * them there, so only direct callers reach this): the records' contract in scalar code,
- * f32 accumulation fused as the vector kernel's. */
+ * accumulated as the vector kernels do (fused per block, restarted every 16-block
+ * k-slice and added to the slices before). */
 static void panels_act_scalar(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
                               const tl__act_rec *xs, size_t n, float *Y, size_t ldy) {
     const size_t nb = k / TL_QK, bb = tl_type_block_bytes(type), row_bytes = tl_type_row_bytes(type, k);
@@ -75,8 +76,9 @@ static void panels_act_scalar(tl_type type, const uint8_t *W, size_t k, size_t j
         const uint8_t *panel = W + (j / TL_PANEL_ROWS) * TL_PANEL_ROWS * row_bytes;
         const size_t r = j % TL_PANEL_ROWS;
         for (size_t i = 0; i < n; i++) {
-            float acc = 0.0f;
+            float y = 0.0f, acc = 0.0f;
             for (size_t b = 0; b < nb; b++) {
+                if (b % 16 == 0) acc = 0.0f;
                 const uint8_t *pb = panel + b * TL_PANEL_ROWS * bb, *q = pb + 2 * TL_PANEL_ROWS;
                 const tl__act_rec *x = &xs[i * nb + b];
                 uint16_t d;
@@ -93,8 +95,9 @@ static void panels_act_scalar(tl_type type, const uint8_t *W, size_t k, size_t j
                     s += u * x->q[e];
                 }
                 acc = fmaf((float)s, tl_f16_to_f32(d) * x->d, acc);
+                if (b % 16 == 15 || b + 1 == nb) y = b < 16 ? acc : y + acc;
             }
-            Y[i * ldy + j] = acc;
+            Y[i * ldy + j] = y;
         }
     }
 }
@@ -149,10 +152,10 @@ int tl__matmul_fast_act_isa(tl__isa isa, tl_type type, tl_weights_layout layout,
     if (isa == TL_ISA_AVXVNNI && !tl__cpu_has_avxvnni()) return 0;
     if (isa == TL_ISA_AVX512VNNI && !tl__cpu_has_avx512vnni()) return 0;
     /* records are read by the int8 GEMMs (every set for the file's rows, AVX-512 VNNI for
-     * panels), pair records by the AVX2 and AVX-VNNI matvec */
+     * panels, else the scalar fallback), pair records by the AVX2 and AVX-VNNI matvec */
     const int records = tl__act_takes_records(type, layout, n);
-    if (records && layout == TL_LAYOUT_PANELS && isa != TL_ISA_AVX512VNNI) return 0;
     if (!records && isa == TL_ISA_AVX512VNNI) return 0;
+    /* panels below AVX-512 VNNI: the scalar fallback, so the tests can compare it */
     act_product(isa, type, layout, W, k, j0, j1, act, n, Y, ldy);
     return 1;
 }

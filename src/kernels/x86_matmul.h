@@ -16,9 +16,9 @@ void tl__matvec_float(tl_type type, const uint8_t *w, size_t k, size_t j0, size_
 void tl__gemm(tl_type type, const uint8_t *w, size_t k, size_t j0, size_t j1, const float *X,
               size_t ldx, size_t n, float *Y, size_t ldy, float *scratch);
 size_t tl__gemm_scratch_floats(size_t n);
-/* Floats of the matvec's prepared activations for n <= TL_GROUPED_MAX_N rows of Q8_0/Q4_0
- * (0 otherwise), whichever path this CPU takes (tl_matmul_act_floats is 0 where the GEMM
- * takes those rows). */
+/* Floats of the matvec's prepared activations (pair records) for n <= TL_GROUPED_MAX_N
+ * rows of Q8_0/Q4_0 (0 otherwise), whichever path this CPU takes (tl_matmul_act_floats
+ * gives the int8 GEMM's records instead where the GEMM takes those rows). */
 size_t tl__act_floats(tl_type type, size_t k, size_t n);
 /* Rows [i0, i1) of X as the matvec's pair records (x86_simd.h), whatever the CPU. */
 void tl__act_pairs(tl_type type, size_t k, const float *X, size_t ldx, size_t i0, size_t i1,

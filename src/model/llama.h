@@ -43,6 +43,8 @@ typedef struct tl_llama_layer {
     tl_weight wo;     /* [n_embd][n_head*head_dim] */
     tl_weight w_gate, w_up; /* [n_ff][n_embd] */
     tl_weight w_down;       /* [n_embd][n_ff] */
+    int32_t shape_class;    /* the first layer whose 7 matrices have this layer's types and
+                               shapes (the cost model prices such layers once) */
 } tl_llama_layer;
 
 typedef struct tl_llama tl_llama;

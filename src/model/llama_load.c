@@ -178,6 +178,22 @@ static tl_status describe_weights(tl_llama *m) {
             return st;
 #undef NAME
     }
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const tl_weight *a[7] = {&m->layers[l].wq, &m->layers[l].wk, &m->layers[l].wv,
+                                 &m->layers[l].wo, &m->layers[l].w_gate, &m->layers[l].w_up,
+                                 &m->layers[l].w_down};
+        m->layers[l].shape_class = l;
+        for (int32_t c = 0; c < l && m->layers[l].shape_class == l; c++) {
+            if (m->layers[c].shape_class != c) continue;
+            const tl_weight *b[7] = {&m->layers[c].wq, &m->layers[c].wk, &m->layers[c].wv,
+                                     &m->layers[c].wo, &m->layers[c].w_gate, &m->layers[c].w_up,
+                                     &m->layers[c].w_down};
+            int same = 1;
+            for (int i = 0; i < 7 && same; i++)
+                same = a[i]->type == b[i]->type && a[i]->rows == b[i]->rows && a[i]->cols == b[i]->cols;
+            if (same) m->layers[l].shape_class = c;
+        }
+    }
     return TL_OK;
 }
 

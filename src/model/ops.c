@@ -14,8 +14,9 @@
  * steals the back half of the largest unclaimed remainder of another's, and that becomes
  * its region, which can be stolen from in turn: a few large steals per run instead of
  * many small ones, since threads do not run at quite the same speed.
- * Larger products use about 4 equal chunks per thread and matrix: each chunk re-reads
- * (and for Q types re-rounds) X. */
+ * Larger products use about 4 equal chunks per thread and matrix (2 for a GEMM, which
+ * packs its share of the weights again per chunk), whole 32-row panels for weights in
+ * panels; each chunk re-reads X, and for Q types all share one rounding of it. */
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -37,11 +38,11 @@ typedef struct matmul_job {
     int reference;
 } matmul_job;
 
-/* Rows [j0, j1) of matrix `which` of the product, on pool thread `thread`. */
 static tl_weights_layout layout_of(const tl_weight *w) {
     return w->panels ? TL_LAYOUT_PANELS : TL_LAYOUT_ROWS;
 }
 
+/* Rows [j0, j1) of matrix `which` of the product, on pool thread `thread`. */
 static void product_rows(const matmul_job *j, size_t which, size_t j0, size_t j1, int thread) {
     const tl_weight *w = j->ws[which];
     float *Y = j->Ys[which];
@@ -64,15 +65,16 @@ static void matmul_task(void *arg, int task, int thread) {
 
 /* The chunked path (products of more than 4 rows, and matrix-vector products that the
  * regions below cannot hold): splits the rows of the matrices ws[0..nw) into about 4
- * equal chunks of whole 16-row panels per thread and matrix (2 for a GEMM), appended as pairs
- * (bounds[2t], bounds[2t+1]) with which[t] the matrix; returns their number. */
+ * equal chunks of whole 16-row blocks (32-row panels for weights in panels) per thread
+ * and matrix (2 for a GEMM), appended as pairs (bounds[2t], bounds[2t+1]) with which[t]
+ * the matrix; returns their number. */
 static size_t split_rows(const tl_weight *const *ws, size_t nw, size_t threads, size_t n,
                          size_t *bounds, unsigned char *which) {
     size_t t = 0;
     for (size_t w = 0; w < nw; w++) {
         const size_t rows = ws[w]->rows, row_bytes = tl_type_row_bytes(ws[w]->type, ws[w]->cols);
-        /* a GEMM call rounds or packs its share of X again per chunk: fewer, larger
-         * chunks for it (2 per thread still balance a late thread) */
+        /* a GEMM call packs its share of the weights again per chunk (unless in panels):
+         * fewer, larger chunks for it (2 per thread still balance a late thread) */
         const int gemm = tl_matmul_takes_gemm(ws[w]->type, n);
         const size_t per = gemm ? 2 : 4;
         size_t j = 0, chunk = (rows + per * threads - 1) / (per * threads);
@@ -81,6 +83,7 @@ static size_t split_rows(const tl_weight *const *ws, size_t nw, size_t threads, 
         if (!gemm && n <= TL_MATMUL_GROUPED_MAX_N && chunk * row_bytes > ((size_t)256 << 10))
             chunk = ((size_t)256 << 10) / (row_bytes ? row_bytes : 1);
         const size_t unit = ws[w]->panels ? TL_PANEL_ROWS : 16; /* panels are never split */
+        if (chunk == 0) chunk = 1; /* rows of more than 256 KiB */
         if ((rows + chunk - 1) / chunk > MAX_CHUNKS) chunk = (rows + MAX_CHUNKS - 1) / MAX_CHUNKS;
         chunk = (chunk + unit - 1) / unit * unit;
         while (j < rows) {

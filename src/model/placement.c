@@ -20,16 +20,16 @@
 static uint64_t align_down(uint64_t x) { return x & ~(ALIGN - 1); }
 static uint64_t align_up(uint64_t x) { return (x + ALIGN - 1) & ~(ALIGN - 1); }
 
-static int cmp_placed(const void *a, const void *b) {
-    const tl_weight_placed *x = a, *y = b;
-    return (x->w->file_offset > y->w->file_offset) - (x->w->file_offset < y->w->file_offset);
-}
-
-/* Builds the merged, aligned extents of tensors ws[0..n). */
+/* Builds the merged, aligned extents of tensors ws[0..n) (n <= TL_WEIGHT_UNIT_MAX). The
+ * planner builds layouts by the thousand: an insertion sort by file offset, not qsort. */
 void tl_weight_layout_build(tl_weight_layout *L, tl_weight *const *ws, int n) {
-    memset(L, 0, sizeof *L);
-    for (int i = 0; i < n; i++) L->t[L->n_t++].w = ws[i];
-    qsort(L->t, (size_t)L->n_t, sizeof L->t[0], cmp_placed);
+    L->n_t = L->n_e = 0;
+    L->bytes = 0;
+    for (int i = 0; i < n; i++) {
+        int j = L->n_t++;
+        for (; j > 0 && L->t[j - 1].w->file_offset > ws[i]->file_offset; j--) L->t[j] = L->t[j - 1];
+        L->t[j] = (tl_weight_placed){ws[i], 0};
+    }
     for (int i = 0; i < L->n_t; i++) {
         const tl_weight *w = L->t[i].w;
         uint64_t a0 = align_down(w->file_offset), a1 = align_up(w->file_offset + w->file_bytes);
@@ -101,17 +101,29 @@ int tl_weight_wants_panels(const tl_llama *m, const tl_weight *w) {
 }
 
 int tl_weight_repacked_in_memory(const tl_llama *m, const tl_weight *w) {
-    return tl_weight_wants_panels(m, w) && (!m->panel_tier || w == &m->tok_embd);
+    /* a tied classifier is the embedding's bytes, which the copy keeps in rows */
+    const int embedding = w == &m->tok_embd || (m->tied_output && w == &m->output);
+    return tl_weight_wants_panels(m, w) && (!m->panel_tier || embedding);
+}
+
+/* The largest temporary one of w's panels needs, when it is repacked in memory. */
+static size_t repack_tmp(const tl_llama *m, const tl_weight *w) {
+    return tl_weight_repacked_in_memory(m, w) ? tl_panels_tmp_bytes(w->type, w->cols) : 0;
 }
 
 uint64_t tl_weight_repack_bytes(const tl_llama *m) {
-    tl_weight *all[4096];
-    size_t n = tl_llama_weights((tl_llama *)m, all, 4096), most = 0;
-    for (size_t i = 0; i < n && i < 4096; i++)
-        if (tl_weight_repacked_in_memory(m, all[i])) {
-            size_t b = tl_panels_tmp_bytes(all[i]->type, all[i]->cols);
-            if (b > most) most = b;
+    /* the planner asks per candidate plan: one layer of each shape class stands for all */
+    size_t most = repack_tmp(m, &m->tok_embd);
+    if (!m->tied_output && repack_tmp(m, &m->output) > most) most = repack_tmp(m, &m->output);
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+        if (m->layers[l].shape_class != l) continue;
+        tl_weight *ws[TL_WEIGHT_UNIT_MAX];
+        for (int part = 0; part < 2; part++) {
+            const int n = tl_llama_layer_matrices(&m->layers[l], part, ws);
+            for (int i = 0; i < n; i++)
+                if (repack_tmp(m, ws[i]) > most) most = repack_tmp(m, ws[i]);
         }
+    }
     if (!most) return 0;
     const uint64_t threads = m->pool ? (uint64_t)tl_pool_threads(m->pool) : 1;
     return threads * align_up(most) + ALIGN;

@@ -71,7 +71,7 @@ uint64_t tl_weight_row_buf_bytes(const tl_llama *m);
 int tl_weight_wants_panels(const tl_llama *m, const tl_weight *w);
 /* 1 when w's bytes arrive in the file's layout and are repacked in memory: it wants
  * panels and is not read from a converted copy that stores it repacked (m->panel_tier
- * holds every such tensor but the token embedding). */
+ * holds every such tensor but the token embedding, and so a classifier tied to it). */
 int tl_weight_repacked_in_memory(const tl_llama *m, const tl_weight *w);
 /* Bytes of the repacking temporaries (one panel per pool thread; 0 when none is wanted),
  * held from placement to close and counted in tl_weight_plan_bytes. */

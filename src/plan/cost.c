@@ -101,11 +101,7 @@ static const tl_weight *layer_weight(const tl_model *m, int32_t l, int i) {
     return ws[i];
 }
 static int same_shapes(const tl_model *m, int32_t a, int32_t b) {
-    for (int i = 0; i < 7; i++) {
-        const tl_weight *x = layer_weight(m, a, i), *y = layer_weight(m, b, i);
-        if (x->type != y->type || x->rows != y->rows || x->cols != y->cols) return 0;
-    }
-    return 1;
+    return m->lm.layers[a].shape_class == m->lm.layers[b].shape_class;
 }
 static void memo_init(mm_memo *mo) {
     for (int i = 0; i < MM_MEMO; i++) mo->layer[i] = -1;

@@ -74,6 +74,38 @@ static int cmp_desc(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id; /* stable tie-break by id */
 }
 
+/* cand[0..k) = the k candidates first in cmp_desc's order (a total order: value, then
+ * id), sorted by it: the same as the first k of a full sort, in O(n log k). A heap keeps
+ * the k best so far with the last of them at its root. */
+static void top_k_select(tl_cand *cand, const float *logits, size_t n, size_t k) {
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        tl_cand c = {(int32_t)i, logits[i]};
+        size_t at;
+        if (len < k) { /* sift up from the end */
+            at = len++;
+            while (at > 0 && cmp_desc(&cand[(at - 1) / 2], &c) < 0) {
+                cand[at] = cand[(at - 1) / 2];
+                at = (at - 1) / 2;
+            }
+        } else if (cmp_desc(&c, &cand[0]) < 0) { /* better than the root: sift down */
+            at = 0;
+            for (;;) {
+                size_t l = 2 * at + 1, r = l + 1, worst = l;
+                if (l >= len) break;
+                if (r < len && cmp_desc(&cand[r], &cand[l]) > 0) worst = r;
+                if (cmp_desc(&cand[worst], &c) <= 0) break;
+                cand[at] = cand[worst];
+                at = worst;
+            }
+        } else {
+            continue;
+        }
+        cand[at] = c;
+    }
+    qsort(cand, len, sizeof *cand, cmp_desc);
+}
+
 int32_t tl_sampler_sample(tl_sampler *s, float *logits) {
     const size_t n = s->n_vocab;
     if (s->p.repeat_penalty != 1.0f) {
@@ -94,9 +126,13 @@ int32_t tl_sampler_sample(tl_sampler *s, float *logits) {
         return (int32_t)best;
     }
     size_t k = n;
-    for (size_t i = 0; i < n; i++) s->cand[i] = (tl_cand){(int32_t)i, logits[i]};
-    qsort(s->cand, n, sizeof *s->cand, cmp_desc);
     if (s->p.top_k > 0 && (size_t)s->p.top_k < k) k = (size_t)s->p.top_k;
+    if (k < n) {
+        top_k_select(s->cand, logits, n, k); /* the k first of cmp_desc's order, sorted */
+    } else {
+        for (size_t i = 0; i < n; i++) s->cand[i] = (tl_cand){(int32_t)i, logits[i]};
+        qsort(s->cand, n, sizeof *s->cand, cmp_desc);
+    }
     double sum = 0;
     const float mx = s->cand[0].v;
     for (size_t i = 0; i < k; i++) {

@@ -37,7 +37,7 @@ tl_status cli_use_weights_copy(tl_model *m, const char *who) {
     if (!st && info.created)
         fprintf(stderr, "%s: wrote a converted copy of the weights (%.1f MiB in %.1f s): %s\n",
                 who, info.bytes / 1048576.0, info.seconds, info.path);
-    else if (!st && info.used)
+    else if (!st && info.used && info.path[0])
         fprintf(stderr, "%s: streaming the weights from the converted copy %s\n", who, info.path);
     return st;
 }

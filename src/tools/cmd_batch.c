@@ -311,7 +311,8 @@ static void print_plan_stats(const tl_plan_request *rq, const tl_plan_result *ch
             c->tokens_per_s, bs->elapsed_s > 0 ? bs->generated_tokens / bs->elapsed_s : 0.0);
     if (bs->weight_panel_bytes || bs->weight_bytes_repacked)
         fprintf(stderr, "[plan] weights in int8 panels: %.1f MiB resident (repacked once at "
-                "placement), %.1f MiB repacked on arrival over the run's passes | repacking "
+                "placement or from the converted copy), %.1f MiB repacked on arrival over the "
+                "run's passes | repacking "
                 "%.2f s in all\n", bs->weight_panel_bytes / 1048576.0,
                 bs->weight_bytes_repacked / 1048576.0, bs->weight_repack_s);
     if (!rp) {

@@ -494,7 +494,8 @@ int tl_cmd_run(int argc, char **argv) {
                     t.wall_s > 0 ? 1.0 - t.stall_s / t.wall_s : 1.0);
             if (t.weights_panel_bytes || t.weights_repacked_bytes)
                 fprintf(stderr, "[stats] weights in int8 panels: %.1f MiB resident (repacked "
-                        "once at placement), %.1f MiB streamed and repacked on arrival | "
+                        "once at placement or from the converted copy), %.1f MiB streamed and "
+                        "repacked on arrival | "
                         "repacking %.2f s in all\n", t.weights_panel_bytes / 1048576.0,
                         t.weights_repacked_bytes / 1048576.0, t.weights_repack_s);
             if (t.kv_window_pages)
