@@ -275,6 +275,7 @@ typedef struct tl_batch_stats {
      * panels on arrival, seconds of all repacking (placement included) */
     uint64_t weight_panel_bytes, weight_bytes_repacked;
     double weight_repack_s;
+    double weight_arrival_repack_s; /* of weight_repack_s: streamed weights, on arrival */
     int32_t replans;             /* times the policy was replaced between blocks */
     uint64_t kv_pages_read;      /* disk KV pages read back (the cache's misses) */
     uint64_t kv_cache_hits;      /* disk KV pages attention found in memory instead */

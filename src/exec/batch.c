@@ -53,7 +53,7 @@ typedef struct batch {
     double t_start;
     uint64_t base_written, base_kv_read, base_weight_read; /* from before a re-plan */
     uint64_t base_repacked;
-    double base_repack_s;
+    double base_repack_s, base_arrival_repack_s;
     uint64_t base_pages_read, base_hits;
     const tl_fault_spec *spill_fault;
     const int32_t *seed_index;
@@ -414,6 +414,7 @@ static void fill_io_stats(batch *b) {
     b->st.weight_panel_bytes = rs.panel_bytes;
     b->st.weight_bytes_repacked = b->base_repacked + rs.streamed_panel_bytes;
     b->st.weight_repack_s = b->base_repack_s + rs.repack_s;
+    b->st.weight_arrival_repack_s = b->base_arrival_repack_s + rs.arrival_repack_s;
     b->st.elapsed_s = tl_now() - b->t_start;
 }
 
@@ -429,6 +430,7 @@ static tl_status replace_policy(batch *b, const tl_batch_params *bp) {
     b->base_weight_read = b->st.weight_bytes_read;
     b->base_repacked = b->st.weight_bytes_repacked;
     b->base_repack_s = b->st.weight_repack_s;
+    b->base_arrival_repack_s = b->st.weight_arrival_repack_s;
     batch_free(b);
     tl_engine_unplace(b->m);
     b->bp = *bp;

@@ -63,7 +63,7 @@ struct tl_residency {
     size_t repack_stride;
     uint64_t panel_bytes;   /* resident weights in panels (repacked, or from the copy) */
     uint64_t streamed_panel_bytes; /* streamed weights repacked on arrival, all passes */
-    double repack_s;
+    double repack_s, arrival_repack_s; /* all repacking; of it, on arrival */
 };
 
 /* ---- the manager ---- */
@@ -459,7 +459,9 @@ tl_status tl_residency_acquire(tl_residency *r, int u) {
     }
     s->state = SLOT_IN_USE;
     r->bytes_disk += L->bytes;
+    const double t_repack = r->repack_s;
     r->streamed_panel_bytes += repack(r, L, s->buf);
+    r->arrival_repack_s += r->repack_s - t_repack;
     point_at(r, L, s->buf);
     return TL_OK;
 }
@@ -549,6 +551,7 @@ void tl_residency_get_stats(const tl_residency *r, tl_residency_stats *out) {
     out->panel_bytes = r->panel_bytes;
     out->streamed_panel_bytes = r->streamed_panel_bytes;
     out->repack_s = r->repack_s;
+    out->arrival_repack_s = r->arrival_repack_s;
 }
 
 const tl_weight_plan *tl_residency_plan(const tl_residency *r) { return &r->plan; }

@@ -42,7 +42,7 @@ typedef struct tl_residency_stats {
      * read so from the converted copy), streamed ones repacked each time they arrive
      * (summed over passes), and the time repacking took */
     uint64_t panel_bytes, streamed_panel_bytes;
-    double repack_s;
+    double repack_s, arrival_repack_s; /* all repacking; of it, streamed weights on arrival */
 } tl_residency_stats;
 void tl_residency_get_stats(const tl_residency *r, tl_residency_stats *out);
 const tl_weight_plan *tl_residency_plan(const tl_residency *r);

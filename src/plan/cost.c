@@ -261,6 +261,7 @@ static void add_pass(acc *a, const tl_cost_pass *p, int overlap) {
     double io = wr + kr + kw, wait = p->kv_wait_s;
     if (overlap && p->io_slowdown > 1) compute += (p->io_slowdown - 1) * (io < compute ? io : compute);
     a->t.compute_s += compute;
+    a->t.repack_s += p->repack_s;
     a->t.kv_wait_s += wait;
     a->t.weight_read_s += wr;
     a->t.kv_read_s += kr;
@@ -399,7 +400,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         tl_cost_pass p = {1, block_index, fed / chunk, c, layers_bytes + (last ? out_bytes : 0),
                           kv_read, kv_write, wbps, kbps, wr_bps, 1, slow,
                           pass_kv_wait(m, prof, pol->kv_bits, rows, block, ctx, stored, pages,
-                                       n_mb, first_s, page_s), read_pages, read_pages};
+                                       n_mb, first_s, page_s), read_pages, read_pages,
+                          layers_repack + (last ? out_repack : 0)};
         fn(user, &p);
     }
     /* decode: gen_len - 1 steps, step j feeds position P + j - 1 of every sequence */
@@ -437,7 +439,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         tl_cost_pass p = {0, block_index, j - 1, c, layers_bytes + out_bytes, kv_read, kv_write,
                           wbps, kbps, wr_bps, 1, slow,
                           pass_kv_wait(m, prof, pol->kv_bits, rows, 1, ctx, stored, pages,
-                                       n_mb, first_s, page_s), need_all, read_pages};
+                                       n_mb, first_s, page_s), need_all, read_pages,
+                          layers_repack + out_repack};
         fn(user, &p);
     }
 }
@@ -464,6 +467,7 @@ static void predict_pass(void *user, const tl_cost_pass *p) {
     add_pass(&one, p, pa->overlap);
     acc *a = p->prefill ? &pa->pre : &pa->dec;
     a->t.compute_s += one.t.compute_s * p->count;
+    a->t.repack_s += one.t.repack_s * p->count;
     a->t.weight_read_s += one.t.weight_read_s * p->count;
     a->t.kv_read_s += one.t.kv_read_s * p->count;
     a->t.kv_write_s += one.t.kv_write_s * p->count;
@@ -483,6 +487,7 @@ static void predict_pass(void *user, const tl_cost_pass *p) {
 
 static void scale_terms(tl_cost_terms *dst, const tl_cost_terms *src, double f) {
     dst->compute_s = src->compute_s * f;
+    dst->repack_s = src->repack_s * f;
     dst->weight_read_s = src->weight_read_s * f;
     dst->kv_read_s = src->kv_read_s * f;
     dst->kv_write_s = src->kv_write_s * f;

@@ -57,6 +57,7 @@ typedef struct tl_cost_terms {
     double overlapped_s;      /* max(compute + KV wait, weight + KV IO) */
     double serial_s;          /* compute + KV wait + weight + KV IO */
     double weight_bytes, kv_read_bytes, kv_write_bytes;
+    double repack_s;          /* of compute_s: repacking streamed weights into panels */
 } tl_cost_terms;
 
 typedef struct tl_cost {
@@ -87,6 +88,7 @@ typedef struct tl_cost_pass {
     double kv_wait_s;         /* compute stalled on KV pages read one micro-batch ahead */
     double kv_pages_needed;   /* disk pages the pass's attention uses (read or cached) */
     double kv_pages_read;     /* of those, read from disk */
+    double repack_s;          /* of compute_s: repacking streamed weights into panels */
 } tl_cost_pass;
 typedef void (*tl_cost_pass_fn)(void *user, const tl_cost_pass *p);
 

@@ -99,6 +99,8 @@ void cli_print_terms(FILE *f, const char *phase, const tl_cost_terms *pred, doub
     term_line(f, "wall", pred_wall, meas->wall_s, "s", 1);
     term_line(f, "passes", pred_passes, meas->passes, "", 1);
     term_line(f, "compute", pred->compute_s, meas->compute_s, "s", 1);
+    if (pred->repack_s > 0 || meas->repack_s > 0)
+        term_line(f, "  repacking weights", pred->repack_s, meas->repack_s, "s", 1);
     term_line(f, "KV wait", pred->kv_wait_s, meas->kv_wait_s, "s", 1);
     term_line(f, "weight reads", pred->weight_read_s, CLI_NOT_MEASURED, "s", 1);
     term_line(f, "KV reads", pred->kv_read_s, CLI_NOT_MEASURED, "s", 1);

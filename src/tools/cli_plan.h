@@ -26,11 +26,13 @@ typedef struct cli_measured {
     double wall_s, passes, compute_s, io_busy_s;
     double weight_bytes, kv_read_bytes, kv_write_bytes;
     double kv_wait_s; /* compute waiting for KV pages */
+    double repack_s;  /* of compute: repacking streamed weights into panels on arrival */
 } cli_measured;
 /* Every term CLI_NOT_MEASURED. */
 static inline cli_measured cli_measured_none(void) {
     cli_measured m = {CLI_NOT_MEASURED, CLI_NOT_MEASURED, CLI_NOT_MEASURED, CLI_NOT_MEASURED,
-                      CLI_NOT_MEASURED, CLI_NOT_MEASURED, CLI_NOT_MEASURED, CLI_NOT_MEASURED};
+                      CLI_NOT_MEASURED, CLI_NOT_MEASURED, CLI_NOT_MEASURED, CLI_NOT_MEASURED,
+                      CLI_NOT_MEASURED};
     return m;
 }
 void cli_print_terms(FILE *f, const char *phase, const tl_cost_terms *pred, double pred_wall,

@@ -247,15 +247,12 @@ static tl_status weights_from_copy(tl_model *m, int mode, const tl_plan_result *
     if (mode == 0) return TL_OK;
     if (mode < 0) {
         tl_hw_profile prof;
-        const int ti = tl_type_index(m->lm.layers[0].w_gate.type);
-        if (!chosen || ti < 0 || cli_profile(m, profile_path, &prof) != TL_OK) {
+        if (!chosen || cli_profile(m, profile_path, &prof) != TL_OK) {
             tl_error_clear();
             return TL_OK;
         }
-        const double passes = chosen->cost.prefill_passes + chosen->cost.decode_passes;
         const double bytes = (double)m->lm.tier->size;
-        const double repack = prof.repack_bps[ti] > 0
-                                  ? passes * (double)chosen->streamed_bytes / prof.repack_bps[ti] : 0;
+        const double repack = chosen->cost.prefill.repack_s + chosen->cost.decode.repack_s;
         const double write = bytes / prof.disk_write_bps + bytes / tl_profile_read_bps(&prof, 4u << 20, 4);
         if (repack <= 2 * write) return TL_OK;
     }
@@ -292,12 +289,14 @@ static void print_plan_stats(const tl_plan_request *rq, const tl_plan_result *ch
     all.kv_read_bytes = (double)bs->kv_bytes_read;
     all.kv_write_bytes = (double)bs->ssd_bytes_written;
     all.kv_wait_s = pre.kv_wait_s + dec.kv_wait_s;
+    all.repack_s = bs->weight_arrival_repack_s;
     tl_cost_terms sum = c->prefill;
     sum.compute_s += c->decode.compute_s;
     sum.weight_read_s += c->decode.weight_read_s;
     sum.kv_read_s += c->decode.kv_read_s;
     sum.kv_write_s += c->decode.kv_write_s;
     sum.kv_wait_s += c->decode.kv_wait_s;
+    sum.repack_s += c->decode.repack_s;
     sum.weight_bytes += c->decode.weight_bytes;
     sum.kv_read_bytes += c->decode.kv_read_bytes;
     sum.kv_write_bytes += c->decode.kv_write_bytes;
