@@ -210,7 +210,7 @@ static tl_status load_residents(tl_residency *r, const tl_weight_plan *plan) {
     part_load ring[LOAD_AHEAD];
     int head = 0, len = 0;
     tl_status st = TL_OK;
-    for (int u = 0; u <= m->hp.n_layer + 1 && !st; u++)
+    for (int u = 0; u <= m->hp.n_layer && !st; u++)
         for (int part = 0; part < 2 && !st; part++) {
             tl_weight *ws[TL_WEIGHT_UNIT_MAX];
             int n = 0;
