@@ -154,6 +154,7 @@ typedef struct tl_run_stats {
      * repacking since the model was placed */
     uint64_t weights_panel_bytes, weights_repacked_bytes;
     double weights_repack_s;
+    double weights_arrival_repack_s; /* repacking streamed weights on arrival, since reset */
     /* KV tiers (all 0 when the KV cache is in memory) */
     int32_t kv_window_pages, kv_sink_pages, kv_cache_pages, kv_page_tokens;
     uint64_t kv_bytes_read, kv_pages_read;   /* from the spill file */

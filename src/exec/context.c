@@ -308,6 +308,7 @@ tl_status tl_context_get_stats(const tl_context *c, tl_run_stats *out) {
     out->weights_panel_bytes = rs.panel_bytes;
     out->weights_repacked_bytes = rs.streamed_panel_bytes - c->res_base.streamed_panel_bytes;
     out->weights_repack_s = rs.repack_s;
+    out->weights_arrival_repack_s = rs.arrival_repack_s - c->res_base.arrival_repack_s;
     out->io_uring = tl_aio_uses_uring(m->lm.aio);
     out->kv_select_pages_read = c->scratch.pages_read;
     out->kv_select_pages_total = c->scratch.pages_total;

@@ -283,6 +283,8 @@ static void print_plan_stats(const tl_plan_result *chosen, const tl_generate_sta
         dec.compute_s = t->compute_s - after_prefill->compute_s;
         dec.io_busy_s = t->io_busy_s - after_prefill->io_busy_s;
         dec.weight_bytes = (double)(t->bytes_read_disk - after_prefill->bytes_read_disk);
+        pre.repack_s = after_prefill->weights_arrival_repack_s;
+        dec.repack_s = t->weights_arrival_repack_s - after_prefill->weights_arrival_repack_s;
         if (t->kv_window_pages) { /* KV in tiers: its disk reads and writes are measured */
             pre.kv_read_bytes = (double)after_prefill->kv_bytes_read;
             dec.kv_read_bytes = (double)(t->kv_bytes_read - after_prefill->kv_bytes_read);
