@@ -107,6 +107,8 @@ out=$("$bin" run -m "$tmp/long.gguf" -c 4096 -f "$tmp/long.txt" -n 32 --temp 0 -
 [ "$out" = "$ref" ] || fail "--io-order by-need --kv-recompute 4: the text differs: $(cat "$tmp/err")"
 expect_rc 2 "--io-order bad" "$bin" run -m "$m" -p hi --io-order sideways
 grep -q "io-order expects kv-first or by-need" "$tmp/err" || fail "--io-order bad: $(cat "$tmp/err")"
+expect_rc 2 "--weights-copy bad" "$bin" run -m "$m" -p hi --weights-copy auto
+grep -q "weights-copy expects on or off" "$tmp/err" || fail "--weights-copy auto in run: $(cat "$tmp/err")"
 expect_rc 2 "--kv-select out of range" "$bin" run -m "$m" -p hi --kv-select 1.5
 grep -q "kv-select expects a share" "$tmp/err" || fail "--kv-select 1.5: $(cat "$tmp/err")"
 expect_rc 2 "batch --kv-select out of range" "$bin" batch -m "$m" -i /dev/null -o "$tmp/x.jsonl" \

@@ -486,6 +486,10 @@ static void test_panels(void) {
             tl_panels_pack(type, Q, rows, k, tmp);
             CHECK_MSG(memcmp(Q, P, bytes) == 0, "%s k=%zu: in-place pack differs from the reference",
                       tl_type_name(type), k);
+            memcpy(Q, W, bytes); /* in shares, as a pool splits it (3 panels in 2 shares) */
+            for (size_t part = 2; part-- > 0;) tl_panels_pack_share(type, Q, rows, k, part, 2, tmp);
+            CHECK_MSG(memcmp(Q, P, bytes) == 0, "%s k=%zu: packing in shares differs",
+                      tl_type_name(type), k);
             for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
                 const size_t n = ns[ni], ldx = k + 3, ldy = rows + 5;
                 float *X = malloc(n * ldx * sizeof(float)), *yr = malloc(n * ldy * sizeof(float));

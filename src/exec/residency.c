@@ -140,12 +140,9 @@ static void repack_task(void *arg, int task, int thread) {
     uint8_t *tmp = j->r->repack_tmp + (size_t)thread * j->r->repack_stride;
     for (int i = 0; i < j->L->n_t; i++) {
         tl_weight *w = j->L->t[i].w;
-        if (!tl_weight_repacked_in_memory(j->r->m, w)) continue;
-        const size_t panels = w->rows / TL_PANEL_ROWS, rb = tl_type_row_bytes(w->type, w->cols);
-        const size_t p0 = panels * (size_t)task / (size_t)j->threads;
-        const size_t p1 = panels * (size_t)(task + 1) / (size_t)j->threads;
-        tl_panels_pack(w->type, j->buf + j->L->t[i].buf_off + p0 * TL_PANEL_ROWS * rb,
-                       (p1 - p0) * TL_PANEL_ROWS, w->cols, tmp);
+        if (tl_weight_repacked_in_memory(j->r->m, w))
+            tl_panels_pack_share(w->type, j->buf + j->L->t[i].buf_off, w->rows, w->cols,
+                                 (size_t)task, (size_t)j->threads, tmp);
     }
 }
 

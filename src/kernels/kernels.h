@@ -100,6 +100,10 @@ int tl_panels_wanted(tl_type type, size_t rows);
 size_t tl_panels_tmp_bytes(tl_type type, size_t k);
 /* Repacks rows [0, rows) of W (rows a multiple of 32) into panels in place. */
 void tl_panels_pack(tl_type type, void *W, size_t rows, size_t k, void *tmp);
+/* The same for share `part` of `parts` near-equal shares of the panels: disjoint shares,
+ * each with its own tmp, may run at once (a pool splitting one repack). */
+void tl_panels_pack_share(tl_type type, void *W, size_t rows, size_t k, size_t part,
+                          size_t parts, void *tmp);
 /* The definition, to be read: panels from file rows (src and dst distinct), and back. */
 void tl_panels_pack_ref(tl_type type, const void *rows_src, size_t rows, size_t k, void *dst);
 void tl_panels_unpack_ref(tl_type type, const void *panels, size_t rows, size_t k, void *dst);

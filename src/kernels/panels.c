@@ -82,6 +82,14 @@ void tl_panels_pack(tl_type type, void *W, size_t rows, size_t k, void *tmp) {
     }
 }
 
+void tl_panels_pack_share(tl_type type, void *W, size_t rows, size_t k, size_t part,
+                          size_t parts, void *tmp) {
+    const size_t panels = rows / TL_PANEL_ROWS, p0 = panels * part / parts;
+    const size_t p1 = panels * (part + 1) / parts;
+    tl_panels_pack(type, (uint8_t *)W + p0 * tl_panels_tmp_bytes(type, k),
+                   (p1 - p0) * TL_PANEL_ROWS, k, tmp);
+}
+
 /* The file's bytes of blocks [b0, b0 + kb) of row j (kb <= REF_BLOCKS) into out. */
 static void row_blocks(tl_type type, const uint8_t *W, size_t k, size_t j, size_t b0,
                        size_t kb, uint8_t *out) {

@@ -1,12 +1,10 @@
-/* x86_gemm.c - the GEMM (prefill, n > TL_GROUPED_MAX_N activation rows): compute-bound,
- * BLIS-style. For each KC-slice of k and each panel of NR=16 output columns, the weights
+/* x86_gemm.c - the F32 / F16 / BF16 GEMM on AVX2 (prefill, n > TL_GROUPED_MAX_N
+ * activation rows; Q8_0/Q4_0 take the int8 GEMMs): compute-bound, BLIS-style. For each KC-slice of k and each panel of NR=16 output columns, the weights
  * are dequantized and packed transposed (panel[c][16], padded with zero columns past j1)
  * into scratch; a 6x16 register-tile micro-kernel then sweeps all n rows of X (split into
  * near-equal tiles of <= 6 rows). The first k-slice stores into Y, later ones add to it.
  * The next panel's weight rows are software-prefetched: they are short runs at a large
- * stride, which the hardware prefetcher does not follow. For Q8_0/Q4_0 each k-slice of X
- * is rounded to x' into scratch before it is used (n x KC floats), so no full copy of X
- * is needed.
+ * stride, which the hardware prefetcher does not follow.
  */
 #include "kernels/x86_dequant.h"
 #include "kernels/x86_matmul.h"
@@ -14,18 +12,6 @@
 #define MR 6    /* micro-tile rows of X (and Y) */
 #define NR 16   /* micro-tile columns j (two ymm) */
 #define KC 256  /* k-slice; a multiple of TL_QK */
-
-/* x' for len elements (a multiple of 32) of each of n rows: dst[i*ldd + c]. */
-static void round_act_rows(const float *X, size_t ldx, size_t n, size_t len, float *dst,
-                           size_t ldd) {
-    for (size_t i = 0; i < n; i++)
-        for (size_t c = 0; c < len; c += TL_QK) {
-            __m256 r[4];
-            __m256 d = _mm256_set1_ps(act_block(X + i * ldx + c, r));
-            UNROLL
-            for (int q = 0; q < 4; q++) _mm256_storeu_ps(dst + i * ldd + c + 8 * q, _mm256_mul_ps(d, r[q]));
-        }
-}
 
 /* Packs columns [c0, c0+kc) of weight rows [jb, jb+nj) (nj <= NR) as panel[c*NR + jj],
  * zero for jj >= nj. tmp holds NR*KC floats. */
@@ -100,16 +86,12 @@ static ALWAYS_INLINE void gemm(tl_type type, const uint8_t *W, size_t k, size_t 
                                const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
                                float *scratch) {
     size_t row_bytes = tl_type_row_bytes(type, k);
-    float *panel = scratch, *tmp = scratch + NR * KC, *xr = scratch + 2 * NR * KC;
+    float *panel = scratch, *tmp = scratch + NR * KC;
     for (size_t c0 = 0; c0 < k; c0 += KC) {
         size_t kc = k - c0 < KC ? k - c0 : KC;
         int add = c0 > 0;
-        const float *xs = X + c0; /* this k-slice of X (or of x') */
-        size_t lds = ldx;
-        if (tl_type_rounds_act(type)) {
-            round_act_rows(X + c0, ldx, n, kc, xr, KC);
-            xs = xr, lds = KC;
-        }
+        const float *xs = X + c0; /* this k-slice of X */
+        const size_t lds = ldx;
         for (size_t jb = j0; jb < j1; jb += NR) {
             size_t nj = j1 - jb < NR ? j1 - jb : NR;
             pack_panel(type, W, row_bytes, c0, kc, jb, nj, tmp, panel);
@@ -146,8 +128,6 @@ static ALWAYS_INLINE void gemm(tl_type type, const uint8_t *W, size_t k, size_t 
 GEMM_FN(gemm_f32, TL_TYPE_F32)
 GEMM_FN(gemm_f16, TL_TYPE_F16)
 GEMM_FN(gemm_bf16, TL_TYPE_BF16)
-GEMM_FN(gemm_q8_0, TL_TYPE_Q8_0)
-GEMM_FN(gemm_q4_0, TL_TYPE_Q4_0)
 
 void tl__gemm(tl_type type, const uint8_t *w, size_t k, size_t j0, size_t j1, const float *X,
               size_t ldx, size_t n, float *Y, size_t ldy, float *scratch) {
@@ -155,11 +135,8 @@ void tl__gemm(tl_type type, const uint8_t *w, size_t k, size_t j0, size_t j1, co
     case TL_TYPE_F32: gemm_f32(w, k, j0, j1, X, ldx, n, Y, ldy, scratch); return;
     case TL_TYPE_F16: gemm_f16(w, k, j0, j1, X, ldx, n, Y, ldy, scratch); return;
     case TL_TYPE_BF16: gemm_bf16(w, k, j0, j1, X, ldx, n, Y, ldy, scratch); return;
-    case TL_TYPE_Q8_0: gemm_q8_0(w, k, j0, j1, X, ldx, n, Y, ldy, scratch); return;
-    case TL_TYPE_Q4_0: gemm_q4_0(w, k, j0, j1, X, ldx, n, Y, ldy, scratch); return;
+    default: return; /* Q8_0/Q4_0: the int8 GEMMs (x86_matmul.c) */
     }
 }
 
-size_t tl__gemm_scratch_floats(size_t n) {
-    return 2 * NR * KC + (n > TL_GROUPED_MAX_N ? n * KC : 0); /* panels, x' slice */
-}
+size_t tl__gemm_scratch_floats(void) { return 2 * NR * KC; /* panel and its dequantized rows */ }

@@ -35,7 +35,7 @@
 size_t tl_matmul_scratch_floats(size_t k, size_t n) {
     size_t nv = n < TL_GROUPED_MAX_N ? n : TL_GROUPED_MAX_N;
     size_t act = tl__act_floats(TL_TYPE_Q4_0, k, nv); /* matvec: the larger records */
-    size_t gemm = tl__gemm_scratch_floats(n);
+    size_t gemm = tl__gemm_scratch_floats();
     /* the int8 GEMMs' activation records (AVX-512 VNNI, AVX-VNNI) */
     const size_t records = n * (k / TL_QK) * sizeof(tl__act_rec) / sizeof(float);
     if (records > gemm) gemm = records;

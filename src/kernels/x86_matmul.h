@@ -12,10 +12,10 @@
 /* F32/F16/BF16 weights, n <= TL_MATVEC_MAX_N rows (x86_simd.h); other types: nothing. */
 void tl__matvec_float(tl_type type, const uint8_t *w, size_t k, size_t j0, size_t j1,
                       const float *X, size_t ldx, size_t n, float *Y, size_t ldy);
-/* Any type and n; scratch of at least tl__gemm_scratch_floats(n) floats. */
+/* F32/F16/BF16, any n; scratch of at least tl__gemm_scratch_floats() floats. */
 void tl__gemm(tl_type type, const uint8_t *w, size_t k, size_t j0, size_t j1, const float *X,
               size_t ldx, size_t n, float *Y, size_t ldy, float *scratch);
-size_t tl__gemm_scratch_floats(size_t n);
+size_t tl__gemm_scratch_floats(void);
 /* Floats of the matvec's prepared activations (pair records) for n <= TL_GROUPED_MAX_N
  * rows of Q8_0/Q4_0 (0 otherwise), whichever path this CPU takes (tl_matmul_act_floats
  * gives the int8 GEMM's records instead where the GEMM takes those rows). */

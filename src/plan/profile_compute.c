@@ -98,10 +98,8 @@ typedef struct repack_job {
 
 static void repack_task(void *arg, int task, int thread) {
     const repack_job *j = arg;
-    const size_t panels = j->rows / TL_PANEL_ROWS, rb = tl_type_row_bytes(j->type, j->cols);
-    const size_t p0 = panels * (size_t)task / j->threads, p1 = panels * (size_t)(task + 1) / j->threads;
-    tl_panels_pack(j->type, j->W + p0 * TL_PANEL_ROWS * rb, (p1 - p0) * TL_PANEL_ROWS, j->cols,
-                   j->tmp + (size_t)thread * j->tmp_bytes);
+    tl_panels_pack_share(j->type, j->W, j->rows, j->cols, (size_t)task, j->threads,
+                         j->tmp + (size_t)thread * j->tmp_bytes);
 }
 
 /* Repacks every copy in place (so they hold panels), timing each: the median bytes/s. */
