@@ -311,13 +311,32 @@ tl_status tl_batch_check(tl_model *model, const tl_batch_params *bp);
  * does not depend on the values). Presets: "stories260k", "tinyllama-1.1b", "llama2-7b". */
 typedef struct tl_synth_params {
     int32_t n_vocab, n_embd, n_ff, n_layer, n_head, n_head_kv, n_ctx;
-    int32_t weight_type;    /* GGML type id of the matrices: 0 F32, 1 F16, 2 Q4_0, 8 Q8_0,
-                               30 BF16 */
+    int32_t weight_type;    /* GGML type id of the matrices: 0 F32, 1 F16, 2 Q4_0, 3 Q4_1,
+                               6 Q5_0, 7 Q5_1, 8 Q8_0, 10-14 Q2_K..Q6_K, 30 BF16 */
     int32_t tied_output;    /* 1: no output.weight (classifier tied to the embedding) */
     float rope_base;
     uint64_t seed;
+    int32_t mix;            /* 0, or a llama.cpp K-quant mix (tl_synth_mix): each matrix's
+                               type by llama.cpp's rules for that file type (weight_type is
+                               then ignored) */
 } tl_synth_params;
 
+/* llama.cpp's K-quant mixes, numbered as its file types (general.file_type). */
+typedef enum tl_synth_mix {
+    TL_MIX_NONE = 0,
+    TL_MIX_Q2_K = 10,
+    TL_MIX_Q3_K_S = 11,
+    TL_MIX_Q3_K_M = 12,
+    TL_MIX_Q3_K_L = 13,
+    TL_MIX_Q4_K_S = 14,
+    TL_MIX_Q4_K_M = 15,
+    TL_MIX_Q5_K_S = 16,
+    TL_MIX_Q5_K_M = 17,
+    TL_MIX_Q6_K = 18
+} tl_synth_mix;
+
+/* "Q4_K_M" for TL_MIX_Q4_K_M, "?" for an unknown mix. */
+const char *tl_synth_mix_name(int32_t mix);
 /* Fills *out with a preset's shape (F32 weights, seed 1); TL_ERR_INVALID if unknown. */
 tl_status tl_synth_preset(const char *name, tl_synth_params *out);
 /* Writes the model to `path` (atomically: a temporary file renamed into place). */

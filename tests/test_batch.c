@@ -299,7 +299,7 @@ int main(void) {
     CHECK(mkdtemp(dir) != NULL);
     char path[256];
     snprintf(path, sizeof path, "%s/synth.gguf", dir);
-    tl_synth_params sp = {600, 128, 256, 3, 8, 2, 256, 0 /* F32 */, 0, 10000.0f, 11};
+    tl_synth_params sp = {600, 128, 256, 3, 8, 2, 256, 0 /* F32 */, 0, 10000.0f, 11, 0};
     CHECK(tl_synth_write(&sp, path) == TL_OK);
     check_shapes(path, 0, "synthetic F32 GQA");
     check_shapes(path, 1, "synthetic F32 GQA, streamed weights");

@@ -558,8 +558,8 @@ static void tensor_cases(const gfile *base) {
     *q = q0;
     struct { const char *label; uint32_t type; const char *w; } types[] = {
         {"tensor_type_99", 99, "tensor type 99"},
-        {"tensor_type_q4_k", 12, "tensor type 12"},
-        {"tensor_type_q4_1", 3, "tensor type 3"},
+        {"tensor_type_q8_k", 15, "tensor type 15"},    /* activations only, never in files */
+        {"tensor_type_iq2_xxs", 16, "tensor type 16"}, /* the IQ types: not supported */
         {"tensor_type_max", UINT32_MAX, "tensor type"},
     };
     for (size_t i = 0; i < 4; i++) {

@@ -25,8 +25,11 @@ static void fill(float *x, size_t n, float scale) {
     for (size_t i = 0; i < n; i++) x[i] = scale * rng_f();
 }
 
-static const tl_type all_types[] = {TL_TYPE_F32, TL_TYPE_F16, TL_TYPE_BF16, TL_TYPE_Q8_0,
-                                    TL_TYPE_Q4_0};
+static const tl_type all_types[] = {TL_TYPE_F32,  TL_TYPE_F16,  TL_TYPE_BF16, TL_TYPE_Q8_0,
+                                    TL_TYPE_Q4_0, TL_TYPE_Q4_1, TL_TYPE_Q5_0, TL_TYPE_Q5_1,
+                                    TL_TYPE_Q2_K, TL_TYPE_Q3_K, TL_TYPE_Q4_K, TL_TYPE_Q5_K,
+                                    TL_TYPE_Q6_K};
+#define N_ALL_TYPES (sizeof all_types / sizeof all_types[0])
 
 /* ---- quantization formats ---- */
 
@@ -140,6 +143,40 @@ static void test_block_formats(void) {
     for (int i = 0; i < TL_QK; i++) CHECK(fabsf(x[i] - y[i]) <= 0.5f / 64.0f);
 }
 
+/* The other types' quantizers (quant_ext.c) fit each group well enough to serve synthetic
+ * models: on uniform random rows the RMS error stays within 1.5x that of an ideal uniform
+ * quantizer with the type's levels (1/levels of the RMS value), and all-zero rows stay
+ * zero. Their decoding is checked bit for bit against NumPy (tests/ref/check_dequant.py). */
+static void test_ext_formats(void) {
+    enum { N = 256 * 8 };
+    static float x[N], y[N];
+    static uint8_t b[N * 2];
+    static const struct { tl_type type; int levels; } ts[] = {
+        {TL_TYPE_Q4_1, 15}, {TL_TYPE_Q5_0, 31}, {TL_TYPE_Q5_1, 31}, {TL_TYPE_Q2_K, 3},
+        {TL_TYPE_Q3_K, 7},  {TL_TYPE_Q4_K, 15}, {TL_TYPE_Q5_K, 31}, {TL_TYPE_Q6_K, 63}};
+    for (size_t t = 0; t < sizeof ts / sizeof ts[0]; t++)
+        for (int rep = 0; rep < 3; rep++) {
+            const float scale = rep == 0 ? 1.0f : rep == 1 ? 1e-3f : 50.0f;
+            fill(x, N, scale);
+            tl_quant_row(ts[t].type, x, b + 2, N);
+            tl_dequant_row(ts[t].type, b + 2, y, N);
+            double err = 0.0, ref = 0.0;
+            for (int i = 0; i < N; i++) {
+                err += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
+                ref += (double)x[i] * x[i];
+            }
+            double rel = sqrt(err / ref);
+            CHECK_MSG(rel <= 1.5 / ts[t].levels, "%s rep %d: relative RMS error %.4f > %.4f",
+                      tl_type_name(ts[t].type), rep, rel, 1.5 / ts[t].levels);
+            memset(x, 0, sizeof x);
+            tl_quant_row(ts[t].type, x, b + 2, N);
+            tl_dequant_row(ts[t].type, b + 2, y, N);
+            int nz = 0;
+            for (int i = 0; i < N; i++) nz += y[i] != 0.0f;
+            CHECK_MSG(nz == 0, "%s: %d zeros decode non-zero", tl_type_name(ts[t].type), nz);
+        }
+}
+
 /* ---- activation rounding ---- */
 
 static void test_act_rounding(void) {
@@ -237,7 +274,8 @@ static int act_paths_differ(tl_type type, const void *W, size_t k, size_t j0, si
                             size_t ldy) {
     size_t af = tl_matmul_act_floats(type, TL_LAYOUT_ROWS, k, n);
     if (af == 0) {
-        CHECK(!tl_type_rounds_act(type) || n > 4); /* Q types' matvec has a shared part */
+        /* Q8_0/Q4_0's matvec has a shared part; the other types' products share none */
+        CHECK(!tl_type_int8_gemm(type) || n > 4);
         return 0;
     }
     CHECK(af <= tl_matmul_scratch_floats(k, n));
@@ -293,7 +331,7 @@ static int matmul_case_x(tl_type type, size_t k, size_t n, size_t j0, size_t j1,
     fill_x(X, ldx, n, k, xpat);
     float *xr = malloc(n * k * sizeof(float)); /* the activations the product uses */
     for (size_t i = 0; i < n; i++) {
-        if (tl_type_rounds_act(type)) tl_round_act_row(X + i * ldx, xr + i * k, k);
+        if (tl_type_rounds_act(type)) tl_round_act_row_type(type, X + i * ldx, xr + i * k, k);
         else memcpy(xr + i * k, X + i * ldx, k * sizeof(float));
     }
     for (size_t i = 0; i < n * ldy; i++) yref[i] = yfast[i] = 1e30f; /* sentinel */
@@ -318,7 +356,7 @@ static int matmul_case_x(tl_type type, size_t k, size_t n, size_t j0, size_t j1,
     int bad = act_paths_differ(type, W, k, j0, j1, X, ldx, n, yfast, ldy);
     /* the int8 GEMMs (AVX2 from 33 rows, AVX-VNNI from 13, AVX-512 VNNI) are one
      * arithmetic: equal bits */
-    for (int isa = TL_ISA_AVX2; isa <= TL_ISA_AVXVNNI && tl_type_rounds_act(type); isa++)
+    for (int isa = TL_ISA_AVX2; isa <= TL_ISA_AVXVNNI && tl_type_int8_gemm(type); isa++)
         if (n > (isa == TL_ISA_AVX2 ? 32u : 12u) && yisa[isa] && yisa[TL_ISA_AVX512VNNI] &&
             memcmp(yisa[isa], yisa[TL_ISA_AVX512VNNI], n * ldy * sizeof(float)) != 0) {
             fprintf(stderr, "  %s k=%zu n=%zu: the GEMMs of sets %d and AVX-512 VNNI differ\n",
@@ -380,9 +418,10 @@ static int matmul_case(tl_type type, size_t k, size_t n, size_t j0, size_t j1) {
 /* The same activation row gives the same products whether it runs alone (matvec) or in
  * a batch of 8 (GEMM), up to f32 rounding: the contract rounds x' identically for all n. */
 static void test_batch_invariance(void) {
-    enum { K = 4096 + 96, ROWS = 37, NB = 8 };
-    for (int t = 0; t < 5; t++) {
+    enum { ROWS = 37, NB = 8 };
+    for (size_t t = 0; t < N_ALL_TYPES; t++) {
         tl_type type = all_types[t];
+        const size_t K = tl_type_block_elems(type) == TL_QK_K ? 4096 + 256 : 4096 + 96;
         size_t rb = tl_type_row_bytes(type, K);
         uint8_t *W = malloc(ROWS * rb);
         float *row = malloc(K * sizeof(float)), *X = malloc(NB * K * sizeof(float));
@@ -426,11 +465,13 @@ static void test_batch_invariance(void) {
 static void test_matmul(void) {
     static const size_t kf[] = {1, 7, 33, 257, 1000};       /* float types */
     static const size_t kq[] = {32, 64, 96, 288, 4096 + 32}; /* block types */
+    static const size_t kk[] = {256, 512, 768, 2304, 4096 + 256}; /* K-quants */
     static const size_t ns[] = {1, 2, 3, 4, 5, 7, 8, 13, 64, 65};
     static const size_t jr[][2] = {{0, 1}, {5, 8}, {3, 20}, {16, 48}, {1, 101}};
-    for (size_t t = 0; t < sizeof all_types / sizeof all_types[0]; t++) {
+    for (size_t t = 0; t < N_ALL_TYPES; t++) {
         tl_type type = all_types[t];
-        const size_t *ks = tl_type_block_elems(type) == 1 ? kf : kq;
+        const size_t be = tl_type_block_elems(type);
+        const size_t *ks = be == 1 ? kf : be == TL_QK ? kq : kk;
         for (size_t a = 0; a < 5; a++)
             for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
                 for (size_t c = 0; c < sizeof jr / sizeof jr[0]; c++) {
@@ -442,10 +483,11 @@ static void test_matmul(void) {
                 }
     }
     /* activations full of exact ties and of all-zero blocks, matvec and GEMM */
-    for (size_t t = 0; t < sizeof all_types / sizeof all_types[0]; t++)
+    for (size_t t = 0; t < N_ALL_TYPES; t++)
         for (int pat = 1; pat <= 2; pat++)
             for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++) {
-                size_t k = tl_type_block_elems(all_types[t]) == 1 ? 257 : 288;
+                const size_t be = tl_type_block_elems(all_types[t]);
+                size_t k = be == 1 ? 257 : be == TL_QK ? 288 : 512;
                 int bad = matmul_case_x(all_types[t], k, ns[b], 3, 20, pat);
                 CHECK_MSG(bad == 0, "%s pattern %d k=%zu n=%zu: %d outputs wrong",
                           tl_type_name(all_types[t]), pat, k, ns[b], bad);
@@ -660,6 +702,7 @@ int main(void) {
     test_layouts();
     test_half_formats();
     test_block_formats();
+    test_ext_formats();
     test_act_rounding();
     test_vector();
     test_attention();

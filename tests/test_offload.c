@@ -310,7 +310,7 @@ int main(void) {
     CHECK(mkdtemp(dir) != NULL);
     char path[256];
     snprintf(path, sizeof path, "%s/synth.gguf", dir);
-    tl_synth_params sp = {1000, 192, 512, 32, 8, 2, 256, 8 /* Q8_0 */, 0, 10000.0f, 3};
+    tl_synth_params sp = {1000, 192, 512, 32, 8, 2, 256, 8 /* Q8_0 */, 0, 10000.0f, 3, 0};
     CHECK(tl_synth_write(&sp, path) == TL_OK);
     struct stat sb;
     CHECK(stat(path, &sb) == 0);
@@ -326,7 +326,7 @@ int main(void) {
     /* a tied classifier streamed from a converted copy (its bytes stay rows there) */
     char tied_path[256];
     snprintf(tied_path, sizeof tied_path, "%s/tied.gguf", dir);
-    tl_synth_params tp = {1024, 192, 512, 4, 8, 2, 256, 8 /* Q8_0 */, 1, 10000.0f, 5};
+    tl_synth_params tp = {1024, 192, 512, 4, 8, 2, 256, 8 /* Q8_0 */, 1, 10000.0f, 5, 0};
     CHECK(tl_synth_write(&tp, tied_path) == TL_OK);
     uint64_t tied_budget = minimum_budget(tied_path, &dflt) + (64 << 10);
     panel_copy(tied_path, tied_budget, dir, 1);

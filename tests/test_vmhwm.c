@@ -25,7 +25,7 @@ int main(void) {
     CHECK(mkdtemp(dir) != NULL);
     char path[256];
     snprintf(path, sizeof path, "%s/m.gguf", dir);
-    tl_synth_params sp = {8000, 1024, 2816, 16, 16, 4, 512, 8 /* Q8_0 */, 0, 10000.0f, 5};
+    tl_synth_params sp = {8000, 1024, 2816, 16, 16, 4, 512, 8 /* Q8_0 */, 0, 10000.0f, 5, 0};
     CHECK(tl_synth_write(&sp, path) == TL_OK);
     struct stat sb;
     CHECK(stat(path, &sb) == 0);

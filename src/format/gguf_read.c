@@ -287,7 +287,8 @@ static tl_status read_tensors(cursor *c, tl_gguf *g, uint64_t n_tensors) {
         if (st) return st;
         if (!tl_type_known(type))
             return tl_error_set(TL_ERR_UNSUPPORTED, "%s: tensor '%s' has tensor type %u, which "
-                                "tierllm does not support (F32, F16, BF16, Q8_0, Q4_0)",
+                                "tierllm does not support (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+                                "Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)",
                                 c->what, t->name, type);
         t->type = (tl_type)type;
         size_t be = tl_type_block_elems(t->type);

@@ -18,6 +18,14 @@
  *    products (sum_b d_w*d_x * sum q_w*q_x), so the result does not depend on the batch
  *    size beyond f32 rounding. x' differs
  *    from x by at most d_x/2 per element (relative error <= 1/254 of the block's amax).
+ *  - Q4_1, Q5_0, Q5_1 weights: x rounded to x' exactly as for Q8_0/Q4_0 (32-blocks, an f32
+ *    scale: llama.cpp's Q8_1 carries fp16 scales; ours keeps Q8_0's f32 one, so every
+ *    32-block type rounds alike).
+ *  - K-quant weights (Q2_K..Q6_K): x is rounded in blocks of 256, as llama.cpp's Q8_K:
+ *    mx = the element of largest magnitude (the first of equals); iscale = -127/mx in f32,
+ *    q = min(127, rint(iscale*x)) (f32 product, halves to even), d_x = 1/iscale in f32,
+ *    x' = d_x*q (0 for an all-zero block). The kernels compute sum w*x' as integer dot
+ *    products per 16- or 32-element group, scaled once per block.
  */
 #ifndef TL_KERNELS_KERNELS_H
 #define TL_KERNELS_KERNELS_H
@@ -30,15 +38,35 @@
 
 /* Dequantizes n elements (n a multiple of the block size) from src to dst. */
 void tl_dequant_row(tl_type type, const void *src, float *dst, size_t n);
+/* The types beyond Q8_0/Q4_0 (quant_ext.c), reached through tl_dequant_row/tl_quant_row. */
+void tl__dequant_row_ext(tl_type type, const void *src, float *dst, size_t n);
+void tl__quant_row_ext(tl_type type, const float *src, void *dst, size_t n);
 /* Quantizes n floats into `type` (F32/F16/BF16: conversion; Q8_0/Q4_0: GGML's
  * reference rounding: Q8_0 d = amax/127, q = round(x/d); Q4_0 d = max/-8 where max is
- * the signed value of largest magnitude, q = min(15, trunc(x/d + 8.5))). */
+ * the signed value of largest magnitude, q = min(15, trunc(x/d + 8.5)); the other types:
+ * see quant_ext.c). */
 void tl_quant_row(tl_type type, const float *src, void *dst, size_t n);
 
 /* ---- activation rounding (Q8_0 / Q4_0 weights, see the contract above) ---- */
 
+/* Elements per activation block when products with weights of `type` round the
+ * activations to x' (32 or TL_QK_K), else 0 (float weights). */
+static inline size_t tl_type_act_block(tl_type type) {
+    switch (type) {
+    case TL_TYPE_Q8_0: case TL_TYPE_Q4_0: case TL_TYPE_Q4_1: case TL_TYPE_Q5_0: case TL_TYPE_Q5_1:
+        return TL_QK;
+    case TL_TYPE_Q2_K: case TL_TYPE_Q3_K: case TL_TYPE_Q4_K: case TL_TYPE_Q5_K: case TL_TYPE_Q6_K:
+        return TL_QK_K;
+    default:
+        return 0;
+    }
+}
 /* 1 if products with weights of `type` round the activations to x'. */
-static inline int tl_type_rounds_act(tl_type type) {
+static inline int tl_type_rounds_act(tl_type type) { return tl_type_act_block(type) != 0; }
+/* 1 for Q8_0/Q4_0: the types with int8 GEMMs, 32-row panels and activations shared
+ * between threads (tl_matmul_act_prepare). The other rounding types run the integer
+ * matrix-vector kernels of x86_matvec_ext.c for every n. */
+static inline int tl_type_int8_gemm(tl_type type) {
     return type == TL_TYPE_Q8_0 || type == TL_TYPE_Q4_0;
 }
 
@@ -50,6 +78,12 @@ typedef struct { float d; int8_t q[TL_QK]; } tl_block_q8_act; /* 36 bytes */
 void tl_quant_act_row(const float *src, tl_block_q8_act *dst, size_t n);
 void tl_quant_act_row_fast(const float *src, tl_block_q8_act *dst, size_t n);
 void tl_round_act_row(const float *src, float *dst, size_t n);
+/* x' for weights of a rounding `type` (32-blocks or 256-blocks; n a multiple of it). */
+void tl_round_act_row_type(tl_type type, const float *src, float *dst, size_t n);
+/* One 256-block of rounded activations for the K-quants: x'[i] = d * q[i]; bsums[g] is
+ * the sum of q[16g .. 16g+15] (the groups' offset and min terms). */
+typedef struct { float d; int16_t bsums[TL_QK_K / 16]; int8_t q[TL_QK_K]; } tl_block_k_act; /* 292 */
+void tl_quant_act_row_k(const float *src, tl_block_k_act *dst, size_t n);
 
 /* ---- matrix products ----
  * Y[i*ldy + j] = sum_{c<k} X[i*ldx + c] * W(j, c)   for i in [0, n), j in [j0, j1)

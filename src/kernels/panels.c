@@ -27,7 +27,7 @@ static uint8_t stored(tl_type type, uint8_t file_byte) {
 }
 
 int tl_panels_wanted(tl_type type, size_t rows) {
-    return tl_type_rounds_act(type) && rows > 0 && rows % TL_PANEL_ROWS == 0 &&
+    return tl_type_int8_gemm(type) && rows > 0 && rows % TL_PANEL_ROWS == 0 &&
            tl__cpu_has_avx512vnni();
 }
 

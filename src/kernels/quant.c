@@ -47,6 +47,9 @@ void tl_dequant_row(tl_type type, const void *src, float *dst, size_t n) {
             }
         }
         return;
+    default:
+        tl__dequant_row_ext(type, src, dst, n);
+        return;
     }
 }
 
@@ -95,6 +98,9 @@ void tl_quant_row(tl_type type, const float *src, void *dst, size_t n) {
                 q[i] = (uint8_t)(l | (h << 4));
             }
         }
+        return;
+    default:
+        tl__quant_row_ext(type, src, dst, n);
         return;
     }
 }

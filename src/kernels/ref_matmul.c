@@ -1,7 +1,7 @@
 /* ref_matmul.c - scalar reference kernels: the definition the fast kernels are tested
  * against. Written to be read, not to be fast: each weight row is dequantized to floats
  * (exactly, see quant.c) and dotted with each activation row in double precision. For
- * Q8_0/Q4_0 weights the activations are first rounded to x' (tl_round_act_row), which
+ * quantized weights the activations are first rounded to x' (tl_round_act_row_type), which
  * is the whole numeric contract of kernels.h in one line.
  * Invariant: allocation-free; the row buffers live on the stack in fixed-size chunks.
  */
@@ -21,8 +21,8 @@ void tl_matmul_ref(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
             for (size_t c0 = 0; c0 < k; c0 += REF_CHUNK) {
                 size_t len = k - c0 < REF_CHUNK ? k - c0 : REF_CHUNK;
                 const float *x = X + i * ldx + c0;
-                if (tl_type_rounds_act(type)) { /* len is a multiple of TL_QK here */
-                    tl_round_act_row(x, xr, len);
+                if (tl_type_rounds_act(type)) { /* len: a multiple of the act block */
+                    tl_round_act_row_type(type, x, xr, len);
                     x = xr;
                 }
                 tl_dequant_row(type, row + tl_type_row_bytes(type, c0), w, len);

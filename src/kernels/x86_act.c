@@ -56,7 +56,7 @@ static void act_pairs(tl_type type, const float *x, size_t k, uint8_t *out) {
 }
 
 size_t tl__act_floats(tl_type type, size_t k, size_t n) {
-    if (!tl_type_rounds_act(type) || n == 0 || n > TL_GROUPED_MAX_N) return 0;
+    if (!tl_type_int8_gemm(type) || n == 0 || n > TL_GROUPED_MAX_N) return 0;
     return n * ((k / TL_QK + 1) / 2) * (act_record_bytes(type) / sizeof(float));
 }
 
@@ -86,7 +86,7 @@ void tl__act_records(tl_type type, size_t k, const float *X, size_t ldx, size_t 
 }
 
 int tl__act_takes_records(tl_type type, tl_weights_layout layout, size_t n) {
-    if (!tl_type_rounds_act(type) || n == 0) return 0;
+    if (!tl_type_int8_gemm(type) || n == 0) return 0;
     return layout == TL_LAYOUT_PANELS || n > tl__q_gemm_after_n(tl__cpu_widest_isa());
 }
 

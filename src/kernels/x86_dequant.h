@@ -59,6 +59,9 @@ static ALWAYS_INLINE void dequant32(tl_type type, const uint8_t *p, __m256 w[4])
         w[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4)), d, m8d);
         break;
     }
+    default: /* the other types never take the float paths (x86_matvec_ext.c) */
+        for (int q = 0; q < 4; q++) w[q] = _mm256_setzero_ps();
+        break;
     }
 }
 

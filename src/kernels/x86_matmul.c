@@ -17,6 +17,8 @@
  *    as much for few rows as for many, so re-reading the rows from cache is cheaper.
  *    Q8_0/Q4_0 leave it above tl__q_gemm_after_n rows for the 256-bit int8 GEMM
  *    (x86vnni_gemm.c on AVX-VNNI, x86_gemm_q.c on AVX2: the AVX-512 kernel's arithmetic).
+ *  - Q4_1/Q5_0/Q5_1 and the K-quants: integer products for every n (x86_matvec_ext.c),
+ *    each weight row read once against all rows of X.
  *  - gemm (larger n, prefill): compute-bound, packed weight panels and a register-tile
  *    micro-kernel: float types 512-bit FMA on AVX-512 CPUs (x86avx512_gemm_f.c), else f32
  *    FMA on dequantized panels (x86_gemm.c).
@@ -37,6 +39,8 @@ size_t tl_matmul_scratch_floats(size_t k, size_t n) {
     size_t act = tl__act_floats(TL_TYPE_Q4_0, k, nv); /* matvec: the larger records */
     size_t gemm = tl__gemm_scratch_floats();
     /* the int8 GEMMs' activation records (AVX-512 VNNI, AVX-VNNI) */
+    /* (also bounds the other rounding types' activations, tl__ext_act_floats: 40 bytes per
+     * 32-block or 292 per 256-block) */
     const size_t records = n * (k / TL_QK) * sizeof(tl__act_rec) / sizeof(float);
     if (records > gemm) gemm = records;
 #ifdef TL_HAVE_AVX512VNNI
@@ -164,6 +168,7 @@ static void matmul(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0
                    const float *X, size_t ldx, size_t n, float *Y, size_t ldy, float *scratch);
 
 int tl_matmul_takes_gemm(tl_type type, size_t n) {
+    if (tl_type_rounds_act(type) && !tl_type_int8_gemm(type)) return 0;
     if (tl_type_rounds_act(type)) return n > tl__q_gemm_after_n(tl__cpu_widest_isa());
     return n > TL_GROUPED_MAX_N;
 }
@@ -188,8 +193,12 @@ void tl_matmul_fast(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
 static void matmul(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                    const float *X, size_t ldx, size_t n, float *Y, size_t ldy, float *scratch) {
     const uint8_t *w = W;
-    const int q = tl_type_rounds_act(type);
+    const int q = tl_type_int8_gemm(type);
     if (j0 >= j1 || n == 0) return;
+    if (tl_type_rounds_act(type) && !q) { /* Q4_1, Q5_x, K-quants: every n */
+        tl__matmul_ext(type, w, k, j0, j1, X, ldx, n, Y, ldy, scratch);
+        return;
+    }
     if (q && n > tl__q_gemm_after_n(isa)) { /* Q8_0/Q4_0: the int8 GEMM of isa */
         tl__act_rec *xs = (tl__act_rec *)(void *)scratch;
         tl__act_records(type, k, X, ldx, 0, n, xs);

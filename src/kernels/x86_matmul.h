@@ -41,6 +41,12 @@ static inline void tl__tile_store(float *Y, size_t ldy, const float *tile, size_
             Y[r * ldy + jj] = (add ? Y[r * ldy + jj] : 0.0f) + tile[r * nr + jj];
 }
 
+/* The types beyond Q8_0/Q4_0 (Q4_1, Q5_0, Q5_1, Q2_K..Q6_K), any n, AVX2 integer products
+ * (x86_matvec_ext.c); scratch of at least tl__ext_act_floats(type, k, n) floats. */
+void tl__matmul_ext(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
+                    const float *X, size_t ldx, size_t n, float *Y, size_t ldy, float *scratch);
+size_t tl__ext_act_floats(tl_type type, size_t k, size_t n);
+
 /* Q8_0/Q4_0 products of more rows than this take the int8 GEMM of instruction set isa
  * (below it, the matvec's 4-row groups re-reading weights from cache cost less than
  * packing panels): every n on AVX-512 VNNI (one arithmetic whether the weights are in

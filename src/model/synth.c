@@ -36,9 +36,9 @@ typedef struct synth {
 } synth;
 
 static const struct { const char *name; tl_synth_params p; } presets[] = {
-    {"stories260k", {512, 64, 172, 5, 8, 4, 512, TL_TYPE_F32, 0, 10000.0f, 1}},
-    {"tinyllama-1.1b", {32000, 2048, 5632, 22, 32, 4, 2048, TL_TYPE_F32, 0, 10000.0f, 1}},
-    {"llama2-7b", {32000, 4096, 11008, 32, 32, 32, 4096, TL_TYPE_F32, 0, 10000.0f, 1}},
+    {"stories260k", {512, 64, 172, 5, 8, 4, 512, TL_TYPE_F32, 0, 10000.0f, 1, 0}},
+    {"tinyllama-1.1b", {32000, 2048, 5632, 22, 32, 4, 2048, TL_TYPE_F32, 0, 10000.0f, 1, 0}},
+    {"llama2-7b", {32000, 4096, 11008, 32, 32, 32, 4096, TL_TYPE_F32, 0, 10000.0f, 1, 0}},
 };
 
 tl_status tl_synth_preset(const char *name, tl_synth_params *out) {
@@ -61,22 +61,79 @@ static tl_status check_params(const tl_synth_params *p) {
         return tl_error_set(TL_ERR_INVALID, "synth: n_embd %d must divide into %d heads of "
                             "even size, and heads %d into %d kv heads", p->n_embd, p->n_head,
                             p->n_head, p->n_head_kv);
-    if (!tl_type_known((uint32_t)p->weight_type))
+    if (p->mix != TL_MIX_NONE && (p->mix < TL_MIX_Q2_K || p->mix > TL_MIX_Q6_K))
+        return tl_error_set(TL_ERR_INVALID, "synth: unknown K-quant mix %d", p->mix);
+    if (!p->mix && !tl_type_known((uint32_t)p->weight_type))
         return tl_error_set(TL_ERR_INVALID, "synth: unsupported weight type %d",
                             p->weight_type);
-    size_t be = tl_type_block_elems((tl_type)p->weight_type);
+    size_t be = p->mix ? TL_QK_K : tl_type_block_elems((tl_type)p->weight_type);
     if ((size_t)p->n_embd % be || (size_t)p->n_ff % be)
         return tl_error_set(TL_ERR_INVALID, "synth: %s needs n_embd (%d) and n_ff (%d) to be "
-                            "multiples of %zu", tl_type_name((tl_type)p->weight_type),
+                            "multiples of %zu", p->mix ? "a K-quant mix" : tl_type_name((tl_type)p->weight_type),
                             p->n_embd, p->n_ff, be);
     return TL_OK;
+}
+
+/* The matrices a mix quantizes differently from its base type. */
+typedef enum { M_EMBD, M_OUTPUT, M_ATTN_V, M_ATTN_OUTPUT, M_FFN_DOWN, M_OTHER } mix_role;
+
+/* llama.cpp's rule for layers that get more bits: the first and last eighth, and every
+ * third layer between. */
+static int use_more_bits(int layer, int n_layer) {
+    return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+}
+
+/* The type of one matrix under p's mix, as llama.cpp's quantizer chooses it for a Llama
+ * model (llama_tensor_get_type: the output matrix in Q6_K; attn_v, ffn_down and
+ * attn_output raised per mix and layer; everything else in the mix's base type). */
+static tl_type mix_type(const tl_synth_params *p, mix_role role, int layer) {
+    const int L = p->n_layer;
+    tl_type base;
+    switch (p->mix) {
+    case TL_MIX_NONE: return (tl_type)p->weight_type;
+    case TL_MIX_Q2_K: base = TL_TYPE_Q2_K; break;
+    case TL_MIX_Q3_K_S: case TL_MIX_Q3_K_M: case TL_MIX_Q3_K_L: base = TL_TYPE_Q3_K; break;
+    case TL_MIX_Q4_K_S: case TL_MIX_Q4_K_M: base = TL_TYPE_Q4_K; break;
+    case TL_MIX_Q5_K_S: case TL_MIX_Q5_K_M: base = TL_TYPE_Q5_K; break;
+    default: base = TL_TYPE_Q6_K; break;
+    }
+    switch (role) {
+    case M_OUTPUT: return TL_TYPE_Q6_K;
+    case M_ATTN_V:
+        switch (p->mix) {
+        case TL_MIX_Q2_K: return TL_TYPE_Q3_K;
+        case TL_MIX_Q3_K_M: return layer < 2 ? TL_TYPE_Q5_K : TL_TYPE_Q4_K;
+        case TL_MIX_Q3_K_L: return TL_TYPE_Q5_K;
+        case TL_MIX_Q4_K_M: case TL_MIX_Q5_K_M: return use_more_bits(layer, L) ? TL_TYPE_Q6_K : base;
+        case TL_MIX_Q4_K_S: return layer < L / 8 ? TL_TYPE_Q5_K : base;
+        default: return base;
+        }
+    case M_FFN_DOWN:
+        switch (p->mix) {
+        case TL_MIX_Q2_K: return TL_TYPE_Q3_K;
+        case TL_MIX_Q3_K_M:
+            return layer < L / 16 ? TL_TYPE_Q5_K : use_more_bits(layer, L) ? TL_TYPE_Q4_K : base;
+        case TL_MIX_Q3_K_L: return TL_TYPE_Q5_K;
+        case TL_MIX_Q4_K_M: case TL_MIX_Q5_K_M: return use_more_bits(layer, L) ? TL_TYPE_Q6_K : base;
+        case TL_MIX_Q4_K_S: return layer < L / 8 ? TL_TYPE_Q5_K : base;
+        default: return base;
+        }
+    case M_ATTN_OUTPUT:
+        switch (p->mix) {
+        case TL_MIX_Q2_K: return TL_TYPE_Q3_K;
+        case TL_MIX_Q3_K_M: return TL_TYPE_Q4_K;
+        case TL_MIX_Q3_K_L: return TL_TYPE_Q5_K;
+        default: return base;
+        }
+    default: return base;
+    }
 }
 
 static size_t build_tensors(const tl_synth_params *p, synth_tensor *t) {
     size_t n = 0;
     const uint64_t d = (uint64_t)p->n_embd, hd = d / (uint64_t)p->n_head;
     const uint64_t kvd = hd * (uint64_t)p->n_head_kv, f = (uint64_t)p->n_ff;
-    const tl_type wt = (tl_type)p->weight_type;
+    const tl_type wt = mix_type(p, M_OTHER, 0);
 #define ADD(nm, c, r, ty, norm)                                                              \
     do {                                                                                     \
         if (t) {                                                                             \
@@ -87,23 +144,57 @@ static size_t build_tensors(const tl_synth_params *p, synth_tensor *t) {
     } while (0)
     ADD("token_embd.weight", d, (uint64_t)p->n_vocab, wt, 0);
     ADD("output_norm.weight", d, 1, TL_TYPE_F32, 1);
-    if (!p->tied_output) ADD("output.weight", d, (uint64_t)p->n_vocab, wt, 0);
+    if (!p->tied_output) ADD("output.weight", d, (uint64_t)p->n_vocab, mix_type(p, M_OUTPUT, 0), 0);
     for (int l = 0; l < p->n_layer; l++) {
         char nm[64];
 #define LNAME(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
         ADD(LNAME("attn_norm.weight"), d, 1, TL_TYPE_F32, 1);
         ADD(LNAME("attn_q.weight"), d, d, wt, 0);
         ADD(LNAME("attn_k.weight"), d, kvd, wt, 0);
-        ADD(LNAME("attn_v.weight"), d, kvd, wt, 0);
-        ADD(LNAME("attn_output.weight"), d, d, wt, 0);
+        ADD(LNAME("attn_v.weight"), d, kvd, mix_type(p, M_ATTN_V, l), 0);
+        ADD(LNAME("attn_output.weight"), d, d, mix_type(p, M_ATTN_OUTPUT, l), 0);
         ADD(LNAME("ffn_norm.weight"), d, 1, TL_TYPE_F32, 1);
         ADD(LNAME("ffn_gate.weight"), d, f, wt, 0);
         ADD(LNAME("ffn_up.weight"), d, f, wt, 0);
-        ADD(LNAME("ffn_down.weight"), f, d, wt, 0);
+        ADD(LNAME("ffn_down.weight"), f, d, mix_type(p, M_FFN_DOWN, l), 0);
 #undef LNAME
     }
 #undef ADD
     return n;
+}
+
+/* llama.cpp's general.file_type of a file whose matrices are all `type`. */
+static uint32_t synth_file_type(tl_type type) {
+    switch (type) {
+    case TL_TYPE_F32: return 0;
+    case TL_TYPE_F16: return 1;
+    case TL_TYPE_Q4_0: return 2;
+    case TL_TYPE_Q4_1: return 3;
+    case TL_TYPE_Q8_0: return 7;
+    case TL_TYPE_Q5_0: return 8;
+    case TL_TYPE_Q5_1: return 9;
+    case TL_TYPE_Q2_K: return 10;
+    case TL_TYPE_Q3_K: return 12; /* llama.cpp has no "all Q3_K" type; Q3_K_M is nearest */
+    case TL_TYPE_Q4_K: return 15;
+    case TL_TYPE_Q5_K: return 17;
+    case TL_TYPE_Q6_K: return 18;
+    default: return 32; /* BF16 */
+    }
+}
+
+const char *tl_synth_mix_name(int32_t mix) {
+    switch (mix) {
+    case TL_MIX_Q2_K: return "Q2_K";
+    case TL_MIX_Q3_K_S: return "Q3_K_S";
+    case TL_MIX_Q3_K_M: return "Q3_K_M";
+    case TL_MIX_Q3_K_L: return "Q3_K_L";
+    case TL_MIX_Q4_K_S: return "Q4_K_S";
+    case TL_MIX_Q4_K_M: return "Q4_K_M";
+    case TL_MIX_Q5_K_S: return "Q5_K_S";
+    case TL_MIX_Q5_K_M: return "Q5_K_M";
+    case TL_MIX_Q6_K: return "Q6_K";
+    default: return "?";
+    }
 }
 
 uint64_t tl_synth_file_bytes(const tl_synth_params *p) {
@@ -237,11 +328,8 @@ tl_status tl_synth_write(const tl_synth_params *p, const char *path) {
     if ((st = tl_gguf_writer_open(&w))) goto done;
     char name[64];
     snprintf(name, sizeof name, "synthetic-llama-%dL-%dd-%s", p->n_layer, p->n_embd,
-             tl_type_name((tl_type)p->weight_type));
-    const uint32_t file_type = p->weight_type == TL_TYPE_F32 ? 0 :
-                               p->weight_type == TL_TYPE_F16 ? 1 :
-                               p->weight_type == TL_TYPE_Q4_0 ? 2 :
-                               p->weight_type == TL_TYPE_Q8_0 ? 7 : 32;
+             p->mix ? tl_synth_mix_name(p->mix) : tl_type_name((tl_type)p->weight_type));
+    const uint32_t file_type = p->mix ? (uint32_t)p->mix : synth_file_type((tl_type)p->weight_type);
     if ((st = tl_gguf_writer_set_str(w, "general.architecture", "llama")) ||
         (st = tl_gguf_writer_set_str(w, "general.name", name)) ||
         (st = tl_gguf_writer_set_u32(w, "general.file_type", file_type)) ||

@@ -31,13 +31,18 @@ const int32_t tl_prof_depths[TL_PROF_N_DEPTH] = {1, 4, 16};
 const int32_t tl_prof_rows[TL_PROF_N_ROWS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
 const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS] = {32, 16, 8, 4};
 
-#define PROFILE_VERSION 7 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
+#define PROFILE_VERSION 8 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
                             * huge-page memory, as the weights (2 read them on 4 KiB pages,
                             * which understates the rates); 4: attn_block_s_per_mac; 5: the
                             * Q8_0/Q4_0 GEMM on int8 dot products (4 timed the f32 one); 6:
                             * that GEMM from 9 rows, with vector packing; 7: Q8_0/Q4_0 rates
-                            * on weights in panels, repack_bps */
+                            * on weights in panels, repack_bps; 8: rates of Q4_1, Q5_0, Q5_1
+                            * and the K-quants */
 #define PROFILE_MAX_BYTES ((size_t)1 << 20)
+/* The longest grid axis (types or rows): an axis is copied whole into a buffer this long. */
+#define AXIS_MAX ((int)TL_PROF_N_TYPE > (int)TL_PROF_N_ROWS ? (int)TL_PROF_N_TYPE : (int)TL_PROF_N_ROWS)
+_Static_assert(AXIS_MAX >= (int)TL_PROF_N_CHUNK && AXIS_MAX >= (int)TL_PROF_N_DEPTH &&
+               AXIS_MAX >= (int)TL_PROF_N_KVBITS, "every grid axis fits AXIS_MAX");
 
 int32_t tl__profile_threads(int32_t n_threads) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -209,7 +214,7 @@ static json_t *field_value(const pfield *fd, const tl_hw_profile *p) {
         return m;
     }
     default: {
-        double axis[TL_PROF_N_ROWS];
+        double axis[AXIS_MAX];
         for (size_t i = 0; i < fd->n1; i++) axis[i] = axis_value(fd, i);
         return numbers(axis, fd->n1);
     }
@@ -317,7 +322,8 @@ static tl_status read_vec(const char *path, const pfield *f, const json_t *a, do
 static tl_status read_field(const char *path, const pfield *f, const json_t *v,
                             tl_hw_profile *out) {
     char *base = (char *)out;
-    double tmp[TL_PROF_N_ROWS];
+    /* an axis read whole before it is compared: room for the longest one */
+    double tmp[AXIS_MAX];
     tl_status st;
     switch (f->kind) {
     case F_STR:

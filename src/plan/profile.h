@@ -22,7 +22,7 @@
 enum {
     TL_PROF_N_CHUNK = 4,  /* disk grid: chunk sizes 64 KiB, 256 KiB, 1 MiB, 4 MiB */
     TL_PROF_N_DEPTH = 3,  /*            queue depths 1, 4, 16 */
-    TL_PROF_N_TYPE = 5,   /* kernel types: F32, F16, BF16, Q8_0, Q4_0 (tl_prof_type_index) */
+    TL_PROF_N_TYPE = TL_N_TYPES, /* kernel types, in tl_type_table's order */
     TL_PROF_N_ROWS = 10,  /* rows per matmul: 1, 2, 4, ..., 512 */
     TL_PROF_N_KVBITS = 4  /* KV storage: 32, 16, 8, 4 bits */
 };

@@ -7,19 +7,34 @@
 static void usage(void) {
     printf("usage: tierllm synth [--preset NAME] [shape flags] [--type T] -o OUT.gguf\n"
            "  --preset NAME     stories260k | tinyllama-1.1b | llama2-7b (default stories260k)\n"
-           "  --type T          f32 | f16 | bf16 | q8_0 | q4_0 (default f32)\n"
+           "  --type T          f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k |\n"
+           "                    q3_k | q4_k | q5_k | q6_k (every matrix), or a llama.cpp mix:\n"
+           "                    q2_k_mix | q3_k_s | q3_k_m | q3_k_l | q4_k_s | q4_k_m | q5_k_s |\n"
+           "                    q5_k_m | q6_k_mix (default f32)\n"
            "  --vocab N --embd N --ff N --layers N --heads N --kv-heads N --ctx N\n"
            "  --tied            no output.weight (classifier tied to the embedding)\n"
            "  --seed S          weight seed (default 1)\n");
 }
 
-static int parse_type(const char *s, int32_t *out) {
+/* A type name sets every matrix's type; a mix name sets the mix (weight_type unused). */
+static int parse_type(const char *s, tl_synth_params *p) {
     static const struct { const char *n; int32_t t; } types[] = {
-        {"f32", TL_TYPE_F32}, {"f16", TL_TYPE_F16}, {"bf16", TL_TYPE_BF16},
-        {"q8_0", TL_TYPE_Q8_0}, {"q4_0", TL_TYPE_Q4_0}};
+        {"f32", TL_TYPE_F32},   {"f16", TL_TYPE_F16},   {"bf16", TL_TYPE_BF16},
+        {"q8_0", TL_TYPE_Q8_0}, {"q4_0", TL_TYPE_Q4_0}, {"q4_1", TL_TYPE_Q4_1},
+        {"q5_0", TL_TYPE_Q5_0}, {"q5_1", TL_TYPE_Q5_1}, {"q2_k", TL_TYPE_Q2_K},
+        {"q3_k", TL_TYPE_Q3_K}, {"q4_k", TL_TYPE_Q4_K}, {"q5_k", TL_TYPE_Q5_K},
+        {"q6_k", TL_TYPE_Q6_K}};
+    static const struct { const char *n; int32_t mix; } mixes[] = {
+        {"q2_k_mix", TL_MIX_Q2_K}, {"q3_k_s", TL_MIX_Q3_K_S}, {"q3_k_m", TL_MIX_Q3_K_M},
+        {"q3_k_l", TL_MIX_Q3_K_L}, {"q4_k_s", TL_MIX_Q4_K_S}, {"q4_k_m", TL_MIX_Q4_K_M},
+        {"q5_k_s", TL_MIX_Q5_K_S}, {"q5_k_m", TL_MIX_Q5_K_M}, {"q6_k_mix", TL_MIX_Q6_K}};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        if (!strcasecmp(s, types[i].n)) { *out = types[i].t; return 1; }
-    fprintf(stderr, "error: --type expects f32, f16, bf16, q8_0 or q4_0, got '%s'\n", s);
+        if (!strcasecmp(s, types[i].n)) { p->weight_type = types[i].t; p->mix = 0; return 1; }
+    for (size_t i = 0; i < sizeof mixes / sizeof mixes[0]; i++)
+        if (!strcasecmp(s, mixes[i].n)) { p->mix = mixes[i].mix; return 1; }
+    fprintf(stderr, "error: --type expects a type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
+            "q5_1, q2_k, q3_k, q4_k, q5_k, q6_k) or a mix (q2_k_mix, q3_k_s, q3_k_m, q3_k_l, "
+            "q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k_mix), got '%s'\n", s);
     return 0;
 }
 
@@ -41,7 +56,7 @@ int tl_cmd_synth(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
         else if (!strcmp(a, "--preset")) { VAL(); }
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) { VAL(); out = v; }
-        else if (!strcmp(a, "--type")) { VAL(); if (!parse_type(v, &p.weight_type)) return 2; }
+        else if (!strcmp(a, "--type")) { VAL(); if (!parse_type(v, &p)) return 2; }
         else if (!strcmp(a, "--tied")) p.tied_output = 1;
         else if (!strcmp(a, "--seed")) { VAL(); if (!cli_u64(a, v, &p.seed)) return 2; }
         INT("--vocab", n_vocab) INT("--embd", n_embd) INT("--ff", n_ff)
@@ -62,6 +77,7 @@ int tl_cmd_synth(int argc, char **argv) {
     if (st) return cli_fail(st);
     printf("wrote %s: %d layers, embd %d, ff %d, heads %d/%d, vocab %d, %s weights, "
            "%.1f MiB\n", out, p.n_layer, p.n_embd, p.n_ff, p.n_head, p.n_head_kv, p.n_vocab,
-           tl_type_name((tl_type)p.weight_type), tl_synth_file_bytes(&p) / 1048576.0);
+           p.mix ? tl_synth_mix_name(p.mix) : tl_type_name((tl_type)p.weight_type),
+           tl_synth_file_bytes(&p) / 1048576.0);
     return 0;
 }
