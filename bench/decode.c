@@ -23,6 +23,7 @@
 #include "tierllm.h"
 #include "base/clock.h"
 #include "base/stats.h"
+#include "kernels/kernels.h"
 #include "kernels/probe.h"
 #include "exec/model_handle.h"
 
@@ -50,8 +51,8 @@ static void per_token_costs(const tl_model *m, uint64_t *bytes, double *flops) {
     *flops = f;
 }
 
-static int run_type(const char *dir, const char *type_name, int32_t type, int threads, int reps,
-                    int n_gen, int n_prompt) {
+static int run_type(const char *dir, const char *type_name, int32_t type, int32_t mix,
+                    int threads, int reps, int n_gen, int n_prompt) {
     char path[1024];
     snprintf(path, sizeof path, "%s/tinyllama-1.1b-%s.gguf", dir, type_name);
     struct stat sb;
@@ -59,6 +60,7 @@ static int run_type(const char *dir, const char *type_name, int32_t type, int th
         tl_synth_params sp;
         tl_synth_preset("tinyllama-1.1b", &sp);
         sp.weight_type = type;
+        sp.mix = mix;
         printf("synthesizing %s ...\n", path);
         fflush(stdout);
         if (tl_synth_write(&sp, path)) {
@@ -138,9 +140,11 @@ static int run_type(const char *dir, const char *type_name, int32_t type, int th
     }
     double peak = tl_probe_fma_peak(m->lm.pool, 5);
     /* x86_matmul.c's rule: Q8_0/Q4_0 prompts take the widest int8 GEMM (AVX-512 VNNI, else
-     * AVX-VNNI, else AVX2's); float types the widest f32 FMA */
+     * AVX-VNNI, else AVX2's); the other quantized types AVX2's int8 products; float types
+     * the widest f32 FMA */
     const int rounds = type == 8 || type == 2;
     tl_probe_unit own = tl_probe_unit_present(TL_UNIT_FMA_AVX512) ? TL_UNIT_FMA_AVX512 : TL_UNIT_FMA_AVX2;
+    if (mix || tl_type_rounds_act((tl_type)type)) own = TL_UNIT_INT8_AVX2;
     if (rounds && tl_probe_unit_present(TL_UNIT_INT8_AVX512VNNI)) own = TL_UNIT_INT8_AVX512VNNI;
     else if (rounds && tl_probe_unit_present(TL_UNIT_INT8_AVXVNNI)) own = TL_UNIT_INT8_AVXVNNI;
     else if (rounds) own = TL_UNIT_INT8_AVX2;
@@ -186,17 +190,29 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--prompt")) n_prompt = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "usage: bench_decode [--dir DIR] [--threads N] [--reps R] "
-                    "[--types q8_0,f16,f32,bf16,q4_0] [--gen N] [--prompt N]\n");
+                    "[--types q8_0,f16,f32,bf16,q4_0,q4_1,q5_0,q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,"
+                    "q4_k_m] [--gen N] [--prompt N]\n");
             return 2;
         }
     }
     if (reps < 1 || reps > 64 || threads < 1 || n_gen < 1 || n_gen > 256 || n_prompt < 1) return 2;
     mkdir(dir, 0755);
-    static const struct { const char *n; int32_t t; } known[] = {
-        {"q8_0", 8}, {"f16", 1}, {"f32", 0}, {"bf16", 30}, {"q4_0", 2}};
+    static const struct { const char *n; int32_t t, mix; } known[] = {
+        {"q8_0", 8, 0},  {"f16", 1, 0},  {"f32", 0, 0},  {"bf16", 30, 0}, {"q4_0", 2, 0},
+        {"q4_1", 3, 0},  {"q5_0", 6, 0}, {"q5_1", 7, 0}, {"q2_k", 10, 0}, {"q3_k", 11, 0},
+        {"q4_k", 12, 0}, {"q5_k", 13, 0}, {"q6_k", 14, 0}, {"q4_k_m", 0, TL_MIX_Q4_K_M}};
     int rc = 0;
-    for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
-        if (strstr(types, known[k].n))
-            rc |= run_type(dir, known[k].n, known[k].t, threads, reps, n_gen, n_prompt);
+    char list[512];
+    snprintf(list, sizeof list, "%s", types);
+    for (char *save = NULL, *name = strtok_r(list, ",", &save); name;
+         name = strtok_r(NULL, ",", &save)) { /* in the order given */
+        size_t k = 0;
+        while (k < sizeof known / sizeof known[0] && strcmp(name, known[k].n) != 0) k++;
+        if (k == sizeof known / sizeof known[0]) {
+            fprintf(stderr, "bench_decode: unknown type '%s'\n", name);
+            return 2;
+        }
+        rc |= run_type(dir, known[k].n, known[k].t, known[k].mix, threads, reps, n_gen, n_prompt);
+    }
     return rc;
 }

@@ -179,6 +179,41 @@ static void test_ext_formats(void) {
 
 /* ---- activation rounding ---- */
 
+static void fill_x(float *X, size_t ldx, size_t n, size_t k, int pattern);
+
+/* The K-quants' 256-block rounding: hand-checked values (the sign comes from the first
+ * element of largest magnitude; halves go to even), and the products' vector rounding
+ * (tl_matmul_act_prepare) bit-exact with the scalar one on random rows, exact ties and
+ * zero blocks. */
+static void test_act_rounding_k(void) {
+    enum { K = 4 * TL_QK_K, N = 3 };
+    static float X[N * K];
+    static tl_block_k_act ref[N * K / TL_QK_K];
+    memset(X, 0, sizeof X);
+    X[5] = -127.0f, X[9] = 127.0f;  /* first of largest magnitude is negative: iscale = 1 */
+    X[10] = 2.5f, X[11] = 3.5f, X[12] = -2.5f, X[13] = 1.0f;
+    tl_quant_act_row_k(X, ref, TL_QK_K);
+    CHECK(ref[0].d == 1.0f && ref[0].q[5] == -127 && ref[0].q[9] == 127);
+    CHECK(ref[0].q[10] == 2 && ref[0].q[11] == 4 && ref[0].q[12] == -2 && ref[0].q[13] == 1);
+    CHECK(ref[0].bsums[0] == -127 + 127 + 2 + 4 - 2 + 1 && ref[0].bsums[1] == 0);
+    fill_x(X, K, N, K, 0);
+    fill_x(X + K, K, 1, K, 1); /* halves of 1/4: exact ties after scaling by 127/31.75 */
+    for (int c = 2 * TL_QK_K; c < 3 * TL_QK_K; c++) X[2 * K + c] = 0.0f; /* a zero block */
+    for (size_t i = 0; i < N; i++) tl_quant_act_row_k(X + i * K, ref + i * (K / TL_QK_K), K);
+    const tl_type types[] = {TL_TYPE_Q2_K, TL_TYPE_Q6_K};
+    for (int t = 0; t < 2; t++) {
+        size_t af = tl_matmul_act_floats(types[t], TL_LAYOUT_ROWS, K, N);
+        CHECK(af * sizeof(float) >= sizeof ref && af <= tl_matmul_scratch_floats(K, N));
+        float *act = malloc(af * sizeof(float));
+        memset(act, 0x5a, af * sizeof(float));
+        tl_matmul_act_prepare(types[t], TL_LAYOUT_ROWS, K, X, K, N, 1, N, act);
+        tl_matmul_act_prepare(types[t], TL_LAYOUT_ROWS, K, X, K, N, 0, 1, act);
+        CHECK_MSG(memcmp(act, ref, sizeof ref) == 0, "%s: the prepared K blocks differ from "
+                  "tl_quant_act_row_k's", tl_type_name(types[t]));
+        free(act);
+    }
+}
+
 static void test_act_rounding(void) {
     /* amax = 31.75 = 127/4, so d = 0.25 exactly and x/d is exact: ties are real ties */
     float x[2 * TL_QK], xr[2 * TL_QK];
@@ -704,6 +739,7 @@ int main(void) {
     test_block_formats();
     test_ext_formats();
     test_act_rounding();
+    test_act_rounding_k();
     test_vector();
     test_attention();
     test_elementwise();

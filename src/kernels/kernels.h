@@ -156,7 +156,9 @@ void tl_matmul_panels_ref(tl_type type, const void *W, size_t k, size_t j0, size
  * split: each call rounds rows [i0, i1) of the n (disjoint ranges may run at once).
  * Results equal tl_matmul_fast's bit for bit. tl_matmul_act_floats returns 0 when
  * (type, n) has nothing to share in the rows layout: then call tl_matmul_fast. Weights in
- * panels always go through act (their act floats are > 0 for every n). */
+ * panels always go through act (their act floats are > 0 for every n), and so do the
+ * K-quants (act: per row, k/256 tl_block_k_act, bit-exact with tl_quant_act_row_k) and
+ * Q4_1/Q5_0/Q5_1 (their own 32-block records), for every n. */
 size_t tl_matmul_act_floats(tl_type type, tl_weights_layout layout, size_t k, size_t n);
 void tl_matmul_act_prepare(tl_type type, tl_weights_layout layout, size_t k, const float *X,
                            size_t ldx, size_t n, size_t i0, size_t i1, float *act);

@@ -90,7 +90,11 @@ int tl__act_takes_records(tl_type type, tl_weights_layout layout, size_t n) {
     return layout == TL_LAYOUT_PANELS || n > tl__q_gemm_after_n(tl__cpu_widest_isa());
 }
 
+/* Q4_1, Q5_x and the K-quants: their own records (x86_matvec_ext.c), for every n. */
+static int ext_type(tl_type type) { return tl_type_rounds_act(type) && !tl_type_int8_gemm(type); }
+
 size_t tl_matmul_act_floats(tl_type type, tl_weights_layout layout, size_t k, size_t n) {
+    if (ext_type(type)) return layout == TL_LAYOUT_ROWS ? tl__ext_act_floats(type, k, n) : 0;
     if (tl__act_takes_records(type, layout, n))
         return n * (k / TL_QK) * sizeof(tl__act_rec) / sizeof(float);
     if (layout == TL_LAYOUT_PANELS) return 0;
@@ -100,6 +104,10 @@ size_t tl_matmul_act_floats(tl_type type, tl_weights_layout layout, size_t k, si
 void tl_matmul_act_prepare(tl_type type, tl_weights_layout layout, size_t k, const float *X,
                            size_t ldx, size_t n, size_t i0, size_t i1, float *act) {
     if (i1 > n) i1 = n;
+    if (ext_type(type)) {
+        if (layout == TL_LAYOUT_ROWS) tl__ext_act_prepare(type, k, X, ldx, i0, i1, act);
+        return;
+    }
     if (tl__act_takes_records(type, layout, n)) {
         tl__act_records(type, k, X, ldx, i0, i1, (tl__act_rec *)(void *)act);
         return;

@@ -125,6 +125,10 @@ static void act_product(tl__isa isa, tl_type type, tl_weights_layout layout, con
                         size_t k, size_t j0, size_t j1, const float *act, size_t n, float *Y,
                         size_t ldy) {
     if (j0 >= j1 || n == 0) return;
+    if (tl_type_rounds_act(type) && !tl_type_int8_gemm(type)) { /* Q4_1, Q5_x, K-quants */
+        tl__matmul_ext_act(type, W, k, j0, j1, act, n, Y, ldy);
+        return;
+    }
     if (tl__act_takes_records(type, layout, n)) {
         const int panels = layout == TL_LAYOUT_PANELS;
         const tl__act_rec *xs = (const tl__act_rec *)(const void *)act;

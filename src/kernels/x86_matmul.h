@@ -46,6 +46,12 @@ static inline void tl__tile_store(float *Y, size_t ldy, const float *tile, size_
 void tl__matmul_ext(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
                     const float *X, size_t ldx, size_t n, float *Y, size_t ldy, float *scratch);
 size_t tl__ext_act_floats(tl_type type, size_t k, size_t n);
+/* Their parts for a product split over threads (tl_matmul_act_prepare/_fast_act): rows
+ * [i0, i1) of X rounded into act, and the product from act. */
+void tl__ext_act_prepare(tl_type type, size_t k, const float *X, size_t ldx, size_t i0,
+                         size_t i1, float *act);
+void tl__matmul_ext_act(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
+                        const float *act, size_t n, float *Y, size_t ldy);
 
 /* Q8_0/Q4_0 products of more rows than this take the int8 GEMM of instruction set isa
  * (below it, the matvec's 4-row groups re-reading weights from cache cost less than

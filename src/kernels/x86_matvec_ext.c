@@ -39,15 +39,57 @@ size_t tl__ext_act_floats(tl_type type, size_t k, size_t n) {
 
 /* ---- activation rounding ---- */
 
-static void round_rows(tl_type type, size_t k, const float *X, size_t ldx, size_t n, void *act) {
+/* One row's 256-blocks, bit-exact with tl_quant_act_row_k: the f32 product iscale*x
+ * converted with the default rounding mode (to nearest, halves to even) is rint's. */
+static void round_row_k(const float *x, size_t k, tl_block_k_act *a) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (size_t b = 0; b < k / TL_QK_K; b++, x += TL_QK_K, a++) {
+        __m256 m = _mm256_setzero_ps();
+        for (int e = 0; e < TL_QK_K; e += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + e)));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        const float amax = _mm_cvtss_f32(h);
+        if (amax == 0.0f) {
+            memset(a, 0, sizeof *a);
+            continue;
+        }
+        int first = 0; /* the first element of largest magnitude gives the sign */
+        while (!(x[first] == amax || x[first] == -amax)) first++;
+        const float iscale = -127.0f / x[first];
+        const __m256 vs = _mm256_set1_ps(iscale);
+        const __m256i top = _mm256_set1_epi32(127), perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for (int e = 0; e < TL_QK_K; e += 32) {
+            __m256i q[4];
+            for (int v = 0; v < 4; v++)
+                q[v] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + e + 8 * v))), top);
+            __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+            _mm256_storeu_si256((__m256i *)(void *)(a->q + e), _mm256_permutevar8x32_epi32(p, perm));
+        }
+        const __m256i ones8 = _mm256_set1_epi8(1);
+        for (int g = 0; g < TL_QK_K / 16; g += 2) { /* pair sums, then the 16-sums of two groups */
+            __m256i s = _mm256_maddubs_epi16(ones8, loadu256(a->q + 16 * g));
+            __m128i t = _mm_hadd_epi16(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            t = _mm_hadd_epi16(t, t);
+            t = _mm_hadd_epi16(t, t);
+            a->bsums[g] = (int16_t)_mm_extract_epi16(t, 0);
+            a->bsums[g + 1] = (int16_t)_mm_extract_epi16(t, 1);
+        }
+        a->d = 1.0f / iscale;
+    }
+}
+
+/* Rows [i0, i1) of X rounded into act (row i at record i * k/block). */
+void tl__ext_act_prepare(tl_type type, size_t k, const float *X, size_t ldx, size_t i0,
+                         size_t i1, float *act) {
     if (tl_type_act_block(type) == TL_QK_K) {
-        tl_block_k_act *a = act;
-        for (size_t i = 0; i < n; i++) tl_quant_act_row_k(X + i * ldx, a + i * (k / TL_QK_K), k);
+        tl_block_k_act *a = (tl_block_k_act *)(void *)act;
+        for (size_t i = i0; i < i1; i++) round_row_k(X + i * ldx, k, a + i * (k / TL_QK_K));
         return;
     }
-    act32 *a = act;
+    act32 *a = (act32 *)(void *)act;
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = i0; i < i1; i++)
         for (size_t b = 0; b < k / TL_QK; b++) {
             tl_block_q8_act blk;
             tl_quant_act_row_fast(X + i * ldx + b * TL_QK, &blk, TL_QK);
@@ -84,82 +126,105 @@ static ALWAYS_INLINE __m256i bits_to_bytes(uint32_t h, uint8_t value) {
     return _mm256_and_si256(v, _mm256_set1_epi8((char)value));
 }
 
-static ALWAYS_INLINE __m256i pair16(int a0, int a1) {
-    return _mm256_setr_m128i(_mm_set1_epi16((short)a0), _mm_set1_epi16((short)a1));
+/* Bit `from` of every byte of v, moved to bit `to` of the byte (other bits 0). Shifting
+ * 16-bit lanes is safe: after the mask each byte holds one bit, and it moves within it. */
+static ALWAYS_INLINE __m256i bit_to(__m256i v, int from, int to) {
+    const __m256i b = _mm256_and_si256(v, _mm256_set1_epi8((char)(1 << from)));
+    return from < to ? _mm256_slli_epi16(b, to - from) : _mm256_srli_epi16(b, from - to);
 }
 
-static ALWAYS_INLINE void set_scales16(kblock *kb, const int *a, const int *b) {
-    int16_t bb[16];
-    for (int p = 0; p < 8; p++) kb->av[p] = pair16(a[2 * p], a[2 * p + 1]);
-    for (int g = 0; g < 16; g++) bb[g] = (int16_t)b[g];
-    kb->bv = loadu256(bb);
+/* av from 16 int16 group scales s16 (lanes: groups 0-7 | 8-15): av[p] = group 2p's scale
+ * in the low 128 bits, 2p+1's in the high, each in all 8 int16 lanes. */
+static ALWAYS_INLINE void scales_from16(kblock *kb, __m256i s16) {
+    const __m256i lo = _mm256_permute4x64_epi64(s16, 0x44), hi = _mm256_permute4x64_epi64(s16, 0xee);
+    UNROLL for (int p = 0; p < 8; p++) {
+        const int g0 = (2 * p) % 8, g1 = (2 * p + 1) % 8; /* word index within the half */
+        const __m256i mask = _mm256_setr_epi8(
+            (char)(2 * g0), (char)(2 * g0 + 1), (char)(2 * g0), (char)(2 * g0 + 1), (char)(2 * g0),
+            (char)(2 * g0 + 1), (char)(2 * g0), (char)(2 * g0 + 1), (char)(2 * g0), (char)(2 * g0 + 1),
+            (char)(2 * g0), (char)(2 * g0 + 1), (char)(2 * g0), (char)(2 * g0 + 1), (char)(2 * g0),
+            (char)(2 * g0 + 1), (char)(2 * g1), (char)(2 * g1 + 1), (char)(2 * g1), (char)(2 * g1 + 1),
+            (char)(2 * g1), (char)(2 * g1 + 1), (char)(2 * g1), (char)(2 * g1 + 1), (char)(2 * g1),
+            (char)(2 * g1 + 1), (char)(2 * g1), (char)(2 * g1 + 1), (char)(2 * g1), (char)(2 * g1 + 1),
+            (char)(2 * g1), (char)(2 * g1 + 1));
+        kb->av[p] = _mm256_shuffle_epi8(p < 4 ? lo : hi, mask);
+    }
 }
 
 static ALWAYS_INLINE void unpack_q2_k(const uint8_t *s, kblock *kb) {
     const tl_block_q2_k *x = (const void *)s;
     const __m256i m3 = _mm256_set1_epi8(3);
-    int a[16], b[16];
     for (int h = 0; h < 2; h++) {
         const __m256i q = loadu256(x->q + 32 * h); /* bytes 0-15: even groups, 16-31: odd */
-        for (int j = 0; j < 4; j++) /* groups 8h+2j, 8h+2j+1 = elements 128h + 32j .. +31 */
+        UNROLL for (int j = 0; j < 4; j++) /* groups 8h+2j, 8h+2j+1 = elements 128h + 32j .. +31 */
             kb->u[4 * h + j] = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
     }
-    for (int g = 0; g < 16; g++) {
-        a[g] = x->scales[g] & 0x0f;
-        b[g] = x->scales[g] >> 4;
-    }
-    set_scales16(kb, a, b);
+    const __m128i sc = loadu128(x->scales), m4 = _mm_set1_epi8(0x0f);
+    scales_from16(kb, _mm256_cvtepu8_epi16(_mm_and_si128(sc, m4)));
+    kb->bv = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), m4));
     kb->D = load_f16_scale(s + offsetof(tl_block_q2_k, d));
     kb->M = load_f16_scale(s + offsetof(tl_block_q2_k, dmin));
 }
 
 static ALWAYS_INLINE void unpack_q3_k(const uint8_t *s, kblock *kb) {
     const tl_block_q3_k *x = (const void *)s;
-    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    const __m256i m3 = _mm256_set1_epi8(3);
     const __m256i hm = loadu256(x->hmask); /* bytes 0-15: even groups, 16-31: odd */
-    int a[16], b[16];
     for (int h = 0; h < 2; h++) {
         const __m256i q = loadu256(x->q + 32 * h);
-        for (int j = 0; j < 4; j++) {
-            const int bit = 4 * h + j;
-            __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, bit), _mm256_set1_epi8(1));
-            hb = _mm256_and_si256(_mm256_cmpeq_epi8(hb, _mm256_set1_epi8(1)), four);
+        UNROLL for (int j = 0; j < 4; j++) {
+            const __m256i hb = bit_to(hm, 4 * h + j, 2); /* the third bit: 4 */
             kb->u[4 * h + j] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3), hb);
         }
     }
-    for (int g = 0; g < 16; g++) {
-        a[g] = tl__q3k_scale(x->scales, g);
-        b[g] = 4 * a[g];
-    }
-    set_scales16(kb, a, b);
+    /* the 16 scales (quant_ext.h): low 4 bits from bytes 0-7 (low nibbles: groups 0-7,
+     * high: 8-15), high 2 bits of group g at bit 2*(g/4) of byte 8 + g%4 */
+    uint64_t lo8;
+    uint32_t h4;
+    memcpy(&lo8, x->scales, 8);
+    memcpy(&h4, x->scales + 8, 4);
+    const __m128i m4 = _mm_set1_epi8(0x0f), b2 = _mm_set1_epi8(3);
+    const __m128i l = _mm_cvtsi64_si128((long long)lo8);
+    const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(l, m4), _mm_and_si128(_mm_srli_epi16(l, 4), m4));
+    const __m128i high = _mm_and_si128(_mm_setr_epi32((int)h4, (int)(h4 >> 2), (int)(h4 >> 4), (int)(h4 >> 6)), b2);
+    const __m128i sc = _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
+    const __m256i s16 = _mm256_cvtepi8_epi16(sc);
+    scales_from16(kb, s16);
+    kb->bv = _mm256_slli_epi16(s16, 2); /* 4 * scale */
     kb->D = kb->M = load_f16_scale(s + offsetof(tl_block_q3_k, d));
 }
 
 static ALWAYS_INLINE void unpack_q45_k(int five, const uint8_t *s, kblock *kb) {
-    const uint8_t *scales = s + 4, *qs = s + (five ? 48 : 16);
+    const uint8_t *qs = s + (five ? 48 : 16);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i qh = five ? loadu256(s + 16) : _mm256_setzero_si256();
-    for (int p = 0; p < 4; p++) {
+    UNROLL for (int p = 0; p < 4; p++) {
         const __m256i q = loadu256(qs + 32 * p);
         __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        if (five) {
-            const __m256i one = _mm256_set1_epi8(1), sixteen = _mm256_set1_epi8(16);
-            __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), one);
-            __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * p + 1), one);
-            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(b0, one), sixteen));
-            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(b1, one), sixteen));
+        if (five) { /* bit g of each qh byte moved to bit 4 (alone in its byte: no carry) */
+            lo = _mm256_or_si256(lo, bit_to(qh, 2 * p, 4));
+            hi = _mm256_or_si256(hi, bit_to(qh, 2 * p + 1, 4));
         }
         kb->u[2 * p] = lo;
         kb->u[2 * p + 1] = hi;
     }
-    int16_t bb[16];
-    for (int g = 0; g < 8; g++) {
-        int sc, mn;
-        tl__k4_scale_min(scales, g, &sc, &mn);
-        kb->av[g] = _mm256_set1_epi16((short)sc);
-        bb[2 * g] = bb[2 * g + 1] = (int16_t)mn;
-    }
-    kb->bv = loadu256(bb);
+    /* the 12 packed bytes (quant_ext.h) as 4 words: scales 0-3, 4-7, mins 0-3, 4-7; the
+     * byte masks keep each byte's own bits after the word shifts */
+    uint32_t w0, w1, w2;
+    memcpy(&w0, s + 4, 4);
+    memcpy(&w1, s + 8, 4);
+    memcpy(&w2, s + 12, 4);
+    const uint32_t m6 = 0x3f3f3f3fu, n4 = 0x0f0f0f0fu, b2 = 0x03030303u;
+    const __m128i sm = _mm_setr_epi32((int)(w0 & m6), (int)((w2 & n4) | ((w0 >> 6) & b2) << 4),
+                                      (int)(w1 & m6), (int)(((w2 >> 4) & n4) | ((w1 >> 6) & b2) << 4));
+    const __m256i s16 = _mm256_cvtepu8_epi16(sm); /* scales 0-7 | mins 0-7 */
+    const __m256i sc = _mm256_permute4x64_epi64(s16, 0x44), mn = _mm256_permute4x64_epi64(s16, 0xee);
+    UNROLL for (int g = 0; g < 8; g++) /* 32-groups: one scale on both 16-halves */
+        kb->av[g] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(2 * g | (2 * g + 1) << 8)));
+    /* each min twice, for the two 16-sums of its group */
+    kb->bv = _mm256_shuffle_epi8(mn, _mm256_setr_epi8(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7,
+                                                      8, 9, 8, 9, 10, 11, 10, 11, 12, 13, 12, 13,
+                                                      14, 15, 14, 15));
     kb->D = load_f16_scale(s);
     kb->M = load_f16_scale(s + 2);
 }
@@ -173,17 +238,14 @@ static ALWAYS_INLINE void unpack_q6_k(const uint8_t *s, kblock *kb) {
         const __m256i lo[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
                                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
                                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
-        for (int p = 0; p < 4; p++) {
+        UNROLL for (int p = 0; p < 4; p++) {
             __m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), m2);
             kb->u[4 * h + p] = _mm256_or_si256(lo[p], _mm256_slli_epi16(hb, 4));
         }
     }
-    int a[16], b[16];
-    for (int g = 0; g < 16; g++) {
-        a[g] = x->scales[g];
-        b[g] = 32 * a[g];
-    }
-    set_scales16(kb, a, b);
+    const __m256i s16 = _mm256_cvtepi8_epi16(loadu128(x->scales));
+    scales_from16(kb, s16);
+    kb->bv = _mm256_slli_epi16(s16, 5); /* 32 * scale */
     kb->D = kb->M = load_f16_scale(s + offsetof(tl_block_q6_k, d));
 }
 
@@ -226,16 +288,24 @@ static ALWAYS_INLINE void row_k(tl_type type, const uint8_t *w, size_t nb, const
     }
 }
 
+/* Specialized for one row of X (decode), where the unpacked block stays in registers. */
+#define ROW_K_CASE(T)                                                                        \
+    case T:                                                                                  \
+        if (n == 1) row_k(T, w, nb, act, 1, acc, distance);                                  \
+        else row_k(T, w, nb, act, n, acc, distance);                                         \
+        return;
+
 static void row_k_any(tl_type type, const uint8_t *w, size_t nb, const tl_block_k_act *act,
                       size_t n, __m256 *acc, size_t distance) {
     switch (type) {
-    case TL_TYPE_Q2_K: row_k(TL_TYPE_Q2_K, w, nb, act, n, acc, distance); return;
-    case TL_TYPE_Q3_K: row_k(TL_TYPE_Q3_K, w, nb, act, n, acc, distance); return;
-    case TL_TYPE_Q4_K: row_k(TL_TYPE_Q4_K, w, nb, act, n, acc, distance); return;
-    case TL_TYPE_Q5_K: row_k(TL_TYPE_Q5_K, w, nb, act, n, acc, distance); return;
-    default: row_k(TL_TYPE_Q6_K, w, nb, act, n, acc, distance); return;
+    ROW_K_CASE(TL_TYPE_Q2_K)
+    ROW_K_CASE(TL_TYPE_Q3_K)
+    ROW_K_CASE(TL_TYPE_Q4_K)
+    ROW_K_CASE(TL_TYPE_Q5_K)
+    default: ROW_K_CASE(TL_TYPE_Q6_K)
     }
 }
+#undef ROW_K_CASE
 
 /* ---- the 32-element types ---- */
 
@@ -277,28 +347,56 @@ static ALWAYS_INLINE void row_q32(tl_type type, const uint8_t *w, size_t nb, con
     }
 }
 
+/* One row of X (decode): row_q32's sums over four interleaved chains of blocks, so that
+ * the per-block additions do not wait on each other; the chains add up in a fixed order. */
+static ALWAYS_INLINE void row_q32_1(tl_type type, const uint8_t *w, size_t nb, const act32 *act,
+                                    __m256 *acc, float *macc, size_t distance) {
+    const size_t bb = tl_type_block_bytes(type);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 a4[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    float m4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (size_t b = 0; b < nb; b++) {
+        float d, mterm;
+        _mm_prefetch((const char *)(w + b * bb + distance), _MM_HINT_T0);
+        const __m256i u = unpack_q32(type, w + b * bb, &d, &mterm);
+        const act32 *a = act + b;
+        __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(u, loadu256(a->q)), ones);
+        a4[b % 4] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d * a->d), a4[b % 4]);
+        m4[b % 4] += mterm * a->d * (float)a->sum;
+    }
+    acc[0] = _mm256_add_ps(_mm256_add_ps(a4[0], a4[1]), _mm256_add_ps(a4[2], a4[3]));
+    macc[0] = (m4[0] + m4[1]) + (m4[2] + m4[3]);
+}
+
+#define ROW_Q32_CASE(T)                                                                      \
+    case T:                                                                                  \
+        if (n == 1) row_q32_1(T, w, nb, act, acc, macc, distance);                           \
+        else row_q32(T, w, nb, act, n, acc, macc, distance);                                 \
+        return;
+
 static void row_q32_any(tl_type type, const uint8_t *w, size_t nb, const act32 *act, size_t n,
                         __m256 *acc, float *macc, size_t distance) {
     switch (type) {
-    case TL_TYPE_Q4_1: row_q32(TL_TYPE_Q4_1, w, nb, act, n, acc, macc, distance); return;
-    case TL_TYPE_Q5_0: row_q32(TL_TYPE_Q5_0, w, nb, act, n, acc, macc, distance); return;
-    default: row_q32(TL_TYPE_Q5_1, w, nb, act, n, acc, macc, distance); return;
+    ROW_Q32_CASE(TL_TYPE_Q4_1)
+    ROW_Q32_CASE(TL_TYPE_Q5_0)
+    default: ROW_Q32_CASE(TL_TYPE_Q5_1)
     }
 }
+#undef ROW_Q32_CASE
 
 /* ---- the product ---- */
 
 /* Activation rows per pass over a weight row: their accumulators live on the stack. */
 #define EXT_ROWS_PER_PASS 64
 
-void tl__matmul_ext(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
-                    const float *X, size_t ldx, size_t n, float *Y, size_t ldy, float *scratch) {
+void tl__matmul_ext_act(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
+                        const float *act_f, size_t n, float *Y, size_t ldy) {
     const size_t ab = tl_type_act_block(type), nb = k / ab;
     const size_t row_bytes = tl_type_row_bytes(type, k), distance = tl__prefetch_distance();
-    round_rows(type, k, X, ldx, n, scratch);
     __m256 acc[EXT_ROWS_PER_PASS];
     float macc[EXT_ROWS_PER_PASS];
-    const uint8_t *act = (const uint8_t *)scratch;
+    const uint8_t *act = (const uint8_t *)act_f;
+    if (j0 >= j1 || n == 0) return;
     prefetch_start(W + j0 * row_bytes, (j1 - j0) * row_bytes, distance);
     for (size_t i0 = 0; i0 < n; i0 += EXT_ROWS_PER_PASS) {
         const size_t m = n - i0 < EXT_ROWS_PER_PASS ? n - i0 : EXT_ROWS_PER_PASS;
@@ -314,4 +412,10 @@ void tl__matmul_ext(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t 
             }
         }
     }
+}
+
+void tl__matmul_ext(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
+                    const float *X, size_t ldx, size_t n, float *Y, size_t ldy, float *scratch) {
+    tl__ext_act_prepare(type, k, X, ldx, 0, n, scratch);
+    tl__matmul_ext_act(type, W, k, j0, j1, scratch, n, Y, ldy);
 }
