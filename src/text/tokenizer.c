@@ -1,8 +1,9 @@
 /* tokenizer.c - encoding text to token ids and looking up a token's decoded piece.
  *
- * The text is first split around the user-defined tokens, then each raw fragment goes
- * to the model's encoder (tokenizer_spm.c, tokenizer_bpe.c). Loading is in
- * tokenizer_load.c, the UTF-8 output stream in utf8_stream.c.
+ * The text is first split around the special tokens (user-defined ones always, control
+ * and unknown ones with TL_ENCODE_PARSE_SPECIAL), then each raw fragment goes to the
+ * model's encoder (tokenizer_spm.c, tokenizer_bpe.c). Loading is in tokenizer_load.c,
+ * the UTF-8 output stream in utf8_stream.c.
  */
 #include "text/tokenizer_impl.h"
 
@@ -34,7 +35,7 @@ int tl_tokenizer_add_bos_default(const tl_tokenizer *tok) { return tok->add_bos;
 
 typedef struct frag {
     size_t off, len;
-    int32_t id; /* >= 0: a user-defined token; -1: raw text */
+    int32_t id; /* >= 0: a special token; -1: raw text */
 } frag;
 
 typedef struct frags {
@@ -58,22 +59,34 @@ static tl_status frag_push(frags *f, size_t off, size_t len, int32_t id)
     return TL_OK;
 }
 
-/* Splits text around the user-defined tokens (longest first, each over what the
+static int is_ascii_space(char c)
+{
+    return c == ' ' || (c >= '\t' && c <= '\r'); /* isspace() in the C locale */
+}
+
+static tl_status encode_raw(const tl_tokenizer *tok, const char *text, size_t len,
+                            int prev_special, tl__ids *out)
+{
+    return tok->kind == TL_TOK_SPM
+               ? tl__spm_encode(tok, text, len, tok->add_space_prefix && prev_special, out)
+               : tl__bpe_encode(tok, text, len, out);
+}
+
+/* Splits text around the special tokens that apply (longest first, each over what the
  * longer ones left raw, occurrences left to right, as llama.cpp's
  * tokenizer_st_partition), then runs the model on each raw fragment. For spm a raw
- * fragment gets the space prefix when it starts the text or follows such a token. */
+ * fragment gets the space prefix when it starts the text or follows a special token. */
 static tl_status encode_text(const tl_tokenizer *tok, const char *text, size_t len,
-                             tl__ids *out)
+                             int parse_special, tl__ids *out)
 {
-    if (!tok->n_user)
-        return tok->kind == TL_TOK_SPM ? tl__spm_encode(tok, text, len, tok->add_space_prefix, out)
-                                       : tl__bpe_encode(tok, text, len, out);
     frags cur = {0}, next = {0};
     tl_status st = frag_push(&cur, 0, len, -1);
-    for (size_t u = 0; u < tok->n_user && !st; u++) {
-        int32_t id = tok->user_ids[u];
-        const char *t = tok->text_pool + tok->text_off[id];
-        size_t tl = tok->text_len[id];
+    for (size_t u = 0; u < tok->n_special && !st; u++) {
+        const tl__special *sp = &tok->specials[u];
+        if (!sp->always && !parse_special)
+            continue;
+        const char *t = tok->text_pool + tok->text_off[sp->id];
+        size_t tl = tok->text_len[sp->id];
         next.n = 0;
         for (size_t i = 0; i < cur.n && !st; i++) {
             frag f = cur.v[i];
@@ -89,8 +102,10 @@ static tl_status encode_text(const tl_tokenizer *tok, const char *text, size_t l
                 size_t h = (size_t)(hit - text);
                 st = frag_push(&next, pos, h - pos, -1);
                 if (!st)
-                    st = frag_push(&next, h, tl, id);
+                    st = frag_push(&next, h, tl, sp->id);
                 pos = h + tl;
+                while (sp->rstrip && pos < end && is_ascii_space(text[pos]))
+                    pos++;
             }
             if (!st)
                 st = frag_push(&next, pos, end - pos, -1);
@@ -107,10 +122,7 @@ static tl_status encode_text(const tl_tokenizer *tok, const char *text, size_t l
             prev_special = 1;
             continue;
         }
-        st = tok->kind == TL_TOK_SPM
-                 ? tl__spm_encode(tok, text + f->off, f->len,
-                                  tok->add_space_prefix && prev_special, out)
-                 : tl__bpe_encode(tok, text + f->off, f->len, out);
+        st = encode_raw(tok, text + f->off, f->len, prev_special, out);
         prev_special = 0;
     }
     free(cur.v);
@@ -118,8 +130,8 @@ static tl_status encode_text(const tl_tokenizer *tok, const char *text, size_t l
     return st;
 }
 
-tl_status tl_tokenizer_encode(const tl_tokenizer *tok, const char *text, size_t len,
-                              int add_bos, int32_t *ids, size_t cap, size_t *n_out)
+tl_status tl_tokenizer_encode_flags(const tl_tokenizer *tok, const char *text, size_t len,
+                                    unsigned flags, int32_t *ids, size_t cap, size_t *n_out)
 {
     if (n_out)
         *n_out = 0;
@@ -127,10 +139,10 @@ tl_status tl_tokenizer_encode(const tl_tokenizer *tok, const char *text, size_t 
         return tl_error_set(TL_ERR_INVALID, "tl_tokenizer_encode: NULL argument");
     tl__ids v = {0};
     tl_status st = TL_OK;
-    if (add_bos && tok->bos >= 0)
+    if ((flags & TL_ENCODE_ADD_BOS) && tok->bos >= 0)
         st = tl__ids_push(&v, tok->bos);
     if (!st && len)
-        st = encode_text(tok, text, len, &v);
+        st = encode_text(tok, text, len, (flags & TL_ENCODE_PARSE_SPECIAL) != 0, &v);
     if (!st) {
         *n_out = v.n;
         if (v.n && cap)
@@ -142,6 +154,13 @@ tl_status tl_tokenizer_encode(const tl_tokenizer *tok, const char *text, size_t 
     }
     free(v.v);
     return st;
+}
+
+tl_status tl_tokenizer_encode(const tl_tokenizer *tok, const char *text, size_t len,
+                              int add_bos, int32_t *ids, size_t cap, size_t *n_out)
+{
+    return tl_tokenizer_encode_flags(tok, text, len, add_bos ? TL_ENCODE_ADD_BOS : 0u, ids,
+                                     cap, n_out);
 }
 
 tl_status tl_tokenizer_piece(const tl_tokenizer *tok, int32_t id, const char **bytes,

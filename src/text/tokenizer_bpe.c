@@ -1,14 +1,11 @@
-/* tokenizer_bpe.c - GPT-2 byte-level BPE, as llama.cpp's llm_tokenizer_bpe with the
- * "gpt-2" pre-tokenizer.
+/* tokenizer_bpe.c - byte-level BPE, as llama.cpp's llm_tokenizer_bpe.
  *
- * 1. Pre-tokenize with the GPT-2 regex
- *      's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- *    matched by hand over code points, following llama.cpp's
- *    unicode_regex_split_custom_gpt2. A byte that is not valid UTF-8 is one unit that
- *    classes like U+FFFD (as llama.cpp decodes it) but keeps its own byte, so every
- *    input byte is encoded.
+ * 1. Cut the text into words by the vocabulary's pre-tokenizer (pretokenize.c), over
+ *    code points. A byte that is not valid UTF-8 is one unit that reads as U+FFFD (as
+ *    llama.cpp decodes it) but keeps its own byte, so every input byte is encoded.
  * 2. Write each word's bytes in the GPT-2 byte alphabet (each byte one code point).
- * 3. Start from one symbol per byte and merge the adjacent pair with the lowest merge
+ * 3. With ignore_merges (Llama 3) a word that is itself a token is that token. Otherwise
+ *    start from one symbol per byte and merge the adjacent pair with the lowest merge
  *    rank (ties: leftmost) until no pair is in the merges list.
  * 4. Emit each symbol's token; a symbol that is not a token (only with an inconsistent
  *    vocabulary) emits its characters' tokens, or <unk>.
@@ -17,6 +14,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "text/pretokenize.h"
 #include "text/tokenizer_impl.h"
 #include "text/unicode.h"
 
@@ -62,8 +60,8 @@ typedef struct bpe_state {
     /* per code point unit of the text */
     uint32_t *u_off;
     uint32_t *u_cpt;
-    unsigned char *u_cls;
     size_t n_units;
+    uint32_t *word_end; /* per word: its end, in units */
     /* per word, reused */
     char *enc;
     bpe_sym *sym;
@@ -124,6 +122,11 @@ static tl_status bpe_word(bpe_state *s, size_t u0, size_t u1)
         e += l;
         n_sym++;
     }
+    if (s->tok->ignore_merges) {
+        int32_t id = tl__strmap_find(&s->tok->vocab, s->enc, e, NULL, 0, -1);
+        if (id >= 0)
+            return tl__ids_push(s->out, id);
+    }
     tl_status st = TL_OK;
     s->heap.n = 0;
     for (int32_t i = 1; i < n_sym && !st; i++)
@@ -147,77 +150,6 @@ static tl_status bpe_word(bpe_state *s, size_t u0, size_t u1)
     return st;
 }
 
-/* ---- pre-tokenizer ------------------------------------------------------------------ */
-
-#define CLS_IN 8 /* set for every unit inside the text: llama.cpp's flags.as_uint() != 0 */
-#define OUT_OF_RANGE 0xFFFFFFFFu
-
-static unsigned cls_at(const bpe_state *s, size_t pos)
-{
-    return pos < s->n_units ? s->u_cls[pos] : 0;
-}
-
-static uint32_t cpt_at(const bpe_state *s, size_t pos)
-{
-    return pos < s->n_units ? s->u_cpt[pos] : OUT_OF_RANGE;
-}
-
-/* End of the GPT-2 regex match that starts at unit pos (< n_units). */
-static size_t match_end(const bpe_state *s, size_t pos)
-{
-    const unsigned L = TL_UNICODE_LETTER, N = TL_UNICODE_NUMBER, W = TL_UNICODE_WHITESPACE;
-    size_t n = s->n_units;
-    uint32_t c = s->u_cpt[pos];
-    if (c == '\'' && pos + 1 < n) { /* 's|'t|'re|'ve|'m|'ll|'d */
-        uint32_t c1 = s->u_cpt[pos + 1];
-        if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd')
-            return pos + 2;
-        if (pos + 2 < n) {
-            uint32_t c2 = s->u_cpt[pos + 2];
-            if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l'))
-                return pos + 3;
-        }
-    }
-    unsigned f2 = cls_at(s, c == ' ' ? pos + 1 : pos);
-    if (f2 & L) { /* ' ?\p{L}+' */
-        pos += c == ' ';
-        while (cls_at(s, pos) & L)
-            pos++;
-        return pos;
-    }
-    if (f2 & N) { /* ' ?\p{N}+' */
-        pos += c == ' ';
-        while (cls_at(s, pos) & N)
-            pos++;
-        return pos;
-    }
-    if (!(f2 & (W | L | N)) && (f2 & CLS_IN)) { /* ' ?[^\s\p{L}\p{N}]+' */
-        pos += c == ' ';
-        for (unsigned f = cls_at(s, pos); !(f & (W | L | N)) && (f & CLS_IN); f = cls_at(s, pos))
-            pos++;
-        return pos;
-    }
-    size_t nw = 0;
-    while (cls_at(s, pos + nw) & W)
-        nw++;
-    if (nw > 1 && cpt_at(s, pos + nw) != OUT_OF_RANGE) /* '\s+(?!\S)' */
-        return pos + nw - 1;
-    if (nw > 0) /* '\s+' */
-        return pos + nw;
-    return pos + 1; /* no match: the unit stands alone */
-}
-
-static tl_status split_words(bpe_state *s)
-{
-    tl_status st = TL_OK;
-    for (size_t pos = 0; pos < s->n_units && !st;) {
-        size_t end = match_end(s, pos);
-        st = bpe_word(s, pos, end);
-        pos = end;
-    }
-    return st;
-}
-
 tl_status tl__bpe_encode(const tl_tokenizer *tok, const char *text, size_t len, tl__ids *out)
 {
     if (len > UINT32_MAX / 4)
@@ -229,11 +161,11 @@ tl_status tl__bpe_encode(const tl_tokenizer *tok, const char *text, size_t len, 
     s.out = out;
     s.u_off = malloc((len + 1) * sizeof(*s.u_off));
     s.u_cpt = malloc(len * sizeof(*s.u_cpt));
-    s.u_cls = malloc(len);
+    s.word_end = malloc(len * sizeof(*s.word_end));
     s.enc = malloc(2 * len);
     s.sym = malloc(len * sizeof(*s.sym));
     tl_status st = TL_OK;
-    if (!s.u_off || !s.u_cpt || !s.u_cls || !s.enc || !s.sym) {
+    if (!s.u_off || !s.u_cpt || !s.word_end || !s.enc || !s.sym) {
         st = tl_error_set(TL_ERR_NOMEM, "tokenizer: out of memory for %zu bytes of text", len);
         goto done;
     }
@@ -246,16 +178,18 @@ tl_status tl__bpe_encode(const tl_tokenizer *tok, const char *text, size_t len, 
         }
         s.u_off[s.n_units] = (uint32_t)i;
         s.u_cpt[s.n_units] = cpt;
-        s.u_cls[s.n_units] = (unsigned char)(tl_unicode_class(cpt) | CLS_IN);
         s.n_units++;
         i += l;
     }
     s.u_off[s.n_units] = (uint32_t)len;
-    st = split_words(&s);
+    size_t n_words = 0;
+    st = tl__pretokenize(tok->pre, s.u_cpt, s.n_units, s.word_end, &n_words);
+    for (size_t w = 0, start = 0; w < n_words && !st; start = s.word_end[w++])
+        st = bpe_word(&s, start, s.word_end[w]);
 done:
     free(s.u_off);
     free(s.u_cpt);
-    free(s.u_cls);
+    free(s.word_end);
     free(s.enc);
     free(s.sym);
     free(s.heap.v);

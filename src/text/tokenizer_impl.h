@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "text/pretokenize.h"
 #include "text/strmap.h"
 #include "text/tokenizer.h"
 
@@ -20,12 +21,25 @@ enum {
 
 typedef enum tl_tok_kind { TL_TOK_SPM, TL_TOK_BPE } tl_tok_kind;
 
+/* A token whose text is cut out of the prompt before the model runs (llama.cpp's
+ * cache_special_tokens): USER_DEFINED ones always, CONTROL and UNKNOWN ones only when
+ * the caller asks (parse_special). rstrip drops the ASCII whitespace after a match
+ * (llama.cpp's LLAMA_TOKEN_ATTR_RSTRIP, which it sets for phi-3; its LSTRIP is set only
+ * for jina-v2 vocabularies, which have no pre-tokenizer here). */
+typedef struct tl__special {
+    int32_t id;
+    uint32_t len; /* of its text */
+    unsigned char always, rstrip;
+} tl__special;
+
 struct tl_tokenizer {
     tl_tok_kind kind;
     int32_t n_vocab;
     int32_t bos, eos, unk;
     int add_bos;
     int add_space_prefix; /* spm only */
+    tl__pretok pre;       /* bpe only: the pre-tokenizer (tokenizer.ggml.pre) */
+    int ignore_merges;    /* bpe only: a word that is a token is not merged (Llama 3) */
 
     /* token i's text is text_pool[text_off[i] .. + text_len[i]] */
     char *text_pool;
@@ -45,10 +59,10 @@ struct tl_tokenizer {
 
     int32_t byte_token[256]; /* spm: id of <0xXX>, or -1 */
 
-    /* USER_DEFINED tokens, longest text first (ties: lower id): the text is split
-     * around them before the model runs, as llama.cpp does without parse_special */
-    int32_t *user_ids;
-    size_t n_user;
+    /* longest text first (ties: lower id), as llama.cpp's tokenizer_st_partition
+     * tries them */
+    tl__special *specials;
+    size_t n_special;
 };
 
 /* A growable id list (tokenizer.c). */

@@ -1,6 +1,6 @@
 /* tokenizer_load.c - builds a tokenizer from GGUF metadata (tokenizer.ggml.*): the
- * vocabulary (texts, scores, types), the BPE merges, the special ids and flags, the
- * user-defined tokens, and each token's decoded piece.
+ * vocabulary (texts, scores, types), the BPE merges and pre-tokenizer, the special ids
+ * and flags, the special tokens cut out of prompts, and each token's decoded piece.
  *
  * Invariants once tl_tokenizer_from_gguf succeeds: n_vocab >= 1; every array has
  * n_vocab entries; bos/eos/unk are -1 or valid ids; the tokenizer owns copies of all
@@ -21,6 +21,7 @@
 #define KEY_SCORES "tokenizer.ggml.scores"
 #define KEY_TYPES "tokenizer.ggml.token_type"
 #define KEY_MERGES "tokenizer.ggml.merges"
+#define KEY_PRE "tokenizer.ggml.pre"
 
 /* An optional token id key: absent -> def (if in range, else -1); -1 or 0xFFFFFFFF ->
  * -1 (llama.cpp writes that for "none"); otherwise it must be a valid id. */
@@ -299,45 +300,115 @@ static tl_status load_merges(const tl_gguf *g, tl_tokenizer *tok)
     return TL_OK;
 }
 
-typedef struct user_tok {
-    uint32_t len;
-    int32_t id;
-} user_tok;
-
-static int user_tok_cmp(const void *a, const void *b)
+/* The pre-tokenizer of a gpt2 vocabulary. A missing or empty key keeps the GPT-2 rules
+ * this loader always used (llama.cpp takes "default" there, with a warning that the
+ * file should be regenerated). */
+static tl_status read_pre(const tl_gguf *g, unsigned flags, tl_tokenizer *tok)
 {
-    const user_tok *x = a, *y = b;
+    const tl_gguf_kv *kv = tl_gguf_find(g, KEY_PRE);
+    tok->pre = TL_PRETOK_GPT2;
+    if (!kv)
+        return TL_OK;
+    if (kv->type != TL_GGUF_STRING || (kv->v.str.len && !kv->v.str.s))
+        return tl_error_set(TL_ERR_FORMAT, "tokenizer: %s has type %s, expected a string",
+                            KEY_PRE, tl_gguf_type_name(kv->type));
+    if (kv->v.str.len == 0)
+        return TL_OK;
+    if (tl__pretok_from_name(kv->v.str.s, (size_t)kv->v.str.len, &tok->pre) != 0) {
+        if (!(flags & TL_TOKENIZER_UNKNOWN_PRE_AS_DEFAULT))
+            return tl_error_set(TL_ERR_UNSUPPORTED,
+                                "tokenizer: %s '%.*s' is not a known pre-tokenizer (known: "
+                                "default, gpt-2, llama-bpe, qwen2, deepseek-llm, "
+                                "deepseek-coder, falcon, mpt, starcoder, refact)",
+                                KEY_PRE, (int)(kv->v.str.len > 60 ? 60 : kv->v.str.len),
+                                kv->v.str.s);
+        tok->pre = TL_PRETOK_DEFAULT;
+    }
+    tok->ignore_merges = tok->pre == TL_PRETOK_LLAMA3; /* as llama.cpp sets it */
+    return TL_OK;
+}
+
+static int token_is(const tl_tokenizer *tok, int32_t id, const char *s)
+{
+    size_t len = tok->text_len[id];
+    return len == strlen(s) && memcmp(tok->text_pool + tok->text_off[id], s, len) == 0;
+}
+
+/* Whether s[0..n) contains needle (lowercase ASCII), ignoring ASCII case. */
+static int contains_nocase(const char *s, size_t n, const char *needle)
+{
+    size_t m = strlen(needle);
+    for (size_t i = 0; i + m <= n; i++) {
+        size_t k = 0;
+        for (; k < m; k++) {
+            char c = s[i + k];
+            if ((c >= 'A' && c <= 'Z' ? (char)(c + 32) : c) != needle[k])
+                break;
+        }
+        if (k == m)
+            return 1;
+    }
+    return 0;
+}
+
+/* llama.cpp strips the whitespace after most special tokens of a model whose
+ * general.name, lowercased, contains "phi-3" or "phi3" (see collect_specials). */
+static int is_phi3(const tl_gguf *g)
+{
+    const tl_gguf_kv *kv = tl_gguf_find(g, "general.name");
+    if (!kv || kv->type != TL_GGUF_STRING || !kv->v.str.s)
+        return 0;
+    size_t n = (size_t)kv->v.str.len;
+    return contains_nocase(kv->v.str.s, n, "phi-3") || contains_nocase(kv->v.str.s, n, "phi3");
+}
+
+static int special_cmp(const void *a, const void *b)
+{
+    const tl__special *x = a, *y = b;
     if (x->len != y->len)
         return x->len > y->len ? -1 : 1;
     return (x->id > y->id) - (x->id < y->id);
 }
 
-static tl_status collect_user_tokens(tl_tokenizer *tok)
+/* The tokens cut out of prompts: USER_DEFINED, CONTROL and UNKNOWN ones with a
+ * non-empty text (llama.cpp's cache_special_tokens). For phi-3 all of them, and </s>,
+ * strip the whitespace that follows them, except <unk>, <s> and <|endoftext|>. */
+static tl_status collect_specials(const tl_gguf *g, tl_tokenizer *tok)
 {
     size_t n = 0;
-    for (int32_t i = 0; i < tok->n_vocab; i++)
-        n += tok->types[i] == TL_TOKTYPE_USER_DEFINED && tok->text_len[i] > 0;
+    for (int32_t i = 0; i < tok->n_vocab; i++) {
+        int32_t t = tok->types[i];
+        n += (t == TL_TOKTYPE_USER_DEFINED || t == TL_TOKTYPE_CONTROL ||
+              t == TL_TOKTYPE_UNKNOWN) && tok->text_len[i] > 0;
+    }
     if (!n)
         return TL_OK;
-    user_tok *u = malloc(n * sizeof(*u));
-    tok->user_ids = malloc(n * sizeof(*tok->user_ids));
-    if (!u || !tok->user_ids) {
-        free(u);
-        return tl_error_set(TL_ERR_NOMEM, "tokenizer: out of memory");
+    tok->specials = malloc(n * sizeof(*tok->specials));
+    if (!tok->specials)
+        return tl_error_set(TL_ERR_NOMEM, "tokenizer: out of memory for %zu special tokens", n);
+    int phi3 = is_phi3(g);
+    for (int32_t i = 0; i < tok->n_vocab; i++) {
+        int32_t t = tok->types[i];
+        if (!((t == TL_TOKTYPE_USER_DEFINED || t == TL_TOKTYPE_CONTROL ||
+               t == TL_TOKTYPE_UNKNOWN) && tok->text_len[i] > 0))
+            continue;
+        tl__special *sp = &tok->specials[tok->n_special++];
+        sp->id = i;
+        sp->len = tok->text_len[i];
+        sp->always = t == TL_TOKTYPE_USER_DEFINED;
+        sp->rstrip = phi3 && !token_is(tok, i, "<unk>") && !token_is(tok, i, "<s>") &&
+                     !token_is(tok, i, "<|endoftext|>");
     }
-    n = 0;
-    for (int32_t i = 0; i < tok->n_vocab; i++)
-        if (tok->types[i] == TL_TOKTYPE_USER_DEFINED && tok->text_len[i] > 0)
-            u[n++] = (user_tok){tok->text_len[i], i};
-    qsort(u, n, sizeof(*u), user_tok_cmp);
-    for (size_t i = 0; i < n; i++)
-        tok->user_ids[i] = u[i].id;
-    tok->n_user = n;
-    free(u);
+    qsort(tok->specials, tok->n_special, sizeof(*tok->specials), special_cmp);
     return TL_OK;
 }
 
 tl_status tl_tokenizer_from_gguf(const tl_gguf *g, tl_tokenizer **out)
+{
+    return tl_tokenizer_from_gguf_flags(g, 0, out);
+}
+
+tl_status tl_tokenizer_from_gguf_flags(const tl_gguf *g, unsigned flags, tl_tokenizer **out)
 {
     if (!out)
         return tl_error_set(TL_ERR_INVALID, "tl_tokenizer_from_gguf: out is NULL");
@@ -368,6 +439,8 @@ tl_status tl_tokenizer_from_gguf(const tl_gguf *g, tl_tokenizer **out)
     tl_status st = load_vocab(g, tok);
     if (!st && kind == TL_TOK_BPE)
         st = load_merges(g, tok);
+    if (!st && kind == TL_TOK_BPE)
+        st = read_pre(g, flags, tok);
     int spm = kind == TL_TOK_SPM;
     /* llama.cpp's defaults: spm <s>=1, </s>=2, <unk>=0; gpt2 has none */
     if (!st)
@@ -378,11 +451,12 @@ tl_status tl_tokenizer_from_gguf(const tl_gguf *g, tl_tokenizer **out)
         st = read_id(g, "tokenizer.ggml.unknown_token_id", tok->n_vocab, spm ? 0 : -1,
                      &tok->unk);
     if (!st)
-        st = read_flag(g, "tokenizer.ggml.add_bos_token", spm, &tok->add_bos);
+        st = read_flag(g, "tokenizer.ggml.add_bos_token",
+                       spm || tok->pre == TL_PRETOK_LLAMA3, &tok->add_bos);
     if (!st)
         st = read_flag(g, "tokenizer.ggml.add_space_prefix", 1, &tok->add_space_prefix);
     if (!st)
-        st = collect_user_tokens(tok);
+        st = collect_specials(g, tok);
     if (st) {
         tl_tokenizer_free(tok);
         return st;
@@ -423,6 +497,6 @@ void tl_tokenizer_free(tl_tokenizer *tok)
     free(tok->piece_len);
     free(tok->scores);
     free(tok->types);
-    free(tok->user_ids);
+    free(tok->specials);
     free(tok);
 }

@@ -33,12 +33,16 @@ unsigned tl_unicode_class(uint32_t cpt)
             return TL_UNICODE_NUMBER;
         if (cpt == ' ' || (cpt >= 0x09 && cpt <= 0x0D))
             return TL_UNICODE_WHITESPACE;
+        if (in_ranges(tl__ranges_punct, N_RANGES(tl__ranges_punct), cpt))
+            return TL_UNICODE_PUNCTUATION;
         return 0;
     }
     if (in_ranges(tl__ranges_letter, N_RANGES(tl__ranges_letter), cpt))
         c |= TL_UNICODE_LETTER;
     else if (in_ranges(tl__ranges_number, N_RANGES(tl__ranges_number), cpt))
         c |= TL_UNICODE_NUMBER;
+    else if (in_ranges(tl__ranges_punct, N_RANGES(tl__ranges_punct), cpt))
+        c |= TL_UNICODE_PUNCTUATION;
     if (in_ranges(tl__ranges_space, N_RANGES(tl__ranges_space), cpt))
         c |= TL_UNICODE_WHITESPACE;
     return c;

@@ -1,5 +1,5 @@
 /* unicode.h - the little Unicode the tokenizers need: UTF-8 decoding and encoding, and
- * membership in \p{L}, \p{N} and \s (White_Space), from generated range tables
+ * membership in \p{L}, \p{N}, \p{P} and \s (White_Space), from generated range tables
  * (unicode_tables.inc, made by gen_unicode_tables.py). No global state.
  */
 #ifndef TL_TEXT_UNICODE_H
@@ -13,11 +13,13 @@
 enum {
     TL_UNICODE_LETTER = 1,     /* \p{L} */
     TL_UNICODE_NUMBER = 2,     /* \p{N} */
-    TL_UNICODE_WHITESPACE = 4  /* \s */
+    TL_UNICODE_WHITESPACE = 4, /* \s */
+    TL_UNICODE_PUNCTUATION = 8 /* \p{P} */
 };
 
 /* Bit set of TL_UNICODE_* classes of a code point (0 for anything else, including
- * values beyond U+10FFFF). */
+ * values beyond U+10FFFF). Letter, number and punctuation are general categories, so at
+ * most one of them is set; no whitespace character has one of them. */
 unsigned tl_unicode_class(uint32_t cpt);
 
 /* Decodes one strictly valid UTF-8 character (no overlongs, surrogates or values past
