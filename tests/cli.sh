@@ -44,6 +44,15 @@ expect_rc 0 "synth" "$bin" synth --embd 64 --ff 128 --layers 2 --heads 4 --kv-he
     --vocab 400 --type q4_0 -o "$tmp/s.gguf"
 expect_rc 0 "info" "$bin" info -m "$tmp/s.gguf"
 grep -q "Q4_0" "$tmp/out" && grep -q "layers: *2" "$tmp/out" || fail "info output: $(cat "$tmp/out")"
+grep -q "^tokenizer: *llama (SentencePiece" "$tmp/out" || fail "info tokenizer: $(cat "$tmp/out")"
+# a K-quant mix: every type it holds, and a byte-level vocabulary's pre-tokenizer rules
+expect_rc 0 "synth q4_k_m" "$bin" synth --vocab 300 --embd 256 --ff 512 --layers 2 --heads 8 \
+    --type q4_k_m -o "$tmp/k.gguf"
+expect_rc 0 "info q4_k_m" "$bin" info -m "$tmp/k.gguf"
+grep -q "Q4_K [0-9.]* MiB  Q6_K" "$tmp/out" || fail "info q4_k_m types: $(cat "$tmp/out")"
+expect_rc 0 "info deepseek" "$bin" info -m "$models/tokenizers/ggml-vocab-deepseek-coder.gguf"
+grep -q "pre-tokenizer 'deepseek-coder': deepseek-coder rules" "$tmp/out" ||
+    fail "info pre-tokenizer: $(cat "$tmp/out")"
 expect_rc 0 "run synthetic" "$bin" run -m "$tmp/s.gguf" -p "hello world" -n 8
 expect_rc 1 "synth bad shape" "$bin" synth --embd 60 --type q8_0 -o "$tmp/bad.gguf"
 [ ! -e "$tmp/bad.gguf" ] || fail "a failed synth left a file behind"

@@ -1,10 +1,46 @@
-/* cmd_info.c - `tierllm info`: architecture, shapes, tensor types and sizes of a GGUF.
- * Reads only the header (no weights), so it works on any size of model. */
+/* cmd_info.c - `tierllm info`: architecture, shapes, tensor types and sizes of a GGUF,
+ * and its tokenizer's model and pre-tokenizer rules. Reads only the header (no weights),
+ * so it works on any size of model. */
 #include <stdio.h>
 #include <string.h>
 #include "tools/cli.h"
 #include "format/gguf.h"
 #include "model/llama.h"
+#include "text/pretokenize.h"
+
+/* A string metadata value, or NULL. */
+static const tl_gguf_str *str_key(const tl_gguf *g, const char *key) {
+    const tl_gguf_kv *kv = tl_gguf_find(g, key);
+    return kv && kv->type == TL_GGUF_STRING ? &kv->v.str : NULL;
+}
+
+/* The tokenizer line: its model, and for byte-level BPE the pre-tokenizer rules that
+ * tokenizer.ggml.pre selects (or that the value is one tierllm does not know). */
+static void print_tokenizer(const tl_gguf *g) {
+    const tl_gguf_str *model = str_key(g, "tokenizer.ggml.model");
+    const tl_gguf_str *pre = str_key(g, "tokenizer.ggml.pre");
+    printf("tokenizer:     ");
+    if (!model) {
+        printf("(none)\n");
+        return;
+    }
+    if (!strcmp(model->s, "llama")) {
+        printf("llama (SentencePiece BPE)%s\n", pre ? ", tokenizer.ggml.pre ignored" : "");
+        return;
+    }
+    if (strcmp(model->s, "gpt2") != 0) {
+        printf("%s (not supported)\n", model->s);
+        return;
+    }
+    tl__pretok rules;
+    if (!pre || pre->len == 0)
+        printf("gpt2 (byte-level BPE), no pre-tokenizer named: GPT-2 rules\n");
+    else if (tl__pretok_from_name(pre->s, pre->len, &rules) == 0)
+        printf("gpt2 (byte-level BPE), pre-tokenizer '%s': %s rules\n", pre->s,
+               tl__pretok_name(rules));
+    else
+        printf("gpt2 (byte-level BPE), pre-tokenizer '%s': not supported\n", pre->s);
+}
 
 int tl_cmd_info(int argc, char **argv) {
     const char *path = NULL;
@@ -35,9 +71,7 @@ int tl_cmd_info(int argc, char **argv) {
         tl_gguf_free(g);
         return cli_fail(st);
     }
-    const tl_gguf_str *name = NULL;
-    const tl_gguf_kv *nk = tl_gguf_find(g, "general.name");
-    if (nk && nk->type == TL_GGUF_STRING) name = &nk->v.str;
+    const tl_gguf_str *name = str_key(g, "general.name");
     uint64_t bytes[64] = {0}, elems = 0, total = 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         bytes[g->tensors[i].type & 63] += g->tensors[i].nbytes;
@@ -48,7 +82,7 @@ int tl_cmd_info(int argc, char **argv) {
     printf("file:          %s (GGUF v%u, %llu tensors, %llu metadata keys)\n", path, g->version,
            (unsigned long long)g->n_tensors, (unsigned long long)g->n_kv);
     printf("name:          %s\n", name ? name->s : "(none)");
-    printf("architecture:  %s\n", hp.arch);
+    printf("architecture:  %s (family: Llama)\n", hp.arch);
     printf("vocabulary:    %llu\n", emb ? (unsigned long long)emb->ne[1] : 0ull);
     printf("embedding:     %d\nfeed-forward:  %d\nlayers:        %d\n", hp.n_embd, hp.n_ff,
            hp.n_layer);
@@ -60,6 +94,7 @@ int tl_cmd_info(int argc, char **argv) {
     for (int t = 0; t < 64; t++)
         if (bytes[t]) printf("  %s %.2f MiB", tl_type_name((tl_type)t), bytes[t] / 1048576.0);
     printf("\n");
+    print_tokenizer(g);
     if (tensors)
         for (uint64_t i = 0; i < g->n_tensors; i++) {
             const tl_gguf_tensor *t = &g->tensors[i];
