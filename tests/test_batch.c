@@ -299,7 +299,9 @@ int main(void) {
     CHECK(mkdtemp(dir) != NULL);
     char path[256];
     snprintf(path, sizeof path, "%s/synth.gguf", dir);
-    tl_synth_params sp = {600, 128, 256, 3, 8, 2, 256, 0 /* F32 */, 0, 10000.0f, 11, 0};
+    tl_synth_params sp = {.n_vocab = 600, .n_embd = 128, .n_ff = 256, .n_layer = 3, .n_head = 8,
+        .n_head_kv = 2, .n_ctx = 256, .weight_type = 0 /* F32 */, .rope_base = 10000.0f,
+        .seed = 11};
     CHECK(tl_synth_write(&sp, path) == TL_OK);
     check_shapes(path, 0, "synthetic F32 GQA");
     check_shapes(path, 1, "synthetic F32 GQA, streamed weights");

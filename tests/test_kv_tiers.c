@@ -66,10 +66,13 @@ static void decode(tl_model *m, const tl_context_params *cp, const char *label, 
 /* A multi-head shape (64 wide, 8 heads of 8, 8 KV heads, 4 layers, random weights): a
  * page's K and V take 8 KiB, its input rows 4 KiB. With 1 of 4 layers recomputing, the
  * bytes read per disk page fall to 7 KiB on average; with all 4, to 4 KiB; the greedy
- * tokens stay those of loading K and V. */
-static void recompute_bytes(const char *dir) {
+ * tokens stay those of loading K and V. `qwen2`: the same with the Qwen2 family (K and V
+ * recomputed with their biases, NEOX RoPE) and Llama 3's frequency divisors. */
+static void recompute_bytes(const char *dir, int qwen2) {
     tl_synth_params sp;
     tl_synth_preset("stories260k", &sp);
+    sp.family = qwen2 ? TL_SYNTH_QWEN2 : TL_SYNTH_LLAMA;
+    sp.rope_freqs = qwen2;
     sp.n_embd = 64;
     sp.n_ff = 128;
     sp.n_layer = 4;
@@ -94,10 +97,18 @@ static void recompute_bytes(const char *dir) {
     for (int k = 0; k < 2; k++) {
         cp.kv_recompute = layers[k];
         char label[64];
-        snprintf(label, sizeof label, "multi-head, recompute %d of 4", layers[k]);
+        snprintf(label, sizeof label, "multi-head%s, recompute %d of 4", qwen2 ? " qwen2" : "",
+                 layers[k]);
         decode(m, &cp, label, &rec[k]);
         CHECK_MSG(memcmp(rec[k].tokens, load.tokens, sizeof load.tokens) == 0,
                   "%s: the tokens differ from loading", label);
+        double diff = 0, mag = 0; /* the last logits, to float rounding */
+        for (int v = 0; v < VOCAB; v++) {
+            diff = fmax(diff, fabs((double)rec[k].last[v] - load.last[v]));
+            mag = fmax(mag, fabs((double)load.last[v]));
+        }
+        CHECK_MSG(diff <= 1e-4 * mag, "%s: logits differ from loading by %g (of %g)", label,
+                  diff, mag);
         const double per_page = (double)rec[k].tail_bytes / (double)rec[k].tail_reads;
         const double want = 8192.0 - 4096.0 * layers[k] / 4;
         CHECK_MSG(fabs(per_page - want) <= 0.02 * want, "%s: %.0f bytes per page read, "
@@ -216,7 +227,8 @@ int main(void) {
     decode(m, &cp, "window = context", &wide);
     CHECK(wide.total_reads == 0 && memcmp(wide.last, mem.last, sizeof mem.last) == 0);
 
-    recompute_bytes(dir);
+    recompute_bytes(dir, 0);
+    recompute_bytes(dir, 1);
 
     /* no spill file outlives its context */
     char cmd[128];

@@ -310,7 +310,9 @@ int main(void) {
     CHECK(mkdtemp(dir) != NULL);
     char path[256];
     snprintf(path, sizeof path, "%s/synth.gguf", dir);
-    tl_synth_params sp = {1000, 192, 512, 32, 8, 2, 256, 8 /* Q8_0 */, 0, 10000.0f, 3, 0};
+    tl_synth_params sp = {.n_vocab = 1000, .n_embd = 192, .n_ff = 512, .n_layer = 32, .n_head = 8,
+        .n_head_kv = 2, .n_ctx = 256, .weight_type = 8 /* Q8_0 */, .rope_base = 10000.0f,
+        .seed = 3};
     CHECK(tl_synth_write(&sp, path) == TL_OK);
     struct stat sb;
     CHECK(stat(path, &sb) == 0);
@@ -326,7 +328,9 @@ int main(void) {
     /* a tied classifier streamed from a converted copy (its bytes stay rows there) */
     char tied_path[256];
     snprintf(tied_path, sizeof tied_path, "%s/tied.gguf", dir);
-    tl_synth_params tp = {1024, 192, 512, 4, 8, 2, 256, 8 /* Q8_0 */, 1, 10000.0f, 5, 0};
+    tl_synth_params tp = {.n_vocab = 1024, .n_embd = 192, .n_ff = 512, .n_layer = 4, .n_head = 8,
+        .n_head_kv = 2, .n_ctx = 256, .weight_type = 8 /* Q8_0 */, .tied_output = 1,
+        .rope_base = 10000.0f, .seed = 5};
     CHECK(tl_synth_write(&tp, tied_path) == TL_OK);
     uint64_t tied_budget = minimum_budget(tied_path, &dflt) + (64 << 10);
     panel_copy(tied_path, tied_budget, dir, 1);

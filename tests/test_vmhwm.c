@@ -25,7 +25,9 @@ int main(void) {
     CHECK(mkdtemp(dir) != NULL);
     char path[256];
     snprintf(path, sizeof path, "%s/m.gguf", dir);
-    tl_synth_params sp = {8000, 1024, 2816, 16, 16, 4, 512, 8 /* Q8_0 */, 0, 10000.0f, 5, 0};
+    tl_synth_params sp = {.n_vocab = 8000, .n_embd = 1024, .n_ff = 2816, .n_layer = 16,
+        .n_head = 16, .n_head_kv = 4, .n_ctx = 512, .weight_type = 8 /* Q8_0 */,
+        .rope_base = 10000.0f, .seed = 5};
     CHECK(tl_synth_write(&sp, path) == TL_OK);
     struct stat sb;
     CHECK(stat(path, &sb) == 0);

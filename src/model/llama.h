@@ -1,5 +1,14 @@
 /* llama.h - the Llama-family model: hyperparameters, weights, and the forward pass.
  *
+ * One forward pass serves the GGUF architectures that are Llama with small differences,
+ * each a field here rather than a file of its own (the differences are a few lines of the
+ * pass; a file per family would repeat the rest):
+ *  - "llama" (Llama 1-3, Mistral): RoPE on adjacent pairs; Llama 3's optional
+ *    rope_freqs.weight divides each rotation frequency; Mistral's optional
+ *    <arch>.attention.sliding_window limits attention to the last W positions.
+ *  - "qwen2": RoPE on pairs half a rotation apart (NEOX), q/k/v biases.
+ * Biases on q, k, v and the attention output are optional for every architecture.
+ *
  * A weight matrix W with `rows` output features and `cols` input features is stored as
  * `rows` rows of `cols` elements in its GGUF type (GGUF ne = [cols, rows]); y = W x.
  * Norm vectors are always converted to f32 at load.
@@ -34,6 +43,8 @@ typedef struct tl_llama_hparams {
     int32_t n_vocab, n_embd, n_ff, n_layer, n_head, n_head_kv, head_dim, rope_dim;
     int32_t n_ctx_train;
     float rms_eps, rope_base;
+    int32_t rope_neox; /* 1: rotate pairs (i, i + rope_dim/2) (qwen2); 0: (2i, 2i+1) */
+    int32_t n_swa;     /* > 0: a row attends to the last n_swa positions only (its own too) */
 } tl_llama_hparams;
 
 typedef struct tl_llama_layer {
@@ -43,6 +54,9 @@ typedef struct tl_llama_layer {
     tl_weight wo;     /* [n_embd][n_head*head_dim] */
     tl_weight w_gate, w_up; /* [n_ff][n_embd] */
     tl_weight w_down;       /* [n_embd][n_ff] */
+    /* optional biases, f32 and resident like the norms; name NULL when absent */
+    tl_weight bq, bk, bv;   /* [n_head*head_dim], [n_head_kv*head_dim] x2 */
+    tl_weight bo;           /* [n_embd] */
     int32_t shape_class;    /* the first layer whose 7 matrices have this layer's types and
                                shapes (the cost model prices such layers once) */
 } tl_llama_layer;
@@ -59,6 +73,8 @@ struct tl_llama {
     tl_weight tok_embd;        /* [n_vocab][n_embd] */
     tl_weight output_norm;     /* [n_embd] */
     tl_weight output;          /* [n_vocab][n_embd] */
+    tl_weight rope_freqs;      /* optional [rope_dim/2] frequency divisors (Llama 3); name
+                                  NULL when absent */
     int tied_output;           /* output.weight absent: the classifier is tok_embd */
     tl_llama_layer *layers;
     tl_tokenizer *tok;
@@ -75,7 +91,8 @@ struct tl_llama {
 };
 
 /* Every weight of the model in a fixed order: token_embd, output_norm, output (unless
- * tied), then per layer attn_norm, q, k, v, o, ffn_norm, gate, up, down. */
+ * tied), rope_freqs (if present), then per layer attn_norm, q, k, v, o, the biases
+ * present (q, k, v, o), ffn_norm, gate, up, down. */
 size_t tl_llama_weights(tl_llama *m, tl_weight **out, size_t cap);
 
 /* Opens the model file read-only and reads its header, hyperparameters, tokenizer and

@@ -5,10 +5,11 @@
  *   x[n][d] = token_embd[tokens]                      (by exec/, which holds the rows)
  *   per layer (tl_llama_layer_forward):
  *               xn = rmsnorm(x) * attn_norm
- *               q[n][qd], k[n][kvd], v[n][kvd] = xn Wq^T, xn Wk^T, xn Wv^T
+ *               q[n][qd], k[n][kvd], v[n][kvd] = xn Wq^T, xn Wk^T, xn Wv^T (+ biases)
  *               rope(q, k) at each row's position; append k, v to the row's sequence
  *               att[n][qd] = causal GQA attention of each row over its sequence's pages
- *               x += att Wo^T
+ *                            (over its last n_swa positions with a sliding window)
+ *               x += att Wo^T (+ bias)
  *               xn = rmsnorm(x) * ffn_norm
  *               x += (silu(xn Wgate^T) * (xn Wup^T)) Wdown^T      [n][f] inside
  *   logits = rmsnorm(x) * output_norm  Woutput^T                  (tl_llama_logits)
@@ -195,6 +196,25 @@ static void attn_fail(attn_job *j, tl_status st) {
  * sequences held as input rows gets its K (with RoPE at the page's positions) and V back,
  * one task per page: the two products of page_tokens rows, in the page's own frame. */
 
+/* y[i] += b[i]: a bias after a matrix product. */
+static void add_bias(float *y, const void *b, size_t n) {
+    const float *bf = b;
+    for (size_t i = 0; i < n; i++) y[i] += bf[i];
+}
+
+/* n rows of `width` each get the same bias. */
+static void add_bias_rows(float *y, const tl_weight *b, size_t n, size_t width) {
+    if (!b->name) return;
+    for (size_t i = 0; i < n; i++) add_bias(y + i * width, b->data, width);
+}
+
+/* RoPE of one row of n_heads heads at position pos, as the model's family rotates. */
+static void rope(const tl_llama *m, float *x, int n_heads, int32_t pos) {
+    const tl_llama_hparams *hp = &m->hp;
+    tl_op_rope(x, n_heads, hp->head_dim, hp->rope_dim, pos, hp->rope_base, hp->rope_neox,
+               m->rope_freqs.name ? m->rope_freqs.data : NULL);
+}
+
 typedef struct recompute_job {
     tl_llama *m;
     tl_llama_scratch *s;
@@ -218,9 +238,13 @@ static void recompute_task(void *arg, int task, int thread) {
         float *y = j->out[task] + (size_t)i * P * kvd;
         tl_op_matmul_serial(j->m, w[i], 0, kvd, j->x[task], n, y, kvd, scratch);
     }
+    if (L->bk.name || L->bv.name)
+        for (size_t t = 0; t < n; t++) {
+            if (L->bk.name) add_bias(j->out[task] + t * kvd, L->bk.data, kvd);
+            if (L->bv.name) add_bias(j->out[task] + (P + t) * kvd, L->bv.data, kvd);
+        }
     for (size_t t = 0; t < n; t++)
-        tl_op_rope(j->out[task] + t * kvd, hp->n_head_kv, hp->head_dim, hp->rope_dim,
-                   j->page[task] * (int32_t)P + (int32_t)t, hp->rope_base);
+        rope(j->m, j->out[task] + t * kvd, hp->n_head_kv, j->page[task] * (int32_t)P + (int32_t)t);
 }
 
 static void recompute_pages(tl_llama *m, tl_llama_scratch *s, struct tl_kv *kv, int32_t l,
@@ -263,10 +287,18 @@ static void attn_task(void *arg, int task, int thread) {
                              ? s->sel + (size_t)r0 * (size_t)s->max_pages : NULL;
     const int measure = sel && s->select.measure;
     const int32_t P = s->page_tokens, kvd = n_kv * hd;
+    /* a sliding window hides positions before pos - n_swa + 1: pages wholly before the
+     * block's first row's window are not read (their scores are masked below) */
+    const int32_t lo_block = hp->n_swa > 0 && j->rows->pos[r0] + 1 > hp->n_swa
+                                 ? j->rows->pos[r0] + 1 - hp->n_swa : 0;
     /* pass 1: scores of every visible position (left-out pages: -inf, unless measured) */
     for (int32_t p = 0, t0 = 0; t0 <= last; p++) {
         const float *K;
         int32_t n;
+        if (t0 + P <= lo_block) { /* a full page (the last one holds `last`) */
+            t0 += P;
+            continue;
+        }
         if (sel && !sel[p] && !measure) { /* a selective block is one row */
             const int32_t cnt = P < last + 1 - t0 ? P : last + 1 - t0;
             for (int h = 0; h < group; h++)
@@ -294,8 +326,10 @@ static void attn_task(void *arg, int task, int thread) {
     for (int32_t r = r0; r < r1; r++) {
         const int32_t pos = j->rows->pos[r];
         float *out = j->out + (size_t)r * qd + (size_t)g * group * hd;
+        const int32_t lo = hp->n_swa > 0 && pos + 1 > hp->n_swa ? pos + 1 - hp->n_swa : 0;
         for (int h = 0; h < group; h++) {
             float *sc = scores + (size_t)(r - r0) * row_scores + (size_t)h * max_ctx;
+            for (int32_t t = 0; t < lo; t++) sc[t] = -INFINITY; /* outside the window */
             if (fast) tl_softmax_fast(sc, (size_t)pos + 1);
             else tl_softmax_ref(sc, (size_t)pos + 1);
             memset(out + (size_t)h * hd, 0, (size_t)hd * sizeof *out);
@@ -314,7 +348,7 @@ static void attn_task(void *arg, int task, int thread) {
     for (int32_t p = 0, t0 = 0; t0 <= last; p++) {
         const float *V;
         int32_t n;
-        if (sel && !sel[p]) {
+        if ((sel && !sel[p]) || t0 + P <= lo_block) {
             t0 += P;
             continue;
         }
@@ -377,14 +411,15 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
     const tl_weight *qkv[] = {&L->wq, &L->wk, &L->wv};
     float *const qkv_out[] = {s->q, s->k, s->v};
     tl_op_matmul_multi(m, qkv, 3, s->xn, n, qkv_out, s->mm_scratch, s->mm_scratch_floats);
+    add_bias_rows(s->q, &L->bq, n, qd);
+    add_bias_rows(s->k, &L->bk, n, kvd);
+    add_bias_rows(s->v, &L->bv, n, kvd);
     for (size_t i = 0; i < n; i++) {
         if (rows->pos[i] >= s->max_ctx)
             return tl_error_set(TL_ERR_CONTEXT, "position %d is past the context of %d",
                                 (int)rows->pos[i], (int)s->max_ctx);
-        tl_op_rope(s->q + i * qd, hp->n_head, hp->head_dim, hp->rope_dim, rows->pos[i],
-                   hp->rope_base);
-        tl_op_rope(s->k + i * kvd, hp->n_head_kv, hp->head_dim, hp->rope_dim, rows->pos[i],
-                   hp->rope_base);
+        rope(m, s->q + i * qd, hp->n_head, rows->pos[i]);
+        rope(m, s->k + i * kvd, hp->n_head_kv, rows->pos[i]);
     }
     for (int32_t i = 0, e; i < rows->n; i = e) { /* append each sequence's run of rows */
         e = tl_llama_rows_run_end(rows, i);
@@ -417,6 +452,7 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
         return tl_error_set(attn_st, "attention at layer %d could not read a KV page",
                             (int)l);
     matmul(m, s, &L->wo, s->att_out, n, s->xn); /* xn reused as [n][d] output */
+    add_bias_rows(s->xn, &L->bo, n, d);
     add_rows(x, s->xn, n * d);
 
     /* feed-forward block */

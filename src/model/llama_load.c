@@ -46,10 +46,11 @@ tl_status tl_llama_read_hparams(const tl_gguf *g, tl_llama_hparams *hp) {
     const tl_gguf_str *arch;
     tl_status st = tl_gguf_get_str(g, "general.architecture", &arch);
     if (st) return st;
-    if (strcmp(arch->s, "llama") != 0)
+    if (strcmp(arch->s, "llama") != 0 && strcmp(arch->s, "qwen2") != 0)
         return tl_error_set(TL_ERR_UNSUPPORTED, "architecture '%.40s' is not supported (llama "
-                            "is)", arch->s);
+                            "and qwen2 are)", arch->s);
     snprintf(hp->arch, sizeof hp->arch, "%s", arch->s);
+    hp->rope_neox = strcmp(arch->s, "qwen2") == 0;
     uint32_t n_embd, n_ff, n_layer, n_head, n_head_kv, head_dim, rope_dim, n_ctx;
     if ((st = get_arch_u32(g, hp->arch, "embedding_length", &n_embd, 1, 0)) ||
         (st = get_arch_u32(g, hp->arch, "feed_forward_length", &n_ff, 1, 0)) ||
@@ -75,6 +76,11 @@ tl_status tl_llama_read_hparams(const tl_gguf *g, tl_llama_hparams *hp) {
     if (rope_dim > head_dim || rope_dim % 2 != 0)
         return tl_error_set(TL_ERR_FORMAT, "rope.dimension_count %u is invalid for head "
                             "dimension %u", rope_dim, head_dim);
+    uint32_t n_swa;
+    if ((st = get_arch_u32(g, hp->arch, "attention.sliding_window", &n_swa, 0, 0))) return st;
+    if (n_swa > (1u << 24))
+        return tl_error_set(TL_ERR_FORMAT, "attention.sliding_window %u is too large", n_swa);
+    hp->n_swa = (int32_t)n_swa;
     if ((st = get_arch_f32(g, hp->arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps,
                            1e-5f)) ||
         (st = get_arch_f32(g, hp->arch, "rope.freq_base", &hp->rope_base, 10000.0f)))
@@ -136,6 +142,14 @@ static tl_status describe(tl_llama *m, const char *name, uint64_t cols, uint64_t
     return TL_OK;
 }
 
+/* An optional f32 vector (a bias, the RoPE frequency divisors) of n elements: described
+ * like a norm when the file has it, else left with name NULL. */
+static tl_status describe_optional(tl_llama *m, const char *name, uint64_t n, tl_weight *w) {
+    memset(w, 0, sizeof *w);
+    if (!tl_gguf_find_tensor(m->gguf, name)) return TL_OK;
+    return describe(m, name, n, 1, 1, w);
+}
+
 static tl_status describe_weights(tl_llama *m) {
     const tl_llama_hparams *hp = &m->hp;
     const uint64_t d = (uint64_t)hp->n_embd, hd = (uint64_t)hp->head_dim;
@@ -160,6 +174,8 @@ static tl_status describe_weights(tl_llama *m) {
     } else if ((st = describe(m, "output.weight", d, emb->ne[1], 0, &m->output))) {
         return st;
     }
+    if ((st = describe_optional(m, "rope_freqs.weight", (uint64_t)hp->rope_dim / 2, &m->rope_freqs)))
+        return st;
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return tl_error_set(TL_ERR_NOMEM, "out of memory");
     for (int32_t l = 0; l < hp->n_layer; l++) {
@@ -174,7 +190,11 @@ static tl_status describe_weights(tl_llama *m) {
             (st = describe(m, NAME("ffn_norm.weight"), d, 1, 1, &L->ffn_norm)) ||
             (st = describe(m, NAME("ffn_gate.weight"), d, f, 0, &L->w_gate)) ||
             (st = describe(m, NAME("ffn_up.weight"), d, f, 0, &L->w_up)) ||
-            (st = describe(m, NAME("ffn_down.weight"), f, d, 0, &L->w_down)))
+            (st = describe(m, NAME("ffn_down.weight"), f, d, 0, &L->w_down)) ||
+            (st = describe_optional(m, NAME("attn_q.bias"), q_dim, &L->bq)) ||
+            (st = describe_optional(m, NAME("attn_k.bias"), kv_dim, &L->bk)) ||
+            (st = describe_optional(m, NAME("attn_v.bias"), kv_dim, &L->bv)) ||
+            (st = describe_optional(m, NAME("attn_output.bias"), d, &L->bo)))
             return st;
 #undef NAME
     }
@@ -203,9 +223,13 @@ size_t tl_llama_weights(tl_llama *m, tl_weight **out, size_t cap) {
     PUT(&m->tok_embd);
     PUT(&m->output_norm);
     if (!m->tied_output) PUT(&m->output);
+    if (m->rope_freqs.name) PUT(&m->rope_freqs);
     for (int32_t l = 0; l < m->hp.n_layer; l++) {
         tl_llama_layer *L = &m->layers[l];
         PUT(&L->attn_norm); PUT(&L->wq); PUT(&L->wk); PUT(&L->wv); PUT(&L->wo);
+        tl_weight *bias[4] = {&L->bq, &L->bk, &L->bv, &L->bo};
+        for (int i = 0; i < 4; i++)
+            if (bias[i]->name) PUT(bias[i]);
         PUT(&L->ffn_norm); PUT(&L->w_gate); PUT(&L->w_up); PUT(&L->w_down);
     }
 #undef PUT

@@ -281,15 +281,19 @@ void tl_op_rmsnorm(const float *x, const float *g, size_t n, size_t d, float eps
     }
 }
 
-void tl_op_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, float base) {
-    for (int i = 0; i < rope_dim / 2; i++) {
+void tl_op_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, float base,
+                int neox, const float *freq_divisors) {
+    const int half = rope_dim / 2;
+    for (int i = 0; i < half; i++) {
         double theta = (double)pos * pow((double)base, -2.0 * i / rope_dim);
+        if (freq_divisors) theta /= freq_divisors[i];
         float c = (float)cos(theta), s = (float)sin(theta);
         for (int h = 0; h < n_heads; h++) {
-            float *p = x + (size_t)h * head_dim + 2 * i;
-            float a = p[0], b = p[1];
-            p[0] = a * c - b * s;
-            p[1] = a * s + b * c;
+            float *p = x + (size_t)h * head_dim;
+            const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+            float a = p[i0], b = p[i1];
+            p[i0] = a * c - b * s;
+            p[i1] = a * s + b * c;
         }
     }
 }

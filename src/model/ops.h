@@ -29,9 +29,12 @@ void tl_op_matmul_multi(tl_llama *m, const tl_weight *const *ws, size_t nw, cons
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * g[i] for each of n rows of d. */
 void tl_op_rmsnorm(const float *x, const float *g, size_t n, size_t d, float eps, float *out);
 
-/* Rotates adjacent pairs (x[2i], x[2i+1]) of the first rope_dim dims of each of n_heads
- * heads of head_dim in row x by angle pos * base^(-2i/rope_dim) (GGML "normal" mode). */
-void tl_op_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, float base);
+/* Rotates pairs of the first rope_dim dims of each of n_heads heads of head_dim in row x
+ * by angle pos * base^(-2i/rope_dim) / freq_divisors[i] (no division when NULL), i <
+ * rope_dim/2: adjacent pairs (x[2i], x[2i+1]) (GGML "normal" mode, Llama), or with neox
+ * pairs half a rotation apart (x[i], x[i + rope_dim/2]) (GGML NEOX mode, Qwen2). */
+void tl_op_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, float base,
+                int neox, const float *freq_divisors);
 
 /* gate[i] = silu(gate[i]) * up[i] for n elements. */
 void tl_op_swiglu(const tl_llama *m, float *gate, const float *up, size_t n);

@@ -8,7 +8,8 @@
  * Weights are uniform in +-1/sqrt(cols) (activations stay near unit scale), generated
  * row by row from a counter-based RNG so any byte range can be produced independently;
  * norms are 1. Quantized types use tl_quant_row, so the file is what a converter would
- * write.
+ * write. The families of model/llama.h: Llama (with Llama 3's rope_freqs and Mistral's
+ * sliding window on request) and Qwen2 (its architecture keys and q/k/v biases).
  */
 #include <math.h>
 #include <stdio.h>
@@ -24,8 +25,10 @@ typedef struct synth_tensor {
     char name[64];
     uint64_t cols, rows;
     tl_type type;
-    int is_norm;
+    int kind; /* what gen_row writes: */
 } synth_tensor;
+
+enum { K_RANDOM = 0, K_NORM = 1, K_ROPE_FREQS = 2 }; /* uniform +-1/sqrt(cols), ones, ramp */
 
 typedef struct synth {
     const tl_synth_params *p;
@@ -36,9 +39,15 @@ typedef struct synth {
 } synth;
 
 static const struct { const char *name; tl_synth_params p; } presets[] = {
-    {"stories260k", {512, 64, 172, 5, 8, 4, 512, TL_TYPE_F32, 0, 10000.0f, 1, 0}},
-    {"tinyllama-1.1b", {32000, 2048, 5632, 22, 32, 4, 2048, TL_TYPE_F32, 0, 10000.0f, 1, 0}},
-    {"llama2-7b", {32000, 4096, 11008, 32, 32, 32, 4096, TL_TYPE_F32, 0, 10000.0f, 1, 0}},
+    {"stories260k", {.n_vocab = 512, .n_embd = 64, .n_ff = 172, .n_layer = 5, .n_head = 8,
+        .n_head_kv = 4, .n_ctx = 512, .weight_type = TL_TYPE_F32, .rope_base = 10000.0f,
+        .seed = 1}},
+    {"tinyllama-1.1b", {.n_vocab = 32000, .n_embd = 2048, .n_ff = 5632, .n_layer = 22,
+        .n_head = 32, .n_head_kv = 4, .n_ctx = 2048, .weight_type = TL_TYPE_F32,
+        .rope_base = 10000.0f, .seed = 1}},
+    {"llama2-7b", {.n_vocab = 32000, .n_embd = 4096, .n_ff = 11008, .n_layer = 32, .n_head = 32,
+        .n_head_kv = 32, .n_ctx = 4096, .weight_type = TL_TYPE_F32, .rope_base = 10000.0f,
+        .seed = 1}},
 };
 
 tl_status tl_synth_preset(const char *name, tl_synth_params *out) {
@@ -61,6 +70,9 @@ static tl_status check_params(const tl_synth_params *p) {
         return tl_error_set(TL_ERR_INVALID, "synth: n_embd %d must divide into %d heads of "
                             "even size, and heads %d into %d kv heads", p->n_embd, p->n_head,
                             p->n_head, p->n_head_kv);
+    if ((p->family != TL_SYNTH_LLAMA && p->family != TL_SYNTH_QWEN2) || p->n_swa < 0)
+        return tl_error_set(TL_ERR_INVALID, "synth: unknown family %d or sliding window %d",
+                            p->family, p->n_swa);
     if (p->mix != TL_MIX_NONE && (p->mix < TL_MIX_Q2_K || p->mix > TL_MIX_Q6_K))
         return tl_error_set(TL_ERR_INVALID, "synth: unknown K-quant mix %d", p->mix);
     if (!p->mix && !tl_type_known((uint32_t)p->weight_type))
@@ -69,7 +81,8 @@ static tl_status check_params(const tl_synth_params *p) {
     size_t be = p->mix ? TL_QK_K : tl_type_block_elems((tl_type)p->weight_type);
     if ((size_t)p->n_embd % be || (size_t)p->n_ff % be)
         return tl_error_set(TL_ERR_INVALID, "synth: %s needs n_embd (%d) and n_ff (%d) to be "
-                            "multiples of %zu", p->mix ? "a K-quant mix" : tl_type_name((tl_type)p->weight_type),
+                            "multiples of %zu",
+                            p->mix ? "a K-quant mix" : tl_type_name((tl_type)p->weight_type),
                             p->n_embd, p->n_ff, be);
     return TL_OK;
 }
@@ -104,7 +117,8 @@ static tl_type mix_type(const tl_synth_params *p, mix_role role, int layer) {
         case TL_MIX_Q2_K: return TL_TYPE_Q3_K;
         case TL_MIX_Q3_K_M: return layer < 2 ? TL_TYPE_Q5_K : TL_TYPE_Q4_K;
         case TL_MIX_Q3_K_L: return TL_TYPE_Q5_K;
-        case TL_MIX_Q4_K_M: case TL_MIX_Q5_K_M: return use_more_bits(layer, L) ? TL_TYPE_Q6_K : base;
+        case TL_MIX_Q4_K_M: case TL_MIX_Q5_K_M:
+            return use_more_bits(layer, L) ? TL_TYPE_Q6_K : base;
         case TL_MIX_Q4_K_S: return layer < L / 8 ? TL_TYPE_Q5_K : base;
         default: return base;
         }
@@ -114,7 +128,8 @@ static tl_type mix_type(const tl_synth_params *p, mix_role role, int layer) {
         case TL_MIX_Q3_K_M:
             return layer < L / 16 ? TL_TYPE_Q5_K : use_more_bits(layer, L) ? TL_TYPE_Q4_K : base;
         case TL_MIX_Q3_K_L: return TL_TYPE_Q5_K;
-        case TL_MIX_Q4_K_M: case TL_MIX_Q5_K_M: return use_more_bits(layer, L) ? TL_TYPE_Q6_K : base;
+        case TL_MIX_Q4_K_M: case TL_MIX_Q5_K_M:
+            return use_more_bits(layer, L) ? TL_TYPE_Q6_K : base;
         case TL_MIX_Q4_K_S: return layer < L / 8 ? TL_TYPE_Q5_K : base;
         default: return base;
         }
@@ -138,13 +153,15 @@ static size_t build_tensors(const tl_synth_params *p, synth_tensor *t) {
     do {                                                                                     \
         if (t) {                                                                             \
             snprintf(t[n].name, sizeof t[n].name, "%s", nm);                                 \
-            t[n].cols = c; t[n].rows = r; t[n].type = ty; t[n].is_norm = norm;               \
+            t[n].cols = c; t[n].rows = r; t[n].type = ty; t[n].kind = norm;                  \
         }                                                                                    \
         n++;                                                                                 \
     } while (0)
     ADD("token_embd.weight", d, (uint64_t)p->n_vocab, wt, 0);
     ADD("output_norm.weight", d, 1, TL_TYPE_F32, 1);
-    if (!p->tied_output) ADD("output.weight", d, (uint64_t)p->n_vocab, mix_type(p, M_OUTPUT, 0), 0);
+    if (!p->tied_output)
+        ADD("output.weight", d, (uint64_t)p->n_vocab, mix_type(p, M_OUTPUT, 0), K_RANDOM);
+    if (p->rope_freqs) ADD("rope_freqs.weight", hd / 2, 1, TL_TYPE_F32, K_ROPE_FREQS);
     for (int l = 0; l < p->n_layer; l++) {
         char nm[64];
 #define LNAME(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
@@ -152,6 +169,11 @@ static size_t build_tensors(const tl_synth_params *p, synth_tensor *t) {
         ADD(LNAME("attn_q.weight"), d, d, wt, 0);
         ADD(LNAME("attn_k.weight"), d, kvd, wt, 0);
         ADD(LNAME("attn_v.weight"), d, kvd, mix_type(p, M_ATTN_V, l), 0);
+        if (p->family == TL_SYNTH_QWEN2) {
+            ADD(LNAME("attn_q.bias"), d, 1, TL_TYPE_F32, K_RANDOM);
+            ADD(LNAME("attn_k.bias"), kvd, 1, TL_TYPE_F32, K_RANDOM);
+            ADD(LNAME("attn_v.bias"), kvd, 1, TL_TYPE_F32, K_RANDOM);
+        }
         ADD(LNAME("attn_output.weight"), d, d, mix_type(p, M_ATTN_OUTPUT, l), 0);
         ADD(LNAME("ffn_norm.weight"), d, 1, TL_TYPE_F32, 1);
         ADD(LNAME("ffn_gate.weight"), d, f, wt, 0);
@@ -212,8 +234,11 @@ uint64_t tl_synth_file_bytes(const tl_synth_params *p) {
 
 static void gen_row(const synth *s, size_t ti, uint64_t row) {
     const synth_tensor *t = &s->t[ti];
-    if (t->is_norm) {
+    if (t->kind == K_NORM) {
         for (uint64_t c = 0; c < t->cols; c++) s->row_f[c] = 1.0f;
+    } else if (t->kind == K_ROPE_FREQS) { /* 1 -> 8 over the frequencies, fastest first */
+        for (uint64_t c = 0; c < t->cols; c++)
+            s->row_f[c] = 1.0f + 7.0f * (float)c / (float)(t->cols > 1 ? t->cols - 1 : 1);
     } else {
         float a = 1.0f / sqrtf((float)t->cols);
         uint64_t key = tl_mix64(s->p->seed * 0x9e3779b97f4a7c15ull + ti * 0x1000003ull) ^ row;
@@ -327,23 +352,29 @@ tl_status tl_synth_write(const tl_synth_params *p, const char *path) {
     build_tensors(p, s.t);
     if ((st = tl_gguf_writer_open(&w))) goto done;
     char name[64];
-    snprintf(name, sizeof name, "synthetic-llama-%dL-%dd-%s", p->n_layer, p->n_embd,
+    snprintf(name, sizeof name, "synthetic-%s-%dL-%dd-%s",
+             p->family == TL_SYNTH_QWEN2 ? "qwen2" : "llama", p->n_layer, p->n_embd,
              p->mix ? tl_synth_mix_name(p->mix) : tl_type_name((tl_type)p->weight_type));
     const uint32_t file_type = p->mix ? (uint32_t)p->mix : synth_file_type((tl_type)p->weight_type);
-    if ((st = tl_gguf_writer_set_str(w, "general.architecture", "llama")) ||
+    const char *arch = p->family == TL_SYNTH_QWEN2 ? "qwen2" : "llama";
+    char key[128];
+#define KEY(k) (snprintf(key, sizeof key, "%s." k, arch), key)
+    if ((st = tl_gguf_writer_set_str(w, "general.architecture", arch)) ||
         (st = tl_gguf_writer_set_str(w, "general.name", name)) ||
         (st = tl_gguf_writer_set_u32(w, "general.file_type", file_type)) ||
-        (st = tl_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)p->n_ctx)) ||
-        (st = tl_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)p->n_embd)) ||
-        (st = tl_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)p->n_ff)) ||
-        (st = tl_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)p->n_layer)) ||
-        (st = tl_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)p->n_head)) ||
-        (st = tl_gguf_writer_set_u32(w, "llama.attention.head_count_kv",
+        (st = tl_gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)p->n_ctx)) ||
+        (st = tl_gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)p->n_embd)) ||
+        (st = tl_gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)p->n_ff)) ||
+        (st = tl_gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)p->n_layer)) ||
+        (st = tl_gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)p->n_head)) ||
+        (st = tl_gguf_writer_set_u32(w, KEY("attention.head_count_kv"),
                                      (uint32_t)p->n_head_kv)) ||
-        (st = tl_gguf_writer_set_u32(w, "llama.rope.dimension_count",
+        (st = tl_gguf_writer_set_u32(w, KEY("rope.dimension_count"),
                                      (uint32_t)(p->n_embd / p->n_head))) ||
-        (st = tl_gguf_writer_set_f32(w, "llama.rope.freq_base", p->rope_base)) ||
-        (st = tl_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f)) ||
+        (st = tl_gguf_writer_set_f32(w, KEY("rope.freq_base"), p->rope_base)) ||
+        (st = tl_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f)) ||
+        (p->n_swa > 0 &&
+         (st = tl_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)p->n_swa))) ||
         (st = tl_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama")) ||
         (st = tl_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens",
                                          (const char *const *)vocab, (uint64_t)p->n_vocab)) ||
@@ -355,6 +386,7 @@ tl_status tl_synth_write(const tl_synth_params *p, const char *path) {
         (st = tl_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1)) ||
         (st = tl_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2)))
         goto done;
+#undef KEY
     for (size_t i = 0; i < s.n && !st; i++) {
         uint64_t ne[2] = {s.t[i].cols, s.t[i].rows};
         st = tl_gguf_writer_add_tensor(w, s.t[i].name, s.t[i].type, s.t[i].rows > 1 ? 2 : 1,

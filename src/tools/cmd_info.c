@@ -82,7 +82,8 @@ int tl_cmd_info(int argc, char **argv) {
     printf("file:          %s (GGUF v%u, %llu tensors, %llu metadata keys)\n", path, g->version,
            (unsigned long long)g->n_tensors, (unsigned long long)g->n_kv);
     printf("name:          %s\n", name ? name->s : "(none)");
-    printf("architecture:  %s (family: Llama)\n", hp.arch);
+    printf("architecture:  %s (family: %s%s)\n", hp.arch, hp.rope_neox ? "Qwen2" : "Llama",
+           hp.n_swa > 0 ? ", sliding-window attention" : "");
     printf("vocabulary:    %llu\n", emb ? (unsigned long long)emb->ne[1] : 0ull);
     printf("embedding:     %d\nfeed-forward:  %d\nlayers:        %d\n", hp.n_embd, hp.n_ff,
            hp.n_layer);

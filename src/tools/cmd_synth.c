@@ -13,6 +13,9 @@ static void usage(void) {
            "                    q5_k_m | q6_k_mix (default f32)\n"
            "  --vocab N --embd N --ff N --layers N --heads N --kv-heads N --ctx N\n"
            "  --tied            no output.weight (classifier tied to the embedding)\n"
+           "  --arch A          llama | qwen2 (q/k/v biases, NEOX RoPE) (default llama)\n"
+           "  --rope-freqs      write Llama 3's rope_freqs.weight (frequency divisors)\n"
+           "  --swa N           sliding-window attention over the last N positions (Mistral)\n"
            "  --seed S          weight seed (default 1)\n");
 }
 
@@ -58,6 +61,17 @@ int tl_cmd_synth(int argc, char **argv) {
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) { VAL(); out = v; }
         else if (!strcmp(a, "--type")) { VAL(); if (!parse_type(v, &p)) return 2; }
         else if (!strcmp(a, "--tied")) p.tied_output = 1;
+        else if (!strcmp(a, "--rope-freqs")) p.rope_freqs = 1;
+        else if (!strcmp(a, "--arch")) {
+            VAL();
+            if (!strcmp(v, "llama")) p.family = TL_SYNTH_LLAMA;
+            else if (!strcmp(v, "qwen2")) p.family = TL_SYNTH_QWEN2;
+            else {
+                fprintf(stderr, "error: --arch expects llama or qwen2, got '%s'\n", v);
+                return 2;
+            }
+        }
+        INT("--swa", n_swa)
         else if (!strcmp(a, "--seed")) { VAL(); if (!cli_u64(a, v, &p.seed)) return 2; }
         INT("--vocab", n_vocab) INT("--embd", n_embd) INT("--ff", n_ff)
         INT("--layers", n_layer) INT("--heads", n_head) INT("--kv-heads", n_head_kv)
