@@ -35,8 +35,11 @@ tests/test_kernels.c.
 
 --ref-only-dump: skip the engine; only run the reference and write its
 float32 logits to --ref-out (default: ./<model name>.ref.f32).
---self-test: check the comparison logic itself on synthetic arrays, and the
-reference's two activation-rounding schemes on hand-computed blocks.
+--self-test: check the comparison logic itself on synthetic arrays, and run the
+reference's self-test (llama_ref.py --self-test without a model: the two
+activation-rounding schemes on hand-computed blocks; RoPE pairings, frequency
+factors and the sliding-window mask on hand-computed values; biases, NeoX and the
+window end to end on a synthetic model).
 """
 
 import argparse
@@ -126,8 +129,8 @@ def self_test():
     z = np.zeros((1, 8))                            # all-zero reference row
     assert judge(z.astype(np.float32), z, 1e-4)[0]
     assert not judge(z + 1e-3, z, 1e-4)[0]
-    from llama_ref import _selftest_rounding
-    _selftest_rounding()
+    from llama_ref import self_test as ref_self_test
+    ref_self_test()     # rounding, RoPE pairings and factors, window, biases, qwen2
     print("compare_logits self-test OK")
     return 0
 

@@ -1,8 +1,21 @@
-"""Reference Llama forward pass in float64 NumPy, reading GGUF via gguf_np.
+"""Reference Llama / Qwen2 forward pass in float64 NumPy, reading GGUF via gguf_np.
 
 This is a test oracle for the C engine: it is written for clarity, not speed,
 and processes the whole token sequence at once (full causal attention over
 all positions), returning logits for every position.
+
+Model families (general.architecture; hyperparameters under "<arch>.<key>", the same
+key names for both; any other architecture is a ValueError), following llama.cpp:
+  * "llama": RoPE over adjacent pairs (x[2i], x[2i+1]) (LLAMA_ROPE_TYPE_NORM).
+  * "qwen2": NeoX RoPE over the halves (x[i], x[i + rope_dim/2]) (LLAMA_ROPE_TYPE_NEOX).
+  Both, when present: attention biases blk.N.attn_{q,k,v,output}.bias, each added right
+  after its matrix product (q = Wq x + bq before RoPE, ..., o = Wo a + bo; never rounded,
+  and they do not change the rounding of x); "rope_freqs.weight" (Llama 3 frequency
+  factors, ne [rope_dim/2]): theta_i = pos * base^(-2i/rope_dim) / rope_freqs[i]
+  (ggml_rope_ext's freq_factors); "<arch>.attention.sliding_window" W: a query at
+  position p attends to keys at p - W < t <= p (is_masked_swa, LLAMA_SWA_TYPE_STANDARD),
+  in every layer; "<arch>.attention.key_length": head_dim (default n_embd / n_head).
+  Without them, the plain causal Llama forward as before.
 
 Activation rounding (the engine's numeric contract, src/kernels/kernels.h): a matmul
 whose weight the engine keeps quantized first rounds its input rows blockwise, in
@@ -25,13 +38,18 @@ Usage:
         writes float32 little-endian [n_tokens, n_vocab], raw (no header)
     /usr/bin/python3 tests/ref/llama_ref.py MODEL.gguf --tokens 1 --greedy 40
         prints 40 greedily generated token ids (argmax), space separated
-    /usr/bin/python3 tests/ref/llama_ref.py --self-test
-        checks both rounding schemes on hand-computed blocks
+    /usr/bin/python3 tests/ref/llama_ref.py --self-test [MODEL.gguf]
+        checks both rounding schemes on hand-computed blocks, the RoPE pairings, frequency
+        factors and window mask on hand-computed values, and the architecture features
+        end to end on a synthetic model (and on variants of MODEL.gguf when given)
 """
 
 import argparse
+import math
 import os
+import struct
 import sys
+import tempfile
 
 import numpy as np
 
@@ -162,11 +180,57 @@ def _selftest_rounding():
     print("llama_ref rounding self-test OK")
 
 
+# general.architecture -> RoPE pairing, as llama.cpp's llama_model_rope_type(): LLAMA is
+# LLAMA_ROPE_TYPE_NORM (adjacent pairs), QWEN2 is LLAMA_ROPE_TYPE_NEOX (halves).
+ARCH_ROPE = {"llama": "norm", "qwen2": "neox"}
+
+
+def rope(x, positions, rope_dim, base, neox=False, freq_factors=None):
+    """Rotary position embedding of x (T, n_heads, head_dim) at positions (T,), as ggml's
+    ggml_rope_ext (freq_scale 1, no YaRN).  Pair i < rope_dim/2 turns by
+        theta_i = pos * base^(-2i/rope_dim) / freq_factors[i]   (freq_factors: 1 if None)
+    and is (x[2i], x[2i+1]) for "normal" RoPE (neox False: GGML_ROPE_TYPE_NORMAL) or
+    (x[i], x[i + rope_dim/2]) for NeoX RoPE (GGML_ROPE_TYPE_NEOX).  A pair (a, b) becomes
+    (a cos - b sin, a sin + b cos).  Elements at index >= rope_dim are left unchanged."""
+    half = rope_dim // 2
+    i = np.arange(half, dtype=np.float64)
+    inv_freq = base ** (-2.0 * i / rope_dim)                           # (half,)
+    theta = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]
+    if freq_factors is not None:
+        theta = theta / np.asarray(freq_factors, dtype=np.float64)[None, :]
+    cos = np.cos(theta)[:, None, :]                                    # (T, 1, half)
+    sin = np.sin(theta)[:, None, :]
+    if neox:
+        first, second = slice(0, half), slice(half, rope_dim)
+    else:
+        first, second = slice(0, rope_dim, 2), slice(1, rope_dim, 2)
+    out = x.copy()
+    x0 = x[:, :, first]
+    x1 = x[:, :, second]
+    out[:, :, first] = x0 * cos - x1 * sin
+    out[:, :, second] = x0 * sin + x1 * cos
+    return out
+
+
+def attention_mask(positions, window=None):
+    """Boolean (T, T) mask, True where query i must NOT attend to key j: causal (key
+    position > query position) and, with a sliding window W, keys with
+    pos_i - pos_j >= W (llama.cpp is_masked_swa, LLAMA_SWA_TYPE_STANDARD).  A query at
+    position p thus sees exactly the key positions t with p - W < t <= p."""
+    p = np.asarray(positions)
+    diff = p[:, None] - p[None, :]                                     # query - key
+    masked = diff < 0
+    if window is not None:
+        masked = masked | (diff >= window)
+    return masked
+
+
 class LlamaConfig:
     def __init__(self, g):
         arch = g.get("general.architecture", "llama")
-        if arch != "llama":
-            raise ValueError("unsupported architecture %r (only 'llama')" % arch)
+        if arch not in ARCH_ROPE:
+            raise ValueError("unsupported architecture %r (supported: %s)"
+                             % (arch, ", ".join(sorted(ARCH_ROPE))))
 
         def key(k, default=None):
             v = g.get("%s.%s" % (arch, k), default)
@@ -175,6 +239,7 @@ class LlamaConfig:
             return v
 
         self.arch = arch
+        self.rope_type = ARCH_ROPE[arch]
         self.n_embd = int(key("embedding_length"))
         self.n_layer = int(key("block_count"))
         self.n_ff = int(key("feed_forward_length"))
@@ -182,18 +247,36 @@ class LlamaConfig:
         self.n_head_kv = int(key("attention.head_count_kv", self.n_head))
         self.eps = float(key("attention.layer_norm_rms_epsilon"))
         self.rope_base = float(key("rope.freq_base", 10000.0))
-        self.head_dim = self.n_embd // self.n_head
+        self.head_dim = int(key("attention.key_length", self.n_embd // self.n_head))
+        value_length = int(key("attention.value_length", self.head_dim))
+        if value_length != self.head_dim:
+            raise ValueError("%s.attention.value_length %d != key_length %d: not supported"
+                             % (arch, value_length, self.head_dim))
         self.rope_dim = int(key("rope.dimension_count", self.head_dim))
         self.n_ctx = int(key("context_length"))
-        if self.n_head % self.n_head_kv:
+        if self.n_head_kv <= 0 or self.n_head % self.n_head_kv:
             raise ValueError("n_head %d not a multiple of n_head_kv %d"
                              % (self.n_head, self.n_head_kv))
+        if self.rope_dim <= 0 or self.rope_dim % 2 or self.rope_dim > self.head_dim:
+            raise ValueError("rope.dimension_count %d: must be even and in 2..head_dim %d"
+                             % (self.rope_dim, self.head_dim))
+        w = g.get("%s.attention.sliding_window" % arch)
+        if w is not None and (not isinstance(w, int) or isinstance(w, bool) or w < 1):
+            raise ValueError("%s.attention.sliding_window %r: must be an integer >= 1"
+                             % (arch, w))
+        self.sliding_window = w                  # None: plain causal attention
 
     def __repr__(self):
-        return ("LlamaConfig(n_embd=%d, n_layer=%d, n_ff=%d, n_head=%d, n_head_kv=%d, "
-                "head_dim=%d, rope_dim=%d, rope_base=%g, eps=%g, n_ctx=%d)"
-                % (self.n_embd, self.n_layer, self.n_ff, self.n_head, self.n_head_kv,
-                   self.head_dim, self.rope_dim, self.rope_base, self.eps, self.n_ctx))
+        return ("LlamaConfig(arch=%s, rope=%s, n_embd=%d, n_layer=%d, n_ff=%d, n_head=%d, "
+                "n_head_kv=%d, head_dim=%d, rope_dim=%d, rope_base=%g, eps=%g, n_ctx=%d, "
+                "sliding_window=%s)"
+                % (self.arch, self.rope_type, self.n_embd, self.n_layer, self.n_ff,
+                   self.n_head, self.n_head_kv, self.head_dim, self.rope_dim, self.rope_base,
+                   self.eps, self.n_ctx, self.sliding_window))
+
+
+# Optional attention biases: blk.N.<name>.bias, added right after the matrix product.
+BIASES = ("attn_q", "attn_k", "attn_v", "attn_output")
 
 
 class LlamaRef:
@@ -210,6 +293,11 @@ class LlamaRef:
             self.rounds[id(a)] = rounding_for(g.tensors[name])
             return a
 
+        def optional(name):
+            """A tensor that is only added or divided by (a bias, the RoPE frequency
+            factors): dequantized exactly, never rounded; None when absent."""
+            return g.tensor(name).astype(dtype) if name in g.tensors else None
+
         self.tok_embd = w("token_embd.weight")                  # (n_vocab, n_embd)
         self.n_vocab = self.tok_embd.shape[0]
         self.output_norm = w("output_norm.weight")               # (n_embd,)
@@ -217,12 +305,17 @@ class LlamaRef:
             self.output = w("output.weight")                     # (n_vocab, n_embd)
         else:
             self.output = self.tok_embd                          # tied classifier
+        # Llama 3 RoPE frequency factors (llama.cpp LLM_TENSOR_ROPE_FREQS), ne [rope_dim/2]
+        self.rope_freqs = optional("rope_freqs.weight")
         self.layers = []
         for i in range(self.cfg.n_layer):
             p = "blk.%d." % i
-            self.layers.append({k: w(p + k + ".weight") for k in (
+            L = {k: w(p + k + ".weight") for k in (
                 "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")})
+                "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")}
+            for k in BIASES:
+                L[k + ".bias"] = optional(p + k + ".bias")       # None when absent
+            self.layers.append(L)
         self._check_shapes()
 
     @property
@@ -239,19 +332,32 @@ class LlamaRef:
             x = fn(x)
         return x @ W.T
 
+    def linear(self, x, L, name):
+        """W x (+ b when blk.N.<name>.bias exists): the bias is added after the product,
+        so it does not change the rounding of x."""
+        y = self.mm(x, L[name])
+        b = L[name + ".bias"]
+        return y if b is None else y + b
+
     def _check_shapes(self):
         c = self.cfg
+        q = c.n_head * c.head_dim
         kv = c.n_head_kv * c.head_dim
-        want = {"attn_norm": (c.n_embd,), "attn_q": (c.n_embd, c.n_embd),
+        want = {"attn_norm": (c.n_embd,), "attn_q": (q, c.n_embd),
                 "attn_k": (kv, c.n_embd), "attn_v": (kv, c.n_embd),
-                "attn_output": (c.n_embd, c.n_embd), "ffn_norm": (c.n_embd,),
+                "attn_output": (c.n_embd, q), "ffn_norm": (c.n_embd,),
                 "ffn_gate": (c.n_ff, c.n_embd), "ffn_up": (c.n_ff, c.n_embd),
-                "ffn_down": (c.n_embd, c.n_ff)}
+                "ffn_down": (c.n_embd, c.n_ff),
+                "attn_q.bias": (q,), "attn_k.bias": (kv,), "attn_v.bias": (kv,),
+                "attn_output.bias": (c.n_embd,)}
         for i, L in enumerate(self.layers):
             for k, shape in want.items():
-                if L[k].shape != shape:
+                if L[k] is not None and L[k].shape != shape:
                     raise ValueError("blk.%d.%s: shape %s, expected %s"
                                      % (i, k, L[k].shape, shape))
+        if self.rope_freqs is not None and self.rope_freqs.shape != (c.rope_dim // 2,):
+            raise ValueError("rope_freqs.weight: shape %s, expected (%d,) (rope_dim/2)"
+                             % (self.rope_freqs.shape, c.rope_dim // 2))
         assert self.tok_embd.shape == (self.n_vocab, c.n_embd)
         assert self.output.shape == (self.n_vocab, c.n_embd)
         assert self.output_norm.shape == (c.n_embd,)
@@ -264,29 +370,19 @@ class LlamaRef:
         return x * (1.0 / np.sqrt(ms + self.cfg.eps)) * w
 
     def rope(self, x, positions):
-        """llama.cpp "normal" RoPE: rotate adjacent pairs (x[2i], x[2i+1]) of
-        each head by angle pos * base^(-2i/rope_dim), for i < rope_dim/2.
+        """RoPE of the architecture (see rope()): adjacent pairs for llama, halves
+        (NeoX) for qwen2; theta divided by rope_freqs.weight when present.
         x: (T, n_heads, head_dim); dims >= rope_dim are left unchanged."""
         c = self.cfg
-        half = c.rope_dim // 2
-        i = np.arange(half, dtype=np.float64)
-        inv_freq = c.rope_base ** (-2.0 * i / c.rope_dim)              # (half,)
-        theta = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]
-        cos = np.cos(theta)[:, None, :]                                # (T, 1, half)
-        sin = np.sin(theta)[:, None, :]
-        out = x.copy()
-        x0 = x[:, :, 0:c.rope_dim:2]
-        x1 = x[:, :, 1:c.rope_dim:2]
-        out[:, :, 0:c.rope_dim:2] = x0 * cos - x1 * sin
-        out[:, :, 1:c.rope_dim:2] = x0 * sin + x1 * cos
-        return out
+        return rope(x, positions, c.rope_dim, c.rope_base, neox=(c.rope_type == "neox"),
+                    freq_factors=self.rope_freqs)
 
     def attention(self, x, L, positions):
         c = self.cfg
         T = x.shape[0]
-        q = (self.mm(x, L["attn_q"])).reshape(T, c.n_head, c.head_dim)
-        k = (self.mm(x, L["attn_k"])).reshape(T, c.n_head_kv, c.head_dim)
-        v = (self.mm(x, L["attn_v"])).reshape(T, c.n_head_kv, c.head_dim)
+        q = self.linear(x, L, "attn_q").reshape(T, c.n_head, c.head_dim)
+        k = self.linear(x, L, "attn_k").reshape(T, c.n_head_kv, c.head_dim)
+        v = self.linear(x, L, "attn_v").reshape(T, c.n_head_kv, c.head_dim)
         q = self.rope(q, positions)
         k = self.rope(k, positions)
 
@@ -299,13 +395,13 @@ class LlamaRef:
         k = k.transpose(1, 0, 2)
         v = v.transpose(1, 0, 2)
         scores = (q @ k.transpose(0, 2, 1)) / np.sqrt(c.head_dim)      # (H, T, T)
-        causal = np.triu(np.ones((T, T), dtype=bool), k=1)             # j > i masked
-        scores = np.where(causal[None, :, :], -np.inf, scores)
+        masked = attention_mask(positions, c.sliding_window)           # causal (+ window)
+        scores = np.where(masked[None, :, :], -np.inf, scores)
         scores = scores - scores.max(axis=-1, keepdims=True)
         p = np.exp(scores)
         p = p / p.sum(axis=-1, keepdims=True)
-        out = (p @ v).transpose(1, 0, 2).reshape(T, c.n_embd)          # (T, n_embd)
-        return self.mm(out, L["attn_output"])
+        out = (p @ v).transpose(1, 0, 2).reshape(T, c.n_head * c.head_dim)
+        return self.linear(out, L, "attn_output")
 
     def ffn(self, x, L):
         g = self.mm(x, L["ffn_gate"])
@@ -341,6 +437,390 @@ class LlamaRef:
         return out
 
 
+# --- self-test of the architecture features (RoPE pairing, frequency factors, window,
+# --- biases, qwen2), on hand-computed values and on small GGUF files written here --------
+
+def _selftest_rope_mask():
+    """RoPE pairings and frequency factors on a hand-computed example; the window mask."""
+    cos, sin = math.cos, math.sin
+    x = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).reshape(1, 1, 6)  # head_dim 6, rope_dim 4
+    # base 10000, rope_dim 4, pos 1: theta_0 = 1, theta_1 = 10000^(-2/4) = 0.01
+    t0, t1 = 1.0, 0.01
+    normal = [1 * cos(t0) - 2 * sin(t0), 1 * sin(t0) + 2 * cos(t0),     # pair (0, 1)
+              3 * cos(t1) - 4 * sin(t1), 3 * sin(t1) + 4 * cos(t1), 5, 6]  # pair (2, 3)
+    neox = [1 * cos(t0) - 3 * sin(t0), 2 * cos(t1) - 4 * sin(t1),       # pairs (0, 2)
+            1 * sin(t0) + 3 * cos(t0), 2 * sin(t1) + 4 * cos(t1), 5, 6]  # and (1, 3)
+    got_n = rope(x, [1], 4, 10000.0, neox=False)[0, 0]
+    got_x = rope(x, [1], 4, 10000.0, neox=True)[0, 0]
+    assert np.allclose(got_n, normal, rtol=0, atol=1e-14), (got_n, normal)
+    assert np.allclose(got_x, neox, rtol=0, atol=1e-14), (got_x, neox)
+    assert got_n[4] == 5 and got_n[5] == 6 and got_x[4] == 5 and got_x[5] == 6
+    assert np.max(np.abs(got_n - got_x)) > 0.5              # the two pairings differ
+    for neo in (False, True):                               # position 0: identity
+        assert np.array_equal(rope(x, [0], 4, 10000.0, neox=neo), x)
+    # frequency factors [2, 0.5] divide the angles: theta_0 = 1/2, theta_1 = 0.01/0.5 = 0.02
+    t0, t1 = 0.5, 0.02
+    normal = [1 * cos(t0) - 2 * sin(t0), 1 * sin(t0) + 2 * cos(t0),
+              3 * cos(t1) - 4 * sin(t1), 3 * sin(t1) + 4 * cos(t1), 5, 6]
+    neox = [1 * cos(t0) - 3 * sin(t0), 2 * cos(t1) - 4 * sin(t1),
+            1 * sin(t0) + 3 * cos(t0), 2 * sin(t1) + 4 * cos(t1), 5, 6]
+    ff = np.array([2.0, 0.5])
+    got_n = rope(x, [1], 4, 10000.0, neox=False, freq_factors=ff)[0, 0]
+    got_x = rope(x, [1], 4, 10000.0, neox=True, freq_factors=ff)[0, 0]
+    assert np.allclose(got_n, normal, rtol=0, atol=1e-14), (got_n, normal)
+    assert np.allclose(got_x, neox, rtol=0, atol=1e-14), (got_x, neox)
+    # exact: factors 2 at position 2 == no factors at position 1 (powers of two);
+    # factors of 1 == no factors, bit for bit
+    rng = np.random.default_rng(1)
+    y = rng.standard_normal((3, 4, 8))
+    for neo in (False, True):
+        a = rope(y, [2, 4, 6], 6, 500.0, neox=neo, freq_factors=np.full(3, 2.0))
+        assert np.array_equal(a, rope(y, [1, 2, 3], 6, 500.0, neox=neo))
+        a = rope(y, [0, 5, 9], 6, 500.0, neox=neo, freq_factors=np.ones(3))
+        assert np.array_equal(a, rope(y, [0, 5, 9], 6, 500.0, neox=neo))
+    # NeoX on x == normal RoPE on x with its first rope_dim elements reordered so that
+    # element i and i + rope_dim/2 sit at 2i and 2i+1 (the conversion permutation)
+    perm = _neox_to_adjacent(8, 6)
+    a = rope(y, [0, 3, 7], 6, 500.0, neox=True)
+    b = rope(y[:, :, perm], [0, 3, 7], 6, 500.0, neox=False)
+    assert np.array_equal(a[:, :, perm], b)
+
+    # sliding window W = 2 over 4 positions: query p sees keys p-1 and p
+    m = attention_mask(np.arange(4), 2)
+    sees = [[0], [0, 1], [1, 2], [2, 3]]
+    assert all(sorted(np.flatnonzero(~m[p])) == sees[p] for p in range(4)), ~m
+    assert np.array_equal(attention_mask(np.arange(4)), np.triu(np.ones((4, 4), bool), 1))
+    assert np.array_equal(~attention_mask(np.arange(4), 1), np.eye(4, dtype=bool))
+    for W in (4, 5, 2 ** 32 - 1):                         # W >= T: plain causal
+        assert np.array_equal(attention_mask(np.arange(4), W), attention_mask(np.arange(4)))
+    print("llama_ref rope/window self-test OK")
+
+
+def _neox_to_adjacent(head_dim, rope_dim):
+    """Index array p with p[2i] = i, p[2i+1] = i + rope_dim/2 (i < rope_dim/2) and
+    p[j] = j for j >= rope_dim: y = x[p] puts NeoX pair i at adjacent slots 2i, 2i+1."""
+    half = rope_dim // 2
+    p = np.arange(head_dim)
+    p[0:rope_dim:2] = np.arange(half)
+    p[1:rope_dim:2] = np.arange(half) + half
+    return p
+
+
+def _write_gguf(path, kv, tensors, alignment=32):
+    """Minimal GGUF v3 writer for the self-test. kv: list of (key, value type, value) with
+    scalar or string values; tensors: list of (name, numpy array), written as F32 with
+    ne = reversed(shape)."""
+    def gstr(s):
+        b = s.encode("utf-8")
+        return struct.pack("<Q", len(b)) + b
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kv)))
+    for k, vtype, v in kv:
+        out += gstr(k) + struct.pack("<I", vtype)
+        out += gstr(v) if vtype == gguf_np.T_STRING else struct.pack(gguf_np._SCALAR_FMT[vtype], v)
+    data, offsets = bytearray(), []
+    for _, a in tensors:
+        data += bytes(-len(data) % alignment)
+        offsets.append(len(data))
+        data += np.ascontiguousarray(a, dtype="<f4").tobytes()
+    for (name, a), off in zip(tensors, offsets):
+        ne = list(reversed(a.shape))
+        out += gstr(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne)
+        out += struct.pack("<IQ", gguf_np.GGML_F32, off)
+    out += bytes(-len(out) % alignment)
+    with open(path, "wb") as f:
+        f.write(bytes(out + data))
+
+
+class _Spec:
+    """A model as metadata + F32 tensors, to derive variants from and write as GGUF."""
+
+    def __init__(self, arch, kv, tensors):
+        self.arch = arch
+        self.kv = dict(kv)              # key without the "<arch>." prefix -> (vtype, value)
+        self.tensors = dict(tensors)    # name -> float32 array
+
+    @classmethod
+    def synthetic(cls, seed=0, n_embd=32, n_head=4, n_head_kv=2, head_dim=8, rope_dim=6,
+                  n_ff=48, n_layer=2, n_vocab=40, tied=False):
+        rng = np.random.default_rng(seed)
+        U32, F32 = gguf_np.T_UINT32, gguf_np.T_FLOAT32
+        kv = {"embedding_length": (U32, n_embd), "block_count": (U32, n_layer),
+              "feed_forward_length": (U32, n_ff), "attention.head_count": (U32, n_head),
+              "attention.head_count_kv": (U32, n_head_kv), "context_length": (U32, 256),
+              "attention.layer_norm_rms_epsilon": (F32, 1e-5),
+              "rope.freq_base": (F32, 1000.0), "rope.dimension_count": (U32, rope_dim),
+              "attention.key_length": (U32, head_dim),
+              "attention.value_length": (U32, head_dim)}
+
+        def r(*shape, s=0.3):
+            return (rng.standard_normal(shape) * s).astype(np.float32)
+        q, k = n_head * head_dim, n_head_kv * head_dim
+        t = {"token_embd.weight": r(n_vocab, n_embd, s=1.0),
+             "output_norm.weight": 1 + r(n_embd, s=0.1)}
+        if not tied:
+            t["output.weight"] = r(n_vocab, n_embd)
+        for i in range(n_layer):
+            p = "blk.%d." % i
+            t.update({p + "attn_norm.weight": 1 + r(n_embd, s=0.1),
+                      p + "attn_q.weight": r(q, n_embd), p + "attn_k.weight": r(k, n_embd),
+                      p + "attn_v.weight": r(k, n_embd), p + "attn_output.weight": r(n_embd, q),
+                      p + "ffn_norm.weight": 1 + r(n_embd, s=0.1),
+                      p + "ffn_gate.weight": r(n_ff, n_embd), p + "ffn_up.weight": r(n_ff, n_embd),
+                      p + "ffn_down.weight": r(n_embd, n_ff)})
+        return cls("llama", kv, t)
+
+    @classmethod
+    def from_file(cls, path):
+        """The hyperparameters and every tensor (dequantized to F32) of a model file."""
+        g = GGUFFile(path)
+        arch = g.get("general.architecture", "llama")
+        pre = arch + "."
+        kv = {k[len(pre):]: (g.metadata_types[k], v) for k, v in g.metadata.items()
+              if k.startswith(pre) and g.metadata_types[k] not in (gguf_np.T_ARRAY,)}
+        return cls(arch, kv, {n: g.tensor(n) for n in g.tensors})
+
+    def copy(self, arch=None):
+        return _Spec(arch or self.arch, self.kv, {n: a.copy() for n, a in self.tensors.items()})
+
+    def u32(self, key):
+        return int(self.kv[key][1])
+
+    def write(self, path):
+        kv = [("general.architecture", gguf_np.T_STRING, self.arch)]
+        kv += [(self.arch + "." + k, vt, v) for k, (vt, v) in self.kv.items()]
+        _write_gguf(path, kv, list(self.tensors.items()))
+        return path
+
+
+def _attention_loop(m, x, L, positions):
+    """The attention block written as plain loops (one query, head and key at a time),
+    independent of LlamaRef.attention's array code, to check it: biases added to the
+    products before RoPE, pairing by architecture, factors, GQA h // group, window."""
+    c = m.cfg
+    T, hd, half = x.shape[0], c.head_dim, c.rope_dim // 2
+    q = m.mm(x, L["attn_q"])
+    k = m.mm(x, L["attn_k"])
+    v = m.mm(x, L["attn_v"])
+    for name, a in (("attn_q", q), ("attn_k", k), ("attn_v", v)):
+        if L[name + ".bias"] is not None:
+            a += L[name + ".bias"]
+
+    def rotate(vec, pos):                                # one head's vector, in place
+        for i in range(half):
+            a, b = (i, i + half) if c.rope_type == "neox" else (2 * i, 2 * i + 1)
+            theta = pos * c.rope_base ** (-2.0 * i / c.rope_dim)
+            if m.rope_freqs is not None:
+                theta /= float(m.rope_freqs[i])
+            va, vb = vec[a], vec[b]
+            vec[a] = va * math.cos(theta) - vb * math.sin(theta)
+            vec[b] = va * math.sin(theta) + vb * math.cos(theta)
+    for t in range(T):
+        for h in range(c.n_head):
+            rotate(q[t, h * hd:(h + 1) * hd], positions[t])
+        for h in range(c.n_head_kv):
+            rotate(k[t, h * hd:(h + 1) * hd], positions[t])
+    out = np.zeros((T, c.n_head * hd))
+    group = c.n_head // c.n_head_kv
+    for t in range(T):
+        for h in range(c.n_head):
+            kh = h // group
+            qv = q[t, h * hd:(h + 1) * hd]
+            keys = [s for s in range(T) if positions[s] <= positions[t] and
+                    (c.sliding_window is None or positions[t] - positions[s] < c.sliding_window)]
+            sc = [float(np.dot(qv, k[s, kh * hd:(kh + 1) * hd])) / math.sqrt(hd) for s in keys]
+            mx = max(sc)
+            e = [math.exp(s - mx) for s in sc]
+            for s, w in zip(keys, e):
+                out[t, h * hd:(h + 1) * hd] += w / sum(e) * v[s, kh * hd:(kh + 1) * hd]
+    o = m.mm(out, L["attn_output"])
+    return o if L["attn_output.bias"] is None else o + L["attn_output.bias"]
+
+
+def _rel(a, b):
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+def _selftest_models(base, tmp, tokens, label):
+    """End-to-end checks on variants of the model `base` (a _Spec) written to GGUF in tmp:
+    neutral extras are bit-identical to none; qwen2 (NeoX) on permuted q/k rows equals
+    llama; bv equals bo = Wo bv; a k bias in the unrotated dims changes nothing; the
+    array attention equals the loop version; the window's receptive field."""
+    n = [0]
+
+    def logits(spec, toks=tokens, **kw):
+        n[0] += 1
+        return LlamaRef(spec.write(os.path.join(tmp, "m%d.gguf" % n[0])), **kw).forward(toks)
+
+    def ref_of(spec):
+        n[0] += 1
+        return LlamaRef(spec.write(os.path.join(tmp, "m%d.gguf" % n[0])))
+
+    tokens = [t % base.tensors["token_embd.weight"].shape[0] for t in tokens]
+    T = len(tokens)
+    n_layer, n_embd = base.u32("block_count"), base.u32("embedding_length")
+    n_head = base.u32("attention.head_count")
+    n_kv = base.u32("attention.head_count_kv") if "attention.head_count_kv" in base.kv else n_head
+    hd = base.u32("attention.key_length") if "attention.key_length" in base.kv else n_embd // n_head
+    rd = base.u32("rope.dimension_count") if "rope.dimension_count" in base.kv else hd
+    rng = np.random.default_rng(7)
+    plain = logits(base)
+    assert np.all(np.isfinite(plain))
+
+    # 1. zero biases, rope_freqs of ones and a window >= T: bit-identical to none
+    s = base.copy()
+    for i in range(n_layer):
+        for k, size in (("attn_q", n_head * hd), ("attn_k", n_kv * hd),
+                        ("attn_v", n_kv * hd), ("attn_output", n_embd)):
+            s.tensors["blk.%d.%s.bias" % (i, k)] = np.zeros(size, np.float32)
+    s.tensors["rope_freqs.weight"] = np.ones(rd // 2, np.float32)
+    for W in (T, 2 ** 32 - 1):
+        s.kv["attention.sliding_window"] = (gguf_np.T_UINT32, W)
+        assert np.array_equal(logits(s), plain), "neutral extras changed the logits"
+    print("  %s: zero biases, unit rope_freqs, window >= T: bit-identical logits" % label)
+
+    # 2. qwen2 = llama with NeoX: permuting the q/k rows (and biases) of each head from
+    #    the adjacent to the half layout gives the same logits, with biases and factors
+    s = base.copy(arch="llama")
+    for i in range(n_layer):
+        for k, size in (("attn_q", n_head * hd), ("attn_k", n_kv * hd),
+                        ("attn_v", n_kv * hd), ("attn_output", n_embd)):
+            s.tensors["blk.%d.%s.bias" % (i, k)] = \
+                (rng.standard_normal(size) * 0.2).astype(np.float32)
+    s.tensors["rope_freqs.weight"] = rng.uniform(0.5, 8.0, rd // 2).astype(np.float32)
+    llama = logits(s)
+    assert _rel(llama, plain) > 1e-3                    # the biases and factors matter
+    q2 = s.copy(arch="qwen2")
+    unperm = logits(q2)
+    assert _rel(unperm, llama) > 1e-3, "qwen2 gave llama's logits without permutation"
+    inv = np.argsort(_neox_to_adjacent(hd, rd))         # adjacent slot -> half slot
+    for i in range(n_layer):
+        for k, heads in (("attn_q", n_head), ("attn_k", n_kv)):
+            rows = (np.arange(heads)[:, None] * hd + inv[None, :]).reshape(-1)
+            for suf in (".weight", ".bias"):
+                name = "blk.%d.%s%s" % (i, k, suf)
+                q2.tensors[name] = s.tensors[name][rows]
+    e = _rel(logits(q2), llama)
+    assert e < 1e-12, e
+    print("  %s: qwen2 (NeoX) on half-layout q/k rows == llama: rel %.1e; unpermuted %.2f"
+          % (label, e, _rel(unperm, llama)))
+
+    # 3. v bias b == output bias Wo b' (b' = b per query head: query head h uses kv head
+    #    h // group, and each softmax row sums to 1); the o bias set in memory, in float64
+    s = base.copy()
+    group = n_head // n_kv
+    for i in range(n_layer):
+        s.tensors["blk.%d.attn_v.bias" % i] = \
+            (rng.standard_normal(n_kv * hd) * 0.3).astype(np.float32)
+    with_bv = logits(s)
+    m = ref_of(base)
+    for i, L in enumerate(m.layers):
+        bv = s.tensors["blk.%d.attn_v.bias" % i].astype(np.float64)
+        full = np.repeat(bv.reshape(n_kv, hd), group, axis=0).reshape(-1)
+        L["attn_output.bias"] = L["attn_output"] @ full
+    e = _rel(m.forward(tokens), with_bv)
+    assert _rel(with_bv, plain) > 1e-3 and e < 1e-12, e
+    # a k bias only in the unrotated dims (>= rope_dim) adds q.b to every key's score of
+    # a query: softmax-invariant; in a rotated dim it is not
+    if rd < hd:
+        s = base.copy()
+        for i in range(n_layer):
+            b = np.zeros((n_kv, hd), np.float32)
+            b[:, rd:] = rng.standard_normal((n_kv, hd - rd))
+            s.tensors["blk.%d.attn_k.bias" % i] = b.reshape(-1)
+        e1 = _rel(logits(s), plain)
+        for i in range(n_layer):
+            b = np.zeros((n_kv, hd), np.float32)
+            b[:, 0] = 1.0
+            s.tensors["blk.%d.attn_k.bias" % i] = b.reshape(-1)
+        e2 = _rel(logits(s), plain)
+        assert e1 < 1e-12 and e2 > 1e-4, (e1, e2)
+    print("  %s: v bias == o bias Wo*bv (rel %.1e); k bias past rope_dim: %s"
+          % (label, e, "no effect" if rd < hd else "skipped (rope_dim == head_dim)"))
+
+    # 4. the array attention == the loop version, every feature on, both archs
+    for arch, W in (("llama", 3), ("qwen2", 2), ("qwen2", None)):
+        s = base.copy(arch=arch)
+        for i in range(n_layer):
+            for k, size in (("attn_q", n_head * hd), ("attn_k", n_kv * hd),
+                            ("attn_v", n_kv * hd), ("attn_output", n_embd)):
+                s.tensors["blk.%d.%s.bias" % (i, k)] = \
+                    (rng.standard_normal(size) * 0.2).astype(np.float32)
+        s.tensors["rope_freqs.weight"] = rng.uniform(0.5, 8.0, rd // 2).astype(np.float32)
+        if W is not None:
+            s.kv["attention.sliding_window"] = (gguf_np.T_UINT32, W)
+        m = ref_of(s)
+        x = m.rmsnorm(m.tok_embd[np.asarray(tokens)], m.layers[0]["attn_norm"])
+        pos = np.arange(T)
+        e = _rel(m.attention(x, m.layers[0], pos), _attention_loop(m, x, m.layers[0], pos))
+        assert e < 1e-12, (arch, W, e)
+    # a bias does not change the activation rounding: with attn_q rounding as Q8_0
+    # (32-blocks), linear = round(x) Wq^T + bq
+    L = m.layers[0]
+    if n_embd % QK == 0:
+        m.rounds[id(L["attn_q"])] = round_activations
+        want = round_activations(x) @ L["attn_q"].T + L["attn_q.bias"]
+        assert np.array_equal(m.linear(x, L, "attn_q"), want)
+    print("  %s: attention == loop version (biases, factors, window, llama/qwen2); "
+          "bias after the rounded product" % label)
+
+    # 5. window W, n_layer layers: the row of position p depends on tokens
+    #    p - n_layer*(W-1) .. p only (each layer reaches W-1 positions back)
+    for W in (1, 2):
+        s = base.copy()
+        s.kv["attention.sliding_window"] = (gguf_np.T_UINT32, W)
+        m = ref_of(s)
+        reach = n_layer * (W - 1)
+        p = T - 1
+        toks = list(tokens)
+        ref_row = m.forward(toks)[p]
+        far = p - reach - 1                             # first token out of reach
+        near = p - reach                                # last token within reach
+        for j, changed in ((far, False), (near, True)):
+            if j < 0:
+                continue
+            alt = list(toks)
+            alt[j] = (toks[j] + 1) % m.n_vocab
+            e = _rel(m.forward(alt)[p], ref_row)
+            assert (e > 1e-6) if changed else (e < 1e-12), (W, j, changed, e)
+    print("  %s: window receptive field = n_layer*(W-1) tokens back (W = 1, 2)" % label)
+
+
+def self_test(model=None):
+    """All checks of this file: rounding, RoPE/window on hand-computed values, and the
+    end-to-end checks on a synthetic model (and, given a model file, on variants of it;
+    a non-F32 model is dequantized to F32 for those)."""
+    _selftest_rounding()
+    _selftest_rope_mask()
+    g = GGUFFile.__new__(GGUFFile)
+    for arch, ok in (("llama", True), ("qwen2", True), ("gemma", False), ("qwen3", False)):
+        g.metadata = {"general.architecture": arch}
+        for k, v in (("embedding_length", 8), ("block_count", 1), ("feed_forward_length", 8),
+                     ("attention.head_count", 2), ("attention.layer_norm_rms_epsilon", 1e-5),
+                     ("context_length", 16)):
+            g.metadata[arch + "." + k] = v
+        try:
+            c = LlamaConfig(g)
+            assert ok and c.rope_type == ARCH_ROPE[arch] and c.sliding_window is None
+        except ValueError as e:
+            assert not ok and "unsupported architecture %r" % arch in str(e), e
+        if ok:
+            for bad in (0, -1, 2.0, True):
+                g.metadata[arch + ".attention.sliding_window"] = bad
+                try:
+                    LlamaConfig(g)
+                    raise AssertionError("sliding_window %r accepted" % (bad,))
+                except ValueError:
+                    pass
+    with tempfile.TemporaryDirectory(prefix="llama_ref_st_") as tmp:
+        _selftest_models(_Spec.synthetic(), tmp, [3, 17, 5, 39, 0, 22, 8, 8, 31, 12],
+                         "synthetic (embd 32, heads 4/2, head_dim 8, rope_dim 6)")
+        if model is not None:
+            _selftest_models(_Spec.from_file(model), tmp,
+                             [1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315],
+                             os.path.basename(model))
+    print("llama_ref self-test OK")
+
+
 def parse_tokens(s):
     try:
         toks = [int(t) for t in s.replace(" ", ",").split(",") if t != ""]
@@ -352,8 +832,9 @@ def parse_tokens(s):
 
 
 def main(argv=None):
-    if (sys.argv[1:] if argv is None else argv) == ["--self-test"]:
-        _selftest_rounding()
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--self-test"] and len(args) <= 2:
+        self_test(args[1] if len(args) == 2 else None)
         return 0
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
