@@ -140,11 +140,14 @@ static int run_type(const char *dir, const char *type_name, int32_t type, int32_
     }
     double peak = tl_probe_fma_peak(m->lm.pool, 5);
     /* x86_matmul.c's rule: Q8_0/Q4_0 prompts take the widest int8 GEMM (AVX-512 VNNI, else
-     * AVX-VNNI, else AVX2's); the other quantized types AVX2's int8 products; float types
-     * the widest f32 FMA */
+     * AVX-VNNI, else AVX2's); the K-quants AVX-512's int8 products where present, else
+     * AVX2's; Q4_1/Q5_x AVX2's; float types the widest f32 FMA */
     const int rounds = type == 8 || type == 2;
     tl_probe_unit own = tl_probe_unit_present(TL_UNIT_FMA_AVX512) ? TL_UNIT_FMA_AVX512 : TL_UNIT_FMA_AVX2;
     if (mix || tl_type_rounds_act((tl_type)type)) own = TL_UNIT_INT8_AVX2;
+    if ((mix || tl_type_act_block((tl_type)type) == TL_QK_K) &&
+        tl_probe_unit_present(TL_UNIT_INT8_AVX512VNNI))
+        own = TL_UNIT_INT8_AVX512VNNI;
     if (rounds && tl_probe_unit_present(TL_UNIT_INT8_AVX512VNNI)) own = TL_UNIT_INT8_AVX512VNNI;
     else if (rounds && tl_probe_unit_present(TL_UNIT_INT8_AVXVNNI)) own = TL_UNIT_INT8_AVXVNNI;
     else if (rounds) own = TL_UNIT_INT8_AVX2;

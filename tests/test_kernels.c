@@ -301,9 +301,9 @@ static int isa_noted;
 /* Where X is prepared once (tl_matmul_act_prepare, here in two row ranges as two threads
  * would) and row ranges are computed from it, on every instruction set this CPU has that
  * reads that preparation (AVX2 and AVX-VNNI the matvec's pair records, AVX-512 VNNI the
- * GEMM's records), every output must equal tl_matmul_fast's bit for bit: the ranges
- * [j0, mid) and [mid, j1) stand for two threads sharing one prepared X. Returns the
- * number of outputs that differ. */
+ * GEMM's records, every set the other rounding types' own records), every output must
+ * equal tl_matmul_fast's bit for bit: the ranges [j0, mid) and [mid, j1) stand for two
+ * threads sharing one prepared X. Returns the number of outputs that differ. */
 static int act_paths_differ(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                             const float *X, size_t ldx, size_t n, const float *yfast,
                             size_t ldy) {
@@ -390,11 +390,14 @@ static int matmul_case_x(tl_type type, size_t k, size_t n, size_t j0, size_t j1,
     tl_matmul_fast(type, W, k, j0, j1, X, ldx, n, yfast, ldy, scratch);
     int bad = act_paths_differ(type, W, k, j0, j1, X, ldx, n, yfast, ldy);
     /* the int8 GEMMs (AVX2 from 33 rows, AVX-VNNI from 13, AVX-512 VNNI) are one
-     * arithmetic: equal bits */
-    for (int isa = TL_ISA_AVX2; isa <= TL_ISA_AVXVNNI && tl_type_int8_gemm(type); isa++)
-        if (n > (isa == TL_ISA_AVX2 ? 32u : 12u) && yisa[isa] && yisa[TL_ISA_AVX512VNNI] &&
+     * arithmetic: equal bits; so are the integer kernels of the other rounding types
+     * (Q4_1, Q5_x, K-quants: AVX2, and AVX-512 for the K-quants), for every n */
+    const int ext = tl_type_rounds_act(type) && !tl_type_int8_gemm(type);
+    for (int isa = TL_ISA_AVX2; isa <= TL_ISA_AVXVNNI && (tl_type_int8_gemm(type) || ext); isa++)
+        if ((ext || n > (isa == TL_ISA_AVX2 ? 32u : 12u)) && yisa[isa] &&
+            yisa[TL_ISA_AVX512VNNI] &&
             memcmp(yisa[isa], yisa[TL_ISA_AVX512VNNI], n * ldy * sizeof(float)) != 0) {
-            fprintf(stderr, "  %s k=%zu n=%zu: the GEMMs of sets %d and AVX-512 VNNI differ\n",
+            fprintf(stderr, "  %s k=%zu n=%zu: the products of sets %d and AVX-512 VNNI differ\n",
                     tl_type_name(type), k, n, isa);
             bad++;
         }
@@ -481,8 +484,10 @@ static void test_batch_invariance(void) {
                 double mag = 0.0;
                 tl_dequant_row(type, W + j * rb, row, K);
                 for (size_t c = 0; c < K; c++) mag += fabs((double)X[i * K + c] * row[c]);
-                /* reference: identical; fast: f32 rounding (|x'| <= |x| * 128/127) */
-                if (r1[j] != r8[i * ROWS + j] ||
+                /* reference: identical; fast: f32 rounding (|x'| <= |x| * 128/127), and
+                 * for the types of x86_matvec_ext.c identical (one arithmetic for all n) */
+                const int exact = tl_type_rounds_act(type) && !tl_type_int8_gemm(type);
+                if (r1[j] != r8[i * ROWS + j] || (exact && y1[j] != y8[i * ROWS + j]) ||
                     !(fabs((double)y1[j] - y8[i * ROWS + j]) <= 1e-5 * mag + 1e-6)) {
                     if (bad < 3)
                         fprintf(stderr, "  %s row %zu j %zu: n=1 %g n=8 %g (ref %g %g)\n",
@@ -501,7 +506,7 @@ static void test_matmul(void) {
     static const size_t kf[] = {1, 7, 33, 257, 1000};       /* float types */
     static const size_t kq[] = {32, 64, 96, 288, 4096 + 32}; /* block types */
     static const size_t kk[] = {256, 512, 768, 2304, 4096 + 256}; /* K-quants */
-    static const size_t ns[] = {1, 2, 3, 4, 5, 7, 8, 13, 64, 65};
+    static const size_t ns[] = {1, 2, 3, 4, 5, 7, 8, 13, 17, 64, 65};
     static const size_t jr[][2] = {{0, 1}, {5, 8}, {3, 20}, {16, 48}, {1, 101}};
     for (size_t t = 0; t < N_ALL_TYPES; t++) {
         tl_type type = all_types[t];

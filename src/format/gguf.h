@@ -122,5 +122,11 @@ tl_status tl_gguf_writer_add_tensor(tl_gguf_writer *w, const char *name, tl_type
  * `path`; a target that exists and is not a regular file is refused (TL_ERR_INVALID). */
 tl_status tl_gguf_writer_write(tl_gguf_writer *w, const char *path, tl_gguf_fill_fn fill,
                                void *user);
+/* The metadata and tensor directory declared so far, through the reader (so they are
+ * checked as a file's would be) into a tl_gguf, with no file: tensor offsets are those a
+ * written file would have (absolute, with data_offset after the header); a caller
+ * describing data that lives elsewhere sets them afterwards. `what` names it in
+ * messages. */
+tl_status tl_gguf_writer_parse(tl_gguf_writer *w, const char *what, tl_gguf **out);
 
 #endif

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "format/gguf.h"
 #include "base/status.h"
+#include "format/file_src.h"
 
 #define GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
 #define WINDOW (64 * 1024)
@@ -420,38 +421,14 @@ tl_status tl_gguf_parse(tl_gguf_read_fn read, void *src, uint64_t file_size,
     return TL_OK;
 }
 
-typedef struct fd_src { int fd; const char *path; } fd_src;
-
-static tl_status fd_read(void *src, uint64_t offset, void *dst, size_t len) {
-    fd_src *f = src;
-    size_t done = 0;
-    while (done < len) {
-        ssize_t r = pread(f->fd, (char *)dst + done, len - done, (off_t)(offset + done));
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0)
-            return tl_error_set(TL_ERR_IO, "%s: read failed at offset %llu: %s", f->path,
-                                (unsigned long long)(offset + done), strerror(errno));
-        if (r == 0)
-            return tl_error_set(TL_ERR_FORMAT, "%s: unexpected end of file at offset %llu",
-                                f->path, (unsigned long long)(offset + done));
-        done += (size_t)r;
-    }
-    return TL_OK;
-}
-
 tl_status tl_gguf_open(const char *path, tl_gguf **out) {
     *out = NULL;
-    /* O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return tl_error_set(TL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return tl_error_set(TL_ERR_IO, "%s: not a regular file", path);
-    }
-    fd_src src = {fd, path};
-    tl_status st = tl_gguf_parse(fd_read, &src, (uint64_t)sb.st_size, path, out);
-    close(fd);
+    tl_file_src src;
+    uint64_t size;
+    tl_status st = tl_file_src_open(path, TL_ERR_FORMAT, &src, &size);
+    if (st) return st;
+    st = tl_gguf_parse(tl_file_src_read, &src, size, path, out);
+    tl_file_src_close(&src);
     return st;
 }
 

@@ -6,6 +6,8 @@
  * temporary beside `path` and renamed into place only when complete, so a failure (disk
  * full, IO error) never leaves a partial file at `path` and removes the temporary, and a
  * target that is not a regular file (a device, a directory) is refused.
+ * tl_gguf_writer_parse gives what was declared as a parsed tl_gguf instead, without a
+ * file: how a model described by other files (a Hugging Face folder) reaches the readers.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,28 +188,63 @@ tl_status tl_gguf_writer_add_tensor(tl_gguf_writer *w, const char *name, tl_type
     return TL_OK;
 }
 
+/* The header, metadata and tensor infos, padded to the alignment, into hdr->kv; each
+ * tensor's offset in the data section is set, and *data_bytes is that section's size. */
+static void build_header(tl_gguf_writer *w, tl_gguf_writer *hdr, uint64_t *data_bytes) {
+    put_u32(hdr, 0x46554747u);
+    put_u32(hdr, 3);
+    put_u64(hdr, w->n_tensors);
+    put_u64(hdr, w->n_kv);
+    put(hdr, w->kv.p, w->kv.len);
+    uint64_t off = 0;
+    for (size_t i = 0; i < w->n_tensors; i++) {
+        wtensor *t = &w->tensors[i];
+        put_str(hdr, t->name);
+        put_u32(hdr, t->n_dims);
+        for (uint32_t d = 0; d < t->n_dims; d++) put_u64(hdr, t->ne[d]);
+        put_u32(hdr, (uint32_t)t->type);
+        t->offset = off;
+        put_u64(hdr, off);
+        off += (t->nbytes + ALIGNMENT - 1) / ALIGNMENT * ALIGNMENT;
+    }
+    static const uint8_t zeros[ALIGNMENT];
+    put(hdr, zeros, (ALIGNMENT - hdr->kv.len % ALIGNMENT) % ALIGNMENT);
+    *data_bytes = off;
+}
+
+typedef struct mem_src { const uint8_t *p; size_t n; } mem_src;
+
+/* The header bytes, and zeros for the data section that is not there (the parser reads
+ * ahead in windows; it never interprets tensor data). */
+static tl_status mem_read(void *src, uint64_t offset, void *dst, size_t len) {
+    const mem_src *m = src;
+    size_t have = offset < m->n ? (size_t)(m->n - offset) : 0;
+    if (have > len) have = len;
+    if (have) memcpy(dst, m->p + offset, have);
+    memset((uint8_t *)dst + have, 0, len - have);
+    return TL_OK;
+}
+
+tl_status tl_gguf_writer_parse(tl_gguf_writer *w, const char *what, tl_gguf **out) {
+    *out = NULL;
+    if (w->oom) return tl_error_set(TL_ERR_NOMEM, "gguf writer: out of memory");
+    tl_gguf_writer hdr = {0};
+    uint64_t data_bytes;
+    build_header(w, &hdr, &data_bytes);
+    tl_status st = hdr.oom ? tl_error_set(TL_ERR_NOMEM, "gguf writer: out of memory") : TL_OK;
+    mem_src src = {hdr.kv.p, hdr.kv.len};
+    if (!st) st = tl_gguf_parse(mem_read, &src, (uint64_t)hdr.kv.len + data_bytes, what, out);
+    free(hdr.kv.p);
+    return st;
+}
+
 static tl_status write_body(tl_gguf_writer *w, tl_out_file *out, tl_gguf_fill_fn fill,
                             void *user) {
     /* header + metadata + tensor infos, built in one buffer */
     tl_gguf_writer hdr = {0};
-    put_u32(&hdr, 0x46554747u);
-    put_u32(&hdr, 3);
-    put_u64(&hdr, w->n_tensors);
-    put_u64(&hdr, w->n_kv);
-    put(&hdr, w->kv.p, w->kv.len);
-    uint64_t off = 0;
-    for (size_t i = 0; i < w->n_tensors; i++) {
-        wtensor *t = &w->tensors[i];
-        put_str(&hdr, t->name);
-        put_u32(&hdr, t->n_dims);
-        for (uint32_t d = 0; d < t->n_dims; d++) put_u64(&hdr, t->ne[d]);
-        put_u32(&hdr, (uint32_t)t->type);
-        t->offset = off;
-        put_u64(&hdr, off);
-        off += (t->nbytes + ALIGNMENT - 1) / ALIGNMENT * ALIGNMENT;
-    }
+    uint64_t data_bytes;
+    build_header(w, &hdr, &data_bytes);
     static const uint8_t zeros[ALIGNMENT];
-    put(&hdr, zeros, (ALIGNMENT - hdr.kv.len % ALIGNMENT) % ALIGNMENT);
     tl_status st = hdr.oom ? tl_error_set(TL_ERR_NOMEM, "gguf writer: out of memory")
                            : tl_out_file_write(out, hdr.kv.p, hdr.kv.len);
     free(hdr.kv.p);

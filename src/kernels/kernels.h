@@ -168,8 +168,9 @@ void tl_matmul_fast_act(tl_type type, tl_weights_layout layout, const void *W, s
  * pick the widest this CPU has). Return 0, without computing, when that path is not built
  * in, this CPU lacks it, or (act) the set does not read the prepared X's form (the
  * matvec's pair records: AVX2 and AVX-VNNI; the GEMMs' records: every set for the file's
- * rows, and for panels AVX-512 VNNI or, below it, the scalar fallback). A path uses the
- * set named, or a narrower one where that set has no kernel. */
+ * rows, and for panels AVX-512 VNNI or, below it, the scalar fallback; the records of
+ * Q4_1/Q5_x and the K-quants: every set). A path uses the set named, or a narrower one
+ * where that set has no kernel. */
 typedef enum tl__isa {
     TL_ISA_AVX2 = 0,      /* AVX2+FMA+F16C: always built, the baseline the fast kernels need */
     TL_ISA_AVXVNNI = 1,   /* AVX-VNNI (x86vnni_matmul.c, x86vnni_gemm.c) */

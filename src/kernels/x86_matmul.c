@@ -18,7 +18,9 @@
  *    Q8_0/Q4_0 leave it above tl__q_gemm_after_n rows for the 256-bit int8 GEMM
  *    (x86vnni_gemm.c on AVX-VNNI, x86_gemm_q.c on AVX2: the AVX-512 kernel's arithmetic).
  *  - Q4_1/Q5_0/Q5_1 and the K-quants: integer products for every n (x86_matvec_ext.c),
- *    each weight row read once against all rows of X.
+ *    each weight row read once against all rows of X; the K-quants on AVX-512 where the
+ *    CPU has it (x86avx512_matvec_ext.c), with the AVX2 kernel's integer lanes and float
+ *    steps, so the same bits.
  *  - gemm (larger n, prefill): compute-bound, packed weight panels and a register-tile
  *    micro-kernel: float types 512-bit FMA on AVX-512 CPUs (x86avx512_gemm_f.c), else f32
  *    FMA on dequantized panels (x86_gemm.c).
@@ -126,7 +128,7 @@ static void act_product(tl__isa isa, tl_type type, tl_weights_layout layout, con
                         size_t ldy) {
     if (j0 >= j1 || n == 0) return;
     if (tl_type_rounds_act(type) && !tl_type_int8_gemm(type)) { /* Q4_1, Q5_x, K-quants */
-        tl__matmul_ext_act(type, W, k, j0, j1, act, n, Y, ldy);
+        tl__matmul_ext_act(isa, type, W, k, j0, j1, act, n, Y, ldy);
         return;
     }
     if (tl__act_takes_records(type, layout, n)) {
@@ -160,9 +162,11 @@ int tl__matmul_fast_act_isa(tl__isa isa, tl_type type, tl_weights_layout layout,
     if (isa == TL_ISA_AVXVNNI && !tl__cpu_has_avxvnni()) return 0;
     if (isa == TL_ISA_AVX512VNNI && !tl__cpu_has_avx512vnni()) return 0;
     /* records are read by the int8 GEMMs (every set for the file's rows, AVX-512 VNNI for
-     * panels, else the scalar fallback), pair records by the AVX2 and AVX-VNNI matvec */
+     * panels, else the scalar fallback), pair records by the AVX2 and AVX-VNNI matvec; the
+     * other rounding types' own records by every set */
     const int records = tl__act_takes_records(type, layout, n);
-    if (!records && isa == TL_ISA_AVX512VNNI) return 0;
+    const int ext = tl_type_rounds_act(type) && !tl_type_int8_gemm(type);
+    if (!records && !ext && isa == TL_ISA_AVX512VNNI) return 0;
     /* panels below AVX-512 VNNI: the scalar fallback, so the tests can compare it */
     act_product(isa, type, layout, W, k, j0, j1, act, n, Y, ldy);
     return 1;
@@ -200,7 +204,7 @@ static void matmul(tl__isa isa, tl_type type, const void *W, size_t k, size_t j0
     const int q = tl_type_int8_gemm(type);
     if (j0 >= j1 || n == 0) return;
     if (tl_type_rounds_act(type) && !q) { /* Q4_1, Q5_x, K-quants: every n */
-        tl__matmul_ext(type, w, k, j0, j1, X, ldx, n, Y, ldy, scratch);
+        tl__matmul_ext(isa, type, w, k, j0, j1, X, ldx, n, Y, ldy, scratch);
         return;
     }
     if (q && n > tl__q_gemm_after_n(isa)) { /* Q8_0/Q4_0: the int8 GEMM of isa */

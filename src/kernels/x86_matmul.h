@@ -41,17 +41,26 @@ static inline void tl__tile_store(float *Y, size_t ldy, const float *tile, size_
             Y[r * ldy + jj] = (add ? Y[r * ldy + jj] : 0.0f) + tile[r * nr + jj];
 }
 
-/* The types beyond Q8_0/Q4_0 (Q4_1, Q5_0, Q5_1, Q2_K..Q6_K), any n, AVX2 integer products
- * (x86_matvec_ext.c); scratch of at least tl__ext_act_floats(type, k, n) floats. */
-void tl__matmul_ext(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
-                    const float *X, size_t ldx, size_t n, float *Y, size_t ldy, float *scratch);
+/* The types beyond Q8_0/Q4_0 (Q4_1, Q5_0, Q5_1, Q2_K..Q6_K), any n, integer products
+ * (x86_matvec_ext.c): AVX2, or for the K-quants AVX-512 where isa is TL_ISA_AVX512VNNI
+ * (available: checked by the caller), bit for bit the same results; scratch of at least
+ * tl__ext_act_floats(type, k, n) floats. */
+void tl__matmul_ext(tl__isa isa, tl_type type, const uint8_t *W, size_t k, size_t j0,
+                    size_t j1, const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
+                    float *scratch);
 size_t tl__ext_act_floats(tl_type type, size_t k, size_t n);
 /* Their parts for a product split over threads (tl_matmul_act_prepare/_fast_act): rows
  * [i0, i1) of X rounded into act, and the product from act. */
 void tl__ext_act_prepare(tl_type type, size_t k, const float *X, size_t ldx, size_t i0,
                          size_t i1, float *act);
-void tl__matmul_ext_act(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
-                        const float *act, size_t n, float *Y, size_t ldy);
+void tl__matmul_ext_act(tl__isa isa, tl_type type, const uint8_t *W, size_t k, size_t j0,
+                        size_t j1, const float *act, size_t n, float *Y, size_t ldy);
+/* The K-quants' product on AVX-512 F/BW/VL + VNNI (x86avx512_matvec_ext.c; only when
+ * tl__cpu_has_avx512vnni): weight rows [j0, j1) of W against n <= TL_EXT_ROWS_PER_PASS
+ * (x86_ext_unpack.h) prepared rows act (row i at act + i * k/256), Y[i*ldy + j]; the same
+ * bits as the AVX2 kernel's. */
+void tl__matmul_k_avx512_act(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
+                             const tl_block_k_act *act, size_t n, float *Y, size_t ldy);
 
 /* Q8_0/Q4_0 products of more rows than this take the int8 GEMM of instruction set isa
  * (below it, the matvec's 4-row groups re-reading weights from cache cost less than

@@ -19,9 +19,15 @@
  *   Q6_K: u = q6 + 32, a = scale, b = 32*scale, M = D = d.
  * The 32-element types: per block d_x * (d * (u . q) + m' * sum q) with m' = m (Q4_1,
  * Q5_1) or -16*d (Q5_0).
+ *
+ * The K-quants have a second kernel on AVX-512 (x86avx512_matvec_ext.c), taken when the
+ * instruction set passed in is TL_ISA_AVX512VNNI: the same integer lanes and the same
+ * float steps per block (k_block_step), so the same bits. What both decode alike from a
+ * block, its scales, is in x86_ext_unpack.h.
  */
 #include <string.h>
 #include "kernels/quant_ext.h"
+#include "kernels/x86_ext_unpack.h"
 #include "kernels/x86_matmul.h"
 #include "kernels/x86_simd.h"
 
@@ -108,12 +114,12 @@ void tl__ext_act_prepare(tl_type type, size_t k, const float *X, size_t ldx, siz
 
 /* A K-quant block unpacked: u[p] holds elements 32p..32p+31; av[p] the int16 group scales
  * a of groups 2p (lanes 0-7) and 2p+1 (lanes 8-15), matching maddubs' pair sums; bv the
- * 16 b's. */
+ * 16 b's; dm2 D and M (k_dm2). */
 typedef struct {
     __m256i u[8];
     __m256i av[8];
     __m256i bv;
-    float D, M;
+    __m256 dm2;
 } kblock;
 
 /* 0x10 in byte e where bit e of the 32-bit word h is set. */
@@ -133,8 +139,8 @@ static ALWAYS_INLINE __m256i bit_to(__m256i v, int from, int to) {
     return from < to ? _mm256_slli_epi16(b, to - from) : _mm256_srli_epi16(b, from - to);
 }
 
-/* av from 16 int16 group scales s16 (lanes: groups 0-7 | 8-15): av[p] = group 2p's scale
- * in the low 128 bits, 2p+1's in the high, each in all 8 int16 lanes. */
+/* av from the 16 int16 group scales s16 (lanes: groups 0-7 | 8-15): av[p] = group 2p's
+ * scale in the low 128 bits, 2p+1's in the high, each in all 8 int16 lanes. */
 static ALWAYS_INLINE void scales_from16(kblock *kb, __m256i s16) {
     const __m256i lo = _mm256_permute4x64_epi64(s16, 0x44), hi = _mm256_permute4x64_epi64(s16, 0xee);
     UNROLL for (int p = 0; p < 8; p++) {
@@ -151,22 +157,17 @@ static ALWAYS_INLINE void scales_from16(kblock *kb, __m256i s16) {
     }
 }
 
-static ALWAYS_INLINE void unpack_q2_k(const uint8_t *s, kblock *kb) {
+static ALWAYS_INLINE void unpack_q2_k(const uint8_t *s, __m256i *u) {
     const tl_block_q2_k *x = (const void *)s;
     const __m256i m3 = _mm256_set1_epi8(3);
     for (int h = 0; h < 2; h++) {
         const __m256i q = loadu256(x->q + 32 * h); /* bytes 0-15: even groups, 16-31: odd */
         UNROLL for (int j = 0; j < 4; j++) /* groups 8h+2j, 8h+2j+1 = elements 128h + 32j .. +31 */
-            kb->u[4 * h + j] = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
+            u[4 * h + j] = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
     }
-    const __m128i sc = loadu128(x->scales), m4 = _mm_set1_epi8(0x0f);
-    scales_from16(kb, _mm256_cvtepu8_epi16(_mm_and_si128(sc, m4)));
-    kb->bv = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), m4));
-    kb->D = load_f16_scale(s + offsetof(tl_block_q2_k, d));
-    kb->M = load_f16_scale(s + offsetof(tl_block_q2_k, dmin));
 }
 
-static ALWAYS_INLINE void unpack_q3_k(const uint8_t *s, kblock *kb) {
+static ALWAYS_INLINE void unpack_q3_k(const uint8_t *s, __m256i *u) {
     const tl_block_q3_k *x = (const void *)s;
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m256i hm = loadu256(x->hmask); /* bytes 0-15: even groups, 16-31: odd */
@@ -174,27 +175,12 @@ static ALWAYS_INLINE void unpack_q3_k(const uint8_t *s, kblock *kb) {
         const __m256i q = loadu256(x->q + 32 * h);
         UNROLL for (int j = 0; j < 4; j++) {
             const __m256i hb = bit_to(hm, 4 * h + j, 2); /* the third bit: 4 */
-            kb->u[4 * h + j] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3), hb);
+            u[4 * h + j] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3), hb);
         }
     }
-    /* the 16 scales (quant_ext.h): low 4 bits from bytes 0-7 (low nibbles: groups 0-7,
-     * high: 8-15), high 2 bits of group g at bit 2*(g/4) of byte 8 + g%4 */
-    uint64_t lo8;
-    uint32_t h4;
-    memcpy(&lo8, x->scales, 8);
-    memcpy(&h4, x->scales + 8, 4);
-    const __m128i m4 = _mm_set1_epi8(0x0f), b2 = _mm_set1_epi8(3);
-    const __m128i l = _mm_cvtsi64_si128((long long)lo8);
-    const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(l, m4), _mm_and_si128(_mm_srli_epi16(l, 4), m4));
-    const __m128i high = _mm_and_si128(_mm_setr_epi32((int)h4, (int)(h4 >> 2), (int)(h4 >> 4), (int)(h4 >> 6)), b2);
-    const __m128i sc = _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
-    const __m256i s16 = _mm256_cvtepi8_epi16(sc);
-    scales_from16(kb, s16);
-    kb->bv = _mm256_slli_epi16(s16, 2); /* 4 * scale */
-    kb->D = kb->M = load_f16_scale(s + offsetof(tl_block_q3_k, d));
 }
 
-static ALWAYS_INLINE void unpack_q45_k(int five, const uint8_t *s, kblock *kb) {
+static ALWAYS_INLINE void unpack_q45_k(int five, const uint8_t *s, __m256i *u) {
     const uint8_t *qs = s + (five ? 48 : 16);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i qh = five ? loadu256(s + 16) : _mm256_setzero_si256();
@@ -205,31 +191,12 @@ static ALWAYS_INLINE void unpack_q45_k(int five, const uint8_t *s, kblock *kb) {
             lo = _mm256_or_si256(lo, bit_to(qh, 2 * p, 4));
             hi = _mm256_or_si256(hi, bit_to(qh, 2 * p + 1, 4));
         }
-        kb->u[2 * p] = lo;
-        kb->u[2 * p + 1] = hi;
+        u[2 * p] = lo;
+        u[2 * p + 1] = hi;
     }
-    /* the 12 packed bytes (quant_ext.h) as 4 words: scales 0-3, 4-7, mins 0-3, 4-7; the
-     * byte masks keep each byte's own bits after the word shifts */
-    uint32_t w0, w1, w2;
-    memcpy(&w0, s + 4, 4);
-    memcpy(&w1, s + 8, 4);
-    memcpy(&w2, s + 12, 4);
-    const uint32_t m6 = 0x3f3f3f3fu, n4 = 0x0f0f0f0fu, b2 = 0x03030303u;
-    const __m128i sm = _mm_setr_epi32((int)(w0 & m6), (int)((w2 & n4) | ((w0 >> 6) & b2) << 4),
-                                      (int)(w1 & m6), (int)(((w2 >> 4) & n4) | ((w1 >> 6) & b2) << 4));
-    const __m256i s16 = _mm256_cvtepu8_epi16(sm); /* scales 0-7 | mins 0-7 */
-    const __m256i sc = _mm256_permute4x64_epi64(s16, 0x44), mn = _mm256_permute4x64_epi64(s16, 0xee);
-    UNROLL for (int g = 0; g < 8; g++) /* 32-groups: one scale on both 16-halves */
-        kb->av[g] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(2 * g | (2 * g + 1) << 8)));
-    /* each min twice, for the two 16-sums of its group */
-    kb->bv = _mm256_shuffle_epi8(mn, _mm256_setr_epi8(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7,
-                                                      8, 9, 8, 9, 10, 11, 10, 11, 12, 13, 12, 13,
-                                                      14, 15, 14, 15));
-    kb->D = load_f16_scale(s);
-    kb->M = load_f16_scale(s + 2);
 }
 
-static ALWAYS_INLINE void unpack_q6_k(const uint8_t *s, kblock *kb) {
+static ALWAYS_INLINE void unpack_q6_k(const uint8_t *s, __m256i *u) {
     const tl_block_q6_k *x = (const void *)s;
     const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
     for (int h = 0; h < 2; h++) {
@@ -240,23 +207,23 @@ static ALWAYS_INLINE void unpack_q6_k(const uint8_t *s, kblock *kb) {
                                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
         UNROLL for (int p = 0; p < 4; p++) {
             __m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), m2);
-            kb->u[4 * h + p] = _mm256_or_si256(lo[p], _mm256_slli_epi16(hb, 4));
+            u[4 * h + p] = _mm256_or_si256(lo[p], _mm256_slli_epi16(hb, 4));
         }
     }
-    const __m256i s16 = _mm256_cvtepi8_epi16(loadu128(x->scales));
-    scales_from16(kb, s16);
-    kb->bv = _mm256_slli_epi16(s16, 5); /* 32 * scale */
-    kb->D = kb->M = load_f16_scale(s + offsetof(tl_block_q6_k, d));
 }
 
 static ALWAYS_INLINE void unpack_k(tl_type type, const uint8_t *s, kblock *kb) {
     switch (type) {
-    case TL_TYPE_Q2_K: unpack_q2_k(s, kb); return;
-    case TL_TYPE_Q3_K: unpack_q3_k(s, kb); return;
-    case TL_TYPE_Q4_K: unpack_q45_k(0, s, kb); return;
-    case TL_TYPE_Q5_K: unpack_q45_k(1, s, kb); return;
-    default: unpack_q6_k(s, kb); return;
+    case TL_TYPE_Q2_K: unpack_q2_k(s, kb->u); break;
+    case TL_TYPE_Q3_K: unpack_q3_k(s, kb->u); break;
+    case TL_TYPE_Q4_K: unpack_q45_k(0, s, kb->u); break;
+    case TL_TYPE_Q5_K: unpack_q45_k(1, s, kb->u); break;
+    default: unpack_q6_k(s, kb->u); break;
     }
+    const kscales ks = kscales_k(type, s);
+    scales_from16(kb, ks.a);
+    kb->bv = ks.b;
+    kb->dm2 = k_dm2(ks.dm);
 }
 
 /* acc += d_x * (D * sum a.(u . q) - M * sum b.bsums) over one K block. */
@@ -266,46 +233,10 @@ static ALWAYS_INLINE __m256 dot_k(const kblock *kb, const tl_block_k_act *a, __m
         __m256i prod = _mm256_maddubs_epi16(kb->u[p], loadu256(a->q + 32 * p));
         s = _mm256_add_epi32(s, _mm256_madd_epi16(prod, kb->av[p]));
     }
-    const __m256i m = _mm256_madd_epi16(kb->bv, loadu256(a->bsums));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(kb->D * a->d), acc);
-    return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(kb->M * a->d), acc);
+    return k_block_step(s, kb->bv, kb->dm2, a, acc);
 }
 
-/* One weight row against n activation rows; acc has n slots. Inlined per type (row_k_any)
- * so that unpack_k's switch folds away. */
-static ALWAYS_INLINE void row_k(tl_type type, const uint8_t *w, size_t nb, const tl_block_k_act *act,
-                  size_t n, __m256 *acc, size_t distance) {
-    const size_t bb = tl_type_block_bytes(type);
-    for (size_t i = 0; i < n; i++) acc[i] = _mm256_setzero_ps();
-    for (size_t b = 0; b < nb; b++) {
-        kblock kb;
-        _mm_prefetch((const char *)(w + b * bb + distance), _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + b * bb + distance + 64), _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + b * bb + distance + 128), _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + b * bb + distance + 192), _MM_HINT_T0);
-        unpack_k(type, w + b * bb, &kb);
-        for (size_t i = 0; i < n; i++) acc[i] = dot_k(&kb, act + i * nb + b, acc[i]);
-    }
-}
-
-/* Specialized for one row of X (decode), where the unpacked block stays in registers. */
-#define ROW_K_CASE(T)                                                                        \
-    case T:                                                                                  \
-        if (n == 1) row_k(T, w, nb, act, 1, acc, distance);                                  \
-        else row_k(T, w, nb, act, n, acc, distance);                                         \
-        return;
-
-static void row_k_any(tl_type type, const uint8_t *w, size_t nb, const tl_block_k_act *act,
-                      size_t n, __m256 *acc, size_t distance) {
-    switch (type) {
-    ROW_K_CASE(TL_TYPE_Q2_K)
-    ROW_K_CASE(TL_TYPE_Q3_K)
-    ROW_K_CASE(TL_TYPE_Q4_K)
-    ROW_K_CASE(TL_TYPE_Q5_K)
-    default: ROW_K_CASE(TL_TYPE_Q6_K)
-    }
-}
-#undef ROW_K_CASE
+#include "kernels/x86_ext_rows.inl"
 
 /* ---- the 32-element types ---- */
 
@@ -326,13 +257,18 @@ static ALWAYS_INLINE __m256i unpack_q32(tl_type type, const uint8_t *s, float *d
     return u;
 }
 
-static ALWAYS_INLINE void row_q32(tl_type type, const uint8_t *w, size_t nb, const act32 *act, size_t n,
-                    __m256 *acc, float *macc, size_t distance) {
+/* One weight row against n activation rows. Each row sums its blocks in four chains
+ * (block b into chain b % 4, so that consecutive additions do not wait on each other),
+ * added up in a fixed order at the end: the same arithmetic for every n and pass. */
+static ALWAYS_INLINE void row_q32(tl_type type, const uint8_t *w, size_t nb, const act32 *act,
+                                  size_t n, __m256 *acc, float *macc, size_t distance) {
     const size_t bb = tl_type_block_bytes(type);
     const __m256i ones = _mm256_set1_epi16(1);
-    for (size_t i = 0; i < n; i++) {
-        acc[i] = _mm256_setzero_ps();
-        macc[i] = 0.0f;
+    __m256 a4[4 * TL_EXT_ROWS_PER_PASS];
+    float m4[4 * TL_EXT_ROWS_PER_PASS];
+    for (size_t i = 0; i < 4 * n; i++) {
+        a4[i] = _mm256_setzero_ps();
+        m4[i] = 0.0f;
     }
     for (size_t b = 0; b < nb; b++) {
         float d, mterm;
@@ -340,37 +276,23 @@ static ALWAYS_INLINE void row_q32(tl_type type, const uint8_t *w, size_t nb, con
         const __m256i u = unpack_q32(type, w + b * bb, &d, &mterm);
         for (size_t i = 0; i < n; i++) {
             const act32 *a = act + i * nb + b;
-            __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(u, loadu256(a->q)), ones);
-            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d * a->d), acc[i]);
-            macc[i] += mterm * a->d * (float)a->sum;
+            __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(u, loadu256(a->q)), ones);
+            __m256 *c = &a4[4 * i + b % 4];
+            *c = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d * a->d), *c);
+            m4[4 * i + b % 4] += mterm * a->d * (float)a->sum;
         }
     }
-}
-
-/* One row of X (decode): row_q32's sums over four interleaved chains of blocks, so that
- * the per-block additions do not wait on each other; the chains add up in a fixed order. */
-static ALWAYS_INLINE void row_q32_1(tl_type type, const uint8_t *w, size_t nb, const act32 *act,
-                                    __m256 *acc, float *macc, size_t distance) {
-    const size_t bb = tl_type_block_bytes(type);
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 a4[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    float m4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (size_t b = 0; b < nb; b++) {
-        float d, mterm;
-        _mm_prefetch((const char *)(w + b * bb + distance), _MM_HINT_T0);
-        const __m256i u = unpack_q32(type, w + b * bb, &d, &mterm);
-        const act32 *a = act + b;
-        __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(u, loadu256(a->q)), ones);
-        a4[b % 4] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d * a->d), a4[b % 4]);
-        m4[b % 4] += mterm * a->d * (float)a->sum;
+    for (size_t i = 0; i < n; i++) {
+        const __m256 *c = &a4[4 * i];
+        acc[i] = _mm256_add_ps(_mm256_add_ps(c[0], c[1]), _mm256_add_ps(c[2], c[3]));
+        macc[i] = (m4[4 * i] + m4[4 * i + 1]) + (m4[4 * i + 2] + m4[4 * i + 3]);
     }
-    acc[0] = _mm256_add_ps(_mm256_add_ps(a4[0], a4[1]), _mm256_add_ps(a4[2], a4[3]));
-    macc[0] = (m4[0] + m4[1]) + (m4[2] + m4[3]);
 }
 
+/* Specialized for one row of X (decode), where the chains stay in registers. */
 #define ROW_Q32_CASE(T)                                                                      \
     case T:                                                                                  \
-        if (n == 1) row_q32_1(T, w, nb, act, acc, macc, distance);                           \
+        if (n == 1) row_q32(T, w, nb, act, 1, acc, macc, distance);                          \
         else row_q32(T, w, nb, act, n, acc, macc, distance);                                 \
         return;
 
@@ -386,36 +308,41 @@ static void row_q32_any(tl_type type, const uint8_t *w, size_t nb, const act32 *
 
 /* ---- the product ---- */
 
-/* Activation rows per pass over a weight row: their accumulators live on the stack. */
-#define EXT_ROWS_PER_PASS 64
-
-void tl__matmul_ext_act(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
-                        const float *act_f, size_t n, float *Y, size_t ldy) {
+void tl__matmul_ext_act(tl__isa isa, tl_type type, const uint8_t *W, size_t k, size_t j0,
+                        size_t j1, const float *act_f, size_t n, float *Y, size_t ldy) {
     const size_t ab = tl_type_act_block(type), nb = k / ab;
     const size_t row_bytes = tl_type_row_bytes(type, k), distance = tl__prefetch_distance();
-    __m256 acc[EXT_ROWS_PER_PASS];
-    float macc[EXT_ROWS_PER_PASS];
+    __m256 acc[TL_EXT_ROWS_PER_PASS];
+    float macc[TL_EXT_ROWS_PER_PASS];
     const uint8_t *act = (const uint8_t *)act_f;
+    (void)isa; /* without the AVX-512 kernels every set runs the AVX2 one */
     if (j0 >= j1 || n == 0) return;
     prefetch_start(W + j0 * row_bytes, (j1 - j0) * row_bytes, distance);
-    for (size_t i0 = 0; i0 < n; i0 += EXT_ROWS_PER_PASS) {
-        const size_t m = n - i0 < EXT_ROWS_PER_PASS ? n - i0 : EXT_ROWS_PER_PASS;
+    for (size_t i0 = 0; i0 < n; i0 += TL_EXT_ROWS_PER_PASS) {
+        const size_t m = n - i0 < TL_EXT_ROWS_PER_PASS ? n - i0 : TL_EXT_ROWS_PER_PASS;
         const uint8_t *ai = act + i0 * nb * act_rec_bytes(type);
-        for (size_t j = j0; j < j1; j++) {
-            const uint8_t *w = W + j * row_bytes;
-            if (ab == TL_QK_K) {
-                row_k_any(type, w, nb, (const tl_block_k_act *)(const void *)ai, m, acc, distance);
-                for (size_t i = 0; i < m; i++) Y[(i0 + i) * ldy + j] = hsum(acc[i]);
-            } else {
-                row_q32_any(type, w, nb, (const act32 *)(const void *)ai, m, acc, macc, distance);
-                for (size_t i = 0; i < m; i++) Y[(i0 + i) * ldy + j] = hsum(acc[i]) + macc[i];
+        if (ab == TL_QK_K) {
+            const tl_block_k_act *ak = (const tl_block_k_act *)(const void *)ai;
+#ifdef TL_HAVE_AVX512VNNI
+            if (isa == TL_ISA_AVX512VNNI) {
+                tl__matmul_k_avx512_act(type, W, k, j0, j1, ak, m, Y + i0 * ldy, ldy);
+                continue;
             }
+#endif
+            rows_k_any(type, W, k, j0, j1, ak, m, Y + i0 * ldy, ldy);
+            continue;
+        }
+        for (size_t j = j0; j < j1; j++) {
+            row_q32_any(type, W + j * row_bytes, nb, (const act32 *)(const void *)ai, m, acc,
+                        macc, distance);
+            for (size_t i = 0; i < m; i++) Y[(i0 + i) * ldy + j] = hsum(acc[i]) + macc[i];
         }
     }
 }
 
-void tl__matmul_ext(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
-                    const float *X, size_t ldx, size_t n, float *Y, size_t ldy, float *scratch) {
+void tl__matmul_ext(tl__isa isa, tl_type type, const uint8_t *W, size_t k, size_t j0,
+                    size_t j1, const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
+                    float *scratch) {
     tl__ext_act_prepare(type, k, X, ldx, 0, n, scratch);
-    tl__matmul_ext_act(type, W, k, j0, j1, scratch, n, Y, ldy);
+    tl__matmul_ext_act(isa, type, W, k, j0, j1, scratch, n, Y, ldy);
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 #include "model/llama.h"
 #include "base/status.h"
+#include "format/hf_folder.h"
 #include "kernels/kernels.h"
 #include "tier/aio.h"
 #include "tier/tier.h"
@@ -51,6 +52,13 @@ tl_status tl_llama_read_hparams(const tl_gguf *g, tl_llama_hparams *hp) {
                             "and qwen2 are)", arch->s);
     snprintf(hp->arch, sizeof hp->arch, "%s", arch->s);
     hp->rope_neox = strcmp(arch->s, "qwen2") == 0;
+    /* a Hugging Face folder keeps q and k in rotate-half order (format/hf_folder.h) */
+    const tl_gguf_kv *neox = tl_gguf_find(g, "tierllm.rope_neox");
+    if (neox) {
+        bool b;
+        if ((st = tl_gguf_get_bool(g, "tierllm.rope_neox", &b))) return st;
+        hp->rope_neox |= b;
+    }
     uint32_t n_embd, n_ff, n_layer, n_head, n_head_kv, head_dim, rope_dim, n_ctx;
     if ((st = get_arch_u32(g, hp->arch, "embedding_length", &n_embd, 1, 0)) ||
         (st = get_arch_u32(g, hp->arch, "feed_forward_length", &n_ff, 1, 0)) ||
@@ -329,6 +337,35 @@ static tl_status parse_header(tl_llama *m) {
     return st;
 }
 
+/* A Hugging Face folder: its description as a GGUF, and its safetensors files as one
+ * tier laid out as the description's offsets say. */
+static tl_status open_folder(tl_llama *m, const char *path) {
+    tl_hf_folder *f;
+    tl_status st = tl_hf_folder_open(path, &f);
+    if (st) return st;
+    tl_tier **parts = calloc(f->n_files, sizeof *parts);
+    if (!parts) st = tl_error_set(TL_ERR_NOMEM, "out of memory");
+    size_t opened = 0;
+    while (!st && opened < f->n_files) { /* parts[0, opened) are open */
+        st = tl_tier_file_open(f->files[opened], m->params.direct_io ? TL_TIER_FILE_DIRECT : 0,
+                               &parts[opened]);
+        if (st) break;
+        const size_t i = opened++;
+        if (parts[i]->size != f->sizes[i])
+            st = tl_error_set(TL_ERR_IO, "%s changed while it was opened", f->files[i]);
+    }
+    if (!st) st = tl_tier_concat_open(parts, f->at, f->n_files, m->path, &m->tier);
+    else
+        for (size_t i = 0; i < opened; i++) tl_tier_close(parts[i]);
+    free(parts);
+    if (!st) {
+        m->gguf = f->gguf;
+        f->gguf = NULL;
+    }
+    tl_hf_folder_free(f);
+    return st;
+}
+
 tl_status tl_llama_open(const char *path, const tl_model_params *params, tl_llama *m) {
     memset(m, 0, sizeof *m);
     tl_model_params p = params ? *params : tl_model_default_params();
@@ -338,9 +375,11 @@ tl_status tl_llama_open(const char *path, const tl_model_params *params, tl_llam
     m->path = strdup(path);
     m->use_reference = p.reference_kernels;
     st = m->path ? TL_OK : tl_error_set(TL_ERR_NOMEM, "out of memory");
-    if (!st)
+    if (!st && tl_hf_is_folder(path)) st = open_folder(m, path);
+    else if (!st) {
         st = tl_tier_file_open(path, p.direct_io ? TL_TIER_FILE_DIRECT : 0, &m->tier);
-    if (!st) st = parse_header(m);
+        if (!st) st = parse_header(m);
+    }
     if (!st && (st = tl_llama_read_hparams(m->gguf, &m->hp))) tl_error_wrap(st, "%s", path);
     if (!st && (st = tl_tokenizer_from_gguf(m->gguf, &m->tok))) tl_error_wrap(st, "%s", path);
     if (!st) st = describe_weights(m);

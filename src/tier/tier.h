@@ -68,6 +68,12 @@ tl_status tl_tier_file_open_scratch(const char *dir, int flags, tl_tier **out);
 /* 1 if the file tier really uses O_DIRECT. */
 int tl_tier_file_is_direct(const tl_tier *t);
 
+/* n read-only tiers as one (tier_concat.c): part i at offsets [at[i], at[i] + size);
+ * at[] ascending multiples of TL_TIER_MAX_ALIGN, parts not overlapping; gaps read as
+ * zeros. Takes ownership of the parts (closed on failure too); `name` must outlive it. */
+tl_status tl_tier_concat_open(tl_tier **parts, const uint64_t *at, size_t n, const char *name,
+                              tl_tier **out);
+
 /* Fault injection: wraps `inner` (which it then owns). Every read/write call counts
  * from 1. */
 typedef struct tl_fault_spec {

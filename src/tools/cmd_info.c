@@ -1,10 +1,12 @@
-/* cmd_info.c - `tierllm info`: architecture, shapes, tensor types and sizes of a GGUF,
- * and its tokenizer's model and pre-tokenizer rules. Reads only the header (no weights),
+/* cmd_info.c - `tierllm info`: architecture, shapes, tensor types and sizes of a GGUF
+ * (or of a Hugging Face folder, as format/hf_folder.h describes it), and its tokenizer's
+ * model and pre-tokenizer rules. Reads only the header (no weights),
  * so it works on any size of model. */
 #include <stdio.h>
 #include <string.h>
 #include "tools/cli.h"
 #include "format/gguf.h"
+#include "format/hf_folder.h"
 #include "model/llama.h"
 #include "text/pretokenize.h"
 
@@ -63,8 +65,16 @@ int tl_cmd_info(int argc, char **argv) {
         return 2;
     }
     tl_gguf *g;
-    tl_status st = tl_gguf_open(path, &g);
-    if (st) return cli_fail(st);
+    tl_status st;
+    if (tl_hf_is_folder(path)) { /* a Hugging Face folder, described as a GGUF */
+        tl_hf_folder *f;
+        if ((st = tl_hf_folder_open(path, &f))) return cli_fail(st);
+        g = f->gguf;
+        f->gguf = NULL;
+        tl_hf_folder_free(f);
+    } else if ((st = tl_gguf_open(path, &g))) {
+        return cli_fail(st);
+    }
     tl_llama_hparams hp;
     st = tl_llama_read_hparams(g, &hp);
     if (st) {
@@ -82,7 +92,7 @@ int tl_cmd_info(int argc, char **argv) {
     printf("file:          %s (GGUF v%u, %llu tensors, %llu metadata keys)\n", path, g->version,
            (unsigned long long)g->n_tensors, (unsigned long long)g->n_kv);
     printf("name:          %s\n", name ? name->s : "(none)");
-    printf("architecture:  %s (family: %s%s)\n", hp.arch, hp.rope_neox ? "Qwen2" : "Llama",
+    printf("architecture:  %s (family: %s%s)\n", hp.arch, strcmp(hp.arch, "qwen2") ? "Llama" : "Qwen2",
            hp.n_swa > 0 ? ", sliding-window attention" : "");
     printf("vocabulary:    %llu\n", emb ? (unsigned long long)emb->ne[1] : 0ull);
     printf("embedding:     %d\nfeed-forward:  %d\nlayers:        %d\n", hp.n_embd, hp.n_ff,

@@ -1,0 +1,474 @@
+/* hf_folder.c - a Hugging Face folder described as a GGUF (hf_folder.h says what and why).
+ *
+ * Steps: config.json gives the architecture and shapes; the safetensors files (one, or
+ * those model.safetensors.index.json names, each only inside the folder) are parsed and
+ * placed end to end; every tensor of the Llama layout is declared under its GGUF name
+ * with its type and shape (GGUF ne is the safetensors shape reversed); tokenizer.json
+ * becomes tokenizer.ggml.*; the declaration goes through the GGUF reader
+ * (tl_gguf_writer_parse), and then each tensor's offset is pointed into the shards.
+ * Tensors the Llama layout does not use (rotary caches) are ignored; a tensor it needs
+ * and the files lack is reported by the model loader, naming it.
+ */
+#include "format/hf_folder.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "base/json.h"
+#include "base/status.h"
+#include "format/safetensors.h"
+
+#define MAX_JSON_BYTES ((size_t)256 << 20) /* tokenizer.json of a 256k vocabulary: ~20 MB */
+#define MAX_SHARDS 4096
+
+int tl_hf_is_folder(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* ---- small helpers ---- */
+
+static tl_status read_json(const char *dir, const char *file, int required, json_t **out) {
+    *out = NULL;
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path)
+        return tl_error_set(TL_ERR_INVALID, "%s: path too long", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (!required) return TL_OK;
+        return tl_error_set(TL_ERR_IO, "%s: cannot open %s", dir, file);
+    }
+    char *buf = malloc(MAX_JSON_BYTES + 1);
+    size_t n = buf ? fread(buf, 1, MAX_JSON_BYTES + 1, f) : 0;
+    const int err = ferror(f);
+    fclose(f);
+    if (!buf) return tl_error_set(TL_ERR_NOMEM, "%s: out of memory", path);
+    tl_status st = TL_OK;
+    char msg[200];
+    if (err) st = tl_error_set(TL_ERR_IO, "%s: read error", path);
+    else if (n > MAX_JSON_BYTES) st = tl_error_set(TL_ERR_FORMAT, "%s: larger than %zu bytes", path, MAX_JSON_BYTES);
+    else if (tl_json_parse(buf, n, 0, out, msg, sizeof msg))
+        st = tl_error_set(TL_ERR_FORMAT, "%s: %s", path, msg);
+    free(buf);
+    return st;
+}
+
+/* An integer field >= lo (absent: dflt when dflt >= 0, else an error). */
+static tl_status get_int(const json_t *o, const char *what, const char *key, int64_t lo,
+                         int64_t dflt, int64_t *out) {
+    const json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) {
+        if (dflt < 0) return tl_error_set(TL_ERR_FORMAT, "%s: missing \"%s\"", what, key);
+        *out = dflt;
+        return TL_OK;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > (1ll << 31))
+        return tl_error_set(TL_ERR_FORMAT, "%s: \"%s\" must be an integer from %lld", what, key,
+                            (long long)lo);
+    *out = json_integer_value(v);
+    return TL_OK;
+}
+
+static tl_status get_num(const json_t *o, const char *what, const char *key, double dflt,
+                         double *out) {
+    const json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) {
+        *out = dflt;
+        return TL_OK;
+    }
+    if (!json_is_number(v) || !(json_number_value(v) > 0))
+        return tl_error_set(TL_ERR_FORMAT, "%s: \"%s\" must be a positive number", what, key);
+    *out = json_number_value(v);
+    return TL_OK;
+}
+
+/* A safetensors file name from the index: a plain name inside the folder. */
+static int plain_name(const char *s) {
+    return s[0] && s[0] != '.' && !strchr(s, '/') && !strchr(s, '\\') && strlen(s) < 256;
+}
+
+/* ---- config.json ---- */
+
+typedef struct hf_config {
+    const char *arch; /* GGUF architecture */
+    int64_t n_embd, n_ff, n_layer, n_head, n_head_kv, head_dim, n_ctx, n_swa, n_vocab;
+    int64_t bos, eos;
+    double rms_eps, rope_base;
+} hf_config;
+
+static tl_status read_config(const char *dir, const json_t *c, hf_config *cfg) {
+    char what[4200];
+    snprintf(what, sizeof what, "%s/config.json", dir);
+    memset(cfg, 0, sizeof *cfg);
+    const json_t *archs = json_object_get(c, "architectures");
+    const char *a = json_is_array(archs) && json_array_size(archs) == 1
+                        ? json_string_value(json_array_get(archs, 0)) : NULL;
+    if (!a) return tl_error_set(TL_ERR_FORMAT, "%s: \"architectures\" must list one name", what);
+    if (!strcmp(a, "LlamaForCausalLM") || !strcmp(a, "MistralForCausalLM")) cfg->arch = "llama";
+    else if (!strcmp(a, "Qwen2ForCausalLM")) cfg->arch = "qwen2";
+    else
+        return tl_error_set(TL_ERR_UNSUPPORTED, "%s: architecture '%.60s' is not supported "
+                            "(LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM are)", what, a);
+    const json_t *scaling = json_object_get(c, "rope_scaling");
+    if (scaling && !json_is_null(scaling))
+        return tl_error_set(TL_ERR_UNSUPPORTED, "%s: rope_scaling is not supported for folders "
+                            "yet (convert the model to GGUF)", what);
+    tl_status st;
+    if ((st = get_int(c, what, "hidden_size", 1, -1, &cfg->n_embd)) ||
+        (st = get_int(c, what, "intermediate_size", 1, -1, &cfg->n_ff)) ||
+        (st = get_int(c, what, "num_hidden_layers", 1, -1, &cfg->n_layer)) ||
+        (st = get_int(c, what, "num_attention_heads", 1, -1, &cfg->n_head)) ||
+        (st = get_int(c, what, "num_key_value_heads", 1, cfg->n_head, &cfg->n_head_kv)) ||
+        (st = get_int(c, what, "head_dim", 1, cfg->n_embd / cfg->n_head, &cfg->head_dim)) ||
+        (st = get_int(c, what, "max_position_embeddings", 1, 2048, &cfg->n_ctx)) ||
+        (st = get_int(c, what, "vocab_size", 1, -1, &cfg->n_vocab)) ||
+        (st = get_int(c, what, "bos_token_id", 0, 0, &cfg->bos)) ||
+        (st = get_int(c, what, "eos_token_id", 0, 0, &cfg->eos)) ||
+        (st = get_num(c, what, "rms_norm_eps", 1e-6, &cfg->rms_eps)) ||
+        (st = get_num(c, what, "rope_theta", 10000.0, &cfg->rope_base)))
+        return st;
+    /* Qwen2 configs carry a sliding_window that applies only with use_sliding_window */
+    const json_t *use = json_object_get(c, "use_sliding_window");
+    if (!strcmp(cfg->arch, "llama") || json_is_true(use))
+        if ((st = get_int(c, what, "sliding_window", 1, 0, &cfg->n_swa))) return st;
+    return TL_OK; /* tie_word_embeddings: lm_head.weight is then absent, as GGUF's output */
+}
+
+static tl_status put_config(tl_gguf_writer *w, const hf_config *c, const char *name) {
+    char k[128];
+#define KEY(s) (snprintf(k, sizeof k, "%s." s, c->arch), k)
+    tl_status st;
+    if ((st = tl_gguf_writer_set_str(w, "general.architecture", c->arch)) ||
+        (st = tl_gguf_writer_set_str(w, "general.name", name)) ||
+        (st = tl_gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)c->n_ctx)) ||
+        (st = tl_gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)c->n_embd)) ||
+        (st = tl_gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)c->n_ff)) ||
+        (st = tl_gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)c->n_layer)) ||
+        (st = tl_gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)c->n_head)) ||
+        (st = tl_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)c->n_head_kv)) ||
+        (st = tl_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)c->head_dim)) ||
+        (st = tl_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)c->head_dim)) ||
+        (st = tl_gguf_writer_set_f32(w, KEY("rope.freq_base"), (float)c->rope_base)) ||
+        (st = tl_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)c->rms_eps)) ||
+        (c->n_swa > 0 &&
+         (st = tl_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)c->n_swa))) ||
+        (st = tl_gguf_writer_set_bool(w, "tierllm.rope_neox", true)) ||
+        (st = tl_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)c->bos)) ||
+        (st = tl_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)c->eos)))
+        return st;
+#undef KEY
+    return TL_OK;
+}
+
+/* ---- tokenizer.json ---- */
+
+/* Llama 3's and Qwen2's split regexes differ only in the digit run. */
+#define LLAMA3_SPLIT "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define QWEN2_SPLIT "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
+/* The pre-tokenizer rules (tokenizer.ggml.pre) of a byte-level pre_tokenizer, or NULL. */
+static const char *pre_rules(const json_t *pre) {
+    const char *type = json_string_value(json_object_get(pre, "type"));
+    if (!type) return NULL;
+    if (!strcmp(type, "ByteLevel"))
+        return json_is_false(json_object_get(pre, "use_regex")) ? NULL : "gpt-2";
+    if (strcmp(type, "Sequence") != 0) return NULL;
+    const json_t *seq = json_object_get(pre, "pretokenizers");
+    if (json_array_size(seq) != 2) return NULL;
+    const json_t *split = json_array_get(seq, 0), *bl = json_array_get(seq, 1);
+    const char *t0 = json_string_value(json_object_get(split, "type"));
+    const char *t1 = json_string_value(json_object_get(bl, "type"));
+    const char *rx = json_string_value(json_object_get(json_object_get(split, "pattern"), "Regex"));
+    if (!t0 || !t1 || !rx || strcmp(t0, "Split") != 0 || strcmp(t1, "ByteLevel") != 0 ||
+        !json_is_false(json_object_get(bl, "use_regex")))
+        return NULL;
+    if (!strcmp(rx, LLAMA3_SPLIT)) return "llama-bpe";
+    if (!strcmp(rx, QWEN2_SPLIT)) return "qwen2";
+    return NULL;
+}
+
+/* The tokens by id (vocab and added tokens; ids missing from both become [PAD<id>]) with
+ * their GGUF token types, and the merges as "a b". */
+static tl_status put_tokenizer(tl_gguf_writer *w, const char *dir, const json_t *tj,
+                               int64_t n_vocab_cfg) {
+    char what[4200];
+    snprintf(what, sizeof what, "%s/tokenizer.json", dir);
+    const json_t *model = json_object_get(tj, "model");
+    const char *mtype = json_string_value(json_object_get(model, "type"));
+    if (!mtype || strcmp(mtype, "BPE") != 0)
+        return tl_error_set(TL_ERR_UNSUPPORTED, "%s: tokenizer model '%s' is not supported "
+                            "(BPE is)", what, mtype ? mtype : "?");
+    const char *pre = pre_rules(json_object_get(tj, "pre_tokenizer"));
+    if (!pre)
+        return tl_error_set(TL_ERR_UNSUPPORTED, "%s: only byte-level BPE tokenizers (GPT-2, "
+                            "Llama 3, Qwen2 pre-tokenizers) are supported for folders; convert "
+                            "a SentencePiece-style tokenizer with llama.cpp", what);
+    const json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
+    const json_t *added = json_object_get(tj, "added_tokens");
+    if (!json_is_object(vocab) || !json_is_array(merges) || (added && !json_is_array(added)))
+        return tl_error_set(TL_ERR_FORMAT, "%s: model.vocab, model.merges or added_tokens "
+                            "malformed", what);
+    int64_t n = n_vocab_cfg;
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)vocab, key, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= (1 << 24))
+            return tl_error_set(TL_ERR_FORMAT, "%s: token '%.40s' has a bad id", what, key);
+        if (json_integer_value(v) >= n) n = json_integer_value(v) + 1;
+    }
+    size_t i;
+    json_array_foreach(added, i, v) {
+        const json_t *id = json_object_get(v, "id");
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= (1 << 24) ||
+            !json_is_string(json_object_get(v, "content")))
+            return tl_error_set(TL_ERR_FORMAT, "%s: added token %zu malformed", what, i);
+        if (json_integer_value(id) >= n) n = json_integer_value(id) + 1;
+    }
+    const char **tokens = calloc((size_t)n, sizeof *tokens);
+    int32_t *types = calloc((size_t)n, sizeof *types);
+    char **pads = calloc((size_t)n, sizeof *pads);
+    const char **mlist = calloc(json_array_size(merges) + 1, sizeof *mlist);
+    char **mown = calloc(json_array_size(merges) + 1, sizeof *mown);
+    tl_status st = tokens && types && pads && mlist && mown ? TL_OK
+                   : tl_error_set(TL_ERR_NOMEM, "%s: out of memory", what);
+    if (!st) {
+        json_object_foreach((json_t *)vocab, key, v) {
+            tokens[json_integer_value(v)] = key;
+            types[json_integer_value(v)] = 1; /* normal */
+        }
+        json_array_foreach(added, i, v) {
+            const int64_t id = json_integer_value(json_object_get(v, "id"));
+            tokens[id] = json_string_value(json_object_get(v, "content"));
+            types[id] = json_is_true(json_object_get(v, "special")) ? 3 : 4; /* control, user */
+        }
+        for (int64_t t = 0; t < n && !st; t++)
+            if (!tokens[t]) {
+                char b[32];
+                snprintf(b, sizeof b, "[PAD%lld]", (long long)t);
+                if (!(pads[t] = strdup(b))) st = tl_error_set(TL_ERR_NOMEM, "out of memory");
+                tokens[t] = pads[t];
+                types[t] = 5; /* unused */
+            }
+    }
+    json_array_foreach(merges, i, v) { /* "a b", or ["a", "b"] in newer files */
+        if (st) break;
+        if (json_is_string(v)) {
+            mlist[i] = json_string_value(v);
+            continue;
+        }
+        const char *a = json_string_value(json_array_get(v, 0)), *b = json_string_value(json_array_get(v, 1));
+        if (!json_is_array(v) || json_array_size(v) != 2 || !a || !b) {
+            st = tl_error_set(TL_ERR_FORMAT, "%s: merge %zu malformed", what, i);
+            break;
+        }
+        const size_t la = strlen(a), lb = strlen(b);
+        if (!(mown[i] = malloc(la + lb + 2))) {
+            st = tl_error_set(TL_ERR_NOMEM, "out of memory");
+            break;
+        }
+        memcpy(mown[i], a, la), mown[i][la] = ' ', memcpy(mown[i] + la + 1, b, lb + 1);
+        mlist[i] = mown[i];
+    }
+    if (!st && ((st = tl_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2")) ||
+                (st = tl_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre)) ||
+                (st = tl_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, (uint64_t)n)) ||
+                (st = tl_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", TL_GGUF_INT32, types,
+                                             (uint64_t)n)) ||
+                (st = tl_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", mlist,
+                                                 json_array_size(merges)))))
+        tl_error_wrap(st, "%s", what);
+    for (int64_t t = 0; pads && t < n; t++) free(pads[t]);
+    for (size_t m = 0; mown && m < json_array_size(merges); m++) free(mown[m]);
+    free(tokens), free(types), free(pads), free(mlist), free(mown);
+    return st;
+}
+
+/* ---- tensors ---- */
+
+/* The GGUF name of a Hugging Face Llama-layout tensor, or 0 when it is not one. */
+static int gguf_name(const char *hf, char *out, size_t cap) {
+    static const struct { const char *hf, *gguf; } top[] = {
+        {"model.embed_tokens.weight", "token_embd.weight"},
+        {"model.norm.weight", "output_norm.weight"},
+        {"lm_head.weight", "output.weight"}};
+    static const struct { const char *hf, *gguf; } layer[] = {
+        {"input_layernorm.weight", "attn_norm.weight"},
+        {"self_attn.q_proj.weight", "attn_q.weight"},   {"self_attn.k_proj.weight", "attn_k.weight"},
+        {"self_attn.v_proj.weight", "attn_v.weight"},   {"self_attn.o_proj.weight", "attn_output.weight"},
+        {"self_attn.q_proj.bias", "attn_q.bias"},       {"self_attn.k_proj.bias", "attn_k.bias"},
+        {"self_attn.v_proj.bias", "attn_v.bias"},       {"self_attn.o_proj.bias", "attn_output.bias"},
+        {"post_attention_layernorm.weight", "ffn_norm.weight"},
+        {"mlp.gate_proj.weight", "ffn_gate.weight"},    {"mlp.up_proj.weight", "ffn_up.weight"},
+        {"mlp.down_proj.weight", "ffn_down.weight"}};
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+        if (!strcmp(hf, top[i].hf)) return snprintf(out, cap, "%s", top[i].gguf) < (int)cap;
+    unsigned l;
+    int used = 0;
+    if (sscanf(hf, "model.layers.%u.%n", &l, &used) != 1 || used == 0 || l > 100000) return 0;
+    for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++)
+        if (!strcmp(hf + used, layer[i].hf))
+            return snprintf(out, cap, "blk.%u.%s", l, layer[i].gguf) < (int)cap;
+    return 0;
+}
+
+static tl_type gguf_type(tl_st_dtype d) {
+    return d == TL_ST_F32 ? TL_TYPE_F32 : d == TL_ST_F16 ? TL_TYPE_F16 : TL_TYPE_BF16;
+}
+
+/* The shard file names: model.safetensors alone, or the index's weight_map values (in
+ * sorted order, each once). */
+static tl_status shard_names(const char *dir, char ***names, size_t *n) {
+    *names = NULL;
+    *n = 0;
+    json_t *idx = NULL;
+    tl_status st = read_json(dir, "model.safetensors.index.json", 0, &idx);
+    if (st) return st;
+    if (!idx) {
+        *names = calloc(1, sizeof **names);
+        if (!*names || !((*names)[0] = strdup("model.safetensors")))
+            return free(*names), *names = NULL, tl_error_set(TL_ERR_NOMEM, "out of memory");
+        *n = 1;
+        return TL_OK;
+    }
+    const json_t *map = json_object_get(idx, "weight_map");
+    const char *key;
+    const json_t *v;
+    size_t cap = json_object_size(map);
+    char **list = json_is_object(map) && cap ? calloc(cap, sizeof *list) : NULL;
+    if (!list)
+        st = tl_error_set(TL_ERR_FORMAT, "%s/model.safetensors.index.json: weight_map must be a "
+                          "non-empty object", dir);
+    json_object_foreach((json_t *)map, key, v) {
+        if (st) break;
+        const char *file = json_string_value(v);
+        if (!file || !plain_name(file)) {
+            st = tl_error_set(TL_ERR_FORMAT, "%s/model.safetensors.index.json: tensor '%.60s' "
+                              "names a file outside the folder or no file", dir, key);
+            break;
+        }
+        size_t k = 0;
+        while (k < *n && strcmp(list[k], file) != 0) k++;
+        if (k < *n) continue;
+        if (*n == MAX_SHARDS || !(list[*n] = strdup(file))) {
+            st = tl_error_set(TL_ERR_FORMAT, "%s: too many shards or out of memory", dir);
+            break;
+        }
+        (*n)++;
+    }
+    for (size_t a = 1; !st && a < *n; a++) /* sorted: a stable concatenation order */
+        for (size_t b = a; b > 0 && strcmp(list[b - 1], list[b]) > 0; b--) {
+            char *t = list[b];
+            list[b] = list[b - 1], list[b - 1] = t;
+        }
+    json_decref(idx);
+    if (st) {
+        for (size_t k = 0; list && k < *n; k++) free(list[k]);
+        free(list);
+        *n = 0;
+        return st;
+    }
+    *names = list;
+    return TL_OK;
+}
+
+void tl_hf_folder_free(tl_hf_folder *f) {
+    if (!f) return;
+    tl_gguf_free(f->gguf);
+    for (size_t i = 0; f->files && i < f->n_files; i++) free(f->files[i]);
+    free(f->files);
+    free(f->at);
+    free(f->sizes);
+    free(f);
+}
+
+tl_status tl_hf_folder_open(const char *dir, tl_hf_folder **out) {
+    *out = NULL;
+    json_t *cfg_json = NULL, *tok_json = NULL;
+    hf_config cfg;
+    tl_status st = read_json(dir, "config.json", 1, &cfg_json);
+    if (!st) st = read_config(dir, cfg_json, &cfg);
+    if (!st) st = read_json(dir, "tokenizer.json", 1, &tok_json);
+    tl_hf_folder *f = st ? NULL : calloc(1, sizeof *f);
+    if (!st && !f) st = tl_error_set(TL_ERR_NOMEM, "out of memory");
+    char **names = NULL;
+    if (!st) st = shard_names(dir, &names, &f->n_files);
+    if (!st) {
+        f->files = calloc(f->n_files, sizeof *f->files);
+        f->at = calloc(f->n_files, sizeof *f->at);
+        f->sizes = calloc(f->n_files, sizeof *f->sizes);
+        if (!f->files || !f->at || !f->sizes) st = tl_error_set(TL_ERR_NOMEM, "out of memory");
+    }
+    tl_st_file **sts = st ? NULL : calloc(f->n_files, sizeof *sts);
+    if (!st && !sts) st = tl_error_set(TL_ERR_NOMEM, "out of memory");
+    uint64_t at = 0;
+    for (size_t i = 0; !st && i < f->n_files; i++) {
+        size_t len = strlen(dir) + strlen(names[i]) + 2;
+        if (!(f->files[i] = malloc(len))) {
+            st = tl_error_set(TL_ERR_NOMEM, "out of memory");
+            break;
+        }
+        snprintf(f->files[i], len, "%s/%s", dir, names[i]);
+        if ((st = tl_st_open(f->files[i], &sts[i]))) break;
+        f->at[i] = at;
+        f->sizes[i] = sts[i]->file_size;
+        at += (sts[i]->file_size + TL_HF_SHARD_ALIGN - 1) / TL_HF_SHARD_ALIGN * TL_HF_SHARD_ALIGN;
+    }
+    tl_gguf_writer *w = NULL;
+    if (!st) st = tl_gguf_writer_open(&w);
+    if (!st) st = put_config(w, &cfg, dir);
+    if (!st) st = put_tokenizer(w, dir, tok_json, cfg.n_vocab);
+    /* tensors: declared in shard order, their absolute offsets kept in the same order */
+    uint64_t *offsets = NULL;
+    size_t n_t = 0, cap = 0;
+    for (size_t i = 0; !st && i < f->n_files; i++)
+        for (uint64_t t = 0; !st && t < sts[i]->n_tensors; t++) {
+            const tl_st_tensor *x = &sts[i]->tensors[t];
+            char name[96];
+            if (!gguf_name(x->name, name, sizeof name)) continue;
+            if (x->n_dims < 1 || x->n_dims > 2) {
+                st = tl_error_set(TL_ERR_FORMAT, "%s: tensor '%s' has %u dimensions, expected 1 "
+                                  "or 2", f->files[i], x->name, x->n_dims);
+                break;
+            }
+            const uint64_t esize = x->dtype == TL_ST_F32 ? 4 : 2;
+            if (x->offset % esize != 0) { /* the kernels read elements at their alignment */
+                st = tl_error_set(TL_ERR_UNSUPPORTED, "%s: tensor '%s' starts at offset %llu, "
+                                  "not a multiple of its element size", f->files[i], x->name,
+                                  (unsigned long long)x->offset);
+                break;
+            }
+            uint64_t ne[2] = {x->shape[x->n_dims - 1], x->n_dims == 2 ? x->shape[0] : 1};
+            if (n_t == cap) {
+                cap = cap ? 2 * cap : 256;
+                uint64_t *o = realloc(offsets, cap * sizeof *o);
+                if (!o) {
+                    st = tl_error_set(TL_ERR_NOMEM, "out of memory");
+                    break;
+                }
+                offsets = o;
+            }
+            offsets[n_t++] = f->at[i] + x->offset;
+            st = tl_gguf_writer_add_tensor(w, name, gguf_type(x->dtype), x->n_dims, ne);
+        }
+    if (!st) st = tl_gguf_writer_parse(w, dir, &f->gguf);
+    if (!st) {
+        for (size_t t = 0; t < n_t; t++) f->gguf->tensors[t].offset = offsets[t];
+        f->gguf->data_offset = 0;
+        f->gguf->file_size = at;
+    }
+    tl_gguf_writer_close(w);
+    free(offsets);
+    for (size_t i = 0; sts && i < f->n_files; i++) tl_st_free(sts[i]);
+    free(sts);
+    for (size_t i = 0; names && f && i < f->n_files; i++) free(names[i]);
+    free(names);
+    json_decref(cfg_json);
+    json_decref(tok_json);
+    if (st) {
+        tl_hf_folder_free(f);
+        return st;
+    }
+    *out = f;
+    return TL_OK;
+}

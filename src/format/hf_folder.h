@@ -1,0 +1,39 @@
+/* hf_folder.h - a Hugging Face model folder (config.json, model.safetensors or a sharded
+ * model.safetensors.index.json, tokenizer.json) described as a GGUF, so that everything
+ * above reads it as it reads a GGUF file: the metadata keys a converter would write
+ * (architecture, shapes, the tokenizer as tokenizer.ggml.*) and a tensor directory under
+ * GGUF names whose offsets point into the safetensors files laid end to end at
+ * TL_HF_SHARD_ALIGN-aligned offsets (tier/tier.h's concatenated tier reads them there).
+ * Nothing is converted or copied: the weights stay in the user's files.
+ *
+ * Supported: LlamaForCausalLM, MistralForCausalLM (its sliding_window), Qwen2ForCausalLM,
+ * with F32/F16/BF16 tensors, and byte-level BPE tokenizers (tokenizer.json's BPE model
+ * with a ByteLevel pre-tokenizer: GPT-2's rules, or Llama 3's / Qwen2's split regex).
+ * Hugging Face keeps q and k in rotate-half order, so the description asks for RoPE on
+ * pairs half a rotation apart (tierllm.rope_neox), where GGUF converters permute the rows
+ * instead. Everything else is refused with a message naming what is not supported.
+ */
+#ifndef TL_FORMAT_HF_FOLDER_H
+#define TL_FORMAT_HF_FOLDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "tierllm.h"
+#include "format/gguf.h"
+
+#define TL_HF_SHARD_ALIGN 4096u
+
+typedef struct tl_hf_folder {
+    tl_gguf *gguf;   /* the description; tensor offsets are in the concatenation */
+    size_t n_files;
+    char **files;    /* the safetensors files, full paths, in concatenation order */
+    uint64_t *at;    /* where each file starts in the concatenation */
+    uint64_t *sizes; /* each file's size when it was parsed */
+} tl_hf_folder;
+
+/* 1 when path is a directory. */
+int tl_hf_is_folder(const char *path);
+tl_status tl_hf_folder_open(const char *dir, tl_hf_folder **out);
+void tl_hf_folder_free(tl_hf_folder *f);
+
+#endif
