@@ -282,12 +282,48 @@ static void test_fault(void) {
     free(buf);
 }
 
+/* Several read-only tiers as one (a folder's shards): reads inside a part see its bytes,
+ * reads in a gap see zeros, a read never crosses into the next part, the end is
+ * end-of-file, writes are refused, misplaced parts are refused (and closed). */
+static void test_concat(void) {
+    tl_tier *parts[2];
+    CHECK(tl_tier_mem_open(5000, &parts[0]) == TL_OK && tl_tier_mem_open(3000, &parts[1]) == TL_OK);
+    for (int p = 0; p < 2; p++)
+        for (uint64_t i = 0; i < parts[p]->size; i++)
+            tl_tier_mem_data(parts[p])[i] = (uint8_t)(p * 100 + i % 97 + 1);
+    const uint64_t at[2] = {0, 8192};
+    tl_tier *c = NULL;
+    CHECK(tl_tier_concat_open(parts, at, 2, "concat", &c) == TL_OK);
+    if (!c) return;
+    CHECK(c->size == 8192 + 3000 && !c->writable);
+    static uint8_t buf[12000];
+    size_t done;
+    CHECK(c->ops->read_at(c, 4990, buf, 100, &done) == TL_OK && done == 10); /* part end */
+    CHECK(buf[0] == (uint8_t)(4990 % 97 + 1) && buf[9] == (uint8_t)(4999 % 97 + 1));
+    memset(buf, 0xee, sizeof buf);
+    CHECK(c->ops->read_at(c, 5000, buf, 5000, &done) == TL_OK && done == 3192); /* the gap */
+    int zeros = 1;
+    for (size_t i = 0; i < done; i++) zeros &= buf[i] == 0;
+    CHECK(zeros && buf[3192] == 0xee);
+    CHECK(tl_tier_read_full(c, 8192 + 7, buf, 100) == TL_OK && buf[0] == (uint8_t)(100 + 7 % 97 + 1));
+    CHECK(tl_tier_read_full(c, 4000, buf, 6000) == TL_OK); /* part, gap, part */
+    CHECK(buf[999] == (uint8_t)(4999 % 97 + 1) && buf[1000] == 0 && buf[4191] == 0 &&
+          buf[4192] == (uint8_t)(100 + 1));
+    CHECK(c->ops->read_at(c, 8192 + 3000, buf, 10, &done) == TL_OK && done == 0);
+    CHECK(tl_tier_write_full(c, 0, buf, 10) == TL_ERR_IO);
+    tl_tier_close(c);
+    CHECK(tl_tier_mem_open(5000, &parts[0]) == TL_OK && tl_tier_mem_open(10, &parts[1]) == TL_OK);
+    const uint64_t bad[2] = {0, 4096}; /* part 0 runs into part 1 */
+    CHECK(tl_tier_concat_open(parts, bad, 2, "concat", &c) == TL_ERR_INVALID && c == NULL);
+}
+
 int main(void) {
     tk_setup("tl_test_tier");
     if (tk_direct_ok) printf("O_DIRECT scratch directory: %s\n", tk_dir);
     for (int i = 0; i < TK_N_KINDS; i++) test_storage(&TK_KINDS[i]);
     test_file_rules();
     test_fault();
+    test_concat();
     tk_teardown();
     return tl_test_finish("test_tier");
 }

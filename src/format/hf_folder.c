@@ -123,6 +123,9 @@ static tl_status read_config(const char *dir, const json_t *c, hf_config *cfg) {
         (st = get_int(c, what, "head_dim", 1, cfg->n_embd / cfg->n_head, &cfg->head_dim)) ||
         (st = get_int(c, what, "max_position_embeddings", 1, 2048, &cfg->n_ctx)) ||
         (st = get_int(c, what, "vocab_size", 1, -1, &cfg->n_vocab)) ||
+        (cfg->n_vocab > (1 << 24) &&
+         (st = tl_error_set(TL_ERR_FORMAT, "%s: vocab_size %lld is too large", what,
+                            (long long)cfg->n_vocab))) ||
         (st = get_int(c, what, "bos_token_id", 0, 0, &cfg->bos)) ||
         (st = get_int(c, what, "eos_token_id", 0, 0, &cfg->eos)) ||
         (st = get_num(c, what, "rms_norm_eps", 1e-6, &cfg->rms_eps)) ||
