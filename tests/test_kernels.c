@@ -199,6 +199,11 @@ static void test_act_rounding_k(void) {
     fill_x(X, K, N, K, 0);
     fill_x(X + K, K, 1, K, 1); /* halves of 1/4: exact ties after scaling by 127/31.75 */
     for (int c = 2 * TL_QK_K; c < 3 * TL_QK_K; c++) X[2 * K + c] = 0.0f; /* a zero block */
+    /* non-finite inputs (a model whose weights hold NaN): defined q, no crash; the last
+     * element of row 2's first block NaN (it must not become the maximum), its second
+     * block with an infinity */
+    X[2 * K + TL_QK_K - 1] = NAN;
+    X[2 * K + TL_QK_K + 7] = INFINITY;
     for (size_t i = 0; i < N; i++) tl_quant_act_row_k(X + i * K, ref + i * (K / TL_QK_K), K);
     const tl_type types[] = {TL_TYPE_Q2_K, TL_TYPE_Q6_K};
     for (int t = 0; t < 2; t++) {

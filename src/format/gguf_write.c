@@ -39,7 +39,7 @@ struct tl_gguf_writer {
 
 static void put(tl_gguf_writer *w, const void *data, size_t n) {
     wbuf *b = &w->kv;
-    if (w->oom) return;
+    if (w->oom || n == 0) return; /* data may be NULL when n is 0 (no metadata yet) */
     if (b->len + n > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
         while (cap < b->len + n) cap *= 2;

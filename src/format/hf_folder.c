@@ -15,8 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "base/json.h"
 #include "base/status.h"
+#include "format/file_src.h"
 #include "format/safetensors.h"
 
 #define MAX_JSON_BYTES ((size_t)256 << 20) /* tokenizer.json of a 256k vocabulary: ~20 MB */
@@ -34,21 +36,21 @@ static tl_status read_json(const char *dir, const char *file, int required, json
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path)
         return tl_error_set(TL_ERR_INVALID, "%s: path too long", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (!required) return TL_OK;
-        return tl_error_set(TL_ERR_IO, "%s: cannot open %s", dir, file);
+    if (!required && access(path, F_OK) != 0) return TL_OK;
+    tl_file_src src; /* a regular file only (never waits on a FIFO), read to its size */
+    uint64_t size;
+    tl_status st = tl_file_src_open(path, TL_ERR_FORMAT, &src, &size);
+    if (st) return st;
+    if (size > MAX_JSON_BYTES) {
+        tl_file_src_close(&src);
+        return tl_error_set(TL_ERR_FORMAT, "%s: larger than %zu bytes", path, MAX_JSON_BYTES);
     }
-    char *buf = malloc(MAX_JSON_BYTES + 1);
-    size_t n = buf ? fread(buf, 1, MAX_JSON_BYTES + 1, f) : 0;
-    const int err = ferror(f);
-    fclose(f);
-    if (!buf) return tl_error_set(TL_ERR_NOMEM, "%s: out of memory", path);
-    tl_status st = TL_OK;
+    char *buf = malloc((size_t)size + 1);
+    if (!buf) st = tl_error_set(TL_ERR_NOMEM, "%s: out of memory", path);
+    if (!st) st = tl_file_src_read(&src, 0, buf, (size_t)size);
+    tl_file_src_close(&src);
     char msg[200];
-    if (err) st = tl_error_set(TL_ERR_IO, "%s: read error", path);
-    else if (n > MAX_JSON_BYTES) st = tl_error_set(TL_ERR_FORMAT, "%s: larger than %zu bytes", path, MAX_JSON_BYTES);
-    else if (tl_json_parse(buf, n, 0, out, msg, sizeof msg))
+    if (!st && tl_json_parse(buf, (size_t)size, 0, out, msg, sizeof msg))
         st = tl_error_set(TL_ERR_FORMAT, "%s: %s", path, msg);
     free(buf);
     return st;
@@ -64,8 +66,8 @@ static tl_status get_int(const json_t *o, const char *what, const char *key, int
         return TL_OK;
     }
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > (1ll << 31))
-        return tl_error_set(TL_ERR_FORMAT, "%s: \"%s\" must be an integer from %lld", what, key,
-                            (long long)lo);
+        return tl_error_set(TL_ERR_FORMAT, "%s: \"%s\" must be an integer from %lld to 2^31",
+                            what, key, (long long)lo);
     *out = json_integer_value(v);
     return TL_OK;
 }
@@ -77,8 +79,9 @@ static tl_status get_num(const json_t *o, const char *what, const char *key, dou
         *out = dflt;
         return TL_OK;
     }
-    if (!json_is_number(v) || !(json_number_value(v) > 0))
-        return tl_error_set(TL_ERR_FORMAT, "%s: \"%s\" must be a positive number", what, key);
+    if (!json_is_number(v) || !(json_number_value(v) > 0) || !(json_number_value(v) < 1e30))
+        return tl_error_set(TL_ERR_FORMAT, "%s: \"%s\" must be a positive number below 1e30",
+                            what, key);
     *out = json_number_value(v);
     return TL_OK;
 }
@@ -95,7 +98,21 @@ typedef struct hf_config {
     int64_t n_embd, n_ff, n_layer, n_head, n_head_kv, head_dim, n_ctx, n_swa, n_vocab;
     int64_t bos, eos;
     double rms_eps, rope_base;
+    int untied; /* tie_word_embeddings false: lm_head.weight must be there */
 } hf_config;
+
+/* A special token id: an integer, or a list whose first entry counts (Llama 3.1 lists its
+ * end tokens); -1 when absent. */
+static tl_status token_id(const json_t *c, const char *what, const char *key, int64_t *out) {
+    const json_t *v = json_object_get(c, key);
+    if (json_is_array(v)) v = json_array_get(v, 0);
+    *out = -1;
+    if (!v || json_is_null(v)) return TL_OK;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= (1 << 24))
+        return tl_error_set(TL_ERR_FORMAT, "%s: \"%s\" must be a token id", what, key);
+    *out = json_integer_value(v);
+    return TL_OK;
+}
 
 static tl_status read_config(const char *dir, const json_t *c, hf_config *cfg) {
     char what[4200];
@@ -126,16 +143,32 @@ static tl_status read_config(const char *dir, const json_t *c, hf_config *cfg) {
         (cfg->n_vocab > (1 << 24) &&
          (st = tl_error_set(TL_ERR_FORMAT, "%s: vocab_size %lld is too large", what,
                             (long long)cfg->n_vocab))) ||
-        (st = get_int(c, what, "bos_token_id", 0, 0, &cfg->bos)) ||
-        (st = get_int(c, what, "eos_token_id", 0, 0, &cfg->eos)) ||
+        (st = token_id(c, what, "bos_token_id", &cfg->bos)) ||
+        (st = token_id(c, what, "eos_token_id", &cfg->eos)) ||
         (st = get_num(c, what, "rms_norm_eps", 1e-6, &cfg->rms_eps)) ||
         (st = get_num(c, what, "rope_theta", 10000.0, &cfg->rope_base)))
         return st;
-    /* Qwen2 configs carry a sliding_window that applies only with use_sliding_window */
+    /* Qwen2 configs carry a sliding_window that applies only with use_sliding_window, and
+     * then only from layer max_window_layers on: one window for every layer is all the
+     * forward pass has */
     const json_t *use = json_object_get(c, "use_sliding_window");
     if (!strcmp(cfg->arch, "llama") || json_is_true(use))
         if ((st = get_int(c, what, "sliding_window", 1, 0, &cfg->n_swa))) return st;
-    return TL_OK; /* tie_word_embeddings: lm_head.weight is then absent, as GGUF's output */
+    int64_t from = 0;
+    if (json_is_true(use) && !strcmp(cfg->arch, "qwen2") &&
+        (st = get_int(c, what, "max_window_layers", 0, 0, &from)))
+        return st;
+    if (cfg->n_swa > 0 && from > 0 && from < cfg->n_layer)
+        return tl_error_set(TL_ERR_UNSUPPORTED, "%s: a sliding window on some layers only "
+                            "(max_window_layers %lld of %lld) is not supported", what,
+                            (long long)from, (long long)cfg->n_layer);
+    if (from >= cfg->n_layer) cfg->n_swa = 0; /* no layer has the window */
+    if (json_is_true(json_object_get(c, "mlp_bias")))
+        return tl_error_set(TL_ERR_UNSUPPORTED, "%s: mlp_bias (biases on the feed-forward "
+                            "matrices) is not supported", what);
+    const json_t *tie = json_object_get(c, "tie_word_embeddings");
+    cfg->untied = tie && json_is_false(tie);
+    return TL_OK;
 }
 
 static tl_status put_config(tl_gguf_writer *w, const hf_config *c, const char *name) {
@@ -157,8 +190,10 @@ static tl_status put_config(tl_gguf_writer *w, const hf_config *c, const char *n
         (c->n_swa > 0 &&
          (st = tl_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)c->n_swa))) ||
         (st = tl_gguf_writer_set_bool(w, "tierllm.rope_neox", true)) ||
-        (st = tl_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)c->bos)) ||
-        (st = tl_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)c->eos)))
+        (c->bos >= 0 &&
+         (st = tl_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)c->bos))) ||
+        (c->eos >= 0 &&
+         (st = tl_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)c->eos))))
         return st;
 #undef KEY
     return TL_OK;
@@ -191,10 +226,9 @@ static const char *pre_rules(const json_t *pre) {
     return NULL;
 }
 
-/* The tokens by id (vocab and added tokens; ids missing from both become [PAD<id>]) with
- * their GGUF token types, and the merges as "a b". */
-static tl_status put_tokenizer(tl_gguf_writer *w, const char *dir, const json_t *tj,
-                               int64_t n_vocab_cfg) {
+/* The tokens by id up to the largest (vocab and added tokens; ids missing from both
+ * become [PAD<id>]) with their GGUF token types, and the merges as "a b". */
+static tl_status put_tokenizer(tl_gguf_writer *w, const char *dir, const json_t *tj) {
     char what[4200];
     snprintf(what, sizeof what, "%s/tokenizer.json", dir);
     const json_t *model = json_object_get(tj, "model");
@@ -212,7 +246,7 @@ static tl_status put_tokenizer(tl_gguf_writer *w, const char *dir, const json_t 
     if (!json_is_object(vocab) || !json_is_array(merges) || (added && !json_is_array(added)))
         return tl_error_set(TL_ERR_FORMAT, "%s: model.vocab, model.merges or added_tokens "
                             "malformed", what);
-    int64_t n = n_vocab_cfg;
+    int64_t n = 0; /* the largest id + 1: the embedding may have more rows (padding) */
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)vocab, key, v) {
@@ -420,10 +454,11 @@ tl_status tl_hf_folder_open(const char *dir, tl_hf_folder **out) {
     tl_gguf_writer *w = NULL;
     if (!st) st = tl_gguf_writer_open(&w);
     if (!st) st = put_config(w, &cfg, dir);
-    if (!st) st = put_tokenizer(w, dir, tok_json, cfg.n_vocab);
+    if (!st) st = put_tokenizer(w, dir, tok_json);
     /* tensors: declared in shard order, their absolute offsets kept in the same order */
     uint64_t *offsets = NULL;
     size_t n_t = 0, cap = 0;
+    int has_output = 0;
     for (size_t i = 0; !st && i < f->n_files; i++)
         for (uint64_t t = 0; !st && t < sts[i]->n_tensors; t++) {
             const tl_st_tensor *x = &sts[i]->tensors[t];
@@ -452,8 +487,12 @@ tl_status tl_hf_folder_open(const char *dir, tl_hf_folder **out) {
                 offsets = o;
             }
             offsets[n_t++] = f->at[i] + x->offset;
+            has_output |= !strcmp(name, "output.weight");
             st = tl_gguf_writer_add_tensor(w, name, gguf_type(x->dtype), x->n_dims, ne);
         }
+    if (!st && cfg.untied && !has_output)
+        st = tl_error_set(TL_ERR_FORMAT, "%s: tie_word_embeddings is false but lm_head.weight "
+                          "is missing", dir);
     if (!st) st = tl_gguf_writer_parse(w, dir, &f->gguf);
     if (!st) {
         for (size_t t = 0; t < n_t; t++) f->gguf->tensors[t].offset = offsets[t];

@@ -21,6 +21,8 @@
 #include "tierllm.h"
 #include "format/gguf.h"
 
+/* Equal to tier/tier.h's TL_TIER_MAX_ALIGN (format/ cannot include tier/; llama_load.c,
+ * which sees both, asserts it): every shard starts where an O_DIRECT read may. */
 #define TL_HF_SHARD_ALIGN 4096u
 
 typedef struct tl_hf_folder {

@@ -24,7 +24,8 @@
  *  - K-quant weights (Q2_K..Q6_K): x is rounded in blocks of 256, as llama.cpp's Q8_K:
  *    mx = the element of largest magnitude (the first of equals); iscale = -127/mx in f32,
  *    q = min(127, rint(iscale*x)) (f32 product, halves to even), d_x = 1/iscale in f32,
- *    x' = d_x*q (0 for an all-zero block). The kernels compute sum w*x' as integer dot
+ *    x' = d_x*q (0 for an all-zero block; a NaN input is never the largest, and a NaN
+ *    product gives q = 0). The kernels compute sum w*x' as integer dot
  *    products per 16- or 32-element group, scaled once per block.
  */
 #ifndef TL_KERNELS_KERNELS_H

@@ -321,7 +321,8 @@ void tl_quant_act_row_k(const float *src, tl_block_k_act *dst, size_t n) {
         }
         const float iscale = -127.0f / max;
         for (int e = 0; e < TL_QK_K; e++) {
-            const int v = (int)rintf(iscale * src[e]);
+            const float y = iscale * src[e];
+            const int v = y == y ? (int)rintf(y) : 0; /* NaN (from inf or NaN inputs): 0 */
             a->q[e] = (int8_t)(v < 127 ? v : 127);
         }
         for (int g = 0; g < TL_QK_K / 16; g++) {

@@ -46,12 +46,15 @@ size_t tl__ext_act_floats(tl_type type, size_t k, size_t n) {
 /* ---- activation rounding ---- */
 
 /* One row's 256-blocks, bit-exact with tl_quant_act_row_k: the f32 product iscale*x
- * converted with the default rounding mode (to nearest, halves to even) is rint's. */
+ * converted with the default rounding mode (to nearest, halves to even) is rint's. As
+ * there, a NaN never becomes the block's largest magnitude (max_ps returns its second
+ * operand when one is NaN: the running maximum), and a product that is NaN gives q = 0. */
 static void round_row_k(const float *x, size_t k, tl_block_k_act *a) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (size_t b = 0; b < k / TL_QK_K; b++, x += TL_QK_K, a++) {
         __m256 m = _mm256_setzero_ps();
-        for (int e = 0; e < TL_QK_K; e += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + e)));
+        for (int e = 0; e < TL_QK_K; e += 8)
+            m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + e)), m);
         __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
         h = _mm_max_ps(h, _mm_movehl_ps(h, h));
         h = _mm_max_ss(h, _mm_movehdup_ps(h));
@@ -61,14 +64,17 @@ static void round_row_k(const float *x, size_t k, tl_block_k_act *a) {
             continue;
         }
         int first = 0; /* the first element of largest magnitude gives the sign */
-        while (!(x[first] == amax || x[first] == -amax)) first++;
+        while (first + 1 < TL_QK_K && !(x[first] == amax || x[first] == -amax)) first++;
         const float iscale = -127.0f / x[first];
         const __m256 vs = _mm256_set1_ps(iscale);
         const __m256i top = _mm256_set1_epi32(127), perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         for (int e = 0; e < TL_QK_K; e += 32) {
             __m256i q[4];
-            for (int v = 0; v < 4; v++)
-                q[v] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + e + 8 * v))), top);
+            for (int v = 0; v < 4; v++) {
+                const __m256 y = _mm256_mul_ps(vs, _mm256_loadu_ps(x + e + 8 * v));
+                const __m256i ordered = _mm256_castps_si256(_mm256_cmp_ps(y, y, _CMP_ORD_Q));
+                q[v] = _mm256_min_epi32(_mm256_and_si256(_mm256_cvtps_epi32(y), ordered), top);
+            }
             __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
             _mm256_storeu_si256((__m256i *)(void *)(a->q + e), _mm256_permutevar8x32_epi32(p, perm));
         }

@@ -337,6 +337,8 @@ static tl_status parse_header(tl_llama *m) {
     return st;
 }
 
+_Static_assert(TL_HF_SHARD_ALIGN == TL_TIER_MAX_ALIGN, "shards start at O_DIRECT offsets");
+
 /* A Hugging Face folder: its description as a GGUF, and its safetensors files as one
  * tier laid out as the description's offsets say. */
 static tl_status open_folder(tl_llama *m, const char *path) {

@@ -97,8 +97,9 @@ static int use_more_bits(int layer, int n_layer) {
 }
 
 /* The type of one matrix under p's mix, as llama.cpp's quantizer chooses it for a Llama
- * model (llama_tensor_get_type: the output matrix in Q6_K; attn_v, ffn_down and
- * attn_output raised per mix and layer; everything else in the mix's base type). */
+ * model (llama_tensor_get_type: the output matrix, or a tied embedding, in Q6_K; attn_v,
+ * ffn_down and attn_output raised per mix and layer; everything else in the mix's base
+ * type). Its rules for other architectures, MoE models and imatrix files are left out. */
 static tl_type mix_type(const tl_synth_params *p, mix_role role, int layer) {
     const int L = p->n_layer;
     tl_type base;
@@ -114,19 +115,18 @@ static tl_type mix_type(const tl_synth_params *p, mix_role role, int layer) {
     case M_OUTPUT: return TL_TYPE_Q6_K;
     case M_ATTN_V:
         switch (p->mix) {
-        case TL_MIX_Q2_K: return TL_TYPE_Q3_K;
+        case TL_MIX_Q2_K: return p->n_head / p->n_head_kv >= 4 ? TL_TYPE_Q4_K : TL_TYPE_Q3_K;
         case TL_MIX_Q3_K_M: return layer < 2 ? TL_TYPE_Q5_K : TL_TYPE_Q4_K;
         case TL_MIX_Q3_K_L: return TL_TYPE_Q5_K;
         case TL_MIX_Q4_K_M: case TL_MIX_Q5_K_M:
             return use_more_bits(layer, L) ? TL_TYPE_Q6_K : base;
-        case TL_MIX_Q4_K_S: return layer < L / 8 ? TL_TYPE_Q5_K : base;
+        case TL_MIX_Q4_K_S: return layer < 4 ? TL_TYPE_Q5_K : base;
         default: return base;
         }
     case M_FFN_DOWN:
         switch (p->mix) {
         case TL_MIX_Q2_K: return TL_TYPE_Q3_K;
-        case TL_MIX_Q3_K_M:
-            return layer < L / 16 ? TL_TYPE_Q5_K : use_more_bits(layer, L) ? TL_TYPE_Q4_K : base;
+        case TL_MIX_Q3_K_M: return layer < L / 16 ? TL_TYPE_Q5_K : TL_TYPE_Q4_K;
         case TL_MIX_Q3_K_L: return TL_TYPE_Q5_K;
         case TL_MIX_Q4_K_M: case TL_MIX_Q5_K_M:
             return use_more_bits(layer, L) ? TL_TYPE_Q6_K : base;
@@ -157,7 +157,9 @@ static size_t build_tensors(const tl_synth_params *p, synth_tensor *t) {
         }                                                                                    \
         n++;                                                                                 \
     } while (0)
-    ADD("token_embd.weight", d, (uint64_t)p->n_vocab, wt, 0);
+    /* a tied classifier is the embedding: it gets the output's type */
+    ADD("token_embd.weight", d, (uint64_t)p->n_vocab,
+        p->tied_output ? mix_type(p, M_OUTPUT, 0) : wt, 0);
     ADD("output_norm.weight", d, 1, TL_TYPE_F32, 1);
     if (!p->tied_output)
         ADD("output.weight", d, (uint64_t)p->n_vocab, mix_type(p, M_OUTPUT, 0), K_RANDOM);

@@ -66,7 +66,8 @@ int tl_cmd_info(int argc, char **argv) {
     }
     tl_gguf *g;
     tl_status st;
-    if (tl_hf_is_folder(path)) { /* a Hugging Face folder, described as a GGUF */
+    const int folder = tl_hf_is_folder(path);
+    if (folder) { /* a Hugging Face folder, described as a GGUF */
         tl_hf_folder *f;
         if ((st = tl_hf_folder_open(path, &f))) return cli_fail(st);
         g = f->gguf;
@@ -89,8 +90,12 @@ int tl_cmd_info(int argc, char **argv) {
         total += g->tensors[i].nbytes;
     }
     const tl_gguf_tensor *emb = tl_gguf_find_tensor(g, "token_embd.weight");
-    printf("file:          %s (GGUF v%u, %llu tensors, %llu metadata keys)\n", path, g->version,
-           (unsigned long long)g->n_tensors, (unsigned long long)g->n_kv);
+    if (folder)
+        printf("file:          %s (Hugging Face folder, %llu tensors used)\n", path,
+               (unsigned long long)g->n_tensors);
+    else
+        printf("file:          %s (GGUF v%u, %llu tensors, %llu metadata keys)\n", path,
+               g->version, (unsigned long long)g->n_tensors, (unsigned long long)g->n_kv);
     printf("name:          %s\n", name ? name->s : "(none)");
     printf("architecture:  %s (family: %s%s)\n", hp.arch, strcmp(hp.arch, "qwen2") ? "Llama" : "Qwen2",
            hp.n_swa > 0 ? ", sliding-window attention" : "");
