@@ -50,6 +50,15 @@ expect_rc 0 "synth q4_k_m" "$bin" synth --vocab 300 --embd 256 --ff 512 --layers
     --type q4_k_m -o "$tmp/k.gguf"
 expect_rc 0 "info q4_k_m" "$bin" info -m "$tmp/k.gguf"
 grep -q "Q4_K [0-9.]* MiB  Q6_K" "$tmp/out" || fail "info q4_k_m types: $(cat "$tmp/out")"
+# a sliding window with page selection: pages wholly before the window are never chosen,
+# and selecting every page gives the exact tokens
+expect_rc 0 "synth swa" "$bin" synth --vocab 300 --embd 128 --ff 320 --layers 2 --heads 8 \
+    --kv-heads 2 --ctx 512 --seed 3 --swa 40 -o "$tmp/swa.gguf"
+expect_rc 0 "swa exact" "$bin" run -m "$tmp/swa.gguf" -p "hello there" -n 200 --temp 0
+cp "$tmp/out" "$tmp/swa_exact"
+expect_rc 0 "swa select all" "$bin" run -m "$tmp/swa.gguf" -p "hello there" -n 200 --temp 0 \
+    --kv-select 1.0
+cmp -s "$tmp/out" "$tmp/swa_exact" || fail "sliding window: selecting every page changed the tokens"
 expect_rc 0 "info deepseek" "$bin" info -m "$models/tokenizers/ggml-vocab-deepseek-coder.gguf"
 grep -q "pre-tokenizer 'deepseek-coder': deepseek-coder rules" "$tmp/out" ||
     fail "info pre-tokenizer: $(cat "$tmp/out")"

@@ -381,8 +381,12 @@ static tl_status select_pages(tl_llama *m, tl_llama_scratch *s, struct tl_kv *kv
     tl_kv_select_scores(q, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, s->sel_bounds,
                         n_full, s->sel_ub, s->sel_score);
     uint8_t *sel = s->sel + (size_t)r * (size_t)s->max_pages;
-    s->pages_read += (uint64_t)tl_kv_select_pages(&s->select, s->sel_score, n_full, n_pages,
-                                                  s->sel_tmp, sel);
+    int32_t chosen = tl_kv_select_pages(&s->select, s->sel_score, n_full, n_pages, s->sel_tmp,
+                                        sel);
+    if (m->hp.n_swa > 0) /* pages wholly before the window would be masked: not read */
+        for (int32_t p = 0; p < n_full && (p + 1) * s->page_tokens <= pos + 1 - m->hp.n_swa; p++)
+            if (sel[p]) sel[p] = 0, chosen--;
+    s->pages_read += (uint64_t)chosen;
     s->pages_total += (uint64_t)n_pages;
     int32_t *need = (int32_t *)(void *)s->sel_ub; /* the scores are no longer needed */
     int32_t n_need = 0;
