@@ -59,6 +59,10 @@ cp "$tmp/out" "$tmp/swa_exact"
 expect_rc 0 "swa select all" "$bin" run -m "$tmp/swa.gguf" -p "hello there" -n 200 --temp 0 \
     --kv-select 1.0
 cmp -s "$tmp/out" "$tmp/swa_exact" || fail "sliding window: selecting every page changed the tokens"
+# and with its KV in tiers on disk (pages before the window neither prefetched nor read)
+expect_rc 0 "swa tiers" "$bin" run -m "$tmp/swa.gguf" -p "hello there" -n 200 --temp 0 \
+    --kv-window 32 --kv-cache 0 --spill-dir "$tmp"
+cmp -s "$tmp/out" "$tmp/swa_exact" || fail "sliding window: KV in tiers changed the tokens"
 expect_rc 0 "info deepseek" "$bin" info -m "$models/tokenizers/ggml-vocab-deepseek-coder.gguf"
 grep -q "pre-tokenizer 'deepseek-coder': deepseek-coder rules" "$tmp/out" ||
     fail "info pre-tokenizer: $(cat "$tmp/out")"

@@ -89,6 +89,7 @@ static tl_kv_params kv_params(const batch *b) {
     kp.max_seqs = b->bp.gbs * b->bp.num_gb;
     kp.max_tokens = b->bp.n_ctx;
     kp.spill_dir = b->bp.spill_dir;
+    kp.attn_window = b->m->lm.hp.n_swa;
     kp.max_block = b->rows_per_mb / b->bp.gbs; /* a prefill chunk per sequence */
     if (kp.max_block < 1) kp.max_block = 1;
     if (b->bp.kv_window > 0) {

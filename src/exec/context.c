@@ -71,6 +71,7 @@ static tl_kv_params kv_params(const tl_model *m, int32_t n_ctx, int32_t n_batch,
     kp.max_seqs = 1;
     kp.max_tokens = n_ctx;
     kp.max_block = n_batch; /* positions appended between two commits */
+    kp.attn_window = m->lm.hp.n_swa;
     return kp;
 }
 

@@ -847,7 +847,10 @@ tl_status tl_kv_prefetch(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t
     if (st != TL_OK) return st;
     for (int32_t j = 0; j < n_seqs; j++) {
         int32_t s = seqs[j], stored = sl_at(kv, s, layer)->stored;
+        /* the next row (position len) sees positions from len + 1 - attn_window on */
+        const int32_t lo = kv->p.attn_window > 0 ? kv->seqs[s].len + 1 - kv->p.attn_window : 0;
         for (int32_t i = 0; i < stored; i++) {
+            if ((i + 1) * kv->p.page_tokens <= lo) continue; /* wholly before the window */
             kv_page *pg = page_at(kv, s, layer, i);
             if (pg->state != PG_DISK || pg->stage || pg->pinned) continue;
             const int selective = kv->heat && sl_at(kv, s, layer)->selective;

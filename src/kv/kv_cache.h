@@ -65,6 +65,10 @@ typedef struct tl_kv_params {
      * rows instead of its K and V; attention recomputes K and V from them (model/). */
     int32_t input_dim;
     uint64_t recompute[4];
+    /* > 0: attention sees only each row's last attn_window positions (a sliding window):
+     * prefetch skips the disk pages wholly before the next row's window (the attention
+     * that follows never asks for them). 0: every page may be needed. */
+    int32_t attn_window;
 } tl_kv_params;
 
 /* Input rows of input_dim kept (0: none), and the first `layers` layers recompute from

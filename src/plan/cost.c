@@ -231,6 +231,24 @@ static double decode_disk_pages(const tl_policy *pol, double pos, int32_t pt) {
     return take < disk ? take : disk;
 }
 
+/* Disk pages of the first `full` full pages of one (sequence, layer) that a row at
+ * position pos never reads under a sliding window of W positions (0: none): those wholly
+ * before pos + 1 - W (kv_cache.c's prefetch and the attention skip them). Temperature
+ * homes pages [sinks, full - window) on disk; a spread placement its share of any range. */
+static double disk_pages_outside_window(const tl_policy *pol, double pos, double full,
+                                        int32_t pt, int32_t W) {
+    if (W <= 0 || full <= 0) return 0;
+    double before = floor((pos + 1 - W) / pt);
+    if (before <= 0) return 0;
+    if (before > full) before = full;
+    if (pol->kv_window_pages > 0) {
+        const double lo = pol->kv_sink_pages, hi = full - pol->kv_window_pages;
+        const double top = before < hi ? before : hi;
+        return top > lo ? top - lo : 0;
+    }
+    return disk_pages(pol, full) * before / full;
+}
+
 /* Of `need` disk pages a pass reads out of `disk` it could read, those the cache serves:
  * the cache keeps a fixed set of cache_pages disk pages (the first written), so an exact
  * pass finds min(C, disk) of them there, and a pass reading a subset finds its share. */
@@ -328,6 +346,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                        const tl_policy *pol, const tl_weight_plan *plan, int32_t n_seqs,
                        int32_t block_index, tl_cost_pass_fn fn, void *user) {
     const int32_t L = m->lm.hp.n_layer, P = w->prompt_len, pt = pol->page_tokens;
+    const int32_t swa = m->lm.hp.n_swa; /* a sliding window: disk pages before it unread */
     int32_t n_mb = (n_seqs + pol->gbs - 1) / pol->gbs;
     int32_t rows[4096];
     double ctx[4096], stored[4096]; /* visible positions; those in stored (full) pages */
@@ -374,7 +393,13 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
             /* pages fill during the step but are stored at its commit: the rows decode
              * only the full pages committed before it */
             stored[k] = s_here * (double)len * floor((double)fed / pt) * pt;
-            pages[k] = spill ? s_here * disk_pages(pol, floor((double)fed / pt)) : 0;
+            if (spill) { /* the chunk's first row sees the most (a window hides the rest) */
+                const double full = floor((double)fed / pt);
+                pages[k] = s_here * (disk_pages(pol, full) -
+                                     disk_pages_outside_window(pol, fed, full, pt, swa));
+            } else {
+                pages[k] = 0;
+            }
             if (spill) {
                 disk_all += L * pages[k];
                 kv_write += s_here * L * (disk_pages(pol, floor((double)(fed + len) / pt)) -
@@ -417,7 +442,10 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
             if (spill) {
                 double d0 = disk_pages(pol, floor((double)before / pt));
                 double d1 = disk_pages(pol, floor((double)(before + 1) / pt));
-                pages[k] = s_here * decode_disk_pages(pol, before, pt);
+                double read = decode_disk_pages(pol, before, pt) -
+                              disk_pages_outside_window(pol, before, floor((double)before / pt),
+                                                        pt, swa);
+                pages[k] = s_here * (read > 0 ? read : 0);
                 disk_all += s_here * L * d0;
                 need_all += L * pages[k];
                 kv_write += s_here * L * (d1 - d0) * wslot;
