@@ -92,14 +92,14 @@ cp -r "$tmp/llama" "$tmp/badcfg"
 sed -i 's/"hidden_size": 128/"hidden_size": "wide"/' "$tmp/badcfg/config.json"
 expect_err "hidden_size not an integer" "hidden_size" \
     "$bin" logits -m "$tmp/badcfg" --tokens 1 -o "$tmp/x.f32"
-cp -r "$tmp/llama" "$tmp/spm"
+cp -r "$tmp/llama" "$tmp/spm"  # tokenizer.json of the SentencePiece kind: test_tokenizer
 $py - "$tmp/spm/tokenizer.json" <<'P'
 import json, sys
 t = json.load(open(sys.argv[1]))
-t["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581"}
+t["pre_tokenizer"] = {"type": "Whitespace"}  # a word-level split, no byte fallback
 json.dump(t, open(sys.argv[1], "w"))
 P
-expect_err "SentencePiece-style tokenizer.json" "only byte-level BPE" \
+expect_err "a tokenizer.json of neither kind" "neither byte-level BPE" \
     "$bin" logits -m "$tmp/spm" --tokens 1 -o "$tmp/x.f32"
 cp -r "$tmp/llama" "$tmp/int8"
 $py - "$tmp/int8/model.safetensors" <<'P'

@@ -10,10 +10,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/rng.h"
 #include "base/status.h"
 #include "format/gguf.h"
+#include "format/hf_folder.h"
 #include "testutil.h"
 #include "text/pretokenize.h"
 #include "text/tokenizer.h"
@@ -145,11 +147,12 @@ static int bytes_round_trip(const tl_tokenizer *tok, int spm)
 
 /* Runs one vocabulary's .inp/.out vectors. Returns the number that pass. all_bytes: the
  * vocabulary has a token for every byte (bytes_round_trip). */
-static int run_vectors(const char *name, int spm, int all_bytes, int *n_total)
+static int run_vectors(const char *name, int spm, int all_bytes, int *n_total,
+                       tl_tokenizer *given)
 {
     char path[1200];
     size_t inp_len = 0, out_len = 0;
-    tl_tokenizer *tok = open_tokenizer(name);
+    tl_tokenizer *tok = given ? given : open_tokenizer(name); /* given: taken over */
     snprintf(path, sizeof path, "%s.inp", tl_test_model(name));
     char *inp = read_file(path, &inp_len);
     snprintf(path, sizeof path, "%s.out", tl_test_model(name));
@@ -944,6 +947,32 @@ static void test_parse_special(void)
     }
 }
 
+/* A Hugging Face tokenizer.json of the SentencePiece kind (format/hf_folder.c), written
+ * from the llama-spm vocabulary as Hugging Face converts one (tests/ref/make_hf_tokenizer.py):
+ * read from its folder it must pass llama.cpp's vectors as the GGUF does. */
+static void test_hf_spm(void)
+{
+    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char dir[512], cmd[2048];
+    snprintf(dir, sizeof dir, "%s/tl_hf_spm_%d", tmp, (int)getpid());
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/make_hf_tokenizer.py '%s' '%s'",
+             TL_SOURCE_DIR, tl_test_model("tokenizers/ggml-vocab-llama-spm.gguf"), dir);
+    CHECK_MSG(system(cmd) == 0, "%s failed", cmd);
+    tl_hf_folder *f = NULL;
+    tl_tokenizer *tok = NULL;
+    tl_status st = tl_hf_folder_open(dir, &f);
+    CHECK_MSG(st == TL_OK, "folder: %s", tl_last_error());
+    if (f) st = tl_tokenizer_from_gguf(f->gguf, &tok);
+    CHECK_MSG(!f || st == TL_OK, "tokenizer: %s", tl_last_error());
+    if (tok) {
+        int n = 0, pass = run_vectors("tokenizers/ggml-vocab-llama-spm.gguf", 1, 1, &n, tok);
+        CHECK_MSG(n == 46 && pass == n, "llama-spm as tokenizer.json: %d/%d vectors pass", pass, n);
+    }
+    tl_hf_folder_free(f);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void)
 {
     /* llama.cpp's vectors for every vocabulary it ships one for; each must pass whole */
@@ -958,9 +987,10 @@ int main(void)
     for (size_t i = 0; i < sizeof(vocabs) / sizeof(vocabs[0]); i++) {
         char path[128];
         snprintf(path, sizeof path, "tokenizers/ggml-vocab-%s.gguf", vocabs[i].name);
-        int n = 0, pass = run_vectors(path, vocabs[i].spm, vocabs[i].all_bytes, &n);
+        int n = 0, pass = run_vectors(path, vocabs[i].spm, vocabs[i].all_bytes, &n, NULL);
         CHECK_MSG(n == 46 && pass == n, "%s: %d/%d vectors pass", vocabs[i].name, pass, n);
     }
+    test_hf_spm();
     test_utf8_stream();
     test_stream_pieces();
     test_stories();

@@ -4,7 +4,8 @@
  * those model.safetensors.index.json names, each only inside the folder) are parsed and
  * placed end to end; every tensor of the Llama layout is declared under its GGUF name
  * with its type and shape (GGUF ne is the safetensors shape reversed); tokenizer.json
- * becomes tokenizer.ggml.*; the declaration goes through the GGUF reader
+ * becomes tokenizer.ggml.* (byte-level BPE as "gpt2" with its pre-tokenizer and merges,
+ * SentencePiece-as-BPE as "llama" with scores); the declaration goes through the GGUF reader
  * (tl_gguf_writer_parse), and then each tensor's offset is pointed into the shards.
  * Tensors the Llama layout does not use (rotary caches) are ignored; a tensor it needs
  * and the files lack is reported by the model loader, naming it.
@@ -226,6 +227,97 @@ static const char *pre_rules(const json_t *pre) {
     return NULL;
 }
 
+/* SentencePiece converted to BPE (Llama 2, Mistral, TinyLlama): byte fallback, and
+ * spaces written as U+2581 by a normalizer (Replace " ", with a Prepend for the leading
+ * one) or a Metaspace pre-tokenizer. 1 when tj is such a tokenizer; *prefix: whether a
+ * U+2581 is put before the text. */
+static int spm_style(const json_t *tj, int *prefix) {
+    const json_t *model = json_object_get(tj, "model");
+    if (!json_is_true(json_object_get(model, "byte_fallback"))) return 0;
+    const json_t *norm = json_object_get(tj, "normalizer"), *pre = json_object_get(tj, "pre_tokenizer");
+    const char *pt = json_string_value(json_object_get(pre, "type"));
+    if (pt && !strcmp(pt, "Metaspace")) {
+        const char *scheme = json_string_value(json_object_get(pre, "prepend_scheme"));
+        *prefix = !scheme || strcmp(scheme, "never") != 0;
+        return 1;
+    }
+    const json_t *list = json_object_get(norm, "normalizers");
+    int replace = 0;
+    *prefix = 0;
+    size_t i;
+    const json_t *n;
+    json_array_foreach(list, i, n) {
+        const char *t = json_string_value(json_object_get(n, "type"));
+        if (t && !strcmp(t, "Prepend")) *prefix = 1;
+        if (t && !strcmp(t, "Replace")) replace = 1;
+    }
+    return replace && !pre_rules(pre);
+}
+
+/* A SentencePiece-style vocabulary as GGUF's "llama" tokenizer: tokens by id with scores
+ * and types. SentencePiece merges the adjacent pair whose joined piece scores highest;
+ * the converted BPE merges pairs in the order of its merges list, which the converter
+ * ranks by the joined piece's score. So each piece scores minus the rank of the first
+ * merge that makes it (pieces no merge makes, single characters and bytes, score below
+ * every merge), and merging by score is merging by rank. */
+static tl_status put_spm(tl_gguf_writer *w, const char *what, const json_t *vocab,
+                         const json_t *merges, const json_t *added, const json_t *model,
+                         int prefix, int64_t n, const char **tokens, int32_t *types) {
+    float *scores = malloc((size_t)n * sizeof *scores);
+    if (!scores) return tl_error_set(TL_ERR_NOMEM, "%s: out of memory", what);
+    const float unmade = -1e9f;
+    for (int64_t t = 0; t < n; t++) scores[t] = unmade;
+    size_t i;
+    const json_t *v;
+    json_array_foreach(merges, i, v) {
+        char joined[1024];
+        const char *a = NULL, *b = NULL, *sp = NULL;
+        if (json_is_string(v) && (sp = strchr(json_string_value(v), ' '))) {
+            a = json_string_value(v);
+            b = sp + 1;
+        } else if (json_is_array(v)) {
+            a = json_string_value(json_array_get(v, 0));
+            b = json_string_value(json_array_get(v, 1));
+        }
+        if (!a || !b) {
+            free(scores);
+            return tl_error_set(TL_ERR_FORMAT, "%s: merge %zu malformed", what, i);
+        }
+        const size_t la = sp ? (size_t)(sp - a) : strlen(a), lb = strlen(b);
+        if (la + lb >= sizeof joined) continue; /* longer than any piece */
+        memcpy(joined, a, la), memcpy(joined + la, b, lb + 1);
+        const json_t *id = json_object_get(vocab, joined);
+        if (json_is_integer(id) && json_integer_value(id) < n &&
+            scores[json_integer_value(id)] == unmade)
+            scores[json_integer_value(id)] = -(float)i;
+    }
+    for (int64_t t = 0; t < n; t++) /* bytes as <0xNN>, the others normal unless added */
+        if (types[t] == 1 && strlen(tokens[t]) == 6 && !strncmp(tokens[t], "<0x", 3) &&
+            tokens[t][5] == '>')
+            types[t] = 6;
+    const char *unk = json_string_value(json_object_get(model, "unk_token"));
+    const json_t *unk_id = unk ? json_object_get(vocab, unk) : NULL;
+    json_array_foreach(added, i, v) /* the unknown token may be listed among the added */
+        if (unk && !unk_id && !strcmp(json_string_value(json_object_get(v, "content")), unk))
+            unk_id = json_object_get(v, "id");
+    if (json_is_integer(unk_id) && json_integer_value(unk_id) < n)
+        types[json_integer_value(unk_id)] = 2;
+    tl_status st;
+    if ((st = tl_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama")) ||
+        (st = tl_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, (uint64_t)n)) ||
+        (st = tl_gguf_writer_set_arr(w, "tokenizer.ggml.scores", TL_GGUF_FLOAT32, scores,
+                                     (uint64_t)n)) ||
+        (st = tl_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", TL_GGUF_INT32, types,
+                                     (uint64_t)n)) ||
+        (st = tl_gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", prefix != 0)) ||
+        (json_is_integer(unk_id) && json_integer_value(unk_id) < n &&
+         (st = tl_gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id",
+                                      (uint32_t)json_integer_value(unk_id)))))
+        tl_error_wrap(st, "%s", what);
+    free(scores);
+    return st;
+}
+
 /* The tokens by id up to the largest (vocab and added tokens; ids missing from both
  * become [PAD<id>]) with their GGUF token types, and the merges as "a b". */
 static tl_status put_tokenizer(tl_gguf_writer *w, const char *dir, const json_t *tj) {
@@ -237,10 +329,12 @@ static tl_status put_tokenizer(tl_gguf_writer *w, const char *dir, const json_t 
         return tl_error_set(TL_ERR_UNSUPPORTED, "%s: tokenizer model '%s' is not supported "
                             "(BPE is)", what, mtype ? mtype : "?");
     const char *pre = pre_rules(json_object_get(tj, "pre_tokenizer"));
-    if (!pre)
-        return tl_error_set(TL_ERR_UNSUPPORTED, "%s: only byte-level BPE tokenizers (GPT-2, "
-                            "Llama 3, Qwen2 pre-tokenizers) are supported for folders; convert "
-                            "a SentencePiece-style tokenizer with llama.cpp", what);
+    int prefix = 0;
+    const int spm = !pre && spm_style(tj, &prefix);
+    if (!pre && !spm)
+        return tl_error_set(TL_ERR_UNSUPPORTED, "%s: the tokenizer is neither byte-level BPE "
+                            "(GPT-2, Llama 3, Qwen2 pre-tokenizers) nor SentencePiece-style BPE "
+                            "(byte fallback, spaces as U+2581)", what);
     const json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
     const json_t *added = json_object_get(tj, "added_tokens");
     if (!json_is_object(vocab) || !json_is_array(merges) || (added && !json_is_array(added)))
@@ -288,6 +382,10 @@ static tl_status put_tokenizer(tl_gguf_writer *w, const char *dir, const json_t 
                 types[t] = 5; /* unused */
             }
     }
+    if (!st && spm) {
+        st = put_spm(w, what, vocab, merges, added, model, prefix, n, tokens, types);
+        goto done;
+    }
     json_array_foreach(merges, i, v) { /* "a b", or ["a", "b"] in newer files */
         if (st) break;
         if (json_is_string(v)) {
@@ -315,6 +413,7 @@ static tl_status put_tokenizer(tl_gguf_writer *w, const char *dir, const json_t 
                 (st = tl_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", mlist,
                                                  json_array_size(merges)))))
         tl_error_wrap(st, "%s", what);
+done:
     for (int64_t t = 0; pads && t < n; t++) free(pads[t]);
     for (size_t m = 0; mown && m < json_array_size(merges); m++) free(mown[m]);
     free(tokens), free(types), free(pads), free(mlist), free(mown);
