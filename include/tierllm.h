@@ -321,8 +321,8 @@ typedef struct tl_synth_params {
                                then ignored) */
     int32_t family;         /* TL_SYNTH_LLAMA, or TL_SYNTH_QWEN2: architecture "qwen2", q/k/v
                                biases, RoPE on pairs half a rotation apart */
-    int32_t rope_freqs;     /* 1: a Llama 3 rope_freqs.weight (divisors 1 for the fastest
-                               rotations rising to 8 for the slowest, as Llama 3.1's) */
+    int32_t rope_freqs;     /* 1: a Llama 3 rope_freqs.weight (Llama 3.1's scaling: factor
+                               8, low/high frequency factors 1 and 4, 8192 positions) */
     int32_t n_swa;          /* > 0: <arch>.attention.sliding_window (Mistral) */
 } tl_synth_params;
 

@@ -20,6 +20,7 @@
 #include "base/json.h"
 #include "base/status.h"
 #include "format/file_src.h"
+#include "format/rope_scaling.h"
 #include "format/safetensors.h"
 
 #define MAX_JSON_BYTES ((size_t)256 << 20) /* tokenizer.json of a 256k vocabulary: ~20 MB */
@@ -100,6 +101,8 @@ typedef struct hf_config {
     int64_t bos, eos;
     double rms_eps, rope_base;
     int untied; /* tie_word_embeddings false: lm_head.weight must be there */
+    int32_t n_rope_divisors; /* > 0: rope_scaling's frequency divisors */
+    float rope_divisors[2048];
 } hf_config;
 
 /* A special token id: an integer, or a list whose first entry counts (Llama 3.1 lists its
@@ -112,6 +115,35 @@ static tl_status token_id(const json_t *c, const char *what, const char *key, in
     if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= (1 << 24))
         return tl_error_set(TL_ERR_FORMAT, "%s: \"%s\" must be a token id", what, key);
     *out = json_integer_value(v);
+    return TL_OK;
+}
+
+/* rope_scaling: none, or Llama 3.1's "llama3" (its divisors into cfg->rope_divisors);
+ * the other kinds (linear, dynamic, yarn) are refused. */
+static tl_status read_rope_scaling(const json_t *c, const char *what, hf_config *cfg) {
+    const json_t *rs = json_object_get(c, "rope_scaling");
+    if (!rs || json_is_null(rs)) return TL_OK;
+    const char *kind = json_string_value(json_object_get(rs, "rope_type"));
+    if (!kind) kind = json_string_value(json_object_get(rs, "type"));
+    if (!json_is_object(rs) || !kind || strcmp(kind, "llama3") != 0)
+        return tl_error_set(TL_ERR_UNSUPPORTED, "%s: rope_scaling of type '%s' is not supported "
+                            "(llama3 is)", what, kind ? kind : "?");
+    double factor, low, high, old_ctx;
+    tl_status st;
+    if ((st = get_num(rs, what, "factor", -1, &factor)) ||
+        (st = get_num(rs, what, "low_freq_factor", 1.0, &low)) ||
+        (st = get_num(rs, what, "high_freq_factor", 4.0, &high)) ||
+        (st = get_num(rs, what, "original_max_position_embeddings", 8192.0, &old_ctx)))
+        return st;
+    if (!(factor > 0) || !(high > low))
+        return tl_error_set(TL_ERR_FORMAT, "%s: rope_scaling needs a factor > 0 and "
+                            "high_freq_factor > low_freq_factor", what);
+    if (cfg->head_dim < 2 || cfg->head_dim > 4096 || cfg->head_dim % 2)
+        return tl_error_set(TL_ERR_FORMAT, "%s: head_dim %lld cannot be rotated", what,
+                            (long long)cfg->head_dim);
+    cfg->n_rope_divisors = (int32_t)(cfg->head_dim / 2);
+    tl_rope_llama3_divisors(cfg->rope_base, (int32_t)cfg->head_dim, factor, low, high, old_ctx,
+                            cfg->rope_divisors);
     return TL_OK;
 }
 
@@ -128,10 +160,6 @@ static tl_status read_config(const char *dir, const json_t *c, hf_config *cfg) {
     else
         return tl_error_set(TL_ERR_UNSUPPORTED, "%s: architecture '%.60s' is not supported "
                             "(LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM are)", what, a);
-    const json_t *scaling = json_object_get(c, "rope_scaling");
-    if (scaling && !json_is_null(scaling))
-        return tl_error_set(TL_ERR_UNSUPPORTED, "%s: rope_scaling is not supported for folders "
-                            "yet (convert the model to GGUF)", what);
     tl_status st;
     if ((st = get_int(c, what, "hidden_size", 1, -1, &cfg->n_embd)) ||
         (st = get_int(c, what, "intermediate_size", 1, -1, &cfg->n_ff)) ||
@@ -169,7 +197,7 @@ static tl_status read_config(const char *dir, const json_t *c, hf_config *cfg) {
                             "matrices) is not supported", what);
     const json_t *tie = json_object_get(c, "tie_word_embeddings");
     cfg->untied = tie && json_is_false(tie);
-    return TL_OK;
+    return read_rope_scaling(c, what, cfg);
 }
 
 static tl_status put_config(tl_gguf_writer *w, const hf_config *c, const char *name) {
@@ -191,6 +219,9 @@ static tl_status put_config(tl_gguf_writer *w, const hf_config *c, const char *n
         (c->n_swa > 0 &&
          (st = tl_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)c->n_swa))) ||
         (st = tl_gguf_writer_set_bool(w, "tierllm.rope_neox", true)) ||
+        (c->n_rope_divisors > 0 &&
+         (st = tl_gguf_writer_set_arr(w, "tierllm.rope_freqs", TL_GGUF_FLOAT32, c->rope_divisors,
+                                      (uint64_t)c->n_rope_divisors))) ||
         (c->bos >= 0 &&
          (st = tl_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)c->bos))) ||
         (c->eos >= 0 &&

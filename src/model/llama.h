@@ -75,6 +75,8 @@ struct tl_llama {
     tl_weight output;          /* [n_vocab][n_embd] */
     tl_weight rope_freqs;      /* optional [rope_dim/2] frequency divisors (Llama 3); name
                                   NULL when absent */
+    float *rope_divisors;      /* the same from metadata (tierllm.rope_freqs: a Hugging Face
+                                  folder's rope_scaling), when there is no such tensor */
     int tied_output;           /* output.weight absent: the classifier is tok_embd */
     tl_llama_layer *layers;
     tl_tokenizer *tok;

@@ -184,6 +184,20 @@ static tl_status describe_weights(tl_llama *m) {
     }
     if ((st = describe_optional(m, "rope_freqs.weight", (uint64_t)hp->rope_dim / 2, &m->rope_freqs)))
         return st;
+    /* a Hugging Face folder's rope_scaling, computed (format/hf_folder.h) */
+    const tl_gguf_kv *rf = tl_gguf_find(m->gguf, "tierllm.rope_freqs");
+    if (rf && !m->rope_freqs.name) {
+        uint64_t n;
+        const void *v;
+        if ((st = tl_gguf_get_arr(m->gguf, "tierllm.rope_freqs", TL_GGUF_FLOAT32, &n, &v)))
+            return st;
+        if (n != (uint64_t)hp->rope_dim / 2)
+            return tl_error_set(TL_ERR_FORMAT, "%s: tierllm.rope_freqs has %llu entries, "
+                                "expected %d", m->path, (unsigned long long)n, hp->rope_dim / 2);
+        if (!(m->rope_divisors = malloc((size_t)n * sizeof(float))))
+            return tl_error_set(TL_ERR_NOMEM, "out of memory");
+        memcpy(m->rope_divisors, v, (size_t)n * sizeof(float));
+    }
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return tl_error_set(TL_ERR_NOMEM, "out of memory");
     for (int32_t l = 0; l < hp->n_layer; l++) {
@@ -412,6 +426,7 @@ void tl_llama_close(tl_llama *m) {
     tl_budget_close(m->budget);
     tl_tokenizer_free(m->tok);
     tl_gguf_free(m->gguf);
+    free(m->rope_divisors);
     free(m->path);
     memset(m, 0, sizeof *m);
 }

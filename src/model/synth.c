@@ -19,6 +19,7 @@
 #include "base/rng.h"
 #include "base/status.h"
 #include "format/gguf.h"
+#include "format/rope_scaling.h"
 #include "kernels/kernels.h"
 
 typedef struct synth_tensor {
@@ -28,7 +29,7 @@ typedef struct synth_tensor {
     int kind; /* what gen_row writes: */
 } synth_tensor;
 
-enum { K_RANDOM = 0, K_NORM = 1, K_ROPE_FREQS = 2 }; /* uniform +-1/sqrt(cols), ones, ramp */
+enum { K_RANDOM = 0, K_NORM = 1, K_ROPE_FREQS = 2 }; /* uniform +-1/sqrt(cols), ones, Llama 3.1 */
 
 typedef struct synth {
     const tl_synth_params *p;
@@ -238,9 +239,9 @@ static void gen_row(const synth *s, size_t ti, uint64_t row) {
     const synth_tensor *t = &s->t[ti];
     if (t->kind == K_NORM) {
         for (uint64_t c = 0; c < t->cols; c++) s->row_f[c] = 1.0f;
-    } else if (t->kind == K_ROPE_FREQS) { /* 1 -> 8 over the frequencies, fastest first */
-        for (uint64_t c = 0; c < t->cols; c++)
-            s->row_f[c] = 1.0f + 7.0f * (float)c / (float)(t->cols > 1 ? t->cols - 1 : 1);
+    } else if (t->kind == K_ROPE_FREQS) { /* Llama 3.1's: factor 8, 1/4, 8192 positions */
+        tl_rope_llama3_divisors(s->p->rope_base, (int32_t)(2 * t->cols), 8.0, 1.0, 4.0, 8192.0,
+                                s->row_f);
     } else {
         float a = 1.0f / sqrtf((float)t->cols);
         uint64_t key = tl_mix64(s->p->seed * 0x9e3779b97f4a7c15ull + ti * 0x1000003ull) ^ row;

@@ -9,7 +9,8 @@ Written from the formats, independent of the engine: config.json (LlamaForCausal
 Qwen2ForCausalLM for general.architecture "qwen2"; MistralForCausalLM with its
 sliding_window when the GGUF has one), model.safetensors (or N shards and
 model.safetensors.index.json), and a byte-level BPE tokenizer.json whose vocabulary is
-the GGUF's tokens (no merges: the test feeds token ids).
+the GGUF's tokens (no merges: the test feeds token ids). A rope_freqs.weight (synth's,
+Llama 3.1's divisors) becomes the config's rope_scaling.
 
 GGUF converters permute the rows of a Llama model's q and k projections so that RoPE
 rotates adjacent pairs; Hugging Face keeps them in rotate-half order. The inverse
@@ -96,6 +97,8 @@ def main(argv=None):
                  "ffn_down.weight": "mlp.down_proj.weight"}
     tensors = []
     for name in g.tensors:
+        if name == "rope_freqs.weight":  # Hugging Face computes it from rope_scaling
+            continue
         if name in names:
             hf = names[name]
         else:
@@ -133,7 +136,11 @@ def main(argv=None):
               "max_position_embeddings": key("context_length"), "vocab_size": emb.ne[1],
               "bos_token_id": g.get("tokenizer.ggml.bos_token_id", 1),
               "eos_token_id": g.get("tokenizer.ggml.eos_token_id", 2),
-              "tie_word_embeddings": "output.weight" not in g.tensors, "rope_scaling": None,
+              "tie_word_embeddings": "output.weight" not in g.tensors,
+              # synth's rope_freqs are Llama 3.1's divisors for these parameters
+              "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+              if "rope_freqs.weight" in g.tensors else None,
               "sliding_window": swa, "use_sliding_window": bool(swa)}
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
