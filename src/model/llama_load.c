@@ -197,6 +197,11 @@ static tl_status describe_weights(tl_llama *m) {
         if (!(m->rope_divisors = malloc((size_t)n * sizeof(float))))
             return tl_error_set(TL_ERR_NOMEM, "out of memory");
         memcpy(m->rope_divisors, v, (size_t)n * sizeof(float));
+        for (uint64_t i = 0; i < n; i++)
+            if (!(m->rope_divisors[i] > 0 && m->rope_divisors[i] < 1e30f))
+                return tl_error_set(TL_ERR_FORMAT, "%s: tierllm.rope_freqs[%llu] = %g is not a "
+                                    "positive divisor", m->path, (unsigned long long)i,
+                                    (double)m->rope_divisors[i]);
     }
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return tl_error_set(TL_ERR_NOMEM, "out of memory");
