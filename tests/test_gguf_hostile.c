@@ -22,20 +22,9 @@
 
 /* ---- byte buffer ---------------------------------------------------------------------- */
 
-typedef struct buf { uint8_t *p; size_t len, cap; } buf;
+typedef tl_test_buf buf;
 
-static void put(buf *b, const void *d, size_t n) {
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n) cap *= 2;
-        uint8_t *p = realloc(b->p, cap);
-        if (!p) { perror("realloc"); exit(1); }
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->len, d, n);
-    b->len += n;
-}
+static void put(buf *b, const void *d, size_t n) { tl_test_buf_put(b, d, n); }
 
 static void put_le(buf *b, uint64_t v, size_t n) {
     uint8_t t[8];
@@ -672,6 +661,21 @@ static void model_cases(const gfile *base) {
     run_gf("rms_eps_nan", &f, AT_MODEL, "rms epsilon", NULL);
     kv_set(&f, "llama.attention.layer_norm_rms_epsilon", TL_GGUF_FLOAT32, "\xac\xc5\x27\x37",
            4);
+    { /* computed RoPE divisors in metadata (a Hugging Face folder's rope_scaling): one
+       * per frequency (head dim 12: 6), each positive and finite */
+        uint8_t arr[4 + 8 + 6 * 4];
+        const uint32_t et = TL_GGUF_FLOAT32;
+        uint64_t n = 2;
+        const float div[6] = {1, 1, 2, 0, 4, 8};
+        memcpy(arr, &et, 4), memcpy(arr + 4, &n, 8), memcpy(arr + 12, div, sizeof div);
+        kv_set(&f, "tierllm.rope_freqs", TL_GGUF_ARRAY, arr, 12 + 2 * 4);
+        run_gf("rope_freqs_count", &f, AT_MODEL, "tierllm.rope_freqs", "2 entries");
+        n = 6;
+        memcpy(arr + 4, &n, 8);
+        kv_set(&f, "tierllm.rope_freqs", TL_GGUF_ARRAY, arr, sizeof arr);
+        run_gf("rope_freqs_zero", &f, AT_MODEL, "rope_freqs[3]", "positive divisor");
+        kv_remove(&f, "tierllm.rope_freqs");
+    }
     kv_set_str(&f, "general.architecture", "gpt2");
     run_gf("architecture_gpt2", &f, AT_MODEL, "architecture 'gpt2'", "not supported");
     kv_set(&f, "general.architecture", TL_GGUF_UINT32, "\1\0\0\0", 4);

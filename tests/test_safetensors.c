@@ -26,20 +26,9 @@
 
 /* ---- byte buffers and sources ---------------------------------------------------------- */
 
-typedef struct buf { uint8_t *p; size_t len, cap; } buf;
+typedef tl_test_buf buf;
 
-static void put(buf *b, const void *d, size_t n) {
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n) cap *= 2;
-        uint8_t *p = realloc(b->p, cap);
-        if (!p) { perror("realloc"); exit(1); }
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->len, d, n);
-    b->len += n;
-}
+static void put(buf *b, const void *d, size_t n) { tl_test_buf_put(b, d, n); }
 
 static void put_u64(buf *b, uint64_t v) {
     uint8_t t[8];

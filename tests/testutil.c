@@ -1,5 +1,6 @@
 /* testutil.c - see testutil.h. */
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #include "testutil.h"
 
@@ -34,4 +35,17 @@ int tl_test_finish(const char *name) {
     }
     printf("%s: ok\n", name);
     return 0;
+}
+
+void tl_test_buf_put(tl_test_buf *b, const void *d, size_t n) {
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n) cap *= 2;
+        uint8_t *p = realloc(b->p, cap);
+        if (!p) { perror("realloc"); exit(1); }
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->len, d, n);
+    b->len += n;
 }

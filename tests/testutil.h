@@ -3,6 +3,8 @@
 #ifndef TL_TESTUTIL_H
 #define TL_TESTUTIL_H
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 extern int tl_test_failures;
@@ -29,6 +31,9 @@ extern int tl_test_failures;
 const char *tl_test_model(const char *name);
 /* A text file of under 64 KiB as a NUL-terminated string (free it), or NULL. */
 char *tl_test_read_text(const char *path);
+/* A growable byte buffer (files built byte by byte); put exits on out-of-memory. */
+typedef struct tl_test_buf { uint8_t *p; size_t len, cap; } tl_test_buf;
+void tl_test_buf_put(tl_test_buf *b, const void *d, size_t n);
 /* Prints a summary line and returns the process exit code. */
 int tl_test_finish(const char *name);
 
