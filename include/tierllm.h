@@ -319,14 +319,16 @@ typedef struct tl_synth_params {
     int32_t mix;            /* 0, or a llama.cpp K-quant mix (tl_synth_mix): each matrix's
                                type by llama.cpp's rules for that file type (weight_type is
                                then ignored) */
-    int32_t family;         /* TL_SYNTH_LLAMA, or TL_SYNTH_QWEN2: architecture "qwen2", q/k/v
-                               biases, RoPE on pairs half a rotation apart */
+    int32_t family;         /* TL_SYNTH_LLAMA; TL_SYNTH_QWEN2: architecture "qwen2", q/k/v
+                               biases, RoPE on pairs half a rotation apart; TL_SYNTH_OPT:
+                               "opt", LayerNorm, learned positions, ReLU FFN, biases, tied
+                               (n_head_kv must equal n_head) */
     int32_t rope_freqs;     /* 1: a Llama 3 rope_freqs.weight (Llama 3.1's scaling: factor
                                8, low/high frequency factors 1 and 4, 8192 positions) */
     int32_t n_swa;          /* > 0: <arch>.attention.sliding_window (Mistral) */
 } tl_synth_params;
 
-enum { TL_SYNTH_LLAMA = 0, TL_SYNTH_QWEN2 = 1 };
+enum { TL_SYNTH_LLAMA = 0, TL_SYNTH_QWEN2 = 1, TL_SYNTH_OPT = 2 };
 
 /* llama.cpp's K-quant mixes, numbered as its file types (general.file_type). */
 typedef enum tl_synth_mix {

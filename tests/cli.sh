@@ -127,6 +127,19 @@ grep -q "with the KV cache in tiers (a 256-position window) the minimum is" "$tm
 out=$("$bin" run -m "$tmp/long.gguf" -c 4096 -f "$tmp/long.txt" -n 32 --temp 0 --kv-window 64 \
       --kv-cache 0 --io-order by-need --kv-recompute 4 --mem-budget 20M 2>"$tmp/err")
 [ "$out" = "$ref" ] || fail "--io-order by-need --kv-recompute 4: the text differs: $(cat "$tmp/err")"
+# OPT (learned positions, no RoPE): KV in tiers with recomputed layers and streamed weights
+# give the in-memory text; a context past its learned positions is a clear error
+"$bin" synth --arch opt --embd 256 --ff 1024 --layers 12 --heads 4 --ctx 1024 --type q8_0 \
+    -o "$tmp/opt.gguf" >/dev/null 2>&1 || fail "synth an OPT model"
+ref=$("$bin" run -m "$tmp/opt.gguf" -c 1024 -f "$tmp/long.txt" -n 32 --temp 0 --kv-window -1 \
+      2>/dev/null)
+out=$("$bin" run -m "$tmp/opt.gguf" -c 1024 -f "$tmp/long.txt" -n 32 --temp 0 --kv-window 64 \
+      --kv-cache 0 --kv-recompute 2 --mem-budget 19M --spill-dir "$tmp/spill" --stats 2>"$tmp/err")
+[ -n "$ref" ] && [ "$out" = "$ref" ] || fail "OPT with KV tiers and recompute: the text differs: $(cat "$tmp/err")"
+grep -q "token 5: disk [1-9]" "$tmp/err" || fail "OPT at 19M did not stream its weights: $(cat "$tmp/err")"
+expect_rc 1 "OPT context past its positions" "$bin" run -m "$tmp/opt.gguf" -c 2048 -p hi
+grep -q "longer than the 1024 positions this model has learned embeddings for" "$tmp/err" ||
+    fail "OPT context past its positions: $(cat "$tmp/err")"
 expect_rc 2 "--io-order bad" "$bin" run -m "$m" -p hi --io-order sideways
 grep -q "io-order expects kv-first or by-need" "$tmp/err" || fail "--io-order bad: $(cat "$tmp/err")"
 expect_rc 2 "--weights-copy bad" "$bin" run -m "$m" -p hi --weights-copy auto

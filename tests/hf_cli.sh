@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # hf_cli.sh TIERLLM MODELS_DIR - Hugging Face folders (format/hf_folder.h): the same weights
 # as a GGUF and as a folder (one file or shards; f32, f16, bf16; Llama, Qwen2, Mistral's
-# window, a tied classifier) give the same logits to float rounding, streamed or resident;
+# window, OPT, a tied classifier) give the same logits to float rounding, streamed or resident;
 # hostile or unsupported folders are refused with a message naming what is wrong.
 # Folders are written from synthetic GGUFs by tests/ref/make_hf_folder.py (NumPy).
 set -u
@@ -67,6 +67,30 @@ same_logits "llama 3 rope_scaling" "$tmp/llama3.gguf" "$tmp/llama3"
 folder mistral "--type f32 --swa 5" ""
 grep -q MistralForCausalLM "$tmp/mistral/config.json" || fail "mistral config"
 same_logits "mistral sliding window" "$tmp/mistral.gguf" "$tmp/mistral"
+# OPT: Hugging Face's names, embed_positions with its two offset rows, biases everywhere;
+# GPT-2's vocab.json + merges.txt in place of tokenizer.json (OPT's checkpoints)
+folder opt "--type f16 --arch opt --kv-heads 8 --layers 6" "--dtype f16 --shards 2"
+grep -q OPTForCausalLM "$tmp/opt/config.json" || fail "opt config"
+same_logits "opt f16, 2 shards" "$tmp/opt.gguf" "$tmp/opt"
+folder optfiles "--type f32 --arch opt --kv-heads 8" "--gpt2-files"
+[ -f "$tmp/optfiles/vocab.json" ] && [ ! -f "$tmp/optfiles/tokenizer.json" ] ||
+    fail "no vocab.json, or a tokenizer.json, in optfiles"
+same_logits "opt f32, vocab.json + merges.txt" "$tmp/optfiles.gguf" "$tmp/optfiles"
+expect_rc 0 "info on an OPT folder" "$bin" info -m "$tmp/optfiles"
+grep -q "family: OPT" "$tmp/out" && grep -q "gpt2" "$tmp/out" ||
+    fail "info on an OPT folder: $(cat "$tmp/out")"
+expect_rc 0 "run on an OPT folder, streamed" "$bin" run -m "$tmp/opt" -p "hello" -n 8 --temp 0 \
+    --mem-budget 1500K --stats
+grep -q "streamed [1-9]" "$tmp/err" || fail "OPT folder run did not stream: $(grep stats "$tmp/err")"
+for bad in '"do_layer_norm_before": true/"do_layer_norm_before": false;do_layer_norm_before false' \
+           '"word_embed_proj_dim": 128/"word_embed_proj_dim": 64;word_embed_proj_dim 64' \
+           '"activation_function": "relu"/"activation_function": "gelu";activation_function .gelu.'; do
+    cp -r "$tmp/optfiles" "$tmp/optbad"
+    sed -i "s/${bad%%;*}/" "$tmp/optbad/config.json"
+    expect_err "OPT variant: ${bad##*;}" "${bad##*;}" \
+        "$bin" logits -m "$tmp/optbad" --tokens 1 -o "$tmp/x.f32"
+    rm -rf "$tmp/optbad"
+done
 # generation through a folder: weights streamed from the shards give the resident tokens
 expect_rc 0 "run on a folder" "$bin" run -m "$tmp/shards" -p "hello" -n 16 --temp 0
 cp "$tmp/out" "$tmp/resident"

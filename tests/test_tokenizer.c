@@ -947,26 +947,30 @@ static void test_parse_special(void)
     }
 }
 
-/* A Hugging Face tokenizer.json of the SentencePiece kind (format/hf_folder.c), written
- * from the llama-spm vocabulary as Hugging Face converts one (tests/ref/make_hf_tokenizer.py):
- * read from its folder it must pass llama.cpp's vectors as the GGUF does. */
-static void test_hf_spm(void)
+/* Hugging Face folders' tokenizers (format/hf_folder.c), written from llama.cpp's
+ * vocabularies as Hugging Face's files hold them (tests/ref/make_hf_tokenizer.py): a
+ * tokenizer.json of the SentencePiece kind from llama-spm, and GPT-2's vocab.json and
+ * merges.txt (OPT's checkpoints) from gpt-2. Read from the folder, each must pass
+ * llama.cpp's vectors as the GGUF does. */
+static void test_hf_folder_vocab(const char *flag, const char *vocab, int spm,
+                                 const char *what)
 {
     const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    char dir[512], cmd[2048];
-    snprintf(dir, sizeof dir, "%s/tl_hf_spm_%d", tmp, (int)getpid());
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/make_hf_tokenizer.py '%s' '%s'",
-             TL_SOURCE_DIR, tl_test_model("tokenizers/ggml-vocab-llama-spm.gguf"), dir);
+    char dir[512], cmd[2048], name[128];
+    snprintf(name, sizeof name, "tokenizers/ggml-vocab-%s.gguf", vocab);
+    snprintf(dir, sizeof dir, "%s/tl_hf_tok_%d", tmp, (int)getpid());
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/make_hf_tokenizer.py %s '%s' '%s'",
+             TL_SOURCE_DIR, flag, tl_test_model(name), dir);
     CHECK_MSG(system(cmd) == 0, "%s failed", cmd);
     tl_hf_folder *f = NULL;
     tl_tokenizer *tok = NULL;
     tl_status st = tl_hf_folder_open(dir, &f);
-    CHECK_MSG(st == TL_OK, "folder: %s", tl_last_error());
+    CHECK_MSG(st == TL_OK, "%s folder: %s", what, tl_last_error());
     if (f) st = tl_tokenizer_from_gguf(f->gguf, &tok);
-    CHECK_MSG(!f || st == TL_OK, "tokenizer: %s", tl_last_error());
+    CHECK_MSG(!f || st == TL_OK, "%s tokenizer: %s", what, tl_last_error());
     if (tok) {
-        int n = 0, pass = run_vectors("tokenizers/ggml-vocab-llama-spm.gguf", 1, 1, &n, tok);
-        CHECK_MSG(n == 46 && pass == n, "llama-spm as tokenizer.json: %d/%d vectors pass", pass, n);
+        int n = 0, pass = run_vectors(name, spm, 1, &n, tok);
+        CHECK_MSG(n == 46 && pass == n, "%s: %d/%d vectors pass", what, pass, n);
     }
     tl_hf_folder_free(f);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -990,7 +994,8 @@ int main(void)
         int n = 0, pass = run_vectors(path, vocabs[i].spm, vocabs[i].all_bytes, &n, NULL);
         CHECK_MSG(n == 46 && pass == n, "%s: %d/%d vectors pass", vocabs[i].name, pass, n);
     }
-    test_hf_spm();
+    test_hf_folder_vocab("", "llama-spm", 1, "llama-spm as tokenizer.json");
+    test_hf_folder_vocab("--gpt2-files", "gpt-2", 0, "gpt-2 as vocab.json + merges.txt");
     test_utf8_stream();
     test_stream_pieces();
     test_stories();

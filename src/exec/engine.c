@@ -85,8 +85,10 @@ tl_status tl_engine_step(tl_model *m, tl_llama_scratch *s, tl_kv *kv, tl_microba
     for (int32_t k = 0; k < num_gb; k++) need_output |= mb[k].n_logits > 0;
     tl_residency *r = m->res;
     tl_status st = tl_residency_begin_pass(r, need_output);
-    for (int32_t k = 0; k < num_gb && !st; k++)
+    for (int32_t k = 0; k < num_gb && !st; k++) {
         st = embed(m, mb[k].tokens, mb[k].n_rows, mb[k].x);
+        if (!st) st = tl_llama_add_positions(&m->lm, &mb[k].rows, mb[k].x);
+    }
     if (!st) st = tl_kv_prefetch(kv, mb[0].seqs, mb[0].n_seqs, 0);
     for (int32_t l = 0; l < L && !st; l++) {
         if ((st = tl_residency_acquire(r, l))) break;

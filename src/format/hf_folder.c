@@ -2,13 +2,13 @@
  *
  * Steps: config.json gives the architecture and shapes; the safetensors files (one, or
  * those model.safetensors.index.json names, each only inside the folder) are parsed and
- * placed end to end; every tensor of the Llama layout is declared under its GGUF name
- * with its type and shape (GGUF ne is the safetensors shape reversed); tokenizer.json
- * becomes tokenizer.ggml.* (byte-level BPE as "gpt2" with its pre-tokenizer and merges,
- * SentencePiece-as-BPE as "llama" with scores); the declaration goes through the GGUF reader
- * (tl_gguf_writer_parse), and then each tensor's offset is pointed into the shards.
- * Tensors the Llama layout does not use (rotary caches) are ignored; a tensor it needs
- * and the files lack is reported by the model loader, naming it.
+ * placed end to end; every tensor of the Llama (or OPT) layout is declared under its GGUF
+ * name with its type and shape (GGUF ne is the safetensors shape reversed); tokenizer.json
+ * (or vocab.json and merges.txt) becomes tokenizer.ggml.* (byte-level BPE as "gpt2" with
+ * its pre-tokenizer and merges, SentencePiece-as-BPE as "llama" with scores); the
+ * declaration goes through the GGUF reader (tl_gguf_writer_parse), and then each tensor's
+ * offset is pointed into the shards. Tensors the layout does not use (rotary caches) are
+ * ignored; a tensor it needs and the files lack is reported by the model loader, naming it.
  */
 #include "format/hf_folder.h"
 
@@ -33,8 +33,12 @@ int tl_hf_is_folder(const char *path) {
 
 /* ---- small helpers ---- */
 
-static tl_status read_json(const char *dir, const char *file, int required, json_t **out) {
-    *out = NULL;
+/* The bytes of dir/file (NUL-terminated) in *buf, or *buf NULL when the file is absent
+ * and not required. */
+static tl_status read_text(const char *dir, const char *file, int required, char **buf,
+                           size_t *len) {
+    *buf = NULL;
+    *len = 0;
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path)
         return tl_error_set(TL_ERR_INVALID, "%s: path too long", dir);
@@ -47,13 +51,29 @@ static tl_status read_json(const char *dir, const char *file, int required, json
         tl_file_src_close(&src);
         return tl_error_set(TL_ERR_FORMAT, "%s: larger than %zu bytes", path, MAX_JSON_BYTES);
     }
-    char *buf = malloc((size_t)size + 1);
-    if (!buf) st = tl_error_set(TL_ERR_NOMEM, "%s: out of memory", path);
-    if (!st) st = tl_file_src_read(&src, 0, buf, (size_t)size);
+    char *b = malloc((size_t)size + 1);
+    if (!b) st = tl_error_set(TL_ERR_NOMEM, "%s: out of memory", path);
+    if (!st) st = tl_file_src_read(&src, 0, b, (size_t)size);
     tl_file_src_close(&src);
+    if (st) {
+        free(b);
+        return st;
+    }
+    b[size] = 0;
+    *buf = b;
+    *len = (size_t)size;
+    return TL_OK;
+}
+
+static tl_status read_json(const char *dir, const char *file, int required, json_t **out) {
+    *out = NULL;
+    char *buf;
+    size_t len;
+    tl_status st = read_text(dir, file, required, &buf, &len);
+    if (st || !buf) return st;
     char msg[200];
-    if (!st && tl_json_parse(buf, (size_t)size, 0, out, msg, sizeof msg))
-        st = tl_error_set(TL_ERR_FORMAT, "%s: %s", path, msg);
+    if (tl_json_parse(buf, len, 0, out, msg, sizeof msg))
+        st = tl_error_set(TL_ERR_FORMAT, "%s/%s: %s", dir, file, msg);
     free(buf);
     return st;
 }
@@ -98,8 +118,8 @@ static int plain_name(const char *s) {
 typedef struct hf_config {
     const char *arch; /* GGUF architecture */
     int64_t n_embd, n_ff, n_layer, n_head, n_head_kv, head_dim, n_ctx, n_swa, n_vocab;
-    int64_t bos, eos;
-    double rms_eps, rope_base;
+    int64_t bos, eos, pad;
+    double rms_eps, rope_base;   /* rms_eps: LayerNorm's epsilon for opt */
     int untied; /* tie_word_embeddings false: lm_head.weight must be there */
     int32_t n_rope_divisors; /* > 0: rope_scaling's frequency divisors */
     float rope_divisors[2048];
@@ -147,19 +167,71 @@ static tl_status read_rope_scaling(const json_t *c, const char *what, hf_config 
     return TL_OK;
 }
 
+/* OPTForCausalLM: the pre-norm variant (do_layer_norm_before, every size but 350m) with
+ * ReLU, biases, affine LayerNorms and the embedding as wide as the model (350m projects
+ * it: refused); the classifier is tied unless lm_head.weight is in the files. */
+static tl_status read_opt_config(const json_t *c, const char *what, hf_config *cfg) {
+    cfg->arch = "opt";
+    tl_status st;
+    int64_t proj;
+    if ((st = get_int(c, what, "hidden_size", 1, -1, &cfg->n_embd)) ||
+        (st = get_int(c, what, "ffn_dim", 1, -1, &cfg->n_ff)) ||
+        (st = get_int(c, what, "num_hidden_layers", 1, -1, &cfg->n_layer)) ||
+        (st = get_int(c, what, "num_attention_heads", 1, -1, &cfg->n_head)) ||
+        (st = get_int(c, what, "max_position_embeddings", 1, 2048, &cfg->n_ctx)) ||
+        (st = get_int(c, what, "vocab_size", 1, -1, &cfg->n_vocab)) ||
+        (st = get_int(c, what, "word_embed_proj_dim", 1, cfg->n_embd, &proj)) ||
+        (st = token_id(c, what, "bos_token_id", &cfg->bos)) ||
+        (st = token_id(c, what, "eos_token_id", &cfg->eos)) ||
+        (st = token_id(c, what, "pad_token_id", &cfg->pad)))
+        return st;
+    if (cfg->n_vocab > (1 << 24))
+        return tl_error_set(TL_ERR_FORMAT, "%s: vocab_size %lld is too large", what,
+                            (long long)cfg->n_vocab);
+    const char *act = json_string_value(json_object_get(c, "activation_function"));
+    static const char *const off[] = {"do_layer_norm_before", "enable_bias",
+                                      "layer_norm_elementwise_affine"};
+    for (size_t i = 0; i < sizeof off / sizeof off[0]; i++)
+        if (json_is_false(json_object_get(c, off[i])))
+            return tl_error_set(TL_ERR_UNSUPPORTED, "%s: OPT with %s false is not supported",
+                                what, off[i]);
+    if (json_is_true(json_object_get(c, "_remove_final_layer_norm")))
+        return tl_error_set(TL_ERR_UNSUPPORTED, "%s: OPT without its final layer norm is not "
+                            "supported", what);
+    if (proj != cfg->n_embd)
+        return tl_error_set(TL_ERR_UNSUPPORTED, "%s: OPT with word_embed_proj_dim %lld != "
+                            "hidden_size %lld (projected embeddings, OPT-350m) is not supported",
+                            what, (long long)proj, (long long)cfg->n_embd);
+    if (act && strcmp(act, "relu") != 0)
+        return tl_error_set(TL_ERR_UNSUPPORTED, "%s: OPT with activation_function '%.40s' is "
+                            "not supported (relu is)", what, act);
+    cfg->n_head_kv = cfg->n_head;
+    cfg->head_dim = cfg->n_embd / cfg->n_head;
+    if (cfg->n_embd % cfg->n_head || cfg->head_dim % 2)
+        return tl_error_set(TL_ERR_FORMAT, "%s: hidden_size %lld does not split into %lld heads "
+                            "of even size", what, (long long)cfg->n_embd, (long long)cfg->n_head);
+    cfg->untied = json_is_false(json_object_get(c, "tie_word_embeddings"));
+    cfg->rms_eps = 1e-5; /* torch.nn.LayerNorm's default, which OPT keeps */
+    cfg->rope_base = 10000.0;
+    return TL_OK;
+}
+
 static tl_status read_config(const char *dir, const json_t *c, hf_config *cfg) {
     char what[4200];
     snprintf(what, sizeof what, "%s/config.json", dir);
     memset(cfg, 0, sizeof *cfg);
+    cfg->pad = -1;
     const json_t *archs = json_object_get(c, "architectures");
     const char *a = json_is_array(archs) && json_array_size(archs) == 1
                         ? json_string_value(json_array_get(archs, 0)) : NULL;
     if (!a) return tl_error_set(TL_ERR_FORMAT, "%s: \"architectures\" must list one name", what);
     if (!strcmp(a, "LlamaForCausalLM") || !strcmp(a, "MistralForCausalLM")) cfg->arch = "llama";
     else if (!strcmp(a, "Qwen2ForCausalLM")) cfg->arch = "qwen2";
+    else if (!strcmp(a, "OPTForCausalLM")) return read_opt_config(c, what, cfg);
     else
         return tl_error_set(TL_ERR_UNSUPPORTED, "%s: architecture '%.60s' is not supported "
-                            "(LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM are)", what, a);
+                            "(LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                            "OPTForCausalLM are)", what, a);
     tl_status st;
     if ((st = get_int(c, what, "hidden_size", 1, -1, &cfg->n_embd)) ||
         (st = get_int(c, what, "intermediate_size", 1, -1, &cfg->n_ff)) ||
@@ -200,10 +272,34 @@ static tl_status read_config(const char *dir, const json_t *c, hf_config *cfg) {
     return read_rope_scaling(c, what, cfg);
 }
 
+/* OPT's keys: no RoPE, LayerNorm's epsilon; its tokenizer puts </s> (its bos) before
+ * the text. */
+static tl_status put_opt_config(tl_gguf_writer *w, const hf_config *c, const char *name) {
+    tl_status st;
+    if ((st = tl_gguf_writer_set_str(w, "general.architecture", "opt")) ||
+        (st = tl_gguf_writer_set_str(w, "general.name", name)) ||
+        (st = tl_gguf_writer_set_u32(w, "opt.context_length", (uint32_t)c->n_ctx)) ||
+        (st = tl_gguf_writer_set_u32(w, "opt.embedding_length", (uint32_t)c->n_embd)) ||
+        (st = tl_gguf_writer_set_u32(w, "opt.feed_forward_length", (uint32_t)c->n_ff)) ||
+        (st = tl_gguf_writer_set_u32(w, "opt.block_count", (uint32_t)c->n_layer)) ||
+        (st = tl_gguf_writer_set_u32(w, "opt.attention.head_count", (uint32_t)c->n_head)) ||
+        (st = tl_gguf_writer_set_f32(w, "opt.attention.layer_norm_epsilon", (float)c->rms_eps)) ||
+        (st = tl_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", c->bos >= 0)))
+        return st;
+    if (c->bos >= 0 &&
+        (st = tl_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)c->bos)))
+        return st;
+    if (c->eos >= 0 &&
+        (st = tl_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)c->eos)))
+        return st;
+    return TL_OK;
+}
+
 static tl_status put_config(tl_gguf_writer *w, const hf_config *c, const char *name) {
     char k[128];
 #define KEY(s) (snprintf(k, sizeof k, "%s." s, c->arch), k)
     tl_status st;
+    if (!strcmp(c->arch, "opt")) return put_opt_config(w, c, name);
     if ((st = tl_gguf_writer_set_str(w, "general.architecture", c->arch)) ||
         (st = tl_gguf_writer_set_str(w, "general.name", name)) ||
         (st = tl_gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)c->n_ctx)) ||
@@ -451,15 +547,130 @@ done:
     return st;
 }
 
+/* A folder without tokenizer.json but with GPT-2's vocab.json and merges.txt (OPT's
+ * checkpoints): the tokenizer.json those two would convert to - a byte-level BPE model
+ * with GPT-2's pre-tokenizer - with the config's bos, eos and pad tokens marked special. */
+static tl_status gpt2_files_tokenizer(const char *dir, const hf_config *cfg, json_t **out) {
+    *out = NULL;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/merges.txt", dir);
+    json_t *vocab = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    tl_status st = read_json(dir, "vocab.json", 0, &vocab);
+    if (!st && vocab) st = read_text(dir, "merges.txt", 0, &text, &len);
+    if (!st && (!vocab || !text))
+        st = tl_error_set(TL_ERR_FORMAT, "%s: no tokenizer.json, and no vocab.json with "
+                          "merges.txt", dir);
+    if (!st && !json_is_object(vocab))
+        st = tl_error_set(TL_ERR_FORMAT, "%s/vocab.json: not an object of token ids", dir);
+    json_t *merges = st ? NULL : json_array(), *added = st ? NULL : json_array();
+    json_t *tok = st ? NULL : json_object();
+    if (!st && (!merges || !added || !tok)) st = tl_error_set(TL_ERR_NOMEM, "out of memory");
+    /* one merge "a b" per line; a first line "#version: ..." and empty lines are skipped */
+    size_t line_no = 0;
+    for (char *p = text, *e; !st && p && p < text + len; p = e + 1, line_no++) {
+        e = memchr(p, '\n', (size_t)(text + len - p));
+        if (!e) e = text + len;
+        size_t n = (size_t)(e - p);
+        if (n && p[n - 1] == '\r') n--;
+        if (n == 0 || (line_no == 0 && n >= 8 && !strncmp(p, "#version", 8))) continue;
+        const char *sp = memchr(p, ' ', n);
+        if (!sp || sp == p || sp == p + n - 1 || memchr(sp + 1, ' ', (size_t)(p + n - sp - 1)))
+            st = tl_error_set(TL_ERR_FORMAT, "%s: line %zu is not a merge \"a b\"", path,
+                              line_no + 1);
+        else if (json_array_append_new(merges, json_stringn(p, n)))
+            st = tl_error_set(TL_ERR_FORMAT, "%s: line %zu is not UTF-8", path, line_no + 1);
+    }
+    const int64_t special[3] = {cfg->bos, cfg->eos, cfg->pad};
+    for (int k = 0; !st && k < 3; k++) { /* each special id once, named by vocab.json */
+        const char *key;
+        json_t *v;
+        int seen = 0;
+        for (int j = 0; j < k; j++) seen |= special[j] == special[k];
+        if (special[k] < 0 || seen) continue;
+        json_object_foreach(vocab, key, v)
+            if (json_is_integer(v) && json_integer_value(v) == special[k]) {
+                json_t *a = json_pack("{s:I, s:s, s:b}", "id", (json_int_t)special[k],
+                                      "content", key, "special", 1);
+                if (!a || json_array_append_new(added, a))
+                    st = tl_error_set(TL_ERR_NOMEM, "out of memory");
+                break;
+            }
+    }
+    if (!st) {
+        json_t *model = json_pack("{s:s, s:O, s:O}", "type", "BPE", "vocab", vocab, "merges", merges);
+        json_t *pre = json_pack("{s:s}", "type", "ByteLevel");
+        if (!model || !pre || json_object_set(tok, "model", model) ||
+            json_object_set(tok, "pre_tokenizer", pre) ||
+            json_object_set(tok, "added_tokens", added))
+            st = tl_error_set(TL_ERR_NOMEM, "out of memory");
+        json_decref(model);
+        json_decref(pre);
+    }
+    json_decref(vocab);
+    json_decref(merges);
+    json_decref(added);
+    free(text);
+    if (st) json_decref(tok);
+    else *out = tok;
+    return st;
+}
+
 /* ---- tensors ---- */
+
+/* Hugging Face name -> GGUF name, for whole-model tensors and for a layer's (after its
+ * "<prefix>N." and before "blk.N."). */
+typedef struct name_pair { const char *hf, *gguf; } name_pair;
+
+/* The GGUF name of hf by the tables, or 0 when it is none of theirs. */
+static int map_name(const char *hf, const name_pair *top, size_t n_top, const char *layers,
+                    const name_pair *layer, size_t n_layer, char *out, size_t cap) {
+    for (size_t i = 0; i < n_top; i++)
+        if (!strcmp(hf, top[i].hf)) return snprintf(out, cap, "%s", top[i].gguf) < (int)cap;
+    const size_t lp = strlen(layers);
+    unsigned l;
+    int used = 0;
+    if (strncmp(hf, layers, lp) != 0 || sscanf(hf + lp, "%u.%n", &l, &used) != 1 || used == 0 ||
+        l > 100000)
+        return 0;
+    for (size_t i = 0; i < n_layer; i++)
+        if (!strcmp(hf + lp + used, layer[i].hf))
+            return snprintf(out, cap, "blk.%u.%s", l, layer[i].gguf) < (int)cap;
+    return 0;
+}
+
+/* The GGUF name of a Hugging Face OPT tensor (under "model.decoder." or "decoder."), or 0
+ * when it is not one. */
+static int gguf_name_opt(const char *hf, char *out, size_t cap) {
+    static const name_pair top[] = {
+        {"embed_tokens.weight", "token_embd.weight"},
+        {"embed_positions.weight", "position_embd.weight"},
+        {"final_layer_norm.weight", "output_norm.weight"},
+        {"final_layer_norm.bias", "output_norm.bias"}};
+    static const name_pair layer[] = {
+        {"self_attn_layer_norm.weight", "attn_norm.weight"}, {"self_attn_layer_norm.bias", "attn_norm.bias"},
+        {"self_attn.q_proj.weight", "attn_q.weight"},         {"self_attn.q_proj.bias", "attn_q.bias"},
+        {"self_attn.k_proj.weight", "attn_k.weight"},         {"self_attn.k_proj.bias", "attn_k.bias"},
+        {"self_attn.v_proj.weight", "attn_v.weight"},         {"self_attn.v_proj.bias", "attn_v.bias"},
+        {"self_attn.out_proj.weight", "attn_output.weight"},  {"self_attn.out_proj.bias", "attn_output.bias"},
+        {"final_layer_norm.weight", "ffn_norm.weight"},       {"final_layer_norm.bias", "ffn_norm.bias"},
+        {"fc1.weight", "ffn_up.weight"},                      {"fc1.bias", "ffn_up.bias"},
+        {"fc2.weight", "ffn_down.weight"},                    {"fc2.bias", "ffn_down.bias"}};
+    if (!strcmp(hf, "lm_head.weight")) return snprintf(out, cap, "output.weight") < (int)cap;
+    if (!strncmp(hf, "model.", 6)) hf += 6;
+    if (strncmp(hf, "decoder.", 8) != 0) return 0;
+    return map_name(hf + 8, top, sizeof top / sizeof top[0], "layers.", layer,
+                    sizeof layer / sizeof layer[0], out, cap);
+}
 
 /* The GGUF name of a Hugging Face Llama-layout tensor, or 0 when it is not one. */
 static int gguf_name(const char *hf, char *out, size_t cap) {
-    static const struct { const char *hf, *gguf; } top[] = {
+    static const name_pair top[] = {
         {"model.embed_tokens.weight", "token_embd.weight"},
         {"model.norm.weight", "output_norm.weight"},
         {"lm_head.weight", "output.weight"}};
-    static const struct { const char *hf, *gguf; } layer[] = {
+    static const name_pair layer[] = {
         {"input_layernorm.weight", "attn_norm.weight"},
         {"self_attn.q_proj.weight", "attn_q.weight"},   {"self_attn.k_proj.weight", "attn_k.weight"},
         {"self_attn.v_proj.weight", "attn_v.weight"},   {"self_attn.o_proj.weight", "attn_output.weight"},
@@ -468,15 +679,8 @@ static int gguf_name(const char *hf, char *out, size_t cap) {
         {"post_attention_layernorm.weight", "ffn_norm.weight"},
         {"mlp.gate_proj.weight", "ffn_gate.weight"},    {"mlp.up_proj.weight", "ffn_up.weight"},
         {"mlp.down_proj.weight", "ffn_down.weight"}};
-    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
-        if (!strcmp(hf, top[i].hf)) return snprintf(out, cap, "%s", top[i].gguf) < (int)cap;
-    unsigned l;
-    int used = 0;
-    if (sscanf(hf, "model.layers.%u.%n", &l, &used) != 1 || used == 0 || l > 100000) return 0;
-    for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++)
-        if (!strcmp(hf + used, layer[i].hf))
-            return snprintf(out, cap, "blk.%u.%s", l, layer[i].gguf) < (int)cap;
-    return 0;
+    return map_name(hf, top, sizeof top / sizeof top[0], "model.layers.", layer,
+                    sizeof layer / sizeof layer[0], out, cap);
 }
 
 static tl_type gguf_type(tl_st_dtype d) {
@@ -555,7 +759,8 @@ tl_status tl_hf_folder_open(const char *dir, tl_hf_folder **out) {
     hf_config cfg;
     tl_status st = read_json(dir, "config.json", 1, &cfg_json);
     if (!st) st = read_config(dir, cfg_json, &cfg);
-    if (!st) st = read_json(dir, "tokenizer.json", 1, &tok_json);
+    if (!st) st = read_json(dir, "tokenizer.json", 0, &tok_json);
+    if (!st && !tok_json) st = gpt2_files_tokenizer(dir, &cfg, &tok_json);
     tl_hf_folder *f = st ? NULL : calloc(1, sizeof *f);
     if (!st && !f) st = tl_error_set(TL_ERR_NOMEM, "out of memory");
     char **names = NULL;
@@ -593,7 +798,8 @@ tl_status tl_hf_folder_open(const char *dir, tl_hf_folder **out) {
         for (uint64_t t = 0; !st && t < sts[i]->n_tensors; t++) {
             const tl_st_tensor *x = &sts[i]->tensors[t];
             char name[96];
-            if (!gguf_name(x->name, name, sizeof name)) continue;
+            if (!(strcmp(cfg.arch, "opt") ? gguf_name : gguf_name_opt)(x->name, name, sizeof name))
+                continue;
             if (x->n_dims < 1 || x->n_dims > 2) {
                 st = tl_error_set(TL_ERR_FORMAT, "%s: tensor '%s' has %u dimensions, expected 1 "
                                   "or 2", f->files[i], x->name, x->n_dims);
@@ -607,6 +813,17 @@ tl_status tl_hf_folder_open(const char *dir, tl_hf_folder **out) {
                 break;
             }
             uint64_t ne[2] = {x->shape[x->n_dims - 1], x->n_dims == 2 ? x->shape[0] : 1};
+            uint64_t skip = 0; /* bytes before the rows GGUF keeps */
+            if (!strcmp(name, "position_embd.weight")) { /* OPT: positions start at row 2 */
+                if (ne[1] <= 2) {
+                    st = tl_error_set(TL_ERR_FORMAT, "%s: tensor '%s' has %llu rows, fewer "
+                                      "than OPT's offset of 2 and a position", f->files[i],
+                                      x->name, (unsigned long long)ne[1]);
+                    break;
+                }
+                ne[1] -= 2;
+                skip = 2 * ne[0] * esize;
+            }
             if (n_t == cap) {
                 cap = cap ? 2 * cap : 256;
                 uint64_t *o = realloc(offsets, cap * sizeof *o);
@@ -616,7 +833,7 @@ tl_status tl_hf_folder_open(const char *dir, tl_hf_folder **out) {
                 }
                 offsets = o;
             }
-            offsets[n_t++] = f->at[i] + x->offset;
+            offsets[n_t++] = f->at[i] + x->offset + skip;
             has_output |= !strcmp(name, "output.weight");
             st = tl_gguf_writer_add_tensor(w, name, gguf_type(x->dtype), x->n_dims, ne);
         }

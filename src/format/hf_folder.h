@@ -7,12 +7,15 @@
  * Nothing is converted or copied: the weights stay in the user's files.
  *
  * Supported: LlamaForCausalLM, MistralForCausalLM (its sliding_window), Qwen2ForCausalLM,
- * with F32/F16/BF16 tensors, and two kinds of tokenizer.json BPE model: byte-level (a
+ * OPTForCausalLM (pre-norm, as wide as its embedding: every size but 350m), with
+ * F32/F16/BF16 tensors, and two kinds of tokenizer.json BPE model: byte-level (a
  * ByteLevel pre-tokenizer: GPT-2's rules, or Llama 3's / Qwen2's split regex) and
  * SentencePiece converted to BPE (byte fallback, spaces as U+2581: Llama 2, Mistral),
- * which becomes GGUF's "llama" tokenizer with scores from the merges' ranks. Llama 3.1's
+ * which becomes GGUF's "llama" tokenizer with scores from the merges' ranks; without
+ * tokenizer.json, GPT-2's vocab.json and merges.txt (OPT's checkpoints). Llama 3.1's
  * rope_scaling becomes frequency divisors in metadata (tierllm.rope_freqs), as GGUF files
- * carry them in rope_freqs.weight.
+ * carry them in rope_freqs.weight. OPT's position table keeps two leading rows its
+ * positions skip: the description's tensor starts after them.
  * Hugging Face keeps q and k in rotate-half order, so the description asks for RoPE on
  * pairs half a rotation apart (tierllm.rope_neox), where GGUF converters permute the rows
  * instead. Everything else is refused with a message naming what is not supported.

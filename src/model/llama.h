@@ -7,7 +7,12 @@
  *    rope_freqs.weight divides each rotation frequency; Mistral's optional
  *    <arch>.attention.sliding_window limits attention to the last W positions.
  *  - "qwen2": RoPE on pairs half a rotation apart (NEOX), q/k/v biases.
- * Biases on q, k, v and the attention output are optional for every architecture.
+ *  - "opt" (OPT, FlexGen's family): LayerNorm (mean and variance, weight and bias) where
+ *    the others take RMSNorm; learned absolute positions (position_embd.weight, row p for
+ *    position p, added to the token's embedding) and no RoPE; a ReLU feed-forward of two
+ *    matrices (ffn_up, ffn_down, no gate); biases everywhere; the classifier tied.
+ * Biases are optional for every architecture: on q, k, v, the attention output, the
+ * feed-forward matrices and the norms (added right after the product or the scaling).
  *
  * A weight matrix W with `rows` output features and `cols` input features is stored as
  * `rows` rows of `cols` elements in its GGUF type (GGUF ne = [cols, rows]); y = W x.
@@ -45,6 +50,10 @@ typedef struct tl_llama_hparams {
     float rms_eps, rope_base;
     int32_t rope_neox; /* 1: rotate pairs (i, i + rope_dim/2) (qwen2); 0: (2i, 2i+1) */
     int32_t n_swa;     /* > 0: a row attends to the last n_swa positions only (its own too) */
+    int32_t layer_norm;  /* 1: LayerNorm (x - mean) / sqrt(var + eps) (opt); 0: RMSNorm */
+    int32_t ffn_relu;    /* 1: x += W_down relu(W_up x) (opt); 0: SwiGLU with ffn_gate */
+    int32_t pos_learned; /* 1: learned positions, no RoPE (opt); the context may not pass
+                            n_ctx_train, the rows of position_embd */
 } tl_llama_hparams;
 
 typedef struct tl_llama_layer {
@@ -52,11 +61,13 @@ typedef struct tl_llama_layer {
     tl_weight wq;     /* [n_head*head_dim][n_embd] */
     tl_weight wk, wv; /* [n_head_kv*head_dim][n_embd] */
     tl_weight wo;     /* [n_embd][n_head*head_dim] */
-    tl_weight w_gate, w_up; /* [n_ff][n_embd] */
+    tl_weight w_gate, w_up; /* [n_ff][n_embd]; w_gate's name NULL with ffn_relu */
     tl_weight w_down;       /* [n_embd][n_ff] */
     /* optional biases, f32 and resident like the norms; name NULL when absent */
     tl_weight bq, bk, bv;   /* [n_head*head_dim], [n_head_kv*head_dim] x2 */
     tl_weight bo;           /* [n_embd] */
+    tl_weight b_up, b_down; /* [n_ff], [n_embd] */
+    tl_weight attn_norm_b, ffn_norm_b; /* [n_embd] */
     int32_t shape_class;    /* the first layer whose 7 matrices have this layer's types and
                                shapes (the cost model prices such layers once) */
 } tl_llama_layer;
@@ -72,6 +83,9 @@ struct tl_llama {
     tl_llama_hparams hp;
     tl_weight tok_embd;        /* [n_vocab][n_embd] */
     tl_weight output_norm;     /* [n_embd] */
+    tl_weight output_norm_b;   /* optional [n_embd] */
+    tl_weight pos_embd;        /* [n_ctx_train][n_embd] f32, resident (pos_learned only);
+                                  name NULL otherwise */
     tl_weight output;          /* [n_vocab][n_embd] */
     tl_weight rope_freqs;      /* optional [rope_dim/2] frequency divisors (Llama 3); name
                                   NULL when absent */
@@ -92,9 +106,10 @@ struct tl_llama {
     uint64_t weight_bytes, n_params;
 };
 
-/* Every weight of the model in a fixed order: token_embd, output_norm, output (unless
- * tied), rope_freqs (if present), then per layer attn_norm, q, k, v, o, the biases
- * present (q, k, v, o), ffn_norm, gate, up, down. */
+/* Every weight of the model in a fixed order: token_embd, output_norm (and its bias),
+ * output (unless tied), rope_freqs, position_embd (if present), then per layer
+ * attn_norm (and bias), q, k, v, o, the biases present (q, k, v, o), ffn_norm (and bias),
+ * gate (unless ffn_relu), up, down, their biases present. */
 size_t tl_llama_weights(tl_llama *m, tl_weight **out, size_t cap);
 
 /* Opens the model file read-only and reads its header, hyperparameters, tokenizer and
@@ -182,6 +197,9 @@ static inline int32_t tl_llama_rows_run_end(const tl_llama_rows *rows, int32_t i
  * layer to the KV cache (the caller commits after the last layer). */
 tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv *kv, int32_t layer,
                          const tl_llama_rows *rows, float *x);
+/* Adds each row's learned position embedding to its token embedding in x (pos_learned
+ * models; nothing otherwise). A position past the table is an error. */
+tl_status tl_llama_add_positions(const tl_llama *m, const tl_llama_rows *rows, float *x);
 /* logits[j] (n_vocab floats each) for rows idx[0..n_out) of x. */
 void tl_llama_logits(tl_llama *m, tl_llama_scratch *s, const float *x, const int32_t *idx,
                      int32_t n_out, float *logits);

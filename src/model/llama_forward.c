@@ -3,16 +3,19 @@
  * Read top to bottom this is the whole model (shapes in brackets, n = rows, d = n_embd,
  * qd = n_head*head_dim, kvd = n_head_kv*head_dim, f = n_ff):
  *   x[n][d] = token_embd[tokens]                      (by exec/, which holds the rows)
+ *   (OPT: x += position_embd[pos] by tl_llama_add_positions)
  *   per layer (tl_llama_layer_forward):
- *               xn = rmsnorm(x) * attn_norm
+ *               xn = norm(x) * attn_norm (+ bias)       norm: RMSNorm, or OPT's LayerNorm
  *               q[n][qd], k[n][kvd], v[n][kvd] = xn Wq^T, xn Wk^T, xn Wv^T (+ biases)
- *               rope(q, k) at each row's position; append k, v to the row's sequence
+ *               rope(q, k) at each row's position (not OPT); append k, v to the row's
+ *               sequence
  *               att[n][qd] = causal GQA attention of each row over its sequence's pages
  *                            (over its last n_swa positions with a sliding window)
  *               x += att Wo^T (+ bias)
- *               xn = rmsnorm(x) * ffn_norm
+ *               xn = norm(x) * ffn_norm (+ bias)
  *               x += (silu(xn Wgate^T) * (xn Wup^T)) Wdown^T      [n][f] inside
- *   logits = rmsnorm(x) * output_norm  Woutput^T                  (tl_llama_logits)
+ *                 (OPT: x += relu(xn Wup^T + b_up) Wdown^T + b_down)
+ *   logits = norm(x) * output_norm (+ bias)  Woutput^T            (tl_llama_logits)
  * All rows go through each matrix at once (matrix-matrix products), whether they are a
  * prompt of one sequence or one token of each of many sequences. Weights are made
  * resident by the caller (exec/) around each layer; this file never does IO.
@@ -208,9 +211,11 @@ static void add_bias_rows(float *y, const tl_weight *b, size_t n, size_t width) 
     for (size_t i = 0; i < n; i++) add_bias(y + i * width, b->data, width);
 }
 
-/* RoPE of one row of n_heads heads at position pos, as the model's family rotates. */
+/* RoPE of one row of n_heads heads at position pos, as the model's family rotates
+ * (none for learned positions). */
 static void rope(const tl_llama *m, float *x, int n_heads, int32_t pos) {
     const tl_llama_hparams *hp = &m->hp;
+    if (hp->pos_learned) return;
     tl_op_rope(x, n_heads, hp->head_dim, hp->rope_dim, pos, hp->rope_base, hp->rope_neox,
                m->rope_freqs.name ? m->rope_freqs.data : m->rope_divisors);
 }
@@ -399,6 +404,30 @@ static tl_status select_pages(tl_llama *m, tl_llama_scratch *s, struct tl_kv *kv
     return TL_OK;
 }
 
+/* out = the family's norm of n rows of x, scaled by w (and shifted by b when present). */
+static void norm(const tl_llama *m, const float *x, const tl_weight *w, const tl_weight *b,
+                 size_t n, float *out) {
+    const size_t d = (size_t)m->hp.n_embd;
+    if (m->hp.layer_norm) tl_op_layernorm(x, w->data, b->name ? b->data : NULL, n, d, m->hp.rms_eps, out);
+    else {
+        tl_op_rmsnorm(x, w->data, n, d, m->hp.rms_eps, out);
+        add_bias_rows(out, b, n, d);
+    }
+}
+
+tl_status tl_llama_add_positions(const tl_llama *m, const tl_llama_rows *rows, float *x) {
+    if (!m->hp.pos_learned) return TL_OK;
+    const size_t d = (size_t)m->hp.n_embd;
+    const float *table = m->pos_embd.data;
+    for (int32_t i = 0; i < rows->n; i++) {
+        if (rows->pos[i] < 0 || rows->pos[i] >= m->hp.n_ctx_train)
+            return tl_error_set(TL_ERR_CONTEXT, "position %d is past the %d learned positions "
+                                "of the model", (int)rows->pos[i], (int)m->hp.n_ctx_train);
+        add_bias(x + (size_t)i * d, table + (size_t)rows->pos[i] * d, d);
+    }
+    return TL_OK;
+}
+
 tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv *kv, int32_t l,
                          const tl_llama_rows *rows, float *x) {
     const tl_llama_hparams *hp = &m->hp;
@@ -411,7 +440,7 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
                             (int)s->max_rows);
 
     /* attention block */
-    tl_op_rmsnorm(x, L->attn_norm.data, n, d, hp->rms_eps, s->xn);
+    norm(m, x, &L->attn_norm, &L->attn_norm_b, n, s->xn);
     const tl_weight *qkv[] = {&L->wq, &L->wk, &L->wv};
     float *const qkv_out[] = {s->q, s->k, s->v};
     tl_op_matmul_multi(m, qkv, 3, s->xn, n, qkv_out, s->mm_scratch, s->mm_scratch_floats);
@@ -460,13 +489,21 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
     add_rows(x, s->xn, n * d);
 
     /* feed-forward block */
-    tl_op_rmsnorm(x, L->ffn_norm.data, n, d, hp->rms_eps, s->xn);
-    const tl_weight *gate_up[] = {&L->w_gate, &L->w_up};
-    float *const gate_up_out[] = {s->gate, s->up};
-    tl_op_matmul_multi(m, gate_up, 2, s->xn, n, gate_up_out, s->mm_scratch,
-                       s->mm_scratch_floats);
-    tl_op_swiglu(m, s->gate, s->up, n * f);
+    norm(m, x, &L->ffn_norm, &L->ffn_norm_b, n, s->xn);
+    if (hp->ffn_relu) {
+        matmul(m, s, &L->w_up, s->xn, n, s->gate);
+        add_bias_rows(s->gate, &L->b_up, n, f);
+        tl_op_relu(s->gate, n * f);
+    } else {
+        const tl_weight *gate_up[] = {&L->w_gate, &L->w_up};
+        float *const gate_up_out[] = {s->gate, s->up};
+        tl_op_matmul_multi(m, gate_up, 2, s->xn, n, gate_up_out, s->mm_scratch,
+                           s->mm_scratch_floats);
+        add_bias_rows(s->up, &L->b_up, n, f);
+        tl_op_swiglu(m, s->gate, s->up, n * f);
+    }
     matmul(m, s, &L->w_down, s->gate, n, s->xn);
+    add_bias_rows(s->xn, &L->b_down, n, d);
     add_rows(x, s->xn, n * d);
     return TL_OK;
 }
@@ -475,7 +512,7 @@ void tl_llama_logits(tl_llama *m, tl_llama_scratch *s, const float *x, const int
                      int32_t n_out, float *logits) {
     const size_t d = (size_t)m->hp.n_embd;
     for (int32_t i = 0; i < n_out; i++) /* gather the rows, normalized, into xn */
-        tl_op_rmsnorm(x + (size_t)idx[i] * d, m->output_norm.data, 1, d, m->hp.rms_eps,
-                      s->xn + (size_t)i * d);
+        norm(m, x + (size_t)idx[i] * d, &m->output_norm, &m->output_norm_b, 1,
+             s->xn + (size_t)i * d);
     matmul(m, s, &m->output, s->xn, (size_t)n_out, logits);
 }

@@ -47,11 +47,13 @@ tl_status tl_llama_read_hparams(const tl_gguf *g, tl_llama_hparams *hp) {
     const tl_gguf_str *arch;
     tl_status st = tl_gguf_get_str(g, "general.architecture", &arch);
     if (st) return st;
-    if (strcmp(arch->s, "llama") != 0 && strcmp(arch->s, "qwen2") != 0)
-        return tl_error_set(TL_ERR_UNSUPPORTED, "architecture '%.40s' is not supported (llama "
-                            "and qwen2 are)", arch->s);
+    if (strcmp(arch->s, "llama") != 0 && strcmp(arch->s, "qwen2") != 0 &&
+        strcmp(arch->s, "opt") != 0)
+        return tl_error_set(TL_ERR_UNSUPPORTED, "architecture '%.40s' is not supported (llama, "
+                            "qwen2 and opt are)", arch->s);
     snprintf(hp->arch, sizeof hp->arch, "%s", arch->s);
     hp->rope_neox = strcmp(arch->s, "qwen2") == 0;
+    hp->layer_norm = hp->ffn_relu = hp->pos_learned = strcmp(arch->s, "opt") == 0;
     /* a Hugging Face folder keeps q and k in rotate-half order (format/hf_folder.h) */
     const tl_gguf_kv *neox = tl_gguf_find(g, "tierllm.rope_neox");
     if (neox) {
@@ -89,13 +91,15 @@ tl_status tl_llama_read_hparams(const tl_gguf *g, tl_llama_hparams *hp) {
     if (n_swa > (1u << 24))
         return tl_error_set(TL_ERR_FORMAT, "attention.sliding_window %u is too large", n_swa);
     hp->n_swa = (int32_t)n_swa;
-    if ((st = get_arch_f32(g, hp->arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps,
-                           1e-5f)) ||
+    /* LayerNorm's epsilon is under llama.cpp's key for LayerNorm architectures */
+    if ((st = get_arch_f32(g, hp->arch, hp->layer_norm ? "attention.layer_norm_epsilon"
+                                                       : "attention.layer_norm_rms_epsilon",
+                           &hp->rms_eps, 1e-5f)) ||
         (st = get_arch_f32(g, hp->arch, "rope.freq_base", &hp->rope_base, 10000.0f)))
         return st;
     if (!(hp->rms_eps > 0 && hp->rms_eps < 1) || !(hp->rope_base > 1))
-        return tl_error_set(TL_ERR_FORMAT, "invalid rms epsilon %g or rope base %g",
-                            hp->rms_eps, hp->rope_base);
+        return tl_error_set(TL_ERR_FORMAT, "invalid %s epsilon %g or rope base %g",
+                            hp->layer_norm ? "layer norm" : "rms", hp->rms_eps, hp->rope_base);
     hp->n_embd = (int32_t)n_embd;
     hp->n_ff = (int32_t)n_ff;
     hp->n_layer = (int32_t)n_layer;
@@ -175,7 +179,13 @@ static tl_status describe_weights(tl_llama *m) {
     if (m->tok_embd.convert)
         return tl_error_set(TL_ERR_UNSUPPORTED, "%s: token_embd.weight rows split %s blocks",
                             m->path, tl_type_name(m->tok_embd.file_type));
-    if ((st = describe(m, "output_norm.weight", d, 1, 1, &m->output_norm))) return st;
+    if ((st = describe(m, "output_norm.weight", d, 1, 1, &m->output_norm)) ||
+        (st = describe_optional(m, "output_norm.bias", d, &m->output_norm_b)))
+        return st;
+    /* learned positions: one row per position of the training context, kept in f32 */
+    if (hp->pos_learned &&
+        (st = describe(m, "position_embd.weight", d, (uint64_t)hp->n_ctx_train, 1, &m->pos_embd)))
+        return st;
     m->tied_output = tl_gguf_find_tensor(m->gguf, "output.weight") == NULL;
     if (m->tied_output) {
         m->output = m->tok_embd;
@@ -215,13 +225,17 @@ static tl_status describe_weights(tl_llama *m) {
             (st = describe(m, NAME("attn_v.weight"), d, kv_dim, 0, &L->wv)) ||
             (st = describe(m, NAME("attn_output.weight"), q_dim, d, 0, &L->wo)) ||
             (st = describe(m, NAME("ffn_norm.weight"), d, 1, 1, &L->ffn_norm)) ||
-            (st = describe(m, NAME("ffn_gate.weight"), d, f, 0, &L->w_gate)) ||
+            (!hp->ffn_relu && (st = describe(m, NAME("ffn_gate.weight"), d, f, 0, &L->w_gate))) ||
             (st = describe(m, NAME("ffn_up.weight"), d, f, 0, &L->w_up)) ||
             (st = describe(m, NAME("ffn_down.weight"), f, d, 0, &L->w_down)) ||
             (st = describe_optional(m, NAME("attn_q.bias"), q_dim, &L->bq)) ||
             (st = describe_optional(m, NAME("attn_k.bias"), kv_dim, &L->bk)) ||
             (st = describe_optional(m, NAME("attn_v.bias"), kv_dim, &L->bv)) ||
-            (st = describe_optional(m, NAME("attn_output.bias"), d, &L->bo)))
+            (st = describe_optional(m, NAME("attn_output.bias"), d, &L->bo)) ||
+            (st = describe_optional(m, NAME("ffn_up.bias"), f, &L->b_up)) ||
+            (st = describe_optional(m, NAME("ffn_down.bias"), d, &L->b_down)) ||
+            (st = describe_optional(m, NAME("attn_norm.bias"), d, &L->attn_norm_b)) ||
+            (st = describe_optional(m, NAME("ffn_norm.bias"), d, &L->ffn_norm_b)))
             return st;
 #undef NAME
     }
@@ -247,18 +261,23 @@ static tl_status describe_weights(tl_llama *m) {
 size_t tl_llama_weights(tl_llama *m, tl_weight **out, size_t cap) {
     size_t n = 0;
 #define PUT(w) do { if (n < cap) out[n] = (w); n++; } while (0)
+#define PUT_IF(w) do { if ((w)->name) PUT(w); } while (0)
     PUT(&m->tok_embd);
     PUT(&m->output_norm);
+    PUT_IF(&m->output_norm_b);
     if (!m->tied_output) PUT(&m->output);
-    if (m->rope_freqs.name) PUT(&m->rope_freqs);
+    PUT_IF(&m->rope_freqs);
+    PUT_IF(&m->pos_embd);
     for (int32_t l = 0; l < m->hp.n_layer; l++) {
         tl_llama_layer *L = &m->layers[l];
-        PUT(&L->attn_norm); PUT(&L->wq); PUT(&L->wk); PUT(&L->wv); PUT(&L->wo);
-        tl_weight *bias[4] = {&L->bq, &L->bk, &L->bv, &L->bo};
-        for (int i = 0; i < 4; i++)
-            if (bias[i]->name) PUT(bias[i]);
-        PUT(&L->ffn_norm); PUT(&L->w_gate); PUT(&L->w_up); PUT(&L->w_down);
+        PUT(&L->attn_norm); PUT_IF(&L->attn_norm_b);
+        PUT(&L->wq); PUT(&L->wk); PUT(&L->wv); PUT(&L->wo);
+        PUT_IF(&L->bq); PUT_IF(&L->bk); PUT_IF(&L->bv); PUT_IF(&L->bo);
+        PUT(&L->ffn_norm); PUT_IF(&L->ffn_norm_b);
+        PUT_IF(&L->w_gate); PUT(&L->w_up); PUT(&L->w_down);
+        PUT_IF(&L->b_up); PUT_IF(&L->b_down);
     }
+#undef PUT_IF
 #undef PUT
     return n;
 }

@@ -281,6 +281,20 @@ void tl_op_rmsnorm(const float *x, const float *g, size_t n, size_t d, float eps
     }
 }
 
+void tl_op_layernorm(const float *x, const float *g, const float *b, size_t n, size_t d,
+                     float eps, float *out) {
+    for (size_t r = 0; r < n; r++) {
+        const float *xr = x + r * d;
+        float *o = out + r * d;
+        double sum = 0, ss = 0;
+        for (size_t i = 0; i < d; i++) sum += xr[i];
+        const double mean = sum / (double)d;
+        for (size_t i = 0; i < d; i++) ss += ((double)xr[i] - mean) * ((double)xr[i] - mean);
+        const float scale = (float)(1.0 / sqrt(ss / (double)d + eps)), mf = (float)mean;
+        for (size_t i = 0; i < d; i++) o[i] = (xr[i] - mf) * scale * g[i] + (b ? b[i] : 0.0f);
+    }
+}
+
 void tl_op_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, float base,
                 int neox, const float *freq_divisors) {
     const int half = rope_dim / 2;
@@ -301,4 +315,8 @@ void tl_op_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, 
 void tl_op_swiglu(const tl_llama *m, float *gate, const float *up, size_t n) {
     if (m->use_reference) tl_swiglu_ref(gate, up, n);
     else tl_swiglu_fast(gate, up, n);
+}
+
+void tl_op_relu(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }

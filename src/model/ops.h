@@ -29,6 +29,11 @@ void tl_op_matmul_multi(tl_llama *m, const tl_weight *const *ws, size_t nw, cons
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * g[i] for each of n rows of d. */
 void tl_op_rmsnorm(const float *x, const float *g, size_t n, size_t d, float eps, float *out);
 
+/* out[i] = (x[i] - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * g[i] + b[i] for each
+ * of n rows of d (b may be NULL: no bias). */
+void tl_op_layernorm(const float *x, const float *g, const float *b, size_t n, size_t d,
+                     float eps, float *out);
+
 /* Rotates pairs of the first rope_dim dims of each of n_heads heads of head_dim in row x
  * by angle pos * base^(-2i/rope_dim) / freq_divisors[i] (no division when NULL), i <
  * rope_dim/2: adjacent pairs (x[2i], x[2i+1]) (GGML "normal" mode, Llama), or with neox
@@ -38,5 +43,8 @@ void tl_op_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, 
 
 /* gate[i] = silu(gate[i]) * up[i] for n elements. */
 void tl_op_swiglu(const tl_llama *m, float *gate, const float *up, size_t n);
+
+/* x[i] = max(x[i], 0) for n elements. */
+void tl_op_relu(float *x, size_t n);
 
 #endif

@@ -48,7 +48,8 @@ void tl_weight_layout_build(tl_weight_layout *L, tl_weight *const *ws, int n) {
 }
 
 /* A layer's attention (part 0) or FFN (part 1) matrices, without those converted to
- * f32 at load (always resident, never streamed). Returns the count. */
+ * f32 at load (always resident, never streamed) or absent (a ReLU FFN's gate). Returns
+ * the count. */
 int tl_llama_layer_matrices(const tl_llama_layer *L, int part, tl_weight **ws) {
     tl_llama_layer *ly = (tl_llama_layer *)L;
     tl_weight *attn[4] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo};
@@ -56,7 +57,7 @@ int tl_llama_layer_matrices(const tl_llama_layer *L, int part, tl_weight **ws) {
     tl_weight **src = part ? ffn : attn;
     int n = 0;
     for (int i = 0; i < (part ? 3 : 4); i++)
-        if (!src[i]->convert) ws[n++] = src[i];
+        if (src[i]->name && !src[i]->convert) ws[n++] = src[i];
     return n;
 }
 

@@ -9,7 +9,10 @@
  * row by row from a counter-based RNG so any byte range can be produced independently;
  * norms are 1. Quantized types use tl_quant_row, so the file is what a converter would
  * write. The families of model/llama.h: Llama (with Llama 3's rope_freqs and Mistral's
- * sliding window on request) and Qwen2 (its architecture keys and q/k/v biases).
+ * sliding window on request), Qwen2 (its architecture keys and q/k/v biases) and OPT
+ * (LayerNorm weights and biases, a learned position table, a ReLU FFN of two matrices,
+ * biases on every matrix, the classifier tied). Norm weights are 1 and every bias small
+ * and random, so that a bias left out changes the logits.
  */
 #include <math.h>
 #include <stdio.h>
@@ -71,9 +74,13 @@ static tl_status check_params(const tl_synth_params *p) {
         return tl_error_set(TL_ERR_INVALID, "synth: n_embd %d must divide into %d heads of "
                             "even size, and heads %d into %d kv heads", p->n_embd, p->n_head,
                             p->n_head, p->n_head_kv);
-    if ((p->family != TL_SYNTH_LLAMA && p->family != TL_SYNTH_QWEN2) || p->n_swa < 0)
+    if ((p->family != TL_SYNTH_LLAMA && p->family != TL_SYNTH_QWEN2 &&
+         p->family != TL_SYNTH_OPT) || p->n_swa < 0)
         return tl_error_set(TL_ERR_INVALID, "synth: unknown family %d or sliding window %d",
                             p->family, p->n_swa);
+    if (p->family == TL_SYNTH_OPT && (p->rope_freqs || p->n_swa > 0 || p->n_head_kv != p->n_head))
+        return tl_error_set(TL_ERR_INVALID, "synth: OPT has no RoPE, no sliding window and as "
+                            "many kv heads as heads");
     if (p->mix != TL_MIX_NONE && (p->mix < TL_MIX_Q2_K || p->mix > TL_MIX_Q6_K))
         return tl_error_set(TL_ERR_INVALID, "synth: unknown K-quant mix %d", p->mix);
     if (!p->mix && !tl_type_known((uint32_t)p->weight_type))
@@ -159,29 +166,36 @@ static size_t build_tensors(const tl_synth_params *p, synth_tensor *t) {
         n++;                                                                                 \
     } while (0)
     /* a tied classifier is the embedding: it gets the output's type */
-    ADD("token_embd.weight", d, (uint64_t)p->n_vocab,
-        p->tied_output ? mix_type(p, M_OUTPUT, 0) : wt, 0);
+    const int opt = p->family == TL_SYNTH_OPT, tied = p->tied_output || opt;
+    ADD("token_embd.weight", d, (uint64_t)p->n_vocab, tied ? mix_type(p, M_OUTPUT, 0) : wt, 0);
     ADD("output_norm.weight", d, 1, TL_TYPE_F32, 1);
-    if (!p->tied_output)
+    if (opt) ADD("output_norm.bias", d, 1, TL_TYPE_F32, K_RANDOM);
+    if (!tied)
         ADD("output.weight", d, (uint64_t)p->n_vocab, mix_type(p, M_OUTPUT, 0), K_RANDOM);
     if (p->rope_freqs) ADD("rope_freqs.weight", hd / 2, 1, TL_TYPE_F32, K_ROPE_FREQS);
+    if (opt) ADD("position_embd.weight", d, (uint64_t)p->n_ctx, TL_TYPE_F32, K_RANDOM);
     for (int l = 0; l < p->n_layer; l++) {
         char nm[64];
 #define LNAME(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
         ADD(LNAME("attn_norm.weight"), d, 1, TL_TYPE_F32, 1);
+        if (opt) ADD(LNAME("attn_norm.bias"), d, 1, TL_TYPE_F32, K_RANDOM);
         ADD(LNAME("attn_q.weight"), d, d, wt, 0);
         ADD(LNAME("attn_k.weight"), d, kvd, wt, 0);
         ADD(LNAME("attn_v.weight"), d, kvd, mix_type(p, M_ATTN_V, l), 0);
-        if (p->family == TL_SYNTH_QWEN2) {
+        if (p->family == TL_SYNTH_QWEN2 || opt) {
             ADD(LNAME("attn_q.bias"), d, 1, TL_TYPE_F32, K_RANDOM);
             ADD(LNAME("attn_k.bias"), kvd, 1, TL_TYPE_F32, K_RANDOM);
             ADD(LNAME("attn_v.bias"), kvd, 1, TL_TYPE_F32, K_RANDOM);
         }
         ADD(LNAME("attn_output.weight"), d, d, mix_type(p, M_ATTN_OUTPUT, l), 0);
+        if (opt) ADD(LNAME("attn_output.bias"), d, 1, TL_TYPE_F32, K_RANDOM);
         ADD(LNAME("ffn_norm.weight"), d, 1, TL_TYPE_F32, 1);
-        ADD(LNAME("ffn_gate.weight"), d, f, wt, 0);
+        if (opt) ADD(LNAME("ffn_norm.bias"), d, 1, TL_TYPE_F32, K_RANDOM);
+        if (!opt) ADD(LNAME("ffn_gate.weight"), d, f, wt, 0);
         ADD(LNAME("ffn_up.weight"), d, f, wt, 0);
+        if (opt) ADD(LNAME("ffn_up.bias"), f, 1, TL_TYPE_F32, K_RANDOM);
         ADD(LNAME("ffn_down.weight"), f, d, mix_type(p, M_FFN_DOWN, l), 0);
+        if (opt) ADD(LNAME("ffn_down.bias"), d, 1, TL_TYPE_F32, K_RANDOM);
 #undef LNAME
     }
 #undef ADD
@@ -355,11 +369,12 @@ tl_status tl_synth_write(const tl_synth_params *p, const char *path) {
     build_tensors(p, s.t);
     if ((st = tl_gguf_writer_open(&w))) goto done;
     char name[64];
-    snprintf(name, sizeof name, "synthetic-%s-%dL-%dd-%s",
-             p->family == TL_SYNTH_QWEN2 ? "qwen2" : "llama", p->n_layer, p->n_embd,
+    const char *arch = p->family == TL_SYNTH_QWEN2 ? "qwen2"
+                       : p->family == TL_SYNTH_OPT ? "opt" : "llama";
+    snprintf(name, sizeof name, "synthetic-%s-%dL-%dd-%s", arch, p->n_layer, p->n_embd,
              p->mix ? tl_synth_mix_name(p->mix) : tl_type_name((tl_type)p->weight_type));
     const uint32_t file_type = p->mix ? (uint32_t)p->mix : synth_file_type((tl_type)p->weight_type);
-    const char *arch = p->family == TL_SYNTH_QWEN2 ? "qwen2" : "llama";
+    const int opt = p->family == TL_SYNTH_OPT;
     char key[128];
 #define KEY(k) (snprintf(key, sizeof key, "%s." k, arch), key)
     if ((st = tl_gguf_writer_set_str(w, "general.architecture", arch)) ||
@@ -372,10 +387,11 @@ tl_status tl_synth_write(const tl_synth_params *p, const char *path) {
         (st = tl_gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)p->n_head)) ||
         (st = tl_gguf_writer_set_u32(w, KEY("attention.head_count_kv"),
                                      (uint32_t)p->n_head_kv)) ||
-        (st = tl_gguf_writer_set_u32(w, KEY("rope.dimension_count"),
-                                     (uint32_t)(p->n_embd / p->n_head))) ||
-        (st = tl_gguf_writer_set_f32(w, KEY("rope.freq_base"), p->rope_base)) ||
-        (st = tl_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f)) ||
+        (!opt && (st = tl_gguf_writer_set_u32(w, KEY("rope.dimension_count"),
+                                              (uint32_t)(p->n_embd / p->n_head)))) ||
+        (!opt && (st = tl_gguf_writer_set_f32(w, KEY("rope.freq_base"), p->rope_base))) ||
+        (opt && (st = tl_gguf_writer_set_f32(w, KEY("attention.layer_norm_epsilon"), 1e-5f))) ||
+        (!opt && (st = tl_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f))) ||
         (p->n_swa > 0 &&
          (st = tl_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)p->n_swa))) ||
         (st = tl_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama")) ||

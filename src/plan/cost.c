@@ -113,7 +113,8 @@ static double layer_matmul_s(const tl_model *m, const tl_hw_profile *prof, int32
         if (mo->layer[i] >= 0 && mo->rows[i] == rows && same_shapes(m, mo->layer[i], l))
             return mo->s[i];
     double mm = 0;
-    for (int i = 0; i < 7; i++) mm += tl_cost_matmul(prof, layer_weight(m, l, i), rows);
+    for (int i = 0; i < 7; i++) /* a ReLU FFN has no gate */
+        if (layer_weight(m, l, i)->name) mm += tl_cost_matmul(prof, layer_weight(m, l, i), rows);
     if (mo) {
         mo->layer[mo->next] = l, mo->rows[mo->next] = rows, mo->s[mo->next] = mm;
         mo->next = (mo->next + 1) % MM_MEMO;

@@ -270,9 +270,11 @@ static double model_matmul_seconds(tl_model *m) {
         tl_llama_layer *L = &m->lm.layers[l];
         const tl_weight *lw[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
                                   &L->w_down};
-        for (int i = 0; i < 7; i++) ws[k++] = lw[i];
+        for (int i = 0; i < 7; i++)
+            if (lw[i]->name) ws[k++] = lw[i]; /* a ReLU FFN has no gate */
     }
     ws[k++] = m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output;
+    nw = k;
     for (size_t i = 0; i < nw; i++) {
         maxk = ws[i]->cols > maxk ? ws[i]->cols : maxk;
         maxr = ws[i]->rows > maxr ? ws[i]->rows : maxr;

@@ -97,13 +97,18 @@ int tl_cmd_info(int argc, char **argv) {
         printf("file:          %s (GGUF v%u, %llu tensors, %llu metadata keys)\n", path,
                g->version, (unsigned long long)g->n_tensors, (unsigned long long)g->n_kv);
     printf("name:          %s\n", name ? name->s : "(none)");
-    printf("architecture:  %s (family: %s%s)\n", hp.arch, strcmp(hp.arch, "qwen2") ? "Llama" : "Qwen2",
+    printf("architecture:  %s (family: %s%s)\n", hp.arch,
+           !strcmp(hp.arch, "qwen2") ? "Qwen2" : !strcmp(hp.arch, "opt") ? "OPT" : "Llama",
            hp.n_swa > 0 ? ", sliding-window attention" : "");
     printf("vocabulary:    %llu\n", emb ? (unsigned long long)emb->ne[1] : 0ull);
     printf("embedding:     %d\nfeed-forward:  %d\nlayers:        %d\n", hp.n_embd, hp.n_ff,
            hp.n_layer);
-    printf("heads:         %d (kv %d, head dim %d, rope dims %d, base %g)\n", hp.n_head,
-           hp.n_head_kv, hp.head_dim, hp.rope_dim, hp.rope_base);
+    if (hp.pos_learned)
+        printf("heads:         %d (kv %d, head dim %d, learned positions, LayerNorm, ReLU FFN)\n",
+               hp.n_head, hp.n_head_kv, hp.head_dim);
+    else
+        printf("heads:         %d (kv %d, head dim %d, rope dims %d, base %g)\n", hp.n_head,
+               hp.n_head_kv, hp.head_dim, hp.rope_dim, hp.rope_base);
     printf("context:       %d\n", hp.n_ctx_train);
     printf("parameters:    %.3f M\n", elems / 1e6);
     printf("weights:       %.2f MiB", total / 1048576.0);

@@ -1,4 +1,5 @@
-/* cmd_synth.c - `tierllm synth`: write a random-weight Llama GGUF of a given shape. */
+/* cmd_synth.c - `tierllm synth`: write a random-weight GGUF (Llama, Qwen2 or OPT) of a
+ * given shape. */
 #include <stdio.h>
 #include <string.h>
 #include "tools/cli.h"
@@ -13,7 +14,9 @@ static void usage(void) {
            "                    q5_k_m | q6_k_mix (default f32)\n"
            "  --vocab N --embd N --ff N --layers N --heads N --kv-heads N --ctx N\n"
            "  --tied            no output.weight (classifier tied to the embedding)\n"
-           "  --arch A          llama | qwen2 (q/k/v biases, NEOX RoPE) (default llama)\n"
+           "  --arch A          llama | qwen2 (q/k/v biases, NEOX RoPE) | opt (LayerNorm,\n"
+           "                    learned positions, ReLU FFN, biases, tied; kv heads = heads\n"
+           "                    unless given) (default llama)\n"
            "  --rope-freqs      write Llama 3's rope_freqs.weight (frequency divisors)\n"
            "  --swa N           sliding-window attention over the last N positions (Mistral)\n"
            "  --seed S          weight seed (default 1)\n");
@@ -45,6 +48,7 @@ int tl_cmd_synth(int argc, char **argv) {
     tl_synth_params p;
     tl_synth_preset("stories260k", &p);
     const char *out = NULL;
+    int kv_heads_given = 0;
     /* the preset is applied first wherever it appears, then shape flags override it */
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--preset") && i + 1 < argc) {
@@ -66,15 +70,21 @@ int tl_cmd_synth(int argc, char **argv) {
             VAL();
             if (!strcmp(v, "llama")) p.family = TL_SYNTH_LLAMA;
             else if (!strcmp(v, "qwen2")) p.family = TL_SYNTH_QWEN2;
+            else if (!strcmp(v, "opt")) p.family = TL_SYNTH_OPT;
             else {
-                fprintf(stderr, "error: --arch expects llama or qwen2, got '%s'\n", v);
+                fprintf(stderr, "error: --arch expects llama, qwen2 or opt, got '%s'\n", v);
                 return 2;
             }
         }
         INT("--swa", n_swa)
         else if (!strcmp(a, "--seed")) { VAL(); if (!cli_u64(a, v, &p.seed)) return 2; }
         INT("--vocab", n_vocab) INT("--embd", n_embd) INT("--ff", n_ff)
-        INT("--layers", n_layer) INT("--heads", n_head) INT("--kv-heads", n_head_kv)
+        INT("--layers", n_layer) INT("--heads", n_head)
+        else if (!strcmp(a, "--kv-heads")) {
+            VAL();
+            if (!cli_int(a, v, 1, 1 << 24, &p.n_head_kv)) return 2;
+            kv_heads_given = 1;
+        }
         INT("--ctx", n_ctx)
         else {
             fprintf(stderr, "error: unknown option '%s' (see tierllm synth --help)\n", a);
@@ -83,6 +93,7 @@ int tl_cmd_synth(int argc, char **argv) {
 #undef INT
 #undef VAL
     }
+    if (p.family == TL_SYNTH_OPT && !kv_heads_given) p.n_head_kv = p.n_head;
     if (!out) {
         fprintf(stderr, "error: -o OUT.gguf is required\n");
         return 2;

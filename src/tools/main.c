@@ -10,7 +10,7 @@ static void usage(FILE *f) {
             "  run     generate text:   tierllm run -m MODEL.gguf -p PROMPT -n N [--temp T]\n"
             "  batch   many prompts:    tierllm batch -m MODEL -i in.jsonl -o out.jsonl\n"
             "  info    describe a model: tierllm info -m MODEL.gguf\n"
-            "  synth   write a random-weight Llama GGUF: tierllm synth --preset NAME -o OUT\n"
+            "  synth   write a random-weight GGUF: tierllm synth --preset NAME -o OUT\n"
             "  logits  dump logits:     tierllm logits -m MODEL --tokens 1,2,3 -o OUT.f32\n"
             "  plan    choose a policy:  tierllm plan -m MODEL --mem-budget 2G --prompt-len 128 ...\n"
             "  profile measure this machine (disk, memory, kernels): tierllm profile\n"

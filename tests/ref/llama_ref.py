@@ -16,6 +16,12 @@ key names for both; any other architecture is a ValueError), following llama.cpp
   position p attends to keys at p - W < t <= p (is_masked_swa, LLAMA_SWA_TYPE_STANDARD),
   in every layer; "<arch>.attention.key_length": head_dim (default n_embd / n_head).
   Without them, the plain causal Llama forward as before.
+  * "opt" (OPT, as Hugging Face's OPTForCausalLM with do_layer_norm_before): no RoPE;
+    x = token_embd[t] + position_embd[p] (position_embd row p holds position p: the
+    checkpoint's two leading offset rows are dropped by the converter); LayerNorm
+    (x - mean) / sqrt(var + eps) * w + b (eps: "opt.attention.layer_norm_epsilon") before
+    attention, before the FFN and at the output; FFN = ffn_down(relu(ffn_up(x) + b_up))
+    + b_down, no gate; attention with biases on q, k, v, output; n_head_kv = n_head.
 
 Activation rounding (the engine's numeric contract, src/kernels/kernels.h): a matmul
 whose weight the engine keeps quantized first rounds its input rows blockwise, in
@@ -182,7 +188,7 @@ def _selftest_rounding():
 
 # general.architecture -> RoPE pairing, as llama.cpp's llama_model_rope_type(): LLAMA is
 # LLAMA_ROPE_TYPE_NORM (adjacent pairs), QWEN2 is LLAMA_ROPE_TYPE_NEOX (halves).
-ARCH_ROPE = {"llama": "norm", "qwen2": "neox"}
+ARCH_ROPE = {"llama": "norm", "qwen2": "neox", "opt": None}   # opt: learned positions
 
 
 def rope(x, positions, rope_dim, base, neox=False, freq_factors=None):
@@ -245,7 +251,9 @@ class LlamaConfig:
         self.n_ff = int(key("feed_forward_length"))
         self.n_head = int(key("attention.head_count"))
         self.n_head_kv = int(key("attention.head_count_kv", self.n_head))
-        self.eps = float(key("attention.layer_norm_rms_epsilon"))
+        self.layer_norm = arch == "opt"          # LayerNorm (with bias) and ReLU FFN
+        self.eps = float(key("attention.layer_norm_epsilon" if self.layer_norm
+                             else "attention.layer_norm_rms_epsilon"))
         self.rope_base = float(key("rope.freq_base", 10000.0))
         self.head_dim = int(key("attention.key_length", self.n_embd // self.n_head))
         value_length = int(key("attention.value_length", self.head_dim))
@@ -301,6 +309,11 @@ class LlamaRef:
         self.tok_embd = w("token_embd.weight")                  # (n_vocab, n_embd)
         self.n_vocab = self.tok_embd.shape[0]
         self.output_norm = w("output_norm.weight")               # (n_embd,)
+        self.output_norm_b = optional("output_norm.bias")
+        # OPT's learned positions, (n_ctx, n_embd); None for the RoPE families
+        self.pos_embd = optional("position_embd.weight") if self.cfg.layer_norm else None
+        if self.cfg.layer_norm and self.pos_embd is None:
+            raise ValueError("opt: position_embd.weight missing")
         if "output.weight" in g.tensors:
             self.output = w("output.weight")                     # (n_vocab, n_embd)
         else:
@@ -310,10 +323,13 @@ class LlamaRef:
         self.layers = []
         for i in range(self.cfg.n_layer):
             p = "blk.%d." % i
-            L = {k: w(p + k + ".weight") for k in (
-                "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")}
-            for k in BIASES:
+            mats = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+                    "ffn_norm", "ffn_up", "ffn_down"]
+            if not self.cfg.layer_norm:                          # OPT's FFN has no gate
+                mats.append("ffn_gate")
+            L = {k: w(p + k + ".weight") for k in mats}
+            L.setdefault("ffn_gate", None)
+            for k in BIASES + ("attn_norm", "ffn_norm", "ffn_up", "ffn_down"):
                 L[k + ".bias"] = optional(p + k + ".bias")       # None when absent
             self.layers.append(L)
         self._check_shapes()
@@ -322,7 +338,8 @@ class LlamaRef:
     def rounds_any(self):
         """True if some matmul rounds its activations (a weight of a rounding type)."""
         mats = [self.output] + [L[k] for L in self.layers for k in (
-            "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")]
+            "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+            if L[k] is not None]
         return any(self.rounds[id(m)] is not None for m in mats)
 
     def mm(self, x, W):
@@ -349,7 +366,9 @@ class LlamaRef:
                 "ffn_gate": (c.n_ff, c.n_embd), "ffn_up": (c.n_ff, c.n_embd),
                 "ffn_down": (c.n_embd, c.n_ff),
                 "attn_q.bias": (q,), "attn_k.bias": (kv,), "attn_v.bias": (kv,),
-                "attn_output.bias": (c.n_embd,)}
+                "attn_output.bias": (c.n_embd,), "attn_norm.bias": (c.n_embd,),
+                "ffn_norm.bias": (c.n_embd,), "ffn_up.bias": (c.n_ff,),
+                "ffn_down.bias": (c.n_embd,)}
         for i, L in enumerate(self.layers):
             for k, shape in want.items():
                 if L[k] is not None and L[k].shape != shape:
@@ -361,6 +380,9 @@ class LlamaRef:
         assert self.tok_embd.shape == (self.n_vocab, c.n_embd)
         assert self.output.shape == (self.n_vocab, c.n_embd)
         assert self.output_norm.shape == (c.n_embd,)
+        if self.pos_embd is not None and self.pos_embd.shape != (c.n_ctx, c.n_embd):
+            raise ValueError("position_embd.weight: shape %s, expected (%d, %d)"
+                             % (self.pos_embd.shape, c.n_ctx, c.n_embd))
 
     # --- building blocks -------------------------------------------------
 
@@ -368,6 +390,21 @@ class LlamaRef:
         # x: (T, n_embd)
         ms = np.mean(x * x, axis=-1, keepdims=True)
         return x * (1.0 / np.sqrt(ms + self.cfg.eps)) * w
+
+    def layernorm(self, x, w, b):
+        """OPT's LayerNorm over the last axis: biased variance, eps inside the root."""
+        mean = np.mean(x, axis=-1, keepdims=True)
+        var = np.mean((x - mean) ** 2, axis=-1, keepdims=True)
+        y = (x - mean) / np.sqrt(var + self.cfg.eps) * w
+        return y if b is None else y + b
+
+    def norm(self, x, L, name):
+        """The family's norm with blk.N.<name>.weight (and .bias when present)."""
+        if self.cfg.layer_norm:
+            return self.layernorm(x, L[name], L[name + ".bias"])
+        y = self.rmsnorm(x, L[name])
+        b = L[name + ".bias"]
+        return y if b is None else y + b
 
     def rope(self, x, positions):
         """RoPE of the architecture (see rope()): adjacent pairs for llama, halves
@@ -383,8 +420,9 @@ class LlamaRef:
         q = self.linear(x, L, "attn_q").reshape(T, c.n_head, c.head_dim)
         k = self.linear(x, L, "attn_k").reshape(T, c.n_head_kv, c.head_dim)
         v = self.linear(x, L, "attn_v").reshape(T, c.n_head_kv, c.head_dim)
-        q = self.rope(q, positions)
-        k = self.rope(k, positions)
+        if c.rope_type is not None:                                    # not OPT
+            q = self.rope(q, positions)
+            k = self.rope(k, positions)
 
         # Grouped-query attention: query head h uses kv head h // group.
         group = c.n_head // c.n_head_kv
@@ -404,10 +442,13 @@ class LlamaRef:
         return self.linear(out, L, "attn_output")
 
     def ffn(self, x, L):
+        if self.cfg.layer_norm:                                        # OPT: ReLU, biases
+            h = np.maximum(self.linear(x, L, "ffn_up"), 0.0)
+            return self.linear(h, L, "ffn_down")
         g = self.mm(x, L["ffn_gate"])
-        u = self.mm(x, L["ffn_up"])
+        u = self.linear(x, L, "ffn_up")
         silu = g / (1.0 + np.exp(-g))
-        return self.mm(silu * u, L["ffn_down"])
+        return self.linear(silu * u, L, "ffn_down")
 
     # --- forward ---------------------------------------------------------
 
@@ -420,10 +461,20 @@ class LlamaRef:
             raise ValueError("token id out of range [0, %d)" % self.n_vocab)
         positions = np.arange(len(tokens))
         x = self.tok_embd[tokens]                                      # (T, n_embd)
+        if self.pos_embd is not None:
+            if len(tokens) > self.pos_embd.shape[0]:
+                raise ValueError("%d tokens exceed the %d learned positions"
+                                 % (len(tokens), self.pos_embd.shape[0]))
+            x = x + self.pos_embd[positions]
         for L in self.layers:
-            x = x + self.attention(self.rmsnorm(x, L["attn_norm"]), L, positions)
-            x = x + self.ffn(self.rmsnorm(x, L["ffn_norm"]), L)
-        x = self.rmsnorm(x, self.output_norm)
+            x = x + self.attention(self.norm(x, L, "attn_norm"), L, positions)
+            x = x + self.ffn(self.norm(x, L, "ffn_norm"), L)
+        if self.cfg.layer_norm:
+            x = self.layernorm(x, self.output_norm, self.output_norm_b)
+        else:
+            x = self.rmsnorm(x, self.output_norm)
+            if self.output_norm_b is not None:
+                x = x + self.output_norm_b
         return self.mm(x, self.output)
 
     def greedy(self, tokens, n):

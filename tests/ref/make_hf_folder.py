@@ -7,17 +7,21 @@ Usage:
 For the test that a folder and the GGUF it came from give the same logits (hf_cli.sh).
 Written from the formats, independent of the engine: config.json (LlamaForCausalLM, or
 Qwen2ForCausalLM for general.architecture "qwen2"; MistralForCausalLM with its
-sliding_window when the GGUF has one), model.safetensors (or N shards and
-model.safetensors.index.json), and a byte-level BPE tokenizer.json whose vocabulary is
-the GGUF's tokens (no merges: the test feeds token ids). A rope_freqs.weight (synth's,
-Llama 3.1's divisors) becomes the config's rope_scaling.
+sliding_window when the GGUF has one; OPTForCausalLM for "opt"), model.safetensors (or N
+shards and model.safetensors.index.json), and a byte-level BPE tokenizer.json whose
+vocabulary is the GGUF's tokens (no merges: the test feeds token ids), or with
+--gpt2-files the vocab.json and merges.txt OPT's checkpoints ship instead. A
+rope_freqs.weight (synth's, Llama 3.1's divisors) becomes the config's rope_scaling.
+OPT's names are Hugging Face's (model.decoder.*: fc1/fc2, out_proj, self_attn_layer_norm,
+final_layer_norm), and its embed_positions has the two leading rows OPT's position offset
+skips (filled with large values, so an engine that reads them gives other logits).
 
 GGUF converters permute the rows of a Llama model's q and k projections so that RoPE
 rotates adjacent pairs; Hugging Face keeps them in rotate-half order. The inverse
 permutation is applied here for "llama" (Qwen2 GGUFs are not permuted), so the folder is
 what the original checkpoint looked like. Weights are written in --dtype (synthesize the
-GGUF in that type so the values are exact; for bf16, a tensor that is not exact in it,
-such as an f32 bias, stays F32).
+GGUF in that type so the values are exact; for f16 and bf16, a tensor that is not exact
+in it, such as an f32 bias, stays F32).
 --misalign puts a 2-byte gap before the first tensor's data (a hostile layout for f32).
 """
 
@@ -44,8 +48,10 @@ def to_bytes(a, dtype):
     a = np.ascontiguousarray(a, dtype=np.float32)
     if dtype == "f32":
         return "F32", a.astype("<f4").tobytes()
-    if dtype == "f16":
-        return "F16", a.astype("<f2").tobytes()
+    if dtype == "f16":  # a tensor not exact in f16 (an f32 bias) stays F32
+        h = a.astype("<f2")
+        return ("F16", h.tobytes()) if np.array_equal(h.astype(np.float32), a) \
+            else ("F32", a.astype("<f4").tobytes())
     bits = a.view(np.uint32)  # bf16: the top half, where the values are exact in bf16
     if np.any(bits & 0xFFFF):  # (an f32 tensor of the GGUF, a bias: kept in F32)
         return "F32", a.astype("<f4").tobytes()
@@ -78,6 +84,7 @@ def main(argv=None):
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16"])
     ap.add_argument("--misalign", action="store_true")
+    ap.add_argument("--gpt2-files", action="store_true")
     a = ap.parse_args(argv)
     g = GGUFFile(a.gguf)
     arch = g.get("general.architecture")
@@ -95,6 +102,19 @@ def main(argv=None):
                  "ffn_norm.weight": "post_attention_layernorm.weight",
                  "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
                  "ffn_down.weight": "mlp.down_proj.weight"}
+    if arch == "opt":
+        names = {"token_embd.weight": "model.decoder.embed_tokens.weight",
+                 "position_embd.weight": "model.decoder.embed_positions.weight",
+                 "output_norm.weight": "model.decoder.final_layer_norm.weight",
+                 "output_norm.bias": "model.decoder.final_layer_norm.bias"}
+        per_layer = {}
+        for gg, hf in (("attn_norm", "self_attn_layer_norm"), ("attn_q", "self_attn.q_proj"),
+                       ("attn_k", "self_attn.k_proj"), ("attn_v", "self_attn.v_proj"),
+                       ("attn_output", "self_attn.out_proj"), ("ffn_norm", "final_layer_norm"),
+                       ("ffn_up", "fc1"), ("ffn_down", "fc2")):
+            for kind in ("weight", "bias"):
+                per_layer["%s.%s" % (gg, kind)] = "%s.%s" % (hf, kind)
+    layer_prefix = "model.decoder.layers" if arch == "opt" else "model.layers"
     tensors = []
     for name in g.tensors:
         if name == "rope_freqs.weight":  # Hugging Face computes it from rope_scaling
@@ -105,8 +125,10 @@ def main(argv=None):
             parts = name.split(".", 2)
             if parts[0] != "blk" or parts[2] not in per_layer:
                 raise ValueError("no Hugging Face name for %s" % name)
-            hf = "model.layers.%s.%s" % (parts[1], per_layer[parts[2]])
+            hf = "%s.%s.%s" % (layer_prefix, parts[1], per_layer[parts[2]])
         w = g.tensor(name)
+        if name == "position_embd.weight":  # OPT's offset: positions start at row 2
+            w = np.concatenate([np.full((2, w.shape[1]), 7.0, np.float32), w])
         if arch == "llama" and name.endswith(("attn_q.weight", "attn_q.bias")):
             w = unpermute(w, n_head)
         if arch == "llama" and name.endswith(("attn_k.weight", "attn_k.bias")):
@@ -126,25 +148,49 @@ def main(argv=None):
         with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {}, "weight_map": weight_map}, f)
     emb = g.tensors["token_embd.weight"]
-    cls = {"llama": "MistralForCausalLM" if swa else "LlamaForCausalLM",
-           "qwen2": "Qwen2ForCausalLM"}[arch]
-    config = {"architectures": [cls], "hidden_size": key("embedding_length"),
-              "intermediate_size": key("feed_forward_length"), "num_hidden_layers": n_layer,
-              "num_attention_heads": n_head, "num_key_value_heads": n_head_kv,
-              "rms_norm_eps": key("attention.layer_norm_rms_epsilon"),
-              "rope_theta": key("rope.freq_base", 10000.0),
-              "max_position_embeddings": key("context_length"), "vocab_size": emb.ne[1],
-              "bos_token_id": g.get("tokenizer.ggml.bos_token_id", 1),
-              "eos_token_id": g.get("tokenizer.ggml.eos_token_id", 2),
-              "tie_word_embeddings": "output.weight" not in g.tensors,
-              # synth's rope_freqs are Llama 3.1's divisors for these parameters
-              "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
-              if "rope_freqs.weight" in g.tensors else None,
-              "sliding_window": swa, "use_sliding_window": bool(swa)}
+    if arch == "opt":
+        config = {"architectures": ["OPTForCausalLM"], "model_type": "opt",
+                  "hidden_size": key("embedding_length"), "ffn_dim": key("feed_forward_length"),
+                  "num_hidden_layers": n_layer, "num_attention_heads": n_head,
+                  "max_position_embeddings": key("context_length"), "vocab_size": emb.ne[1],
+                  "word_embed_proj_dim": key("embedding_length"), "do_layer_norm_before": True,
+                  "activation_function": "relu", "enable_bias": True,
+                  "layer_norm_elementwise_affine": True, "bos_token_id": 2, "eos_token_id": 2,
+                  "pad_token_id": 1}
+    else:
+        config = llama_config(g, arch, key, n_layer, n_head, n_head_kv, swa, emb)
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
     tokens = g.get("tokenizer.ggml.tokens")
+    if a.gpt2_files:  # the vocabulary's pieces as they are, no merges: ids are fed
+        with open(os.path.join(a.out, "vocab.json"), "w", encoding="utf-8") as f:
+            json.dump({t: i for i, t in enumerate(tokens)}, f, ensure_ascii=False)
+        with open(os.path.join(a.out, "merges.txt"), "w") as f:
+            f.write("#version: 0.2\n")
+        return
+    write_tokenizer_json(a.out, tokens)
+
+
+def llama_config(g, arch, key, n_layer, n_head, n_head_kv, swa, emb):
+    cls = {"llama": "MistralForCausalLM" if swa else "LlamaForCausalLM",
+           "qwen2": "Qwen2ForCausalLM"}[arch]
+    return {"architectures": [cls], "hidden_size": key("embedding_length"),
+            "intermediate_size": key("feed_forward_length"), "num_hidden_layers": n_layer,
+            "num_attention_heads": n_head, "num_key_value_heads": n_head_kv,
+            "rms_norm_eps": key("attention.layer_norm_rms_epsilon"),
+            "rope_theta": key("rope.freq_base", 10000.0),
+            "max_position_embeddings": key("context_length"), "vocab_size": emb.ne[1],
+            "bos_token_id": g.get("tokenizer.ggml.bos_token_id", 1),
+            "eos_token_id": g.get("tokenizer.ggml.eos_token_id", 2),
+            "tie_word_embeddings": "output.weight" not in g.tensors,
+            # synth's rope_freqs are Llama 3.1's divisors for these parameters
+            "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+            if "rope_freqs.weight" in g.tensors else None,
+            "sliding_window": swa, "use_sliding_window": bool(swa)}
+
+
+def write_tokenizer_json(out, tokens):
     vocab = {}
     for i, t in enumerate(tokens):
         vocab.setdefault(t, i)
@@ -155,7 +201,7 @@ def main(argv=None):
     tok = {"version": "1.0", "added_tokens": added,
            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
            "model": {"type": "BPE", "vocab": vocab, "merges": []}}
-    with open(os.path.join(a.out, "tokenizer.json"), "w") as f:
+    with open(os.path.join(out, "tokenizer.json"), "w") as f:
         json.dump(tok, f)
 
 

@@ -3,6 +3,12 @@ converted the way Hugging Face converts one (SentencePiece -> BPE with byte fall
 
 Usage:
     /usr/bin/python3 tests/ref/make_hf_tokenizer.py VOCAB.gguf OUT_DIR
+    /usr/bin/python3 tests/ref/make_hf_tokenizer.py --gpt2-files VOCAB.gguf OUT_DIR
+
+--gpt2-files: for a byte-level BPE GGUF (GPT-2's), the two files GPT-2-style checkpoints
+(OPT's) ship instead of tokenizer.json: vocab.json ({piece: id}, pieces in GPT-2's
+byte-to-unicode alphabet, as the GGUF stores them) and merges.txt ("#version: 0.2", then
+one "left right" merge per line, in rank order), with an OPTForCausalLM config.json.
 
 For test_tokenizer: the folder's tokenizer must reproduce llama.cpp's test vectors for the
 GGUF it came from. Written from the converter's rules, independent of the engine:
@@ -25,7 +31,37 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gguf_np import GGUFFile  # noqa: E402
 
 
+def empty_weights(out):
+    with open(os.path.join(out, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", 8) + b"{}      ")
+
+
+def gpt2_files(path, out):
+    g = GGUFFile(path)
+    tokens = g.get("tokenizer.ggml.tokens")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump({t: i for i, t in enumerate(tokens)}, f, ensure_ascii=False)
+    with open(os.path.join(out, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n")
+        for m in g.get("tokenizer.ggml.merges"):
+            f.write(m + "\n")
+    eos = g.get("tokenizer.ggml.eos_token_id", len(tokens) - 1)
+    config = {"architectures": ["OPTForCausalLM"], "model_type": "opt", "hidden_size": 64,
+              "ffn_dim": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
+              "vocab_size": len(tokens), "word_embed_proj_dim": 64,
+              "do_layer_norm_before": True, "activation_function": "relu",
+              "bos_token_id": g.get("tokenizer.ggml.bos_token_id", eos), "eos_token_id": eos,
+              "pad_token_id": eos, "max_position_embeddings": 2048}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f)
+    empty_weights(out)
+
+
 def main():
+    if sys.argv[1] == "--gpt2-files":
+        gpt2_files(sys.argv[2], sys.argv[3])
+        return
     g = GGUFFile(sys.argv[1])
     out = sys.argv[2]
     tokens = g.get("tokenizer.ggml.tokens")
@@ -63,8 +99,7 @@ def main():
               "eos_token_id": g.get("tokenizer.ggml.eos_token_id", 2)}
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(config, f)
-    with open(os.path.join(out, "model.safetensors"), "wb") as f:
-        f.write(struct.pack("<Q", 8) + b"{}      ")
+    empty_weights(out)
 
 
 if __name__ == "__main__":
