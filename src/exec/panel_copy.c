@@ -69,10 +69,8 @@ static tl_status write_copy(tl_llama *m, int src, int fd, uint64_t size, uint8_t
         st = read_all(src, buf, n, off, m->path);
         if (!st) st = write_all(fd, buf, n, off, tmp_path);
     }
-    tl_weight *all[4096];
-    size_t n_all = tl_llama_weights(m, all, 4096);
-    for (size_t i = 0; i < n_all && i < 4096 && !st; i++) {
-        const tl_weight *w = all[i];
+    for (size_t i = 0; i < m->n_all && !st; i++) {
+        const tl_weight *w = m->all[i];
         if (!stored_repacked(m, w)) continue;
         const size_t panel = tl_panels_tmp_bytes(w->type, w->cols);
         const size_t per = cap / panel, panels = w->rows / TL_PANEL_ROWS;
@@ -128,11 +126,10 @@ tl_status tl_panel_copy_use(tl_model *m, const char *dir, tl_panel_copy_info *in
         info->used = 1;
         return TL_OK;
     }
-    tl_weight *all[4096];
-    size_t n_all = tl_llama_weights(&m->lm, all, 4096), most = 0;
-    for (size_t i = 0; i < n_all && i < 4096; i++)
-        if (stored_repacked(&m->lm, all[i])) {
-            size_t b = tl_panels_tmp_bytes(all[i]->type, all[i]->cols);
+    size_t most = 0;
+    for (size_t i = 0; i < m->lm.n_all; i++)
+        if (stored_repacked(&m->lm, m->lm.all[i])) {
+            size_t b = tl_panels_tmp_bytes(m->lm.all[i]->type, m->lm.all[i]->cols);
             if (b > most) most = b;
         }
     if (!most) return TL_OK; /* nothing kept in panels here */

@@ -293,14 +293,8 @@ tl_status tl_residency_open(tl_llama *m, const tl_weight_plan *plan, tl_residenc
     memcpy(r->plan.attn_resident, plan->attn_resident, (size_t)L);
     memcpy(r->plan.ffn_resident, plan->ffn_resident, (size_t)L);
     /* converted tensors first: their raw reads are transient */
-    tl_weight *all[4096];
-    size_t n_all = tl_llama_weights(m, all, 4096);
-    if (n_all > 4096) {
-        st = tl_error_set(TL_ERR_UNSUPPORTED, "too many layers");
-        goto fail;
-    }
-    for (size_t i = 0; i < n_all && !st; i++)
-        if (all[i]->convert) st = load_converted(r, all[i]);
+    for (size_t i = 0; i < m->n_all && !st; i++)
+        if (m->all[i]->convert) st = load_converted(r, m->all[i]);
     const uint64_t repack_bytes = tl_weight_repack_bytes(m);
     if (!st && repack_bytes) {
         const int threads = tl_pool_threads(m->pool);
@@ -355,9 +349,7 @@ void tl_residency_close(tl_residency *r) {
     drain(r);
     /* every weight pointer points into buffers freed below: clear them, so a placement
      * that follows (re-planning) starts from "nothing resident", not from stale memory */
-    tl_weight *all[4096];
-    size_t n_all = tl_llama_weights(r->m, all, 4096);
-    for (size_t i = 0; i < n_all && i < 4096; i++) all[i]->data = NULL, all[i]->panels = 0;
+    for (size_t i = 0; i < r->m->n_all; i++) r->m->all[i]->data = NULL, r->m->all[i]->panels = 0;
     r->m->output.data = NULL;
     r->m->output.panels = 0;
     if (r->slots)

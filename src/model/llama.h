@@ -92,6 +92,8 @@ struct tl_llama {
     float *rope_divisors;      /* the same from metadata (tierllm.rope_freqs: a Hugging Face
                                   folder's rope_scaling), when there is no such tensor */
     int tied_output;           /* output.weight absent: the classifier is tok_embd */
+    tl_weight **all;           /* every weight, in tl_llama_weights' order (walks over all) */
+    size_t n_all;
     tl_llama_layer *layers;
     tl_tokenizer *tok;
     tl_budget *budget;

@@ -423,6 +423,12 @@ tl_status tl_llama_open(const char *path, const tl_model_params *params, tl_llam
     if (!st && (st = tl_llama_read_hparams(m->gguf, &m->hp))) tl_error_wrap(st, "%s", path);
     if (!st && (st = tl_tokenizer_from_gguf(m->gguf, &m->tok))) tl_error_wrap(st, "%s", path);
     if (!st) st = describe_weights(m);
+    if (!st) { /* the list every walk over all weights uses */
+        m->n_all = tl_llama_weights(m, NULL, 0);
+        if (!(m->all = malloc(m->n_all * sizeof *m->all)))
+            st = tl_error_set(TL_ERR_NOMEM, "out of memory");
+        else tl_llama_weights(m, m->all, m->n_all);
+    }
     if (!st && tl_tokenizer_n_vocab(m->tok) > m->hp.n_vocab)
         st = tl_error_set(TL_ERR_FORMAT, "%s: the tokenizer has %d tokens but token_embd has "
                           "only %d rows", path, (int)tl_tokenizer_n_vocab(m->tok),
@@ -446,6 +452,7 @@ void tl_llama_close(tl_llama *m) {
     if (m->tier) tl_tier_close(m->tier);
     if (m->panel_tier) tl_tier_close(m->panel_tier);
     free(m->layers);
+    free(m->all);
     tl_pool_close(m->pool);
     tl_budget_close(m->budget);
     tl_tokenizer_free(m->tok);

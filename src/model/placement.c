@@ -81,11 +81,9 @@ static uint64_t part_cost(tl_weight *const *ws, int n) {
 
 /* Bytes of the f32 tensors converted at load, and the largest raw read they need. */
 static void converted_bytes(const tl_llama *m, uint64_t *held, uint64_t *temp) {
-    tl_weight *all[4096];
-    tl_llama *mm = (tl_llama *)m;
-    size_t n = tl_llama_weights(mm, all, 4096);
+    tl_weight *const *all = m->all;
     *held = *temp = 0;
-    for (size_t i = 0; i < n && i < 4096; i++)
+    for (size_t i = 0; i < m->n_all; i++)
         if (all[i]->convert) {
             *held += (uint64_t)all[i]->rows * all[i]->cols * sizeof(float) + 64;
             uint64_t t = align_up(all[i]->file_bytes + ALIGN) + ALIGN;

@@ -1,5 +1,7 @@
 /* calibrate.c - see calibrate.h. */
 #include "plan/calibrate.h"
+
+#include <stdlib.h>
 #include "exec/model_handle.h"
 #include "plan/cost.h"
 #include "base/budget.h"
@@ -60,11 +62,11 @@ static double matvec_pass(tl_model *m, tl_weight *const *use, size_t n, const fl
 tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ratio) {
     *ratio = 1;
     if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating compute: nothing placed");
-    tl_weight *all[4096], *use[4096];
-    size_t n_all = tl_llama_weights(&m->lm, all, 4096), n = 0, max_rows = 0, max_cols = 0;
+    tl_weight *const *all = m->lm.all, **use = malloc(m->lm.n_all * sizeof *use);
+    size_t n = 0, max_rows = 0, max_cols = 0;
     uint64_t bytes = 0;
-    if (n_all > 4096) n_all = 4096;
-    for (size_t i = 0; i < n_all && bytes < COMPUTE_MAX_BYTES; i++) {
+    if (!use) return TL_OK; /* nothing measured */
+    for (size_t i = 0; i < m->lm.n_all && bytes < COMPUTE_MAX_BYTES; i++) {
         tl_weight *w = all[i];
         if (!w->data || w->convert || w->rows < 2 || w->cols < 2 || w == &m->lm.tok_embd) continue;
         use[n++] = w;
@@ -72,7 +74,10 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
         if (w->rows > max_rows) max_rows = w->rows;
         if (w->cols > max_cols) max_cols = w->cols;
     }
-    if (bytes < COMPUTE_MIN_BYTES) return TL_OK; /* too little resident to measure */
+    if (bytes < COMPUTE_MIN_BYTES) { /* too little resident to measure */
+        free(use);
+        return TL_OK;
+    }
     const size_t threads = (size_t)tl_pool_threads(m->lm.pool);
     const size_t sf = (tl_matmul_scratch_floats(max_cols, 1) + 15) / 16 * 16;
     float *X = NULL, *Y = NULL, *scratch = NULL;
@@ -84,12 +89,14 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
         tl_budget_free(m->lm.budget, X), tl_budget_free(m->lm.budget, Y);
         tl_budget_free(m->lm.budget, scratch);
         tl_error_clear();
+        free(use);
         return TL_OK;
     }
     double predicted = 0, t[3];
     for (size_t i = 0; i < n; i++) predicted += tl_cost_matmul(prof, use[i], 1);
     for (int r = 0; r < 3; r++) t[r] = matvec_pass(m, use, n, X, Y, scratch, sf);
     tl_budget_free(m->lm.budget, X), tl_budget_free(m->lm.budget, Y), tl_budget_free(m->lm.budget, scratch);
+    free(use);
     const double measured = tl_median(t, 3);
     if (predicted <= 0 || measured <= 0) return TL_OK;
     *ratio = measured / predicted;
