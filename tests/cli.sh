@@ -140,6 +140,21 @@ grep -q "token 5: disk [1-9]" "$tmp/err" || fail "OPT at 19M did not stream its 
 expect_rc 1 "OPT context past its positions" "$bin" run -m "$tmp/opt.gguf" -c 2048 -p hi
 grep -q "longer than the 1024 positions this model has learned embeddings for" "$tmp/err" ||
     fail "OPT context past its positions: $(cat "$tmp/err")"
+# batch on a 32-position OPT: the default context stops at 32, so a long generation ends
+# with "length" beside a short one (no lost block); a longer -c is refused up front
+"$bin" synth --arch opt --embd 64 --ff 128 --layers 2 --heads 4 --ctx 32 -o "$tmp/o32.gguf" \
+    >/dev/null 2>&1 || fail "synth a 32-position OPT"
+printf '{"prompt":"hello world","n_predict":40}\n{"prompt":"hi","n_predict":4}\n' >"$tmp/o32.jsonl"
+for pol in auto manual; do
+    rm -f "$tmp/o32.out"
+    expect_rc 0 "batch on a 32-position OPT ($pol)" "$bin" batch -m "$tmp/o32.gguf" \
+        -i "$tmp/o32.jsonl" -o "$tmp/o32.out" --ignore-eos --policy $pol
+    [ "$(grep -c '"finish_reason": "length"' "$tmp/o32.out")" = 2 ] ||
+        fail "batch on a 32-position OPT ($pol): $(cat "$tmp/o32.out" "$tmp/err")"
+done
+expect_rc 1 "batch past OPT's positions" "$bin" batch -m "$tmp/o32.gguf" -i "$tmp/o32.jsonl" \
+    -o "$tmp/o32.bad" -c 100
+grep -q "longer than the 32 positions" "$tmp/err" || fail "batch -c 100 on OPT: $(cat "$tmp/err")"
 expect_rc 2 "--io-order bad" "$bin" run -m "$m" -p hi --io-order sideways
 grep -q "io-order expects kv-first or by-need" "$tmp/err" || fail "--io-order bad: $(cat "$tmp/err")"
 expect_rc 2 "--weights-copy bad" "$bin" run -m "$m" -p hi --weights-copy auto

@@ -72,6 +72,8 @@ same_logits "mistral sliding window" "$tmp/mistral.gguf" "$tmp/mistral"
 folder opt "--type f16 --arch opt --kv-heads 8 --layers 6" "--dtype f16 --shards 2"
 grep -q OPTForCausalLM "$tmp/opt/config.json" || fail "opt config"
 same_logits "opt f16, 2 shards" "$tmp/opt.gguf" "$tmp/opt"
+cat "$tmp"/opt/*.safetensors | grep -a -q '"model.decoder.embed_positions.weight": {"dtype": "F16"' ||
+    fail "opt f16: the position table is not F16 (2-byte rows past the offset untested)"
 folder optfiles "--type f32 --arch opt --kv-heads 8" "--gpt2-files"
 [ -f "$tmp/optfiles/vocab.json" ] && [ ! -f "$tmp/optfiles/tokenizer.json" ] ||
     fail "no vocab.json, or a tokenizer.json, in optfiles"
@@ -84,7 +86,8 @@ expect_rc 0 "run on an OPT folder, streamed" "$bin" run -m "$tmp/opt" -p "hello"
 grep -q "streamed [1-9]" "$tmp/err" || fail "OPT folder run did not stream: $(grep stats "$tmp/err")"
 for bad in '"do_layer_norm_before": true/"do_layer_norm_before": false;do_layer_norm_before false' \
            '"word_embed_proj_dim": 128/"word_embed_proj_dim": 64;word_embed_proj_dim 64' \
-           '"activation_function": "relu"/"activation_function": "gelu";activation_function .gelu.'; do
+           '"activation_function": "relu"/"activation_function": "gelu";activation_function .gelu.' \
+           '"do_layer_norm_before": true/"do_layer_norm_before": 0;"do_layer_norm_before" must be true or false'; do
     cp -r "$tmp/optfiles" "$tmp/optbad"
     sed -i "s/${bad%%;*}/" "$tmp/optbad/config.json"
     expect_err "OPT variant: ${bad##*;}" "${bad##*;}" \

@@ -436,6 +436,7 @@ static tl_status replace_policy(batch *b, const tl_batch_params *bp) {
     tl_engine_unplace(b->m);
     b->bp = *bp;
     tl_status st = check_params(&b->bp);
+    if (!st) st = tl_llama_check_context(&b->m->lm, b->bp.n_ctx);
     if (st) return st;
     align_pages(b->m, &b->bp);
     b->rows_per_mb = b->bp.prefill_rows < b->bp.gbs ? b->bp.gbs : b->bp.prefill_rows;
@@ -448,6 +449,7 @@ tl_status tl_batch_check(tl_model *m, const tl_batch_params *bpp) {
     b.m = m;
     b.bp = bpp ? *bpp : tl_batch_default_params();
     tl_status st = check_params(&b.bp);
+    if (!st) st = tl_llama_check_context(&m->lm, b.bp.n_ctx);
     if (st) return st;
     align_pages(m, &b.bp);
     b.rows_per_mb = b.bp.prefill_rows < b.bp.gbs ? b.bp.gbs : b.bp.prefill_rows;
@@ -550,6 +552,7 @@ tl_status tl_batch_generate_ex(tl_model *m, const tl_batch_params *bpp,
     b.spill_fault = run ? run->spill_fault : NULL;
     b.seed_index = run ? run->seed_index : NULL;
     tl_status st = check_params(&b.bp);
+    if (!st) st = tl_llama_check_context(&m->lm, b.bp.n_ctx);
     if (!st) st = tl_sampler_params_check(&b.gp.sampler);
     if (st) return st;
     align_pages(m, &b.bp);

@@ -193,10 +193,8 @@ tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_c
     tl_context_params p = params ? *params : tl_context_default_params();
     int32_t n_ctx = p.n_ctx > 0 ? p.n_ctx : model->lm.hp.n_ctx_train;
     if (p.n_ctx <= 0 && n_ctx > 4096) n_ctx = 4096;
-    if (model->lm.hp.pos_learned && n_ctx > model->lm.hp.n_ctx_train)
-        return tl_error_set(TL_ERR_CONTEXT, "a context of %d positions is longer than the %d "
-                            "positions this model has learned embeddings for", (int)n_ctx,
-                            (int)model->lm.hp.n_ctx_train);
+    tl_status cst = tl_llama_check_context(&model->lm, n_ctx);
+    if (cst) return cst;
     int32_t n_batch = p.n_batch > 0 ? p.n_batch : 64;
     if (n_batch > n_ctx) n_batch = n_ctx;
     if (p.kv_bits != 32 && p.kv_bits != 16 && p.kv_bits != 8 && p.kv_bits != 4)

@@ -188,16 +188,23 @@ static tl_status read_opt_config(const json_t *c, const char *what, hf_config *c
     if (cfg->n_vocab > (1 << 24))
         return tl_error_set(TL_ERR_FORMAT, "%s: vocab_size %lld is too large", what,
                             (long long)cfg->n_vocab);
-    const char *act = json_string_value(json_object_get(c, "activation_function"));
-    static const char *const off[] = {"do_layer_norm_before", "enable_bias",
-                                      "layer_norm_elementwise_affine"};
-    for (size_t i = 0; i < sizeof off / sizeof off[0]; i++)
-        if (json_is_false(json_object_get(c, off[i])))
-            return tl_error_set(TL_ERR_UNSUPPORTED, "%s: OPT with %s false is not supported",
-                                what, off[i]);
-    if (json_is_true(json_object_get(c, "_remove_final_layer_norm")))
-        return tl_error_set(TL_ERR_UNSUPPORTED, "%s: OPT without its final layer norm is not "
-                            "supported", what);
+    /* the variant's switches: booleans when present, each at the supported value */
+    static const struct { const char *key; int want; } flags[] = {
+        {"do_layer_norm_before", 1}, {"enable_bias", 1}, {"layer_norm_elementwise_affine", 1},
+        {"_remove_final_layer_norm", 0}};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        const json_t *v = json_object_get(c, flags[i].key);
+        if (v && !json_is_boolean(v))
+            return tl_error_set(TL_ERR_FORMAT, "%s: \"%s\" must be true or false", what,
+                                flags[i].key);
+        if (v && json_is_true(v) != flags[i].want)
+            return tl_error_set(TL_ERR_UNSUPPORTED, "%s: OPT with %s %s is not supported", what,
+                                flags[i].key, flags[i].want ? "false" : "true");
+    }
+    const json_t *act_v = json_object_get(c, "activation_function");
+    const char *act = json_string_value(act_v);
+    if (act_v && !act)
+        return tl_error_set(TL_ERR_FORMAT, "%s: \"activation_function\" must be a string", what);
     if (proj != cfg->n_embd)
         return tl_error_set(TL_ERR_UNSUPPORTED, "%s: OPT with word_embed_proj_dim %lld != "
                             "hidden_size %lld (projected embeddings, OPT-350m) is not supported",

@@ -199,6 +199,9 @@ static inline int32_t tl_llama_rows_run_end(const tl_llama_rows *rows, int32_t i
  * layer to the KV cache (the caller commits after the last layer). */
 tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv *kv, int32_t layer,
                          const tl_llama_rows *rows, float *x);
+/* TL_ERR_CONTEXT when a context of n_ctx positions is longer than the model can hold
+ * (learned positions: n_ctx_train; RoPE models have no such limit). */
+tl_status tl_llama_check_context(const tl_llama *m, int32_t n_ctx);
 /* Adds each row's learned position embedding to its token embedding in x (pos_learned
  * models; nothing otherwise). A position past the table is an error. */
 tl_status tl_llama_add_positions(const tl_llama *m, const tl_llama_rows *rows, float *x);

@@ -415,6 +415,14 @@ static void norm(const tl_llama *m, const float *x, const tl_weight *w, const tl
     }
 }
 
+tl_status tl_llama_check_context(const tl_llama *m, int32_t n_ctx) {
+    if (m->hp.pos_learned && n_ctx > m->hp.n_ctx_train)
+        return tl_error_set(TL_ERR_CONTEXT, "a context of %d positions is longer than the %d "
+                            "positions this model has learned embeddings for", (int)n_ctx,
+                            (int)m->hp.n_ctx_train);
+    return TL_OK;
+}
+
 tl_status tl_llama_add_positions(const tl_llama *m, const tl_llama_rows *rows, float *x) {
     if (!m->hp.pos_learned) return TL_OK;
     const size_t d = (size_t)m->hp.n_embd;

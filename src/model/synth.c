@@ -173,7 +173,11 @@ static size_t build_tensors(const tl_synth_params *p, synth_tensor *t) {
     if (!tied)
         ADD("output.weight", d, (uint64_t)p->n_vocab, mix_type(p, M_OUTPUT, 0), K_RANDOM);
     if (p->rope_freqs) ADD("rope_freqs.weight", hd / 2, 1, TL_TYPE_F32, K_ROPE_FREQS);
-    if (opt) ADD("position_embd.weight", d, (uint64_t)p->n_ctx, TL_TYPE_F32, K_RANDOM);
+    /* OPT's position table: in the model's float type (a checkpoint's F16), F32 beside
+     * quantized matrices */
+    if (opt)
+        ADD("position_embd.weight", d, (uint64_t)p->n_ctx,
+            wt == TL_TYPE_F16 || wt == TL_TYPE_BF16 ? wt : TL_TYPE_F32, K_RANDOM);
     for (int l = 0; l < p->n_layer; l++) {
         char nm[64];
 #define LNAME(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)

@@ -67,6 +67,8 @@ tl_status tl_plan_evaluate(const tl_model *m, const tl_hw_profile *prof, const t
         return tl_error_set(TL_ERR_CONTEXT, "a context of %d tokens cannot hold a %d-token "
                             "prompt and %d generated tokens", (int)pol.n_ctx,
                             (int)w->prompt_len, (int)w->gen_len);
+    tl_status cst = tl_llama_check_context(&m->lm, pol.n_ctx);
+    if (cst) return cst;
     const uint64_t state = state_bytes(m, &pol);
     if (state == UINT64_MAX)
         return tl_error_set(TL_ERR_INVALID, "policy: the KV cache parameters are invalid");
@@ -371,6 +373,8 @@ tl_status tl_plan_search(const tl_model *m, const tl_hw_profile *prof,
         return tl_error_set(TL_ERR_CONTEXT, "a context of %d tokens cannot hold a %d-token "
                             "prompt and %d generated tokens", (int)base.n_ctx,
                             (int)w->prompt_len, (int)w->gen_len);
+    tl_status cst = tl_llama_check_context(&m->lm, base.n_ctx);
+    if (cst) return cst;
     int32_t bits[4], n_bits = 0;
     if (rq->kv_bits) bits[n_bits++] = rq->kv_bits;
     else if (rq->single) bits[n_bits++] = 32; /* one sequence's KV is small: keep it exact */

@@ -210,6 +210,10 @@ static tl_status plan_batch(tl_model *m, const run_list *ps, tl_batch_params *bp
     if (rq->w.gen_len < 1) rq->w.gen_len = 1;
     rq->w.num_seqs = ps->n;
     rq->n_ctx = ctx_given ? bp->n_ctx : prompt_max + gen_max;
+    /* learned positions end at the training context: longer sequences stop there ("length")
+     * or, when their prompt does not fit, fail alone */
+    if (!ctx_given && m->lm.hp.pos_learned && rq->n_ctx > m->lm.hp.n_ctx_train)
+        rq->n_ctx = m->lm.hp.n_ctx_train;
     rq->kv_bits = kv_bits_given ? bp->kv_bits : 0;
     rq->allow_lossy_kv = lossy;
     rq->overlap = m->lm.params.overlap;
@@ -490,6 +494,9 @@ int tl_cmd_batch(int argc, char **argv) {
         st = tl_model_open(model_path, &mp, &m);
         load_s = tl_now() - t0;
         t0 = tl_now();
+        /* learned positions end at the training context: the default context stops there */
+        if (!st && !ctx_given && m->lm.hp.pos_learned && bp.n_ctx > m->lm.hp.n_ctx_train)
+            bp.n_ctx = m->lm.hp.n_ctx_train;
         if (!st && policy == 1) {
             st = plan_batch(m, &rl, &bp, &gp, profile_path, lossy, kv_bits_given, ctx_given, 1,
                             &rq, &chosen, &rp);

@@ -48,12 +48,19 @@ def to_bytes(a, dtype):
     a = np.ascontiguousarray(a, dtype=np.float32)
     if dtype == "f32":
         return "F32", a.astype("<f4").tobytes()
-    if dtype == "f16":  # a tensor not exact in f16 (an f32 bias) stays F32
+    # a vector not exact in the type (an f32 bias of the GGUF) stays F32; a matrix must be
+    # exact (synthesize the GGUF in the folder's type)
+    if dtype == "f16":
         h = a.astype("<f2")
-        return ("F16", h.tobytes()) if np.array_equal(h.astype(np.float32), a) \
-            else ("F32", a.astype("<f4").tobytes())
+        if np.array_equal(h.astype(np.float32), a):
+            return "F16", h.tobytes()
+        if a.ndim != 1:
+            raise ValueError("a %s matrix is not exact in f16" % (a.shape,))
+        return "F32", a.astype("<f4").tobytes()
     bits = a.view(np.uint32)  # bf16: the top half, where the values are exact in bf16
-    if np.any(bits & 0xFFFF):  # (an f32 tensor of the GGUF, a bias: kept in F32)
+    if np.any(bits & 0xFFFF):
+        if a.ndim != 1:
+            raise ValueError("a %s matrix is not exact in bf16" % (a.shape,))
         return "F32", a.astype("<f4").tobytes()
     return "BF16", (bits >> 16).astype("<u2").tobytes()
 
