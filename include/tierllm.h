@@ -34,7 +34,8 @@ enum {
     TL_ERR_NOMEM = -5,       /* an allocation failed or would exceed the memory budget */
     TL_ERR_CONTEXT = -6,     /* the prompt or generation does not fit in the context */
     TL_ERR_NOSPACE = -7,     /* the disk is full */
-    TL_ERR_CANCELLED = -8    /* the caller's callback asked to stop */
+    TL_ERR_CANCELLED = -8,   /* the caller's callback asked to stop */
+    TL_ERR_BUSY = -9         /* every slot is in use now; try again later */
 };
 
 /* Short constant name of a status ("TL_ERR_FORMAT"). */

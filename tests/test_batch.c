@@ -19,14 +19,10 @@
 #include "exec/residency.h"
 #include "testutil.h"
 
-#define N_PROMPTS 11
+#define N_PROMPTS TL_TEST_N_STORY_PROMPTS
 #define N_GEN 12
 
-static const char *prompts[N_PROMPTS] = {
-    "Once upon a time", "The little dog", "Lily and Ben went to the park",
-    "One day, a big bird", "Tom had a red ball.", "The sun was hot and the",
-    "Sam liked to", "There was a cat named Tim. Tim", "Mom said,", "A girl",
-    "The boat was on the water and the fish swam under it. The boy"};
+static const char *const *const prompts = tl_test_story_prompts;
 
 typedef struct collect {
     int32_t tokens[N_PROMPTS][N_GEN];

@@ -49,3 +49,9 @@ void tl_test_buf_put(tl_test_buf *b, const void *d, size_t n) {
     if (n) memcpy(b->p + b->len, d, n);
     b->len += n;
 }
+
+const char *const tl_test_story_prompts[TL_TEST_N_STORY_PROMPTS] = {
+    "Once upon a time", "The little dog", "Lily and Ben went to the park",
+    "One day, a big bird", "Tom had a red ball.", "The sun was hot and the",
+    "Sam liked to", "There was a cat named Tim. Tim", "Mom said,", "A girl",
+    "The boat was on the water and the fish swam under it. The boy"};

@@ -34,6 +34,9 @@ char *tl_test_read_text(const char *path);
 /* A growable byte buffer (files built byte by byte); put exits on out-of-memory. */
 typedef struct tl_test_buf { uint8_t *p; size_t len, cap; } tl_test_buf;
 void tl_test_buf_put(tl_test_buf *b, const void *d, size_t n);
+/* Story openings in stories260K's vocabulary, short to long (batch and scheduler tests). */
+#define TL_TEST_N_STORY_PROMPTS 11
+extern const char *const tl_test_story_prompts[TL_TEST_N_STORY_PROMPTS];
 /* Prints a summary line and returns the process exit code. */
 int tl_test_finish(const char *name);
 

@@ -17,6 +17,7 @@ const char *tl_status_str(tl_status st) {
     case TL_ERR_CONTEXT: return "TL_ERR_CONTEXT";
     case TL_ERR_NOSPACE: return "TL_ERR_NOSPACE";
     case TL_ERR_CANCELLED: return "TL_ERR_CANCELLED";
+    case TL_ERR_BUSY: return "TL_ERR_BUSY";
     }
     return "TL_ERR_UNKNOWN";
 }
