@@ -507,6 +507,67 @@ static void test_batch_invariance(void) {
     }
 }
 
+/* The K-quants' AVX-512 kernels run weight rows in pairs (x86avx512_ext_pairs.c) and an
+ * odd last row, and Q6_K's matrix-vector products, row by row (x86avx512_matvec_ext.c):
+ * whichever runs a row, with whichever partner and pass of X rows, its outputs must equal
+ * the AVX2 kernel's bit for bit, and a row of X gives the same bits in a batch as alone.
+ * Ranges start at even and odd rows with even and odd lengths; the weights include rows at
+ * the quants' extremes and X rows whose every element rounds to +-127. */
+static void test_k_pairs(void) {
+    enum { ROWS = 23, NX = 19 };
+    static const tl_type types[] = {TL_TYPE_Q2_K, TL_TYPE_Q3_K, TL_TYPE_Q4_K, TL_TYPE_Q5_K,
+                                    TL_TYPE_Q6_K};
+    static const size_t ks[] = {256, 2304}, ns[] = {1, 2, 3, 16, 17, 19};
+    static const size_t ranges[][2] = {{0, 1}, {0, 2}, {1, 4}, {3, 10}, {0, ROWS}, {2, ROWS}};
+    int ran = 0;
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (size_t ki = 0; ki < 2; ki++) {
+            const tl_type type = types[t];
+            const size_t k = ks[ki], rb = tl_type_row_bytes(type, k);
+            uint8_t *wbuf = malloc(ROWS * rb + 2), *W = wbuf + 2; /* rows 2-aligned */
+            float *row = malloc(k * sizeof(float)), *X = malloc(NX * k * sizeof(float));
+            float *y512 = malloc(NX * ROWS * sizeof(float)), *y2 = malloc(NX * ROWS * sizeof(float));
+            float *y1 = malloc(ROWS * sizeof(float));
+            for (size_t j = 0; j < ROWS; j++) {
+                fill(row, k, 1.0f);
+                for (size_t c = 0; c < k && j < 3; c++) /* extremes: constant, +-max, spikes */
+                    row[c] = j == 0 ? 3.0f : j == 1 ? (c % 2 ? 5.0f : -5.0f) : (c % 17 ? 0.01f : 9.0f);
+                tl_quant_row(type, row, W + j * rb, k);
+            }
+            fill(X, NX * k, 2.0f);
+            for (size_t c = 0; c < k; c++) X[c] = c % 3 ? 1.5f : -1.5f; /* q = +-127 */
+            const size_t af = tl_matmul_act_floats(type, TL_LAYOUT_ROWS, k, NX);
+            float *act = malloc(af * sizeof(float)), *act1 = malloc(af * sizeof(float));
+            int bad = 0;
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                const size_t n = ns[ni];
+                tl_matmul_act_prepare(type, TL_LAYOUT_ROWS, k, X, k, n, 0, n, act);
+                for (size_t r = 0; r < sizeof ranges / sizeof ranges[0]; r++) {
+                    const size_t j0 = ranges[r][0], j1 = ranges[r][1];
+                    for (size_t i = 0; i < NX * ROWS; i++) y512[i] = y2[i] = 1e30f;
+                    if (!tl__matmul_fast_act_isa(TL_ISA_AVX512VNNI, type, TL_LAYOUT_ROWS, W, k, j0,
+                                                 j1, act, n, y512, ROWS))
+                        continue;
+                    ran++;
+                    CHECK(tl__matmul_fast_act_isa(TL_ISA_AVX2, type, TL_LAYOUT_ROWS, W, k, j0, j1,
+                                                  act, n, y2, ROWS));
+                    bad += memcmp(y512, y2, NX * ROWS * sizeof(float)) != 0;
+                    for (size_t i = 0; i < n; i++) { /* row i of X alone */
+                        for (size_t j = 0; j < ROWS; j++) y1[j] = 1e30f;
+                        tl_matmul_act_prepare(type, TL_LAYOUT_ROWS, k, X + i * k, k, 1, 0, 1, act1);
+                        tl__matmul_fast_act_isa(TL_ISA_AVX512VNNI, type, TL_LAYOUT_ROWS, W, k, j0,
+                                                j1, act1, 1, y1, ROWS);
+                        bad += memcmp(y1, y512 + i * ROWS, ROWS * sizeof(float)) != 0;
+                    }
+                }
+            }
+            CHECK_MSG(bad == 0, "%s k=%zu: %d products of the AVX-512 K kernels differ from the "
+                      "AVX2 kernel's or from one row of X alone", tl_type_name(type), k, bad);
+            free(wbuf), free(row), free(X), free(y512), free(y2), free(y1), free(act), free(act1);
+        }
+    if (!ran) fprintf(stderr, "  (no AVX-512 VNNI here: the K-quants' pair kernel is not tested)\n");
+}
+
 static void test_matmul(void) {
     static const size_t kf[] = {1, 7, 33, 257, 1000};       /* float types */
     static const size_t kq[] = {32, 64, 96, 288, 4096 + 32}; /* block types */
@@ -756,5 +817,6 @@ int main(void) {
     test_matmul();
     test_panels();
     test_batch_invariance();
+    test_k_pairs();
     return tl_test_finish("test_kernels");
 }

@@ -1,11 +1,12 @@
-/* x86_ext_unpack.h - what the two K-quant integer kernels (x86_matvec_ext.c on AVX2,
- * x86avx512_matvec_ext.c on AVX-512) share: the decoding of a weight block's scales (its
- * 16 group scales a_g, the b_g of its min or offset term, the float scales D and M: the
- * K-quant form in x86_matvec_ext.c's top comment) and the float step that adds a block's
- * integer sums to an output (k_block_step), so that equal integer lanes give equal bits.
- * The quants themselves each kernel unpacks for the vector width it dots them in; the row
- * loop around both is x86_ext_rows.inl. Internal to src/kernels; include only from files
- * built with -mavx2 -mfma -mf16c.
+/* x86_ext_unpack.h - what the K-quant integer kernels (x86_matvec_ext.c on AVX2,
+ * x86avx512_matvec_ext.c and x86avx512_ext_pairs.c on AVX-512) share: the decoding of a
+ * weight block's scales (its 16 group scales a_g, the b_g of its min or offset term, the
+ * float scales D and M: the K-quant form in x86_matvec_ext.c's top comment) and the float
+ * step that adds a block's integer sums to an output (k_block_step), so that equal integer
+ * lanes give equal bits (the pair kernel does the same steps on two rows' lanes at once).
+ * The quants themselves each kernel unpacks for the layout it dots them in; the row loop
+ * of the one-row kernels is x86_ext_rows.inl. Internal to src/kernels; include only from
+ * files built with -mavx2 -mfma -mf16c.
  */
 #ifndef TL_KERNELS_X86_EXT_UNPACK_H
 #define TL_KERNELS_X86_EXT_UNPACK_H
@@ -78,7 +79,8 @@ static ALWAYS_INLINE kscales kscales_q3_k(const uint8_t *s) {
     return ks;
 }
 
-static ALWAYS_INLINE kscales kscales_q45_k(const uint8_t *s) {
+/* Q4_K/Q5_K's 8 scales (bytes 0-7) and 8 mins (bytes 8-15) of the block at s. */
+static ALWAYS_INLINE __m128i q45_scale_bytes(const uint8_t *s) {
     /* the 12 packed bytes (quant_ext.h) as 32-bit words w0 w1 w2 made into 4 words:
      * scales 0-3, 4-7, mins 0-3, 4-7 = w0 & 63s, (w2 & 15s) | (w0 >> 6 & 3s) << 4,
      * w1 & 63s, (w2 >> 4 & 15s) | (w1 >> 6 & 3s) << 4, byte by byte (the masks keep each
@@ -90,7 +92,18 @@ static ALWAYS_INLINE kscales kscales_q45_k(const uint8_t *s) {
     const __m128i top = _mm_srli_epi32(_mm_shuffle_epi32(v, 0x50), 2); /* w0 w0 w1 w1 */
     const __m128i low = _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f);
     const __m128i high = _mm_setr_epi32(0, 0x30303030, 0, 0x30303030);
-    const __m128i sm = _mm_or_si128(_mm_and_si128(w, low), _mm_and_si128(top, high));
+    return _mm_or_si128(_mm_and_si128(w, low), _mm_and_si128(top, high));
+}
+
+/* pshufb indices taking, from q45_scale_bytes' bytes in both 128-bit lanes, the b_g of
+ * the 16 groups as int16 (group g's is min g/2): groups 0-7 in lane 0, 8-15 in lane 1. */
+static ALWAYS_INLINE __m256i q45_min_words(void) {
+    return _mm256_setr_epi8(8, -128, 8, -128, 9, -128, 9, -128, 10, -128, 10, -128, 11, -128, 11, -128,
+                            12, -128, 12, -128, 13, -128, 13, -128, 14, -128, 14, -128, 15, -128, 15, -128);
+}
+
+static ALWAYS_INLINE kscales kscales_q45_k(const uint8_t *s) {
+    const __m128i sm = q45_scale_bytes(s);
     /* bytes: scales 0-7 | mins 0-7; each twice, for the two 16-groups of its 32-group */
     const __m128i twice = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     kscales ks;

@@ -19,8 +19,8 @@
  *    (x86vnni_gemm.c on AVX-VNNI, x86_gemm_q.c on AVX2: the AVX-512 kernel's arithmetic).
  *  - Q4_1/Q5_0/Q5_1 and the K-quants: integer products for every n (x86_matvec_ext.c),
  *    each weight row read once against all rows of X; the K-quants on AVX-512 where the
- *    CPU has it (x86avx512_matvec_ext.c), with the AVX2 kernel's integer lanes and float
- *    steps, so the same bits.
+ *    CPU has it (x86avx512_matvec_ext.c for one row of X, x86avx512_ext_pairs.c for
+ *    more), with the AVX2 kernel's integer lanes and float steps, so the same bits.
  *  - gemm (larger n, prefill): compute-bound, packed weight panels and a register-tile
  *    micro-kernel: float types 512-bit FMA on AVX-512 CPUs (x86avx512_gemm_f.c), else f32
  *    FMA on dequantized panels (x86_gemm.c).

@@ -61,6 +61,10 @@ void tl__matmul_ext_act(tl__isa isa, tl_type type, const uint8_t *W, size_t k, s
  * bits as the AVX2 kernel's. */
 void tl__matmul_k_avx512_act(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
                              const tl_block_k_act *act, size_t n, float *Y, size_t ldy);
+/* Its part that runs weight rows two at a time (x86avx512_ext_pairs.c): the same, for the
+ * pairs of rows [j0, j1) (an odd last row is left out). */
+void tl__matmul_k_avx512_pairs(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
+                               const tl_block_k_act *act, size_t n, float *Y, size_t ldy);
 
 /* Q8_0/Q4_0 products of more rows than this take the int8 GEMM of instruction set isa
  * (below it, the matvec's 4-row groups re-reading weights from cache cost less than

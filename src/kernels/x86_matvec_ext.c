@@ -20,10 +20,11 @@
  * The 32-element types: per block d_x * (d * (u . q) + m' * sum q) with m' = m (Q4_1,
  * Q5_1) or -16*d (Q5_0).
  *
- * The K-quants have a second kernel on AVX-512 (x86avx512_matvec_ext.c), taken when the
- * instruction set passed in is TL_ISA_AVX512VNNI: the same integer lanes and the same
- * float steps per block (k_block_step), so the same bits. What both decode alike from a
- * block, its scales, is in x86_ext_unpack.h.
+ * The K-quants have second kernels on AVX-512 (x86avx512_matvec_ext.c for one row of X,
+ * x86avx512_ext_pairs.c, weight rows in pairs, for more), taken when the instruction set
+ * passed in is TL_ISA_AVX512VNNI: the same integer lanes and the same float steps per
+ * block (k_block_step), so the same bits. What they decode alike from a block, its
+ * scales, is in x86_ext_unpack.h.
  */
 #include <string.h>
 #include "kernels/quant_ext.h"
@@ -45,6 +46,18 @@ size_t tl__ext_act_floats(tl_type type, size_t k, size_t n) {
 
 /* ---- activation rounding ---- */
 
+/* The index of the first of x[0..255] whose magnitude is amax (a NaN's never is), or
+ * 255 when none is. */
+static int first_of_magnitude(const float *x, float amax) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), m = _mm256_set1_ps(amax);
+    for (int e = 0; e < TL_QK_K; e += 8) {
+        const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + e));
+        const int hit = _mm256_movemask_ps(_mm256_cmp_ps(a, m, _CMP_EQ_OQ));
+        if (hit) return e + __builtin_ctz((unsigned)hit);
+    }
+    return TL_QK_K - 1;
+}
+
 /* One row's 256-blocks, bit-exact with tl_quant_act_row_k: the f32 product iscale*x
  * converted with the default rounding mode (to nearest, halves to even) is rint's. As
  * there, a NaN never becomes the block's largest magnitude (max_ps returns its second
@@ -63,8 +76,7 @@ static void round_row_k(const float *x, size_t k, tl_block_k_act *a) {
             memset(a, 0, sizeof *a);
             continue;
         }
-        int first = 0; /* the first element of largest magnitude gives the sign */
-        while (first + 1 < TL_QK_K && !(x[first] == amax || x[first] == -amax)) first++;
+        const int first = first_of_magnitude(x, amax); /* its sign gives the scale's */
         const float iscale = -127.0f / x[first];
         const __m256 vs = _mm256_set1_ps(iscale);
         const __m256i top = _mm256_set1_epi32(127), perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);

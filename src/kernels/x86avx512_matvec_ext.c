@@ -1,8 +1,14 @@
-/* x86avx512_matvec_ext.c - the K-quants' integer products (Q2_K..Q6_K weights, any number
- * of activation rows) on AVX-512 F/BW/VL + VNNI: x86_matvec_ext.c's kernel with registers
- * twice as wide, giving its results bit for bit. Built with the AVX-512 flags only when
- * the compiler supports them (TL_HAVE_AVX512VNNI); x86_matvec_ext.c calls it only for the
- * instruction set TL_ISA_AVX512VNNI, which x86_cpu.c grants after the run-time check.
+/* x86avx512_matvec_ext.c - the K-quants' integer products (Q2_K..Q6_K weights) on
+ * AVX-512 F/BW/VL + VNNI, giving x86_matvec_ext.c's AVX2 results bit for bit. Built with
+ * the AVX-512 flags only when the compiler supports them (TL_HAVE_AVX512VNNI);
+ * x86_matvec_ext.c calls it only for the instruction set TL_ISA_AVX512VNNI, which
+ * x86_cpu.c grants after the run-time check.
+ *
+ * Two kernels: weight rows in pairs (x86avx512_ext_pairs.c: fewer instructions per
+ * block and row of X) for most products, and the row-at-a-time kernel here for an odd
+ * last row and for Q6_K's matrix-vector products. There the pair saves no instructions
+ * (its quants take the most unpacking, and a pair's is no cheaper than two rows'), and a
+ * memory stream read one row at a time is followed best by the hardware prefetcher.
  *
  * Each block is unpacked once per weight row into 4 zmm of unsigned quants u, u[i] holding
  * elements 64i..64i+63 in element order, so that each meets one 64-byte load of the
@@ -104,6 +110,16 @@ static ALWAYS_INLINE void unpack_q6_k(const uint8_t *s, __m512i *u) {
     }
 }
 
+/* Q4_K/Q5_K's scales straight from their bytes: lane l of av[i] is group 4i+l's, the
+ * scale 2i + l/2 (zero-extended by pshufb), and bv the mins as kscales_q45_k gives them. */
+static ALWAYS_INLINE void scales_q45_k(const uint8_t *s, kblock *kb) {
+    const __m512i z = _mm512_broadcast_i32x4(q45_scale_bytes(s));
+    UNROLL for (int i = 0; i < 4; i++)
+        kb->av[i] = _mm512_shuffle_epi8(z, halves(WORDS(0x8000 | (2 * i)), WORDS(0x8000 | (2 * i + 1))));
+    kb->bv = _mm256_shuffle_epi8(_mm512_castsi512_si256(z), q45_min_words());
+    kb->dm2 = k_dm2(f16_pair(load_u32(s))); /* d, dmin */
+}
+
 static ALWAYS_INLINE void unpack_k(tl_type type, const uint8_t *s, kblock *kb) {
     switch (type) {
     case TL_TYPE_Q2_K: unpack_q23_k(0, s, kb->u); break;
@@ -111,6 +127,10 @@ static ALWAYS_INLINE void unpack_k(tl_type type, const uint8_t *s, kblock *kb) {
     case TL_TYPE_Q4_K: unpack_q45_k(0, s, kb->u); break;
     case TL_TYPE_Q5_K: unpack_q45_k(1, s, kb->u); break;
     default: unpack_q6_k(s, kb->u); break;
+    }
+    if (type == TL_TYPE_Q4_K || type == TL_TYPE_Q5_K) {
+        scales_q45_k(s, kb);
+        return;
     }
     const kscales ks = kscales_k(type, s);
     const __m512i a = _mm512_castsi256_si512(ks.a);
@@ -136,5 +156,10 @@ static ALWAYS_INLINE __m256 dot_k(const kblock *kb, const tl_block_k_act *a, __m
 
 void tl__matmul_k_avx512_act(tl_type type, const uint8_t *W, size_t k, size_t j0, size_t j1,
                              const tl_block_k_act *act, size_t n, float *Y, size_t ldy) {
-    rows_k_any(type, W, k, j0, j1, act, n, Y, ldy);
+    if (n == 1 && type == TL_TYPE_Q6_K) { /* see the top comment */
+        rows_k_any(type, W, k, j0, j1, act, n, Y, ldy);
+        return;
+    }
+    tl__matmul_k_avx512_pairs(type, W, k, j0, j1, act, n, Y, ldy);
+    if ((j1 - j0) % 2) rows_k_any(type, W, k, j1 - 1, j1, act, n, Y, ldy);
 }

@@ -179,8 +179,11 @@ static void matvec_task(void *arg, int owner, int thread) {
 
 static void matvec_run(tl_llama *m, matmul_job *mm, size_t nw, size_t threads) {
     region regions[MATVEC_MAX_THREADS];
-    /* the run's matrices agree on panels (tl_op_matmul_multi), all rows multiples of 32 */
-    const size_t unit = mm->ws[0]->panels ? TL_PANEL_ROWS : 1;
+    /* the run's matrices agree on panels (tl_op_matmul_multi), all rows multiples of 32;
+     * K-quant rows go in pairs (the AVX-512 kernel's unit: an odd row takes the one-row
+     * kernel, same bits, slower) */
+    const size_t unit = mm->ws[0]->panels ? TL_PANEL_ROWS
+                        : tl_type_act_block(mm->ws[0]->type) == TL_QK_K ? 2 : 1;
     matvec_job j = {mm, nw, threads, {0}, {0}, unit, regions};
     for (size_t w = 0; w < nw; w++) {
         const tl_weight *W = mm->ws[w];
