@@ -6,8 +6,9 @@
 # the threaded matrix products, the IO queue (both backends: the pread pool always, and
 # io_uring where the kernel allows; TSan sees no kernel-side writes, only ours), the tier
 # under concurrent callers, the forward pass (golden), the paged KV cache, streaming
-# weights (offload), batch and replan. Any report fails its test (halt_on_error). The
-# planner's property test and the CLI tests are left out: under TSan they take minutes.
+# weights (offload), batch, replan, the scheduler and the server core. Any report fails
+# its test (halt_on_error). The planner's property test and the CLI tests are left out:
+# under TSan they take minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -17,7 +18,7 @@ if [ "${1:-}" = "--sanitize" ]; then
     dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DTL_SANITIZE=ON)
 elif [ "${1:-}" = "--tsan" ]; then
     dir=build-tsan; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DTL_TSAN=ON)
-    only=(-R '^test_(threadpool|ops|aio|tier|golden|kv|offload|batch|replan)$')
+    only=(-R '^test_(threadpool|ops|aio|tier|golden|kv|offload|batch|replan|sched|serve)$')
     # GCC 12's TSan runtime needs the address-space layout it was built for; with more
     # mmap randomization than it expects (vm.mmap_rnd_bits above 28) it stops with
     # "unexpected memory mapping". Running with ASLR off (setarch -R) avoids that, where

@@ -34,9 +34,9 @@ plant "bare include" exec/engine.c '#include "engine.h"' \
 plant "missing header" exec/engine.c '#include "base/nothing.h"' 'does not exist'
 
 fresh
-mkdir "$tmp/t/src/serve"; echo '#include "base/status.h"' > "$tmp/t/src/serve/x.c"
+mkdir "$tmp/t/src/unlisted"; echo '#include "base/status.h"' > "$tmp/t/src/unlisted/x.c"
 python3 "$check" "$tmp/t" >"$tmp/out"; rc=$?
-ok '[ $rc -eq 1 ] && grep -q "src/serve/ is not in" "$tmp/out"' "unlisted folder: exit $rc"
+ok '[ $rc -eq 1 ] && grep -q "src/unlisted/ is not in" "$tmp/out"' "unlisted folder: exit $rc"
 
 fresh
 sed -i 's/^kv text$/kv/' "$tmp/t/docs/ARCHITECTURE.md"

@@ -13,6 +13,7 @@ int tl_cmd_logits(int argc, char **argv);
 int tl_cmd_batch(int argc, char **argv);
 int tl_cmd_profile(int argc, char **argv);
 int tl_cmd_plan(int argc, char **argv);
+int tl_cmd_serve(int argc, char **argv);
 
 /* The largest prompt file `run -f` reads (16 MiB: far beyond any context; a larger file,
  * or /dev/zero, is refused rather than read without end). */

@@ -14,6 +14,7 @@ static void usage(FILE *f) {
             "  logits  dump logits:     tierllm logits -m MODEL --tokens 1,2,3 -o OUT.f32\n"
             "  plan    choose a policy:  tierllm plan -m MODEL --mem-budget 2G --prompt-len 128 ...\n"
             "  profile measure this machine (disk, memory, kernels): tierllm profile\n"
+            "  serve   OpenAI-compatible HTTP server: tierllm serve -m MODEL [--port N]\n"
             "run 'tierllm <command> --help' for its options\n");
 }
 
@@ -30,6 +31,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "batch")) return tl_cmd_batch(argc - 1, argv + 1);
     if (!strcmp(cmd, "profile")) return tl_cmd_profile(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return tl_cmd_plan(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return tl_cmd_serve(argc - 1, argv + 1);
     fprintf(stderr, "error: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

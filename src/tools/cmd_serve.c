@@ -1,0 +1,182 @@
+/* cmd_serve.c - `tierllm serve`: the OpenAI-compatible HTTP server (src/serve/).
+ *
+ * SIGINT and SIGTERM are blocked in every thread (they inherit the mask from here, set
+ * before any thread starts) and taken by sigwait in this one, so no handler runs inside
+ * the engine or a connection. The first one drains: no new connections or requests (503),
+ * the requests in flight finish and are sent in full, then the process exits 0. The
+ * signals are unblocked for the drain, so a second one ends the process at once.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tools/cli.h"
+#include "serve/chat_template.h"
+#include "serve/http.h"
+#include "serve/openai.h"
+#include "serve/server.h"
+
+static void usage(void) {
+    printf("usage: tierllm serve -m MODEL [options]\n"
+           "  -m, --model PATH        GGUF model file or Hugging Face folder\n"
+           "  --host ADDR             address to listen on (default 127.0.0.1)\n"
+           "  --port N                port (default 8080; 0 = any free port, printed)\n"
+           "  --api-key KEY           require 'Authorization: Bearer KEY' (not /health)\n"
+           "  --model-name NAME       the model's name in the API (default: the file's\n"
+           "                          base name without .gguf)\n"
+           "  --chat-template NAME    llama2, llama3, chatml, mistral or zephyr (default:\n"
+           "                          recognised from the model's tokenizer.chat_template)\n"
+           "  --max-seqs N            sequences generated at once (default 16)\n"
+           "  --max-queue N           requests waiting beyond those; more get 503 (default 64)\n"
+           "  -c, --ctx-size N        positions per sequence (default: model's, at most 4096)\n"
+           "  --prefill-chunk N       prompt tokens per step over all joining sequences\n"
+           "                          (default 64)\n"
+           "  --kv-bits 32|16|8|4     KV cache storage (default 32, exact)\n"
+           "  --timeout S             seconds a client has to send a request, and of\n"
+           "                          idleness before a connection is closed (default 30)\n"
+           "  --max-conns N           open connections at once (default 256)\n"
+           "  -t, --threads N         compute threads (default: all cores)\n"
+           "  --mem-budget SIZE       memory the engine may hold, e.g. 2G (default 80%% of\n"
+           "                          available memory); weights that do not fit stream\n"
+           "  --prefetch N            streamed layers read ahead (default 2)\n"
+           "  --io auto|pool|uring    IO backend (default auto)\n"
+           "  --no-direct             read through the page cache instead of O_DIRECT\n"
+           "SIGINT/SIGTERM: stop accepting, finish the requests in flight, exit 0.\n");
+}
+
+/* "models/stories260K.gguf" -> "stories260K"; a folder "hf/llama/" -> "llama". */
+static char *base_name(const char *path) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/') b--;
+    size_t len = n - b;
+    if (len > 5 && !strncmp(path + n - 5, ".gguf", 5)) len -= 5;
+    return strndup(path + b, len);
+}
+
+int tl_cmd_serve(int argc, char **argv) {
+    tl_model_params mp = tl_model_default_params();
+    tl_server_params sp = tl_server_default_params();
+    tl_http_params hp = tl_http_default_params();
+    hp.max_conns = 0; /* 0: derived from the queue below */
+    const char *model_path = NULL, *model_name = NULL, *chat = NULL;
+    int32_t port = hp.port, timeout = hp.timeout_s, max_conns = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+#define VAL() if (!(v = cli_value(argc, argv, &i))) return 2
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); model_path = v; }
+        else if (!strcmp(a, "--host")) { VAL(); hp.host = v; }
+        else if (!strcmp(a, "--port")) { VAL(); if (!cli_int(a, v, 0, 65535, &port)) return 2; }
+        else if (!strcmp(a, "--api-key")) {
+            VAL();
+            if (!*v) { fprintf(stderr, "error: --api-key must not be empty\n"); return 2; }
+            hp.api_key = v;
+        } else if (!strcmp(a, "--model-name")) {
+            VAL();
+            if (!*v) { fprintf(stderr, "error: --model-name must not be empty\n"); return 2; }
+            model_name = v;
+        } else if (!strcmp(a, "--chat-template")) {
+            VAL();
+            if (tl_chat_from_name(v) == TL_CHAT_NONE) {
+                fprintf(stderr, "error: --chat-template expects one of %s, not '%s'\n",
+                        tl_chat_names(), v);
+                return 2;
+            }
+            chat = v;
+        } else if (!strcmp(a, "--max-seqs")) {
+            VAL(); if (!cli_int(a, v, 1, 4096, &sp.sched.max_seqs)) return 2;
+        } else if (!strcmp(a, "--max-queue")) {
+            VAL(); if (!cli_int(a, v, 0, 1 << 20, &sp.max_queue)) return 2;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            VAL(); if (!cli_int(a, v, 0, 1 << 24, &sp.sched.n_ctx)) return 2;
+        } else if (!strcmp(a, "--prefill-chunk")) {
+            VAL(); if (!cli_int(a, v, 1, 65536, &sp.sched.prefill_chunk)) return 2;
+        } else if (!strcmp(a, "--kv-bits")) {
+            VAL(); if (!cli_int(a, v, 4, 32, &sp.sched.kv_bits)) return 2;
+        } else if (!strcmp(a, "--timeout")) {
+            VAL(); if (!cli_int(a, v, 1, 86400, &timeout)) return 2;
+        } else if (!strcmp(a, "--max-conns")) {
+            VAL(); if (!cli_int(a, v, 1, 1 << 16, &max_conns)) return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            VAL(); if (!cli_int(a, v, 1, 256, &mp.n_threads)) return 2;
+        } else if (!strcmp(a, "--mem-budget")) {
+            VAL(); if (!cli_size(a, v, &mp.mem_budget)) return 2;
+        } else if (!strcmp(a, "--prefetch")) {
+            VAL(); if (!cli_int(a, v, 0, 64, &mp.prefetch)) return 2;
+        } else if (!strcmp(a, "--io")) {
+            VAL(); if (!cli_io_backend(a, v, &mp.io_backend)) return 2;
+        } else if (!strcmp(a, "--no-direct")) {
+            mp.direct_io = 0;
+        } else {
+            fprintf(stderr, "error: unknown option '%s' (see tierllm serve --help)\n", a);
+            return 2;
+        }
+#undef VAL
+    }
+    if (!model_path) {
+        fprintf(stderr, "error: -m MODEL is required (see tierllm serve --help)\n");
+        return 2;
+    }
+    hp.port = port;
+    hp.timeout_s = timeout;
+    /* every request that may be running or waiting, and room for health checks */
+    hp.max_conns = max_conns ? max_conns : sp.sched.max_seqs + sp.max_queue + 64;
+
+    /* blocked before any thread exists, so every thread inherits the mask */
+    sigset_t sigs, old;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, &old);
+    signal(SIGPIPE, SIG_IGN);
+
+    char *name = model_name ? strdup(model_name) : base_name(model_path);
+    tl_model *m = NULL;
+    tl_server *srv = NULL;
+    tl_http *h = NULL;
+    tl_oai api;
+    tl_status st = name ? TL_OK : TL_ERR_NOMEM;
+    if (!st) st = tl_model_open(model_path, &mp, &m);
+    if (!st) st = tl_server_open(m, &sp, &srv);
+    if (!st) st = tl_oai_init(&api, m, name, tl_server_sched_params(srv)->n_ctx, chat);
+    if (!st) st = tl_http_start(srv, &api, &hp, &h);
+    if (st) {
+        int rc = name ? cli_fail(st) : (fprintf(stderr, "error: out of memory\n"), 1);
+        tl_server_close(srv);
+        tl_model_close(m);
+        free(name);
+        return rc;
+    }
+    const tl_sched_params *ps = tl_server_sched_params(srv);
+    if (api.chat == TL_CHAT_NONE)
+        fprintf(stderr, "tierllm serve: the model has no chat template this server "
+                "recognises: /v1/chat/completions will answer 400 until it is restarted "
+                "with --chat-template NAME (%s)\n", tl_chat_names());
+    else
+        fprintf(stderr, "tierllm serve: chat template %s (%s)\n", tl_chat_name(api.chat),
+                api.chat_from_model ? "recognised in the model" : "--chat-template");
+    const char *host = hp.host;
+    int v6 = strchr(host, ':') != NULL;
+    fprintf(stderr, "tierllm serve: listening on http://%s%s%s:%d (model %s, %d sequences "
+            "of %d positions, %d more may wait)\n", v6 ? "[" : "", host, v6 ? "]" : "",
+            tl_http_port(h), name, (int)ps->max_seqs, (int)ps->n_ctx, (int)sp.max_queue);
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    pthread_sigmask(SIG_SETMASK, &old, NULL); /* a second signal ends the process */
+    tl_server_stats ss;
+    tl_server_get_stats(srv, &ss);
+    fprintf(stderr, "tierllm serve: %s: no new requests; finishing %d running and %d "
+            "waiting\n", sig == SIGINT ? "SIGINT" : "SIGTERM", (int)ss.running, (int)ss.queued);
+    tl_http_quiesce(h);
+    tl_server_stop_accepting(srv);
+    tl_http_stop(h, 24 * 3600); /* every answered request is bounded by its max_tokens */
+    tl_server_close(srv);
+    tl_model_close(m);
+    free(name);
+    fprintf(stderr, "tierllm serve: stopped\n");
+    return 0;
+}
