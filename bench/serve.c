@@ -14,7 +14,10 @@
  * Clients speak HTTP/1.0 (the response ends when the connection closes), one connection
  * per request, over loopback.
  * Usage: bench_serve [--tierllm PATH] [--dir DIR] [--requests N] [--clients 1,4,16,64]
- *        [--gen N] [--port P] [--only mem|stream]
+ *        [--gen N] [--port P] [--only mem|stream] [--prefill-chunk N (the server's; 64)]
+ * As the load test's driver (tests/serve_load.sh): --model PATH --budget MiB (one setting,
+ * that model and budget), --no-batch, --max-rss MiB (exit 1 when the server's peak
+ * resident memory passed it); the exit code is 1 when any request failed.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -34,7 +37,7 @@
 #define PROMPT 128
 #define MAX_CLIENTS 64
 
-static int g_port = 18555, g_gen = 32;
+static int g_port = 18555, g_gen = 32, g_chunk = 0;
 
 /* A prompt of exactly PROMPT tokens (with BOS) in the synthetic vocabulary. */
 static char *make_prompt(tl_model *m, int variant) {
@@ -105,10 +108,20 @@ static int http_get_status(const char *path) {
 
 typedef struct request_result {
     int ok;
-    int tokens;
+    int tokens;     /* events with text (arrival times) */
+    int generated;  /* the final usage's completion_tokens */
     double t_send, t_first, t_last;
     double *gaps; /* inter-token gaps, tokens - 1 of them */
 } request_result;
+
+/* 1 when an event's JSON has a non-empty "text" (with or without a space after ':'). */
+static int has_text(const char *line) {
+    const char *t = strstr(line, "\"text\":");
+    if (!t) return 0;
+    t += 7;
+    while (*t == ' ') t++;
+    return t[0] == '"' && t[1] != '"';
+}
 
 /* A streaming completion: records the arrival time of each event that carries text. */
 static void stream_completion(const char *prompt, request_result *r) {
@@ -137,9 +150,10 @@ static void stream_completion(const char *prompt, request_result *r) {
         char *line = buf, *nl; /* complete lines: events; the rest waits */
         while ((nl = strchr(line, '\n'))) {
             *nl = 0;
+            const char *u = strstr(line, "\"completion_tokens\":");
+            if (u) r->generated = atoi(u + 20);
             if (!strncmp(line, "data: [DONE]", 12)) done = 1;
-            else if (!strncmp(line, "data: {", 7) && strstr(line, "\"text\": \"") &&
-                     !strstr(line, "\"text\": \"\"")) {
+            else if (!strncmp(line, "data: {", 7) && has_text(line)) {
                 if (r->tokens == 0) r->t_first = now;
                 else if (r->tokens - 1 < g_gen + 8) r->gaps[r->tokens - 1] = now - prev;
                 r->tokens++;
@@ -152,7 +166,8 @@ static void stream_completion(const char *prompt, request_result *r) {
         if (have == sizeof buf - 1) have = 0; /* a line longer than the buffer: dropped */
     }
     r->t_last = prev;
-    r->ok = status == 200 && done && r->tokens > 0;
+    /* complete: every token asked for (ignore_eos), and the stream's end */
+    r->ok = status == 200 && done && r->tokens > 0 && r->generated == g_gen;
 out:
     if (fd >= 0) close(fd);
     free(body);
@@ -205,7 +220,7 @@ static int run_point(char **prompts, int clients, int reqs, double *tps) {
         for (int i = 0; i < reqs; i++) {
             request_result *r = &cl[c].res[i];
             if (!r->ok) failed++;
-            tokens += r->tokens;
+            tokens += r->generated;
             if (r->tokens > 0) ttft[nf++] = r->t_first - r->t_send;
             for (int g = 0; g + 1 < r->tokens && g < g_gen + 8; g++) gaps[ng++] = r->gaps[g];
             free(r->gaps);
@@ -226,13 +241,15 @@ static int run_point(char **prompts, int clients, int reqs, double *tps) {
 /* ---- the server process ---- */
 
 static pid_t start_server(const char *tierllm, const char *model, uint64_t budget) {
-    char port[16], bud[32];
+    char port[16], bud[32], chunk[16];
     snprintf(port, sizeof port, "%d", g_port);
+    snprintf(chunk, sizeof chunk, "%d", g_chunk > 0 ? g_chunk : 64);
     snprintf(bud, sizeof bud, "%lluK", (unsigned long long)(budget >> 10));
     pid_t pid = fork();
     if (pid == 0) {
         execl(tierllm, tierllm, "serve", "-m", model, "--port", port, "--max-seqs", "64",
-              "--max-queue", "256", "-c", "256", "--mem-budget", bud, (char *)NULL);
+              "--max-queue", "256", "-c", "256", "--mem-budget", bud, "--prefill-chunk", chunk,
+              (char *)NULL);
         _exit(127);
     }
     for (int i = 0; pid > 0 && i < 600; i++) { /* up to 60 s to load and place */
@@ -243,6 +260,18 @@ static pid_t start_server(const char *tierllm, const char *model, uint64_t budge
     }
     if (pid > 0) kill(pid, SIGKILL), waitpid(pid, NULL, 0);
     return -1;
+}
+
+/* The server's peak resident memory (VmHWM), MiB; -1 when unknown. */
+static double peak_rss_mib(pid_t pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    double kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lf kB", &kib) == 1) break;
+    if (f) fclose(f);
+    return kib < 0 ? -1 : kib / 1024.0;
 }
 
 static void stop_server(pid_t pid) {
@@ -279,7 +308,9 @@ static double batch_tps(const char *model, uint64_t budget, char **prompts, int 
 }
 
 int main(int argc, char **argv) {
-    const char *dir = "/tmp/tierllm-bench", *only = NULL;
+    const char *dir = "/tmp/tierllm-bench", *only = NULL, *model_arg = NULL;
+    double budget_arg = 0, max_rss = 0;
+    int no_batch = 0;
     char tierllm[4096];
     snprintf(tierllm, sizeof tierllm, "%s", argv[0]);
     char *slash = strrchr(tierllm, '/');
@@ -293,13 +324,20 @@ int main(int argc, char **argv) {
         else if (i + 1 < argc && !strcmp(argv[i], "--gen")) g_gen = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--port")) g_port = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--only")) only = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--prefill-chunk")) g_chunk = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--model")) model_arg = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--budget")) budget_arg = atof(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--max-rss")) max_rss = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--no-batch")) no_batch = 1;
         else if (i + 1 < argc && !strcmp(argv[i], "--clients")) {
             n_clients = 0;
             for (char *t = strtok(argv[++i], ","); t && n_clients < 8; t = strtok(NULL, ","))
                 clients[n_clients++] = atoi(t);
         } else {
             fprintf(stderr, "usage: bench_serve [--tierllm PATH] [--dir DIR] [--requests N] "
-                            "[--clients 1,4,16,64] [--gen N] [--port P] [--only mem|stream]\n");
+                            "[--clients 1,4,16,64] [--gen N] [--port P] [--only mem|stream] "
+                            "[--prefill-chunk N] [--model PATH --budget MiB] [--no-batch] "
+                            "[--max-rss MiB]\n");
             return 2;
         }
     }
@@ -315,8 +353,13 @@ int main(int argc, char **argv) {
     mkdir(dir, 0755);
     char model[1024];
     snprintf(model, sizeof model, "%s/tinyllama-1.1b-q8_0.gguf", dir);
+    if (model_arg) snprintf(model, sizeof model, "%s", model_arg);
+    if (model_arg && budget_arg <= 0) {
+        fprintf(stderr, "error: --model needs --budget MiB\n");
+        return 2;
+    }
     struct stat sb;
-    if (stat(model, &sb) != 0) {
+    if (!model_arg && stat(model, &sb) != 0) {
         tl_synth_params sp;
         tl_synth_preset("tinyllama-1.1b", &sp);
         sp.weight_type = 8; /* Q8_0 */
@@ -325,6 +368,10 @@ int main(int argc, char **argv) {
             fprintf(stderr, "error: %s\n", tl_last_error());
             return 1;
         }
+    }
+    if (stat(model, &sb) != 0) {
+        fprintf(stderr, "error: %s: %s\n", model, strerror(errno));
+        return 1;
     }
     const int n = MAX_CLIENTS * reqs;
     char **prompts = calloc((size_t)n, sizeof *prompts);
@@ -340,12 +387,14 @@ int main(int argc, char **argv) {
     printf("bench_serve: %s (%.0f MiB), prompts %d tokens, %d generated, %d request(s) per "
            "client, server %s\n", model, sb.st_size / 1048576.0, PROMPT, g_gen, reqs, tierllm);
     int rc = 0;
-    for (int setting = 0; setting < 2; setting++) {
+    for (int setting = 0; setting < (model_arg ? 1 : 2); setting++) {
         if (only && strcmp(only, setting ? "stream" : "mem") != 0) continue;
         /* in memory: the model and the state; streamed: a third of the model */
-        const uint64_t budget = setting ? (uint64_t)sb.st_size / 3
-                                        : (uint64_t)sb.st_size + ((uint64_t)1 << 30);
-        printf("%s, --mem-budget %.0f MiB\n", setting ? "weights streamed" : "weights in memory",
+        const uint64_t budget = model_arg ? (uint64_t)(budget_arg * 1048576.0)
+                                : setting ? (uint64_t)sb.st_size / 3
+                                          : (uint64_t)sb.st_size + ((uint64_t)1 << 30);
+        printf("%s, --mem-budget %.0f MiB\n",
+               model_arg ? "as given" : setting ? "weights streamed" : "weights in memory",
                budget / 1048576.0);
         pid_t pid = start_server(tierllm, model, budget);
         if (pid < 0) {
@@ -357,7 +406,15 @@ int main(int argc, char **argv) {
             rc |= run_point(prompts, clients[i], reqs, &tps);
             if (clients[i] == MAX_CLIENTS) tps64 = tps;
         }
+        const double rss = peak_rss_mib(pid);
         stop_server(pid);
+        printf("  server peak resident memory %.1f MiB (budget %.1f MiB)\n", rss,
+               budget / 1048576.0);
+        if (max_rss > 0 && !(rss >= 0 && rss <= max_rss)) {
+            printf("  FAIL: above --max-rss %.1f MiB\n", max_rss);
+            rc = 1;
+        }
+        if (no_batch) continue;
         const double btps = batch_tps(model, budget, prompts, n);
         printf("  batch, the same %d prompts, 64 per block: %.2f tok/s", n, btps);
         if (tps64 > 0 && btps > 0) printf(" | server at 64 clients: %.0f%% of batch", 100 * tps64 / btps);
