@@ -81,7 +81,7 @@ static tl_kv_params kv_params(const tl_model *m, const tl_sched_params *p) {
     kp.max_seqs = p->max_seqs;
     kp.max_tokens = p->n_ctx;
     kp.attn_window = m->lm.hp.n_swa;
-    kp.max_block = p->prefill_chunk; /* one sequence may take the whole chunk */
+    kp.max_block = p->max_seqs + p->prefill_chunk; /* one sequence may take a whole step */
     return kp;
 }
 
@@ -248,13 +248,16 @@ static int32_t put_rows(tl_sched *s, int32_t n, int32_t i, const int32_t *toks, 
     return n + len;
 }
 
-/* The step's rows: generating slots first, then prompt chunks oldest first. */
+/* The step's rows: generating slots first, then prompt chunks oldest first. With no
+ * sequence generating, no one's inter-token latency is at stake: prompts take every row
+ * the step has room for. */
 static tl_microbatch build(tl_sched *s, int32_t *n_prompt_rows) {
-    int32_t n = 0, nl = 0, ns = 0, budget = s->p.prefill_chunk;
+    int32_t n = 0, nl = 0, ns = 0;
     for (int32_t i = 0; i < s->p.max_seqs; i++) {
         slot *sl = &s->slots[i];
         if (sl->used && sl->fed == sl->n_prompt) n = put_rows(s, n, i, &sl->next, 1, 1, &nl, &ns);
     }
+    int32_t budget = n ? s->p.prefill_chunk : s->rows_cap;
     *n_prompt_rows = 0;
     while (budget > 0) {
         int32_t oldest = -1;

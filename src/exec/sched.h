@@ -6,7 +6,8 @@
  * reading their prompt feed the next chunk of it, up to prefill_chunk prompt rows per step
  * over all of them, oldest first. So a long prompt joining never stalls the others for
  * more than one chunk's worth of compute, and every sequence shares each layer's weight
- * read (streamed weights are read once per step for all of them).
+ * read (streamed weights are read once per step for all of them). A step with no
+ * sequence generating gives prompts all of its max_seqs + prefill_chunk rows.
  *
  * A sequence's tokens do not depend on what else runs beside it: each row's arithmetic is
  * its own (llama.h), its sampler is its own (seeded by its request), so a sequence run
@@ -28,7 +29,8 @@ typedef struct tl_sched_params {
     int32_t max_seqs;      /* sequences in flight at once (default 16) */
     int32_t n_ctx;         /* positions per sequence, prompt and generated (default: the
                               model's training context, at most 4096) */
-    int32_t prefill_chunk; /* prompt rows per step over all joining sequences (default 64) */
+    int32_t prefill_chunk; /* prompt rows per step over all joining sequences while some
+                              sequence generates (default 64) */
     int32_t kv_bits;       /* 32 (default), 16, 8 or 4 */
     int32_t page_tokens;   /* KV page size in positions (default 16) */
 } tl_sched_params;
