@@ -17,7 +17,8 @@
  *        [--gen N] [--port P] [--only mem|stream] [--prefill-chunk N (the server's; 64)]
  * As the load test's driver (tests/serve_load.sh): --model PATH --budget MiB (one setting,
  * that model and budget), --no-batch, --max-rss MiB (exit 1 when the server's peak
- * resident memory passed it); the exit code is 1 when any request failed.
+ * resident memory passed it), --attach PORT (a server already running there: the clients
+ * only); the exit code is 1 when any request failed.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -310,7 +311,7 @@ static double batch_tps(const char *model, uint64_t budget, char **prompts, int 
 int main(int argc, char **argv) {
     const char *dir = "/tmp/tierllm-bench", *only = NULL, *model_arg = NULL;
     double budget_arg = 0, max_rss = 0;
-    int no_batch = 0;
+    int no_batch = 0, attach = 0;
     char tierllm[4096];
     snprintf(tierllm, sizeof tierllm, "%s", argv[0]);
     char *slash = strrchr(tierllm, '/');
@@ -329,6 +330,7 @@ int main(int argc, char **argv) {
         else if (i + 1 < argc && !strcmp(argv[i], "--budget")) budget_arg = atof(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--max-rss")) max_rss = atof(argv[++i]);
         else if (!strcmp(argv[i], "--no-batch")) no_batch = 1;
+        else if (i + 1 < argc && !strcmp(argv[i], "--attach")) g_port = attach = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--clients")) {
             n_clients = 0;
             for (char *t = strtok(argv[++i], ","); t && n_clients < 8; t = strtok(NULL, ","))
@@ -337,7 +339,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "usage: bench_serve [--tierllm PATH] [--dir DIR] [--requests N] "
                             "[--clients 1,4,16,64] [--gen N] [--port P] [--only mem|stream] "
                             "[--prefill-chunk N] [--model PATH --budget MiB] [--no-batch] "
-                            "[--max-rss MiB]\n");
+                            "[--max-rss MiB] [--attach PORT]\n");
             return 2;
         }
     }
@@ -396,6 +398,11 @@ int main(int argc, char **argv) {
         printf("%s, --mem-budget %.0f MiB\n",
                model_arg ? "as given" : setting ? "weights streamed" : "weights in memory",
                budget / 1048576.0);
+        if (attach) { /* a server the caller runs: the clients only */
+            double tps;
+            for (int i = 0; i < n_clients; i++) rc |= run_point(prompts, clients[i], reqs, &tps);
+            break;
+        }
         pid_t pid = start_server(tierllm, model, budget);
         if (pid < 0) {
             fprintf(stderr, "error: the server did not start (%s serve ...)\n", tierllm);

@@ -241,6 +241,8 @@ for name in 'tierllm_requests_total{endpoint="/v1/completions",status="200"}' \
             tierllm_active_sequences tierllm_weight_bytes_read_total tierllm_stall_seconds_total; do
     grep -qF "$name " "$tmp/body" || fail "metrics lack $name"
 done
+# a path that is not UTF-8 is still a 404 in OpenAI's shape (the message quotes it)
+req "/v1/%FF"; expect_error 404 "a path of invalid UTF-8"
 kill -TERM "$pid"; wait "$pid"; rc=$?
 [ "$rc" = 0 ] || fail "server A exit $rc after SIGTERM"
 
@@ -322,6 +324,31 @@ assert c["choices"][0]["message"]["content"] == p["choices"][0]["text"]
 EOF
 kill -TERM "$pid"; wait "$pid"; rc=$?
 [ "$rc" = 0 ] || fail "server C exit $rc after SIGTERM"
+
+# ---- server D: a model slow enough that 2000 tokens take seconds: clients that leave
+# streamed and non-streamed requests while tokens flow stop their generation ----
+m=$tmp/slow.gguf
+"$bin" synth --embd 512 --ff 1024 --layers 8 --heads 8 --kv-heads 8 --ctx 2048 -o "$m" \
+    >/dev/null 2>&1 || fail "synth a slower model"
+start d -c 2048
+key=
+for stream in false true false true; do
+    curl -s -m 0.5 -o /dev/null -H 'Content-Type: application/json' --data-binary \
+        "{\"prompt\": \"Once\", \"max_tokens\": 2000, \"ignore_eos\": true, \"stream\": $stream}" \
+        "http://127.0.0.1:$port/v1/completions"
+done
+active=x
+for _ in $(seq 1 20); do
+    req /metrics
+    active=$(sed -n 's/^tierllm_active_sequences \([0-9]*\)$/\1/p' "$tmp/body")
+    gen=$(sed -n 's/^tierllm_generated_tokens_total \([0-9]*\)$/\1/p' "$tmp/body")
+    [ "$active" = 0 ] && break
+    sleep 0.1
+done
+[ "$active" = 0 ] || fail "requests whose clients left still run ($active active 2 s later)"
+[ -n "$gen" ] && [ "$gen" -lt 4000 ] || fail "the abandoned requests generated $gen tokens"
+kill -TERM "$pid"; wait "$pid"; rc=$?
+[ "$rc" = 0 ] || fail "server D exit $rc after SIGTERM"
 
 # usage errors
 "$bin" serve -m "$m" --port 70000 2>/dev/null; [ $? = 2 ] || fail "bad port: not a usage error"

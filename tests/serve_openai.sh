@@ -24,16 +24,9 @@ prompt="Once upon a time"; n=24
     { echo "FAIL: tierllm run"; exit 1; }
 expect=$(python3 -c 'import sys; o = open(sys.argv[1]).read(); assert o.startswith(sys.argv[2]); print(o[len(sys.argv[2]):-1], end="")' "$tmp/run.txt" "$prompt") ||
     { echo "FAIL: run's output does not echo the prompt"; exit 1; }
-"$bin" serve -m "$m" --port 0 --api-key sekrit --chat-template chatml -c 256 2>"$tmp/err" &
-pid=$!
-port=
-for _ in $(seq 1 100); do
-    port=$(sed -n 's|.*listening on http://[^ ]*:\([0-9]*\) .*|\1|p' "$tmp/err")
-    [ -n "$port" ] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-done
-[ -n "$port" ] || { echo "FAIL: the server did not start: $(cat "$tmp/err")"; exit 1; }
+. "$here/serve_lib.sh"
+serve_start "$tmp/err" -m "$m" --api-key sekrit --chat-template chatml -c 256 ||
+    { echo "FAIL: the server did not start: $(cat "$tmp/err")"; exit 1; }
 TL_BASE_URL="http://127.0.0.1:$port/v1" TL_API_KEY=sekrit TL_PROMPT="$prompt" TL_EXPECT="$expect" \
     TL_N=$n timeout 120 node "$here/node/openai_client.mjs" || { echo "FAIL: openai client"; exit 1; }
 kill -TERM "$pid"

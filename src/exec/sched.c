@@ -35,6 +35,7 @@ struct tl_sched {
     tl_kv *kv;
     tl_llama_scratch scratch;
     float *x, *logits;     /* [rows_cap][n_embd], [max_seqs][n_vocab] */
+    void *smp_scratch;     /* the samplers' shared scratch (they sample one at a time) */
     int32_t *tok, *seq, *pos, *lrow, *lslot, *mseqs; /* per step */
     slot *slots;
     int64_t next_id, next_order;
@@ -92,6 +93,7 @@ static uint64_t budget_bytes(const tl_model *m, const tl_sched_params *p) {
     if (kv == UINT64_MAX) return UINT64_MAX;
     return tl_llama_scratch_bytes(&m->lm, (int32_t)rows, p->n_ctx, p->page_tokens) +
            rows * (uint64_t)m->lm.hp.n_embd * sizeof(float) + 64 +
+           tl_sampler_scratch_bytes((size_t)m->lm.hp.n_vocab) + 64 +
            (uint64_t)p->max_seqs * (uint64_t)m->lm.hp.n_vocab * sizeof(float) + 64 + kv;
 }
 
@@ -120,6 +122,7 @@ void tl_sched_close(tl_sched *s) {
     tl_llama_scratch_free(&m->lm, &s->scratch);
     tl_budget_free(m->lm.budget, s->x);
     tl_budget_free(m->lm.budget, s->logits);
+    tl_budget_free(m->lm.budget, s->smp_scratch);
     free(s->tok), free(s->seq), free(s->pos), free(s->lrow), free(s->lslot), free(s->mseqs);
     free(s);
 }
@@ -151,6 +154,8 @@ tl_status tl_sched_open(tl_model *m, const tl_sched_params *in, tl_sched **out) 
                                   "hidden states", (void **)&s->x);
     if (!st) st = tl_budget_alloc(m->lm.budget, S * (size_t)m->lm.hp.n_vocab * sizeof(float), 64,
                                   "logits", (void **)&s->logits);
+    if (!st) st = tl_budget_alloc(m->lm.budget, tl_sampler_scratch_bytes((size_t)m->lm.hp.n_vocab),
+                                  64, "sampler scratch", &s->smp_scratch);
     if (!st) {
         tl_kv_params kp = kv_params(m, &p);
         st = tl_kv_open(&kp, m->lm.budget, m->lm.aio, &s->kv);
@@ -197,6 +202,10 @@ tl_status tl_sched_submit(tl_sched *s, const tl_sched_request *rq, int64_t *id) 
                                 "(0..%d)", (int)rq->prompt[i], (int)n_vocab - 1);
     tl_status st = tl_sampler_params_check(&rq->sampler);
     if (st) return st;
+    /* a sequence never holds more than n_ctx tokens: a longer history (outside the budget,
+     * like the slot's prompt copy) would change nothing */
+    tl_sampler_params sp = rq->sampler;
+    if (sp.repeat_last_n > s->p.n_ctx) sp.repeat_last_n = s->p.n_ctx;
     slot *sl = NULL;
     for (int32_t i = 0; i < s->p.max_seqs && !sl; i++)
         if (!s->slots[i].used) sl = &s->slots[i];
@@ -208,7 +217,7 @@ tl_status tl_sched_submit(tl_sched *s, const tl_sched_request *rq, int64_t *id) 
     sl->n_prompt = rq->n_prompt;
     sl->max_tokens = rq->max_tokens;
     sl->stop_at_eos = rq->stop_at_eos;
-    if ((st = tl_sampler_init(&sl->smp, &rq->sampler, (size_t)n_vocab)) ||
+    if ((st = tl_sampler_init_shared(&sl->smp, &sp, (size_t)n_vocab, s->smp_scratch)) ||
         (st = tl_kv_seq_open(s->kv, &sl->kv_seq))) {
         slot_free(sl);
         return st;

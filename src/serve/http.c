@@ -55,7 +55,17 @@ struct tl_http {
     int wd_stop;
     pthread_t wd;
     atomic_int closing; /* stopping: waiting requests give up */
+    size_t body_bytes;  /* request bodies buffered now, all connections (under mu) */
+    int parsing;        /* requests being parsed and tokenized now (under mu) */
+    pthread_cond_t parse_cv;
 };
+
+/* Memory a request holds outside the budget while it is read and parsed is bounded over
+ * the whole server, not per connection (the budget's promise allows 64 MiB beside it):
+ * bodies buffered at once, and parses (a JSON tree of at most TL_OAI_MAX_VALUES values,
+ * the prompt's tokens) at once. */
+#define BODY_BYTES_MAX ((size_t)24 << 20)
+#define PARSING_MAX 2
 
 typedef struct request {
     int ep;
@@ -63,7 +73,20 @@ typedef struct request {
     char *body;
     size_t len, cap;
     int too_big;
+    int too_busy; /* the server-wide body allowance was full: 503 */
 } request;
+
+/* Frees a request's body and gives its bytes back to the server-wide allowance. */
+static void drop_body(tl_http *h, request *rq) {
+    if (rq->cap) {
+        pthread_mutex_lock(&h->mu);
+        h->body_bytes -= rq->cap;
+        pthread_mutex_unlock(&h->mu);
+    }
+    free(rq->body);
+    rq->body = NULL;
+    rq->len = rq->cap = 0;
+}
 
 tl_http_params tl_http_default_params(void) {
     tl_http_params p;
@@ -320,7 +343,8 @@ static char *collect(tl_http *h, int fd, tl_server_req *r, size_t *len, tl_serve
             text[*len] = 0;
             return text;
         }
-        if (!n && (atomic_load(&h->closing) || client_gone(fd))) break;
+        /* on every pass, text or not: a client gone while tokens flow stops them */
+        if (atomic_load(&h->closing) || client_gone(fd)) break;
     }
     free(text);
     return NULL;
@@ -329,13 +353,24 @@ static char *collect(tl_http *h, int fd, tl_server_req *r, size_t *len, tl_serve
 static enum MHD_Result generate(tl_http *h, struct MHD_Connection *c, request *rq) {
     tl_oai_job job;
     tl_oai_error e;
-    if (tl_oai_parse(h->api, rq->ep == TL_EP_CHAT, rq->body ? rq->body : "", rq->len, &job,
-                     &e)) {
+    pthread_mutex_lock(&h->mu); /* a few parses at once: see PARSING_MAX */
+    while (h->parsing >= PARSING_MAX) pthread_cond_wait(&h->parse_cv, &h->mu);
+    h->parsing++;
+    pthread_mutex_unlock(&h->mu);
+    const int bad = tl_oai_parse(h->api, rq->ep == TL_EP_CHAT, rq->body ? rq->body : "",
+                                 rq->len, &job, &e);
+    drop_body(h, rq);
+    tl_server_req *r = NULL;
+    tl_status st = bad ? TL_OK : tl_server_submit(h->srv, &job.gen, &r);
+    tl_oai_job_drop_tree(&job); /* submit copied what it keeps (stop strings) */
+    pthread_mutex_lock(&h->mu);
+    h->parsing--;
+    pthread_cond_signal(&h->parse_cv);
+    pthread_mutex_unlock(&h->mu);
+    if (bad) {
         tl_oai_job_free(&job);
         return reply_error(h, c, rq, &e);
     }
-    tl_server_req *r;
-    tl_status st = tl_server_submit(h->srv, &job.gen, &r);
     if (st) {
         tl_oai_job_free(&job);
         return submit_error(h, c, rq, st);
@@ -441,9 +476,12 @@ static enum MHD_Result answer(tl_http *h, struct MHD_Connection *c, request *rq)
     size_t n = 0;
     char *body;
     switch (rq->ep) {
-    case TL_EP_HEALTH:
-        body = strdup("{\"status\": \"ok\"}");
-        return reply(h, c, rq, 200, "application/json", body, body ? strlen(body) : 0, NULL, 0);
+    case TL_EP_HEALTH: {
+        const int ok = tl_server_healthy(h->srv);
+        body = strdup(ok ? "{\"status\": \"ok\"}" : "{\"status\": \"error\"}");
+        return reply(h, c, rq, ok ? 200 : 503, "application/json", body, body ? strlen(body) : 0,
+                     NULL, 0);
+    }
     case TL_EP_MODELS:
         body = tl_oai_models(h->api, &n);
         return reply(h, c, rq, 200, "application/json", body, n, NULL, 0);
@@ -474,18 +512,31 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (*upload_size) {
         size_t n = *upload_size;
         *upload_size = 0;
-        if (rq->answered || rq->too_big) return MHD_YES;
+        if (rq->answered || rq->too_big || rq->too_busy) return MHD_YES;
         if (rq->len + n > h->p.max_body) {
+            drop_body(h, rq);
             rq->too_big = 1;
-            free(rq->body);
-            rq->body = NULL;
             return MHD_YES;
         }
         if (rq->len + n + 1 > rq->cap) {
             size_t cap = rq->cap ? rq->cap : 4096;
             while (cap < rq->len + n + 1) cap *= 2;
-            char *b = realloc(rq->body, cap);
-            if (!b) return MHD_NO;
+            if (cap > h->p.max_body + 1) cap = h->p.max_body + 1;
+            pthread_mutex_lock(&h->mu);
+            const int room = h->body_bytes + (cap - rq->cap) <= BODY_BYTES_MAX;
+            if (room) h->body_bytes += cap - rq->cap;
+            pthread_mutex_unlock(&h->mu);
+            char *b = room ? realloc(rq->body, cap) : NULL;
+            if (!b) {
+                if (room) { /* give back what was counted */
+                    pthread_mutex_lock(&h->mu);
+                    h->body_bytes -= cap - rq->cap;
+                    pthread_mutex_unlock(&h->mu);
+                }
+                drop_body(h, rq);
+                rq->too_busy = 1;
+                return MHD_YES;
+            }
             rq->body = b;
             rq->cap = cap;
         }
@@ -496,6 +547,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (rq->answered) return MHD_YES;
     set_deadline(h, c, INFINITY); /* complete: answering is bounded by MHD's idle timeout */
+    if (rq->too_busy) {
+        static const header retry = {"Retry-After", "1"};
+        tl_oai_error e;
+        tl_oai_fail(&e, 503, "server_error", "overloaded", NULL, "the server is reading too many "
+                    "request bodies at once; retry shortly");
+        size_t n;
+        char *body = tl_oai_error_body(&e, &n);
+        return reply(h, c, rq, 503, "application/json", body, n, &retry, 1);
+    }
     if (rq->too_big) {
         char lim[32];
         snprintf(lim, sizeof lim, "%zu", h->p.max_body);
@@ -511,7 +571,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     request *rq = *con_cls;
     (void)code;
     if (!rq) return;
-    free(rq->body);
+    drop_body(h, rq);
     free(rq);
     *con_cls = NULL;
     set_deadline(h, c, tl_now() + h->p.timeout_s); /* the next request on a kept-alive one */
@@ -551,6 +611,11 @@ tl_status tl_http_start(tl_server *srv, tl_oai *api, const tl_http_params *p, tl
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     int bad = pthread_mutex_init(&h->mu, NULL);
     if (!bad && pthread_cond_init(&h->cv, &ca)) {
+        pthread_mutex_destroy(&h->mu);
+        bad = 1;
+    }
+    if (!bad && pthread_cond_init(&h->parse_cv, NULL)) {
+        pthread_cond_destroy(&h->cv);
         pthread_mutex_destroy(&h->mu);
         bad = 1;
     }
@@ -598,6 +663,7 @@ tl_status tl_http_start(tl_server *srv, tl_oai *api, const tl_http_params *p, tl
         }
     }
     if (st) {
+        pthread_cond_destroy(&h->parse_cv);
         pthread_cond_destroy(&h->cv);
         pthread_mutex_destroy(&h->mu);
         tl_metrics_free(&h->metrics);
@@ -629,6 +695,7 @@ void tl_http_stop(tl_http *h, int wait_s) {
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
     pthread_join(h->wd, NULL);
+    pthread_cond_destroy(&h->parse_cv);
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
     tl_metrics_free(&h->metrics);

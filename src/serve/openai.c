@@ -17,6 +17,7 @@
 #include "base/status.h"
 #include "exec/model_handle.h"
 #include "text/tokenizer.h"
+#include "text/unicode.h"
 
 #define INVALID "invalid_request_error"
 
@@ -30,6 +31,21 @@ int tl_oai_fail(tl_oai_error *e, int status, const char *type, const char *code,
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
+    /* the message quotes request bytes (a path, a model name) cut at a byte count: keep
+     * it valid UTF-8, or the JSON writer refuses it */
+    size_t w = 0;
+    for (size_t i = 0, n = strlen(e->message); i < n;) {
+        uint32_t cpt;
+        size_t len = tl_utf8_decode((const unsigned char *)e->message + i, n - i, &cpt);
+        if (len == 0) {
+            e->message[w++] = '?';
+            i++;
+            continue;
+        }
+        memmove(e->message + w, e->message + i, len);
+        w += len, i += len;
+    }
+    e->message[w] = 0;
     return -1;
 }
 
@@ -52,6 +68,12 @@ tl_status tl_oai_init(tl_oai *o, tl_model *m, const char *model_name, int32_t n_
     o->add_bos = tl_tokenizer_add_bos_default(m->lm.tok);
     o->eot_token = -1;
     o->started = (int64_t)time(NULL);
+    o->max_piece = 1;
+    for (int32_t id = 0; id < m->lm.hp.n_vocab; id++) {
+        const char *bytes;
+        size_t len;
+        if (tl_token_piece(m, id, &bytes, &len) == TL_OK && len > o->max_piece) o->max_piece = len;
+    }
     atomic_init(&o->counter, (uint_fast64_t)o->started << 20);
     if (chat_name) {
         o->chat = tl_chat_from_name(chat_name);
@@ -68,6 +90,13 @@ tl_status tl_oai_init(tl_oai *o, tl_model *m, const char *model_name, int32_t n_
     const char *eot = tl_chat_end_of_turn(o->chat);
     if (eot) o->eot_token = special_token(m, eot);
     return TL_OK;
+}
+
+void tl_oai_job_drop_tree(tl_oai_job *job) {
+    if (job->root) json_decref(job->root);
+    job->root = NULL;
+    for (int32_t i = 0; i < job->gen.n_stop; i++) job->gen.stop[i] = NULL; /* they were in it */
+    job->gen.n_stop = 0;
 }
 
 void tl_oai_job_free(tl_oai_job *job) {
@@ -321,6 +350,13 @@ static int tokenize(tl_oai *o, const char *text, size_t len, unsigned flags, tl_
                     tl_oai_error *e) {
     const tl_tokenizer *tok = o->m->lm.tok;
     size_t n = 0;
+    /* every token stands for at most max_piece bytes of the text: a text that long is over
+     * the context without tokenizing it (tokens take ~26 bytes of memory per text byte) */
+    if (len / o->max_piece >= (size_t)o->n_ctx)
+        return tl_oai_fail(e, 400, INVALID, "context_length_exceeded", job->chat ? "messages"
+                           : "prompt", "the prompt is at least %zu tokens; the context holds "
+                           "%d (prompt plus at least one generated token)", len / o->max_piece,
+                           (int)o->n_ctx);
     tl_status st = tl_tokenizer_encode_flags(tok, text, len, flags, NULL, 0, &n);
     if (st && st != TL_ERR_INVALID)
         return tl_oai_fail(e, 500, "server_error", NULL, NULL, "%s", tl_last_error());
@@ -340,11 +376,34 @@ static int tokenize(tl_oai *o, const char *text, size_t len, unsigned flags, tl_
     return 0;
 }
 
+/* 1 when the JSON text holds more than `most` values, counted from above without parsing:
+ * every '{', '[', ',' and ':' outside strings (a body of a million empty objects would
+ * parse into a tree of about 100 MB). */
+static int json_values_over(const char *s, size_t n, size_t most) {
+    size_t count = 1;
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char c = s[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = 0;
+        } else if (c == '"') {
+            in_str = 1;
+        } else if (c == '{' || c == '[' || c == ',' || c == ':') {
+            if (++count > most) return 1;
+        }
+    }
+    return 0;
+}
+
 int tl_oai_parse(tl_oai *o, int chat, const char *body, size_t len, tl_oai_job *job,
                  tl_oai_error *e) {
     memset(job, 0, sizeof *job);
     memset(e, 0, sizeof *e);
     job->chat = chat;
+    if (json_values_over(body, len, TL_OAI_MAX_VALUES))
+        return tl_oai_fail(e, 400, INVALID, NULL, NULL, "the body has more than %d JSON values",
+                           TL_OAI_MAX_VALUES);
     char jerr[160];
     if (tl_json_parse(body, len, 0, &job->root, jerr, sizeof jerr))
         return tl_oai_fail(e, 400, INVALID, NULL, NULL, "the body is not a valid JSON object "

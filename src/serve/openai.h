@@ -29,7 +29,11 @@ typedef struct tl_oai {
     int32_t eot_token;      /* the chat family's end-of-turn token, or -1 */
     atomic_uint_fast64_t counter; /* request ids and default seeds */
     int64_t started;        /* unix time the server started (the model's "created") */
+    size_t max_piece;       /* the longest token's text in bytes (>= 1) */
 } tl_oai;
+
+/* JSON values a request may hold (messages, stop strings and fields: far fewer). */
+#define TL_OAI_MAX_VALUES 65536
 
 /* Fills o for model m served with n_ctx positions. chat_name: --chat-template's value or
  * NULL to recognise the GGUF's tokenizer.chat_template. TL_ERR_INVALID for an unknown
@@ -63,6 +67,9 @@ typedef struct tl_oai_job {
 int tl_oai_parse(tl_oai *o, int chat, const char *body, size_t len, tl_oai_job *job,
                  tl_oai_error *e);
 void tl_oai_job_free(tl_oai_job *job);
+/* Frees the parsed request tree once it has been submitted (tl_server_submit copies the
+ * stop strings): what the response needs stays. */
+void tl_oai_job_drop_tree(tl_oai_job *job);
 
 /* Writers: each returns a malloc'd string (*len bytes) or NULL when out of memory. */
 char *tl_oai_error_body(const tl_oai_error *e, size_t *len);

@@ -62,6 +62,7 @@ struct tl_server {
     tl_sched_event *ev;
     tl_sched_stats sched_stats;
     uint64_t rejected;
+    tl_status engine_error; /* the scheduler's final error (it refuses work after one) */
 };
 
 tl_server_params tl_server_default_params(void) {
@@ -72,6 +73,13 @@ tl_server_params tl_server_default_params(void) {
 }
 
 const tl_sched_params *tl_server_sched_params(const tl_server *s) { return &s->sp; }
+
+int tl_server_healthy(tl_server *s) {
+    pthread_mutex_lock(&s->mu);
+    const int ok = s->engine_error == TL_OK;
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
 
 /* ---- requests (all under s->mu) ---------------------------------------------------- */
 
@@ -280,6 +288,7 @@ static void *engine_main(void *arg) {
         pthread_mutex_lock(&s->mu);
         s->sched_stats = ss;
         if (st) { /* an engine error (a failed weight read): every running request ends */
+            s->engine_error = st;
             while (s->n_running) {
                 tl_server_req *r = s->running[0];
                 tl_sched_cancel(s->sched, r->id);

@@ -47,6 +47,9 @@ void tl_server_stop_accepting(tl_server *s);
 /* Stops accepting, then waits until every queued and running request has ended. */
 void tl_server_drain(tl_server *s);
 
+/* 0 once the engine has failed (a weight read error ends every request, and the
+ * scheduler refuses work from then on): /health reports it. */
+int tl_server_healthy(tl_server *s);
 /* The scheduler's parameters as opened (n_ctx resolved). */
 const tl_sched_params *tl_server_sched_params(const tl_server *s);
 

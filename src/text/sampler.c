@@ -38,7 +38,9 @@ tl_status tl_sampler_params_check(const tl_sampler_params *p) {
     return TL_OK;
 }
 
-tl_status tl_sampler_init(tl_sampler *s, const tl_sampler_params *p, size_t n_vocab) {
+size_t tl_sampler_scratch_bytes(size_t n_vocab) { return n_vocab * sizeof(tl_cand); }
+
+static tl_status init(tl_sampler *s, const tl_sampler_params *p, size_t n_vocab, void *scratch) {
     memset(s, 0, sizeof *s);
     s->p = *p;
     tl_status st = tl_sampler_params_check(p);
@@ -46,7 +48,8 @@ tl_status tl_sampler_init(tl_sampler *s, const tl_sampler_params *p, size_t n_vo
     tl_xoshiro_seed(s->rng, p->seed);
     s->n_vocab = n_vocab;
     s->cap_history = (size_t)p->repeat_last_n;
-    s->cand = malloc(n_vocab * sizeof *s->cand);
+    s->cand_shared = scratch != NULL;
+    s->cand = scratch ? scratch : malloc(n_vocab * sizeof *s->cand);
     s->history = malloc((s->cap_history ? s->cap_history : 1) * sizeof *s->history);
     if (!s->cand || !s->history) {
         tl_sampler_free(s);
@@ -55,8 +58,17 @@ tl_status tl_sampler_init(tl_sampler *s, const tl_sampler_params *p, size_t n_vo
     return TL_OK;
 }
 
+tl_status tl_sampler_init(tl_sampler *s, const tl_sampler_params *p, size_t n_vocab) {
+    return init(s, p, n_vocab, NULL);
+}
+
+tl_status tl_sampler_init_shared(tl_sampler *s, const tl_sampler_params *p, size_t n_vocab,
+                                 void *scratch) {
+    return init(s, p, n_vocab, scratch);
+}
+
 void tl_sampler_free(tl_sampler *s) {
-    free(s->cand);
+    if (!s->cand_shared) free(s->cand);
     free(s->history);
     memset(s, 0, sizeof *s);
 }

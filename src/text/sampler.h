@@ -18,9 +18,18 @@ typedef struct tl_sampler {
     size_t n_history, cap_history, head;
     struct tl_cand *cand; /* scratch [n_vocab] */
     size_t n_vocab;
+    int cand_shared;      /* 1: cand is the caller's (tl_sampler_init_shared) */
 } tl_sampler;
 
 tl_status tl_sampler_init(tl_sampler *s, const tl_sampler_params *p, size_t n_vocab);
+/* Bytes of the scratch a sampler over n_vocab tokens uses while it samples. */
+size_t tl_sampler_scratch_bytes(size_t n_vocab);
+/* The same as tl_sampler_init with the caller's scratch (tl_sampler_scratch_bytes, 8-byte
+ * aligned), kept after tl_sampler_free: samplers that never sample at the same time
+ * (one thread sampling many sequences) share one, allocated where the caller accounts
+ * for it. */
+tl_status tl_sampler_init_shared(tl_sampler *s, const tl_sampler_params *p, size_t n_vocab,
+                                 void *scratch);
 void tl_sampler_free(tl_sampler *s);
 /* Records a token (prompt or generated) for the repetition penalty. */
 void tl_sampler_accept(tl_sampler *s, int32_t token);
