@@ -15,6 +15,8 @@
  * per request, over loopback.
  * Usage: bench_serve [--tierllm PATH] [--dir DIR] [--requests N] [--clients 1,4,16,64]
  *        [--gen N] [--port P] [--only mem|stream] [--prefill-chunk N (the server's; 64)]
+ *        [--kv-bits B (server and batch; the server keeps KV in memory, so 64 sequences
+ *        beside streamed weights at a third of the model need 4)]
  * As the load test's driver (tests/serve_load.sh): --model PATH --budget MiB (one setting,
  * that model and budget), --no-batch, --max-rss MiB (exit 1 when the server's peak
  * resident memory passed it), --attach PORT (a server already running there: the clients
@@ -38,7 +40,7 @@
 #define PROMPT 128
 #define MAX_CLIENTS 64
 
-static int g_port = 18555, g_gen = 32, g_chunk = 0;
+static int g_port = 18555, g_gen = 32, g_chunk = 0, g_kv_bits = 32;
 
 /* A prompt of exactly PROMPT tokens (with BOS) in the synthetic vocabulary. */
 static char *make_prompt(tl_model *m, int variant) {
@@ -242,15 +244,16 @@ static int run_point(char **prompts, int clients, int reqs, double *tps) {
 /* ---- the server process ---- */
 
 static pid_t start_server(const char *tierllm, const char *model, uint64_t budget) {
-    char port[16], bud[32], chunk[16];
+    char port[16], bud[32], chunk[16], bits[8];
     snprintf(port, sizeof port, "%d", g_port);
+    snprintf(bits, sizeof bits, "%d", g_kv_bits);
     snprintf(chunk, sizeof chunk, "%d", g_chunk > 0 ? g_chunk : 64);
     snprintf(bud, sizeof bud, "%lluK", (unsigned long long)(budget >> 10));
     pid_t pid = fork();
     if (pid == 0) {
         execl(tierllm, tierllm, "serve", "-m", model, "--port", port, "--max-seqs", "64",
               "--max-queue", "256", "-c", "256", "--mem-budget", bud, "--prefill-chunk", chunk,
-              (char *)NULL);
+              "--kv-bits", bits, (char *)NULL);
         _exit(127);
     }
     for (int i = 0; pid > 0 && i < 600; i++) { /* up to 60 s to load and place */
@@ -296,6 +299,7 @@ static double batch_tps(const char *model, uint64_t budget, char **prompts, int 
     bp.num_gb = 1;
     bp.n_ctx = 256;
     bp.prefill_rows = 512;
+    bp.kv_bits = g_kv_bits;
     tl_generate_params gp = tl_generate_default_params();
     gp.n_predict = g_gen;
     gp.stop_at_eos = 0;
@@ -327,6 +331,7 @@ int main(int argc, char **argv) {
         else if (i + 1 < argc && !strcmp(argv[i], "--only")) only = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--prefill-chunk")) g_chunk = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--model")) model_arg = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--kv-bits")) g_kv_bits = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--budget")) budget_arg = atof(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--max-rss")) max_rss = atof(argv[++i]);
         else if (!strcmp(argv[i], "--no-batch")) no_batch = 1;
@@ -339,7 +344,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "usage: bench_serve [--tierllm PATH] [--dir DIR] [--requests N] "
                             "[--clients 1,4,16,64] [--gen N] [--port P] [--only mem|stream] "
                             "[--prefill-chunk N] [--model PATH --budget MiB] [--no-batch] "
-                            "[--max-rss MiB] [--attach PORT]\n");
+                            "[--max-rss MiB] [--attach PORT] [--kv-bits B]\n");
             return 2;
         }
     }

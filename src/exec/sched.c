@@ -82,7 +82,7 @@ static tl_kv_params kv_params(const tl_model *m, const tl_sched_params *p) {
     kp.max_seqs = p->max_seqs;
     kp.max_tokens = p->n_ctx;
     kp.attn_window = m->lm.hp.n_swa;
-    kp.max_block = p->max_seqs + p->prefill_chunk; /* one sequence may take a whole step */
+    kp.max_block = p->prefill_chunk; /* a sequence appends at most a chunk per step */
     return kp;
 }
 
@@ -259,7 +259,8 @@ static int32_t put_rows(tl_sched *s, int32_t n, int32_t i, const int32_t *toks, 
 
 /* The step's rows: generating slots first, then prompt chunks oldest first. With no
  * sequence generating, no one's inter-token latency is at stake: prompts take every row
- * the step has room for. */
+ * the step has room for, each still at most prefill_chunk (the KV cache's bound on what
+ * one sequence appends between commits, which its budget is sized by). */
 static tl_microbatch build(tl_sched *s, int32_t *n_prompt_rows) {
     int32_t n = 0, nl = 0, ns = 0;
     for (int32_t i = 0; i < s->p.max_seqs; i++) {
@@ -270,15 +271,17 @@ static tl_microbatch build(tl_sched *s, int32_t *n_prompt_rows) {
     *n_prompt_rows = 0;
     while (budget > 0) {
         int32_t oldest = -1;
-        for (int32_t i = 0; i < s->p.max_seqs; i++) { /* a slot taken whole is fed */
+        for (int32_t i = 0; i < s->p.max_seqs; i++) {
             const slot *sl = &s->slots[i];
-            if (sl->used && sl->fed < sl->n_prompt &&
-                (oldest < 0 || sl->order < s->slots[oldest].order))
-                oldest = i;
+            if (!sl->used || sl->fed == sl->n_prompt) continue;
+            int taken = 0; /* one chunk per sequence per step: its positions follow its KV */
+            for (int32_t k = 0; k < ns && !taken; k++) taken = s->mseqs[k] == sl->kv_seq;
+            if (!taken && (oldest < 0 || sl->order < s->slots[oldest].order)) oldest = i;
         }
         if (oldest < 0) break;
         slot *sl = &s->slots[oldest];
-        const int32_t left = sl->n_prompt - sl->fed, len = left < budget ? left : budget;
+        const int32_t cap = budget < s->p.prefill_chunk ? budget : s->p.prefill_chunk;
+        const int32_t left = sl->n_prompt - sl->fed, len = left < cap ? left : cap;
         n = put_rows(s, n, oldest, sl->prompt + sl->fed, len, len == left, &nl, &ns);
         sl->fed += len;
         budget -= len;

@@ -7,7 +7,8 @@
  * over all of them, oldest first. So a long prompt joining never stalls the others for
  * more than one chunk's worth of compute, and every sequence shares each layer's weight
  * read (streamed weights are read once per step for all of them). A step with no
- * sequence generating gives prompts all of its max_seqs + prefill_chunk rows.
+ * sequence generating gives prompts all of its max_seqs + prefill_chunk rows, still at
+ * most prefill_chunk per sequence.
  *
  * A sequence's tokens do not depend on what else runs beside it: each row's arithmetic is
  * its own (llama.h), its sampler is its own (seeded by its request), so a sequence run
