@@ -15,8 +15,9 @@
  * per request, over loopback.
  * Usage: bench_serve [--tierllm PATH] [--dir DIR] [--requests N] [--clients 1,4,16,64]
  *        [--gen N] [--port P] [--only mem|stream] [--prefill-chunk N (the server's; 64)]
- *        [--kv-bits B (server and batch; the server keeps KV in memory, so 64 sequences
- *        beside streamed weights at a third of the model need 4)]
+ *        [--kv-bits B (server and batch)] [--max-seqs N (server; batch's block; 64)]
+ * The server keeps KV in memory: at a third of the model's size, 64 sequences of 256
+ * positions do not fit beside the streamed weights' buffers; 16 with 4-bit KV do.
  * As the load test's driver (tests/serve_load.sh): --model PATH --budget MiB (one setting,
  * that model and budget), --no-batch, --max-rss MiB (exit 1 when the server's peak
  * resident memory passed it), --attach PORT (a server already running there: the clients
@@ -40,7 +41,7 @@
 #define PROMPT 128
 #define MAX_CLIENTS 64
 
-static int g_port = 18555, g_gen = 32, g_chunk = 0, g_kv_bits = 32;
+static int g_port = 18555, g_gen = 32, g_chunk = 0, g_kv_bits = 32, g_max_seqs = 64;
 
 /* A prompt of exactly PROMPT tokens (with BOS) in the synthetic vocabulary. */
 static char *make_prompt(tl_model *m, int variant) {
@@ -244,14 +245,15 @@ static int run_point(char **prompts, int clients, int reqs, double *tps) {
 /* ---- the server process ---- */
 
 static pid_t start_server(const char *tierllm, const char *model, uint64_t budget) {
-    char port[16], bud[32], chunk[16], bits[8];
+    char port[16], bud[32], chunk[16], bits[8], seqs[16];
     snprintf(port, sizeof port, "%d", g_port);
+    snprintf(seqs, sizeof seqs, "%d", g_max_seqs);
     snprintf(bits, sizeof bits, "%d", g_kv_bits);
     snprintf(chunk, sizeof chunk, "%d", g_chunk > 0 ? g_chunk : 64);
     snprintf(bud, sizeof bud, "%lluK", (unsigned long long)(budget >> 10));
     pid_t pid = fork();
     if (pid == 0) {
-        execl(tierllm, tierllm, "serve", "-m", model, "--port", port, "--max-seqs", "64",
+        execl(tierllm, tierllm, "serve", "-m", model, "--port", port, "--max-seqs", seqs,
               "--max-queue", "256", "-c", "256", "--mem-budget", bud, "--prefill-chunk", chunk,
               "--kv-bits", bits, (char *)NULL);
         _exit(127);
@@ -288,14 +290,14 @@ static void stop_server(pid_t pid) {
     waitpid(pid, NULL, 0);
 }
 
-/* The same prompts through tl_batch_generate, 64 per block: generated tok/s. */
+/* The same prompts through tl_batch_generate, --max-seqs per block: generated tok/s. */
 static double batch_tps(const char *model, uint64_t budget, char **prompts, int n) {
     tl_model_params mp = tl_model_default_params();
     mp.mem_budget = budget;
     tl_model *m;
     if (tl_model_open(model, &mp, &m)) return -1;
     tl_batch_params bp = tl_batch_default_params();
-    bp.gbs = 64;
+    bp.gbs = g_max_seqs;
     bp.num_gb = 1;
     bp.n_ctx = 256;
     bp.prefill_rows = 512;
@@ -332,6 +334,7 @@ int main(int argc, char **argv) {
         else if (i + 1 < argc && !strcmp(argv[i], "--prefill-chunk")) g_chunk = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--model")) model_arg = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--kv-bits")) g_kv_bits = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--max-seqs")) g_max_seqs = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--budget")) budget_arg = atof(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--max-rss")) max_rss = atof(argv[++i]);
         else if (!strcmp(argv[i], "--no-batch")) no_batch = 1;
@@ -344,7 +347,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "usage: bench_serve [--tierllm PATH] [--dir DIR] [--requests N] "
                             "[--clients 1,4,16,64] [--gen N] [--port P] [--only mem|stream] "
                             "[--prefill-chunk N] [--model PATH --budget MiB] [--no-batch] "
-                            "[--max-rss MiB] [--attach PORT] [--kv-bits B]\n");
+                            "[--max-rss MiB] [--attach PORT] [--kv-bits B] [--max-seqs N]\n");
             return 2;
         }
     }
@@ -413,10 +416,11 @@ int main(int argc, char **argv) {
             fprintf(stderr, "error: the server did not start (%s serve ...)\n", tierllm);
             return 1;
         }
-        double tps64 = 0, tps = 0;
+        double tps_top = 0, tps = 0;
+        int top = 0;
         for (int i = 0; i < n_clients; i++) {
             rc |= run_point(prompts, clients[i], reqs, &tps);
-            if (clients[i] == MAX_CLIENTS) tps64 = tps;
+            if (clients[i] >= top) top = clients[i], tps_top = tps;
         }
         const double rss = peak_rss_mib(pid);
         stop_server(pid);
@@ -427,9 +431,11 @@ int main(int argc, char **argv) {
             rc = 1;
         }
         if (no_batch) continue;
-        const double btps = batch_tps(model, budget, prompts, n);
-        printf("  batch, the same %d prompts, 64 per block: %.2f tok/s", n, btps);
-        if (tps64 > 0 && btps > 0) printf(" | server at 64 clients: %.0f%% of batch", 100 * tps64 / btps);
+        const int nb = top * reqs; /* the prompts of the largest point */
+        const double btps = batch_tps(model, budget, prompts, nb);
+        printf("  batch, the same %d prompts, %d per block: %.2f tok/s", nb, g_max_seqs, btps);
+        if (tps_top > 0 && btps > 0)
+            printf(" | server at %d clients: %.0f%% of batch", top, 100 * tps_top / btps);
         printf("\n");
     }
     for (int i = 0; i < n; i++) free(prompts[i]);
