@@ -2,14 +2,7 @@
 # cli.sh TIERLLM MODELS_DIR - end-to-end checks of the tierllm command line.
 set -u
 bin=$1; models=$2
-fails=0
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-expect_rc() { # expect_rc CODE DESCRIPTION CMD...
-    local want=$1 what=$2; shift 2
-    "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
-    [ "$rc" -eq "$want" ] || fail "$what: exit $rc, expected $want ($(head -c 300 "$tmp/err"))"
-}
+. "$(dirname "$0")/cli_lib.sh"
 
 golden=" Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, r"
 for f in stories260K.gguf tinyllamas-stories-260k-q8_0.gguf; do

@@ -8,14 +8,7 @@ set -u
 bin=$1; models=$2
 here=$(dirname "$0")
 py=/usr/bin/python3
-fails=0
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-expect_rc() { # expect_rc CODE DESCRIPTION CMD...
-    local want=$1 what=$2; shift 2
-    "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
-    [ "$rc" -eq "$want" ] || fail "$what: exit $rc, expected $want ($(head -c 300 "$tmp/err"))"
-}
+. "$(dirname "$0")/cli_lib.sh"
 expect_err() { # expect_err DESCRIPTION WORDS CMD...: exit 1 and the message has WORDS
     local what=$1 words=$2; shift 2
     expect_rc 1 "$what" "$@"
