@@ -351,7 +351,8 @@ static int tokenize(tl_oai *o, const char *text, size_t len, unsigned flags, tl_
     const tl_tokenizer *tok = o->m->lm.tok;
     size_t n = 0;
     /* every token stands for at most max_piece bytes of the text: a text that long is over
-     * the context without tokenizing it (tokens take ~26 bytes of memory per text byte) */
+     * the context without tokenizing it (tokenizing takes memory outside the budget in
+     * proportion to the text) */
     if (len / o->max_piece >= (size_t)o->n_ctx)
         return tl_oai_fail(e, 400, INVALID, "context_length_exceeded", job->chat ? "messages"
                            : "prompt", "the prompt is at least %zu tokens; the context holds "
@@ -377,8 +378,8 @@ static int tokenize(tl_oai *o, const char *text, size_t len, unsigned flags, tl_
 }
 
 /* 1 when the JSON text holds more than `most` values, counted from above without parsing:
- * every '{', '[', ',' and ':' outside strings (a body of a million empty objects would
- * parse into a tree of about 100 MB). */
+ * every '{', '[', ',' and ':' outside strings (the parsed tree, outside the budget, grows
+ * with the values, many times faster than with the body's bytes). */
 static int json_values_over(const char *s, size_t n, size_t most) {
     size_t count = 1;
     int in_str = 0;
