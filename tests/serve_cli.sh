@@ -238,9 +238,12 @@ for name in 'tierllm_requests_total{endpoint="/v1/completions",status="200"}' \
             'tierllm_requests_total{endpoint="/v1/completions",status="400"}' \
             'tierllm_requests_total{endpoint="other",status="404"}' \
             tierllm_prompt_tokens_total tierllm_generated_tokens_total tierllm_queue_depth \
-            tierllm_active_sequences tierllm_weight_bytes_read_total tierllm_stall_seconds_total; do
+            tierllm_active_sequences tierllm_weight_bytes_read_total tierllm_stall_seconds_total \
+            tierllm_kv_pages_memory_peak; do
     grep -qF "$name " "$tmp/body" || fail "metrics lack $name"
 done
+grep -q "^tierllm_kv_pages_memory_peak [1-9]" "$tmp/body" ||
+    fail "no KV page counted after requests ran: $(grep kv_pages "$tmp/body")"
 # a path that is not UTF-8 is still a 404 in OpenAI's shape (the message quotes it)
 req "/v1/%FF"; expect_error 404 "a path of invalid UTF-8"
 kill -TERM "$pid"; wait "$pid"; rc=$?

@@ -105,11 +105,16 @@ char *tl_metrics_render(tl_metrics *m, tl_server *srv, size_t *len) {
             "tierllm_weight_bytes_read_total %llu\n"
             "# HELP tierllm_stall_seconds_total Time compute waited for weight reads.\n"
             "# TYPE tierllm_stall_seconds_total counter\n"
-            "tierllm_stall_seconds_total %.6f\n",
+            "tierllm_stall_seconds_total %.6f\n"
+            "# HELP tierllm_kv_pages_memory_peak KV pages held in memory at once, at the most "
+            "(the server's KV is all in memory).\n"
+            "# TYPE tierllm_kv_pages_memory_peak gauge\n"
+            "tierllm_kv_pages_memory_peak %llu\n",
         (unsigned long long)s.sched.prompt_tokens, (unsigned long long)s.sched.generated_tokens,
         (int)s.queued, (int)s.running, (unsigned long long)s.rejected,
         (unsigned long long)s.sched.steps, s.sched.step_s,
-        (unsigned long long)s.sched.weight_bytes_read, s.sched.stall_s);
+        (unsigned long long)s.sched.weight_bytes_read, s.sched.stall_s,
+        (unsigned long long)s.sched.kv_pages_mem);
     if (o.oom) {
         free(o.p);
         return NULL;
