@@ -80,13 +80,26 @@ grep -q "streamed [1-9]" "$tmp/err" || fail "OPT folder run did not stream: $(gr
 for bad in '"do_layer_norm_before": true/"do_layer_norm_before": false;do_layer_norm_before false' \
            '"word_embed_proj_dim": 128/"word_embed_proj_dim": 64;word_embed_proj_dim 64' \
            '"activation_function": "relu"/"activation_function": "gelu";activation_function .gelu.' \
-           '"do_layer_norm_before": true/"do_layer_norm_before": 0;"do_layer_norm_before" must be true or false'; do
+           '"do_layer_norm_before": true/"do_layer_norm_before": 0;"do_layer_norm_before" must be true or false' \
+           '"activation_function": "relu"/"activation_function": 5;"activation_function" must be a string'; do
     cp -r "$tmp/optfiles" "$tmp/optbad"
     sed -i "s/${bad%%;*}/" "$tmp/optbad/config.json"
     expect_err "OPT variant: ${bad##*;}" "${bad##*;}" \
         "$bin" logits -m "$tmp/optbad" --tokens 1 -o "$tmp/x.f32"
     rm -rf "$tmp/optbad"
 done
+# GPT-2's two files, hostile or missing
+cp -r "$tmp/optfiles" "$tmp/optbad"
+printf '#version: 0.2\na b c\n' >"$tmp/optbad/merges.txt"
+expect_err "a merges.txt line of three pieces" "merges.txt: line 2 is not a merge" \
+    "$bin" logits -m "$tmp/optbad" --tokens 1 -o "$tmp/x.f32"
+printf '#version: 0.2\n\xff \xfe\n' >"$tmp/optbad/merges.txt"
+expect_err "a merges.txt line not UTF-8" "merges.txt: line 2 is not UTF-8" \
+    "$bin" logits -m "$tmp/optbad" --tokens 1 -o "$tmp/x.f32"
+rm "$tmp/optbad/merges.txt"
+expect_err "no tokenizer at all" "no tokenizer.json, and no vocab.json with merges.txt" \
+    "$bin" logits -m "$tmp/optbad" --tokens 1 -o "$tmp/x.f32"
+rm -rf "$tmp/optbad"
 # generation through a folder: weights streamed from the shards give the resident tokens
 expect_rc 0 "run on a folder" "$bin" run -m "$tmp/shards" -p "hello" -n 16 --temp 0
 cp "$tmp/out" "$tmp/resident"

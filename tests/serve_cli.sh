@@ -176,6 +176,15 @@ post /v1/completions '{"prompt": "x", "prompt": "y"}'; expect_error 400 "duplica
 long=$(printf 'once upon a time %.0s' $(seq 1 100))
 post /v1/completions "{\"prompt\": \"$long\"}"
 expect_error 400 "prompt longer than the context" context_length_exceeded prompt
+# refused before tokenizing: longer in bytes than the context's tokens can hold
+post /v1/completions "{\"prompt\": \"$(printf 'x%.0s' $(seq 1 20000))\"}"
+expect_error 400 "prompt too long to tokenize" context_length_exceeded prompt
+grep -q "is at least" "$tmp/body" || fail "a 20000-byte prompt was tokenized: $(head -c 300 "$tmp/body")"
+# refused before parsing: more JSON values than a request has
+python3 -c 'print("{\"prompt\": \"x\", \"junk\": [" + ",".join(["0"] * 70000) + "]}")' >"$tmp/many.json"
+req /v1/completions -H 'Content-Type: application/json' --data-binary "@$tmp/many.json"
+expect_error 400 "70000 JSON values"
+grep -q "more than 65536 JSON values" "$tmp/body" || fail "70000 values: $(head -c 300 "$tmp/body")"
 printf '{"prompt": "bad \xff\xfe utf-8"}' >"$tmp/bad.json"
 req /v1/completions -H 'Content-Type: application/json' --data-binary "@$tmp/bad.json"
 expect_error 400 "invalid UTF-8"
