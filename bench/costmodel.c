@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "tierllm.h"
+#include "prompt.h"
 #include "base/clock.h"
 #include "base/stats.h"
 #include "exec/engine.h"
@@ -82,25 +83,6 @@ static const char *model_path(int i, char *buf, size_t cap) {
         return NULL;
     }
     return buf;
-}
-
-/* A prompt of exactly n tokens (with BOS) in the synthetic vocabulary. */
-static char *make_prompt(tl_model *m, int n_tokens, int variant) {
-    static const char *words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran",
-                                  "to", "see", "big", "red", "sun", "in", "sky"};
-    size_t cap = 16384, len = 0, n = 0;
-    char *p = calloc(1, cap);
-    for (int i = 0; p && len + 16 < cap; i++) {
-        const char *w = words[(i * 7 + variant * 3 + i / 5) % 16];
-        len += (size_t)snprintf(p + len, cap - len, "%s%s", i ? " " : "", w);
-        if (tl_tokenize(m, p, len, 1, NULL, 0, &n) != TL_OK && n == 0) break;
-        if ((int)n >= n_tokens) break;
-    }
-    while (p && (int)n > n_tokens && len > 0) {
-        p[--len] = 0;
-        tl_tokenize(m, p, len, 1, NULL, 0, &n);
-    }
-    return p;
 }
 
 typedef struct outcome {
@@ -196,7 +178,7 @@ static outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int r
         cp.n_batch = pol->prefill_rows;
         cp.kv_bits = pol->kv_bits;
         tl_context *ctx;
-        char *prompt = make_prompt(m, c->prompt, 0);
+        char *prompt = bench_make_prompt(m, c->prompt, 0);
         tl_generate_stats gs;
         st = tl_context_open(m, &cp, &ctx);
         if (!st) {
@@ -213,7 +195,7 @@ static outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int r
         tl_batch_params bp = tl_batch_default_params();
         tl_plan_apply(pol, m, &bp);
         char **prompts = calloc((size_t)c->seqs, sizeof *prompts);
-        for (int i = 0; i < c->seqs; i++) prompts[i] = make_prompt(m, c->prompt, i);
+        for (int i = 0; i < c->seqs; i++) prompts[i] = bench_make_prompt(m, c->prompt, i);
         tl_batch_stats bs;
         tl_replanner *rp = replan ? malloc(sizeof *rp) : NULL;
         if (rp) tl_replanner_init(rp, m, prof, &rq, &o.plan);

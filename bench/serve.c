@@ -36,31 +36,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "tierllm.h"
+#include "prompt.h"
 #include "base/clock.h"
 
 #define PROMPT 128
 #define MAX_CLIENTS 64
 
 static int g_port = 18555, g_gen = 32, g_chunk = 0, g_kv_bits = 32, g_max_seqs = 64;
-
-/* A prompt of exactly PROMPT tokens (with BOS) in the synthetic vocabulary. */
-static char *make_prompt(tl_model *m, int variant) {
-    static const char *words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran",
-                                  "to", "see", "big", "red", "sun", "in", "sky"};
-    size_t cap = 8192, len = 0, n = 0;
-    char *p = calloc(1, cap);
-    int32_t ids[1024];
-    for (int i = 0; p && len + 16 < cap; i++) {
-        const char *w = words[(i * 7 + variant * 3 + i / 5) % 16];
-        len += (size_t)snprintf(p + len, cap - len, "%s%s", i ? " " : "", w);
-        if (tl_tokenize(m, p, len, 1, ids, 1024, &n) != TL_OK || n >= PROMPT) break;
-    }
-    while (p && n > PROMPT && len > 0) { /* trim characters until exactly PROMPT */
-        p[--len] = 0;
-        tl_tokenize(m, p, len, 1, ids, 1024, &n);
-    }
-    return p;
-}
 
 /* ---- one HTTP/1.0 exchange over loopback ---- */
 
@@ -391,7 +373,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "error: %s\n", tl_last_error());
             return 1;
         }
-        for (int i = 0; i < n; i++) prompts[i] = make_prompt(m, i);
+        for (int i = 0; i < n; i++) prompts[i] = bench_make_prompt(m, PROMPT, i);
         tl_model_close(m);
     }
     printf("bench_serve: %s (%.0f MiB), prompts %d tokens, %d generated, %d request(s) per "

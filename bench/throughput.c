@@ -21,33 +21,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "tierllm.h"
+#include "prompt.h"
 #include "base/clock.h"
 #include "exec/residency.h"
 #include "exec/model_handle.h"
 
 #define PROMPT 128
 #define GEN 32
-
-/* A prompt of exactly PROMPT tokens (with BOS) in the synthetic vocabulary. */
-static char *make_prompt(tl_model *m, int variant) {
-    static const char *words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran",
-                                  "to", "see", "big", "red", "sun", "in", "sky"};
-    size_t cap = 8192, len = 0;
-    char *p = calloc(1, cap);
-    int32_t ids[1024];
-    size_t n = 0;
-    for (int i = 0; p && len + 16 < cap; i++) {
-        const char *w = words[(i * 7 + variant * 3 + i / 5) % 16];
-        len += (size_t)snprintf(p + len, cap - len, "%s%s", i ? " " : "", w);
-        if (tl_tokenize(m, p, len, 1, ids, 1024, &n) != TL_OK) break;
-        if (n >= PROMPT) break;
-    }
-    while (p && n > PROMPT && len > 0) { /* trim characters until exactly PROMPT */
-        p[--len] = 0;
-        tl_tokenize(m, p, len, 1, ids, 1024, &n);
-    }
-    return p;
-}
 
 typedef struct point { int gbs, num_gb, kv_mem; } point;
 
@@ -66,7 +46,7 @@ static int run_point(const char *path, uint64_t budget, point pt, double *out_tp
     }
     const int n = pt.gbs * pt.num_gb;
     char **prompts = calloc((size_t)n, sizeof *prompts);
-    for (int i = 0; i < n; i++) prompts[i] = make_prompt(m, i);
+    for (int i = 0; i < n; i++) prompts[i] = bench_make_prompt(m, PROMPT, i);
     tl_batch_params bp = tl_batch_default_params();
     bp.gbs = pt.gbs;
     bp.num_gb = pt.num_gb;
