@@ -20,7 +20,7 @@ int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 7;
     if (reps < 1 || reps > 1000) reps = 7;
     static const tl_type types[] = {TL_TYPE_F32, TL_TYPE_F16, TL_TYPE_BF16, TL_TYPE_Q8_0,
-                                    TL_TYPE_Q4_0};
+                                    TL_TYPE_Q4_0, TL_TYPE_Q4_K, TL_TYPE_Q5_K, TL_TYPE_Q6_K};
     const size_t nmax = 64;
     float *X = malloc(nmax * K * sizeof(float));
     float *Y = malloc(nmax * ROWS * sizeof(float));

@@ -216,6 +216,19 @@ static ALWAYS_INLINE void pair_rows(tl_type type, const uint8_t *w, size_t row_b
                                     const tl_block_k_act *act, size_t n, float *y, size_t ldy,
                                     size_t distance) {
     const size_t bb = k_block_bytes(type);
+    if (n == 1) { /* decode: the sum stays in a register, not in acc[] on the stack */
+        __m512 sum = _mm512_setzero_ps();
+        for (size_t b = 0; b < nb; b++) {
+            UNROLL for (size_t o = 0; o < 2 * bb; o += 64)
+                _mm_prefetch((const char *)(w + 2 * b * bb + distance + o), _MM_HINT_T0);
+            kpair kp;
+            unpack_pair(type, w + b * bb, w + row_bytes + b * bb, &kp);
+            sum = dot_pair(&kp, act + b, sum);
+        }
+        y[0] = hsum(_mm512_castps512_ps256(sum));
+        y[1] = hsum(high_half(sum));
+        return;
+    }
     __m512 acc[TL_EXT_ROWS_PER_PASS];
     for (size_t i = 0; i < n; i++) acc[i] = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++) {

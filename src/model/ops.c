@@ -101,7 +101,7 @@ static size_t split_rows(const tl_weight *const *ws, size_t nw, size_t threads, 
 
 #define MATVEC_MAX_THREADS 32        /* regions live on the caller's stack; more threads */
                                      /* take the chunked path */
-#define MATVEC_STEP_BYTES (32 << 10) /* an owner's claim: many cache lines per CAS, */
+#define MATVEC_STEP_BYTES (128 << 10) /* an owner's claim: many cache lines per CAS, */
                                      /* yet a small share of a region */
 #define MATVEC_MIN_STEAL 16          /* rows; smaller remainders are left to their owner */
 
