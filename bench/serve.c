@@ -16,6 +16,8 @@
  * Usage: bench_serve [--tierllm PATH] [--dir DIR] [--requests N] [--clients 1,4,16,64]
  *        [--gen N] [--port P] [--only mem|stream] [--prefill-chunk N (the server's; 64)]
  *        [--kv-bits B (server and batch)] [--max-seqs N (server; batch's block; 64)]
+ *        [--auto (the server plans its slots, chunks and KV bits: --policy auto, told the
+ *        requests' lengths; batch keeps the flags above)]
  * The server keeps KV in memory: at a third of the model's size, 64 sequences of 256
  * positions do not fit beside the streamed weights' buffers; 16 with 4-bit KV do.
  * As the load test's driver (tests/serve_load.sh): --model PATH --budget MiB (one setting,
@@ -40,9 +42,11 @@
 #include "base/clock.h"
 
 #define PROMPT 128
+#define PROMPT_STR "128"
 #define MAX_CLIENTS 64
 
 static int g_port = 18555, g_gen = 32, g_chunk = 0, g_kv_bits = 32, g_max_seqs = 64;
+static int g_auto = 0; /* --auto: the server plans its own policy (--policy auto) */
 
 /* ---- one HTTP/1.0 exchange over loopback ---- */
 
@@ -235,9 +239,17 @@ static pid_t start_server(const char *tierllm, const char *model, uint64_t budge
     snprintf(bud, sizeof bud, "%lluK", (unsigned long long)(budget >> 10));
     pid_t pid = fork();
     if (pid == 0) {
-        execl(tierllm, tierllm, "serve", "-m", model, "--port", port, "--max-seqs", seqs,
-              "--max-queue", "256", "-c", "256", "--mem-budget", bud, "--prefill-chunk", chunk,
-              "--kv-bits", bits, (char *)NULL);
+        if (g_auto) {
+            char gen[16];
+            snprintf(gen, sizeof gen, "%d", g_gen);
+            execl(tierllm, tierllm, "serve", "-m", model, "--port", port, "--max-queue", "256",
+                  "-c", "256", "--mem-budget", bud, "--policy", "auto", "--expect-prompt",
+                  PROMPT_STR, "--expect-gen", gen, (char *)NULL);
+        } else {
+            execl(tierllm, tierllm, "serve", "-m", model, "--port", port, "--max-seqs", seqs,
+                  "--max-queue", "256", "-c", "256", "--mem-budget", bud, "--prefill-chunk",
+                  chunk, "--kv-bits", bits, (char *)NULL);
+        }
         _exit(127);
     }
     for (int i = 0; pid > 0 && i < 600; i++) { /* up to 60 s to load and place */
@@ -316,6 +328,7 @@ int main(int argc, char **argv) {
         else if (i + 1 < argc && !strcmp(argv[i], "--prefill-chunk")) g_chunk = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--model")) model_arg = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--kv-bits")) g_kv_bits = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--auto")) g_auto = 1;
         else if (i + 1 < argc && !strcmp(argv[i], "--max-seqs")) g_max_seqs = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--budget")) budget_arg = atof(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--max-rss")) max_rss = atof(argv[++i]);
@@ -329,7 +342,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "usage: bench_serve [--tierllm PATH] [--dir DIR] [--requests N] "
                             "[--clients 1,4,16,64] [--gen N] [--port P] [--only mem|stream] "
                             "[--prefill-chunk N] [--model PATH --budget MiB] [--no-batch] "
-                            "[--max-rss MiB] [--attach PORT] [--kv-bits B] [--max-seqs N]\n");
+                            "[--max-rss MiB] [--attach PORT] [--kv-bits B] [--max-seqs N] [--auto]\n");
             return 2;
         }
     }

@@ -23,32 +23,6 @@
 #include "plan/replan.h"
 #include "testutil.h"
 
-/* Every disk read rate of the profile, whatever the chunk and depth. */
-static void set_disk(tl_hw_profile *p, double bps) {
-    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
-        for (int d = 0; d < TL_PROF_N_DEPTH; d++) p->disk_read_bps[c][d] = bps;
-}
-
-static void round_profile(tl_hw_profile *p) {
-    memset(p, 0, sizeof *p);
-    snprintf(p->machine, sizeof p->machine, "test");
-    p->n_threads = 1;
-    p->mem_read_bps = 1e10;
-    p->fma_flops = 1e11;
-    set_disk(p, 1e9);
-    p->disk_write_bps = 5e8;
-    p->disk_urgent_read_s = 2e-3;
-    p->disk_urgent_page_s = 1e-4;
-    for (int t = 0; t < TL_PROF_N_TYPE; t++)
-        for (int n = 0; n < TL_PROF_N_ROWS; n++) p->matmul_macs[t][n] = 1e9;
-    p->attn_s_per_mac = 2e-9;
-    p->attn_block_s_per_mac = 2e-9; /* blocks as fast as single rows: the longhand below */
-    p->elementwise_s = 1e-9;
-    p->layer_fixed_s = 1e-5;
-    p->io_compute_slowdown = 1;
-    p->io_slowdown_matvec = 1;
-}
-
 static int32_t g_synth_ctx = 512;
 
 static const char *synth(const char *tag, int32_t vocab, int32_t embd, int32_t ff,
@@ -96,7 +70,7 @@ static void hand_single(const char *path) {
     tl_model *m = open_model(path, 64u << 20);
     if (!m) return;
     tl_hw_profile prof;
-    round_profile(&prof);
+    tl_test_round_profile(&prof);
     tl_workload w = {8, 4, 1};
     tl_policy pol = {.single = 1, .gbs = 1, .num_gb = 1, .prefill_rows = 4, .w_mem_pct = 0,
                      .kv_mem_pct = 100, .kv_bits = 32, .page_tokens = 16, .prefetch = 1, .overlap = 1, .n_ctx = 16};
@@ -151,7 +125,7 @@ static void hand_slowdown(const char *path) {
     tl_model *m = open_model(path, 64u << 20);
     if (!m) return;
     tl_hw_profile prof;
-    round_profile(&prof);
+    tl_test_round_profile(&prof);
     prof.io_slowdown_matvec = 1.6;
     prof.io_compute_slowdown = 1.1;
     const double mm_row = 2 * (128.0 * 128 + 32 * 128 + 32 * 128 + 128 * 128 + 3 * 320 * 128) / 1e9;
@@ -174,7 +148,7 @@ static void hand_attn_block(const char *path) {
     tl_model *m = open_model(path, 64u << 20);
     if (!m) return;
     tl_hw_profile one, blk;
-    round_profile(&one);
+    tl_test_round_profile(&one);
     blk = one;
     blk.attn_block_s_per_mac = 0.5e-9;
     const double B = TL_ATTN_BLOCK_MAX_ROWS, shared = 1.5e-9 * B / (B - 1), own = 2e-9 - shared;
@@ -235,7 +209,7 @@ static void hand_batch_spill(const char *path) {
     tl_model *m = open_model(path, 256u << 20);
     if (!m) return;
     tl_hw_profile prof;
-    round_profile(&prof);
+    tl_test_round_profile(&prof);
     /* 4 sequences of 40 + 20, gbs 2 x num_gb 2, KV f32 half on disk, 16-token pages
      * (16 tokens x 32 values x 4 bytes x K,V = 4096 bytes: one 4096-byte unit) */
     tl_workload w = {40, 30, 4};
@@ -342,8 +316,8 @@ static void lp_vs_grid(const char *path, uint64_t budget, tl_workload w, tl_poli
     tl_model *m = open_model(path, budget);
     if (!m) return;
     tl_hw_profile prof;
-    round_profile(&prof);
-    set_disk(&prof, 5e7); /* a slow disk, so IO matters */
+    tl_test_round_profile(&prof);
+    tl_test_profile_set_disk(&prof, 5e7); /* a slow disk, so IO matters */
     prof.disk_write_bps = 2e7;
     prof.io_compute_slowdown = g_slowdown;
     prof.io_slowdown_matvec = g_slowdown + 0.2;
@@ -436,7 +410,7 @@ static void run_policy(tl_model *m, const tl_plan_request *rq, const tl_plan_res
 
 static void property(int cases, int runs) {
     tl_hw_profile prof;
-    round_profile(&prof);
+    tl_test_round_profile(&prof);
     int found = 0, nomem = 0, ran = 0;
     const int32_t types[3] = {0, 1, 8};
     for (int t = 0; t < cases; t++) {
@@ -514,8 +488,8 @@ static void tiers_search(const char *path, uint64_t budget, double disk_bps, int
     tl_model *m = open_model(path, budget);
     if (!m) return;
     tl_hw_profile prof;
-    round_profile(&prof);
-    set_disk(&prof, disk_bps); /* a slow disk, so the cache matters */
+    tl_test_round_profile(&prof);
+    tl_test_profile_set_disk(&prof, disk_bps); /* a slow disk, so the cache matters */
     tl_plan_request rq;
     memset(&rq, 0, sizeof rq);
     rq.single = 1;

@@ -117,6 +117,34 @@ static void check_equal(const seqs *ref, const seqs *got, const char *what) {
                   "%s: prompt %d differs (%d tokens)", what, p, got->n[p]);
 }
 
+/* A step policy that changes the chunk with the load (beyond the scheduler's cap at some
+ * loads) and checks what it is told: every step's rows. */
+typedef struct test_policy {
+    int32_t chunk; /* the scheduler's prefill_chunk */
+    int32_t asked, observed, last_gen, bad;
+    uint64_t prompt_rows;
+} test_policy;
+
+static int32_t tp_chunk(void *user, int32_t gen_rows) {
+    test_policy *t = user;
+    t->asked++;
+    t->last_gen = gen_rows;
+    t->bad += gen_rows < 1; /* asked only when some sequence generates */
+    return (gen_rows * 7) % 11 - 1; /* -1..9: below 1 is taken as 1 */
+}
+
+static void tp_observe(void *user, int32_t gen_rows, int32_t prompt_rows, double s, double stall) {
+    test_policy *t = user;
+    t->observed++;
+    t->prompt_rows += (uint64_t)prompt_rows;
+    t->bad += gen_rows < 0 || prompt_rows < 0 || !(s >= 0) || !(stall >= 0);
+    if (gen_rows > 0) { /* the answer, clamped to 1..prefill_chunk, bounded the prompt rows */
+        int32_t cap = (gen_rows * 7) % 11 - 1;
+        cap = cap < 1 ? 1 : cap > t->chunk ? t->chunk : cap;
+        t->bad += prompt_rows > cap || t->last_gen != gen_rows;
+    }
+}
+
 /* Greedy tokens against alone, over several shapes; and sampled ones alone vs mixed. */
 static void equal_to_alone(const char *path, const char *what) {
     tl_model *m;
@@ -127,14 +155,19 @@ static void equal_to_alone(const char *path, const char *what) {
     memset(&ref, 0, sizeof ref);
     tokenize_all(m, &ref);
     alone(m, &ref);
-    static const struct { int max_seqs, chunk, first, every; } shapes[] = {
-        {16, 64, N_PROMPTS, 1}, {16, 7, 3, 2}, {4, 5, 4, 1}, {3, 64, 1, 3}, {1, 3, 1, 1}};
+    static const struct { int max_seqs, chunk, first, every, policy; } shapes[] = {
+        {16, 64, N_PROMPTS, 1, 0}, {16, 7, 3, 2, 0}, {4, 5, 4, 1, 0}, {3, 64, 1, 3, 0},
+        {1, 3, 1, 1, 0}, {16, 6, 3, 1, 1}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         tl_sched_params sp = tl_sched_default_params();
         sp.max_seqs = shapes[i].max_seqs;
         sp.prefill_chunk = shapes[i].chunk;
         sp.n_ctx = 128;
         sp.page_tokens = 4;
+        test_policy tp;
+        memset(&tp, 0, sizeof tp);
+        tp.chunk = sp.prefill_chunk;
+        if (shapes[i].policy) sp.policy = (tl_sched_policy){tp_chunk, tp_observe, &tp};
         tl_sched *sc;
         st = tl_sched_open(m, &sp, &sc);
         CHECK_MSG(st == TL_OK, "%s: %s", what, tl_last_error());
@@ -153,6 +186,13 @@ static void equal_to_alone(const char *path, const char *what) {
         for (int p = 0; p < N_PROMPTS; p++) prompt_sum += ref.n_ids[p];
         CHECK_MSG(ss.prompt_tokens == prompt_sum, "%s: %llu prompt rows, expected %llu", name,
                   (unsigned long long)ss.prompt_tokens, (unsigned long long)prompt_sum);
+        if (shapes[i].policy) { /* asked on steps with generating rows, told of every step */
+            CHECK_MSG(tp.asked > 0 && tp.observed == (int32_t)ss.steps && !tp.bad &&
+                          tp.prompt_rows == prompt_sum,
+                      "%s: policy asked %d, told %d of %llu steps, %llu prompt rows, %d bad",
+                      name, tp.asked, tp.observed, (unsigned long long)ss.steps,
+                      (unsigned long long)tp.prompt_rows, tp.bad);
+        }
         tl_sched_close(sc);
     }
     /* sampled: alone (one slot) and mixed (all at once, small chunks) agree */

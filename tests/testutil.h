@@ -37,6 +37,11 @@ void tl_test_buf_put(tl_test_buf *b, const void *d, size_t n);
 /* Story openings in stories260K's vocabulary, short to long (batch and scheduler tests). */
 #define TL_TEST_N_STORY_PROMPTS 11
 extern const char *const tl_test_story_prompts[TL_TEST_N_STORY_PROMPTS];
+/* Planner tests: a profile of round numbers (1 GB/s disk at every chunk and depth, 1e9
+ * MACs/s for every type and row count, ...), and every disk read rate set to bps. */
+struct tl_hw_profile;
+void tl_test_round_profile(struct tl_hw_profile *p);
+void tl_test_profile_set_disk(struct tl_hw_profile *p, double bps);
 /* Prints a summary line and returns the process exit code. */
 int tl_test_finish(const char *name);
 

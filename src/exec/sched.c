@@ -50,12 +50,13 @@ tl_sched_params tl_sched_default_params(void) {
     p.prefill_chunk = 64;
     p.kv_bits = 32;
     p.page_tokens = 16;
+    p.policy = (tl_sched_policy){NULL, NULL, NULL};
     return p;
 }
 
 /* The parameters with defaults filled in, checked against the model. */
 static tl_status resolve(const tl_model *m, const tl_sched_params *in, tl_sched_params *p) {
-    *p = in ? *in : tl_sched_default_params();
+    if (in != p) *p = in ? *in : tl_sched_default_params();
     if (p->n_ctx <= 0) p->n_ctx = m->lm.hp.n_ctx_train < 4096 ? m->lm.hp.n_ctx_train : 4096;
     if (p->max_seqs < 1 || p->max_seqs > 4096 || p->prefill_chunk < 1 ||
         p->prefill_chunk > 65536 || p->n_ctx < 2 || p->n_ctx > (1 << 24) ||
@@ -68,6 +69,11 @@ static tl_status resolve(const tl_model *m, const tl_sched_params *in, tl_sched_
         return tl_error_set(TL_ERR_INVALID, "kv_bits must be 32, 16, 8 or 4 (got %d)",
                             (int)p->kv_bits);
     return tl_llama_check_context(&m->lm, p->n_ctx);
+}
+
+tl_status tl_sched_resolve_params(const tl_model *m, const tl_sched_params *in,
+                                  tl_sched_params *out) {
+    return resolve(m, in, out);
 }
 
 static tl_kv_params kv_params(const tl_model *m, const tl_sched_params *p) {
@@ -267,7 +273,12 @@ static tl_microbatch build(tl_sched *s, int32_t *n_prompt_rows) {
         slot *sl = &s->slots[i];
         if (sl->used && sl->fed == sl->n_prompt) n = put_rows(s, n, i, &sl->next, 1, 1, &nl, &ns);
     }
-    int32_t budget = n ? s->p.prefill_chunk : s->rows_cap;
+    int32_t chunk = s->p.prefill_chunk;
+    if (n && s->p.policy.chunk) {
+        const int32_t want = s->p.policy.chunk(s->p.policy.user, n);
+        chunk = want < 1 ? 1 : want < chunk ? want : chunk;
+    }
+    int32_t budget = n ? chunk : s->rows_cap;
     *n_prompt_rows = 0;
     while (budget > 0) {
         int32_t oldest = -1;
@@ -318,6 +329,7 @@ tl_status tl_sched_step(tl_sched *s, tl_sched_event *ev, int32_t cap, int32_t *n
     int32_t prompt_rows;
     tl_microbatch mb = build(s, &prompt_rows);
     if (mb.n_rows == 0) return TL_OK;
+    const int32_t gen_rows = mb.n_rows - prompt_rows;
     const double t0 = tl_now();
     tl_residency_stats r0, r1;
     tl_residency_get_stats(s->m->res, &r0);
@@ -341,7 +353,11 @@ tl_status tl_sched_step(tl_sched *s, tl_sched_event *ev, int32_t cap, int32_t *n
             s->st.finished++;
         }
     }
-    s->st.step_s += tl_now() - t0;
+    const double seconds = tl_now() - t0;
+    s->st.step_s += seconds;
+    if (s->p.policy.observe)
+        s->p.policy.observe(s->p.policy.user, gen_rows, prompt_rows, seconds,
+                            r1.stall_s - r0.stall_s);
     return TL_OK;
 }
 

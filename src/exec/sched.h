@@ -26,6 +26,18 @@
 
 typedef struct tl_sched tl_sched;
 
+/* The step policy (optional): the serving planner's re-plan (plan/serve_plan.h). Each
+ * step asks `chunk` for its prompt rows given how many of its sequences generate (the
+ * answer is clamped to 1..prefill_chunk; a step with none generating still gives prompts
+ * every row), and tells `observe` (may be NULL) what the step held and how long it took.
+ * Both run on the thread that steps. */
+typedef struct tl_sched_policy {
+    int32_t (*chunk)(void *user, int32_t gen_rows);
+    void (*observe)(void *user, int32_t gen_rows, int32_t prompt_rows, double seconds,
+                    double stall_s);
+    void *user;
+} tl_sched_policy;
+
 typedef struct tl_sched_params {
     int32_t max_seqs;      /* sequences in flight at once (default 16) */
     int32_t n_ctx;         /* positions per sequence, prompt and generated (default: the
@@ -34,9 +46,15 @@ typedef struct tl_sched_params {
                               sequence generates (default 64) */
     int32_t kv_bits;       /* 32 (default), 16, 8 or 4 */
     int32_t page_tokens;   /* KV page size in positions (default 16) */
+    tl_sched_policy policy; /* zero: prefill_chunk every step */
 } tl_sched_params;
 
 tl_sched_params tl_sched_default_params(void);
+
+/* *out = *in with the defaults filled in (n_ctx), checked against the model: what
+ * tl_sched_open would run with. out may be in. */
+tl_status tl_sched_resolve_params(const tl_model *m, const tl_sched_params *in,
+                                  tl_sched_params *out);
 
 /* Budget bytes a scheduler with these parameters holds (activations, logits, KV). */
 uint64_t tl_sched_budget_bytes(const tl_model *m, const tl_sched_params *p);
@@ -79,7 +97,7 @@ typedef struct tl_sched_event {
     int32_t n_prompt, n_generated; /* the sequence's counts after this event */
 } tl_sched_event;
 
-/* One step over every sequence in flight. ev receives one event per sequence that
+/* One step over every sequence in flight (its prompt rows: see tl_sched_policy). ev receives one event per sequence that
  * sampled a token or ended this step (at most max_seqs; cap must be at least that);
  * a sequence still reading its prompt produces none. A finished sequence's KV pages are
  * returned before this returns. With nothing in flight: TL_OK and *n_events 0. An engine

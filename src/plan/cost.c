@@ -585,3 +585,48 @@ tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl
     out->decode_kv_pages_read = pa.kv_read_pages;
     return TL_OK;
 }
+
+/* A serving step (cost.h): one micro-batch of the generating rows (attention blocks of
+ * one row) and the prompt rows (blocks of their chunk, capped as the engine caps them),
+ * attention's block size their row-weighted mean; every streamed unit read once, the
+ * output included (some row needs logits). Open pages are f32, so each row decodes only
+ * the full pages before its position. */
+double tl_cost_serve_step(const tl_model *m, const tl_hw_profile *prof,
+                          const tl_weight_plan *plan, const tl_serve_step *s,
+                          tl_cost_terms *out) {
+    const int32_t L = m->lm.hp.n_layer, pt = s->page_tokens > 0 ? s->page_tokens : 16;
+    const int32_t g = s->gen_rows > 0 ? s->gen_rows : 0, c = s->prompt_rows > 0 ? s->prompt_rows : 0;
+    acc a;
+    memset(&a, 0, sizeof a);
+    if (g + c == 0) {
+        if (out) *out = a.t;
+        return 0;
+    }
+    double layers_bytes = 0, layers_repack = 0;
+    for (int32_t l = 0; l < L; l++) {
+        layers_bytes += tl_weight_plan_unit_bytes(&m->lm, plan, l);
+        layers_repack += unit_repack_s(m, prof, plan, l);
+    }
+    const double out_bytes = tl_weight_plan_unit_bytes(&m->lm, plan, L);
+    const double out_repack = unit_repack_s(m, prof, plan, L);
+    const double gctx = s->gen_ctx > 1 ? s->gen_ctx : 1, at = s->prompt_at > 0 ? s->prompt_at : 0;
+    const int32_t rows[1] = {g + c};
+    const double ctx[1] = {g * gctx + c * at + (double)c * (c + 1) / 2};
+    const double stored[1] = {g * floor((gctx - 1) / pt) * pt + c * floor(at / pt) * pt};
+    const double cap = tl_llama_attn_block_rows(&m->lm.hp, s->n_ctx > 0 ? s->n_ctx : (int32_t)(at + c + 1));
+    const double cblock = c > 0 ? (double)c / ceil((double)c / cap) : 0;
+    const double block = (g * 1.0 + c * cblock) / (g + c);
+    const int32_t logit_rows = g + (c > 0);
+    double slow = 1;
+    const double compute = tl_cost_pass_compute(m, prof, s->kv_bits, rows, ctx, stored, 1, block,
+                                                logit_rows, plan->embd_resident, &slow) +
+                           layers_repack + out_repack;
+    const double wbps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
+    const tl_cost_pass p = {.prefill = c > 0, .compute_s = compute,
+                            .weight_bytes = layers_bytes + out_bytes, .weight_bps = wbps,
+                            .kv_read_bps = 1, .kv_write_bps = 1, .count = 1, .io_slowdown = slow,
+                            .repack_s = layers_repack + out_repack};
+    add_pass(&a, &p, plan->overlap);
+    if (out) *out = a.t;
+    return a.wall;
+}

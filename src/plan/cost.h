@@ -116,6 +116,21 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
 /* Seconds of one matrix product of `n` rows with weight w. */
 double tl_cost_matmul(const tl_hw_profile *prof, const tl_weight *w, double n);
 
+/* One step of the serving scheduler (exec/sched.h): gen_rows sequences feed one row each
+ * at a mean of gen_ctx visible positions, and prompt_rows rows of prompts start at a mean
+ * position prompt_at, all in one micro-batch; the plan's streamed weights are read once;
+ * the KV cache is in memory (kv_bits, page_tokens; n_ctx sizes attention's blocks). */
+typedef struct tl_serve_step {
+    int32_t gen_rows, prompt_rows;
+    double gen_ctx, prompt_at;
+    int32_t kv_bits, page_tokens, n_ctx;
+} tl_serve_step;
+/* The step's wall seconds (overlapped, or serial, as the plan's overlap says); its terms
+ * in *out when out is not NULL. */
+double tl_cost_serve_step(const tl_model *m, const tl_hw_profile *prof,
+                          const tl_weight_plan *plan, const tl_serve_step *s,
+                          tl_cost_terms *out);
+
 /* Bytes of one stored KV page (K and V) for this model and policy. */
 double tl_cost_kv_page_bytes(const tl_model *m, int32_t kv_bits, int32_t page_tokens);
 

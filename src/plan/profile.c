@@ -530,3 +530,20 @@ double tl_profile_matmul_macs(const tl_hw_profile *p, int32_t type, double rows)
 double tl_profile_matmul_call_s(const tl_hw_profile *p, int32_t type, double rows) {
     return rows_lookup(p->matmul_call_s, type, rows);
 }
+
+void tl_profile_scale_disk(tl_hw_profile *p, double time_ratio) {
+    if (!(time_ratio > 0)) return;
+    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
+        for (int d = 0; d < TL_PROF_N_DEPTH; d++) p->disk_read_bps[c][d] /= time_ratio;
+}
+
+void tl_profile_scale_compute(tl_hw_profile *p, double time_ratio) {
+    if (!(time_ratio > 0)) return;
+    for (int t = 0; t < TL_PROF_N_TYPE; t++)
+        for (int n = 0; n < TL_PROF_N_ROWS; n++) p->matmul_macs[t][n] /= time_ratio;
+    p->attn_s_per_mac *= time_ratio;
+    p->attn_block_s_per_mac *= time_ratio;
+    for (int k = 0; k < TL_PROF_N_KVBITS; k++) p->attn_decode_s[k] *= time_ratio;
+    p->elementwise_s *= time_ratio;
+    p->layer_fixed_s *= time_ratio;
+}

@@ -149,6 +149,12 @@ double tl_profile_read_bps(const tl_hw_profile *p, uint64_t chunk, int32_t depth
 double tl_profile_matmul_macs(const tl_hw_profile *p, int32_t type, double rows);
 double tl_profile_matmul_call_s(const tl_hw_profile *p, int32_t type, double rows);
 
+/* Corrections by a measured / predicted time ratio (re-planning): every disk read figure
+ * (a ratio of 2: reads took twice as long), or every compute figure (rates, attention,
+ * elementwise and fixed costs). */
+void tl_profile_scale_disk(tl_hw_profile *p, double time_ratio);
+void tl_profile_scale_compute(tl_hw_profile *p, double time_ratio);
+
 /* Internal, shared by profile.c and the measurement (profile_*.c): the thread count n_threads
  * stands for (<= 0: online CPUs); the default disk directory (the default profile's
  * directory, created, else "."); one progress line (progress may be NULL). */

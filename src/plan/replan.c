@@ -154,18 +154,8 @@ static int hook(tl_replanner *r, tl_model *m, const tl_batch_stats *s, int32_t p
     const int compute_off = fabs(compute_ratio - 1) > r->threshold;
     if (!io_off && !compute_off) return 0;
     /* correct the profile by what was measured */
-    if (io_off)
-        for (int c = 0; c < TL_PROF_N_CHUNK; c++)
-            for (int d = 0; d < TL_PROF_N_DEPTH; d++) r->prof.disk_read_bps[c][d] /= io_ratio;
-    if (compute_off) {
-        for (int t = 0; t < TL_PROF_N_TYPE; t++)
-            for (int n = 0; n < TL_PROF_N_ROWS; n++) r->prof.matmul_macs[t][n] /= compute_ratio;
-        r->prof.attn_s_per_mac *= compute_ratio;
-        r->prof.attn_block_s_per_mac *= compute_ratio;
-        for (int k = 0; k < TL_PROF_N_KVBITS; k++) r->prof.attn_decode_s[k] *= compute_ratio;
-        r->prof.elementwise_s *= compute_ratio;
-        r->prof.layer_fixed_s *= compute_ratio;
-    }
+    if (io_off) tl_profile_scale_disk(&r->prof, io_ratio);
+    if (compute_off) tl_profile_scale_compute(&r->prof, compute_ratio);
     char when[64];
     snprintf(when, sizeof when, "after block %d", (int)r->checks);
     return search_again(r, m, prompts_left, bp, when, io_ratio, compute_ratio);

@@ -12,6 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "tools/cli.h"
+#include "tools/cli_plan.h"
+#include "plan/serve_plan.h"
+#include "exec/model_handle.h"
 #include "serve/chat_template.h"
 #include "serve/http.h"
 #include "serve/openai.h"
@@ -42,6 +45,18 @@ static void usage(void) {
            "  --prefetch N            streamed layers read ahead (default 2)\n"
            "  --io auto|pool|uring    IO backend (default auto)\n"
            "  --no-direct             read through the page cache instead of O_DIRECT\n"
+           "planning:\n"
+           "  --policy auto|manual    auto: the planner picks --max-seqs, --prefill-chunk\n"
+           "                          and --kv-bits for the budget, and each step's prompt\n"
+           "                          rows from how many sequences generate, corrected as\n"
+           "                          steps are measured (default when --mem-budget is given\n"
+           "                          and none of those three is); manual: flags/defaults\n"
+           "  --profile PATH          hardware profile for auto (default: cached, or measured)\n"
+           "  --expect-prompt N       auto: a typical request's prompt tokens (default 256)\n"
+           "  --expect-gen N          auto: a typical request's generated tokens (default 128)\n"
+           "  --max-itl-ms MS         auto: a step that takes prompt rows may last this long\n"
+           "                          (default: twice the full-load decode step)\n"
+           "  --lossy-kv              auto may choose 8- or 4-bit KV\n"
            "SIGINT/SIGTERM: stop accepting, finish the requests in flight, exit 0.\n");
 }
 
@@ -56,6 +71,37 @@ static char *base_name(const char *path) {
     return strndup(path + b, len);
 }
 
+/* --policy auto: the serving plan for the model's budget, printed, written into sp's
+ * scheduler parameters with the replanner as their step policy. */
+static tl_status plan_serving(tl_model *m, const char *profile_path, const tl_serve_request *rq,
+                              tl_server_params *sp, tl_serve_replanner *rp) {
+    tl_hw_profile prof;
+    tl_serve_plan plan;
+    tl_status st = cli_profile(m, profile_path, &prof);
+    double disk_ratio = 1, compute_ratio = 1;
+    if (!st) st = tl_serve_plan_calibrated(m, &prof, rq, &plan, &disk_ratio, &compute_ratio);
+    if (!st) st = tl_serve_replanner_init(rp, m, &prof, &plan);
+    if (st) return st;
+    sp->sched = plan.sched;
+    sp->sched.policy = tl_serve_replanner_policy(rp);
+    const int32_t S = plan.sched.max_seqs;
+    fprintf(stderr, "policy auto: %d sequences, KV %d-bit, prefill chunk up to %d (%d with one "
+            "generating, %d with %d), streamed %.1f MiB per step, memory %.1f of %.1f MiB; "
+            "%d of %d candidates fit\n", (int)S, (int)plan.sched.kv_bits,
+            (int)plan.sched.prefill_chunk, (int)plan.chunk_by_gen[1], (int)plan.chunk_by_gen[S],
+            (int)S, plan.streamed_bytes / 1048576.0, plan.mem_bytes / 1048576.0,
+            tl_budget_limit(m->lm.budget) / 1048576.0, (int)plan.feasible, (int)plan.candidates);
+    if (disk_ratio != 1 || compute_ratio != 1)
+        fprintf(stderr, "policy auto: the model's streaming read at %.2fx and its products ran at "
+                "%.2fx the profile's time; planned on the corrected figures\n", 1 / disk_ratio,
+                compute_ratio);
+    fprintf(stderr, "predicted at full load (requests of %d + %d tokens): %.1f tok/s, %.1f "
+            "generating, step %.0f ms, ITL up to %.0f ms (budget %.0f ms)\n",
+            (int)plan.prompt_len, (int)plan.gen_len, plan.tokens_per_s, plan.gen_rows,
+            plan.step_s * 1e3, plan.itl_s * 1e3, plan.itl_max_s * 1e3);
+    return TL_OK;
+}
+
 int tl_cmd_serve(int argc, char **argv) {
     tl_model_params mp = tl_model_default_params();
     tl_server_params sp = tl_server_default_params();
@@ -63,6 +109,11 @@ int tl_cmd_serve(int argc, char **argv) {
     hp.max_conns = 0; /* 0: derived from the queue below */
     const char *model_path = NULL, *model_name = NULL, *chat = NULL;
     int32_t port = hp.port, timeout = hp.timeout_s, max_conns = 0;
+    int policy = -1, knobs = 0, lossy = 0;
+    const char *profile_path = NULL;
+    tl_serve_request rq;
+    memset(&rq, 0, sizeof rq);
+    int32_t itl_ms = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
 #define VAL() if (!(v = cli_value(argc, argv, &i))) return 2
@@ -88,14 +139,17 @@ int tl_cmd_serve(int argc, char **argv) {
             chat = v;
         } else if (!strcmp(a, "--max-seqs")) {
             VAL(); if (!cli_int(a, v, 1, 4096, &sp.sched.max_seqs)) return 2;
+            knobs = 1;
         } else if (!strcmp(a, "--max-queue")) {
             VAL(); if (!cli_int(a, v, 0, 1 << 20, &sp.max_queue)) return 2;
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
             VAL(); if (!cli_int(a, v, 0, 1 << 24, &sp.sched.n_ctx)) return 2;
         } else if (!strcmp(a, "--prefill-chunk")) {
             VAL(); if (!cli_int(a, v, 1, 65536, &sp.sched.prefill_chunk)) return 2;
+            knobs = 1;
         } else if (!strcmp(a, "--kv-bits")) {
             VAL(); if (!cli_int(a, v, 4, 32, &sp.sched.kv_bits)) return 2;
+            knobs = 1;
         } else if (!strcmp(a, "--timeout")) {
             VAL(); if (!cli_int(a, v, 1, 86400, &timeout)) return 2;
         } else if (!strcmp(a, "--max-conns")) {
@@ -110,6 +164,21 @@ int tl_cmd_serve(int argc, char **argv) {
             VAL(); if (!cli_io_backend(a, v, &mp.io_backend)) return 2;
         } else if (!strcmp(a, "--no-direct")) {
             mp.direct_io = 0;
+        } else if (!strcmp(a, "--policy")) {
+            VAL();
+            if (!strcmp(v, "auto")) policy = 1;
+            else if (!strcmp(v, "manual")) policy = 0;
+            else { fprintf(stderr, "error: --policy expects auto or manual\n"); return 2; }
+        } else if (!strcmp(a, "--profile")) {
+            VAL(); profile_path = v;
+        } else if (!strcmp(a, "--expect-prompt")) {
+            VAL(); if (!cli_int(a, v, 1, 1 << 24, &rq.prompt_len)) return 2;
+        } else if (!strcmp(a, "--expect-gen")) {
+            VAL(); if (!cli_int(a, v, 1, 1 << 24, &rq.gen_len)) return 2;
+        } else if (!strcmp(a, "--max-itl-ms")) {
+            VAL(); if (!cli_int(a, v, 1, 3600000, &itl_ms)) return 2;
+        } else if (!strcmp(a, "--lossy-kv")) {
+            lossy = 1;
         } else {
             fprintf(stderr, "error: unknown option '%s' (see tierllm serve --help)\n", a);
             return 2;
@@ -120,6 +189,20 @@ int tl_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "error: -m MODEL is required (see tierllm serve --help)\n");
         return 2;
     }
+    if (policy == 1 && knobs) {
+        fprintf(stderr, "error: --policy auto chooses --max-seqs, --prefill-chunk and --kv-bits "
+                "itself; drop those flags or use --policy manual\n");
+        return 2;
+    }
+    if (policy < 0) policy = mp.mem_budget > 0 && !knobs;
+    if (!policy && (rq.prompt_len || rq.gen_len || itl_ms || lossy || profile_path)) {
+        fprintf(stderr, "error: --expect-prompt, --expect-gen, --max-itl-ms, --lossy-kv and "
+                "--profile are for --policy auto\n");
+        return 2;
+    }
+    rq.n_ctx = sp.sched.n_ctx;
+    rq.allow_lossy_kv = lossy;
+    rq.max_itl_s = itl_ms / 1000.0;
     hp.port = port;
     hp.timeout_s = timeout;
     /* every request that may be running or waiting, and room for health checks */
@@ -139,13 +222,20 @@ int tl_cmd_serve(int argc, char **argv) {
     tl_http *h = NULL;
     tl_oai api;
     tl_status st = name ? TL_OK : TL_ERR_NOMEM;
+    tl_serve_replanner rp;
+    int have_rp = 0;
     if (!st) st = tl_model_open(model_path, &mp, &m);
+    if (!st && policy == 1) {
+        st = plan_serving(m, profile_path, &rq, &sp, &rp);
+        have_rp = !st;
+    }
     if (!st) st = tl_server_open(m, &sp, &srv);
     if (!st) st = tl_oai_init(&api, m, name, tl_server_sched_params(srv)->n_ctx, chat);
     if (!st) st = tl_http_start(srv, &api, &hp, &h);
     if (st) {
         int rc = name ? cli_fail(st) : (fprintf(stderr, "error: out of memory\n"), 1);
         tl_server_close(srv);
+        if (have_rp) tl_serve_replanner_free(&rp);
         tl_model_close(m);
         free(name);
         return rc;
@@ -175,6 +265,11 @@ int tl_cmd_serve(int argc, char **argv) {
     tl_server_stop_accepting(srv);
     tl_http_stop(h, 24 * 3600); /* every answered request is bounded by its max_tokens */
     tl_server_close(srv);
+    if (have_rp) {
+        fprintf(stderr, "tierllm serve: re-planning: %d checks, %d re-plans (last measured / "
+                "predicted step time %.2f)\n", (int)rp.checks, (int)rp.replans, rp.last_ratio);
+        tl_serve_replanner_free(&rp);
+    }
     tl_model_close(m);
     free(name);
     fprintf(stderr, "tierllm serve: stopped\n");
