@@ -130,7 +130,13 @@ static int claim_step(const matvec_job *j, region *r, size_t *w, size_t *g0, siz
         if (next >= end) return 0;
         size_t m = 0;
         while (j->first[m + 1] <= next) m++;
-        size_t stop = next + j->step_rows[m];
+        /* guided: a claim takes at most a quarter of what is left of the region (but at
+         * least MATVEC_MIN_STEAL rows), so the last claims are small and the threads
+         * finish together; early claims are whole steps, few CASes */
+        size_t take = j->step_rows[m], quarter = (end - next) / 4 / j->unit * j->unit;
+        const size_t least = MATVEC_MIN_STEAL > j->unit ? MATVEC_MIN_STEAL : j->unit;
+        if (take > quarter) take = quarter > least ? quarter : least;
+        size_t stop = next + take;
         if (stop > j->first[m + 1]) stop = j->first[m + 1];
         if (stop > end) stop = end;
         if (atomic_compare_exchange_weak_explicit(&r->span, &s, span_of(stop, end),
