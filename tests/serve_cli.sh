@@ -362,7 +362,28 @@ done
 kill -TERM "$pid"; wait "$pid"; rc=$?
 [ "$rc" = 0 ] || fail "server D exit $rc after SIGTERM"
 
+# --policy auto (the default with --mem-budget): a plan from a fixed profile, printed at
+# startup; the planned server gives run's greedy text
+python3 "$(dirname "$0")/write_profile.py" "$tmp/prof.json"
+m=$models/stories260K.gguf
+start e --mem-budget 64M --profile "$tmp/prof.json" --expect-prompt 16 --expect-gen 40 -c 128
+grep -q "^policy auto: [0-9]* sequences, KV \(32\|16\)-bit, prefill chunk up to" "$tmp/e.err" &&
+    grep -q "^predicted at full load (requests of 16 + 40 tokens)" "$tmp/e.err" ||
+    fail "auto: no plan printed: $(cat "$tmp/e.err")"
+post /v1/completions '{"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0}'
+expect 200 "auto: completion"
+got=$(json "$tmp/body" "j['choices'][0]['text']")
+[ "$got" = "$golden" ] || fail "auto: greedy text differs: $got"
+kill -TERM "$pid"; wait "$pid"; rc=$?
+[ "$rc" = 0 ] && grep -q "re-planning: [0-9]* checks" "$tmp/e.err" ||
+    fail "auto: exit $rc, $(tail -2 "$tmp/e.err")"
+
 # usage errors
+"$bin" serve -m "$m" --policy auto --max-seqs 4 2>/dev/null; [ $? = 2 ] ||
+    fail "auto with --max-seqs: not a usage error"
+"$bin" serve -m "$m" --expect-gen 8 2>/dev/null; [ $? = 2 ] ||
+    fail "--expect-gen without auto: not a usage error"
+"$bin" serve -m "$m" --policy sometimes 2>/dev/null; [ $? = 2 ] || fail "bad --policy"
 "$bin" serve -m "$m" --port 70000 2>/dev/null; [ $? = 2 ] || fail "bad port: not a usage error"
 "$bin" serve -m "$m" --chat-template jinja 2>/dev/null; [ $? = 2 ] || fail "bad template name"
 "$bin" serve 2>/dev/null; [ $? = 2 ] || fail "no model: not a usage error"

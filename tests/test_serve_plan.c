@@ -2,7 +2,8 @@
  * profiles of round numbers.
  *
  * 1. Budgets are kept: the plan's dry run fits, and the scheduler opened with its
- *    parameters places exactly the weights the plan streamed, within the budget.
+ *    parameters places exactly the weights the plan streamed, within the budget; also
+ *    after the calibrated search, which times the model's own streaming and products.
  * 2. The chunk table is what serve_plan.h says: for every load g, c(g) keeps the step
  *    within max(itl budget, 1.1 x the decode step) and one more row would not (or it is
  *    c_max, or 1).
@@ -83,7 +84,7 @@ static void fits_and_places(uint64_t budget, double disk_bps) {
         CHECK_MSG(plan.mem_bytes <= budget, "plan holds %llu of %llu",
                   (unsigned long long)plan.mem_bytes, (unsigned long long)budget);
         CHECK(plan.feasible > 0 && plan.feasible <= plan.candidates);
-        CHECK(plan.tokens_per_s > 0 && plan.itl_s >= plan.decode_step_s * 0.999);
+        CHECK(plan.tokens_per_s > 0 && plan.itl_s >= plan.step_s * 0.999);
         tl_sched *sc;
         st = tl_sched_open(m, &plan.sched, &sc);
         CHECK_MSG(st == TL_OK, "open with the plan: %s", tl_last_error());
@@ -96,6 +97,29 @@ static void fits_and_places(uint64_t budget, double disk_bps) {
             tl_sched_close(sc);
         }
     }
+    tl_model_close(m);
+}
+
+/* The search with calibration on the real model file: whatever it leaves placed, the
+ * scheduler opened with its parameters fits the budget and streams what it planned. */
+static void calibrated(uint64_t budget) {
+    tl_model *m = open_model(budget);
+    if (!m) return;
+    tl_hw_profile prof;
+    round_profile(&prof, 1e9);
+    tl_serve_request rq = request();
+    tl_serve_plan plan;
+    double dr = 0, cr = 0;
+    tl_status st = tl_serve_plan_calibrated(m, &prof, &rq, &plan, &dr, &cr);
+    CHECK_MSG(st == TL_OK, "calibrated: %s", tl_last_error());
+    CHECK(dr > 0 && cr > 0);
+    tl_sched *sc;
+    if (!st && (st = tl_sched_open(m, &plan.sched, &sc)) == TL_OK) {
+        CHECK(tl_residency_plan(m->res)->streamed_bytes == plan.streamed_bytes);
+        CHECK(tl_budget_used(m->lm.budget) <= budget && plan.mem_bytes <= budget);
+        tl_sched_close(sc);
+    }
+    CHECK_MSG(st == TL_OK, "open after calibration: %s", tl_last_error());
     tl_model_close(m);
 }
 
@@ -208,6 +232,9 @@ static void replans(uint64_t budget_resident) {
                       after);
             CHECK(fabs(r.last_ratio - 3) < 0.01);
             check_table(&r, "after the compute re-plan");
+            const tl_sched_policy pol = tl_serve_replanner_policy(&r);
+            CHECK(pol.chunk(pol.user, S + 5) == r.plan.chunk_by_gen[S]); /* clamped to S */
+            CHECK(pol.chunk(pol.user, 0) == r.plan.sched.prefill_chunk);
             feed(&r, S, 2, 1.0, 0); /* now as predicted: nothing changes */
             CHECK(r.replans == 1);
             tl_serve_replanner_free(&r);
@@ -285,6 +312,8 @@ int main(void) {
     const uint64_t mib = 1u << 20;
     fits_and_places(512 * mib, 1e9); /* everything resident */
     fits_and_places(streaming_budget(4, 32), 1e9); /* weights stream */
+    calibrated(512 * mib);
+    calibrated(streaming_budget(4, 32));
     io_against_compute();
     replans(512 * mib);
     knobs_and_errors(512 * mib);

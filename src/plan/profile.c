@@ -540,7 +540,10 @@ void tl_profile_scale_disk(tl_hw_profile *p, double time_ratio) {
 void tl_profile_scale_compute(tl_hw_profile *p, double time_ratio) {
     if (!(time_ratio > 0)) return;
     for (int t = 0; t < TL_PROF_N_TYPE; t++)
-        for (int n = 0; n < TL_PROF_N_ROWS; n++) p->matmul_macs[t][n] /= time_ratio;
+        for (int n = 0; n < TL_PROF_N_ROWS; n++) {
+            p->matmul_macs[t][n] /= time_ratio;
+            p->matmul_call_s[t][n] *= time_ratio;
+        }
     p->attn_s_per_mac *= time_ratio;
     p->attn_block_s_per_mac *= time_ratio;
     for (int k = 0; k < TL_PROF_N_KVBITS; k++) p->attn_decode_s[k] *= time_ratio;

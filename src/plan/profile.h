@@ -150,8 +150,8 @@ double tl_profile_matmul_macs(const tl_hw_profile *p, int32_t type, double rows)
 double tl_profile_matmul_call_s(const tl_hw_profile *p, int32_t type, double rows);
 
 /* Corrections by a measured / predicted time ratio (re-planning): every disk read figure
- * (a ratio of 2: reads took twice as long), or every compute figure (rates, attention,
- * elementwise and fixed costs). */
+ * (a ratio of 2: reads took twice as long), or every compute figure (product rates and
+ * per-call costs, attention, elementwise and fixed costs). */
 void tl_profile_scale_disk(tl_hw_profile *p, double time_ratio);
 void tl_profile_scale_compute(tl_hw_profile *p, double time_ratio);
 

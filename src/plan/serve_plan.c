@@ -73,7 +73,7 @@ static void steady_state(const step_model *sm, tl_serve_plan *plan) {
 }
 
 static void fill_table(const step_model *sm, tl_serve_plan *plan) {
-    for (int32_t g = 1; g <= plan->sched.max_seqs; g++)
+    for (int32_t g = 1; g <= plan->sched.max_seqs && g <= TL_SERVE_PLAN_MAX_SEQS; g++)
         plan->chunk_by_gen[g] = chunk_for(sm, g, plan->itl_max_s, plan->sched.prefill_chunk);
     plan->chunk_by_gen[0] = plan->sched.prefill_chunk;
 }
@@ -163,8 +163,9 @@ tl_status tl_serve_plan_search(const tl_model *m, const tl_hw_profile *prof,
                 tl_weight_plan_free(&wp);
                 if (st) {
                     tl_error_clear();
-                    const uint64_t need = tl_engine_base_used(m) + tl_sched_budget_bytes(m, &c.sched);
-                    if (need < least) least = need;
+                    const uint64_t state = tl_sched_budget_bytes(m, &c.sched);
+                    if (state != UINT64_MAX && tl_engine_base_used(m) + state < least)
+                        least = tl_engine_base_used(m) + state;
                     continue;
                 }
                 out->feasible++;
@@ -201,10 +202,13 @@ tl_status tl_serve_plan_calibrated(tl_model *m, tl_hw_profile *prof,
         tl_error_clear();
         *compute_ratio = 1;
     }
-    tl_engine_unplace(m);
-    /* both corrected the profile's figures already */
-    if (*disk_ratio != 1 || *compute_ratio != 1)
-        st = tl_serve_plan_search(m, prof, rq, out);
+    /* both corrected the profile's figures already: plan on them; the placement stays
+     * when the plan keeps the scheduler's shape (the same state bytes, so the same weight
+     * plan), sparing a second read of the resident weights */
+    const tl_sched_params before = out->sched;
+    if (*disk_ratio != 1 || *compute_ratio != 1) st = tl_serve_plan_search(m, prof, rq, out);
+    if (st || tl_sched_budget_bytes(m, &out->sched) != tl_sched_budget_bytes(m, &before))
+        tl_engine_unplace(m);
     return st;
 }
 
@@ -234,6 +238,7 @@ static int32_t policy_chunk(void *user, int32_t gen_rows) {
     const tl_serve_replanner *r = user;
     if (gen_rows < 1) return r->plan.sched.prefill_chunk;
     if (gen_rows > r->plan.sched.max_seqs) gen_rows = r->plan.sched.max_seqs;
+    if (gen_rows > TL_SERVE_PLAN_MAX_SEQS) gen_rows = TL_SERVE_PLAN_MAX_SEQS;
     return r->plan.chunk_by_gen[gen_rows];
 }
 

@@ -36,7 +36,7 @@
  * Calibration at start: the profile is measured minutes or days before, on a scratch file;
  * the model's own streaming and products are timed once the weights are placed as planned
  * (as batch's replanner does before its first block), and the search runs again on the
- * corrected profile when they were off.
+ * corrected profile.
  *
  * Re-planning by measurement: the replanner is the scheduler's step policy. It sums what
  * steps took against what the model predicted for the same (g, c); every 32 steps (and at
@@ -94,11 +94,12 @@ typedef struct tl_serve_replanner {
 } tl_serve_replanner;
 
 /* The search; then, with the weights placed as it planned, the engine's own streaming and
- * resident products are timed (plan/calibrate.h), which corrects *prof; when either was
- * off by more than 20% the search runs again on it. The weights are left unplaced (the
- * scheduler places them); *disk_ratio and *compute_ratio are measured / profiled (1: not
- * measured: nothing streams, or too little is resident). With the weights already placed
- * it is the search alone. */
+ * resident products are timed (plan/calibrate.h), which corrects *prof, and the search
+ * runs again on the corrected figures. The weights stay placed when the final plan's
+ * scheduler holds the same state bytes (tl_sched_open then keeps that placement), and are
+ * unplaced otherwise (and on an error). *disk_ratio and *compute_ratio are measured /
+ * profiled (1: not measured: nothing streams, or too little is resident). With the
+ * weights already placed it is the search alone. */
 tl_status tl_serve_plan_calibrated(tl_model *m, tl_hw_profile *prof,
                                    const tl_serve_request *rq, tl_serve_plan *out,
                                    double *disk_ratio, double *compute_ratio);

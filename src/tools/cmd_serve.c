@@ -205,8 +205,6 @@ int tl_cmd_serve(int argc, char **argv) {
     rq.max_itl_s = itl_ms / 1000.0;
     hp.port = port;
     hp.timeout_s = timeout;
-    /* every request that may be running or waiting, and room for health checks */
-    hp.max_conns = max_conns ? max_conns : sp.sched.max_seqs + sp.max_queue + 64;
 
     /* blocked before any thread exists, so every thread inherits the mask */
     sigset_t sigs, old;
@@ -229,6 +227,9 @@ int tl_cmd_serve(int argc, char **argv) {
         st = plan_serving(m, profile_path, &rq, &sp, &rp);
         have_rp = !st;
     }
+    /* every request that may be running (as planned) or waiting, and room for health
+     * checks */
+    hp.max_conns = max_conns ? max_conns : sp.sched.max_seqs + sp.max_queue + 64;
     if (!st) st = tl_server_open(m, &sp, &srv);
     if (!st) st = tl_oai_init(&api, m, name, tl_server_sched_params(srv)->n_ctx, chat);
     if (!st) st = tl_http_start(srv, &api, &hp, &h);
