@@ -367,7 +367,7 @@ kill -TERM "$pid"; wait "$pid"; rc=$?
 python3 "$(dirname "$0")/write_profile.py" "$tmp/prof.json"
 m=$models/stories260K.gguf
 start e --mem-budget 64M --profile "$tmp/prof.json" --expect-prompt 16 --expect-gen 40 -c 128
-grep -q "^policy auto: [0-9]* sequences, KV \(32\|16\)-bit, prefill chunk up to" "$tmp/e.err" &&
+grep -q "^policy auto: [0-9]* sequences, KV \(32\|16\)-bit .*, prefill chunk up to" "$tmp/e.err" &&
     grep -q "^predicted at full load (requests of 16 + 40 tokens)" "$tmp/e.err" ||
     fail "auto: no plan printed: $(cat "$tmp/e.err")"
 post /v1/completions '{"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0}'

@@ -155,15 +155,19 @@ static void equal_to_alone(const char *path, const char *what) {
     memset(&ref, 0, sizeof ref);
     tokenize_all(m, &ref);
     alone(m, &ref);
-    static const struct { int max_seqs, chunk, first, every, policy; } shapes[] = {
-        {16, 64, N_PROMPTS, 1, 0}, {16, 7, 3, 2, 0}, {4, 5, 4, 1, 0}, {3, 64, 1, 3, 0},
-        {1, 3, 1, 1, 0}, {16, 6, 3, 1, 1}};
+    /* window > 0: KV in tiers, older pages on disk (exact: 32-bit pages round trip) */
+    static const struct { int max_seqs, chunk, first, every, policy, window; } shapes[] = {
+        {16, 64, N_PROMPTS, 1, 0, 0}, {16, 7, 3, 2, 0, 0}, {4, 5, 4, 1, 0, 0},
+        {3, 64, 1, 3, 0, 0}, {1, 3, 1, 1, 0, 0}, {16, 6, 3, 1, 1, 0}, {5, 9, 2, 1, 0, 8},
+        {16, 64, N_PROMPTS, 1, 1, 4}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         tl_sched_params sp = tl_sched_default_params();
         sp.max_seqs = shapes[i].max_seqs;
         sp.prefill_chunk = shapes[i].chunk;
         sp.n_ctx = 128;
         sp.page_tokens = 4;
+        sp.kv_window = shapes[i].window;
+        sp.kv_sinks = 4;
         test_policy tp;
         memset(&tp, 0, sizeof tp);
         tp.chunk = sp.prefill_chunk;
@@ -176,7 +180,8 @@ static void equal_to_alone(const char *path, const char *what) {
         st = run_sched(sc, &got, shapes[i].first, shapes[i].every, 0);
         CHECK_MSG(st == TL_OK, "%s: %s", what, tl_last_error());
         char name[160];
-        snprintf(name, sizeof name, "%s, %d slots, chunk %d", what, sp.max_seqs, sp.prefill_chunk);
+        snprintf(name, sizeof name, "%s, %d slots, chunk %d, KV window %d", what, sp.max_seqs,
+                 sp.prefill_chunk, sp.kv_window);
         if (!st) check_equal(&ref, &got, name);
         tl_sched_stats ss;
         tl_sched_get_stats(sc, &ss);
@@ -186,6 +191,13 @@ static void equal_to_alone(const char *path, const char *what) {
         for (int p = 0; p < N_PROMPTS; p++) prompt_sum += ref.n_ids[p];
         CHECK_MSG(ss.prompt_tokens == prompt_sum, "%s: %llu prompt rows, expected %llu", name,
                   (unsigned long long)ss.prompt_tokens, (unsigned long long)prompt_sum);
+        /* tiers: pages went to disk and were read back, and the spill file holds no more
+         * slots than the sequences in flight at once could fill */
+        const uint64_t slots_bound = (uint64_t)sp.max_seqs * 5 /* layers */ * (128 / 4);
+        CHECK_MSG(!shapes[i].window || (ss.kv_pages_disk > 0 && ss.kv_bytes_read > 0 &&
+                                        ss.kv_pages_disk <= slots_bound),
+                  "%s: %llu disk pages, %llu bytes read", name,
+                  (unsigned long long)ss.kv_pages_disk, (unsigned long long)ss.kv_bytes_read);
         if (shapes[i].policy) { /* asked on steps with generating rows, told of every step */
             CHECK_MSG(tp.asked > 0 && tp.observed == (int32_t)ss.steps && !tp.bad &&
                           tp.prompt_rows == prompt_sum,

@@ -33,17 +33,19 @@ static void round_profile(tl_hw_profile *p, double disk_bps) {
     for (int k = 0; k < TL_PROF_N_KVBITS; k++) p->attn_decode_s[k] = 1e-9;
 }
 
-static char g_path[256];
+static char g_path[256], g_deep[256]; /* 4 layers; 16 narrower ones (KV tiers) */
 
-static tl_model *open_model(uint64_t budget) {
+static tl_model *open_path(const char *path, uint64_t budget) {
     tl_model_params mp = tl_model_default_params();
     mp.n_threads = 1;
     mp.mem_budget = budget;
     tl_model *m = NULL;
-    tl_status st = tl_model_open(g_path, &mp, &m);
+    tl_status st = tl_model_open(path, &mp, &m);
     CHECK_MSG(st == TL_OK, "open: %s", tl_last_error());
     return st ? NULL : m;
 }
+
+static tl_model *open_model(uint64_t budget) { return open_path(g_path, budget); }
 
 /* A budget that holds the scheduler of S slots, chunk c and 32-bit KV, and 3 MiB of the
  * model's 3.6 MiB of weights: some layers stream. */
@@ -66,6 +68,7 @@ static tl_serve_request request(void) {
     rq.prompt_len = 96;
     rq.gen_len = 32;
     rq.n_ctx = 256;
+    rq.kv_window = -1; /* KV all in memory; tiers() searches them */
     return rq;
 }
 
@@ -259,6 +262,54 @@ static void replans(uint64_t budget_resident) {
     tl_model_close(m);
 }
 
+/* ---- KV tiers ---- */
+
+/* Windows are searched beside the KV in memory; on a deep model (16 layers: two layers'
+ * disk pages staged are an eighth of them) a window fits sequences whose KV does not fit
+ * in memory, the plan keeps the budget, and the scheduler opened with it places what was
+ * planned. */
+static void tiers(void) {
+    const uint64_t budget = 24u << 20;
+    tl_model *m = open_path(g_deep, budget);
+    if (!m) return;
+    tl_hw_profile prof;
+    round_profile(&prof, 1e9);
+    tl_serve_request rq = request();
+    rq.n_ctx = 512;
+    rq.prompt_len = 256;
+    rq.gen_len = 128;
+    tl_serve_plan mem, any, win;
+    CHECK(tl_serve_plan_search(m, &prof, &rq, &mem) == TL_OK);
+    rq.kv_window = 0;
+    CHECK(tl_serve_plan_search(m, &prof, &rq, &any) == TL_OK);
+    CHECK_MSG(any.candidates == 4 * mem.candidates, "%d candidates with windows, %d without",
+              any.candidates, mem.candidates);
+    CHECK(any.mem_bytes <= budget && mem.mem_bytes <= budget && mem.sched.kv_window == 0);
+    /* the fewest sequences whose KV does not fit in memory fit with a window of 32 */
+    int32_t S = 1;
+    rq.kv_window = -1;
+    for (; S <= 256; S *= 2) {
+        rq.max_seqs = S;
+        if (tl_serve_plan_search(m, &prof, &rq, &win) == TL_ERR_NOMEM) break;
+    }
+    CHECK_MSG(S <= 256, "256 sequences still fit with their KV in memory");
+    rq.kv_window = 32;
+    tl_status st = tl_serve_plan_search(m, &prof, &rq, &win);
+    CHECK_MSG(st == TL_OK, "%d sequences with a window: %s", S, tl_last_error());
+    if (!st) {
+        CHECK(win.sched.kv_window == 32 && win.sched.max_seqs == S && win.mem_bytes <= budget);
+        tl_sched *sc;
+        st = tl_sched_open(m, &win.sched, &sc);
+        CHECK_MSG(st == TL_OK, "open with a window: %s", tl_last_error());
+        if (!st) {
+            CHECK(tl_residency_plan(m->res)->streamed_bytes == win.streamed_bytes);
+            CHECK(tl_budget_used(m->lm.budget) <= budget);
+            tl_sched_close(sc);
+        }
+    }
+    tl_model_close(m);
+}
+
 /* ---- 5. knobs and errors ---- */
 
 static void knobs_and_errors(uint64_t budget) {
@@ -305,7 +356,16 @@ int main(void) {
     sp.weight_type = TL_TYPE_Q8_0;
     sp.tied_output = 0;
     snprintf(g_path, sizeof g_path, "/tmp/tl_test_serve_plan_%d.gguf", (int)getpid());
-    if (tl_synth_write(&sp, g_path) != TL_OK) {
+    snprintf(g_deep, sizeof g_deep, "/tmp/tl_test_serve_plan_%d_deep.gguf", (int)getpid());
+    tl_status st = tl_synth_write(&sp, g_path);
+    sp.n_embd = 128;
+    sp.n_ff = 256;
+    sp.n_layer = 16;
+    sp.n_head = 4;
+    sp.n_head_kv = 2;
+    sp.n_ctx = 1024;
+    if (!st) st = tl_synth_write(&sp, g_deep);
+    if (st) {
         fprintf(stderr, "synth: %s\n", tl_last_error());
         return 1;
     }
@@ -317,6 +377,8 @@ int main(void) {
     io_against_compute();
     replans(512 * mib);
     knobs_and_errors(512 * mib);
+    tiers();
     unlink(g_path);
+    unlink(g_deep);
     return tl_test_finish("test_serve_plan");
 }

@@ -50,6 +50,9 @@ tl_sched_params tl_sched_default_params(void) {
     p.prefill_chunk = 64;
     p.kv_bits = 32;
     p.page_tokens = 16;
+    p.kv_window = 0;
+    p.kv_sinks = 16;
+    p.spill_dir = NULL;
     p.policy = (tl_sched_policy){NULL, NULL, NULL};
     return p;
 }
@@ -65,6 +68,9 @@ static tl_status resolve(const tl_model *m, const tl_sched_params *in, tl_sched_
                             "%d (1..65536), context %d (2..2^24) or page size %d (1..4096) "
                             "is out of range", (int)p->max_seqs, (int)p->prefill_chunk,
                             (int)p->n_ctx, (int)p->page_tokens);
+    if (p->kv_window < 0 || p->kv_sinks < 0 || p->kv_window > (1 << 24) || p->kv_sinks > (1 << 24))
+        return tl_error_set(TL_ERR_INVALID, "scheduler: KV window %d and sinks %d must be "
+                            "0..2^24", (int)p->kv_window, (int)p->kv_sinks);
     if (p->kv_bits != 32 && p->kv_bits != 16 && p->kv_bits != 8 && p->kv_bits != 4)
         return tl_error_set(TL_ERR_INVALID, "kv_bits must be 32, 16, 8 or 4 (got %d)",
                             (int)p->kv_bits);
@@ -89,13 +95,23 @@ static tl_kv_params kv_params(const tl_model *m, const tl_sched_params *p) {
     kp.max_tokens = p->n_ctx;
     kp.attn_window = m->lm.hp.n_swa;
     kp.max_block = p->prefill_chunk; /* a sequence appends at most a chunk per step */
+    if (p->kv_window > 0) {
+        const int32_t P = p->page_tokens;
+        const char *tmp = getenv("TMPDIR");
+        kp.placement = TL_KV_TEMPERATURE;
+        kp.kv_mem_pct = 0;
+        kp.window_pages = (p->kv_window + P - 1) / P;
+        kp.sink_pages = (p->kv_sinks + P - 1) / P;
+        kp.spill_dir = p->spill_dir ? p->spill_dir : tmp && *tmp ? tmp : "/tmp";
+    }
     return kp;
 }
 
 static uint64_t budget_bytes(const tl_model *m, const tl_sched_params *p) {
     const uint64_t rows = (uint64_t)p->max_seqs + (uint64_t)p->prefill_chunk;
     tl_kv_params kp = kv_params(m, p);
-    const uint64_t kv = tl_kv_budget_bytes(&kp, p->max_seqs);
+    /* disk pages of two layers staged: the engine reads layer l + 1 while l computes */
+    const uint64_t kv = tl_kv_budget_bytes(&kp, 2 * p->max_seqs);
     if (kv == UINT64_MAX) return UINT64_MAX;
     return tl_llama_scratch_bytes(&m->lm, (int32_t)rows, p->n_ctx, p->page_tokens) +
            rows * (uint64_t)m->lm.hp.n_embd * sizeof(float) + 64 +
@@ -369,4 +385,6 @@ void tl_sched_get_stats(const tl_sched *s, tl_sched_stats *out) {
     tl_kv_stats ks;
     tl_kv_get_stats(s->kv, &ks);
     out->kv_pages_mem = ks.mem_pages_peak;
+    out->kv_pages_disk = ks.spill_slots;
+    out->kv_bytes_read = ks.bytes_read;
 }

@@ -14,8 +14,10 @@
  * its own (llama.h), its sampler is its own (seeded by its request), so a sequence run
  * alone and the same sequence among others give the same tokens.
  *
- * The KV cache holds max_seqs sequences of n_ctx positions in memory; a sequence's pages
- * are taken when it is submitted and returned when it finishes or is cancelled. Not
+ * The KV cache holds max_seqs sequences of n_ctx positions, in memory or in tiers (the
+ * sinks and a recent window in memory, the rest on disk; kv/kv_cache.h); a sequence's
+ * pages are taken when it is submitted and returned (their disk slots for reuse) when it
+ * finishes or is cancelled. Not
  * thread-safe: one thread submits, cancels and steps.
  */
 #ifndef TL_EXEC_SCHED_H
@@ -46,6 +48,12 @@ typedef struct tl_sched_params {
                               sequence generates (default 64) */
     int32_t kv_bits;       /* 32 (default), 16, 8 or 4 */
     int32_t page_tokens;   /* KV page size in positions (default 16) */
+    int32_t kv_window;     /* > 0: KV in tiers: each sequence keeps its first kv_sinks and
+                              last kv_window positions' pages in memory, older pages go to
+                              the disk (read back each step); 0 (default): all in memory */
+    int32_t kv_sinks;      /* with tiers (default 16) */
+    const char *spill_dir; /* with tiers: where the spill file goes (default $TMPDIR or
+                              /tmp); must outlive tl_sched_open only */
     tl_sched_policy policy; /* zero: prefill_chunk every step */
 } tl_sched_params;
 
@@ -113,6 +121,9 @@ typedef struct tl_sched_stats {
     double step_s;                     /* time in steps */
     uint64_t weight_bytes_read;        /* streamed weights read from disk */
     uint64_t kv_pages_mem;             /* KV pages in memory at the peak */
+    uint64_t kv_pages_disk;            /* KV page slots the spill file holds (the peak of
+                                          pages on disk at once) */
+    uint64_t kv_bytes_read;            /* KV pages read back from the disk */
     double stall_s;                    /* waiting for weight reads */
 } tl_sched_stats;
 

@@ -14,8 +14,10 @@
  *          stage = the staging frame a prefetch reads into (`reading` until waited).
  * Invariants: pages [0, stored) of a (seq, layer) are MEM or DISK, later ones OPEN or
  * EMPTY; a DISK page has a frame iff writing || pinned; no frame with a request in flight
- * is freed before that request is waited for; slots only grow (the spill file is
- * append-only, never rewritten); at most ring_cap writes are in flight (a commit waits
+ * is freed before that request is waited for; a slot is written again only after the
+ * page that held it was cleared (its sequence closed: page_clear waits for its write and
+ * any read first), so the spill file grows to the most disk pages alive at once, not with
+ * every sequence ever served; at most ring_cap writes are in flight (a commit waits
  * for the oldest when the ring is full). Errors of the spill IO are sticky (err, errmsg):
  * every later call returns the same status and message. One thread calls this API.
  * Tags: 0x4B << 56 | instance << 40 | counter, apart from the residency's small counters.
@@ -70,6 +72,8 @@ struct tl_kv {
     float *heat;     /* key_bounds: [seq][layer][page], the page-need estimate (below) */
     size_t ring_cap, ring_head, ring_n;
     uint64_t next_slot, tag_base, next_tag, frames, frames_peak;
+    uint64_t *free_slots; /* slots of cleared disk pages, reused before next_slot grows */
+    size_t n_free, free_cap;
     uint8_t **spare;      /* slot frames not in use, kept for reuse (see slot_free) */
     size_t n_spare, spare_cap;
     int64_t cache_used;   /* disk pages whose frame is a cached copy */
@@ -179,8 +183,8 @@ static int on_disk(const tl_kv_params *p, uint64_t i) {
 }
 
 /* Bytes of the page tables (one budget block): pages, (seq, layer) counters, sequences,
- * the write ring. *ring_cap gets the ring's capacity. */
-static uint64_t meta_bytes(const tl_kv_params *p, uint64_t *ring_cap, uint64_t off[6]) {
+ * the write ring, the free disk slots. *ring_cap gets the ring's capacity. */
+static uint64_t meta_bytes(const tl_kv_params *p, uint64_t *ring_cap, uint64_t off[7]) {
     uint64_t sl = (uint64_t)p->max_seqs * (uint64_t)p->n_layer, np = pages_per_sl(p);
     uint64_t nd = disk_of(p, np); /* disk pages per (seq, layer) */
     uint64_t cap = 2 * sl < sl * nd ? 2 * sl : sl * nd;
@@ -192,6 +196,8 @@ static uint64_t meta_bytes(const tl_kv_params *p, uint64_t *ring_cap, uint64_t o
     o = (o + 63) / 64 * 64; off[1] = o; o += sl * sizeof(kv_sl);
     o = (o + 63) / 64 * 64; off[2] = o; o += (uint64_t)p->max_seqs * sizeof(kv_seq);
     o = (o + 63) / 64 * 64; off[3] = o; o += cap * sizeof(kv_wr);
+    /* free slots: at most every disk page there can be at once */
+    o = (o + 63) / 64 * 64; off[6] = o; o += sl * nd * sizeof(uint64_t);
     off[4] = off[5] = o;
     if (p->key_bounds) { /* the bounds, then the pages' heat */
         const uint64_t nb = sl * np;
@@ -232,7 +238,7 @@ uint64_t tl_kv_budget_bytes(const tl_kv_params *p, int32_t active) {
     uint64_t P = (uint64_t)p->page_tokens, M = p->max_block ? (uint64_t)p->max_block : P;
     uint64_t open = 1 + (M + P - 1) / P;
     uint64_t page = tl_kv_page_bytes(p), f32 = 2 * P * (uint64_t)p->kv_dim * 4;
-    uint64_t slot = tl_kv_slot_bytes(p), cap, off[6];
+    uint64_t slot = tl_kv_slot_bytes(p), cap, off[7];
     uint64_t meta = meta_bytes(p, &cap, off);
     uint64_t w = nd ? cap : 0;
     return S * L * (nm * (page + FRAME_ALIGN) + open * (f32 + FRAME_ALIGN)) +
@@ -521,8 +527,9 @@ static tl_status write_out(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, i
         memset(buf + kv->slot_bytes + kv->x_bytes, 0, kv->x_slot - kv->x_bytes);
     }
     uint64_t tag = new_tag(kv);
-    st = tl_aio_write(kv->aio, kv->tier, kv->next_slot * kv->frame_slot, buf, kv->frame_slot,
-                      tag);
+    const int reuse = kv->n_free > 0;
+    const uint64_t slot = reuse ? kv->free_slots[kv->n_free - 1] : kv->next_slot;
+    st = tl_aio_write(kv->aio, kv->tier, slot * kv->frame_slot, buf, kv->frame_slot, tag);
     if (st != TL_OK) {
         slot_free(kv, &buf);
         tl_error_wrap(st, "KV spill write (seq %d, layer %d, page %d)", (int)seq, (int)layer,
@@ -531,7 +538,9 @@ static tl_status write_out(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, i
     }
     frame_free(kv, &pg->frame);
     pg->frame = buf;
-    pg->slot = kv->next_slot++;
+    if (reuse) kv->n_free--;
+    else kv->next_slot++;
+    pg->slot = slot;
     pg->state = PG_DISK;
     pg->form = kv->x_bytes ? FORM_BOTH : FORM_KV;
     pg->writing = 1;
@@ -628,7 +637,7 @@ tl_status tl_kv_open(const tl_kv_params *p, tl_budget *budget, tl_aio *aio, tl_k
     kv->x_slot = kv->x_bytes ? slot_of(kv->x_bytes) : 0;
     kv->frame_slot = kv->slot_bytes + kv->x_slot;
     kv->cache_cap = p->cache_pages;
-    uint64_t cap, off[6], mb = meta_bytes(p, &cap, off);
+    uint64_t cap, off[7], mb = meta_bytes(p, &cap, off);
     st = tl_budget_calloc(budget, (size_t)mb, "KV page tables", &kv->meta);
     if (st != TL_OK) {
         free(kv);
@@ -639,6 +648,8 @@ tl_status tl_kv_open(const tl_kv_params *p, tl_budget *budget, tl_aio *aio, tl_k
     kv->sl = (kv_sl *)(void *)(m + off[1]);
     kv->seqs = (kv_seq *)(void *)(m + off[2]);
     kv->ring = (kv_wr *)(void *)(m + off[3]);
+    kv->free_slots = (uint64_t *)(void *)(m + off[6]);
+    kv->free_cap = (size_t)p->max_seqs * (size_t)p->n_layer * (size_t)disk_of(p, pages_per_sl(p));
     if (p->key_bounds) {
         kv->bounds = (float *)(void *)(m + off[4]);
         kv->heat = (float *)(void *)(m + off[5]);
@@ -679,6 +690,8 @@ static void page_clear(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, int32
         }
     }
     (void)finish_read(kv, pg, seq, layer, i);
+    if (pg->state == PG_DISK && kv->n_free < kv->free_cap) /* idle now: reusable */
+        kv->free_slots[kv->n_free++] = pg->slot;
     if (pg->cached) kv->cache_used--;
     page_frame_free(kv, pg);
     slot_free(kv, &pg->stage);
@@ -1131,6 +1144,7 @@ void tl_kv_get_stats(const tl_kv *kv, tl_kv_stats *out) {
     *out = kv->stats;
     out->mem_pages_peak = kv->frames_peak;
     out->cache_pages = (uint64_t)kv->cache_used;
+    out->spill_slots = kv->next_slot;
 }
 
 void tl_kv_set_spill_fault(tl_kv *kv, const tl_fault_spec *spec) {

@@ -14,8 +14,9 @@
  *  - temperature (TL_KV_TEMPERATURE): the first sink_pages of each (sequence, layer)
  *    (attention sinks) and its window_pages most recent full pages stay in memory; a
  *    page that leaves the window goes to disk.
- * A disk page is written once, asynchronously, to the append-only spill file (O_DIRECT,
- * created in spill_dir, deleted at close), and never rewritten. When its write completes
+ * A disk page is written once, asynchronously, to a slot of the spill file (O_DIRECT,
+ * created in spill_dir, deleted at close), and never rewritten while the page lives; a
+ * closed sequence's slots are reused by later pages. When its write completes
  * its frame stays in memory as a cached copy if the DRAM cache (cache_pages frames, all
  * sequences and layers together) has room, and is released otherwise; a disk page read
  * for attention is kept the same way. A cached page is never evicted, so the cache holds
@@ -104,6 +105,8 @@ typedef struct tl_kv_stats {
     uint64_t select_disk_pages;
     double heat_needed, heat_ready;
     uint64_t mem_pages_peak; /* frames in memory at once */
+    uint64_t spill_slots;    /* page slots the spill file holds: the most disk pages alive
+                                at once (slots of closed sequences are reused) */
     double wait_s;           /* time tl_kv_wait blocked on page reads still in flight */
 } tl_kv_stats;
 

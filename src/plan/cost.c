@@ -590,7 +590,9 @@ tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl
  * one row) and the prompt rows (blocks of their chunk, capped as the engine caps them),
  * attention's block size their row-weighted mean; every streamed unit read once, the
  * output included (some row needs logits). Open pages are f32, so each row decodes only
- * the full pages before its position. */
+ * the full pages before its position. KV in tiers: every disk page a row's sequence has
+ * is read at every step (no cache), through the IO queue beside the weights, and the
+ * step's new full pages are written (once the window is full). */
 double tl_cost_serve_step(const tl_model *m, const tl_hw_profile *prof,
                           const tl_weight_plan *plan, const tl_serve_step *s,
                           tl_cost_terms *out) {
@@ -622,9 +624,22 @@ double tl_cost_serve_step(const tl_model *m, const tl_hw_profile *prof,
                                                 logit_rows, plan->embd_resident, &slow) +
                            layers_repack + out_repack;
     const double wbps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
+    double kv_read = 0, kv_write = 0, kbps = 1;
+    if (s->window_pages > 0) { /* KV in tiers: disk pages read back, pages leaving written */
+        const double keep = (double)s->window_pages + (s->sink_pages > 0 ? s->sink_pages : 0);
+        const double gd = fmax(0, floor((gctx - 1) / pt) - keep);
+        const double cd = c > 0 ? fmax(0, floor(at / pt) - keep) : 0;
+        const double slot = ceil(tl_cost_kv_page_bytes(m, s->kv_bits, pt) / SLOT_ALIGN) * SLOT_ALIGN;
+        kv_read = L * (g * gd + cd) * slot;
+        kv_write = L * ((double)g + c) / pt * slot * (gd > 0 || cd > 0);
+        kbps = tl_profile_read_bps(prof, (uint64_t)slot, m->lm.params.io_queue_depth);
+    }
     const tl_cost_pass p = {.prefill = c > 0, .compute_s = compute,
                             .weight_bytes = layers_bytes + out_bytes, .weight_bps = wbps,
-                            .kv_read_bps = 1, .kv_write_bps = 1, .count = 1, .io_slowdown = slow,
+                            .kv_read_bytes = kv_read, .kv_write_bytes = kv_write,
+                            .kv_read_bps = kbps, .kv_write_bps = prof->disk_write_bps > 0
+                                                                   ? prof->disk_write_bps : 1,
+                            .count = 1, .io_slowdown = slow,
                             .repack_s = layers_repack + out_repack};
     add_pass(&a, &p, plan->overlap);
     if (out) *out = a.t;

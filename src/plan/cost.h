@@ -119,11 +119,17 @@ double tl_cost_matmul(const tl_hw_profile *prof, const tl_weight *w, double n);
 /* One step of the serving scheduler (exec/sched.h): gen_rows sequences feed one row each
  * at a mean of gen_ctx visible positions, and prompt_rows rows of prompts start at a mean
  * position prompt_at, all in one micro-batch; the plan's streamed weights are read once;
- * the KV cache is in memory (kv_bits, page_tokens; n_ctx sizes attention's blocks). */
+ * the KV cache is in memory or in tiers (kv_bits, page_tokens; n_ctx sizes attention's
+ * blocks). */
 typedef struct tl_serve_step {
     int32_t gen_rows, prompt_rows;
     double gen_ctx, prompt_at;
     int32_t kv_bits, page_tokens, n_ctx;
+    /* KV in tiers (window_pages > 0): each sequence's first sink_pages and last
+     * window_pages full pages in memory, the older ones on disk, read back at every step
+     * (generating rows: theirs at gen_ctx; the prompt rows: one sequence's at prompt_at),
+     * and each full page leaving the window written once */
+    int32_t window_pages, sink_pages;
 } tl_serve_step;
 /* The step's wall seconds (overlapped, or serial, as the plan's overlap says); its terms
  * in *out when out is not NULL. */

@@ -27,8 +27,11 @@ typedef struct step_model {
  * start of a chunk. */
 static double step_s(const step_model *sm, double g, double c) {
     const double at = sm->P / 2.0 - c / 2.0;
+    const int32_t pt = sm->sp->page_tokens, w = sm->sp->kv_window;
     tl_serve_step s = {(int32_t)lround(g), (int32_t)lround(c), sm->P + sm->G / 2.0,
-                       at > 0 ? at : 0, sm->sp->kv_bits, sm->sp->page_tokens, sm->sp->n_ctx};
+                       at > 0 ? at : 0, sm->sp->kv_bits, pt, sm->sp->n_ctx,
+                       w > 0 ? (w + pt - 1) / pt : 0,
+                       w > 0 ? (sm->sp->kv_sinks + pt - 1) / pt : 0};
     return tl_cost_serve_step(sm->m, sm->prof, sm->wp, &s, NULL);
 }
 
@@ -54,7 +57,7 @@ static void steady_state(const step_model *sm, tl_serve_plan *plan) {
     for (int it = 0; it < 16; it++) {
         int32_t gi = (int32_t)lround(g);
         if (gi < 1) gi = 1;
-        const int32_t c = plan->chunk_by_gen[gi];
+        const int32_t c = chunk_for(sm, gi, plan->itl_max_s, plan->sched.prefill_chunk);
         double next = S * G / (G + ceil(P / c));
         if (next > c * G / P) next = c * G / P; /* prompts feed no more than this */
         if (next > S) next = S;
@@ -68,7 +71,8 @@ static void steady_state(const step_model *sm, tl_serve_plan *plan) {
     if (gi < 1) gi = 1;
     plan->gen_rows = g;
     plan->step_s = step_s(sm, gi, g * P / G);
-    plan->itl_s = step_s(sm, gi, plan->chunk_by_gen[gi]);
+    plan->chunk_full = chunk_for(sm, gi, plan->itl_max_s, plan->sched.prefill_chunk);
+    plan->itl_s = step_s(sm, gi, plan->chunk_full);
     plan->tokens_per_s = plan->step_s > 0 ? g / plan->step_s : 0;
 }
 
@@ -78,10 +82,10 @@ static void fill_table(const step_model *sm, tl_serve_plan *plan) {
     plan->chunk_by_gen[0] = plan->sched.prefill_chunk;
 }
 
-/* One candidate: its memory dry run, then its table and steady state. TL_ERR_NOMEM when
- * it does not fit; *wp is then empty. */
+/* One candidate: its memory dry run, then its steady state (and its table when `table`).
+ * TL_ERR_NOMEM when it does not fit; *wp is then empty. */
 static tl_status evaluate(const tl_model *m, const tl_hw_profile *prof, double itl_user,
-                          tl_serve_plan *c, tl_weight_plan *wp) {
+                          int table, tl_serve_plan *c, tl_weight_plan *wp) {
     const uint64_t state = tl_sched_budget_bytes(m, &c->sched);
     if (state == UINT64_MAX) return tl_error_set(TL_ERR_NOMEM, "the KV cache's size overflows");
     const tl_model_params *mp = &m->lm.params;
@@ -93,16 +97,14 @@ static tl_status evaluate(const tl_model *m, const tl_hw_profile *prof, double i
     c->decode_step_s = step_s(&sm, c->sched.max_seqs, 0);
     c->itl_from_user = itl_user > 0;
     c->itl_max_s = itl_user > 0 ? itl_user : 2 * c->decode_step_s;
-    fill_table(&sm, c);
+    if (table) fill_table(&sm, c);
     steady_state(&sm, c);
     return TL_OK;
 }
 
 /* Prompt rows a full-load step takes per second: how fast a burst of prompts is absorbed. */
 static double prompt_capacity(const tl_serve_plan *p) {
-    int32_t g = (int32_t)lround(p->gen_rows);
-    if (g < 1) g = 1;
-    return p->itl_s > 0 ? p->chunk_by_gen[g] / p->itl_s : 0;
+    return p->itl_s > 0 ? p->chunk_full / p->itl_s : 0;
 }
 
 /* a ranks before b (serve_plan.h): throughput, ties within 3%; then prompt capacity, ties
@@ -140,6 +142,13 @@ tl_status tl_serve_plan_search(const tl_model *m, const tl_hw_profile *prof,
                             (int)n_ctx);
     static const int32_t all_bits[] = {32, 16, 8, 4};
     static const int32_t chunks[] = {16, 32, 64, 128, 256, 512};
+    /* KV windows (positions kept in memory besides the sinks; 0: all in memory), those
+     * shorter than the context */
+    int32_t windows[4] = {0, 0, 0, 0}, n_windows = 1;
+    if (rq->kv_window > 0) windows[0] = rq->kv_window;
+    else if (rq->kv_window == 0)
+        for (int32_t w = 32; w <= 128; w *= 2)
+            if (w + base.kv_sinks < n_ctx) windows[n_windows++] = w;
     const int n_bits = rq->kv_bits > 0 ? 1 : rq->allow_lossy_kv ? 4 : 2;
     const int n_chunks = rq->max_chunk > 0 ? 1 : (int)(sizeof chunks / sizeof chunks[0]);
     uint64_t least = UINT64_MAX; /* the smallest memory among candidates, for the message */
@@ -147,19 +156,22 @@ tl_status tl_serve_plan_search(const tl_model *m, const tl_hw_profile *prof,
     for (int32_t S = rq->max_seqs > 0 ? rq->max_seqs : 1; S <= TL_SERVE_PLAN_MAX_SEQS;
          S = rq->max_seqs > 0 ? TL_SERVE_PLAN_MAX_SEQS + 1 : 2 * S)
         for (int b = 0; b < n_bits; b++)
-            for (int k = 0; k < n_chunks; k++) {
+            for (int k = 0; k < n_chunks; k++)
+            for (int wi = 0; wi < n_windows; wi++) {
                 tl_serve_plan c;
                 memset(&c, 0, sizeof c);
                 c.sched = base;
                 c.sched.max_seqs = S;
                 c.sched.kv_bits = rq->kv_bits > 0 ? rq->kv_bits : all_bits[b];
                 c.sched.prefill_chunk = rq->max_chunk > 0 ? rq->max_chunk : chunks[k];
+                c.sched.kv_window = windows[wi];
+                c.sched.spill_dir = rq->spill_dir;
                 c.prompt_len = P;
                 c.gen_len = G;
                 out->candidates++;
                 tl_weight_plan wp;
                 memset(&wp, 0, sizeof wp);
-                st = evaluate(m, prof, rq->max_itl_s, &c, &wp);
+                st = evaluate(m, prof, rq->max_itl_s, 0, &c, &wp);
                 tl_weight_plan_free(&wp);
                 if (st) {
                     tl_error_clear();
@@ -182,7 +194,12 @@ tl_status tl_serve_plan_search(const tl_model *m, const tl_hw_profile *prof,
                             "buffer; raise --mem-budget or lower --ctx-size",
                             tl_budget_limit(m->lm.budget) / 1048576.0,
                             least == UINT64_MAX ? 0.0 : least / 1048576.0);
-    return TL_OK;
+    /* the chosen one's table (the ranking needed only its steady state) */
+    tl_weight_plan wp;
+    memset(&wp, 0, sizeof wp);
+    st = evaluate(m, prof, rq->max_itl_s, 1, out, &wp);
+    tl_weight_plan_free(&wp);
+    return st;
 }
 
 tl_status tl_serve_plan_calibrated(tl_model *m, tl_hw_profile *prof,

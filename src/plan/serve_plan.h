@@ -25,7 +25,10 @@
  * Aggregate throughput = g / T(g, g P / G); its ITL at worst T(g, c(g)).
  *
  * The search: slots S in powers of two up to TL_SERVE_PLAN_MAX_SEQS, KV bits 32 and 16 (8
- * and 4 when lossy KV is allowed), c_max from 16 to 512; a candidate's memory is the
+ * and 4 when lossy KV is allowed), c_max from 16 to 512, the KV all in memory or in tiers
+ * (the sinks and a window of 32, 64 or 128 positions in memory, older pages on disk and
+ * read back at every step: exact, slower, and it fits more sequences beside streamed
+ * weights); a candidate's memory is the
  * scheduler's exact budget plus the weight plan the engine makes for what is left
  * (tl_engine_plan_weights), and only those that fit are ranked: by throughput (ties
  * within 3%), then by prompt capacity, the prompt rows a full-load step takes per second
@@ -57,6 +60,10 @@ typedef struct tl_serve_request {
     int32_t n_ctx;               /* positions per sequence (0: the scheduler's default) */
     int32_t max_seqs, max_chunk, kv_bits; /* > 0: fixed by the user; 0: searched */
     int32_t allow_lossy_kv;      /* search 8- and 4-bit KV too */
+    int32_t kv_window;           /* KV tiers: 0: searched (all in memory, or windows of 32,
+                                    64, 128 positions with the rest on disk); > 0: that
+                                    window; < 0: all in memory */
+    const char *spill_dir;       /* where disk KV pages go (NULL: $TMPDIR or /tmp) */
     double max_itl_s;            /* 0: twice the full-load decode step */
 } tl_serve_request;
 
@@ -70,6 +77,7 @@ typedef struct tl_serve_plan {
     double gen_rows;             /* sequences generating at once */
     double step_s;               /* the mean step */
     double itl_s;                /* a step with a full chunk */
+    int32_t chunk_full;          /* that chunk: c(g) at the full-load g */
     double tokens_per_s;         /* aggregate generated tokens per second */
     double decode_step_s;        /* T(max_seqs, 0) */
     uint64_t mem_bytes;          /* everything the server's engine holds */

@@ -106,15 +106,22 @@ char *tl_metrics_render(tl_metrics *m, tl_server *srv, size_t *len) {
             "# HELP tierllm_stall_seconds_total Time compute waited for weight reads.\n"
             "# TYPE tierllm_stall_seconds_total counter\n"
             "tierllm_stall_seconds_total %.6f\n"
-            "# HELP tierllm_kv_pages_memory_peak KV pages held in memory at once, at the most "
-            "(the server's KV is all in memory).\n"
+            "# HELP tierllm_kv_pages_memory_peak KV pages held in memory at once, at the most.\n"
             "# TYPE tierllm_kv_pages_memory_peak gauge\n"
-            "tierllm_kv_pages_memory_peak %llu\n",
+            "tierllm_kv_pages_memory_peak %llu\n"
+            "# HELP tierllm_kv_pages_disk_peak KV pages on disk at once, at the most (the spill "
+            "file's slots; 0 with the KV all in memory).\n"
+            "# TYPE tierllm_kv_pages_disk_peak gauge\n"
+            "tierllm_kv_pages_disk_peak %llu\n"
+            "# HELP tierllm_kv_bytes_read_total KV bytes read back from disk.\n"
+            "# TYPE tierllm_kv_bytes_read_total counter\n"
+            "tierllm_kv_bytes_read_total %llu\n",
         (unsigned long long)s.sched.prompt_tokens, (unsigned long long)s.sched.generated_tokens,
         (int)s.queued, (int)s.running, (unsigned long long)s.rejected,
         (unsigned long long)s.sched.steps, s.sched.step_s,
         (unsigned long long)s.sched.weight_bytes_read, s.sched.stall_s,
-        (unsigned long long)s.sched.kv_pages_mem);
+        (unsigned long long)s.sched.kv_pages_mem, (unsigned long long)s.sched.kv_pages_disk,
+        (unsigned long long)s.sched.kv_bytes_read);
     if (o.oom) {
         free(o.p);
         return NULL;

@@ -36,6 +36,10 @@ static void usage(void) {
            "  --prefill-chunk N       prompt tokens per step over all joining sequences\n"
            "                          (default 64)\n"
            "  --kv-bits 32|16|8|4     KV cache storage (default 32, exact)\n"
+           "  --kv-window N           KV in tiers: each sequence's last N positions (and its\n"
+           "                          first 16) stay in memory, older pages go to --spill-dir\n"
+           "                          and are read back each step (default: all in memory)\n"
+           "  --spill-dir DIR         where disk KV pages go (default $TMPDIR or /tmp)\n"
            "  --timeout S             seconds a client has to send a request, and of\n"
            "                          idleness before a connection is closed (default 30)\n"
            "  --max-conns N           open connections at once (default 256)\n"
@@ -46,8 +50,8 @@ static void usage(void) {
            "  --io auto|pool|uring    IO backend (default auto)\n"
            "  --no-direct             read through the page cache instead of O_DIRECT\n"
            "planning:\n"
-           "  --policy auto|manual    auto: the planner picks --max-seqs, --prefill-chunk\n"
-           "                          and --kv-bits for the budget, and each step's prompt\n"
+           "  --policy auto|manual    auto: the planner picks --max-seqs, --prefill-chunk,\n"
+           "                          --kv-bits and --kv-window for the budget, each step's prompt\n"
            "                          rows from how many sequences generate, corrected as\n"
            "                          steps are measured (default when --mem-budget is given\n"
            "                          and none of those three is); manual: flags/defaults\n"
@@ -85,9 +89,15 @@ static tl_status plan_serving(tl_model *m, const char *profile_path, const tl_se
     sp->sched = plan.sched;
     sp->sched.policy = tl_serve_replanner_policy(rp);
     const int32_t S = plan.sched.max_seqs;
-    fprintf(stderr, "policy auto: %d sequences, KV %d-bit, prefill chunk up to %d (%d with one "
-            "generating, %d with %d), streamed %.1f MiB per step, memory %.1f of %.1f MiB; "
-            "%d of %d candidates fit\n", (int)S, (int)plan.sched.kv_bits,
+    char kv[96];
+    if (plan.sched.kv_window > 0)
+        snprintf(kv, sizeof kv, "in tiers (a window of %d positions and %d sinks in memory, "
+                 "the rest on disk)", (int)plan.sched.kv_window, (int)plan.sched.kv_sinks);
+    else
+        snprintf(kv, sizeof kv, "in memory");
+    fprintf(stderr, "policy auto: %d sequences, KV %d-bit %s, prefill chunk up to %d (%d with "
+            "one generating, %d with %d), streamed %.1f MiB per step, memory %.1f of %.1f MiB; "
+            "%d of %d candidates fit\n", (int)S, (int)plan.sched.kv_bits, kv,
             (int)plan.sched.prefill_chunk, (int)plan.chunk_by_gen[1], (int)plan.chunk_by_gen[S],
             (int)S, plan.streamed_bytes / 1048576.0, plan.mem_bytes / 1048576.0,
             tl_budget_limit(m->lm.budget) / 1048576.0, (int)plan.feasible, (int)plan.candidates);
@@ -150,6 +160,11 @@ int tl_cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--kv-bits")) {
             VAL(); if (!cli_int(a, v, 4, 32, &sp.sched.kv_bits)) return 2;
             knobs = 1;
+        } else if (!strcmp(a, "--kv-window")) {
+            VAL(); if (!cli_int(a, v, 1, 1 << 24, &sp.sched.kv_window)) return 2;
+            knobs = 1;
+        } else if (!strcmp(a, "--spill-dir")) {
+            VAL(); sp.sched.spill_dir = v;
         } else if (!strcmp(a, "--timeout")) {
             VAL(); if (!cli_int(a, v, 1, 86400, &timeout)) return 2;
         } else if (!strcmp(a, "--max-conns")) {
@@ -190,8 +205,8 @@ int tl_cmd_serve(int argc, char **argv) {
         return 2;
     }
     if (policy == 1 && knobs) {
-        fprintf(stderr, "error: --policy auto chooses --max-seqs, --prefill-chunk and --kv-bits "
-                "itself; drop those flags or use --policy manual\n");
+        fprintf(stderr, "error: --policy auto chooses --max-seqs, --prefill-chunk, --kv-bits and "
+                "--kv-window itself; drop those flags or use --policy manual\n");
         return 2;
     }
     if (policy < 0) policy = mp.mem_budget > 0 && !knobs;
@@ -201,6 +216,7 @@ int tl_cmd_serve(int argc, char **argv) {
         return 2;
     }
     rq.n_ctx = sp.sched.n_ctx;
+    rq.spill_dir = sp.sched.spill_dir;
     rq.allow_lossy_kv = lossy;
     rq.max_itl_s = itl_ms / 1000.0;
     hp.port = port;
