@@ -453,6 +453,7 @@ static void test_slot_reuse(void) {
     tl_kv_params p = base_params(32, 0, 1, 10);
     p.max_seqs = 2;
     p.n_layer = 2;
+    p.max_block = 20; /* a round appends 20 rows per commit */
     tl_budget *b;
     CHECK(tl_budget_open(0, &b) == TL_OK);
     tl_kv *kv;
@@ -686,7 +687,7 @@ int main(void) {
         test_bad_calls();
         test_matrix();
         test_slow_disk();
-    test_slot_reuse();
+        test_slot_reuse();
         test_enospc();
         test_eio_read();
         test_nomem();

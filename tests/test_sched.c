@@ -191,13 +191,14 @@ static void equal_to_alone(const char *path, const char *what) {
         for (int p = 0; p < N_PROMPTS; p++) prompt_sum += ref.n_ids[p];
         CHECK_MSG(ss.prompt_tokens == prompt_sum, "%s: %llu prompt rows, expected %llu", name,
                   (unsigned long long)ss.prompt_tokens, (unsigned long long)prompt_sum);
-        /* tiers: pages went to disk and were read back, and the spill file holds no more
-         * slots than the sequences in flight at once could fill */
-        const uint64_t slots_bound = (uint64_t)sp.max_seqs * 5 /* layers */ * (128 / 4);
+        /* tiers: pages went to disk and were read back; with fewer slots than prompts, the
+         * later sequences wrote into the finished ones' slots */
         CHECK_MSG(!shapes[i].window || (ss.kv_pages_disk > 0 && ss.kv_bytes_read > 0 &&
-                                        ss.kv_pages_disk <= slots_bound),
-                  "%s: %llu disk pages, %llu bytes read", name,
-                  (unsigned long long)ss.kv_pages_disk, (unsigned long long)ss.kv_bytes_read);
+                                        (sp.max_seqs >= N_PROMPTS ||
+                                         ss.kv_pages_disk < ss.kv_pages_written)),
+                  "%s: %llu disk slots for %llu pages written, %llu bytes read", name,
+                  (unsigned long long)ss.kv_pages_disk, (unsigned long long)ss.kv_pages_written,
+                  (unsigned long long)ss.kv_bytes_read);
         if (shapes[i].policy) { /* asked on steps with generating rows, told of every step */
             CHECK_MSG(tp.asked > 0 && tp.observed == (int32_t)ss.steps && !tp.bad &&
                           tp.prompt_rows == prompt_sum,

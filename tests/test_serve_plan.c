@@ -298,6 +298,24 @@ static void tiers(void) {
     CHECK_MSG(st == TL_OK, "%d sequences with a window: %s", S, tl_last_error());
     if (!st) {
         CHECK(win.sched.kv_window == 32 && win.sched.max_seqs == S && win.mem_bytes <= budget);
+        /* the step's KV terms by hand: 16 layers, 32-bit pages of 16 positions x 64 values
+         * (8 KiB, one slot each); sinks 1 + window 2 pages stay in memory */
+        tl_serve_replanner r;
+        if (tl_serve_replanner_init(&r, m, &prof, &win) == TL_OK) {
+            const double slot = 8192, L = 16;
+            tl_serve_step ss = {3, 32, 200, 100, 32, 16, 512, 2, 1};
+            tl_cost_terms t;
+            tl_cost_serve_step(m, &prof, &r.wplan, &ss, &t);
+            /* generating rows: floor(199 / 16) - 3 = 9 disk pages each; the prompt's
+             * sequence floor(100 / 16) - 3 = 3, and its chunk pushes 8 - 3 - 3 = 2 out */
+            CHECK_MSG(t.kv_read_bytes == L * (3 * 9 + 3) * slot &&
+                          fabs(t.kv_write_bytes - L * (3 / 16.0 + 2) * slot) < 1e-6,
+                      "KV terms: read %.0f, written %.1f bytes", t.kv_read_bytes, t.kv_write_bytes);
+            ss.window_pages = 0; /* all in memory: no KV IO */
+            tl_cost_serve_step(m, &prof, &r.wplan, &ss, &t);
+            CHECK(t.kv_read_bytes == 0 && t.kv_write_bytes == 0);
+            tl_serve_replanner_free(&r);
+        }
         tl_sched *sc;
         st = tl_sched_open(m, &win.sched, &sc);
         CHECK_MSG(st == TL_OK, "open with a window: %s", tl_last_error());

@@ -77,6 +77,11 @@ static tl_status resolve(const tl_model *m, const tl_sched_params *in, tl_sched_
     return tl_llama_check_context(&m->lm, p->n_ctx);
 }
 
+const char *tl_sched_spill_dir(const tl_sched_params *p) {
+    const char *tmp = getenv("TMPDIR");
+    return p->spill_dir && *p->spill_dir ? p->spill_dir : tmp && *tmp ? tmp : "/tmp";
+}
+
 tl_status tl_sched_resolve_params(const tl_model *m, const tl_sched_params *in,
                                   tl_sched_params *out) {
     return resolve(m, in, out);
@@ -97,12 +102,11 @@ static tl_kv_params kv_params(const tl_model *m, const tl_sched_params *p) {
     kp.max_block = p->prefill_chunk; /* a sequence appends at most a chunk per step */
     if (p->kv_window > 0) {
         const int32_t P = p->page_tokens;
-        const char *tmp = getenv("TMPDIR");
         kp.placement = TL_KV_TEMPERATURE;
         kp.kv_mem_pct = 0;
         kp.window_pages = (p->kv_window + P - 1) / P;
         kp.sink_pages = (p->kv_sinks + P - 1) / P;
-        kp.spill_dir = p->spill_dir ? p->spill_dir : tmp && *tmp ? tmp : "/tmp";
+        kp.spill_dir = tl_sched_spill_dir(p);
     }
     return kp;
 }
@@ -348,9 +352,12 @@ tl_status tl_sched_step(tl_sched *s, tl_sched_event *ev, int32_t cap, int32_t *n
     const int32_t gen_rows = mb.n_rows - prompt_rows;
     const double t0 = tl_now();
     tl_residency_stats r0, r1;
+    tl_kv_stats k0, k1;
     tl_residency_get_stats(s->m->res, &r0);
+    tl_kv_get_stats(s->kv, &k0);
     tl_status st = tl_engine_step(s->m, &s->scratch, s->kv, &mb, 1);
     tl_residency_get_stats(s->m->res, &r1);
+    tl_kv_get_stats(s->kv, &k1);
     s->st.weight_bytes_read += r1.bytes_read_disk - r0.bytes_read_disk;
     s->st.stall_s += r1.stall_s - r0.stall_s;
     if (st) { /* the step's KV may be half appended: nothing in flight can continue */
@@ -371,9 +378,9 @@ tl_status tl_sched_step(tl_sched *s, tl_sched_event *ev, int32_t cap, int32_t *n
     }
     const double seconds = tl_now() - t0;
     s->st.step_s += seconds;
-    if (s->p.policy.observe)
+    if (s->p.policy.observe) /* waiting on the disk: weights and KV pages */
         s->p.policy.observe(s->p.policy.user, gen_rows, prompt_rows, seconds,
-                            r1.stall_s - r0.stall_s);
+                            (r1.stall_s - r0.stall_s) + (k1.wait_s - k0.wait_s));
     return TL_OK;
 }
 
@@ -387,4 +394,5 @@ void tl_sched_get_stats(const tl_sched *s, tl_sched_stats *out) {
     out->kv_pages_mem = ks.mem_pages_peak;
     out->kv_pages_disk = ks.spill_slots;
     out->kv_bytes_read = ks.bytes_read;
+    out->kv_pages_written = ks.pages_written;
 }

@@ -36,7 +36,7 @@ typedef struct tl_sched tl_sched;
 typedef struct tl_sched_policy {
     int32_t (*chunk)(void *user, int32_t gen_rows);
     void (*observe)(void *user, int32_t gen_rows, int32_t prompt_rows, double seconds,
-                    double stall_s);
+                    double stall_s); /* stall_s: waiting for weight and KV page reads */
     void *user;
 } tl_sched_policy;
 
@@ -58,6 +58,9 @@ typedef struct tl_sched_params {
 } tl_sched_params;
 
 tl_sched_params tl_sched_default_params(void);
+
+/* The directory KV tiers spill to: spill_dir, else $TMPDIR, else /tmp. */
+const char *tl_sched_spill_dir(const tl_sched_params *p);
 
 /* *out = *in with the defaults filled in (n_ctx), checked against the model: what
  * tl_sched_open would run with. out may be in. */
@@ -124,6 +127,7 @@ typedef struct tl_sched_stats {
     uint64_t kv_pages_disk;            /* KV page slots the spill file holds (the peak of
                                           pages on disk at once) */
     uint64_t kv_bytes_read;            /* KV pages read back from the disk */
+    uint64_t kv_pages_written;         /* KV pages written to the disk */
     double stall_s;                    /* waiting for weight reads */
 } tl_sched_stats;
 

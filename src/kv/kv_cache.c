@@ -1,5 +1,6 @@
 /* kv_cache.c - the paged KV cache (kv_cache.h): page tables, page frames from the budget,
- * placement, the append-only spill file, prefetch/staging, sticky errors.
+ * placement, the spill file's slots (reused once their page is cleared), prefetch/staging,
+ * sticky errors.
  *
  * States of a page (one per (seq, layer, index)):
  *   EMPTY  no frame.
@@ -8,7 +9,8 @@
  *          later commit if that one ran out of budget).
  *   MEM    full, homed in memory: frame = the stored page (page_bytes; with 32 bits the
  *          OPEN frame itself, kept as is).
- *   DISK   full, homed on disk at `slot` (offset slot * slot_bytes), written exactly once.
+ *   DISK   full, homed on disk at `slot` (offset slot * frame_slot), written once while
+ *          the page lives.
  *          frame = the aligned write buffer while the write is in flight (`writing`, its
  *          tag in the write ring) or while a prefetch pinned it (`pinned`), else NULL;
  *          stage = the staging frame a prefetch reads into (`reading` until waited).
@@ -224,7 +226,7 @@ size_t tl_kv_page_bytes(const tl_kv_params *p) {
  *   S L (NM (page_bytes + 64) + OPEN (f32_page_bytes + 64))   resident and open pages
  *   + S L (NM + OPEN) input_page_bytes                          their input rows
  *   + (active ND + W + C) (slot_bytes + SLOT_ALIGN)            staging, writes, cache
- *   + meta + 64                                                page tables and write ring
+ *   + meta + 64                            page tables, write ring, free-slot stack
  * slot_bytes = page_bytes rounded up to SLOT_ALIGN (TL_TIER_MAX_ALIGN), plus the input
  * rows rounded up likewise when they are kept (tl_kv_slot_bytes). A page being
  * stored holds its open frame and its new frame for a moment; both are counted. A page

@@ -631,7 +631,10 @@ double tl_cost_serve_step(const tl_model *m, const tl_hw_profile *prof,
         const double cd = c > 0 ? fmax(0, floor(at / pt) - keep) : 0;
         const double slot = ceil(tl_cost_kv_page_bytes(m, s->kv_bits, pt) / SLOT_ALIGN) * SLOT_ALIGN;
         kv_read = L * (g * gd + cd) * slot;
-        kv_write = L * ((double)g + c) / pt * slot * (gd > 0 || cd > 0);
+        /* pages leaving the window: a generating row fills 1/pt of one once its sequence
+         * has disk pages; the prompt chunk, the pages its rows push out of the window */
+        const double cleave = c > 0 ? fmax(0, floor((at + c) / pt) - keep) - cd : 0;
+        kv_write = L * (g * (gd > 0) / (double)pt + cleave) * slot;
         kbps = tl_profile_read_bps(prof, (uint64_t)slot, m->lm.params.io_queue_depth);
     }
     const tl_cost_pass p = {.prefill = c > 0, .compute_s = compute,

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <sys/vfs.h>
 #include "base/status.h"
 #include "exec/engine.h"
 #include "plan/calibrate.h"
@@ -13,6 +14,15 @@
 #define CHECK_STEPS 32      /* steps, and seconds of them, between re-plan checks */
 #define CHECK_SECONDS 2.0
 #define REPLAN_OFF 0.20     /* measured / predicted beyond 1 +- this: re-plan */
+
+/* 1 when dir is on a filesystem held in memory (tmpfs, ramfs): KV pages "on disk" there
+ * would take memory outside the budget, so the search keeps the KV in memory. */
+static int in_memory_fs(const char *dir) {
+    struct statfs f;
+    if (statfs(dir, &f) != 0) return 0; /* opening the spill file will say what is wrong */
+    return (unsigned long)f.f_type == 0x01021994ul /* tmpfs */ ||
+           (unsigned long)f.f_type == 0x858458f6ul /* ramfs */;
+}
 
 /* What a step's prediction needs besides (g, c). */
 typedef struct step_model {
@@ -145,8 +155,9 @@ tl_status tl_serve_plan_search(const tl_model *m, const tl_hw_profile *prof,
     /* KV windows (positions kept in memory besides the sinks; 0: all in memory), those
      * shorter than the context */
     int32_t windows[4] = {0, 0, 0, 0}, n_windows = 1;
+    base.spill_dir = rq->spill_dir;
     if (rq->kv_window > 0) windows[0] = rq->kv_window;
-    else if (rq->kv_window == 0)
+    else if (rq->kv_window == 0 && !in_memory_fs(tl_sched_spill_dir(&base)))
         for (int32_t w = 32; w <= 128; w *= 2)
             if (w + base.kv_sinks < n_ctx) windows[n_windows++] = w;
     const int n_bits = rq->kv_bits > 0 ? 1 : rq->allow_lossy_kv ? 4 : 2;

@@ -61,8 +61,9 @@ typedef struct tl_serve_request {
     int32_t max_seqs, max_chunk, kv_bits; /* > 0: fixed by the user; 0: searched */
     int32_t allow_lossy_kv;      /* search 8- and 4-bit KV too */
     int32_t kv_window;           /* KV tiers: 0: searched (all in memory, or windows of 32,
-                                    64, 128 positions with the rest on disk); > 0: that
-                                    window; < 0: all in memory */
+                                    64, 128 positions with the rest on disk; not when the
+                                    spill directory is tmpfs or ramfs); > 0: that window;
+                                    < 0: all in memory */
     const char *spill_dir;       /* where disk KV pages go (NULL: $TMPDIR or /tmp) */
     double max_itl_s;            /* 0: twice the full-load decode step */
 } tl_serve_request;

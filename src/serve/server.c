@@ -60,6 +60,10 @@ struct tl_server {
     int32_t n_running;
     int accepting, exited;
     tl_sched_event *ev;
+    /* sequences to end in the scheduler, recorded under the mutex and ended outside it
+     * before the next step: ending one may wait for its KV pages' disk writes */
+    int64_t *cancels;
+    int32_t n_cancels;
     tl_sched_stats sched_stats;
     uint64_t rejected;
     tl_status engine_error; /* the scheduler's final error (it refuses work after one) */
@@ -196,7 +200,7 @@ static void reap(tl_server *s) {
     for (int32_t i = 0; i < s->n_running;) {
         tl_server_req *r = s->running[i];
         if (r->abandoned) {
-            tl_sched_cancel(s->sched, r->id);
+            s->cancels[s->n_cancels++] = r->id;
             finish(s, r, TL_SERVER_STOP, 0); /* moves the last slot into i */
         } else {
             i++;
@@ -260,11 +264,18 @@ static void deliver(tl_server *s, const tl_sched_event *ev) {
     if (!end && ev->finish != TL_SCHED_RUNNING)
         end = ev->finish == TL_SCHED_STOP ? TL_SERVER_STOP : TL_SERVER_LENGTH;
     if (end) {
-        if (ev->finish == TL_SCHED_RUNNING) tl_sched_cancel(s->sched, r->id);
+        if (ev->finish == TL_SCHED_RUNNING) s->cancels[s->n_cancels++] = r->id;
         finish(s, r, end, cut);
     } else if (r->safe > released) {
         pthread_cond_signal(&r->cv);
     }
+}
+
+/* Ends the recorded sequences in the scheduler; called without the mutex (only this thread
+ * touches cancels between a step's delivery and the next reap). */
+static void end_cancelled(tl_server *s) {
+    for (int32_t i = 0; i < s->n_cancels; i++) tl_sched_cancel(s->sched, s->cancels[i]);
+    s->n_cancels = 0;
 }
 
 static void *engine_main(void *arg) {
@@ -272,6 +283,12 @@ static void *engine_main(void *arg) {
     pthread_mutex_lock(&s->mu);
     for (;;) {
         reap(s);
+        if (s->n_cancels) { /* their slots free before admission */
+            pthread_mutex_unlock(&s->mu);
+            end_cancelled(s);
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
         admit(s);
         if (s->n_running == 0) { /* then the queue is empty too: admit took or failed all */
             if (!s->accepting) break;
@@ -442,7 +459,8 @@ tl_status tl_server_open(tl_model *m, const tl_server_params *p, tl_server **out
     s->sp = *tl_sched_get_params(s->sched);
     s->ev = calloc((size_t)s->sp.max_seqs, sizeof *s->ev);
     s->running = calloc((size_t)s->sp.max_seqs, sizeof *s->running);
-    if (!s->ev || !s->running) {
+    s->cancels = calloc((size_t)s->sp.max_seqs, sizeof *s->cancels);
+    if (!s->ev || !s->running || !s->cancels) {
         st = tl_error_set(TL_ERR_NOMEM, "out of memory");
         goto fail_alloc;
     }
@@ -474,6 +492,7 @@ fail_mu:
 fail_alloc:
     free(s->ev);
     free(s->running);
+    free(s->cancels);
     tl_sched_close(s->sched);
     free(s);
     return st;
@@ -504,5 +523,6 @@ void tl_server_close(tl_server *s) {
     tl_sched_close(s->sched);
     free(s->ev);
     free(s->running);
+    free(s->cancels);
     free(s);
 }

@@ -54,7 +54,7 @@ static void usage(void) {
            "                          --kv-bits and --kv-window for the budget, each step's prompt\n"
            "                          rows from how many sequences generate, corrected as\n"
            "                          steps are measured (default when --mem-budget is given\n"
-           "                          and none of those three is); manual: flags/defaults\n"
+           "                          and none of those four is); manual: flags/defaults\n"
            "  --profile PATH          hardware profile for auto (default: cached, or measured)\n"
            "  --expect-prompt N       auto: a typical request's prompt tokens (default 256)\n"
            "  --expect-gen N          auto: a typical request's generated tokens (default 128)\n"
