@@ -326,6 +326,18 @@ static void tiers(void) {
         }
     }
     tl_model_close(m);
+    /* memory to spare, and requests short enough that a window of 128 puts no page on
+     * disk: tiers predict the same steps and would buy nothing, so the KV stays in memory
+     * (though tiers would hold less of it) */
+    m = open_path(g_deep, 256u << 20);
+    if (!m) return;
+    rq = request();
+    rq.n_ctx = 512;
+    rq.kv_window = 0;
+    CHECK(tl_serve_plan_search(m, &prof, &rq, &any) == TL_OK);
+    CHECK_MSG(any.sched.kv_window == 0, "ample memory: KV in tiers (window %d)",
+              any.sched.kv_window);
+    tl_model_close(m);
 }
 
 /* ---- 5. knobs and errors ---- */

@@ -118,7 +118,8 @@ static double prompt_capacity(const tl_serve_plan *p) {
 }
 
 /* a ranks before b (serve_plan.h): throughput, ties within 3%; then prompt capacity, ties
- * within 10%; then the lower ITL; then less memory. */
+ * within 10%; then the lower ITL; then the KV all in memory (tiers that buy nothing only
+ * add disk traffic); then less memory. */
 static int better(const tl_serve_plan *a, const tl_serve_plan *b) {
     if (a->tokens_per_s < NEAR_BEST * b->tokens_per_s) return 0;
     if (b->tokens_per_s < NEAR_BEST * a->tokens_per_s) return 1;
@@ -126,6 +127,7 @@ static int better(const tl_serve_plan *a, const tl_serve_plan *b) {
     if (ca < NEAR_CAPACITY * cb) return 0;
     if (cb < NEAR_CAPACITY * ca) return 1;
     if (a->itl_s != b->itl_s) return a->itl_s < b->itl_s;
+    if ((a->sched.kv_window > 0) != (b->sched.kv_window > 0)) return a->sched.kv_window == 0;
     return a->mem_bytes < b->mem_bytes;
 }
 

@@ -34,7 +34,8 @@
  * within 3%), then by prompt capacity, the prompt rows a full-load step takes per second
  * (ties within 10%: the fluid model sees requests arriving evenly, and capacity is what
  * absorbs a burst of them), then by the lower full-load ITL (slots past the products'
- * saturation buy nothing but latency), then by less memory.
+ * saturation buy nothing but latency), then the KV all in memory over tiers (tiers that
+ * buy nothing only add disk traffic), then by less memory.
  *
  * Calibration at start: the profile is measured minutes or days before, on a scratch file;
  * the model's own streaming and products are timed once the weights are placed as planned
