@@ -60,7 +60,8 @@ static int32_t chunk_for(const step_model *sm, int32_t g, double itl_max, int32_
     return lo;
 }
 
-/* The full-load steady state (serve_plan.h) of plan->sched and its table. */
+/* The full-load steady state (serve_plan.h) of plan->sched, each load's chunk from
+ * chunk_for (what its table holds, or will). */
 static void steady_state(const step_model *sm, tl_serve_plan *plan) {
     const double S = plan->sched.max_seqs, P = sm->P, G = sm->G;
     double g = S;
