@@ -74,6 +74,21 @@ static tl_serve_request request(void) {
 
 /* ---- 1. budgets ---- */
 
+/* The scheduler opened with the plan's parameters places exactly the weights the plan
+ * streamed, within the budget. */
+static void opens_as_planned(tl_model *m, const tl_serve_plan *plan, uint64_t budget,
+                             const char *what) {
+    tl_sched *sc;
+    tl_status st = tl_sched_open(m, &plan->sched, &sc);
+    CHECK_MSG(st == TL_OK, "%s: open: %s", what, tl_last_error());
+    if (st) return;
+    const tl_weight_plan *wp = tl_residency_plan(m->res);
+    CHECK_MSG(wp->streamed_bytes == plan->streamed_bytes, "%s: streams %llu, planned %llu", what,
+              (unsigned long long)wp->streamed_bytes, (unsigned long long)plan->streamed_bytes);
+    CHECK(tl_budget_used(m->lm.budget) <= budget && plan->mem_bytes <= budget);
+    tl_sched_close(sc);
+}
+
 static void fits_and_places(uint64_t budget, double disk_bps) {
     tl_model *m = open_model(budget);
     if (!m) return;
@@ -88,17 +103,7 @@ static void fits_and_places(uint64_t budget, double disk_bps) {
                   (unsigned long long)plan.mem_bytes, (unsigned long long)budget);
         CHECK(plan.feasible > 0 && plan.feasible <= plan.candidates);
         CHECK(plan.tokens_per_s > 0 && plan.itl_s >= plan.step_s * 0.999);
-        tl_sched *sc;
-        st = tl_sched_open(m, &plan.sched, &sc);
-        CHECK_MSG(st == TL_OK, "open with the plan: %s", tl_last_error());
-        if (!st) {
-            const tl_weight_plan *wp = tl_residency_plan(m->res);
-            CHECK_MSG(wp->streamed_bytes == plan.streamed_bytes, "streams %llu, planned %llu",
-                      (unsigned long long)wp->streamed_bytes,
-                      (unsigned long long)plan.streamed_bytes);
-            CHECK(tl_budget_used(m->lm.budget) <= budget);
-            tl_sched_close(sc);
-        }
+        opens_as_planned(m, &plan, budget, "the plan");
     }
     tl_model_close(m);
 }
@@ -116,13 +121,7 @@ static void calibrated(uint64_t budget) {
     tl_status st = tl_serve_plan_calibrated(m, &prof, &rq, &plan, &dr, &cr);
     CHECK_MSG(st == TL_OK, "calibrated: %s", tl_last_error());
     CHECK(dr > 0 && cr > 0);
-    tl_sched *sc;
-    if (!st && (st = tl_sched_open(m, &plan.sched, &sc)) == TL_OK) {
-        CHECK(tl_residency_plan(m->res)->streamed_bytes == plan.streamed_bytes);
-        CHECK(tl_budget_used(m->lm.budget) <= budget && plan.mem_bytes <= budget);
-        tl_sched_close(sc);
-    }
-    CHECK_MSG(st == TL_OK, "open after calibration: %s", tl_last_error());
+    if (!st) opens_as_planned(m, &plan, budget, "after calibration");
     tl_model_close(m);
 }
 
@@ -316,14 +315,7 @@ static void tiers(void) {
             CHECK(t.kv_read_bytes == 0 && t.kv_write_bytes == 0);
             tl_serve_replanner_free(&r);
         }
-        tl_sched *sc;
-        st = tl_sched_open(m, &win.sched, &sc);
-        CHECK_MSG(st == TL_OK, "open with a window: %s", tl_last_error());
-        if (!st) {
-            CHECK(tl_residency_plan(m->res)->streamed_bytes == win.streamed_bytes);
-            CHECK(tl_budget_used(m->lm.budget) <= budget);
-            tl_sched_close(sc);
-        }
+        opens_as_planned(m, &win, budget, "with a window");
     }
     tl_model_close(m);
     /* memory to spare, and requests short enough that a window of 128 puts no page on
