@@ -69,6 +69,10 @@ typedef struct tl_model_params {
      * needs them (a layer's weights are asked for `prefetch` layers ahead). Either way a
      * KV page attention is waiting for goes first. */
     int32_t io_order;
+    /* A pipeline stage (exec/pipeline.h): this process holds and computes layers
+     * [layer_first, layer_end) only; the first stage also embeds tokens and the last one
+     * computes logits. 0 and 0 (the default): every layer, the whole model. */
+    int32_t layer_first, layer_end;
 } tl_model_params;
 
 enum { TL_IO_KV_FIRST = 0, TL_IO_BY_NEED = 1 };

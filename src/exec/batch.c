@@ -80,7 +80,7 @@ tl_batch_params tl_batch_default_params(void) {
 static tl_kv_params kv_params(const batch *b) {
     tl_kv_params kp;
     memset(&kp, 0, sizeof kp);
-    kp.n_layer = b->m->lm.hp.n_layer;
+    kp.n_layer = tl_llama_stage_layers(&b->m->lm);
     kp.kv_dim = b->m->lm.hp.n_head_kv * b->m->lm.hp.head_dim;
     kp.head_dim = b->m->lm.hp.head_dim;
     kp.page_tokens = b->bp.page_tokens;

@@ -62,7 +62,7 @@ static tl_kv_params kv_params(const tl_model *m, int32_t n_ctx, int32_t n_batch,
                               int32_t bits) {
     tl_kv_params kp;
     memset(&kp, 0, sizeof kp);
-    kp.n_layer = m->lm.hp.n_layer;
+    kp.n_layer = tl_llama_stage_layers(&m->lm);
     kp.kv_dim = m->lm.hp.n_head_kv * m->lm.hp.head_dim;
     kp.head_dim = m->lm.hp.head_dim;
     kp.page_tokens = KV_PAGE_TOKENS;

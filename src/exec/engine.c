@@ -80,25 +80,27 @@ static tl_status embed(tl_model *m, const int32_t *tokens, int32_t n, float *x) 
 
 tl_status tl_engine_step(tl_model *m, tl_llama_scratch *s, tl_kv *kv, tl_microbatch *mb,
                          int32_t num_gb) {
-    const int32_t L = m->lm.hp.n_layer;
+    const int32_t L = m->lm.hp.n_layer, first = m->lm.stage_first, end = m->lm.stage_end;
     int need_output = 0;
-    for (int32_t k = 0; k < num_gb; k++) need_output |= mb[k].n_logits > 0;
+    for (int32_t k = 0; k < num_gb && end == L; k++) need_output |= mb[k].n_logits > 0;
     tl_residency *r = m->res;
     tl_status st = tl_residency_begin_pass(r, need_output);
-    for (int32_t k = 0; k < num_gb && !st; k++) {
+    for (int32_t k = 0; k < num_gb && !st && first == 0; k++) { /* later stages get x */
         st = embed(m, mb[k].tokens, mb[k].n_rows, mb[k].x);
         if (!st) st = tl_llama_add_positions(&m->lm, &mb[k].rows, mb[k].x);
     }
+    /* KV layer kl of this stage is model layer first + kl */
     if (!st) st = tl_kv_prefetch(kv, mb[0].seqs, mb[0].n_seqs, 0);
-    for (int32_t l = 0; l < L && !st; l++) {
+    for (int32_t l = first; l < end && !st; l++) {
+        const int32_t kl = l - first;
         if ((st = tl_residency_acquire(r, l))) break;
         for (int32_t k = 0; k < num_gb && !st; k++) {
             /* read ahead: the next micro-batch at this layer, or the first at the next */
-            if (k + 1 < num_gb) st = tl_kv_prefetch(kv, mb[k + 1].seqs, mb[k + 1].n_seqs, l);
-            else if (l + 1 < L) st = tl_kv_prefetch(kv, mb[0].seqs, mb[0].n_seqs, l + 1);
-            if (!st) st = tl_kv_wait(kv, mb[k].seqs, mb[k].n_seqs, l);
+            if (k + 1 < num_gb) st = tl_kv_prefetch(kv, mb[k + 1].seqs, mb[k + 1].n_seqs, kl);
+            else if (l + 1 < end) st = tl_kv_prefetch(kv, mb[0].seqs, mb[0].n_seqs, kl + 1);
+            if (!st) st = tl_kv_wait(kv, mb[k].seqs, mb[k].n_seqs, kl);
             if (!st) st = tl_llama_layer_forward(&m->lm, s, kv, l, &mb[k].rows, mb[k].x);
-            tl_kv_release(kv, mb[k].seqs, mb[k].n_seqs, l);
+            tl_kv_release(kv, mb[k].seqs, mb[k].n_seqs, kl);
         }
         tl_residency_release(r, l);
     }

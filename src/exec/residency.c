@@ -214,9 +214,10 @@ static tl_status load_residents(tl_residency *r, const tl_weight_plan *plan) {
             if (u < m->hp.n_layer) {
                 const uint8_t *res = part ? plan->ffn_resident : plan->attn_resident;
                 if (res[u]) n = tl_llama_layer_matrices(&m->layers[u], part, ws);
-            } else if (u == m->hp.n_layer && part == 0 && plan->embd_resident) {
+            } else if (u == m->hp.n_layer && part == 0 && plan->embd_resident && m->tok_embd.name) {
                 ws[n++] = &m->tok_embd;
-            } else if (u == m->hp.n_layer && part == 1 && plan->output_resident && !m->tied_output) {
+            } else if (u == m->hp.n_layer && part == 1 && plan->output_resident &&
+                       !m->tied_output && m->output.name) {
                 ws[n++] = &m->output;
             }
             if (!n) continue;
@@ -303,7 +304,7 @@ tl_status tl_residency_open(tl_llama *m, const tl_weight_plan *plan, tl_residenc
                              (void **)&r->repack_tmp);
     }
     if (!st) st = load_residents(r, plan);
-    if (!st && !plan->embd_resident) {
+    if (!st && !plan->embd_resident && m->tok_embd.name) {
         r->row_buf_bytes = tl_weight_row_buf_bytes(m);
         st = tl_budget_alloc(m->budget, r->row_buf_bytes, ALIGN, "embedding row buffer",
                              (void **)&r->row_buf);

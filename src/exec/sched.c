@@ -90,7 +90,7 @@ tl_status tl_sched_resolve_params(const tl_model *m, const tl_sched_params *in,
 static tl_kv_params kv_params(const tl_model *m, const tl_sched_params *p) {
     tl_kv_params kp;
     memset(&kp, 0, sizeof kp);
-    kp.n_layer = m->lm.hp.n_layer;
+    kp.n_layer = tl_llama_stage_layers(&m->lm);
     kp.kv_dim = m->lm.hp.n_head_kv * m->lm.hp.head_dim;
     kp.head_dim = m->lm.hp.head_dim;
     kp.page_tokens = p->page_tokens;

@@ -105,13 +105,24 @@ struct tl_llama {
     struct tl_aio *aio;        /* every weight read goes through this queue */
     tl_model_params params;
     int use_reference;         /* 1: scalar reference kernels everywhere */
+    /* The layers this process computes, [stage_first, stage_end): all of them unless the
+     * params name a pipeline stage. Matrices of other layers, and the embedding and
+     * classifier a stage does not use, are absent (name NULL): never placed, read or
+     * counted. The KV cache holds the stage's layers only: layer l is its l - stage_first. */
+    int32_t stage_first, stage_end;
     uint64_t weight_bytes, n_params;
 };
+
+/* Layers this process computes (every layer unless it is a pipeline stage). */
+static inline int32_t tl_llama_stage_layers(const tl_llama *m) {
+    return m->stage_end - m->stage_first;
+}
 
 /* Every weight of the model in a fixed order: token_embd, output_norm (and its bias),
  * output (unless tied), rope_freqs, position_embd (if present), then per layer
  * attn_norm (and bias), q, k, v, o, the biases present (q, k, v, o), ffn_norm (and bias),
- * gate (unless ffn_relu), up, down, their biases present. */
+ * gate (unless ffn_relu), up, down, their biases present; absent ones (a pipeline stage's
+ * others) left out. */
 size_t tl_llama_weights(tl_llama *m, tl_weight **out, size_t cap);
 
 /* Opens the model file read-only and reads its header, hyperparameters, tokenizer and

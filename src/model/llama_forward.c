@@ -178,7 +178,7 @@ typedef struct attn_job {
     tl_llama *m;
     tl_llama_scratch *s;
     struct tl_kv *kv;
-    int32_t layer;
+    int32_t layer;     /* in the KV cache (the stage's layer index) */
     const tl_llama_rows *rows;
     const float *q;
     float *out;
@@ -253,18 +253,18 @@ static void recompute_task(void *arg, int task, int thread) {
 }
 
 static void recompute_pages(tl_llama *m, tl_llama_scratch *s, struct tl_kv *kv, int32_t l,
-                            const tl_llama_rows *rows) {
+                            int32_t kl, const tl_llama_rows *rows) {
     for (int32_t i = 0, e; i < rows->n; i = e) {
         e = tl_llama_rows_run_end(rows, i);
-        const int32_t seq = rows->seq[i], stored = tl_kv_stored_pages(kv, seq, l);
+        const int32_t seq = rows->seq[i], stored = tl_kv_stored_pages(kv, seq, kl);
         int32_t n = 0;
         for (int32_t p = 0; p < stored; p++)
-            if (tl_kv_page_inputs(kv, seq, l, p, &s->rc_x[n], &s->rc_out[n], &s->rc_rows[n]))
+            if (tl_kv_page_inputs(kv, seq, kl, p, &s->rc_x[n], &s->rc_out[n], &s->rc_rows[n]))
                 s->rc_page[n++] = p;
         if (n == 0) continue;
         recompute_job j = {m, s, l, n, s->rc_page, s->rc_x, s->rc_out, s->rc_rows};
         tl_pool_run(m->pool, n, recompute_task, &j);
-        for (int32_t k = 0; k < n; k++) tl_kv_recomputed(kv, seq, l, s->rc_page[k]);
+        for (int32_t k = 0; k < n; k++) tl_kv_recomputed(kv, seq, kl, s->rc_page[k]);
     }
 }
 
@@ -372,8 +372,8 @@ static void attn_task(void *arg, int task, int thread) {
     }
 }
 
-/* Chooses the pages row r (the only row of seq in this step) attends to at layer l, makes
- * them viewable, and records the choice for the next prefetch at this layer. */
+/* Chooses the pages row r (the only row of seq in this step) attends to at KV layer l (the
+ * stage's index), makes them viewable, and records the choice for the next prefetch there. */
 static tl_status select_pages(tl_llama *m, tl_llama_scratch *s, struct tl_kv *kv, int32_t l,
                               int32_t seq, int32_t pos, const float *q, int32_t r) {
     const int32_t n_full = tl_kv_stored_pages(kv, seq, l);
@@ -440,6 +440,7 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
                          const tl_llama_rows *rows, float *x) {
     const tl_llama_hparams *hp = &m->hp;
     const tl_llama_layer *L = &m->layers[l];
+    const int32_t kl = l - m->stage_first; /* the layer's place in this stage's KV cache */
     const size_t n = (size_t)rows->n, d = (size_t)hp->n_embd, f = (size_t)hp->n_ff;
     const size_t qd = (size_t)hp->n_head * hp->head_dim;
     const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim;
@@ -464,29 +465,29 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
     }
     for (int32_t i = 0, e; i < rows->n; i = e) { /* append each sequence's run of rows */
         e = tl_llama_rows_run_end(rows, i);
-        tl_status st = tl_kv_append(kv, rows->seq[i], l, s->k + (size_t)i * kvd,
+        tl_status st = tl_kv_append(kv, rows->seq[i], kl, s->k + (size_t)i * kvd,
                                     s->v + (size_t)i * kvd, e - i);
         if (!st && tl_kv_keeps_inputs(kv)) /* for layers that recompute from them */
-            st = tl_kv_append_inputs(kv, rows->seq[i], l, s->xn + (size_t)i * d, e - i);
+            st = tl_kv_append_inputs(kv, rows->seq[i], kl, s->xn + (size_t)i * d, e - i);
         if (st) return st;
     }
     for (int32_t i = 0, e; s->sel_block && i < rows->n; i = e) { /* selection: decode rows */
         e = tl_llama_rows_run_end(rows, i);
         for (int32_t r = i; r < e; r++) s->row_selective[r] = 0;
         if (s->select.page_share > 0 && e - i == 1) {
-            tl_status st = select_pages(m, s, kv, l, rows->seq[i], rows->pos[i],
+            tl_status st = select_pages(m, s, kv, kl, rows->seq[i], rows->pos[i],
                                         s->q + (size_t)i * qd, i);
             if (st) return st;
         }
     }
-    if (tl_kv_recomputes(kv, l)) recompute_pages(m, s, kv, l, rows);
+    if (tl_kv_recomputes(kv, kl)) recompute_pages(m, s, kv, l, kl, rows);
     int32_t n_blocks = 0; /* each sequence's rows in blocks of at most attn_rows */
     for (int32_t i = 0, e; i < rows->n; i = e) {
         e = tl_llama_rows_run_end(rows, i);
         for (int32_t b = i; b < e; b += s->attn_rows) s->attn_block[n_blocks++] = b;
     }
     s->attn_block[n_blocks] = rows->n;
-    attn_job j = {m, s, kv, l, rows, s->q, s->att_out, TL_OK};
+    attn_job j = {m, s, kv, kl, rows, s->q, s->att_out, TL_OK};
     tl_pool_run(m->pool, (int)(n_blocks * hp->n_head_kv), attn_task, &j);
     const tl_status attn_st = (tl_status)atomic_load_explicit(&j.status, memory_order_relaxed);
     if (attn_st)

@@ -239,7 +239,14 @@ static tl_status describe_weights(tl_llama *m) {
             return st;
 #undef NAME
     }
-    for (int32_t l = 0; l < hp->n_layer; l++) {
+    return TL_OK;
+}
+
+/* Layers whose 7 matrices match an earlier layer's in type, shape and presence share its
+ * shape class (the cost model prices a class once). After trim_to_stage: an absent layer
+ * never stands for a present one. */
+static void classify_shapes(tl_llama *m) {
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
         const tl_weight *a[7] = {&m->layers[l].wq, &m->layers[l].wk, &m->layers[l].wv,
                                  &m->layers[l].wo, &m->layers[l].w_gate, &m->layers[l].w_up,
                                  &m->layers[l].w_down};
@@ -251,9 +258,49 @@ static tl_status describe_weights(tl_llama *m) {
                                      &m->layers[c].w_down};
             int same = 1;
             for (int i = 0; i < 7 && same; i++)
-                same = a[i]->type == b[i]->type && a[i]->rows == b[i]->rows && a[i]->cols == b[i]->cols;
+                same = a[i]->type == b[i]->type && a[i]->rows == b[i]->rows &&
+                       a[i]->cols == b[i]->cols && !a[i]->name == !b[i]->name;
             if (same) m->layers[l].shape_class = c;
         }
+    }
+}
+
+/* Marks a weight absent: its bytes leave the model's total. */
+static void drop(tl_llama *m, tl_weight *w) {
+    if (!w->name) return;
+    m->weight_bytes -= w->file_bytes;
+    w->name = NULL;
+}
+
+/* A pipeline stage keeps its own layers' tensors, the embedding (and learned positions)
+ * when it is first, and the final norm and classifier when it is last; a tied classifier
+ * is the embedding, kept for the last stage. */
+static tl_status trim_to_stage(tl_llama *m) {
+    const int32_t L = m->hp.n_layer, a = m->params.layer_first;
+    const int32_t b = m->params.layer_end ? m->params.layer_end : L;
+    if (a < 0 || b <= a || b > L)
+        return tl_error_set(TL_ERR_INVALID, "pipeline stage: layers %d..%d of a %d-layer model "
+                            "(need 0 <= first < end <= %d)", (int)a, (int)b - 1, (int)L, (int)L);
+    m->stage_first = a;
+    m->stage_end = b;
+    if (a == 0 && b == L) return TL_OK;
+    for (int32_t l = 0; l < L; l++) {
+        if (l >= a && l < b) continue;
+        tl_llama_layer *ly = &m->layers[l];
+        tl_weight *ws[] = {&ly->attn_norm, &ly->attn_norm_b, &ly->wq, &ly->wk, &ly->wv, &ly->wo,
+                           &ly->bq, &ly->bk, &ly->bv, &ly->bo, &ly->ffn_norm, &ly->ffn_norm_b,
+                           &ly->w_gate, &ly->w_up, &ly->w_down, &ly->b_up, &ly->b_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) drop(m, ws[i]);
+    }
+    if (b < L) {
+        drop(m, &m->output_norm);
+        drop(m, &m->output_norm_b);
+        if (!m->tied_output) drop(m, &m->output);
+        else m->output.name = NULL;
+    }
+    if (a > 0) {
+        drop(m, &m->pos_embd);
+        if (!(m->tied_output && b == L)) drop(m, &m->tok_embd);
     }
     return TL_OK;
 }
@@ -262,19 +309,19 @@ size_t tl_llama_weights(tl_llama *m, tl_weight **out, size_t cap) {
     size_t n = 0;
 #define PUT(w) do { if (n < cap) out[n] = (w); n++; } while (0)
 #define PUT_IF(w) do { if ((w)->name) PUT(w); } while (0)
-    PUT(&m->tok_embd);
-    PUT(&m->output_norm);
+    PUT_IF(&m->tok_embd);
+    PUT_IF(&m->output_norm);
     PUT_IF(&m->output_norm_b);
-    if (!m->tied_output) PUT(&m->output);
+    if (!m->tied_output) PUT_IF(&m->output);
     PUT_IF(&m->rope_freqs);
     PUT_IF(&m->pos_embd);
     for (int32_t l = 0; l < m->hp.n_layer; l++) {
         tl_llama_layer *L = &m->layers[l];
-        PUT(&L->attn_norm); PUT_IF(&L->attn_norm_b);
-        PUT(&L->wq); PUT(&L->wk); PUT(&L->wv); PUT(&L->wo);
+        PUT_IF(&L->attn_norm); PUT_IF(&L->attn_norm_b);
+        PUT_IF(&L->wq); PUT_IF(&L->wk); PUT_IF(&L->wv); PUT_IF(&L->wo);
         PUT_IF(&L->bq); PUT_IF(&L->bk); PUT_IF(&L->bv); PUT_IF(&L->bo);
-        PUT(&L->ffn_norm); PUT_IF(&L->ffn_norm_b);
-        PUT_IF(&L->w_gate); PUT(&L->w_up); PUT(&L->w_down);
+        PUT_IF(&L->ffn_norm); PUT_IF(&L->ffn_norm_b);
+        PUT_IF(&L->w_gate); PUT_IF(&L->w_up); PUT_IF(&L->w_down);
         PUT_IF(&L->b_up); PUT_IF(&L->b_down);
     }
 #undef PUT_IF
@@ -423,6 +470,8 @@ tl_status tl_llama_open(const char *path, const tl_model_params *params, tl_llam
     if (!st && (st = tl_llama_read_hparams(m->gguf, &m->hp))) tl_error_wrap(st, "%s", path);
     if (!st && (st = tl_tokenizer_from_gguf(m->gguf, &m->tok))) tl_error_wrap(st, "%s", path);
     if (!st) st = describe_weights(m);
+    if (!st) st = trim_to_stage(m);
+    if (!st) classify_shapes(m);
     if (!st) { /* the list every walk over all weights uses */
         m->n_all = tl_llama_weights(m, NULL, 0);
         if (!(m->all = malloc(m->n_all * sizeof *m->all)))

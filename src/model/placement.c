@@ -65,7 +65,7 @@ int tl_llama_layer_matrices(const tl_llama_layer *L, int part, tl_weight **ws) {
 int tl_weight_plan_unit_weights(const tl_llama *m, const tl_weight_plan *p, int u, tl_weight **ws) {
     int n = 0;
     if (u == m->hp.n_layer) {
-        if (!p->output_resident) ws[n++] = (tl_weight *)&m->output;
+        if (!p->output_resident && m->output.name) ws[n++] = (tl_weight *)&m->output;
         return n;
     }
     if (!p->attn_resident[u]) n += tl_llama_layer_matrices(&m->layers[u], 0, ws + n);
@@ -107,7 +107,8 @@ int tl_weight_repacked_in_memory(const tl_llama *m, const tl_weight *w) {
 
 /* The largest temporary one of w's panels needs, when it is repacked in memory. */
 static size_t repack_tmp(const tl_llama *m, const tl_weight *w) {
-    return tl_weight_repacked_in_memory(m, w) ? tl_panels_tmp_bytes(w->type, w->cols) : 0;
+    return w->name && tl_weight_repacked_in_memory(m, w) ? tl_panels_tmp_bytes(w->type, w->cols)
+                                                         : 0;
 }
 
 uint64_t tl_weight_repack_bytes(const tl_llama *m) {
@@ -148,12 +149,14 @@ uint64_t tl_weight_plan_bytes(const tl_llama *m, const tl_weight_plan *p) {
                 total += part_cost(ws2, na);
             if (p->ffn_resident[u] && (na = tl_llama_layer_matrices(&m->layers[u], 1, ws2)))
                 total += part_cost(ws2, na);
-        } else if (p->output_resident && !m->tied_output) {
+        } else if (p->output_resident && !m->tied_output && m->output.name) {
             tl_weight *o = (tl_weight *)&m->output;
             total += part_cost(&o, 1);
         }
     }
-    if (p->embd_resident) {
+    if (!m->tok_embd.name) {
+        /* a later pipeline stage embeds nothing */
+    } else if (p->embd_resident) {
         tl_weight *e = (tl_weight *)&m->tok_embd;
         total += part_cost(&e, 1);
     } else {
