@@ -22,6 +22,7 @@
 #include "tier/aio.h"
 #include "exec/engine.h"
 #include "exec/residency.h"
+#include "exec/pipeline.h"
 
 struct tl_context {
     tl_model *model;
@@ -188,15 +189,22 @@ static tl_status plan_kv(const tl_model *m, const tl_context_params *p, int32_t 
     return TL_OK;
 }
 
+/* The context length (the model's, at most 4096, unless given) and prompt rows per step. */
+static void context_sizes(const tl_model *m, const tl_context_params *p, int32_t *n_ctx,
+                          int32_t *n_batch) {
+    *n_ctx = p->n_ctx > 0 ? p->n_ctx : m->lm.hp.n_ctx_train;
+    if (p->n_ctx <= 0 && *n_ctx > 4096) *n_ctx = 4096;
+    *n_batch = p->n_batch > 0 ? p->n_batch : 64;
+    if (*n_batch > *n_ctx) *n_batch = *n_ctx;
+}
+
 tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_context **out) {
     *out = NULL;
     tl_context_params p = params ? *params : tl_context_default_params();
-    int32_t n_ctx = p.n_ctx > 0 ? p.n_ctx : model->lm.hp.n_ctx_train;
-    if (p.n_ctx <= 0 && n_ctx > 4096) n_ctx = 4096;
+    int32_t n_ctx, n_batch;
+    context_sizes(model, &p, &n_ctx, &n_batch);
     tl_status cst = tl_llama_check_context(&model->lm, n_ctx);
     if (cst) return cst;
-    int32_t n_batch = p.n_batch > 0 ? p.n_batch : 64;
-    if (n_batch > n_ctx) n_batch = n_ctx;
     if (p.kv_bits != 32 && p.kv_bits != 16 && p.kv_bits != 8 && p.kv_bits != 4)
         return tl_error_set(TL_ERR_INVALID, "kv_bits must be 32, 16, 8 or 4 (got %d)",
                             (int)p.kv_bits);
@@ -240,6 +248,25 @@ tl_status tl_context_open(tl_model *model, const tl_context_params *params, tl_c
     tl_context_reset_stats(c);
     *out = c;
     return TL_OK;
+}
+
+tl_pipe_shape tl_context_pipe_shape(const tl_model *m, const tl_context_params *params) {
+    const tl_context_params p = params ? *params : tl_context_default_params();
+    int32_t n_ctx, n_batch;
+    context_sizes(m, &p, &n_ctx, &n_batch);
+    return (tl_pipe_shape){1, n_batch, 1};
+}
+
+tl_status tl_context_pipeline_work(tl_context *c) {
+    if (!c->model->pipe)
+        return tl_error_set(TL_ERR_INVALID, "the context's model is not a pipeline stage");
+    const double t0 = tl_now();
+    tl_kv_seq_close(c->kv, c->seq); /* the pipe opens rank 0's sequence as its own */
+    tl_status st = tl_pipe_work(c->model->pipe, &c->scratch, c->kv, 1);
+    c->stats.wall_s += tl_now() - t0;
+    if (st) c->broken = st;
+    else tl_context_reset(c);
+    return st;
 }
 
 tl_status tl_context_tune_kv(tl_context *c, int32_t cache_pages, float select_share) {
@@ -368,6 +395,10 @@ static tl_status decode(tl_context *c, const int32_t *tokens, size_t n, float *l
         c->kv_predicted_reads += (uint64_t)tl_kv_predict_step_reads(&c->kp, 1, base);
         double t0 = tl_now();
         tl_status st = tl_engine_step(c->model, &c->scratch, c->kv, &mb, 1);
+        if (!st && c->model->pipe) { /* the later stages; chunks without logits overlap */
+            st = tl_pipe_forward(c->model->pipe, &mb, 1);
+            if (!st && mb.n_logits) st = tl_pipe_collect(c->model->pipe, &mb, 1);
+        }
         c->stats.wall_s += tl_now() - t0;
         if (st) {
             c->broken = st;

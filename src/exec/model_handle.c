@@ -1,6 +1,7 @@
 /* model_handle.c - opening and closing the public model handle (tierllm.h). */
 #include <stdlib.h>
 #include "exec/model_handle.h"
+#include "exec/pipeline.h"
 #include "base/status.h"
 #include "exec/residency.h"
 
@@ -20,6 +21,7 @@ tl_status tl_model_open(const char *path, const tl_model_params *params, tl_mode
 
 void tl_model_close(tl_model *m) {
     if (!m) return;
+    tl_pipe_close(m);           /* its buffers are in the budget */
     tl_residency_close(m->res); /* before the IO queue it reads through */
     tl_llama_close(&m->lm);
     free(m);

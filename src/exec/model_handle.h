@@ -13,11 +13,14 @@
 #include "model/llama.h"
 
 struct tl_residency;
+struct tl_pipe;
 
 struct tl_model {
     tl_llama lm;                /* file, tokenizer, weight directory, budget, pool, IO */
     struct tl_residency *res;   /* the placed weights; NULL until the first placement */
     uint64_t used_before_place; /* budget bytes in use when the weights were placed */
+    struct tl_pipe *pipe;       /* this model is one stage of a pipeline (exec/pipeline.h);
+                                   NULL: it runs alone */
 };
 
 #endif

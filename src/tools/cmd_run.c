@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include "tools/cli.h"
 #include "tools/cli_plan.h"
+#include "tools/cli_pipe.h"
 #include "exec/engine.h"
 #include "plan/calibrate.h"
 #include "plan/replan.h"
@@ -64,7 +65,11 @@ static void usage(void) {
            "  --policy auto|manual    auto: the planner picks n_batch, prefetch and the\n"
            "                          context size (default when --mem-budget is given and\n"
            "                          neither --prefetch nor -b is); manual: flags/defaults\n"
-           "  --profile PATH          hardware profile for auto (default: cached, or measured)\n",
+           "  --profile PATH          hardware profile for auto (default: cached, or measured)\n"
+           "pipeline (an MPI build, under mpirun -np N):\n"
+           "  --pipeline              each rank holds a contiguous range of layers with its\n"
+           "                          own --mem-budget; rank 0 prints the text\n"
+           "  --pipeline-layers LIST  layers per rank, e.g. 12,10 (default: an even split)\n",
            CLI_PROMPT_FILE_MAX >> 20);
 }
 
@@ -294,6 +299,17 @@ static void print_plan_stats(const tl_plan_result *chosen, const tl_generate_sta
     cli_print_terms(stderr, "decode", &c->decode, c->decode_s, c->decode_passes, &dec);
 }
 
+/* A later stage's own line: its layers, budget and IO. */
+static void print_stage_stats(tl_context *c, const cli_pipe *pp) {
+    tl_run_stats t;
+    tl_context_get_stats(c, &t);
+    fprintf(stderr, "[stats] rank %d of %d | budget %.1f MiB (peak %.1f MiB) | weights resident "
+            "%.1f MiB, streamed %.1f MiB per pass | disk %.1f MiB | busy %.2f s, stall %.2f s\n",
+            pp->rank, pp->size, t.budget_bytes / 1048576.0, t.budget_peak_bytes / 1048576.0,
+            t.weights_resident_bytes / 1048576.0, t.weights_streamed_bytes / 1048576.0,
+            t.bytes_read_disk / 1048576.0, t.wall_s, t.stall_s);
+}
+
 int tl_cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = "", *prompt_file = NULL;
     tl_model_params mp = tl_model_default_params();
@@ -301,7 +317,8 @@ int tl_cmd_run(int argc, char **argv) {
     tl_generate_params gp = tl_generate_default_params();
     gp.sampler.seed = 24301;
     int stats = 0, policy = -1, knobs = 0, ctx_given = 0, kv_knobs = 0, weights_copy = 0;
-    const char *profile_path = NULL;
+    int pipeline = 0;
+    const char *profile_path = NULL, *pipeline_layers = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
 #define VAL() if (!(v = cli_value(argc, argv, &i))) return 2
@@ -367,6 +384,8 @@ int tl_cmd_run(int argc, char **argv) {
             else { fprintf(stderr, "error: --weights-copy expects on or off\n"); return 2; }
         }
         else if (!strcmp(a, "--stats")) stats = 1;
+        else if (!strcmp(a, "--pipeline")) pipeline = 1;
+        else if (!strcmp(a, "--pipeline-layers")) { VAL(); pipeline_layers = v; pipeline = 1; }
         else if (!strcmp(a, "--kv-window")) {
             VAL(); if (!cli_int(a, v, -1, 1 << 26, &cp.kv_window)) return 2;
             kv_knobs++;
@@ -409,11 +428,19 @@ int tl_cmd_run(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", tl_last_error());
         return 2;
     }
-    if (policy < 0) policy = mp.mem_budget > 0 && !knobs && !kv_knobs;
+    if (pipeline && policy == 1) {
+        fprintf(stderr, "error: --pipeline runs the manual policy on every rank (each with "
+                "its own --mem-budget); drop --policy auto\n");
+        return 2;
+    }
+    if (policy < 0) policy = mp.mem_budget > 0 && !knobs && !kv_knobs && !pipeline;
+    cli_pipe pp = {0};
+    int prc = pipeline ? cli_pipe_start(&pp, model_path, pipeline_layers, &mp) : 0;
+    if (prc) return prc;
     char *file_prompt = NULL;
     if (prompt_file) {
         file_prompt = read_prompt_file(prompt_file);
-        if (!file_prompt) return 1;
+        if (!file_prompt) return cli_pipe_end(&pp, NULL, TL_ERR_INVALID);
         prompt = file_prompt;
     }
     tl_model *m = NULL;
@@ -421,6 +448,10 @@ int tl_cmd_run(int argc, char **argv) {
     tl_generate_stats gs;
     tl_status st = tl_model_open(model_path, &mp, &m);
     if (!st && weights_copy) st = cli_use_weights_copy(m, "run");
+    if (!st && pp.link) {
+        const tl_pipe_shape shape = tl_context_pipe_shape(m, &cp);
+        st = cli_pipe_attach(&pp, m, &shape);
+    }
     tl_plan_request rq;
     tl_plan_result chosen;
     tl_hw_profile prof;
@@ -437,7 +468,9 @@ int tl_cmd_run(int argc, char **argv) {
         }
     }
     char no_prediction[512] = "";
-    if (!st && policy != 1 && stats) { /* a manual policy: predicted for the comparison only */
+    if (!st && pp.link) snprintf(no_prediction, sizeof no_prediction, "the planner does not "
+                                 "model pipelines yet");
+    else if (!st && policy != 1 && stats) { /* a manual policy: predicted for the comparison only */
         memset(&rq, 0, sizeof rq);
         if (plan_run(m, prompt, &gp, &cp, ctx_given, profile_path, 0, &rq, &chosen, &prof) ||
             rq.w.gen_len < 1)
@@ -446,7 +479,16 @@ int tl_cmd_run(int argc, char **argv) {
             predicted = 1;
     }
     if (!st) st = tl_context_open(m, &cp, &c);
-    if (!st && stats && policy != 1 && rq.w.gen_len >= 1 &&
+    if (pp.rank > 0) { /* a later stage: serve rank 0's steps */
+        if (!st) st = tl_context_pipeline_work(c);
+        if (!st && stats) print_stage_stats(c, &pp);
+        int rc = cli_pipe_end(&pp, m, st);
+        tl_context_close(c);
+        tl_model_close(m);
+        free(file_prompt);
+        return rc;
+    }
+    if (!st && stats && !pp.link && policy != 1 && rq.w.gen_len >= 1 &&
         tl_context_kv_params(c)->placement == TL_KV_TEMPERATURE) {
         predicted = predict_tiers(m, c, &cp, profile_path, &rq, &chosen, &prof) == TL_OK;
         if (!predicted) snprintf(no_prediction, sizeof no_prediction, "%s", tl_last_error());
@@ -471,7 +513,8 @@ int tl_cmd_run(int argc, char **argv) {
     int rc = 0;
     if (st) {
         fputc('\n', stdout);
-        rc = cli_fail(st);
+        fflush(stdout);
+        rc = pp.link ? cli_pipe_end(&pp, m, st) : cli_fail(st);
     } else {
         printf("\n");
         fflush(stdout);
@@ -520,6 +563,7 @@ int tl_cmd_run(int argc, char **argv) {
         }
     }
     free(rs.snap);
+    if (!rc && pp.link) rc = cli_pipe_end(&pp, m, TL_OK);
     tl_context_close(c);
     tl_model_close(m);
     free(file_prompt);

@@ -1,0 +1,56 @@
+/* pipeline.h - pipeline-parallel forward passes across processes (FlexGen's pipeline over
+ * ranks, launched with mpirun).
+ *
+ * Rank r is a stage: a contiguous range of layers (tl_model_params.layer_first/layer_end)
+ * with its own residency, KV cache and budget. A step's rows and hidden states flow
+ * rank 0 -> 1 -> ... -> last; the last rank sends the logits back to rank 0, which
+ * tokenizes, samples and writes. Rank 0 runs the ordinary context or batch code: after its
+ * engine step it calls tl_pipe_forward, and tl_pipe_collect when it needs the logits; it
+ * may forward further steps first, which is how stages overlap. Every other rank runs
+ * tl_pipe_work. The KV cache never moves: each rank keeps its own layers' K/V of every
+ * sequence. Sequence ids are rank 0's; a later rank maps each to one of its own and starts
+ * it afresh when a step brings the sequence's position 0.
+ *
+ * Each rank sends from two buffers in turn, so it can compute the next step while the last
+ * one is still on its way. The buffers come from the model's budget when the pipe opens,
+ * before the weights are placed.
+ */
+#ifndef TL_EXEC_PIPELINE_H
+#define TL_EXEC_PIPELINE_H
+
+#include "exec/engine.h"
+#include "dist/link.h"
+
+typedef struct tl_pipe tl_pipe;
+
+/* The shape of the largest step: micro-batches, rows and logit rows over all of them. */
+typedef struct tl_pipe_shape {
+    int32_t max_mb, max_rows, max_logits;
+} tl_pipe_shape;
+
+/* Budget bytes the pipe's buffers take on rank `rank` of `size`. */
+uint64_t tl_pipe_bytes(const tl_model *m, int rank, int size, const tl_pipe_shape *shape);
+/* Attaches a pipe on link l to m, which is stage tl_link_rank(l) of tl_link_size(l):
+ * allocates its buffers from m's budget (before any placement). */
+tl_status tl_pipe_open(tl_model *m, tl_link *l, const tl_pipe_shape *shape);
+/* Waits for this rank's sends and frees the pipe (nothing when m has none). */
+tl_status tl_pipe_close(tl_model *m);
+
+/* Rank 0, after its engine step over mb[0..n_mb): sends the rows and hidden states on. */
+tl_status tl_pipe_forward(tl_pipe *p, const tl_microbatch *mb, int32_t n_mb);
+/* Rank 0: receives into mb[k].logits the logits of the oldest forwarded step not yet
+ * collected that wants any; mb and n_mb are that step's. */
+tl_status tl_pipe_collect(tl_pipe *p, tl_microbatch *mb, int32_t n_mb);
+/* Rank 0: tells the other ranks the run is over. */
+tl_status tl_pipe_finish(tl_pipe *p);
+/* Ranks > 0: serve steps with this rank's scratch and KV cache (opened as rank 0's, for
+ * max_seqs sequences) until rank 0 finishes. */
+tl_status tl_pipe_work(tl_pipe *p, tl_llama_scratch *s, tl_kv *kv, int32_t max_seqs);
+
+/* The contexts of `run` (context.c): the pipe shape of a context opened with these params
+ * (one micro-batch of up to n_batch rows, the last row's logits), and the loop ranks > 0
+ * run instead of generating: rank 0's context steps, through this rank's layers. */
+tl_pipe_shape tl_context_pipe_shape(const tl_model *m, const tl_context_params *p);
+tl_status tl_context_pipeline_work(tl_context *c);
+
+#endif
