@@ -18,6 +18,7 @@
 #include "tierllm.h"
 #include "exec/engine.h"
 #include "exec/residency.h"
+#include "exec/pipeline.h"
 #include "base/clock.h"
 #include "base/status.h"
 #include "text/sampler.h"
@@ -194,6 +195,7 @@ static void align_pages(const tl_model *m, tl_batch_params *p) {
 }
 
 static uint64_t budget_bytes(const batch *b);
+static void fill_io_stats(batch *b);
 
 int32_t tl_batch_page_tokens(const tl_model *m, const tl_batch_params *bp) {
     tl_batch_params p = *bp;
@@ -346,59 +348,154 @@ static int32_t build(batch *b, int32_t k, int32_t n_seqs_block, int prefill, int
     return n;
 }
 
-/* One step over every non-empty micro-batch, then sampling. */
-static tl_status step(batch *b, int32_t n_seqs_block, int prefill, int32_t chunk, int *any) {
+/* Builds micro-batches k0..k1 of this step and keeps the non-empty ones contiguous from
+ * k0. Returns their count. */
+static int32_t build_range(batch *b, int32_t k0, int32_t k1, int32_t n_seqs_block, int prefill,
+                           int32_t chunk) {
     const int32_t gbs = b->bp.gbs;
     int32_t n_mb = 0;
-    *any = 0;
-    for (int32_t k = 0; k < b->bp.num_gb; k++) {
+    for (int32_t k = k0; k < k1; k++) {
         if (build(b, k, n_seqs_block, prefill, chunk) == 0) continue;
-        if (n_mb != k) { /* keep non-empty micro-batches contiguous */
-            b->mb[n_mb] = b->mb[k];
-            memmove(b->lseq + (size_t)n_mb * gbs, b->lseq + (size_t)k * gbs,
+        const int32_t to = k0 + n_mb;
+        if (to != k) {
+            b->mb[to] = b->mb[k];
+            memmove(b->lseq + (size_t)to * gbs, b->lseq + (size_t)k * gbs,
                     (size_t)gbs * sizeof *b->lseq);
         }
         n_mb++;
     }
-    if (n_mb == 0) return TL_OK;
-    *any = 1;
+    return n_mb;
+}
+
+/* The engine step over micro-batches k0..k0+n_mb (this process's layers), with the cache
+ * model's prediction of the disk pages it reads and its stalls counted by phase. */
+static tl_status run_local(batch *b, int32_t k0, int32_t n_mb, int prefill) {
     /* the cache model: every disk page of the step's sequences is read, but for the fixed
      * set the cache holds */
     const tl_kv_params kp = kv_params(b);
+    tl_microbatch *mb = b->mb + k0;
     int64_t disk = 0;
     for (int32_t k = 0; k < n_mb; k++)
-        for (int32_t j = 0; j < b->mb[k].n_seqs; j++)
+        for (int32_t j = 0; j < mb[k].n_seqs; j++)
             disk += (int64_t)kp.n_layer *
-                    tl_kv_disk_pages(&kp, tl_kv_seq_len(b->kv, b->mb[k].seqs[j]));
+                    tl_kv_disk_pages(&kp, tl_kv_seq_len(b->kv, mb[k].seqs[j]));
     b->st.kv_predicted_reads += (uint64_t)(disk > kp.cache_pages ? disk - kp.cache_pages : 0);
-    double t0 = tl_now();
     tl_residency_stats r0, r1;
-    tl_kv_stats k0, k1;
+    tl_kv_stats k0s, k1s;
     tl_residency_get_stats(b->m->res, &r0);
-    tl_kv_get_stats(b->kv, &k0);
-    tl_status st = tl_engine_step(b->m, &b->scratch, b->kv, b->mb, n_mb);
+    tl_kv_get_stats(b->kv, &k0s);
+    tl_status st = tl_engine_step(b->m, &b->scratch, b->kv, mb, n_mb);
     tl_residency_get_stats(b->m->res, &r1);
-    tl_kv_get_stats(b->kv, &k1);
+    tl_kv_get_stats(b->kv, &k1s);
     /* stalls: waiting for weights (residency) or for KV pages */
-    const double stall = r1.stall_s - r0.stall_s + (k1.wait_s - k0.wait_s);
+    const double stall = r1.stall_s - r0.stall_s + (k1s.wait_s - k0s.wait_s);
     if (prefill) {
         b->st.prefill_stall_s += stall;
-        b->st.prefill_kv_wait_s += k1.wait_s - k0.wait_s;
+        b->st.prefill_kv_wait_s += k1s.wait_s - k0s.wait_s;
         b->st.prefill_passes += r1.passes - r0.passes;
     } else {
         b->st.decode_stall_s += stall;
-        b->st.decode_kv_wait_s += k1.wait_s - k0.wait_s;
+        b->st.decode_kv_wait_s += k1s.wait_s - k0s.wait_s;
         b->st.decode_passes += r1.passes - r0.passes;
     }
-    for (int32_t k = 0; k < n_mb && !st; k++) {
+    return st;
+}
+
+/* Samples each sequence that finished its prompt or decoded a row in micro-batches
+ * k0..k0+n_mb, from their logits. */
+static tl_status sample_range(batch *b, int32_t k0, int32_t n_mb, int prefill) {
+    const int32_t gbs = b->bp.gbs;
+    tl_status st = TL_OK;
+    for (int32_t k = k0; k < k0 + n_mb && !st; k++) {
         b->st.prompt_tokens += prefill ? (uint64_t)b->mb[k].n_rows : 0;
         for (int32_t j = 0; j < b->mb[k].n_logits && !st; j++)
             st = sample(b, &b->ss[b->lseq[(size_t)k * gbs + j]],
                         b->mb[k].logits + (size_t)j * b->m->lm.hp.n_vocab);
     }
+    return st;
+}
+
+/* One step over every non-empty micro-batch, then sampling. */
+static tl_status step(batch *b, int32_t n_seqs_block, int prefill, int32_t chunk, int *any) {
+    const int32_t n_mb = build_range(b, 0, b->bp.num_gb, n_seqs_block, prefill, chunk);
+    *any = n_mb > 0;
+    if (n_mb == 0) return TL_OK;
+    double t0 = tl_now();
+    tl_status st = run_local(b, 0, n_mb, prefill);
+    if (!st) st = sample_range(b, 0, n_mb, prefill);
     double dt = tl_now() - t0;
     if (prefill) b->st.prefill_s += dt;
     else b->st.decode_s += dt;
+    return st;
+}
+
+/* ---- rank 0 of a pipeline (exec/pipeline.h) ----
+ * The block's micro-batches are split into waves, as many as the pipeline has ranks (at
+ * most num_gb). Each wave goes through its own prefill and decode steps; rank 0 launches
+ * a wave's step (its layers, then the hidden states on) and moves to the next wave while
+ * the later ranks work on it, and collects the logits of a wave's step just before
+ * launching its next one. With as many waves as ranks every rank is busy once the
+ * pipeline has filled. */
+typedef struct wave {
+    int32_t k0, k1;   /* its micro-batches */
+    int prefill;      /* 1 prefill, 0 decode */
+    int32_t n_mb;     /* micro-batches of the step in flight (0: none) */
+    int done;
+} wave;
+
+/* Builds and launches wave w's next step; marks it done when it has none. */
+static tl_status wave_launch(batch *b, wave *w, int32_t n_seqs_block, int32_t chunk) {
+    while (!w->done) {
+        w->n_mb = build_range(b, w->k0, w->k1, n_seqs_block, w->prefill,
+                              w->prefill ? chunk : 1);
+        if (w->n_mb) break;
+        if (w->prefill) w->prefill = 0;
+        else w->done = 1;
+    }
+    if (w->done) return TL_OK;
+    const double t0 = tl_now();
+    tl_status st = run_local(b, w->k0, w->n_mb, w->prefill);
+    if (!st) st = tl_pipe_forward(b->m->pipe, b->mb + w->k0, w->n_mb);
+    if (w->prefill) b->st.prefill_s += tl_now() - t0;
+    else b->st.decode_s += tl_now() - t0;
+    return st;
+}
+
+/* Collects the logits of wave w's step in flight and samples. */
+static tl_status wave_complete(batch *b, wave *w) {
+    if (!w->n_mb) return TL_OK;
+    const double t0 = tl_now();
+    tl_status st = tl_pipe_collect(b->m->pipe, b->mb + w->k0, w->n_mb);
+    if (!st) st = sample_range(b, w->k0, w->n_mb, w->prefill);
+    if (w->prefill) b->st.prefill_s += tl_now() - t0;
+    else b->st.decode_s += tl_now() - t0;
+    w->n_mb = 0;
+    return st;
+}
+
+/* The block's prefill and decode through the pipeline, wave by wave. */
+static tl_status pipeline_block(batch *b, int32_t n_seqs_block, int32_t chunk,
+                                tl_batch_progress_fn on_progress, void *user, int *stop) {
+    wave waves[64];
+    int32_t n_w = tl_pipe_size(b->m->pipe);
+    if (n_w > b->bp.num_gb) n_w = b->bp.num_gb;
+    if (n_w > 64) n_w = 64;
+    for (int32_t i = 0; i < n_w; i++)
+        waves[i] = (wave){(int32_t)((int64_t)i * b->bp.num_gb / n_w),
+                          (int32_t)((int64_t)(i + 1) * b->bp.num_gb / n_w), 1, 0, 0};
+    tl_status st = TL_OK;
+    for (int active = 1; active && !st;) {
+        active = 0;
+        for (int32_t i = 0; i < n_w && !st; i++) {
+            st = wave_complete(b, &waves[i]);
+            if (!st && !*stop) st = wave_launch(b, &waves[i], n_seqs_block, chunk);
+            active |= waves[i].n_mb > 0;
+            if (!st && on_progress) {
+                fill_io_stats(b);
+                *stop = *stop || on_progress(user, &b->st) != 0;
+            }
+        }
+    }
     return st;
 }
 
@@ -466,6 +563,40 @@ tl_status tl_batch_check(tl_model *m, const tl_batch_params *bpp) {
     st = tl_engine_plan_weights(m, need, m->lm.params.prefetch, m->lm.params.overlap,
                                 m->lm.params.w_mem_pct, &plan);
     tl_weight_plan_free(&plan);
+    return st;
+}
+
+/* The params a run opens with: checked, pages aligned, rows per micro-batch. */
+static tl_status open_params(batch *b, const tl_batch_params *bpp) {
+    b->bp = bpp ? *bpp : tl_batch_default_params();
+    tl_status st = check_params(&b->bp);
+    if (!st) st = tl_llama_check_context(&b->m->lm, b->bp.n_ctx);
+    if (st) return st;
+    align_pages(b->m, &b->bp);
+    b->rows_per_mb = b->bp.prefill_rows < b->bp.gbs ? b->bp.gbs : b->bp.prefill_rows;
+    return TL_OK;
+}
+
+tl_pipe_shape tl_batch_pipe_shape(const tl_model *m, const tl_batch_params *bp) {
+    batch b;
+    memset(&b, 0, sizeof b);
+    b.m = (tl_model *)m;
+    if (open_params(&b, bp)) return (tl_pipe_shape){0, 0, 0}; /* tl_pipe_open refuses it */
+    return (tl_pipe_shape){b.bp.num_gb, b.bp.num_gb * b.rows_per_mb, b.bp.num_gb * b.bp.gbs};
+}
+
+tl_status tl_batch_pipeline_work(tl_model *m, const tl_batch_params *bpp, tl_batch_stats *stats) {
+    if (!m->pipe) return tl_error_set(TL_ERR_INVALID, "the model is not a pipeline stage");
+    batch b;
+    memset(&b, 0, sizeof b);
+    b.m = m;
+    b.t_start = tl_now();
+    tl_status st = open_params(&b, bpp);
+    if (!st) st = batch_init(&b);
+    if (!st) st = tl_pipe_work(m->pipe, &b.scratch, b.kv, b.bp.gbs * b.bp.num_gb);
+    if (b.kv) fill_io_stats(&b);
+    if (stats) *stats = b.st;
+    batch_free(&b);
     return st;
 }
 
@@ -554,6 +685,9 @@ tl_status tl_batch_generate_ex(tl_model *m, const tl_batch_params *bpp,
     tl_status st = check_params(&b.bp);
     if (!st) st = tl_llama_check_context(&m->lm, b.bp.n_ctx);
     if (!st) st = tl_sampler_params_check(&b.gp.sampler);
+    if (!st && m->pipe && run && run->replan)
+        st = tl_error_set(TL_ERR_INVALID, "a pipeline's batch run cannot re-plan: every rank "
+                          "holds the same policy");
     if (st) return st;
     align_pages(m, &b.bp);
     b.rows_per_mb = b.bp.prefill_rows < b.bp.gbs ? b.bp.gbs : b.bp.prefill_rows;
@@ -575,7 +709,8 @@ tl_status tl_batch_generate_ex(tl_model *m, const tl_batch_params *bpp,
         for (int32_t i = 0; i < n_blk && !st; i++)
             st = seq_start(&b, &b.ss[i], first + i, prompts[first + i], n_predict);
         int32_t chunk = b.rows_per_mb / b.bp.gbs;
-        for (int prefill = 1; prefill >= 0; prefill--) { /* prefill chunk by chunk, decode */
+        if (!st && m->pipe) st = pipeline_block(&b, n_blk, chunk, on_progress, user, &stop);
+        for (int prefill = 1; prefill >= 0 && !m->pipe; prefill--) { /* prefill, then decode */
             int any = 1;
             while (!st && any && !stop) {
                 st = step(&b, n_blk, prefill, prefill ? chunk : 1, &any);

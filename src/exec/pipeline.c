@@ -91,6 +91,8 @@ tl_status tl_pipe_open(tl_model *m, tl_link *l, const tl_pipe_shape *shape) {
     return st;
 }
 
+int tl_pipe_size(const tl_pipe *p) { return p->size; }
+
 /* Waits for every send from buffer i. */
 static tl_status settle(tl_pipe *p, int i) {
     tl_status st = tl_link_wait(p->link, &p->req[i]);

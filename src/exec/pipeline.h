@@ -36,6 +36,9 @@ tl_status tl_pipe_open(tl_model *m, tl_link *l, const tl_pipe_shape *shape);
 /* Waits for this rank's sends and frees the pipe (nothing when m has none). */
 tl_status tl_pipe_close(tl_model *m);
 
+/* Ranks in the pipeline. */
+int tl_pipe_size(const tl_pipe *p);
+
 /* Rank 0, after its engine step over mb[0..n_mb): sends the rows and hidden states on. */
 tl_status tl_pipe_forward(tl_pipe *p, const tl_microbatch *mb, int32_t n_mb);
 /* Rank 0: receives into mb[k].logits the logits of the oldest forwarded step not yet
@@ -52,5 +55,11 @@ tl_status tl_pipe_work(tl_pipe *p, tl_llama_scratch *s, tl_kv *kv, int32_t max_s
  * run instead of generating: rank 0's context steps, through this rank's layers. */
 tl_pipe_shape tl_context_pipe_shape(const tl_model *m, const tl_context_params *p);
 tl_status tl_context_pipeline_work(tl_context *c);
+/* The same for `batch` (batch.c): the pipe shape of a batch run with these params (a
+ * block's micro-batches, their rows and logit rows), and the loop of ranks > 0, which
+ * hold the same block state as rank 0 but for its output. Rank 0 runs tl_batch_generate
+ * on a model with a pipe; it may not re-plan. */
+tl_pipe_shape tl_batch_pipe_shape(const tl_model *m, const tl_batch_params *bp);
+tl_status tl_batch_pipeline_work(tl_model *m, const tl_batch_params *bp, tl_batch_stats *stats);
 
 #endif

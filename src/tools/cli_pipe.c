@@ -93,3 +93,11 @@ int cli_pipe_end(cli_pipe *p, tl_model *m, tl_status st) {
     p->link = NULL;
     return 0;
 }
+
+int cli_pipe_abort(cli_pipe *p, int code) {
+    if (p->link) {
+        fflush(stderr);
+        tl_link_abort(p->link, code);
+    }
+    return code;
+}

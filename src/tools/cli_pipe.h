@@ -25,5 +25,8 @@ tl_status cli_pipe_attach(cli_pipe *p, tl_model *m, const tl_pipe_shape *shape);
  * leaves the job. With st != TL_OK the error is printed with the rank and the job ends
  * here with a non-zero code everywhere. Returns the exit code. */
 int cli_pipe_end(cli_pipe *p, tl_model *m, tl_status st);
+/* After an error already printed: ends the whole job with `code` (returns it without a
+ * pipeline). */
+int cli_pipe_abort(cli_pipe *p, int code);
 
 #endif

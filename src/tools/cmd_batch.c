@@ -20,6 +20,7 @@
 #include "tools/batch_output.h"
 #include "tools/cli.h"
 #include "tools/cli_plan.h"
+#include "tools/cli_pipe.h"
 #include "exec/engine.h"
 #include "plan/replan.h"
 #include "base/clock.h"
@@ -71,6 +72,11 @@ static void usage(void) {
            "  --lossy-kv              auto may choose 8- or 4-bit KV\n"
            "  --no-replan             auto keeps its first policy whatever the run measures\n"
            "  --stats                 predicted vs measured, term by term\n"
+           "pipeline (an MPI build, under mpirun -np N):\n"
+           "  --pipeline              each rank holds a contiguous range of layers with its\n"
+           "                          own --mem-budget and the same batch knobs; rank 0 reads\n"
+           "                          the input and writes the output\n"
+           "  --pipeline-layers LIST  layers per rank, e.g. 12,10 (default: an even split)\n"
            "exit: 0 all done, 1 error, 2 usage, 3 done but some prompts failed (their lines\n"
            "      say finish_reason \"error\"), 128+N stopped by signal N (--resume continues)\n");
 }
@@ -356,6 +362,44 @@ static int make_run_list(const batch_input *in, const batch_out *out, run_list *
     return 1;
 }
 
+/* The model as this rank's stage (the whole model without a pipeline), with its pipe, and
+ * the context a model with learned positions defaults to: the same on every rank. */
+static tl_status open_stage(cli_pipe *pp, const char *model_path, const tl_model_params *mp,
+                            tl_batch_params *bp, int ctx_given, tl_model **m) {
+    tl_status st = tl_model_open(model_path, mp, m);
+    /* learned positions end at the training context: the default context stops there */
+    if (!st && !ctx_given && (*m)->lm.hp.pos_learned && bp->n_ctx > (*m)->lm.hp.n_ctx_train)
+        bp->n_ctx = (*m)->lm.hp.n_ctx_train;
+    if (!st && pp->link) {
+        const tl_pipe_shape shape = tl_batch_pipe_shape(*m, bp);
+        st = cli_pipe_attach(pp, *m, &shape);
+    }
+    return st;
+}
+
+/* Ranks > 0 of a pipeline: serve rank 0's block steps through this rank's layers. */
+static int batch_stage(cli_pipe *pp, const char *model_path, const tl_model_params *mp,
+                       tl_batch_params *bp, int ctx_given, int weights_copy,
+                       const char *profile_path, int stats) {
+    tl_model *m = NULL;
+    tl_batch_stats bs;
+    memset(&bs, 0, sizeof bs);
+    tl_status st = open_stage(pp, model_path, mp, bp, ctx_given, &m);
+    if (!st) st = weights_from_copy(m, weights_copy, NULL, profile_path);
+    if (!st) st = tl_batch_pipeline_work(m, bp, &bs);
+    if (!st && stats)
+        fprintf(stderr, "[stats] rank %d of %d (layers %d..%d) | budget %.1f MiB (peak %.1f "
+                "MiB) | weights read %.1f MiB | KV read %.1f MiB, written %.1f MiB | stall "
+                "%.2f s over %.2f s\n", pp->rank, pp->size, (int)m->lm.stage_first,
+                (int)m->lm.stage_end - 1, tl_budget_limit(m->lm.budget) / 1048576.0,
+                tl_budget_peak(m->lm.budget) / 1048576.0, bs.weight_bytes_read / 1048576.0,
+                bs.kv_bytes_read / 1048576.0, bs.ssd_bytes_written / 1048576.0,
+                bs.prefill_stall_s + bs.decode_stall_s, bs.elapsed_s);
+    int code = cli_pipe_end(pp, m, st);
+    tl_model_close(m);
+    return code;
+}
+
 int tl_cmd_batch(int argc, char **argv) {
     const double t_start = tl_now();
     const char *model_path = NULL, *in_path = NULL, *out_path = NULL;
@@ -366,8 +410,8 @@ int tl_cmd_batch(int argc, char **argv) {
     gp.sampler.seed = 24301;
     int progress = isatty(2), w_mem = 100, out_mode = BATCH_OUT_NEW, mode_flags = 0;
     int policy = -1, knobs = 0, stats = 0, lossy = 0, replan = 1, kv_bits_given = 0, ctx_given = 0;
-    int weights_copy = -1;
-    const char *profile_path = NULL;
+    int weights_copy = -1, pipeline = 0;
+    const char *profile_path = NULL, *pipeline_layers = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
 #define VAL() if (!(v = cli_value(argc, argv, &i))) return 2
@@ -426,6 +470,8 @@ int tl_cmd_batch(int argc, char **argv) {
             else { fprintf(stderr, "error: --weights-copy expects auto, on or off\n"); return 2; }
         }
         else if (!strcmp(a, "--stats")) stats = 1;
+        else if (!strcmp(a, "--pipeline")) pipeline = 1;
+        else if (!strcmp(a, "--pipeline-layers")) { VAL(); pipeline_layers = v; pipeline = 1; }
         else {
             fprintf(stderr, "error: unknown option '%s' (see tierllm batch --help)\n", a);
             return 2;
@@ -451,14 +497,26 @@ int tl_cmd_batch(int argc, char **argv) {
                 "weight placement and prefetch itself; drop those flags or use --policy manual\n");
         return 2;
     }
-    if (policy < 0) policy = mp.mem_budget > 0 && !knobs;
+    if (pipeline && policy == 1) {
+        fprintf(stderr, "error: --pipeline runs the manual policy on every rank (each with "
+                "its own --mem-budget); drop --policy auto\n");
+        return 2;
+    }
+    if (policy < 0) policy = mp.mem_budget > 0 && !knobs && !pipeline;
+    cli_pipe pp = {0};
+    if (pipeline) {
+        int prc = cli_pipe_start(&pp, model_path, pipeline_layers, &mp);
+        if (prc) return prc;
+        if (pp.rank > 0) return batch_stage(&pp, model_path, &mp, &bp, ctx_given, weights_copy,
+                                            profile_path, stats);
+    }
 
     /* 1. the output: checked and locked, not touched */
     char err[1024];
     batch_out out;
     if (batch_out_prepare(&out, out_path, in_path, out_mode, err, sizeof err)) {
         fprintf(stderr, "error: %s\n", err);
-        return 1;
+        return cli_pipe_abort(&pp, 1);
     }
     /* 2. the input, strictly */
     batch_input in;
@@ -466,7 +524,7 @@ int tl_cmd_batch(int argc, char **argv) {
                          sizeof err)) {
         fprintf(stderr, "error: %s\n", err);
         batch_out_close(&out, NULL, 0);
-        return 1;
+        return cli_pipe_abort(&pp, 1);
     }
     run_list rl;
     int32_t n_done = 0, n_bad = 0;
@@ -475,7 +533,7 @@ int tl_cmd_batch(int argc, char **argv) {
         run_list_free(&rl);
         batch_input_free(&in);
         batch_out_close(&out, NULL, 0);
-        return 1;
+        return cli_pipe_abort(&pp, 1);
     }
     if (n_done) fprintf(stderr, "batch: --resume: %d of %d prompts already done in %s\n",
                         (int)n_done, (int)in.n, out_path);
@@ -489,14 +547,11 @@ int tl_cmd_batch(int argc, char **argv) {
     int predicted = 0;
     tl_status st = TL_OK;
     double load_s = 0, plan_s = 0;
-    if (rl.n > 0) {
+    if (rl.n > 0 || pp.link) { /* a pipeline's rank 0 tells the others, even of no work */
         double t0 = tl_now();
-        st = tl_model_open(model_path, &mp, &m);
+        st = open_stage(&pp, model_path, &mp, &bp, ctx_given, &m);
         load_s = tl_now() - t0;
         t0 = tl_now();
-        /* learned positions end at the training context: the default context stops there */
-        if (!st && !ctx_given && m->lm.hp.pos_learned && bp.n_ctx > m->lm.hp.n_ctx_train)
-            bp.n_ctx = m->lm.hp.n_ctx_train;
         if (!st && policy == 1) {
             st = plan_batch(m, &rl, &bp, &gp, profile_path, lossy, kv_bits_given, ctx_given, 1,
                             &rq, &chosen, &rp);
@@ -516,7 +571,7 @@ int tl_cmd_batch(int argc, char **argv) {
         plan_s = tl_now() - t0;
     }
     if (st) {
-        int code = cli_fail(st);
+        int code = pp.link ? cli_pipe_end(&pp, m, st) : cli_fail(st);
         free(rp);
         tl_model_close(m);
         run_list_free(&rl);
@@ -597,6 +652,10 @@ int tl_cmd_batch(int argc, char **argv) {
         code = EXIT_SOME_FAILED;
     }
     const double t0 = tl_now();
+    if (pp.link) {
+        int pcode = cli_pipe_end(&pp, m, st && st != TL_ERR_CANCELLED ? st : TL_OK);
+        if (!code) code = pcode;
+    }
     tl_model_close(m);
     if (stats && rl.n > 0) { /* the costs that are not the work: the wall time around it */
         const double wall = tl_now() - t_start, close_s = tl_now() - t0;
