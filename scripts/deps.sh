@@ -2,7 +2,7 @@
 # deps.sh - installs the Debian packages tierllm's build, tests and fuzzing need, only
 # those that are missing. Safe to run repeatedly.
 set -euo pipefail
-need=(build-essential cmake python3-numpy clang libclang-rt-14-dev liburing-dev coinor-libclp-dev libjansson-dev libmicrohttpd-dev curl)
+need=(build-essential cmake python3-numpy clang libclang-rt-14-dev liburing-dev coinor-libclp-dev libjansson-dev libmicrohttpd-dev curl libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${need[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# pipeline_cli.sh TIERLLM MODELS_DIR - `run` and `batch` across processes with mpirun on
+# loopback (exec/pipeline.h): -np 2 and -np 3 give the same tokens as one process, for
+# stories260K with every layer resident and for a synthetic model whose stages stream
+# their weights (run) or spill their KV to disk (batch); every rank reports a budget peak
+# within its own --mem-budget; rank 1 killed mid-run ends the whole job within seconds
+# with a non-zero exit, and the result lines rank 0 had written stay whole; bad splits and
+# --policy auto are refused.
+set -u
+bin=$1; models=$2
+m=$models/stories260K.gguf
+fails=0
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tl_pipeline_cli.XXXXXX"); trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+py=/usr/bin/python3
+[ -f "$m" ] || { echo "FAIL: $m is missing"; exit 1; }
+command -v mpirun >/dev/null || { echo "FAIL: mpirun is missing (Debian: openmpi-bin)"; exit 1; }
+mpi() { np=$1; shift; timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$np" "$@"; }
+
+# every "budget X MiB (peak Y MiB)" in a stats file has Y <= X, and there are n of them
+peaks_ok() {
+    $py - "$1" "$2" <<'P'
+import re, sys
+t = open(sys.argv[1]).read()
+pairs = [(float(a), float(b)) for a, b in re.findall(r"budget ([0-9.]+) MiB \(peak ([0-9.]+) MiB\)", t)]
+assert len(pairs) >= int(sys.argv[2]), pairs
+assert all(p <= b for b, p in pairs), pairs
+P
+}
+
+same_results() {
+    $py - "$1" "$2" <<'P'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
+for x, y in zip(a, b):
+    assert x["id"] == y["id"] and x["tokens"] == y["tokens"], (x, y)
+P
+}
+
+# --- run: stories260K, resident -------------------------------------------------------
+"$bin" run -m "$m" -p "Once upon a time" -n 48 --temp 0 >"$tmp/one.txt" 2>/dev/null ||
+    fail "run alone"
+for np in 2 3; do
+    mpi $np "$bin" run -m "$m" -p "Once upon a time" -n 48 --temp 0 --pipeline --stats \
+        >"$tmp/run$np.txt" 2>"$tmp/run$np.err" || fail "run -np $np: $(tail -3 "$tmp/run$np.err")"
+    cmp -s "$tmp/one.txt" "$tmp/run$np.txt" || fail "run -np $np: text differs from one process"
+    peaks_ok "$tmp/run$np.err" $np || fail "run -np $np: a rank over its budget or silent"
+    [ "$(grep -o '\[stats\] rank [0-9]' "$tmp/run$np.err" | sort -u | wc -l)" = $((np - 1)) ] ||
+        fail "run -np $np: not every later rank reported"
+done
+
+# --- run: a synthetic model whose stages stream -------------------------------------
+syn=$tmp/syn12.gguf
+"$bin" synth --vocab 2048 --embd 256 --ff 768 --layers 12 --heads 8 --kv-heads 4 --ctx 512 \
+    --type q8_0 -o "$syn" >/dev/null 2>&1 || fail "synth"
+"$bin" run -m "$syn" -p "alpha beta gamma" -n 32 --temp 0 >"$tmp/syn1.txt" 2>/dev/null ||
+    fail "synthetic run alone"
+for np in 2 3; do # a budget under each stage's layers, so they stream
+    mpi $np "$bin" run -m "$syn" -p "alpha beta gamma" -n 32 --temp 0 --pipeline --stats \
+        --mem-budget 5M -c 256 -b 16 >"$tmp/syn$np.txt" 2>"$tmp/syn$np.err" ||
+        fail "synthetic run -np $np: $(tail -3 "$tmp/syn$np.err")"
+    cmp -s "$tmp/syn1.txt" "$tmp/syn$np.txt" || fail "synthetic run -np $np: text differs"
+    peaks_ok "$tmp/syn$np.err" $np || fail "synthetic run -np $np: a rank over its budget"
+    grep -q "streamed [1-9][0-9.]* MiB per pass" "$tmp/syn$np.err" ||
+        fail "synthetic run -np $np: no stage streamed its weights: $(grep stats "$tmp/syn$np.err")"
+done
+
+# --- batch: stories260K resident, and the synthetic model with KV on disk -------------
+$py - "$tmp/p.jsonl" <<'P'
+import json, sys
+ps = ["Once upon a time", "The little dog", "Lily and Ben went", "A big red ball",
+      "The sun was", "Tom had a toy", "She looked at the sky", "In the park there was",
+      "One day a cat", "The bird sang", "Mom said", "They played"]
+with open(sys.argv[1], "w") as f:
+    for i, p in enumerate(ps):
+        f.write(json.dumps({"prompt": p, "n_predict": 12 + 3 * i}) + "\n")
+P
+"$bin" batch -m "$m" -i "$tmp/p.jsonl" -o "$tmp/b1.jsonl" --temp 0.8 --gbs 2 --num-gb 3 \
+    2>/dev/null || fail "batch alone"
+"$bin" batch -m "$syn" -i "$tmp/p.jsonl" -o "$tmp/s1.jsonl" --temp 0 --gbs 2 --num-gb 3 \
+    -c 128 --kv-mem 30 --prefill-rows 16 2>/dev/null || fail "synthetic batch alone"
+for np in 2 3; do
+    mpi $np "$bin" batch -m "$m" -i "$tmp/p.jsonl" -o "$tmp/b$np.jsonl" --temp 0.8 --gbs 2 \
+        --num-gb 3 --pipeline --stats 2>"$tmp/b$np.err" ||
+        fail "batch -np $np: $(tail -3 "$tmp/b$np.err")"
+    same_results "$tmp/b1.jsonl" "$tmp/b$np.jsonl" || fail "batch -np $np: results differ"
+    mpi $np "$bin" batch -m "$syn" -i "$tmp/p.jsonl" -o "$tmp/s$np.jsonl" --temp 0 --gbs 2 \
+        --num-gb 3 -c 128 --kv-mem 30 --prefill-rows 16 --mem-budget 8M --pipeline --stats \
+        2>"$tmp/s$np.err" || fail "synthetic batch -np $np: $(tail -3 "$tmp/s$np.err")"
+    same_results "$tmp/s1.jsonl" "$tmp/s$np.jsonl" || fail "synthetic batch -np $np: results differ"
+    peaks_ok "$tmp/s$np.err" $((np - 1)) || fail "synthetic batch -np $np: a rank over its budget"
+    grep -q "KV read [1-9][0-9.]* MiB" "$tmp/s$np.err" ||
+        fail "synthetic batch -np $np: no KV read back from disk on a later rank"
+done
+
+# --- rank 1 killed mid-run ---------------------------------------------------------------
+$py - "$tmp/long.jsonl" <<'P'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(400):
+        f.write(json.dumps({"prompt": "alpha beta gamma %d" % i, "n_predict": 48}) + "\n")
+P
+cat >"$tmp/wrap.sh" <<W
+#!/bin/sh
+echo \$\$ > "$tmp/pid.\$OMPI_COMM_WORLD_RANK"
+exec "\$@"
+W
+chmod +x "$tmp/wrap.sh"
+mpirun --allow-run-as-root --oversubscribe -np 2 "$tmp/wrap.sh" "$bin" batch -m "$syn" \
+    -i "$tmp/long.jsonl" -o "$tmp/k.jsonl" --temp 0 --gbs 2 --num-gb 2 --pipeline \
+    >/dev/null 2>"$tmp/k.err" &
+job=$!
+for _ in $(seq 600); do # until rank 0 has written a block's results
+    [ -s "$tmp/k.jsonl" ] && [ -f "$tmp/pid.1" ] && break
+    sleep 0.05
+done
+if [ -s "$tmp/k.jsonl" ] && [ -f "$tmp/pid.1" ]; then
+    kill -9 "$(cat "$tmp/pid.1")"
+    t0=$(date +%s.%N)
+    wait $job; rc=$?
+    dt=$($py -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$t0" "$(date +%s.%N)")
+    [ $rc -ne 0 ] || fail "kill: the job exited 0 with rank 1 killed"
+    $py -c "import sys; sys.exit(0 if float(sys.argv[1]) < 10 else 1)" "$dt" ||
+        fail "kill: the job took $dt s to end"
+    for _ in $(seq 100); do kill -0 "$(cat "$tmp/pid.0")" 2>/dev/null || break; sleep 0.05; done
+    kill -0 "$(cat "$tmp/pid.0")" 2>/dev/null && fail "kill: rank 0 still runs 5 s after mpirun"
+    $py - "$tmp/k.jsonl" <<'P' || fail "kill: rank 0's written results are not whole"
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert lines, "nothing kept"
+for l in lines:
+    r = json.loads(l)
+    assert r["finish_reason"] in ("length", "stop"), r
+P
+else
+    kill -9 $job 2>/dev/null; wait $job
+    fail "kill: rank 0 wrote no result within 30 s: $(tail -3 "$tmp/k.err")"
+fi
+
+# --- refusals ---------------------------------------------------------------------------
+mpi 2 "$bin" run -m "$m" -p hi -n 4 --pipeline-layers 1,1 >/dev/null 2>"$tmp/e1"
+[ $? -ne 0 ] && grep -q "add up to 5" "$tmp/e1" || fail "a split that does not cover the layers: $(cat "$tmp/e1")"
+"$bin" run -m "$m" -p hi -n 4 --pipeline --policy auto >/dev/null 2>"$tmp/e2"
+[ $? -eq 2 ] && grep -q "drop --policy auto" "$tmp/e2" || fail "--pipeline --policy auto: $(cat "$tmp/e2")"
+mpi 6 "$bin" run -m "$m" -p hi -n 4 --pipeline >/dev/null 2>"$tmp/e3"
+[ $? -ne 0 ] && grep -q "at most one rank per layer" "$tmp/e3" || fail "more ranks than layers: $(cat "$tmp/e3")"
+
+[ $fails -eq 0 ] && echo "pipeline_cli: all passed" || echo "pipeline_cli: $fails failed"
+exit $((fails > 0))
