@@ -81,6 +81,10 @@ static tl_status embed(tl_model *m, const int32_t *tokens, int32_t n, float *x) 
 tl_status tl_engine_step(tl_model *m, tl_llama_scratch *s, tl_kv *kv, tl_microbatch *mb,
                          int32_t num_gb) {
     const int32_t L = m->lm.hp.n_layer, first = m->lm.stage_first, end = m->lm.stage_end;
+    if ((first > 0 || end < L) && !m->pipe)
+        return tl_error_set(TL_ERR_INVALID, "the model holds layers %d..%d of %d, a pipeline "
+                            "stage, but has no pipeline to pass its rows on", (int)first,
+                            (int)end - 1, (int)L);
     int need_output = 0;
     for (int32_t k = 0; k < num_gb && end == L; k++) need_output |= mb[k].n_logits > 0;
     tl_residency *r = m->res;
