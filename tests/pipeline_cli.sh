@@ -3,7 +3,8 @@
 # loopback (exec/pipeline.h): -np 2 and -np 3 give the same tokens as one process, for
 # stories260K with every layer resident and for a synthetic model whose stages stream
 # their weights (run) or spill their KV to disk (batch); every rank reports a budget peak
-# within its own --mem-budget; rank 1 killed mid-run ends the whole job within seconds
+# within its own --mem-budget; batch --stats prints each stage's prediction and the
+# pipeline's beside the measurement; rank 1 killed mid-run ends the whole job within seconds
 # with a non-zero exit, and the result lines rank 0 had written stay whole; bad splits and
 # --policy auto are refused.
 set -u
@@ -47,8 +48,8 @@ for np in 2 3; do
         >"$tmp/run$np.txt" 2>"$tmp/run$np.err" || fail "run -np $np: $(tail -3 "$tmp/run$np.err")"
     cmp -s "$tmp/one.txt" "$tmp/run$np.txt" || fail "run -np $np: text differs from one process"
     peaks_ok "$tmp/run$np.err" $np || fail "run -np $np: a rank over its budget or silent"
-    [ "$(grep -o '\[stats\] rank [0-9]' "$tmp/run$np.err" | sort -u | wc -l)" = $((np - 1)) ] ||
-        fail "run -np $np: not every later rank reported"
+    [ "$(grep -o '\[stats\] rank [0-9]' "$tmp/run$np.err" | sort -u | wc -l)" = $np ] ||
+        fail "run -np $np: not every rank reported"
 done
 
 # --- run: a synthetic model whose stages stream -------------------------------------
@@ -91,6 +92,10 @@ for np in 2 3; do
         2>"$tmp/s$np.err" || fail "synthetic batch -np $np: $(tail -3 "$tmp/s$np.err")"
     same_results "$tmp/s1.jsonl" "$tmp/s$np.jsonl" || fail "synthetic batch -np $np: results differ"
     peaks_ok "$tmp/s$np.err" $((np - 1)) || fail "synthetic batch -np $np: a rank over its budget"
+    grep -q "^\[plan\] pipeline: predicted .* measured .* (error " "$tmp/s$np.err" ||
+        fail "synthetic batch -np $np: no pipeline prediction beside the measurement"
+    [ "$(grep -c '^\[plan\] stage [0-9] (layers' "$tmp/s$np.err")" = $np ] ||
+        fail "synthetic batch -np $np: not every stage's prediction"
     grep -q "KV read [1-9][0-9.]* MiB" "$tmp/s$np.err" ||
         fail "synthetic batch -np $np: no KV read back from disk on a later rank"
 done

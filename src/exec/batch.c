@@ -476,10 +476,8 @@ static tl_status wave_complete(batch *b, wave *w) {
 /* The block's prefill and decode through the pipeline, wave by wave. */
 static tl_status pipeline_block(batch *b, int32_t n_seqs_block, int32_t chunk,
                                 tl_batch_progress_fn on_progress, void *user, int *stop) {
-    wave waves[64];
-    int32_t n_w = tl_pipe_size(b->m->pipe);
-    if (n_w > b->bp.num_gb) n_w = b->bp.num_gb;
-    if (n_w > 64) n_w = 64;
+    wave waves[TL_PIPE_MAX_WAVES];
+    const int32_t n_w = tl_batch_pipe_waves(tl_pipe_size(b->m->pipe), b->bp.num_gb);
     for (int32_t i = 0; i < n_w; i++)
         waves[i] = (wave){(int32_t)((int64_t)i * b->bp.num_gb / n_w),
                           (int32_t)((int64_t)(i + 1) * b->bp.num_gb / n_w), 1, 0, 0};

@@ -14,10 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include "exec/pipeline.h"
+#include "base/clock.h"
 #include "base/status.h"
 
 enum { OP_STEP = 1, OP_END = 2 };
-enum { TAG_STEP = 11, TAG_LOGITS = 12 };
+enum { TAG_STEP = 11, TAG_LOGITS = 12, TAG_SHARE = 13, TAG_GATHER = 14 };
 
 struct tl_pipe {
     tl_model *m;
@@ -31,7 +32,25 @@ struct tl_pipe {
     tl_link_req *lreq[2];     /* [max_mb] each */
     uint64_t steps;           /* messages through this rank */
     uint64_t collected;       /* rank 0: steps whose logits came back */
+    uint64_t bytes_sent;
+    int finished;             /* rank 0: the end went out */
+    double t_open, wait_s;    /* when the pipe opened; seconds blocked receiving */
 };
+
+/* A receive, its time counted as waiting. */
+static tl_status recv_timed(tl_pipe *p, int peer, int tag, void *buf, size_t cap, size_t *got) {
+    const double t0 = tl_now();
+    tl_status st = tl_link_recv(p->link, peer, tag, buf, cap, got);
+    p->wait_s += tl_now() - t0;
+    return st;
+}
+
+static tl_status send_counted(tl_pipe *p, int peer, int tag, const void *buf, size_t n,
+                              tl_link_req *req) {
+    tl_status st = tl_link_isend(p->link, peer, tag, buf, n, req);
+    if (!st) p->bytes_sent += n;
+    return st;
+}
 
 static size_t hdr_ints(const tl_pipe_shape *s) {
     return 2 + 3 * (size_t)s->max_mb + 2 * (size_t)s->max_rows + (size_t)s->max_logits +
@@ -74,6 +93,7 @@ tl_status tl_pipe_open(tl_model *m, tl_link *l, const tl_pipe_shape *shape) {
     p->rank = rank;
     p->size = size;
     p->shape = *shape;
+    p->t_open = tl_now();
     sizes(m, shape, &p->hdr_bytes, &p->msg_bytes, &p->logit_bytes);
     tl_status st = TL_OK;
     for (int i = 0; i < 2 && !st; i++) {
@@ -92,6 +112,50 @@ tl_status tl_pipe_open(tl_model *m, tl_link *l, const tl_pipe_shape *shape) {
 }
 
 int tl_pipe_size(const tl_pipe *p) { return p->size; }
+int tl_pipe_rank(const tl_pipe *p) { return p->rank; }
+
+void tl_pipe_get_stats(const tl_pipe *p, tl_pipe_stats *out) {
+    out->wait_s = p->wait_s;
+    out->since_s = tl_now() - p->t_open;
+    out->steps = p->steps;
+    out->bytes_sent = p->bytes_sent;
+}
+
+tl_status tl_pipe_share(tl_pipe *p, void *buf, size_t n) {
+    if (p->rank > 0) {
+        size_t got = 0;
+        tl_status st = tl_link_recv(p->link, 0, TAG_SHARE, buf, n, &got);
+        if (!st && got != n)
+            st = tl_error_set(TL_ERR_IO, "pipeline: %zu shared bytes where %zu were due", got, n);
+        return st;
+    }
+    tl_status st = TL_OK;
+    for (int r = 1; r < p->size && !st; r++) {
+        tl_link_req req = {0};
+        st = tl_link_isend(p->link, r, TAG_SHARE, buf, n, &req);
+        if (!st) st = tl_link_wait(p->link, &req);
+    }
+    return st;
+}
+
+tl_status tl_pipe_gather(tl_pipe *p, const double *mine, size_t n, double *all) {
+    if (p->rank > 0) {
+        tl_link_req req = {0};
+        tl_status st = tl_link_isend(p->link, 0, TAG_GATHER, mine, n * sizeof *mine, &req);
+        if (!st) st = tl_link_wait(p->link, &req);
+        return st;
+    }
+    memcpy(all, mine, n * sizeof *mine);
+    for (int r = 1; r < p->size; r++) {
+        size_t got = 0;
+        tl_status st = tl_link_recv(p->link, r, TAG_GATHER, all + (size_t)r * n,
+                                    n * sizeof *all, &got);
+        if (!st && got != n * sizeof *all)
+            st = tl_error_set(TL_ERR_IO, "pipeline: rank %d sent %zu bytes of figures", r, got);
+        if (st) return st;
+    }
+    return TL_OK;
+}
 
 /* Waits for every send from buffer i. */
 static tl_status settle(tl_pipe *p, int i) {
@@ -160,7 +224,7 @@ tl_status tl_pipe_forward(tl_pipe *p, const tl_microbatch *mb, int32_t n_mb) {
     const int i = (int)(p->steps % 2);
     if ((st = settle(p, i))) return st;
     const size_t bytes = pack(p, p->buf[i], mb, n_mb);
-    st = tl_link_isend(p->link, p->rank + 1, TAG_STEP, p->buf[i], bytes, &p->req[i]);
+    st = send_counted(p, p->rank + 1, TAG_STEP, p->buf[i], bytes, &p->req[i]);
     if (!st) p->steps++;
     return st;
 }
@@ -171,7 +235,7 @@ tl_status tl_pipe_collect(tl_pipe *p, tl_microbatch *mb, int32_t n_mb) {
         if (mb[k].n_logits == 0) continue;
         const size_t want = (size_t)mb[k].n_logits * vocab * sizeof(float);
         size_t got = 0;
-        tl_status st = tl_link_recv(p->link, p->size - 1, TAG_LOGITS, mb[k].logits, want, &got);
+        tl_status st = recv_timed(p, p->size - 1, TAG_LOGITS, mb[k].logits, want, &got);
         if (st) return tl_error_wrap(st, "pipeline logits");
         if (got != want)
             return tl_error_set(TL_ERR_IO, "pipeline: rank %d sent %zu bytes of logits where "
@@ -182,6 +246,8 @@ tl_status tl_pipe_collect(tl_pipe *p, tl_microbatch *mb, int32_t n_mb) {
 }
 
 tl_status tl_pipe_finish(tl_pipe *p) {
+    if (p->finished) return TL_OK;
+    p->finished = 1;
     const int i = (int)(p->steps % 2);
     tl_status st = settle(p, i);
     if (st) return st;
@@ -273,8 +339,7 @@ tl_status tl_pipe_work(tl_pipe *p, tl_llama_scratch *s, tl_kv *kv, int32_t max_s
         const int i = (int)(p->steps % 2);
         if ((st = settle(p, i))) break;
         size_t got = 0;
-        if ((st = tl_link_recv(p->link, p->rank - 1, TAG_STEP, p->buf[i], p->msg_bytes, &got)))
-            break;
+        if ((st = recv_timed(p, p->rank - 1, TAG_STEP, p->buf[i], p->msg_bytes, &got))) break;
         const int32_t op = got >= 2 * sizeof(int32_t) ? ((int32_t *)(void *)p->buf[i])[0] : 0;
         if (op == OP_END) {
             if (!last) st = tl_link_isend(p->link, p->rank + 1, TAG_STEP, p->buf[i], got, &p->req[i]);
@@ -294,11 +359,11 @@ tl_status tl_pipe_work(tl_pipe *p, tl_llama_scratch *s, tl_kv *kv, int32_t max_s
         }
         if ((st = tl_engine_step(p->m, s, kv, mb, n_mb))) break;
         if (!last) {
-            st = tl_link_isend(p->link, p->rank + 1, TAG_STEP, p->buf[i], got, &p->req[i]);
+            st = send_counted(p, p->rank + 1, TAG_STEP, p->buf[i], got, &p->req[i]);
         } else {
             for (int32_t k = 0; k < n_mb && !st; k++)
                 if (mb[k].n_logits)
-                    st = tl_link_isend(p->link, 0, TAG_LOGITS, mb[k].logits,
+                    st = send_counted(p, 0, TAG_LOGITS, mb[k].logits,
                                        (size_t)mb[k].n_logits * vocab * sizeof(float),
                                        &p->lreq[i][k]);
         }

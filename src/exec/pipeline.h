@@ -36,15 +36,31 @@ tl_status tl_pipe_open(tl_model *m, tl_link *l, const tl_pipe_shape *shape);
 /* Waits for this rank's sends and frees the pipe (nothing when m has none). */
 tl_status tl_pipe_close(tl_model *m);
 
-/* Ranks in the pipeline. */
+/* Ranks in the pipeline, and this one. */
 int tl_pipe_size(const tl_pipe *p);
+int tl_pipe_rank(const tl_pipe *p);
+
+/* What this rank's pipe measured: seconds spent waiting to receive (a later rank: the
+ * next step from the rank before; rank 0: logits from the last rank), out of `since_s`,
+ * the seconds since the pipe opened. Waiting is the pipeline's bubble as this rank saw it. */
+typedef struct tl_pipe_stats {
+    double wait_s, since_s;
+    uint64_t steps, bytes_sent;
+} tl_pipe_stats;
+void tl_pipe_get_stats(const tl_pipe *p, tl_pipe_stats *out);
+
+/* Small messages outside the steps, called by every rank at the same point of the run:
+ * tl_pipe_share copies rank 0's n bytes to every rank; tl_pipe_gather collects n doubles
+ * from each rank into rank 0's all[rank * n + i] (other ranks only send theirs). */
+tl_status tl_pipe_share(tl_pipe *p, void *buf, size_t n);
+tl_status tl_pipe_gather(tl_pipe *p, const double *mine, size_t n, double *all);
 
 /* Rank 0, after its engine step over mb[0..n_mb): sends the rows and hidden states on. */
 tl_status tl_pipe_forward(tl_pipe *p, const tl_microbatch *mb, int32_t n_mb);
 /* Rank 0: receives into mb[k].logits the logits of the oldest forwarded step not yet
  * collected that wants any; mb and n_mb are that step's. */
 tl_status tl_pipe_collect(tl_pipe *p, tl_microbatch *mb, int32_t n_mb);
-/* Rank 0: tells the other ranks the run is over. */
+/* Rank 0: tells the other ranks the run is over (once; later calls do nothing). */
 tl_status tl_pipe_finish(tl_pipe *p);
 /* Ranks > 0: serve steps with this rank's scratch and KV cache (opened as rank 0's, for
  * max_seqs sequences) until rank 0 finishes. */
@@ -60,6 +76,13 @@ tl_status tl_context_pipeline_work(tl_context *c);
  * hold the same block state as rank 0 but for its output. Rank 0 runs tl_batch_generate
  * on a model with a pipe; it may not re-plan. */
 tl_pipe_shape tl_batch_pipe_shape(const tl_model *m, const tl_batch_params *bp);
+/* Waves rank 0 splits a block's num_gb micro-batches into: one per rank, at most num_gb
+ * (and TL_PIPE_MAX_WAVES). */
+enum { TL_PIPE_MAX_WAVES = 64 };
+static inline int32_t tl_batch_pipe_waves(int ranks, int32_t num_gb) {
+    int32_t w = ranks < num_gb ? ranks : num_gb;
+    return w < TL_PIPE_MAX_WAVES ? w : TL_PIPE_MAX_WAVES;
+}
 tl_status tl_batch_pipeline_work(tl_model *m, const tl_batch_params *bp, tl_batch_stats *stats);
 
 #endif

@@ -154,8 +154,9 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
     mm_memo mo;
     memo_init(&mo);
     double layer_t = 0, layer_mv = 0; /* a layer shaped as the one before costs the same */
-    for (int32_t l = 0; l < hp->n_layer; l++) {
-        if (l == 0 || !same_shapes(m, l, l - 1)) {
+    const int32_t first = m->lm.stage_first; /* a pipeline stage computes its layers only */
+    for (int32_t l = first; l < m->lm.stage_end; l++) {
+        if (l == first || !same_shapes(m, l, l - 1)) {
             layer_t = layer_mv = 0;
             for (int32_t k = 0; k < n_mb; k++) {
                 double mv;
@@ -168,10 +169,12 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
         t_matvec += layer_mv;
     }
     for (int32_t k = 0; k < n_mb; k++) all_rows += rows[k] > 0 ? rows[k] : 0;
-    /* embedding: a copy per row when resident, else one small synchronous read per row */
-    if (embd_resident) t += all_rows * d * prof->elementwise_s;
+    /* embedding: a copy per row when resident, else one small synchronous read per row
+     * (the first stage's work); the logits (the last stage's) */
+    if (first > 0) {
+    } else if (embd_resident) t += all_rows * d * prof->elementwise_s;
     else t += all_rows * 65536.0 / tl_profile_read_bps(prof, 65536, 1);
-    if (logit_rows > 0) {
+    if (logit_rows > 0 && m->lm.stage_end == hp->n_layer) {
         const tl_weight *out = m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output;
         t += tl_cost_matmul(prof, out, logit_rows);
         t += logit_rows * (d + (double)hp->n_vocab) * prof->elementwise_s;
@@ -307,7 +310,7 @@ static double pass_kv_wait(const tl_model *m, const tl_hw_profile *prof, int32_t
     memo_init(&mo);
     for (int32_t k = 0; k < n_mb; k++) any |= pages[k] > 0;
     if (!any) return 0;
-    for (int32_t l = 0; l < m->lm.hp.n_layer; l++)
+    for (int32_t l = m->lm.stage_first; l < m->lm.stage_end; l++)
         for (int32_t k = 0; k < n_mb; k++) {
             if (rows[k] <= 0) continue;
             double read = pages[k] > 0 ? first_s + (pages[k] - 1) * page_s : 0;
@@ -346,16 +349,19 @@ static double unit_repack_s(const tl_model *m, const tl_hw_profile *prof,
 static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
                        const tl_policy *pol, const tl_weight_plan *plan, int32_t n_seqs,
                        int32_t block_index, tl_cost_pass_fn fn, void *user) {
-    const int32_t L = m->lm.hp.n_layer, P = w->prompt_len, pt = pol->page_tokens;
+    /* L: the layers this process computes and keeps KV for (a pipeline stage's, or all);
+     * unit n_layer is the output projection */
+    const int32_t L = tl_llama_stage_layers(&m->lm), U = m->lm.hp.n_layer;
+    const int32_t P = w->prompt_len, pt = pol->page_tokens;
     const int32_t swa = m->lm.hp.n_swa; /* a sliding window: disk pages before it unread */
     int32_t n_mb = (n_seqs + pol->gbs - 1) / pol->gbs;
     int32_t rows[4096];
     double ctx[4096], stored[4096]; /* visible positions; those in stored (full) pages */
     double pages[4096];             /* disk pages each micro-batch reads per layer */
     if (n_mb > 4096) n_mb = 4096;
-    double layers_bytes = 0, out_bytes = tl_weight_plan_unit_bytes(&m->lm, plan, L);
-    double layers_repack = 0, out_repack = unit_repack_s(m, prof, plan, L);
-    for (int32_t l = 0; l < L; l++) {
+    double layers_bytes = 0, out_bytes = tl_weight_plan_unit_bytes(&m->lm, plan, U);
+    double layers_repack = 0, out_repack = unit_repack_s(m, prof, plan, U);
+    for (int32_t l = 0; l < U; l++) {
         layers_bytes += tl_weight_plan_unit_bytes(&m->lm, plan, l);
         layers_repack += unit_repack_s(m, prof, plan, l);
     }
@@ -573,7 +579,7 @@ tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl
     out->decode = dec.t;
     out->prefill_passes = pre.passes;
     out->decode_passes = dec.passes;
-    const double L = m->lm.hp.n_layer;
+    const double L = tl_llama_stage_layers(&m->lm);
     if (pre.passes > 0) scale_terms(&out->prefill_layer, &pre.t, 1.0 / (pre.passes * L));
     if (dec.passes > 0) scale_terms(&out->decode_layer, &dec.t, 1.0 / (dec.passes * L));
     out->prefill_s = pre.wall;
@@ -596,7 +602,8 @@ tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl
 double tl_cost_serve_step(const tl_model *m, const tl_hw_profile *prof,
                           const tl_weight_plan *plan, const tl_serve_step *s,
                           tl_cost_terms *out) {
-    const int32_t L = m->lm.hp.n_layer, pt = s->page_tokens > 0 ? s->page_tokens : 16;
+    const int32_t U = m->lm.hp.n_layer, L = tl_llama_stage_layers(&m->lm);
+    const int32_t pt = s->page_tokens > 0 ? s->page_tokens : 16;
     const int32_t g = s->gen_rows > 0 ? s->gen_rows : 0, c = s->prompt_rows > 0 ? s->prompt_rows : 0;
     acc a;
     memset(&a, 0, sizeof a);
@@ -605,12 +612,12 @@ double tl_cost_serve_step(const tl_model *m, const tl_hw_profile *prof,
         return 0;
     }
     double layers_bytes = 0, layers_repack = 0;
-    for (int32_t l = 0; l < L; l++) {
+    for (int32_t l = 0; l < U; l++) { /* a pipeline stage's absent layers count 0 */
         layers_bytes += tl_weight_plan_unit_bytes(&m->lm, plan, l);
         layers_repack += unit_repack_s(m, prof, plan, l);
     }
-    const double out_bytes = tl_weight_plan_unit_bytes(&m->lm, plan, L);
-    const double out_repack = unit_repack_s(m, prof, plan, L);
+    const double out_bytes = tl_weight_plan_unit_bytes(&m->lm, plan, U);
+    const double out_repack = unit_repack_s(m, prof, plan, U);
     const double gctx = s->gen_ctx > 1 ? s->gen_ctx : 1, at = s->prompt_at > 0 ? s->prompt_at : 0;
     const int32_t rows[1] = {g + c};
     const double ctx[1] = {g * gctx + c * at + (double)c * (c + 1) / 2};

@@ -9,6 +9,7 @@
  * results are written and the process exits 128 + the signal; a second signal ends it at
  * once (the lines on disk are whole or cut by --resume). A prompt that cannot run gets a
  * record with finish_reason "error" and the rest run; the exit code is then 3. */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,6 +193,86 @@ static int on_progress(void *user, const tl_batch_stats *s) {
     return stop_signal != 0;
 }
 
+/* The prediction of the manual policy bp for the workload of rq. */
+static tl_status evaluate_manual(tl_model *m, const tl_hw_profile *prof,
+                                 const tl_plan_request *rq, const tl_batch_params *bp,
+                                 tl_plan_result *chosen) {
+    tl_policy pol = tl_plan_default_policy(m, rq);
+    pol.gbs = bp->gbs;
+    pol.num_gb = bp->num_gb;
+    pol.prefill_rows = bp->prefill_rows;
+    pol.kv_bits = bp->kv_bits;
+    pol.kv_mem_pct = bp->kv_mem_pct;
+    pol.page_tokens = bp->page_tokens;
+    pol.n_ctx = bp->n_ctx;
+    pol.w_mem_pct = m->lm.params.w_mem_pct;
+    return tl_plan_evaluate(m, prof, &rq->w, &pol, chosen);
+}
+
+/* A pipeline stage's prediction (--stats): its layers under the batch policy as one wave
+ * sees it (each wave is a block of num_gb / waves micro-batches through this stage). Rank 0
+ * makes the workload from its prompts and shares it; every rank predicts its own stage.
+ * *out gets: predicted seconds (-1: none), then the passes a block takes. */
+static void predict_stage(tl_model *m, const tl_plan_request *rq, const tl_batch_params *bp,
+                          const char *profile_path, double out[2]) {
+    out[0] = -1, out[1] = 0;
+    if (rq->w.num_seqs < 1) return;
+    tl_batch_params wbp = *bp;
+    const int32_t waves = tl_batch_pipe_waves(tl_pipe_size(m->pipe), bp->num_gb);
+    wbp.num_gb = (bp->num_gb + waves - 1) / waves;
+    tl_hw_profile prof;
+    tl_plan_result r;
+    if (cli_profile(m, profile_path, &prof) || evaluate_manual(m, &prof, rq, &wbp, &r)) {
+        fprintf(stderr, "[plan] rank %d: no prediction: %s\n", tl_pipe_rank(m->pipe),
+                tl_last_error());
+        return;
+    }
+    const double block = (double)wbp.gbs * wbp.num_gb;
+    const double blocks = ceil(rq->w.num_seqs / block);
+    out[0] = r.cost.total_s;
+    out[1] = (r.cost.prefill_passes + r.cost.decode_passes) / (blocks > 0 ? blocks : 1);
+}
+
+/* After a pipeline's batch (--stats): every rank's prediction and measurement to rank 0,
+ * which prints them per stage and for the pipeline: the slowest stage's time, stretched by
+ * the fill and drain of each block ((ranks - 1) wave passes of the bottleneck per block). */
+static void report_pipeline(tl_model *m, const double pred[2], double elapsed_s,
+                            const tl_batch_stats *bs) {
+    tl_pipe *p = m->pipe;
+    tl_pipe_stats ps;
+    tl_pipe_get_stats(p, &ps);
+    const double mine[6] = {pred[0], pred[1], elapsed_s, ps.wait_s, m->lm.stage_first,
+                            m->lm.stage_end};
+    const int n = tl_pipe_size(p);
+    double *all = calloc((size_t)n * 6, sizeof *all);
+    if (!all) return;
+    if (tl_pipe_gather(p, mine, 6, all) || tl_pipe_rank(p) > 0) {
+        free(all);
+        return;
+    }
+    double slowest = 0, passes = 0, bubble = 0;
+    int have = 1, at = 0;
+    for (int r = 0; r < n; r++) {
+        const double *v = all + (size_t)r * 6;
+        fprintf(stderr, "[plan] stage %d (layers %d..%d): predicted %.2f s, measured %.2f s of "
+                "which %.2f s waiting for the pipeline (%.1f%%)\n", r, (int)v[4], (int)v[5] - 1,
+                v[0], v[2], v[3], v[2] > 0 ? 100 * v[3] / v[2] : 0.0);
+        if (v[0] < 0) have = 0;
+        if (v[0] > slowest) slowest = v[0], passes = v[1], at = r;
+        bubble += v[2] > 0 ? v[3] / v[2] / n : 0;
+    }
+    fprintf(stderr, "[plan] pipeline: bubble (mean share of a rank's time spent waiting) "
+            "%.1f%%\n", 100 * bubble);
+    if (!have) return;
+    const double t = slowest * (1 + (passes > 0 ? (n - 1) / passes : 0));
+    const double tps = t > 0 ? (double)bs->generated_tokens / t : 0;
+    const double meas = elapsed_s > 0 ? (double)bs->generated_tokens / elapsed_s : 0;
+    fprintf(stderr, "[plan] pipeline: predicted %.2f s (stage %d the slowest, %.1f wave passes "
+            "per block), %.2f generated tok/s; measured %.2f s, %.2f tok/s (error %+.1f%%)\n",
+            t, at, passes, tps, elapsed_s, meas, t > 0 ? 100 * (elapsed_s - t) / t : 0.0);
+    free(all);
+}
+
 /* The workload from the prompts; then either the search (auto: the policy is applied and
  * a replanner made) or the prediction of the manual policy (for --stats). */
 static tl_status plan_batch(tl_model *m, const run_list *ps, tl_batch_params *bp,
@@ -225,18 +306,7 @@ static tl_status plan_batch(tl_model *m, const run_list *ps, tl_batch_params *bp
     rq->overlap = m->lm.params.overlap;
     tl_hw_profile prof;
     tl_status st = cli_profile(m, profile_path, &prof);
-    if (!st && !automatic) {
-        tl_policy pol = tl_plan_default_policy(m, rq);
-        pol.gbs = bp->gbs;
-        pol.num_gb = bp->num_gb;
-        pol.prefill_rows = bp->prefill_rows;
-        pol.kv_bits = bp->kv_bits;
-        pol.kv_mem_pct = bp->kv_mem_pct;
-        pol.page_tokens = bp->page_tokens;
-        pol.n_ctx = bp->n_ctx;
-        pol.w_mem_pct = m->lm.params.w_mem_pct;
-        return tl_plan_evaluate(m, &prof, &rq->w, &pol, chosen);
-    }
+    if (!st && !automatic) return evaluate_manual(m, &prof, rq, bp, chosen);
     if (!st) st = tl_plan_search(m, &prof, rq, chosen);
     if (st) return st;
     tl_plan_apply(&chosen->policy, m, bp);
@@ -386,7 +456,14 @@ static int batch_stage(cli_pipe *pp, const char *model_path, const tl_model_para
     memset(&bs, 0, sizeof bs);
     tl_status st = open_stage(pp, model_path, mp, bp, ctx_given, &m);
     if (!st) st = weights_from_copy(m, weights_copy, NULL, profile_path);
+    double pred[2] = {-1, 0};
+    if (!st && stats) { /* rank 0's workload, this stage's prediction */
+        tl_plan_request rq;
+        st = tl_pipe_share(m->pipe, &rq, sizeof rq);
+        if (!st) predict_stage(m, &rq, bp, profile_path, pred);
+    }
     if (!st) st = tl_batch_pipeline_work(m, bp, &bs);
+    if (!st && stats) report_pipeline(m, pred, bs.elapsed_s, &bs);
     if (!st && stats)
         fprintf(stderr, "[stats] rank %d of %d (layers %d..%d) | budget %.1f MiB (peak %.1f "
                 "MiB) | weights read %.1f MiB | KV read %.1f MiB, written %.1f MiB | stall "
@@ -545,6 +622,7 @@ int tl_cmd_batch(int argc, char **argv) {
     tl_plan_request rq;
     tl_plan_result chosen;
     int predicted = 0;
+    double pipe_pred[2] = {-1, 0};
     tl_status st = TL_OK;
     double load_s = 0, plan_s = 0;
     if (rl.n > 0 || pp.link) { /* a pipeline's rank 0 tells the others, even of no work */
@@ -560,6 +638,14 @@ int tl_cmd_batch(int argc, char **argv) {
                 free(rp);
                 rp = NULL;
             }
+        } else if (!st && stats && pp.link) { /* the workload for every stage's prediction */
+            memset(&rq, 0, sizeof rq);
+            tl_batch_params wbp = bp;
+            if (rl.n > 0 &&
+                plan_batch(m, &rl, &wbp, &gp, profile_path, lossy, 1, 1, 0, &rq, &chosen, &rp))
+                memset(&rq, 0, sizeof rq); /* the stages then say they have no prediction */
+            st = tl_pipe_share(m->pipe, &rq, sizeof rq);
+            if (!st) predict_stage(m, &rq, &bp, profile_path, pipe_pred);
         } else if (!st && stats) { /* a manual policy: predicted for the comparison only */
             if (plan_batch(m, &rl, &bp, &gp, profile_path, lossy, 1, 1, 0, &rq, &chosen, &rp))
                 fprintf(stderr, "[plan] no prediction for this policy: %s\n", tl_last_error());
@@ -652,6 +738,9 @@ int tl_cmd_batch(int argc, char **argv) {
         code = EXIT_SOME_FAILED;
     }
     const double t0 = tl_now();
+    if (pp.link && stats && !code && (!st || st == TL_ERR_CANCELLED) &&
+        !tl_pipe_finish(m->pipe))
+        report_pipeline(m, pipe_pred, bs.elapsed_s, &bs);
     if (pp.link) {
         int pcode = cli_pipe_end(&pp, m, st && st != TL_ERR_CANCELLED ? st : TL_OK);
         if (!code) code = pcode;

@@ -300,14 +300,17 @@ static void print_plan_stats(const tl_plan_result *chosen, const tl_generate_sta
 }
 
 /* A later stage's own line: its layers, budget and IO. */
-static void print_stage_stats(tl_context *c, const cli_pipe *pp) {
+static void print_stage_stats(tl_context *c, const tl_model *m, const cli_pipe *pp) {
     tl_run_stats t;
+    tl_pipe_stats ps;
     tl_context_get_stats(c, &t);
+    tl_pipe_get_stats(m->pipe, &ps);
     fprintf(stderr, "[stats] rank %d of %d | budget %.1f MiB (peak %.1f MiB) | weights resident "
-            "%.1f MiB, streamed %.1f MiB per pass | disk %.1f MiB | busy %.2f s, stall %.2f s\n",
+            "%.1f MiB, streamed %.1f MiB per pass | disk %.1f MiB | %.2f s, of it %.2f s "
+            "waiting for the pipeline, stall %.2f s\n",
             pp->rank, pp->size, t.budget_bytes / 1048576.0, t.budget_peak_bytes / 1048576.0,
             t.weights_resident_bytes / 1048576.0, t.weights_streamed_bytes / 1048576.0,
-            t.bytes_read_disk / 1048576.0, t.wall_s, t.stall_s);
+            t.bytes_read_disk / 1048576.0, t.wall_s, ps.wait_s, t.stall_s);
 }
 
 int tl_cmd_run(int argc, char **argv) {
@@ -481,7 +484,7 @@ int tl_cmd_run(int argc, char **argv) {
     if (!st) st = tl_context_open(m, &cp, &c);
     if (pp.rank > 0) { /* a later stage: serve rank 0's steps */
         if (!st) st = tl_context_pipeline_work(c);
-        if (!st && stats) print_stage_stats(c, &pp);
+        if (!st && stats) print_stage_stats(c, m, &pp);
         int rc = cli_pipe_end(&pp, m, st);
         tl_context_close(c);
         tl_model_close(m);
@@ -560,6 +563,12 @@ int tl_cmd_run(int argc, char **argv) {
                         (unsigned long long)t.kv_select_pages_total,
                         (unsigned long long)t.kv_demand_reads);
             if (predicted) print_plan_stats(&chosen, &gs, &t, rs.n > 0 ? &rs.snap[0] : NULL);
+            if (pp.link) {
+                tl_pipe_stats ps;
+                tl_pipe_get_stats(m->pipe, &ps);
+                fprintf(stderr, "[stats] rank 0 of %d | %.2f s in forward passes, of it %.2f s "
+                        "waiting for the later ranks' logits\n", pp.size, t.wall_s, ps.wait_s);
+            }
         }
     }
     free(rs.snap);
