@@ -33,7 +33,7 @@ with open(sys.argv[1], "w") as f:
                             "n_predict": 32}) + "\n")
 P
 knobs=(--temp 0 --gbs 8 --num-gb 4 --prefill-rows 128 -c 192 --kv-bits 16)
-rate() { sed -n 's/.* \([0-9.]*\) generated tok\/s.*/\1/p' "$1" | tail -1; }
+rate() { grep '^batch: [0-9]' "$1" | sed -n 's/.* \([0-9.]*\) generated tok\/s.*/\1/p' | tail -1; }
 declare -a A B C
 for r in $(seq "$reps"); do
     "$bin" batch -m "$m" -i "$tmp/p.jsonl" -o "$tmp/a.jsonl" --overwrite "${knobs[@]}" -t 2 \

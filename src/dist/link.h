@@ -29,6 +29,9 @@ tl_status tl_link_open(int *argc, char ***argv, tl_link **out);
 void tl_link_close(tl_link *l);
 int tl_link_rank(const tl_link *l);
 int tl_link_size(const tl_link *l);
+/* Ranks of the job on this rank's host (itself included): they share its cores, memory
+ * bandwidth and disk. */
+int tl_link_host_ranks(const tl_link *l);
 /* Seconds a receive waits before it fails (default 600). */
 void tl_link_set_timeout(tl_link *l, double seconds);
 

@@ -16,7 +16,7 @@
 #include "base/status.h"
 
 struct tl_link {
-    int rank, size;
+    int rank, size, host_ranks;
     double timeout_s;
 };
 
@@ -37,6 +37,13 @@ tl_status tl_link_open(int *argc, char ***argv, tl_link **out) {
     MPI_Comm_size(MPI_COMM_WORLD, &l->size);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     l->timeout_s = 600;
+    MPI_Comm host;
+    l->host_ranks = 1;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host) ==
+        MPI_SUCCESS) {
+        MPI_Comm_size(host, &l->host_ranks);
+        MPI_Comm_free(&host);
+    }
     *out = l;
     return TL_OK;
 }
@@ -51,6 +58,7 @@ void tl_link_close(tl_link *l) {
 
 int tl_link_rank(const tl_link *l) { return l->rank; }
 int tl_link_size(const tl_link *l) { return l->size; }
+int tl_link_host_ranks(const tl_link *l) { return l->host_ranks; }
 void tl_link_set_timeout(tl_link *l, double seconds) { l->timeout_s = seconds; }
 
 static tl_status mpi_error(int rc, const char *what, int peer) {

@@ -34,7 +34,7 @@ struct tl_pipe {
     uint64_t collected;       /* rank 0: steps whose logits came back */
     uint64_t bytes_sent;
     int finished;             /* rank 0: the end went out */
-    double t_open, wait_s;    /* when the pipe opened; seconds blocked receiving */
+    double t_open, wait_s;    /* when the pipe opened; seconds blocked on the other ranks */
 };
 
 /* A receive, its time counted as waiting. */
@@ -64,14 +64,6 @@ static void sizes(const tl_model *m, const tl_pipe_shape *s, size_t *hdr, size_t
     *hdr = pad64(hdr_ints(s) * sizeof(int32_t));
     *msg = *hdr + (size_t)s->max_rows * (size_t)m->lm.hp.n_embd * sizeof(float);
     *logit = (size_t)s->max_logits * (size_t)m->lm.hp.n_vocab * sizeof(float);
-}
-
-uint64_t tl_pipe_bytes(const tl_model *m, int rank, int size, const tl_pipe_shape *shape) {
-    size_t hdr, msg, logit;
-    sizes(m, shape, &hdr, &msg, &logit);
-    uint64_t b = 2 * ((uint64_t)msg + 64);
-    if (rank == size - 1 && size > 1) b += 2 * ((uint64_t)logit + 64);
-    return b;
 }
 
 tl_status tl_pipe_open(tl_model *m, tl_link *l, const tl_pipe_shape *shape) {
@@ -157,13 +149,16 @@ tl_status tl_pipe_gather(tl_pipe *p, const double *mine, size_t n, double *all) 
     return TL_OK;
 }
 
-/* Waits for every send from buffer i. */
+/* Waits for every send from buffer i: until the next rank has taken the step (it takes
+ * the next one only when it has finished the last), so the time counts as waiting. */
 static tl_status settle(tl_pipe *p, int i) {
+    const double t0 = tl_now();
     tl_status st = tl_link_wait(p->link, &p->req[i]);
     for (int32_t k = 0; p->lreq[i] && k < p->shape.max_mb; k++) {
         tl_status s2 = tl_link_wait(p->link, &p->lreq[i][k]);
         if (!st) st = s2;
     }
+    p->wait_s += tl_now() - t0;
     return st;
 }
 

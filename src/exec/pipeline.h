@@ -28,8 +28,6 @@ typedef struct tl_pipe_shape {
     int32_t max_mb, max_rows, max_logits;
 } tl_pipe_shape;
 
-/* Budget bytes the pipe's buffers take on rank `rank` of `size`. */
-uint64_t tl_pipe_bytes(const tl_model *m, int rank, int size, const tl_pipe_shape *shape);
 /* Attaches a pipe on link l to m, which is stage tl_link_rank(l) of tl_link_size(l):
  * allocates its buffers from m's budget (before any placement). */
 tl_status tl_pipe_open(tl_model *m, tl_link *l, const tl_pipe_shape *shape);
@@ -40,9 +38,11 @@ tl_status tl_pipe_close(tl_model *m);
 int tl_pipe_size(const tl_pipe *p);
 int tl_pipe_rank(const tl_pipe *p);
 
-/* What this rank's pipe measured: seconds spent waiting to receive (a later rank: the
- * next step from the rank before; rank 0: logits from the last rank), out of `since_s`,
- * the seconds since the pipe opened. Waiting is the pipeline's bubble as this rank saw it. */
+/* What this rank's pipe measured: seconds spent waiting on the other ranks (to receive: a
+ * later rank the next step from the rank before, rank 0 logits from the last rank; and
+ * for a send buffer to come free, when the next rank has not yet taken the step before),
+ * out of `since_s`, the seconds since the pipe opened. Waiting is the pipeline's bubble as
+ * this rank saw it. */
 typedef struct tl_pipe_stats {
     double wait_s, since_s;
     uint64_t steps, bytes_sent;

@@ -38,6 +38,11 @@ int cli_pipe_start(cli_pipe *p, const char *model_path, const char *split, tl_mo
     if (st) return cli_fail(st);
     p->rank = tl_link_rank(p->link);
     p->size = tl_link_size(p->link);
+    if (p->size == 1) { /* a pipeline of one: the process runs alone */
+        tl_link_close(p->link);
+        p->link = NULL;
+        return 0;
+    }
     /* the layer count, from the file's header (nothing is placed by an open) */
     tl_model_params probe = *mp;
     probe.layer_first = probe.layer_end = 0;

@@ -213,8 +213,8 @@ static tl_status evaluate_manual(tl_model *m, const tl_hw_profile *prof,
  * sees it (each wave is a block of num_gb / waves micro-batches through this stage). Rank 0
  * makes the workload from its prompts and shares it; every rank predicts its own stage.
  * *out gets: predicted seconds (-1: none), then the passes a block takes. */
-static void predict_stage(tl_model *m, const tl_plan_request *rq, const tl_batch_params *bp,
-                          const char *profile_path, double out[2]) {
+static void predict_stage(tl_model *m, const cli_pipe *pp, const tl_plan_request *rq,
+                          const tl_batch_params *bp, const char *profile_path, double out[2]) {
     out[0] = -1, out[1] = 0;
     if (rq->w.num_seqs < 1) return;
     tl_batch_params wbp = *bp;
@@ -222,7 +222,19 @@ static void predict_stage(tl_model *m, const tl_plan_request *rq, const tl_batch
     wbp.num_gb = (bp->num_gb + waves - 1) / waves;
     tl_hw_profile prof;
     tl_plan_result r;
-    if (cli_profile(m, profile_path, &prof) || evaluate_manual(m, &prof, rq, &wbp, &r)) {
+    tl_status st = cli_profile(m, profile_path, &prof);
+    /* k ranks on one host share its cores and memory bandwidth: each computes at 1/k of
+     * the rates the host reaches with all their threads at once. The disk's grid is kept:
+     * k readers are k times the depth, which the grid's own rates already reflect */
+    const int k = tl_link_host_ranks(pp->link);
+    if (!st && k > 1) {
+        int32_t threads = m->lm.params.n_threads;
+        if (threads <= 0) threads = tl_pool_threads(m->lm.pool);
+        int measured = 0;
+        st = tl_profile_obtain(NULL, threads * k, NULL, 0, NULL, NULL, &prof, &measured);
+        if (!st) tl_profile_scale_compute(&prof, k);
+    }
+    if (st || evaluate_manual(m, &prof, rq, &wbp, &r)) {
         fprintf(stderr, "[plan] rank %d: no prediction: %s\n", tl_pipe_rank(m->pipe),
                 tl_last_error());
         return;
@@ -254,9 +266,12 @@ static void report_pipeline(tl_model *m, const double pred[2], double elapsed_s,
     int have = 1, at = 0;
     for (int r = 0; r < n; r++) {
         const double *v = all + (size_t)r * 6;
-        fprintf(stderr, "[plan] stage %d (layers %d..%d): predicted %.2f s, measured %.2f s of "
-                "which %.2f s waiting for the pipeline (%.1f%%)\n", r, (int)v[4], (int)v[5] - 1,
-                v[0], v[2], v[3], v[2] > 0 ? 100 * v[3] / v[2] : 0.0);
+        const double busy = v[2] - v[3];
+        fprintf(stderr, "[plan] stage %d (layers %d..%d): predicted %.2f s, measured %.2f s "
+                "(error %+.1f%%) working and %.2f s waiting for the other ranks, %.1f%% of "
+                "its %.2f s\n", r, (int)v[4], (int)v[5] - 1, v[0], busy,
+                v[0] > 0 ? 100 * (busy - v[0]) / v[0] : 0.0, v[3],
+                v[2] > 0 ? 100 * v[3] / v[2] : 0.0, v[2]);
         if (v[0] < 0) have = 0;
         if (v[0] > slowest) slowest = v[0], passes = v[1], at = r;
         bubble += v[2] > 0 ? v[3] / v[2] / n : 0;
@@ -460,7 +475,7 @@ static int batch_stage(cli_pipe *pp, const char *model_path, const tl_model_para
     if (!st && stats) { /* rank 0's workload, this stage's prediction */
         tl_plan_request rq;
         st = tl_pipe_share(m->pipe, &rq, sizeof rq);
-        if (!st) predict_stage(m, &rq, bp, profile_path, pred);
+        if (!st) predict_stage(m, pp, &rq, bp, profile_path, pred);
     }
     if (!st) st = tl_batch_pipeline_work(m, bp, &bs);
     if (!st && stats) report_pipeline(m, pred, bs.elapsed_s, &bs);
@@ -645,7 +660,7 @@ int tl_cmd_batch(int argc, char **argv) {
                 plan_batch(m, &rl, &wbp, &gp, profile_path, lossy, 1, 1, 0, &rq, &chosen, &rp))
                 memset(&rq, 0, sizeof rq); /* the stages then say they have no prediction */
             st = tl_pipe_share(m->pipe, &rq, sizeof rq);
-            if (!st) predict_stage(m, &rq, &bp, profile_path, pipe_pred);
+            if (!st) predict_stage(m, &pp, &rq, &bp, profile_path, pipe_pred);
         } else if (!st && stats) { /* a manual policy: predicted for the comparison only */
             if (plan_batch(m, &rl, &bp, &gp, profile_path, lossy, 1, 1, 0, &rq, &chosen, &rp))
                 fprintf(stderr, "[plan] no prediction for this policy: %s\n", tl_last_error());
