@@ -4,7 +4,8 @@
 # stories260K with every layer resident and for a synthetic model whose stages stream
 # their weights (run) or spill their KV to disk (batch); every rank reports a budget peak
 # within its own --mem-budget; batch --stats prints each stage's prediction and the
-# pipeline's beside the measurement; rank 1 killed mid-run ends the whole job within seconds
+# pipeline's beside the measurement; --pipeline-layers auto picks a split and keeps the
+# results; rank 1 killed mid-run ends the whole job within seconds
 # with a non-zero exit, and the result lines rank 0 had written stay whole; bad splits and
 # --policy auto are refused.
 set -u
@@ -99,6 +100,18 @@ for np in 2 3; do
     grep -q "KV read [1-9][0-9.]* MiB" "$tmp/s$np.err" ||
         fail "synthetic batch -np $np: no KV read back from disk on a later rank"
 done
+
+# --- --pipeline-layers auto: every stage predicts its ranges (a fixed profile), rank 0
+# picks the split; the results are still one process's
+$py "$(dirname "$0")/write_profile.py" "$tmp/prof.json"
+mpi 3 "$bin" batch -m "$syn" -i "$tmp/p.jsonl" -o "$tmp/a3.jsonl" --temp 0 --gbs 2 --num-gb 3 \
+    -c 128 --kv-mem 30 --prefill-rows 16 --mem-budget 8M --pipeline --pipeline-layers auto \
+    --profile "$tmp/prof.json" --stats 2>"$tmp/a3.err" || fail "auto split: $(tail -3 "$tmp/a3.err")"
+grep -q "^\[plan\] pipeline split: [0-9]*,[0-9]*,[0-9]* layers per rank, slowest stage predicted" \
+    "$tmp/a3.err" || fail "auto split: no split chosen: $(grep plan "$tmp/a3.err")"
+same_results "$tmp/s1.jsonl" "$tmp/a3.jsonl" || fail "auto split: results differ"
+"$bin" run -m "$m" -p hi -n 4 --pipeline-layers auto >/dev/null 2>"$tmp/e0"
+[ $? -eq 2 ] && grep -q "plans a batch" "$tmp/e0" || fail "run --pipeline-layers auto: $(cat "$tmp/e0")"
 
 # --- rank 1 killed mid-run ---------------------------------------------------------------
 $py - "$tmp/long.jsonl" <<'P'

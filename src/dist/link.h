@@ -44,6 +44,11 @@ tl_status tl_link_wait(tl_link *l, tl_link_req *req);
 /* Receives one message from `peer` with `tag` into buf (at most cap bytes); *got is its
  * size. A longer message, or none within the timeout, is an error. */
 tl_status tl_link_recv(tl_link *l, int peer, int tag, void *buf, size_t cap, size_t *got);
+/* Small exchanges every rank makes at the same point of the run (deadlines as above):
+ * tl_link_share copies rank 0's n bytes into every rank's buf; tl_link_gather collects n
+ * bytes from each rank into rank 0's all[rank * n ...] (the others only send theirs). */
+tl_status tl_link_share(tl_link *l, void *buf, size_t n);
+tl_status tl_link_gather(tl_link *l, const void *mine, size_t n, void *all);
 /* Ends every process of the job with `code` (tools only, after reporting the error). */
 void tl_link_abort(tl_link *l, int code);
 

@@ -126,6 +126,43 @@ tl_status tl_link_recv(tl_link *l, int peer, int tag, void *buf, size_t cap, siz
     return TL_OK;
 }
 
+enum { TAG_SHARE = 13, TAG_GATHER = 14 }; /* apart from exec/pipeline.c's step tags */
+
+tl_status tl_link_share(tl_link *l, void *buf, size_t n) {
+    if (l->rank > 0) {
+        size_t got = 0;
+        tl_status st = tl_link_recv(l, 0, TAG_SHARE, buf, n, &got);
+        if (!st && got != n)
+            st = tl_error_set(TL_ERR_IO, "rank 0 shared %zu bytes where %zu were due", got, n);
+        return st;
+    }
+    tl_status st = TL_OK;
+    for (int r = 1; r < l->size && !st; r++) {
+        tl_link_req req = {0};
+        st = tl_link_isend(l, r, TAG_SHARE, buf, n, &req);
+        if (!st) st = tl_link_wait(l, &req);
+    }
+    return st;
+}
+
+tl_status tl_link_gather(tl_link *l, const void *mine, size_t n, void *all) {
+    if (l->rank > 0) {
+        tl_link_req req = {0};
+        tl_status st = tl_link_isend(l, 0, TAG_GATHER, mine, n, &req);
+        if (!st) st = tl_link_wait(l, &req);
+        return st;
+    }
+    memcpy(all, mine, n);
+    for (int r = 1; r < l->size; r++) {
+        size_t got = 0;
+        tl_status st = tl_link_recv(l, r, TAG_GATHER, (char *)all + (size_t)r * n, n, &got);
+        if (!st && got != n)
+            st = tl_error_set(TL_ERR_IO, "rank %d sent %zu bytes where %zu were due", r, got, n);
+        if (st) return st;
+    }
+    return TL_OK;
+}
+
 void tl_link_abort(tl_link *l, int code) {
     (void)l;
     MPI_Abort(MPI_COMM_WORLD, code);

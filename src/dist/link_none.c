@@ -1,5 +1,6 @@
 /* link_none.c - the link of a build without MPI: every entry point reports that pipeline
  * runs need an MPI build, so the single-process engine is unchanged. */
+#include <string.h>
 #include "dist/link.h"
 #include "base/status.h"
 
@@ -33,6 +34,17 @@ tl_status tl_link_recv(tl_link *l, int peer, int tag, void *buf, size_t cap, siz
     (void)l, (void)peer, (void)tag, (void)buf, (void)cap;
     *got = 0;
     return tl_error_set(TL_ERR_UNSUPPORTED, "built without MPI");
+}
+
+tl_status tl_link_share(tl_link *l, void *buf, size_t n) {
+    (void)l, (void)buf, (void)n;
+    return TL_OK; /* one rank: it has its own bytes */
+}
+
+tl_status tl_link_gather(tl_link *l, const void *mine, size_t n, void *all) {
+    (void)l;
+    memcpy(all, mine, n);
+    return TL_OK;
 }
 
 void tl_link_abort(tl_link *l, int code) { (void)l, (void)code; }

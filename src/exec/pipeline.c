@@ -18,7 +18,7 @@
 #include "base/status.h"
 
 enum { OP_STEP = 1, OP_END = 2 };
-enum { TAG_STEP = 11, TAG_LOGITS = 12, TAG_SHARE = 13, TAG_GATHER = 14 };
+enum { TAG_STEP = 11, TAG_LOGITS = 12 }; /* dist/link_mpi.c's own use 13 and 14 */
 
 struct tl_pipe {
     tl_model *m;
@@ -111,42 +111,6 @@ void tl_pipe_get_stats(const tl_pipe *p, tl_pipe_stats *out) {
     out->since_s = tl_now() - p->t_open;
     out->steps = p->steps;
     out->bytes_sent = p->bytes_sent;
-}
-
-tl_status tl_pipe_share(tl_pipe *p, void *buf, size_t n) {
-    if (p->rank > 0) {
-        size_t got = 0;
-        tl_status st = tl_link_recv(p->link, 0, TAG_SHARE, buf, n, &got);
-        if (!st && got != n)
-            st = tl_error_set(TL_ERR_IO, "pipeline: %zu shared bytes where %zu were due", got, n);
-        return st;
-    }
-    tl_status st = TL_OK;
-    for (int r = 1; r < p->size && !st; r++) {
-        tl_link_req req = {0};
-        st = tl_link_isend(p->link, r, TAG_SHARE, buf, n, &req);
-        if (!st) st = tl_link_wait(p->link, &req);
-    }
-    return st;
-}
-
-tl_status tl_pipe_gather(tl_pipe *p, const double *mine, size_t n, double *all) {
-    if (p->rank > 0) {
-        tl_link_req req = {0};
-        tl_status st = tl_link_isend(p->link, 0, TAG_GATHER, mine, n * sizeof *mine, &req);
-        if (!st) st = tl_link_wait(p->link, &req);
-        return st;
-    }
-    memcpy(all, mine, n * sizeof *mine);
-    for (int r = 1; r < p->size; r++) {
-        size_t got = 0;
-        tl_status st = tl_link_recv(p->link, r, TAG_GATHER, all + (size_t)r * n,
-                                    n * sizeof *all, &got);
-        if (!st && got != n * sizeof *all)
-            st = tl_error_set(TL_ERR_IO, "pipeline: rank %d sent %zu bytes of figures", r, got);
-        if (st) return st;
-    }
-    return TL_OK;
 }
 
 /* Waits for every send from buffer i: until the next rank has taken the step (it takes

@@ -49,11 +49,6 @@ typedef struct tl_pipe_stats {
 } tl_pipe_stats;
 void tl_pipe_get_stats(const tl_pipe *p, tl_pipe_stats *out);
 
-/* Small messages outside the steps, called by every rank at the same point of the run:
- * tl_pipe_share copies rank 0's n bytes to every rank; tl_pipe_gather collects n doubles
- * from each rank into rank 0's all[rank * n + i] (other ranks only send theirs). */
-tl_status tl_pipe_share(tl_pipe *p, void *buf, size_t n);
-tl_status tl_pipe_gather(tl_pipe *p, const double *mine, size_t n, double *all);
 
 /* Rank 0, after its engine step over mb[0..n_mb): sends the rows and hidden states on. */
 tl_status tl_pipe_forward(tl_pipe *p, const tl_microbatch *mb, int32_t n_mb);

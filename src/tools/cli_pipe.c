@@ -53,7 +53,7 @@ int cli_pipe_start(cli_pipe *p, const char *model_path, const char *split, tl_mo
     if (!st) tl_model_describe(m, &d);
     tl_model_close(m);
     if (st) return cli_pipe_end(p, NULL, st);
-    const int32_t L = d.n_layer;
+    const int32_t L = p->n_layer = d.n_layer;
     if (p->size > L) {
         st = tl_error_set(TL_ERR_INVALID, "a pipeline of %d ranks for a %d-layer model: at "
                           "most one rank per layer", p->size, (int)L);

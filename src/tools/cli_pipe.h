@@ -14,6 +14,7 @@
 typedef struct cli_pipe {
     tl_link *link; /* NULL: one process, no pipeline */
     int rank, size;
+    int32_t n_layer; /* the model's */
 } cli_pipe;
 
 /* Joins the job and sets mp's layer range for this rank; `split` is NULL (even) or

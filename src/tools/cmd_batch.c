@@ -77,7 +77,9 @@ static void usage(void) {
            "  --pipeline              each rank holds a contiguous range of layers with its\n"
            "                          own --mem-budget and the same batch knobs; rank 0 reads\n"
            "                          the input and writes the output\n"
-           "  --pipeline-layers LIST  layers per rank, e.g. 12,10 (default: an even split)\n"
+           "  --pipeline-layers LIST  layers per rank, e.g. 12,10 (default: an even split); auto:\n"
+           "                          each rank predicts its stage near the even split (its\n"
+           "                          budget, its host's profile) and the slowest is minimized\n"
            "exit: 0 all done, 1 error, 2 usage, 3 done but some prompts failed (their lines\n"
            "      say finish_reason \"error\"), 128+N stopped by signal N (--resume continues)\n");
 }
@@ -193,6 +195,37 @@ static int on_progress(void *user, const tl_batch_stats *s) {
     return stop_signal != 0;
 }
 
+/* The workload of the prompts: mean prompt and generation lengths (tokenized), their
+ * count, and the context they need. */
+static tl_status batch_workload(tl_model *m, const run_list *ps, const tl_generate_params *gp,
+                                const tl_batch_params *bp, int ctx_given, tl_plan_request *rq) {
+    double prompt_sum = 0, gen_sum = 0;
+    int32_t prompt_max = 1, gen_max = 1;
+    memset(rq, 0, sizeof *rq);
+    if (ps->n < 1) return TL_OK; /* num_seqs 0: nothing to predict */
+    for (int32_t i = 0; i < ps->n; i++) {
+        size_t n = 0;
+        tl_status st = tl_tokenize(m, ps->prompt[i], strlen(ps->prompt[i]), gp->add_bos, NULL, 0, &n);
+        if (st && st != TL_ERR_INVALID) return st;
+        prompt_sum += (double)n;
+        gen_sum += ps->n_predict[i];
+        if ((int32_t)n > prompt_max) prompt_max = (int32_t)n;
+        if (ps->n_predict[i] > gen_max) gen_max = ps->n_predict[i];
+    }
+    rq->w.prompt_len = (int32_t)(prompt_sum / ps->n + 0.5);
+    rq->w.gen_len = (int32_t)(gen_sum / ps->n + 0.5);
+    if (rq->w.prompt_len < 1) rq->w.prompt_len = 1;
+    if (rq->w.gen_len < 1) rq->w.gen_len = 1;
+    rq->w.num_seqs = ps->n;
+    rq->n_ctx = ctx_given ? bp->n_ctx : prompt_max + gen_max;
+    /* learned positions end at the training context: longer sequences stop there ("length")
+     * or, when their prompt does not fit, fail alone */
+    if (!ctx_given && m->lm.hp.pos_learned && rq->n_ctx > m->lm.hp.n_ctx_train)
+        rq->n_ctx = m->lm.hp.n_ctx_train;
+    rq->overlap = m->lm.params.overlap;
+    return TL_OK;
+}
+
 /* The prediction of the manual policy bp for the workload of rq. */
 static tl_status evaluate_manual(tl_model *m, const tl_hw_profile *prof,
                                  const tl_plan_request *rq, const tl_batch_params *bp,
@@ -209,47 +242,149 @@ static tl_status evaluate_manual(tl_model *m, const tl_hw_profile *prof,
     return tl_plan_evaluate(m, prof, &rq->w, &pol, chosen);
 }
 
-/* A pipeline stage's prediction (--stats): its layers under the batch policy as one wave
- * sees it (each wave is a block of num_gb / waves micro-batches through this stage). Rank 0
- * makes the workload from its prompts and shares it; every rank predicts its own stage.
- * *out gets: predicted seconds (-1: none), then the passes a block takes. */
-static void predict_stage(tl_model *m, const cli_pipe *pp, const tl_plan_request *rq,
-                          const tl_batch_params *bp, const char *profile_path, double out[2]) {
-    out[0] = -1, out[1] = 0;
-    if (rq->w.num_seqs < 1) return;
-    tl_batch_params wbp = *bp;
-    const int32_t waves = tl_batch_pipe_waves(tl_pipe_size(m->pipe), bp->num_gb);
-    wbp.num_gb = (bp->num_gb + waves - 1) / waves;
-    tl_hw_profile prof;
-    tl_plan_result r;
-    tl_status st = cli_profile(m, profile_path, &prof);
-    /* k ranks on one host share its cores and memory bandwidth: each computes at 1/k of
-     * the rates the host reaches with all their threads at once. The disk's grid is kept:
-     * k readers are k times the depth, which the grid's own rates already reflect */
+/* The profile a pipeline stage is predicted with: k ranks on one host share its cores and
+ * memory bandwidth, so each computes at 1/k of the rates the host reaches with all their
+ * threads at once (a --profile file is taken as the host's). The disk's grid is kept: k
+ * readers are k times the depth, which the grid's own rates already reflect. */
+static tl_status stage_profile(tl_model *m, const cli_pipe *pp, const char *profile_path,
+                               tl_hw_profile *prof) {
+    tl_status st = cli_profile(m, profile_path, prof);
     const int k = tl_link_host_ranks(pp->link);
     if (!st && k > 1) {
         int32_t threads = m->lm.params.n_threads;
         if (threads <= 0) threads = tl_pool_threads(m->lm.pool);
         int measured = 0;
-        st = tl_profile_obtain(NULL, threads * k, NULL, 0, NULL, NULL, &prof, &measured);
-        if (!st) tl_profile_scale_compute(&prof, k);
+        st = tl_profile_obtain(profile_path, threads * k, NULL, 0, NULL, NULL, prof, &measured);
+        if (!st) tl_profile_scale_compute(prof, k);
     }
-    if (st || evaluate_manual(m, &prof, rq, &wbp, &r)) {
-        fprintf(stderr, "[plan] rank %d: no prediction: %s\n", tl_pipe_rank(m->pipe),
-                tl_last_error());
-        return;
-    }
+    return st;
+}
+
+/* A stage's predicted seconds (out[0]; -1: none) and wave passes per block (out[1]) for
+ * the workload of rq: its layers under the batch policy as one wave sees it (each wave is
+ * a block of num_gb / waves micro-batches through this stage). */
+static tl_status stage_seconds(tl_model *m, const cli_pipe *pp, const tl_hw_profile *prof,
+                               const tl_plan_request *rq, const tl_batch_params *bp,
+                               double out[2]) {
+    out[0] = -1, out[1] = 0;
+    tl_batch_params wbp = *bp;
+    const int32_t waves = tl_batch_pipe_waves(pp->size, bp->num_gb);
+    wbp.num_gb = (bp->num_gb + waves - 1) / waves;
+    tl_plan_result r;
+    tl_status st = evaluate_manual(m, prof, rq, &wbp, &r);
+    if (st) return st;
     const double block = (double)wbp.gbs * wbp.num_gb;
     const double blocks = ceil(rq->w.num_seqs / block);
     out[0] = r.cost.total_s;
     out[1] = (r.cost.prefill_passes + r.cost.decode_passes) / (blocks > 0 ? blocks : 1);
+    return TL_OK;
+}
+
+/* --stats on a pipeline: this stage's prediction (rank 0 shared the workload). */
+static void predict_stage(tl_model *m, const cli_pipe *pp, const tl_plan_request *rq,
+                          const tl_batch_params *bp, const char *profile_path, double out[2]) {
+    out[0] = -1, out[1] = 0;
+    if (rq->w.num_seqs < 1) return;
+    tl_hw_profile prof;
+    if (stage_profile(m, pp, profile_path, &prof) || stage_seconds(m, pp, &prof, rq, bp, out))
+        fprintf(stderr, "[plan] rank %d: no prediction: %s\n", pp->rank, tl_last_error());
+}
+
+/* --pipeline-layers auto: each rank predicts its own stage (its budget, its host's
+ * profile) for every range whose ends lie within SPLIT_REACH layers of the even split's;
+ * rank 0 takes the boundaries whose slowest stage is predicted fastest and shares them.
+ * Sets mp's layer range; prints the choice on rank 0. An infeasible range (the budget
+ * cannot hold it) is never chosen; with none feasible the even split stays. */
+enum { SPLIT_REACH = 3, SPLIT_W = 2 * SPLIT_REACH + 1 };
+static int32_t even_bound(int r, int n, int32_t L) { return (int32_t)((int64_t)r * L / n); }
+
+/* The best boundaries bound[r+1..n-1] given bound[r], by trying every window position:
+ * returns the least slowest-stage time (HUGE_VAL when none is feasible). */
+static double split_search(const double *T, int n, int32_t L, int r, int32_t *bound,
+                           int32_t *best) {
+    if (r == n - 1) { /* the last stage ends at L */
+        const int32_t a = bound[r], lo = even_bound(r, n, L) - SPLIT_REACH;
+        const double t = T[((size_t)r * SPLIT_W + (size_t)(a - lo)) * SPLIT_W + SPLIT_REACH];
+        if (t < 0) return HUGE_VAL;
+        for (int i = 0; i <= n; i++) best[i] = bound[i];
+        best[n] = L;
+        return t;
+    }
+    double least = HUGE_VAL;
+    int32_t trial[TL_PIPE_MAX_WAVES + 1];
+    const int32_t lo_a = even_bound(r, n, L) - SPLIT_REACH, e = even_bound(r + 1, n, L);
+    for (int32_t b = e - SPLIT_REACH; b <= e + SPLIT_REACH; b++) {
+        if (b <= bound[r] || b >= L - (n - 2 - r)) continue;
+        const double t = T[((size_t)r * SPLIT_W + (size_t)(bound[r] - lo_a)) * SPLIT_W +
+                           (size_t)(b - (e - SPLIT_REACH))];
+        if (t < 0 || t >= least) continue;
+        bound[r + 1] = b;
+        const double rest = split_search(T, n, L, r + 1, bound, trial);
+        const double worst = rest > t ? rest : t;
+        if (worst < least) {
+            least = worst;
+            for (int i = 0; i <= n; i++) best[i] = trial[i];
+        }
+    }
+    return least;
+}
+
+static tl_status split_auto(cli_pipe *pp, const char *model_path, tl_model_params *mp,
+                            const tl_batch_params *bp, const tl_plan_request *rq,
+                            const char *profile_path, int32_t L) {
+    const int n = pp->size, r = pp->rank;
+    if (rq->w.num_seqs < 1 || n > TL_PIPE_MAX_WAVES) return TL_OK; /* the even split stays */
+    double mine[SPLIT_W * SPLIT_W], *all = calloc((size_t)n * SPLIT_W * SPLIT_W, sizeof *all);
+    if (!all) return tl_error_set(TL_ERR_NOMEM, "out of memory");
+    tl_hw_profile prof;
+    int have_prof = 0;
+    tl_status st = TL_OK;
+    const int32_t lo_a = even_bound(r, n, L) - SPLIT_REACH, lo_b = even_bound(r + 1, n, L) - SPLIT_REACH;
+    for (int i = 0; i < SPLIT_W && !st; i++)
+        for (int j = 0; j < SPLIT_W && !st; j++) {
+            const int32_t a = r == 0 ? 0 : lo_a + i, b = r == n - 1 ? L : lo_b + j;
+            mine[i * SPLIT_W + j] = -1;
+            if ((r == 0 && i != SPLIT_REACH) || (r == n - 1 && j != SPLIT_REACH)) continue;
+            if (a < r || b > L - (n - 1 - r) || a >= b) continue;
+            tl_model_params cp = *mp;
+            cp.layer_first = a, cp.layer_end = b;
+            tl_model *m = NULL;
+            tl_status os = tl_model_open(model_path, &cp, &m);
+            const tl_pipe_shape shape = os ? (tl_pipe_shape){0, 0, 0} : tl_batch_pipe_shape(m, bp);
+            if (!os) os = tl_pipe_open(m, pp->link, &shape); /* its buffers count */
+            if (!os && !have_prof) {
+                st = stage_profile(m, pp, profile_path, &prof);
+                have_prof = !st;
+            }
+            double t[2];
+            if (!os && !st && !stage_seconds(m, pp, &prof, rq, bp, t)) mine[i * SPLIT_W + j] = t[0];
+            tl_error_clear(); /* a range that does not fit is only infeasible */
+            tl_model_close(m);
+        }
+    if (!st) st = tl_link_gather(pp->link, mine, sizeof mine, all);
+    int32_t bound[TL_PIPE_MAX_WAVES + 1], best[TL_PIPE_MAX_WAVES + 1];
+    for (int i = 0; i <= n; i++) best[i] = even_bound(i, n, L);
+    if (!st && r == 0) {
+        bound[0] = 0;
+        const double t = split_search(all, n, L, 0, bound, best);
+        if (t == HUGE_VAL)
+            for (int i = 0; i <= n; i++) best[i] = even_bound(i, n, L);
+        fprintf(stderr, "[plan] pipeline split:");
+        for (int i = 0; i < n; i++) fprintf(stderr, "%s%d", i ? "," : " ", (int)(best[i + 1] - best[i]));
+        if (t < HUGE_VAL) fprintf(stderr, " layers per rank, slowest stage predicted %.2f s\n", t);
+        else fprintf(stderr, " (even: no range near it was predicted to fit)\n");
+    }
+    if (!st) st = tl_link_share(pp->link, best, sizeof best);
+    if (!st) mp->layer_first = best[r], mp->layer_end = best[r + 1];
+    free(all);
+    return st;
 }
 
 /* After a pipeline's batch (--stats): every rank's prediction and measurement to rank 0,
  * which prints them per stage and for the pipeline: the slowest stage's time, stretched by
  * the fill and drain of each block ((ranks - 1) wave passes of the bottleneck per block). */
-static void report_pipeline(tl_model *m, const double pred[2], double elapsed_s,
-                            const tl_batch_stats *bs) {
+static void report_pipeline(tl_model *m, const cli_pipe *pp, const double pred[2],
+                            double elapsed_s, const tl_batch_stats *bs) {
     tl_pipe *p = m->pipe;
     tl_pipe_stats ps;
     tl_pipe_get_stats(p, &ps);
@@ -258,7 +393,7 @@ static void report_pipeline(tl_model *m, const double pred[2], double elapsed_s,
     const int n = tl_pipe_size(p);
     double *all = calloc((size_t)n * 6, sizeof *all);
     if (!all) return;
-    if (tl_pipe_gather(p, mine, 6, all) || tl_pipe_rank(p) > 0) {
+    if (tl_link_gather(pp->link, mine, sizeof mine, all) || tl_pipe_rank(p) > 0) {
         free(all);
         return;
     }
@@ -294,33 +429,12 @@ static tl_status plan_batch(tl_model *m, const run_list *ps, tl_batch_params *bp
                             const tl_generate_params *gp, const char *profile_path, int lossy,
                             int kv_bits_given, int ctx_given, int automatic,
                             tl_plan_request *rq, tl_plan_result *chosen, tl_replanner **rp) {
-    double prompt_sum = 0, gen_sum = 0;
-    int32_t prompt_max = 1, gen_max = 1;
-    for (int32_t i = 0; i < ps->n; i++) {
-        size_t n = 0;
-        tl_status st = tl_tokenize(m, ps->prompt[i], strlen(ps->prompt[i]), gp->add_bos, NULL, 0, &n);
-        if (st && st != TL_ERR_INVALID) return st;
-        prompt_sum += (double)n;
-        gen_sum += ps->n_predict[i];
-        if ((int32_t)n > prompt_max) prompt_max = (int32_t)n;
-        if (ps->n_predict[i] > gen_max) gen_max = ps->n_predict[i];
-    }
-    memset(rq, 0, sizeof *rq);
-    rq->w.prompt_len = (int32_t)(prompt_sum / ps->n + 0.5);
-    rq->w.gen_len = (int32_t)(gen_sum / ps->n + 0.5);
-    if (rq->w.prompt_len < 1) rq->w.prompt_len = 1;
-    if (rq->w.gen_len < 1) rq->w.gen_len = 1;
-    rq->w.num_seqs = ps->n;
-    rq->n_ctx = ctx_given ? bp->n_ctx : prompt_max + gen_max;
-    /* learned positions end at the training context: longer sequences stop there ("length")
-     * or, when their prompt does not fit, fail alone */
-    if (!ctx_given && m->lm.hp.pos_learned && rq->n_ctx > m->lm.hp.n_ctx_train)
-        rq->n_ctx = m->lm.hp.n_ctx_train;
+    tl_status st = batch_workload(m, ps, gp, bp, ctx_given, rq);
+    if (st) return st;
     rq->kv_bits = kv_bits_given ? bp->kv_bits : 0;
     rq->allow_lossy_kv = lossy;
-    rq->overlap = m->lm.params.overlap;
     tl_hw_profile prof;
-    tl_status st = cli_profile(m, profile_path, &prof);
+    st = cli_profile(m, profile_path, &prof);
     if (!st && !automatic) return evaluate_manual(m, &prof, rq, bp, chosen);
     if (!st) st = tl_plan_search(m, &prof, rq, chosen);
     if (st) return st;
@@ -463,22 +577,25 @@ static tl_status open_stage(cli_pipe *pp, const char *model_path, const tl_model
 }
 
 /* Ranks > 0 of a pipeline: serve rank 0's block steps through this rank's layers. */
-static int batch_stage(cli_pipe *pp, const char *model_path, const tl_model_params *mp,
+static int batch_stage(cli_pipe *pp, const char *model_path, tl_model_params *mp,
                        tl_batch_params *bp, int ctx_given, int weights_copy,
-                       const char *profile_path, int stats) {
+                       const char *profile_path, int stats, int split) {
     tl_model *m = NULL;
     tl_batch_stats bs;
     memset(&bs, 0, sizeof bs);
-    tl_status st = open_stage(pp, model_path, mp, bp, ctx_given, &m);
+    tl_plan_request rq;
+    memset(&rq, 0, sizeof rq);
+    tl_status st = TL_OK;
+    if (stats || split) { /* rank 0's workload; the split it plans with every rank */
+        st = tl_link_share(pp->link, &rq, sizeof rq);
+        if (!st && split) st = split_auto(pp, model_path, mp, bp, &rq, profile_path, pp->n_layer);
+    }
+    if (!st) st = open_stage(pp, model_path, mp, bp, ctx_given, &m);
     if (!st) st = weights_from_copy(m, weights_copy, NULL, profile_path);
     double pred[2] = {-1, 0};
-    if (!st && stats) { /* rank 0's workload, this stage's prediction */
-        tl_plan_request rq;
-        st = tl_pipe_share(m->pipe, &rq, sizeof rq);
-        if (!st) predict_stage(m, pp, &rq, bp, profile_path, pred);
-    }
+    if (!st && stats) predict_stage(m, pp, &rq, bp, profile_path, pred);
     if (!st) st = tl_batch_pipeline_work(m, bp, &bs);
-    if (!st && stats) report_pipeline(m, pred, bs.elapsed_s, &bs);
+    if (!st && stats) report_pipeline(m, pp, pred, bs.elapsed_s, &bs);
     if (!st && stats)
         fprintf(stderr, "[stats] rank %d of %d (layers %d..%d) | budget %.1f MiB (peak %.1f "
                 "MiB) | weights read %.1f MiB | KV read %.1f MiB, written %.1f MiB | stall "
@@ -502,7 +619,7 @@ int tl_cmd_batch(int argc, char **argv) {
     gp.sampler.seed = 24301;
     int progress = isatty(2), w_mem = 100, out_mode = BATCH_OUT_NEW, mode_flags = 0;
     int policy = -1, knobs = 0, stats = 0, lossy = 0, replan = 1, kv_bits_given = 0, ctx_given = 0;
-    int weights_copy = -1, pipeline = 0;
+    int weights_copy = -1, pipeline = 0, split = 0;
     const char *profile_path = NULL, *pipeline_layers = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -597,10 +714,11 @@ int tl_cmd_batch(int argc, char **argv) {
     if (policy < 0) policy = mp.mem_budget > 0 && !knobs && !pipeline;
     cli_pipe pp = {0};
     if (pipeline) {
-        int prc = cli_pipe_start(&pp, model_path, pipeline_layers, &mp);
+        split = pipeline_layers && !strcmp(pipeline_layers, "auto");
+        int prc = cli_pipe_start(&pp, model_path, split ? NULL : pipeline_layers, &mp);
         if (prc) return prc;
         if (pp.rank > 0) return batch_stage(&pp, model_path, &mp, &bp, ctx_given, weights_copy,
-                                            profile_path, stats);
+                                            profile_path, stats, split);
     }
 
     /* 1. the output: checked and locked, not touched */
@@ -645,6 +763,20 @@ int tl_cmd_batch(int argc, char **argv) {
         st = open_stage(&pp, model_path, &mp, &bp, ctx_given, &m);
         load_s = tl_now() - t0;
         t0 = tl_now();
+        if (!st && pp.link && (stats || split)) { /* every stage plans with the workload */
+            memset(&rq, 0, sizeof rq);
+            st = batch_workload(m, &rl, &gp, &bp, ctx_given, &rq);
+            if (!st) st = tl_link_share(pp.link, &rq, sizeof rq);
+            const int32_t a = mp.layer_first, b = mp.layer_end;
+            if (!st && split) st = split_auto(&pp, model_path, &mp, &bp, &rq, profile_path,
+                                              pp.n_layer);
+            if (!st && (mp.layer_first != a || mp.layer_end != b)) { /* its new layers */
+                tl_model_close(m);
+                m = NULL;
+                st = open_stage(&pp, model_path, &mp, &bp, ctx_given, &m);
+            }
+            if (!st && stats) predict_stage(m, &pp, &rq, &bp, profile_path, pipe_pred);
+        }
         if (!st && policy == 1) {
             st = plan_batch(m, &rl, &bp, &gp, profile_path, lossy, kv_bits_given, ctx_given, 1,
                             &rq, &chosen, &rp);
@@ -653,15 +785,7 @@ int tl_cmd_batch(int argc, char **argv) {
                 free(rp);
                 rp = NULL;
             }
-        } else if (!st && stats && pp.link) { /* the workload for every stage's prediction */
-            memset(&rq, 0, sizeof rq);
-            tl_batch_params wbp = bp;
-            if (rl.n > 0 &&
-                plan_batch(m, &rl, &wbp, &gp, profile_path, lossy, 1, 1, 0, &rq, &chosen, &rp))
-                memset(&rq, 0, sizeof rq); /* the stages then say they have no prediction */
-            st = tl_pipe_share(m->pipe, &rq, sizeof rq);
-            if (!st) predict_stage(m, &pp, &rq, &bp, profile_path, pipe_pred);
-        } else if (!st && stats) { /* a manual policy: predicted for the comparison only */
+        } else if (!st && stats && !pp.link) { /* a manual policy: predicted for the comparison only */
             if (plan_batch(m, &rl, &bp, &gp, profile_path, lossy, 1, 1, 0, &rq, &chosen, &rp))
                 fprintf(stderr, "[plan] no prediction for this policy: %s\n", tl_last_error());
             else
@@ -755,7 +879,7 @@ int tl_cmd_batch(int argc, char **argv) {
     const double t0 = tl_now();
     if (pp.link && stats && !code && (!st || st == TL_ERR_CANCELLED) &&
         !tl_pipe_finish(m->pipe))
-        report_pipeline(m, pipe_pred, bs.elapsed_s, &bs);
+        report_pipeline(m, &pp, pipe_pred, bs.elapsed_s, &bs);
     if (pp.link) {
         int pcode = cli_pipe_end(&pp, m, st && st != TL_ERR_CANCELLED ? st : TL_OK);
         if (!code) code = pcode;

@@ -437,6 +437,11 @@ int tl_cmd_run(int argc, char **argv) {
         return 2;
     }
     if (policy < 0) policy = mp.mem_budget > 0 && !knobs && !kv_knobs && !pipeline;
+    if (pipeline_layers && !strcmp(pipeline_layers, "auto")) {
+        fprintf(stderr, "error: --pipeline-layers auto plans a batch's split; give run the "
+                "layers per rank, or none for an even split\n");
+        return 2;
+    }
     cli_pipe pp = {0};
     int prc = pipeline ? cli_pipe_start(&pp, model_path, pipeline_layers, &mp) : 0;
     if (prc) return prc;
