@@ -18,6 +18,8 @@ py=/usr/bin/python3
 [ -f "$m" ] || { echo "FAIL: $m is missing"; exit 1; }
 command -v mpirun >/dev/null || { echo "FAIL: mpirun is missing (Debian: openmpi-bin)"; exit 1; }
 mpi() { np=$1; shift; timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$np" "$@"; }
+# a fixed profile for every prediction (--stats, auto split): nothing is measured here
+$py "$(dirname "$0")/write_profile.py" "$tmp/prof.json"
 
 # every "budget X MiB (peak Y MiB)" in a stats file has Y <= X, and there are n of them
 peaks_ok() {
@@ -85,12 +87,12 @@ P
     -c 128 --kv-mem 30 --prefill-rows 16 2>/dev/null || fail "synthetic batch alone"
 for np in 2 3; do
     mpi $np "$bin" batch -m "$m" -i "$tmp/p.jsonl" -o "$tmp/b$np.jsonl" --temp 0.8 --gbs 2 \
-        --num-gb 3 --pipeline --stats 2>"$tmp/b$np.err" ||
+        --num-gb 3 --pipeline --stats --profile "$tmp/prof.json" 2>"$tmp/b$np.err" ||
         fail "batch -np $np: $(tail -3 "$tmp/b$np.err")"
     same_results "$tmp/b1.jsonl" "$tmp/b$np.jsonl" || fail "batch -np $np: results differ"
     mpi $np "$bin" batch -m "$syn" -i "$tmp/p.jsonl" -o "$tmp/s$np.jsonl" --temp 0 --gbs 2 \
         --num-gb 3 -c 128 --kv-mem 30 --prefill-rows 16 --mem-budget 8M --pipeline --stats \
-        2>"$tmp/s$np.err" || fail "synthetic batch -np $np: $(tail -3 "$tmp/s$np.err")"
+        --profile "$tmp/prof.json" 2>"$tmp/s$np.err" || fail "synthetic batch -np $np: $(tail -3 "$tmp/s$np.err")"
     same_results "$tmp/s1.jsonl" "$tmp/s$np.jsonl" || fail "synthetic batch -np $np: results differ"
     peaks_ok "$tmp/s$np.err" $((np - 1)) || fail "synthetic batch -np $np: a rank over its budget"
     grep -q "^\[plan\] pipeline: predicted .* measured .* (error " "$tmp/s$np.err" ||
@@ -103,7 +105,6 @@ done
 
 # --- --pipeline-layers auto: every stage predicts its ranges (a fixed profile), rank 0
 # picks the split; the results are still one process's
-$py "$(dirname "$0")/write_profile.py" "$tmp/prof.json"
 mpi 3 "$bin" batch -m "$syn" -i "$tmp/p.jsonl" -o "$tmp/a3.jsonl" --temp 0 --gbs 2 --num-gb 3 \
     -c 128 --kv-mem 30 --prefill-rows 16 --mem-budget 8M --pipeline --pipeline-layers auto \
     --profile "$tmp/prof.json" --stats 2>"$tmp/a3.err" || fail "auto split: $(tail -3 "$tmp/a3.err")"

@@ -58,6 +58,8 @@ typedef struct batch {
     uint64_t base_pages_read, base_hits;
     const tl_fault_spec *spill_fault;
     const int32_t *seed_index;
+    int stage_only;           /* a later pipeline rank: rows arrive in the pipe's buffers,
+                                 so no hidden states or logits of its own */
 } batch;
 
 tl_batch_params tl_batch_default_params(void) {
@@ -224,9 +226,11 @@ static uint64_t budget_bytes(const batch *b) {
                                                                       b->bp.n_ctx,
                                                                       b->bp.page_tokens)
                                              : 0;
+    const uint64_t rows = b->stage_only ? 0 :
+        nb * (uint64_t)b->rows_per_mb * (uint64_t)m->lm.hp.n_embd * sizeof(float) + 64 +
+        nb * (uint64_t)b->bp.gbs * (uint64_t)m->lm.hp.n_vocab * sizeof(float) + 64;
     return sel + tl_llama_scratch_bytes(&m->lm, b->rows_per_mb, b->bp.n_ctx, b->bp.page_tokens) +
-           nb * (uint64_t)b->rows_per_mb * (uint64_t)m->lm.hp.n_embd * sizeof(float) + 64 +
-           nb * (uint64_t)b->bp.gbs * (uint64_t)m->lm.hp.n_vocab * sizeof(float) + 64 + kv;
+           rows + kv;
 }
 
 static tl_status batch_init(batch *b) {
@@ -246,11 +250,13 @@ static tl_status batch_init(batch *b) {
     if (!b->tok || !b->seq || !b->pos || !b->lrow || !b->lseq || !b->mseqs || !b->mb || !b->ss)
         return tl_error_set(TL_ERR_NOMEM, "out of memory");
     if ((st = tl_llama_scratch_init(&m->lm, b->rows_per_mb, b->bp.n_ctx, b->bp.page_tokens,
-                                    &b->scratch)) ||
-        (st = tl_budget_alloc(m->lm.budget, n_all * (size_t)m->lm.hp.n_embd * sizeof(float), 64,
-                              "hidden states", (void **)&b->x)) ||
-        (st = tl_budget_alloc(m->lm.budget, (size_t)ng * gbs * (size_t)m->lm.hp.n_vocab * sizeof(float),
-                              64, "logits", (void **)&b->logits)))
+                                    &b->scratch)))
+        return st;
+    if (!b->stage_only &&
+        ((st = tl_budget_alloc(m->lm.budget, n_all * (size_t)m->lm.hp.n_embd * sizeof(float), 64,
+                               "hidden states", (void **)&b->x)) ||
+         (st = tl_budget_alloc(m->lm.budget, (size_t)ng * gbs * (size_t)m->lm.hp.n_vocab *
+                               sizeof(float), 64, "logits", (void **)&b->logits))))
         return st;
     tl_kv_params kp = kv_params(b);
     if (b->bp.kv_select > 0) { /* always read: the tiers' sinks and window, else 32 positions */
@@ -589,6 +595,7 @@ tl_status tl_batch_pipeline_work(tl_model *m, const tl_batch_params *bpp, tl_bat
     memset(&b, 0, sizeof b);
     b.m = m;
     b.t_start = tl_now();
+    b.stage_only = 1;
     tl_status st = open_params(&b, bpp);
     if (!st) st = batch_init(&b);
     if (!st) st = tl_pipe_work(m->pipe, &b.scratch, b.kv, b.bp.gbs * b.bp.num_gb);

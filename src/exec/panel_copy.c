@@ -122,6 +122,10 @@ static tl_status open_copy(tl_model *m, const char *path) {
 tl_status tl_panel_copy_use(tl_model *m, const char *dir, tl_panel_copy_info *info) {
     memset(info, 0, sizeof *info);
     if (m->res) return tl_error_set(TL_ERR_INVALID, "a converted copy must be chosen before the weights are placed");
+    /* a copy holds every tensor of the file; a stage knows only its own */
+    if (m->lm.stage_first > 0 || m->lm.stage_end < m->lm.hp.n_layer)
+        return tl_error_set(TL_ERR_UNSUPPORTED, "a pipeline stage streams from the model file: "
+                            "--weights-copy is not available with --pipeline");
     if (m->lm.panel_tier) {
         info->used = 1;
         return TL_OK;

@@ -206,7 +206,6 @@ tl_status tl_pipe_collect(tl_pipe *p, tl_microbatch *mb, int32_t n_mb) {
 
 tl_status tl_pipe_finish(tl_pipe *p) {
     if (p->finished) return TL_OK;
-    p->finished = 1;
     const int i = (int)(p->steps % 2);
     tl_status st = settle(p, i);
     if (st) return st;
@@ -214,7 +213,7 @@ tl_status tl_pipe_finish(tl_pipe *p) {
     h[0] = OP_END;
     h[1] = 0;
     st = tl_link_isend(p->link, p->rank + 1, TAG_STEP, p->buf[i], 2 * sizeof *h, &p->req[i]);
-    if (!st) p->steps++;
+    if (!st) p->steps++, p->finished = 1;
     return st;
 }
 

@@ -230,10 +230,12 @@ static void spread_resident(const tl_llama *m, tl_weight_plan *p, uint64_t budge
     }
     memcpy(keep_attn, p->attn_resident, (size_t)L);
     memcpy(keep_ffn, p->ffn_resident, (size_t)L);
+    /* over the layers present: a pipeline stage's others hold nothing to keep */
+    const int a = m->stage_first, n = m->stage_end - m->stage_first;
     int ka = 0, kf = 0;
-    for (int l = 0; l < L; l++) ka += p->attn_resident[l], kf += p->ffn_resident[l];
-    spread_flags(p->attn_resident, L, ka);
-    spread_flags(p->ffn_resident, L, kf);
+    for (int l = a; l < a + n; l++) ka += p->attn_resident[l], kf += p->ffn_resident[l];
+    spread_flags(p->attn_resident + a, n, ka);
+    spread_flags(p->ffn_resident + a, n, kf);
     if (tl_weight_plan_bytes(m, p) > budget) {
         memcpy(p->attn_resident, keep_attn, (size_t)L);
         memcpy(p->ffn_resident, keep_ffn, (size_t)L);

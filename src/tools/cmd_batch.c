@@ -254,8 +254,16 @@ static tl_status stage_profile(tl_model *m, const cli_pipe *pp, const char *prof
         int32_t threads = m->lm.params.n_threads;
         if (threads <= 0) threads = tl_pool_threads(m->lm.pool);
         int measured = 0;
-        st = tl_profile_obtain(profile_path, threads * k, NULL, 0, NULL, NULL, prof, &measured);
-        if (!st) tl_profile_scale_compute(prof, k);
+        tl_hw_profile host; /* only a saved one: k ranks must not measure at once */
+        if (!tl_profile_obtain(profile_path, threads * k, NULL, 1, NULL, NULL, &host, &measured)) {
+            *prof = host;
+            tl_profile_scale_compute(prof, k);
+        } else {
+            fprintf(stderr, "[plan] rank %d: no saved profile for the %d threads of the %d ranks "
+                    "on this host (run `tierllm profile -t %d` once); predicting with %d\n",
+                    pp->rank, (int)(threads * k), k, (int)(threads * k), (int)threads);
+            tl_error_clear();
+        }
     }
     return st;
 }
@@ -358,12 +366,12 @@ static tl_status split_auto(cli_pipe *pp, const char *model_path, tl_model_param
             }
             double t[2];
             if (!os && !st && !stage_seconds(m, pp, &prof, rq, bp, t)) mine[i * SPLIT_W + j] = t[0];
-            tl_error_clear(); /* a range that does not fit is only infeasible */
+            if (!st) tl_error_clear(); /* a range that does not fit is only infeasible */
             tl_model_close(m);
         }
     if (!st) st = tl_link_gather(pp->link, mine, sizeof mine, all);
     int32_t bound[TL_PIPE_MAX_WAVES + 1], best[TL_PIPE_MAX_WAVES + 1];
-    for (int i = 0; i <= n; i++) best[i] = even_bound(i, n, L);
+    for (int i = 0; i <= n; i++) best[i] = bound[i] = even_bound(i, n, L);
     if (!st && r == 0) {
         bound[0] = 0;
         const double t = split_search(all, n, L, 0, bound, best);
@@ -413,7 +421,10 @@ static void report_pipeline(tl_model *m, const cli_pipe *pp, const double pred[2
     }
     fprintf(stderr, "[plan] pipeline: bubble (mean share of a rank's time spent waiting) "
             "%.1f%%\n", 100 * bubble);
-    if (!have) return;
+    if (!have) {
+        free(all);
+        return;
+    }
     const double t = slowest * (1 + (passes > 0 ? (n - 1) / passes : 0));
     const double tps = t > 0 ? (double)bs->generated_tokens / t : 0;
     const double meas = elapsed_s > 0 ? (double)bs->generated_tokens / elapsed_s : 0;
@@ -576,6 +587,13 @@ static tl_status open_stage(cli_pipe *pp, const char *model_path, const tl_model
     return st;
 }
 
+/* What rank 0 shares before a pipeline's batch plans: the workload and the context it
+ * settled on (a model with learned positions shortens the default one). */
+typedef struct shared_plan {
+    tl_plan_request rq;
+    int32_t n_ctx;
+} shared_plan;
+
 /* Ranks > 0 of a pipeline: serve rank 0's block steps through this rank's layers. */
 static int batch_stage(cli_pipe *pp, const char *model_path, tl_model_params *mp,
                        tl_batch_params *bp, int ctx_given, int weights_copy,
@@ -586,8 +604,11 @@ static int batch_stage(cli_pipe *pp, const char *model_path, tl_model_params *mp
     tl_plan_request rq;
     memset(&rq, 0, sizeof rq);
     tl_status st = TL_OK;
-    if (stats || split) { /* rank 0's workload; the split it plans with every rank */
-        st = tl_link_share(pp->link, &rq, sizeof rq);
+    if (stats || split) { /* rank 0's workload and context; the split it plans with all */
+        shared_plan sh;
+        st = tl_link_share(pp->link, &sh, sizeof sh);
+        rq = sh.rq;
+        if (!st) bp->n_ctx = sh.n_ctx;
         if (!st && split) st = split_auto(pp, model_path, mp, bp, &rq, profile_path, pp->n_layer);
     }
     if (!st) st = open_stage(pp, model_path, mp, bp, ctx_given, &m);
@@ -766,7 +787,8 @@ int tl_cmd_batch(int argc, char **argv) {
         if (!st && pp.link && (stats || split)) { /* every stage plans with the workload */
             memset(&rq, 0, sizeof rq);
             st = batch_workload(m, &rl, &gp, &bp, ctx_given, &rq);
-            if (!st) st = tl_link_share(pp.link, &rq, sizeof rq);
+            shared_plan sh = {rq, bp.n_ctx};
+            if (!st) st = tl_link_share(pp.link, &sh, sizeof sh);
             const int32_t a = mp.layer_first, b = mp.layer_end;
             if (!st && split) st = split_auto(&pp, model_path, &mp, &bp, &rq, profile_path,
                                               pp.n_layer);
@@ -877,8 +899,7 @@ int tl_cmd_batch(int argc, char **argv) {
         code = EXIT_SOME_FAILED;
     }
     const double t0 = tl_now();
-    if (pp.link && stats && !code && (!st || st == TL_ERR_CANCELLED) &&
-        !tl_pipe_finish(m->pipe))
+    if (pp.link && stats && (!st || st == TL_ERR_CANCELLED) && !tl_pipe_finish(m->pipe))
         report_pipeline(m, &pp, pipe_pred, bs.elapsed_s, &bs);
     if (pp.link) {
         int pcode = cli_pipe_end(&pp, m, st && st != TL_ERR_CANCELLED ? st : TL_OK);

@@ -448,7 +448,7 @@ int tl_cmd_run(int argc, char **argv) {
     char *file_prompt = NULL;
     if (prompt_file) {
         file_prompt = read_prompt_file(prompt_file);
-        if (!file_prompt) return cli_pipe_end(&pp, NULL, TL_ERR_INVALID);
+        if (!file_prompt) return cli_pipe_abort(&pp, 1);
         prompt = file_prompt;
     }
     tl_model *m = NULL;
