@@ -9,7 +9,6 @@
  * results are written and the process exits 128 + the signal; a second signal ends it at
  * once (the lines on disk are whole or cut by --resume). A prompt that cannot run gets a
  * record with finish_reason "error" and the rest run; the exit code is then 3. */
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +21,7 @@
 #include "tools/cli.h"
 #include "tools/cli_plan.h"
 #include "tools/cli_pipe.h"
+#include "tools/batch_pipe.h"
 #include "exec/engine.h"
 #include "plan/replan.h"
 #include "base/clock.h"
@@ -226,214 +226,6 @@ static tl_status batch_workload(tl_model *m, const run_list *ps, const tl_genera
     return TL_OK;
 }
 
-/* The prediction of the manual policy bp for the workload of rq. */
-static tl_status evaluate_manual(tl_model *m, const tl_hw_profile *prof,
-                                 const tl_plan_request *rq, const tl_batch_params *bp,
-                                 tl_plan_result *chosen) {
-    tl_policy pol = tl_plan_default_policy(m, rq);
-    pol.gbs = bp->gbs;
-    pol.num_gb = bp->num_gb;
-    pol.prefill_rows = bp->prefill_rows;
-    pol.kv_bits = bp->kv_bits;
-    pol.kv_mem_pct = bp->kv_mem_pct;
-    pol.page_tokens = bp->page_tokens;
-    pol.n_ctx = bp->n_ctx;
-    pol.w_mem_pct = m->lm.params.w_mem_pct;
-    return tl_plan_evaluate(m, prof, &rq->w, &pol, chosen);
-}
-
-/* The profile a pipeline stage is predicted with: k ranks on one host share its cores and
- * memory bandwidth, so each computes at 1/k of the rates the host reaches with all their
- * threads at once (a --profile file is taken as the host's). The disk's grid is kept: k
- * readers are k times the depth, which the grid's own rates already reflect. */
-static tl_status stage_profile(tl_model *m, const cli_pipe *pp, const char *profile_path,
-                               tl_hw_profile *prof) {
-    tl_status st = cli_profile(m, profile_path, prof);
-    const int k = tl_link_host_ranks(pp->link);
-    if (!st && k > 1) {
-        int32_t threads = m->lm.params.n_threads;
-        if (threads <= 0) threads = tl_pool_threads(m->lm.pool);
-        int measured = 0;
-        tl_hw_profile host; /* only a saved one: k ranks must not measure at once */
-        if (!tl_profile_obtain(profile_path, threads * k, NULL, 1, NULL, NULL, &host, &measured)) {
-            *prof = host;
-            tl_profile_scale_compute(prof, k);
-        } else {
-            fprintf(stderr, "[plan] rank %d: no saved profile for the %d threads of the %d ranks "
-                    "on this host (run `tierllm profile -t %d` once); predicting with %d\n",
-                    pp->rank, (int)(threads * k), k, (int)(threads * k), (int)threads);
-            tl_error_clear();
-        }
-    }
-    return st;
-}
-
-/* A stage's predicted seconds (out[0]; -1: none) and wave passes per block (out[1]) for
- * the workload of rq: its layers under the batch policy as one wave sees it (each wave is
- * a block of num_gb / waves micro-batches through this stage). */
-static tl_status stage_seconds(tl_model *m, const cli_pipe *pp, const tl_hw_profile *prof,
-                               const tl_plan_request *rq, const tl_batch_params *bp,
-                               double out[2]) {
-    out[0] = -1, out[1] = 0;
-    tl_batch_params wbp = *bp;
-    const int32_t waves = tl_batch_pipe_waves(pp->size, bp->num_gb);
-    wbp.num_gb = (bp->num_gb + waves - 1) / waves;
-    tl_plan_result r;
-    tl_status st = evaluate_manual(m, prof, rq, &wbp, &r);
-    if (st) return st;
-    const double block = (double)wbp.gbs * wbp.num_gb;
-    const double blocks = ceil(rq->w.num_seqs / block);
-    out[0] = r.cost.total_s;
-    out[1] = (r.cost.prefill_passes + r.cost.decode_passes) / (blocks > 0 ? blocks : 1);
-    return TL_OK;
-}
-
-/* --stats on a pipeline: this stage's prediction (rank 0 shared the workload). */
-static void predict_stage(tl_model *m, const cli_pipe *pp, const tl_plan_request *rq,
-                          const tl_batch_params *bp, const char *profile_path, double out[2]) {
-    out[0] = -1, out[1] = 0;
-    if (rq->w.num_seqs < 1) return;
-    tl_hw_profile prof;
-    if (stage_profile(m, pp, profile_path, &prof) || stage_seconds(m, pp, &prof, rq, bp, out))
-        fprintf(stderr, "[plan] rank %d: no prediction: %s\n", pp->rank, tl_last_error());
-}
-
-/* --pipeline-layers auto: each rank predicts its own stage (its budget, its host's
- * profile) for every range whose ends lie within SPLIT_REACH layers of the even split's;
- * rank 0 takes the boundaries whose slowest stage is predicted fastest and shares them.
- * Sets mp's layer range; prints the choice on rank 0. An infeasible range (the budget
- * cannot hold it) is never chosen; with none feasible the even split stays. */
-enum { SPLIT_REACH = 3, SPLIT_W = 2 * SPLIT_REACH + 1 };
-static int32_t even_bound(int r, int n, int32_t L) { return (int32_t)((int64_t)r * L / n); }
-
-/* The best boundaries bound[r+1..n-1] given bound[r], by trying every window position:
- * returns the least slowest-stage time (HUGE_VAL when none is feasible). */
-static double split_search(const double *T, int n, int32_t L, int r, int32_t *bound,
-                           int32_t *best) {
-    if (r == n - 1) { /* the last stage ends at L */
-        const int32_t a = bound[r], lo = even_bound(r, n, L) - SPLIT_REACH;
-        const double t = T[((size_t)r * SPLIT_W + (size_t)(a - lo)) * SPLIT_W + SPLIT_REACH];
-        if (t < 0) return HUGE_VAL;
-        for (int i = 0; i <= n; i++) best[i] = bound[i];
-        best[n] = L;
-        return t;
-    }
-    double least = HUGE_VAL;
-    int32_t trial[TL_PIPE_MAX_WAVES + 1];
-    const int32_t lo_a = even_bound(r, n, L) - SPLIT_REACH, e = even_bound(r + 1, n, L);
-    for (int32_t b = e - SPLIT_REACH; b <= e + SPLIT_REACH; b++) {
-        if (b <= bound[r] || b >= L - (n - 2 - r)) continue;
-        const double t = T[((size_t)r * SPLIT_W + (size_t)(bound[r] - lo_a)) * SPLIT_W +
-                           (size_t)(b - (e - SPLIT_REACH))];
-        if (t < 0 || t >= least) continue;
-        bound[r + 1] = b;
-        const double rest = split_search(T, n, L, r + 1, bound, trial);
-        const double worst = rest > t ? rest : t;
-        if (worst < least) {
-            least = worst;
-            for (int i = 0; i <= n; i++) best[i] = trial[i];
-        }
-    }
-    return least;
-}
-
-static tl_status split_auto(cli_pipe *pp, const char *model_path, tl_model_params *mp,
-                            const tl_batch_params *bp, const tl_plan_request *rq,
-                            const char *profile_path, int32_t L) {
-    const int n = pp->size, r = pp->rank;
-    if (rq->w.num_seqs < 1 || n > TL_PIPE_MAX_WAVES) return TL_OK; /* the even split stays */
-    double mine[SPLIT_W * SPLIT_W], *all = calloc((size_t)n * SPLIT_W * SPLIT_W, sizeof *all);
-    if (!all) return tl_error_set(TL_ERR_NOMEM, "out of memory");
-    tl_hw_profile prof;
-    int have_prof = 0;
-    tl_status st = TL_OK;
-    const int32_t lo_a = even_bound(r, n, L) - SPLIT_REACH, lo_b = even_bound(r + 1, n, L) - SPLIT_REACH;
-    for (int i = 0; i < SPLIT_W && !st; i++)
-        for (int j = 0; j < SPLIT_W && !st; j++) {
-            const int32_t a = r == 0 ? 0 : lo_a + i, b = r == n - 1 ? L : lo_b + j;
-            mine[i * SPLIT_W + j] = -1;
-            if ((r == 0 && i != SPLIT_REACH) || (r == n - 1 && j != SPLIT_REACH)) continue;
-            if (a < r || b > L - (n - 1 - r) || a >= b) continue;
-            tl_model_params cp = *mp;
-            cp.layer_first = a, cp.layer_end = b;
-            tl_model *m = NULL;
-            tl_status os = tl_model_open(model_path, &cp, &m);
-            const tl_pipe_shape shape = os ? (tl_pipe_shape){0, 0, 0} : tl_batch_pipe_shape(m, bp);
-            if (!os) os = tl_pipe_open(m, pp->link, &shape); /* its buffers count */
-            if (!os && !have_prof) {
-                st = stage_profile(m, pp, profile_path, &prof);
-                have_prof = !st;
-            }
-            double t[2];
-            if (!os && !st && !stage_seconds(m, pp, &prof, rq, bp, t)) mine[i * SPLIT_W + j] = t[0];
-            if (!st) tl_error_clear(); /* a range that does not fit is only infeasible */
-            tl_model_close(m);
-        }
-    if (!st) st = tl_link_gather(pp->link, mine, sizeof mine, all);
-    int32_t bound[TL_PIPE_MAX_WAVES + 1], best[TL_PIPE_MAX_WAVES + 1];
-    for (int i = 0; i <= n; i++) best[i] = bound[i] = even_bound(i, n, L);
-    if (!st && r == 0) {
-        bound[0] = 0;
-        const double t = split_search(all, n, L, 0, bound, best);
-        if (t == HUGE_VAL)
-            for (int i = 0; i <= n; i++) best[i] = even_bound(i, n, L);
-        fprintf(stderr, "[plan] pipeline split:");
-        for (int i = 0; i < n; i++) fprintf(stderr, "%s%d", i ? "," : " ", (int)(best[i + 1] - best[i]));
-        if (t < HUGE_VAL) fprintf(stderr, " layers per rank, slowest stage predicted %.2f s\n", t);
-        else fprintf(stderr, " (even: no range near it was predicted to fit)\n");
-    }
-    if (!st) st = tl_link_share(pp->link, best, sizeof best);
-    if (!st) mp->layer_first = best[r], mp->layer_end = best[r + 1];
-    free(all);
-    return st;
-}
-
-/* After a pipeline's batch (--stats): every rank's prediction and measurement to rank 0,
- * which prints them per stage and for the pipeline: the slowest stage's time, stretched by
- * the fill and drain of each block ((ranks - 1) wave passes of the bottleneck per block). */
-static void report_pipeline(tl_model *m, const cli_pipe *pp, const double pred[2],
-                            double elapsed_s, const tl_batch_stats *bs) {
-    tl_pipe *p = m->pipe;
-    tl_pipe_stats ps;
-    tl_pipe_get_stats(p, &ps);
-    const double mine[6] = {pred[0], pred[1], elapsed_s, ps.wait_s, m->lm.stage_first,
-                            m->lm.stage_end};
-    const int n = tl_pipe_size(p);
-    double *all = calloc((size_t)n * 6, sizeof *all);
-    if (!all) return;
-    if (tl_link_gather(pp->link, mine, sizeof mine, all) || tl_pipe_rank(p) > 0) {
-        free(all);
-        return;
-    }
-    double slowest = 0, passes = 0, bubble = 0;
-    int have = 1, at = 0;
-    for (int r = 0; r < n; r++) {
-        const double *v = all + (size_t)r * 6;
-        const double busy = v[2] - v[3];
-        fprintf(stderr, "[plan] stage %d (layers %d..%d): predicted %.2f s, measured %.2f s "
-                "(error %+.1f%%) working and %.2f s waiting for the other ranks, %.1f%% of "
-                "its %.2f s\n", r, (int)v[4], (int)v[5] - 1, v[0], busy,
-                v[0] > 0 ? 100 * (busy - v[0]) / v[0] : 0.0, v[3],
-                v[2] > 0 ? 100 * v[3] / v[2] : 0.0, v[2]);
-        if (v[0] < 0) have = 0;
-        if (v[0] > slowest) slowest = v[0], passes = v[1], at = r;
-        bubble += v[2] > 0 ? v[3] / v[2] / n : 0;
-    }
-    fprintf(stderr, "[plan] pipeline: bubble (mean share of a rank's time spent waiting) "
-            "%.1f%%\n", 100 * bubble);
-    if (!have) {
-        free(all);
-        return;
-    }
-    const double t = slowest * (1 + (passes > 0 ? (n - 1) / passes : 0));
-    const double tps = t > 0 ? (double)bs->generated_tokens / t : 0;
-    const double meas = elapsed_s > 0 ? (double)bs->generated_tokens / elapsed_s : 0;
-    fprintf(stderr, "[plan] pipeline: predicted %.2f s (stage %d the slowest, %.1f wave passes "
-            "per block), %.2f generated tok/s; measured %.2f s, %.2f tok/s (error %+.1f%%)\n",
-            t, at, passes, tps, elapsed_s, meas, t > 0 ? 100 * (elapsed_s - t) / t : 0.0);
-    free(all);
-}
-
 /* The workload from the prompts; then either the search (auto: the policy is applied and
  * a replanner made) or the prediction of the manual policy (for --stats). */
 static tl_status plan_batch(tl_model *m, const run_list *ps, tl_batch_params *bp,
@@ -446,7 +238,7 @@ static tl_status plan_batch(tl_model *m, const run_list *ps, tl_batch_params *bp
     rq->allow_lossy_kv = lossy;
     tl_hw_profile prof;
     st = cli_profile(m, profile_path, &prof);
-    if (!st && !automatic) return evaluate_manual(m, &prof, rq, bp, chosen);
+    if (!st && !automatic) return batch_evaluate_manual(m, &prof, rq, bp, chosen);
     if (!st) st = tl_plan_search(m, &prof, rq, chosen);
     if (st) return st;
     tl_plan_apply(&chosen->policy, m, bp);
@@ -609,14 +401,14 @@ static int batch_stage(cli_pipe *pp, const char *model_path, tl_model_params *mp
         st = tl_link_share(pp->link, &sh, sizeof sh);
         rq = sh.rq;
         if (!st) bp->n_ctx = sh.n_ctx;
-        if (!st && split) st = split_auto(pp, model_path, mp, bp, &rq, profile_path, pp->n_layer);
+        if (!st && split) st = batch_split_auto(pp, model_path, mp, bp, &rq, profile_path, pp->n_layer);
     }
     if (!st) st = open_stage(pp, model_path, mp, bp, ctx_given, &m);
     if (!st) st = weights_from_copy(m, weights_copy, NULL, profile_path);
     double pred[2] = {-1, 0};
-    if (!st && stats) predict_stage(m, pp, &rq, bp, profile_path, pred);
+    if (!st && stats) batch_predict_stage(m, pp, &rq, bp, profile_path, pred);
     if (!st) st = tl_batch_pipeline_work(m, bp, &bs);
-    if (!st && stats) report_pipeline(m, pp, pred, bs.elapsed_s, &bs);
+    if (!st && stats) batch_report_pipeline(m, pp, pred, bs.elapsed_s, &bs);
     if (!st && stats)
         fprintf(stderr, "[stats] rank %d of %d (layers %d..%d) | budget %.1f MiB (peak %.1f "
                 "MiB) | weights read %.1f MiB | KV read %.1f MiB, written %.1f MiB | stall "
@@ -790,14 +582,14 @@ int tl_cmd_batch(int argc, char **argv) {
             shared_plan sh = {rq, bp.n_ctx};
             if (!st) st = tl_link_share(pp.link, &sh, sizeof sh);
             const int32_t a = mp.layer_first, b = mp.layer_end;
-            if (!st && split) st = split_auto(&pp, model_path, &mp, &bp, &rq, profile_path,
+            if (!st && split) st = batch_split_auto(&pp, model_path, &mp, &bp, &rq, profile_path,
                                               pp.n_layer);
             if (!st && (mp.layer_first != a || mp.layer_end != b)) { /* its new layers */
                 tl_model_close(m);
                 m = NULL;
                 st = open_stage(&pp, model_path, &mp, &bp, ctx_given, &m);
             }
-            if (!st && stats) predict_stage(m, &pp, &rq, &bp, profile_path, pipe_pred);
+            if (!st && stats) batch_predict_stage(m, &pp, &rq, &bp, profile_path, pipe_pred);
         }
         if (!st && policy == 1) {
             st = plan_batch(m, &rl, &bp, &gp, profile_path, lossy, kv_bits_given, ctx_given, 1,
@@ -900,7 +692,7 @@ int tl_cmd_batch(int argc, char **argv) {
     }
     const double t0 = tl_now();
     if (pp.link && stats && (!st || st == TL_ERR_CANCELLED) && !tl_pipe_finish(m->pipe))
-        report_pipeline(m, &pp, pipe_pred, bs.elapsed_s, &bs);
+        batch_report_pipeline(m, &pp, pipe_pred, bs.elapsed_s, &bs);
     if (pp.link) {
         int pcode = cli_pipe_end(&pp, m, st && st != TL_ERR_CANCELLED ? st : TL_OK);
         if (!code) code = pcode;
