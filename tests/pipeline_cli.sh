@@ -11,9 +11,7 @@
 set -u
 bin=$1; models=$2
 m=$models/stories260K.gguf
-fails=0
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tl_pipeline_cli.XXXXXX"); trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/cli_lib.sh"
 py=/usr/bin/python3
 [ -f "$m" ] || { echo "FAIL: $m is missing"; exit 1; }
 command -v mpirun >/dev/null || { echo "FAIL: mpirun is missing (Debian: openmpi-bin)"; exit 1; }

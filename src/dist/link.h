@@ -32,8 +32,6 @@ int tl_link_size(const tl_link *l);
 /* Ranks of the job on this rank's host (itself included): they share its cores, memory
  * bandwidth and disk. */
 int tl_link_host_ranks(const tl_link *l);
-/* Seconds a receive waits before it fails (default 600). */
-void tl_link_set_timeout(tl_link *l, double seconds);
 
 /* Starts sending `bytes` of buf to `peer` with `tag`; buf must stay untouched until
  * tl_link_wait(req) returns. */
@@ -42,7 +40,7 @@ tl_status tl_link_isend(tl_link *l, int peer, int tag, const void *buf, size_t b
 /* Waits for a send to complete (nothing when req is not active). */
 tl_status tl_link_wait(tl_link *l, tl_link_req *req);
 /* Receives one message from `peer` with `tag` into buf (at most cap bytes); *got is its
- * size. A longer message, or none within the timeout, is an error. */
+ * size. A longer message, or none within 600 s, is an error. */
 tl_status tl_link_recv(tl_link *l, int peer, int tag, void *buf, size_t cap, size_t *got);
 /* Small exchanges every rank makes at the same point of the run (deadlines as above):
  * tl_link_share copies rank 0's n bytes into every rank's buf; tl_link_gather collects n

@@ -59,7 +59,6 @@ void tl_link_close(tl_link *l) {
 int tl_link_rank(const tl_link *l) { return l->rank; }
 int tl_link_size(const tl_link *l) { return l->size; }
 int tl_link_host_ranks(const tl_link *l) { return l->host_ranks; }
-void tl_link_set_timeout(tl_link *l, double seconds) { l->timeout_s = seconds; }
 
 static tl_status mpi_error(int rc, const char *what, int peer) {
     char msg[MPI_MAX_ERROR_STRING];

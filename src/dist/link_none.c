@@ -17,7 +17,6 @@ void tl_link_close(tl_link *l) { (void)l; }
 int tl_link_rank(const tl_link *l) { (void)l; return 0; }
 int tl_link_size(const tl_link *l) { (void)l; return 1; }
 int tl_link_host_ranks(const tl_link *l) { (void)l; return 1; }
-void tl_link_set_timeout(tl_link *l, double seconds) { (void)l, (void)seconds; }
 
 tl_status tl_link_isend(tl_link *l, int peer, int tag, const void *buf, size_t bytes,
                         tl_link_req *req) {

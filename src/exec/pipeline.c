@@ -31,8 +31,6 @@ struct tl_pipe {
     float *logits[2];         /* last rank: [max_logits][n_vocab], sent per micro-batch */
     tl_link_req *lreq[2];     /* [max_mb] each */
     uint64_t steps;           /* messages through this rank */
-    uint64_t collected;       /* rank 0: steps whose logits came back */
-    uint64_t bytes_sent;
     int finished;             /* rank 0: the end went out */
     double t_open, wait_s;    /* when the pipe opened; seconds blocked on the other ranks */
 };
@@ -45,12 +43,7 @@ static tl_status recv_timed(tl_pipe *p, int peer, int tag, void *buf, size_t cap
     return st;
 }
 
-static tl_status send_counted(tl_pipe *p, int peer, int tag, const void *buf, size_t n,
-                              tl_link_req *req) {
-    tl_status st = tl_link_isend(p->link, peer, tag, buf, n, req);
-    if (!st) p->bytes_sent += n;
-    return st;
-}
+
 
 static size_t hdr_ints(const tl_pipe_shape *s) {
     return 2 + 3 * (size_t)s->max_mb + 2 * (size_t)s->max_rows + (size_t)s->max_logits +
@@ -109,8 +102,6 @@ int tl_pipe_rank(const tl_pipe *p) { return p->rank; }
 void tl_pipe_get_stats(const tl_pipe *p, tl_pipe_stats *out) {
     out->wait_s = p->wait_s;
     out->since_s = tl_now() - p->t_open;
-    out->steps = p->steps;
-    out->bytes_sent = p->bytes_sent;
 }
 
 /* Waits for every send from buffer i: until the next rank has taken the step (it takes
@@ -183,7 +174,7 @@ tl_status tl_pipe_forward(tl_pipe *p, const tl_microbatch *mb, int32_t n_mb) {
     const int i = (int)(p->steps % 2);
     if ((st = settle(p, i))) return st;
     const size_t bytes = pack(p, p->buf[i], mb, n_mb);
-    st = send_counted(p, p->rank + 1, TAG_STEP, p->buf[i], bytes, &p->req[i]);
+    st = tl_link_isend(p->link, p->rank + 1, TAG_STEP, p->buf[i], bytes, &p->req[i]);
     if (!st) p->steps++;
     return st;
 }
@@ -200,7 +191,6 @@ tl_status tl_pipe_collect(tl_pipe *p, tl_microbatch *mb, int32_t n_mb) {
             return tl_error_set(TL_ERR_IO, "pipeline: rank %d sent %zu bytes of logits where "
                                 "%zu were due", p->size - 1, got, want);
     }
-    p->collected++;
     return TL_OK;
 }
 
@@ -317,11 +307,11 @@ tl_status tl_pipe_work(tl_pipe *p, tl_llama_scratch *s, tl_kv *kv, int32_t max_s
         }
         if ((st = tl_engine_step(p->m, s, kv, mb, n_mb))) break;
         if (!last) {
-            st = send_counted(p, p->rank + 1, TAG_STEP, p->buf[i], got, &p->req[i]);
+            st = tl_link_isend(p->link, p->rank + 1, TAG_STEP, p->buf[i], got, &p->req[i]);
         } else {
             for (int32_t k = 0; k < n_mb && !st; k++)
                 if (mb[k].n_logits)
-                    st = send_counted(p, 0, TAG_LOGITS, mb[k].logits,
+                    st = tl_link_isend(p->link, 0, TAG_LOGITS, mb[k].logits,
                                        (size_t)mb[k].n_logits * vocab * sizeof(float),
                                        &p->lreq[i][k]);
         }

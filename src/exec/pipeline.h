@@ -45,7 +45,6 @@ int tl_pipe_rank(const tl_pipe *p);
  * this rank saw it. */
 typedef struct tl_pipe_stats {
     double wait_s, since_s;
-    uint64_t steps, bytes_sent;
 } tl_pipe_stats;
 void tl_pipe_get_stats(const tl_pipe *p, tl_pipe_stats *out);
 

@@ -21,8 +21,7 @@ static int parse_split(const char *s, int size, int32_t L, int32_t *count) {
         }
         count[n++] = (int32_t)v;
         sum += v;
-        c = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') n = size + 1; /* junk: caught below */
+        c = *end == ',' ? end + 1 : end; /* anything else fails the next strtol */
     }
     if (n != size || sum != L) {
         fprintf(stderr, "error: --pipeline-layers %s: give %d positive layer counts, one per "
