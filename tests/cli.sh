@@ -3,6 +3,7 @@
 set -u
 bin=$1; models=$2
 . "$(dirname "$0")/cli_lib.sh"
+need_profile "$bin" # policy auto at budgets too small to measure one
 
 golden=" Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, r"
 for f in stories260K.gguf tinyllamas-stories-260k-q8_0.gguf; do

@@ -8,3 +8,12 @@ expect_rc() { # expect_rc CODE DESCRIPTION CMD...: its exit status; output in $t
     "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
     [ "$rc" -eq "$want" ] || fail "$what: exit $rc, expected $want ($(head -c 300 "$tmp/err"))"
 }
+need_profile() { # need_profile TIERLLM: a script whose runs plan at small budgets needs this
+    # machine's saved profile; measure it once, under a lock, when no earlier test has
+    local dir=${XDG_CACHE_HOME:-$HOME/.cache}/tierllm
+    mkdir -p "$dir" || return 1
+    (
+        flock 9
+        [ -f "$dir/profile-t$(nproc).json" ] || "$1" profile >/dev/null 2>&1
+    ) 9>"$dir/.tests-profile.lock" || fail "could not measure this machine's profile"
+}

@@ -9,6 +9,7 @@ bin=$1; models=$2
 here=$(dirname "$0")
 py=/usr/bin/python3
 . "$(dirname "$0")/cli_lib.sh"
+need_profile "$bin" # the streamed runs below plan at budgets too small to measure one
 expect_err() { # expect_err DESCRIPTION WORDS CMD...: exit 1 and the message has WORDS
     local what=$1 words=$2; shift 2
     expect_rc 1 "$what" "$@"
