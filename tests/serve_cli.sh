@@ -378,14 +378,16 @@ kill -TERM "$pid"; wait "$pid"; rc=$?
 [ "$rc" = 0 ] && grep -q "re-planning: [0-9]* checks" "$tmp/e.err" ||
     fail "auto: exit $rc, $(tail -2 "$tmp/e.err")"
 
-# KV in tiers: a 100-token generation keeps its sinks and last 8 positions in memory and
-# reads the rest back from disk at every step, with run's greedy text
-"$bin" run -m "$m" -p "$prompt" -n 100 --temp 0 >"$tmp/run100.txt" 2>/dev/null
+# KV in tiers: a 200-token generation keeps its sinks and last 8 positions in memory and
+# reads the rest back from disk at every step, with run's greedy text (a page is read back
+# once its write has completed; until then its write buffer serves it, so the generation
+# is long enough for this disk's slowest writes to complete)
+"$bin" run -m "$m" -p "$prompt" -n 200 --temp 0 >"$tmp/run200.txt" 2>/dev/null
 start f --kv-window 8 --spill-dir "$tmp" -c 256
-post /v1/completions '{"prompt": "Once upon a time", "max_tokens": 100, "temperature": 0}'
+post /v1/completions '{"prompt": "Once upon a time", "max_tokens": 200, "temperature": 0}'
 expect 200 "tiers: completion"
 got=$(json "$tmp/body" "j['choices'][0]['text']")
-[ "$prompt$got" = "$(head -c -1 "$tmp/run100.txt")" ] || fail "tiers: greedy text differs: $got"
+[ "$prompt$got" = "$(head -c -1 "$tmp/run200.txt")" ] || fail "tiers: greedy text differs: $got"
 req /metrics; expect 200 "tiers: metrics"
 disk=$(sed -n 's/^tierllm_kv_pages_disk_peak \([0-9]*\)$/\1/p' "$tmp/body")
 kvread=$(sed -n 's/^tierllm_kv_bytes_read_total \([0-9]*\)$/\1/p' "$tmp/body")

@@ -321,7 +321,8 @@ static tl_status put_config(tl_gguf_writer *w, const hf_config *c, const char *n
         (st = tl_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)c->rms_eps)) ||
         (c->n_swa > 0 &&
          (st = tl_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)c->n_swa))) ||
-        (st = tl_gguf_writer_set_bool(w, "tierllm.rope_neox", true)) ||
+        (!strcmp(c->arch, "llama") &&
+         (st = tl_gguf_writer_set_bool(w, "tierllm.rope_half_order", true))) ||
         (c->n_rope_divisors > 0 &&
          (st = tl_gguf_writer_set_arr(w, "tierllm.rope_freqs", TL_GGUF_FLOAT32, c->rope_divisors,
                                       (uint64_t)c->n_rope_divisors))) ||

@@ -16,9 +16,10 @@
  * rope_scaling becomes frequency divisors in metadata (tierllm.rope_freqs), as GGUF files
  * carry them in rope_freqs.weight. OPT's position table keeps two leading rows its
  * positions skip: the description's tensor starts after them.
- * Hugging Face keeps q and k in rotate-half order, so the description asks for RoPE on
- * pairs half a rotation apart (tierllm.rope_neox), where GGUF converters permute the rows
- * instead. Everything else is refused with a message naming what is not supported.
+ * Hugging Face keeps a Llama's q and k in rotate-half order where GGUF converters permute
+ * the rows into adjacent pairs; the description says so (tierllm.rope_half_order) and the
+ * forward pass rotates them as NEOX and stores them as pairs, so logits equal the GGUF's
+ * bit for bit (Qwen2's GGUF keeps rotate-half order itself: nothing to say). Everything else is refused with a message naming what is not supported.
  */
 #ifndef TL_FORMAT_HF_FOLDER_H
 #define TL_FORMAT_HF_FOLDER_H

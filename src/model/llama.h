@@ -48,7 +48,7 @@ typedef struct tl_llama_hparams {
     int32_t n_vocab, n_embd, n_ff, n_layer, n_head, n_head_kv, head_dim, rope_dim;
     int32_t n_ctx_train;
     float rms_eps, rope_base;
-    int32_t rope_neox; /* 1: rotate pairs (i, i + rope_dim/2) (qwen2); 0: (2i, 2i+1) */
+    int32_t rope_mode; /* TL_ROPE_* (model/ops.h): which dims RoPE pairs */
     int32_t n_swa;     /* > 0: a row attends to the last n_swa positions only (its own too) */
     int32_t layer_norm;  /* 1: LayerNorm (x - mean) / sqrt(var + eps) (opt); 0: RMSNorm */
     int32_t ffn_relu;    /* 1: x += W_down relu(W_up x) (opt); 0: SwiGLU with ffn_gate */

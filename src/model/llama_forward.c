@@ -216,7 +216,7 @@ static void add_bias_rows(float *y, const tl_weight *b, size_t n, size_t width) 
 static void rope(const tl_llama *m, float *x, int n_heads, int32_t pos) {
     const tl_llama_hparams *hp = &m->hp;
     if (hp->pos_learned) return;
-    tl_op_rope(x, n_heads, hp->head_dim, hp->rope_dim, pos, hp->rope_base, hp->rope_neox,
+    tl_op_rope(x, n_heads, hp->head_dim, hp->rope_dim, pos, hp->rope_base, hp->rope_mode,
                m->rope_freqs.name ? m->rope_freqs.data : m->rope_divisors);
 }
 

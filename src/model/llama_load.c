@@ -15,6 +15,7 @@
 #include "model/llama.h"
 #include "base/status.h"
 #include "format/hf_folder.h"
+#include "model/ops.h"
 #include "kernels/kernels.h"
 #include "tier/aio.h"
 #include "tier/tier.h"
@@ -52,14 +53,13 @@ tl_status tl_llama_read_hparams(const tl_gguf *g, tl_llama_hparams *hp) {
         return tl_error_set(TL_ERR_UNSUPPORTED, "architecture '%.40s' is not supported (llama, "
                             "qwen2 and opt are)", arch->s);
     snprintf(hp->arch, sizeof hp->arch, "%s", arch->s);
-    hp->rope_neox = strcmp(arch->s, "qwen2") == 0;
+    hp->rope_mode = strcmp(arch->s, "qwen2") == 0 ? TL_ROPE_NEOX : TL_ROPE_PAIRS;
     hp->layer_norm = hp->ffn_relu = hp->pos_learned = strcmp(arch->s, "opt") == 0;
-    /* a Hugging Face folder keeps q and k in rotate-half order (format/hf_folder.h) */
-    const tl_gguf_kv *neox = tl_gguf_find(g, "tierllm.rope_neox");
-    if (neox) {
+    /* a Hugging Face Llama folder keeps q and k in rotate-half order (format/hf_folder.h) */
+    if (tl_gguf_find(g, "tierllm.rope_half_order")) {
         bool b;
-        if ((st = tl_gguf_get_bool(g, "tierllm.rope_neox", &b))) return st;
-        hp->rope_neox |= b;
+        if ((st = tl_gguf_get_bool(g, "tierllm.rope_half_order", &b))) return st;
+        if (b && hp->rope_mode == TL_ROPE_PAIRS) hp->rope_mode = TL_ROPE_HALF_AS_PAIRS;
     }
     uint32_t n_embd, n_ff, n_layer, n_head, n_head_kv, head_dim, rope_dim, n_ctx;
     if ((st = get_arch_u32(g, hp->arch, "embedding_length", &n_embd, 1, 0)) ||

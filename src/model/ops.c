@@ -305,7 +305,7 @@ void tl_op_layernorm(const float *x, const float *g, const float *b, size_t n, s
 }
 
 void tl_op_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, float base,
-                int neox, const float *freq_divisors) {
+                int mode, const float *freq_divisors) {
     const int half = rope_dim / 2;
     for (int i = 0; i < half; i++) {
         double theta = (double)pos * pow((double)base, -2.0 * i / rope_dim);
@@ -313,10 +313,22 @@ void tl_op_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, 
         float c = (float)cos(theta), s = (float)sin(theta);
         for (int h = 0; h < n_heads; h++) {
             float *p = x + (size_t)h * head_dim;
-            const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+            const int i0 = mode != TL_ROPE_PAIRS ? i : 2 * i;
+            const int i1 = mode != TL_ROPE_PAIRS ? i + half : 2 * i + 1;
             float a = p[i0], b = p[i1];
             p[i0] = a * c - b * s;
             p[i1] = a * s + b * c;
+        }
+    }
+    if (mode != TL_ROPE_HALF_AS_PAIRS) return;
+    /* (x[i], x[i + half]) -> (x[2i], x[2i+1]); the loader bounds head_dim by 4096 */
+    float tmp[4096];
+    for (int h = 0; h < n_heads; h++) {
+        float *p = x + (size_t)h * head_dim;
+        memcpy(tmp, p, (size_t)rope_dim * sizeof *p);
+        for (int i = 0; i < half; i++) {
+            p[2 * i] = tmp[i];
+            p[2 * i + 1] = tmp[i + half];
         }
     }
 }

@@ -34,12 +34,22 @@ void tl_op_rmsnorm(const float *x, const float *g, size_t n, size_t d, float eps
 void tl_op_layernorm(const float *x, const float *g, const float *b, size_t n, size_t d,
                      float eps, float *out);
 
+/* How a model's q and k rows pair their dims for RoPE (tl_llama_hparams.rope_mode). */
+enum {
+    TL_ROPE_PAIRS = 0, /* adjacent pairs (x[2i], x[2i+1]): GGML "normal" mode, Llama GGUF */
+    TL_ROPE_NEOX = 1,  /* pairs half a rotation apart (x[i], x[i + rope_dim/2]): Qwen2 */
+    /* rows in Hugging Face's rotate-half order for a model whose GGUF pairs adjacent dims
+     * (llama.cpp permutes q and k rows when it converts): rotated as NEOX, then written
+     * back in pair order, (x[i], x[i + rope_dim/2]) -> (x[2i], x[2i+1]). Each rotated value
+     * is the same float the GGUF layout gives, so attention and the KV cache are too. */
+    TL_ROPE_HALF_AS_PAIRS = 2
+};
+
 /* Rotates pairs of the first rope_dim dims of each of n_heads heads of head_dim in row x
  * by angle pos * base^(-2i/rope_dim) / freq_divisors[i] (no division when NULL), i <
- * rope_dim/2: adjacent pairs (x[2i], x[2i+1]) (GGML "normal" mode, Llama), or with neox
- * pairs half a rotation apart (x[i], x[i + rope_dim/2]) (GGML NEOX mode, Qwen2). */
+ * rope_dim/2, paired as `mode` (TL_ROPE_*) says. */
 void tl_op_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, float base,
-                int neox, const float *freq_divisors);
+                int mode, const float *freq_divisors);
 
 /* gate[i] = silu(gate[i]) * up[i] for n elements. */
 void tl_op_swiglu(const tl_llama *m, float *gate, const float *up, size_t n);
