@@ -73,6 +73,11 @@ typedef struct tl_model_params {
      * [layer_first, layer_end) only; the first stage also embeds tokens and the last one
      * computes logits. 0 and 0 (the default): every layer, the whole model. */
     int32_t layer_first, layer_end;
+    /* Activation sparsity: the share of each matrix's input channels, smallest magnitudes
+     * first, set to zero before the product, by thresholds a converted file carries
+     * (`tierllm convert --calib`). < 0 (the default): the file's suggested sparsity (0 for a
+     * file without thresholds); 0: dense; up to but not including 1. */
+    float sparsity;
 } tl_model_params;
 
 enum { TL_IO_KV_FIRST = 0, TL_IO_BY_NEED = 1 };
@@ -91,6 +96,15 @@ typedef struct tl_model_desc {
 } tl_model_desc;
 
 tl_status tl_model_describe(const tl_model *model, tl_model_desc *out);
+
+/* Changes the activation sparsity in force (tl_model_params.sparsity; < 0: the file's), for
+ * the contexts and jobs that run after. */
+tl_status tl_model_set_sparsity(tl_model *model, float sparsity);
+
+/* Activation sparsity reached: bytes of the layers' matrix weights whose input channel was
+ * zero (a column that need not be read or multiplied), of the bytes multiplied, since the
+ * model opened or the last call with reset set; rows count once each. Both 0 when dense. */
+void tl_model_sparsity_stats(tl_model *model, int reset, double *zeroed, double *seen);
 
 /* Tokenizes UTF-8 text. Writes at most `cap` ids; *n_out receives the count needed.
  * Returns TL_ERR_INVALID if cap is too small (the ids written are a prefix). */
@@ -190,6 +204,12 @@ tl_status tl_decode(tl_context *ctx, const int32_t *tokens, size_t n, float *log
 /* As tl_decode, but `logits` receives n * n_vocab floats, one row per token. */
 tl_status tl_decode_all_logits(tl_context *ctx, const int32_t *tokens, size_t n,
                                float *logits);
+
+/* Perplexity of `ids` (n >= 2): exp of the mean negative log-likelihood of each token
+ * given those before it, in windows of n_ctx tokens (each in a fresh context; a window's
+ * first token is not scored). *n_scored (may be NULL): the tokens scored. */
+tl_status tl_perplexity(tl_model *model, const int32_t *ids, size_t n, int32_t n_ctx,
+                        double *ppl, size_t *n_scored);
 
 /* ---- sampling and generation ------------------------------------------------------ */
 

@@ -27,6 +27,17 @@ void tl_model_close(tl_model *m) {
     free(m);
 }
 
+tl_status tl_model_set_sparsity(tl_model *m, float sparsity) {
+    return tl_sparsity_set_level(&m->lm.sparse,
+                                 sparsity < 0 ? m->lm.sparse.file_default : sparsity);
+}
+
+void tl_model_sparsity_stats(tl_model *m, int reset, double *zeroed, double *seen) {
+    *zeroed = m->lm.sparse.zeroed;
+    *seen = m->lm.sparse.seen;
+    if (reset) m->lm.sparse.zeroed = m->lm.sparse.seen = 0;
+}
+
 tl_status tl_model_describe(const tl_model *m, tl_model_desc *d) {
     tl_llama_describe(&m->lm, d);
     return TL_OK;

@@ -114,6 +114,8 @@ tl_status tl_gguf_writer_set_arr(tl_gguf_writer *w, const char *key, tl_gguf_typ
                                  const void *data, uint64_t n);
 tl_status tl_gguf_writer_set_arr_str(tl_gguf_writer *w, const char *key,
                                      const char *const *strs, uint64_t n);
+/* A key/value pair exactly as a parsed file holds it (any type; strings by their length). */
+tl_status tl_gguf_writer_copy_kv(tl_gguf_writer *w, const tl_gguf_kv *kv);
 /* Declares a tensor; its data is produced by the fill function at write time. */
 tl_status tl_gguf_writer_add_tensor(tl_gguf_writer *w, const char *name, tl_type type,
                                     uint32_t n_dims, const uint64_t *ne);

@@ -159,6 +159,59 @@ tl_status tl_gguf_writer_set_arr_str(tl_gguf_writer *w, const char *key,
     return end_kv(w);
 }
 
+static void put_str_len(tl_gguf_writer *w, const tl_gguf_str *s) {
+    put_u64(w, s->len);
+    put(w, s->s, (size_t)s->len);
+}
+
+tl_status tl_gguf_writer_copy_kv(tl_gguf_writer *w, const tl_gguf_kv *kv) {
+    if (kv->type == TL_GGUF_ARRAY) {
+        if (kv->v.arr.type != TL_GGUF_STRING)
+            return tl_gguf_writer_set_arr(w, kv->key, kv->v.arr.type, kv->v.arr.data,
+                                          kv->v.arr.n);
+        tl_status st = begin_kv(w, kv->key, TL_GGUF_ARRAY);
+        if (st) return st;
+        put_u32(w, TL_GGUF_STRING);
+        put_u64(w, kv->v.arr.n);
+        const tl_gguf_str *strs = kv->v.arr.data;
+        for (uint64_t i = 0; i < kv->v.arr.n; i++) put_str_len(w, &strs[i]);
+        return end_kv(w);
+    }
+    tl_status st = begin_kv(w, kv->key, kv->type);
+    if (st) return st;
+    switch (kv->type) {
+    case TL_GGUF_STRING: put_str_len(w, &kv->v.str); break;
+    case TL_GGUF_UINT8: case TL_GGUF_INT8: case TL_GGUF_BOOL: {
+        uint8_t b = (uint8_t)kv->v.u;
+        put(w, &b, 1);
+        break;
+    }
+    case TL_GGUF_UINT16: case TL_GGUF_INT16: {
+        uint8_t b[2] = {(uint8_t)kv->v.u, (uint8_t)(kv->v.u >> 8)};
+        put(w, b, 2);
+        break;
+    }
+    case TL_GGUF_UINT32: case TL_GGUF_INT32: put_u32(w, (uint32_t)kv->v.u); break;
+    case TL_GGUF_UINT64: case TL_GGUF_INT64: put_u64(w, kv->v.u); break;
+    case TL_GGUF_FLOAT32: {
+        const float f = (float)kv->v.f;
+        uint32_t bits;
+        memcpy(&bits, &f, 4);
+        put_u32(w, bits);
+        break;
+    }
+    case TL_GGUF_FLOAT64: {
+        uint64_t bits;
+        memcpy(&bits, &kv->v.f, 8);
+        put_u64(w, bits);
+        break;
+    }
+    default: return tl_error_set(TL_ERR_INVALID, "gguf writer: key '%s' has an unknown type",
+                                 kv->key);
+    }
+    return end_kv(w);
+}
+
 tl_status tl_gguf_writer_add_tensor(tl_gguf_writer *w, const char *name, tl_type type,
                                     uint32_t n_dims, const uint64_t *ne) {
     if (n_dims < 1 || n_dims > TL_GGUF_MAX_DIMS)

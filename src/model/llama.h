@@ -30,6 +30,7 @@
 #include "format/tensor_type.h"
 #include "text/tokenizer.h"
 #include "model/kv_select.h"
+#include "model/sparsity.h"
 
 typedef struct tl_weight {
     tl_type type;      /* type of `data` (F32 after a load-time conversion) */
@@ -91,6 +92,8 @@ struct tl_llama {
                                   NULL when absent */
     float *rope_divisors;      /* the same from metadata (tierllm.rope_freqs: a Hugging Face
                                   folder's rope_scaling), when there is no such tensor */
+    tl_sparsity sparse;        /* activation sparsity: thresholds of a converted file, the
+                                  level in force (0: dense), a calibration observer */
     int tied_output;           /* output.weight absent: the classifier is tok_embd */
     tl_weight **all;           /* every weight, in tl_llama_weights' order (walks over all) */
     size_t n_all;

@@ -16,6 +16,8 @@
  *               x += (silu(xn Wgate^T) * (xn Wup^T)) Wdown^T      [n][f] inside
  *                 (OPT: x += relu(xn Wup^T + b_up) Wdown^T + b_down)
  *   logits = norm(x) * output_norm (+ bias)  Woutput^T            (tl_llama_logits)
+ * With activation sparsity (model/sparsity.h) the inputs of each matrix product whose
+ * magnitude is under the layer's threshold for that input are zeroed first.
  * All rows go through each matrix at once (matrix-matrix products), whether they are a
  * prompt of one sequence or one token of each of many sequences. Weights are made
  * resident by the caller (exec/) around each layer; this file never does IO.
@@ -450,6 +452,7 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
 
     /* attention block */
     norm(m, x, &L->attn_norm, &L->attn_norm_b, n, s->xn);
+    tl_sparsity_apply(&m->sparse, l, TL_SITE_ATTN_IN, s->xn, n, d);
     const tl_weight *qkv[] = {&L->wq, &L->wk, &L->wv};
     float *const qkv_out[] = {s->q, s->k, s->v};
     tl_op_matmul_multi(m, qkv, 3, s->xn, n, qkv_out, s->mm_scratch, s->mm_scratch_floats);
@@ -493,16 +496,19 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
     if (attn_st)
         return tl_error_set(attn_st, "attention at layer %d could not read a KV page",
                             (int)l);
+    tl_sparsity_apply(&m->sparse, l, TL_SITE_ATTN_OUT, s->att_out, n, qd);
     matmul(m, s, &L->wo, s->att_out, n, s->xn); /* xn reused as [n][d] output */
     add_bias_rows(s->xn, &L->bo, n, d);
     add_rows(x, s->xn, n * d);
 
     /* feed-forward block */
     norm(m, x, &L->ffn_norm, &L->ffn_norm_b, n, s->xn);
+    tl_sparsity_apply(&m->sparse, l, TL_SITE_FFN_IN, s->xn, n, d);
     if (hp->ffn_relu) {
         matmul(m, s, &L->w_up, s->xn, n, s->gate);
         add_bias_rows(s->gate, &L->b_up, n, f);
         tl_op_relu(s->gate, n * f);
+        tl_sparsity_apply(&m->sparse, l, TL_SITE_FFN_MID, s->gate, n, f);
     } else {
         const tl_weight *gate_up[] = {&L->w_gate, &L->w_up};
         float *const gate_up_out[] = {s->gate, s->up};
@@ -510,6 +516,7 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
                            s->mm_scratch_floats);
         add_bias_rows(s->up, &L->b_up, n, f);
         tl_op_swiglu(m, s->gate, s->up, n * f);
+        tl_sparsity_apply(&m->sparse, l, TL_SITE_FFN_MID, s->gate, n, f);
     }
     matmul(m, s, &L->w_down, s->gate, n, s->xn);
     add_bias_rows(s->xn, &L->b_down, n, d);

@@ -213,6 +213,7 @@ static tl_status describe_weights(tl_llama *m) {
                                     "positive divisor", m->path, (unsigned long long)i,
                                     (double)m->rope_divisors[i]);
     }
+    if ((st = tl_sparsity_load(&m->sparse, m->gguf, hp->n_layer, m->path))) return st;
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return tl_error_set(TL_ERR_NOMEM, "out of memory");
     for (int32_t l = 0; l < hp->n_layer; l++) {
@@ -329,6 +330,28 @@ size_t tl_llama_weights(tl_llama *m, tl_weight **out, size_t cap) {
     return n;
 }
 
+/* The weight bytes per input channel of the matrices each sparsity site feeds
+ * (model/sparsity.h), by which the sparsity reached is weighed. */
+static tl_status sparsity_col_bytes(tl_llama *m) {
+    double *cb = calloc((size_t)m->hp.n_layer * TL_SITE_COUNT, sizeof *cb);
+    if (!cb) return tl_error_set(TL_ERR_NOMEM, "out of memory");
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+        const tl_llama_layer *L = &m->layers[l];
+        const tl_weight *site_mats[TL_SITE_COUNT][3] = {{&L->wq, &L->wk, &L->wv},
+                                                        {&L->wo, NULL, NULL},
+                                                        {&L->w_gate, &L->w_up, NULL},
+                                                        {&L->w_down, NULL, NULL}};
+        for (int s = 0; s < TL_SITE_COUNT; s++)
+            for (int k = 0; k < 3; k++) {
+                const tl_weight *w = site_mats[s][k];
+                if (w && w->name && w->cols)
+                    cb[(size_t)l * TL_SITE_COUNT + s] += (double)w->file_bytes / (double)w->cols;
+            }
+    }
+    m->sparse.col_bytes = cb;
+    return TL_OK;
+}
+
 tl_model_params tl_model_default_params(void) {
     tl_model_params p;
     memset(&p, 0, sizeof p);
@@ -342,6 +365,7 @@ tl_model_params tl_model_default_params(void) {
     p.direct_io = 1;
     p.w_mem_pct = 100;
     p.io_order = TL_IO_KV_FIRST;
+    p.sparsity = -1.0f;
     return p;
 }
 
@@ -470,7 +494,10 @@ tl_status tl_llama_open(const char *path, const tl_model_params *params, tl_llam
     if (!st && (st = tl_llama_read_hparams(m->gguf, &m->hp))) tl_error_wrap(st, "%s", path);
     if (!st && (st = tl_tokenizer_from_gguf(m->gguf, &m->tok))) tl_error_wrap(st, "%s", path);
     if (!st) st = describe_weights(m);
+    if (!st) st = sparsity_col_bytes(m);
     if (!st) st = trim_to_stage(m);
+    if (!st) st = tl_sparsity_set_level(&m->sparse, p.sparsity < 0 ? m->sparse.file_default
+                                                                    : p.sparsity);
     if (!st) classify_shapes(m);
     if (!st) { /* the list every walk over all weights uses */
         m->n_all = tl_llama_weights(m, NULL, 0);
@@ -507,6 +534,7 @@ void tl_llama_close(tl_llama *m) {
     tl_tokenizer_free(m->tok);
     tl_gguf_free(m->gguf);
     free(m->rope_divisors);
+    tl_sparsity_free(&m->sparse);
     free(m->path);
     memset(m, 0, sizeof *m);
 }

@@ -14,10 +14,18 @@ int tl_cmd_batch(int argc, char **argv);
 int tl_cmd_profile(int argc, char **argv);
 int tl_cmd_plan(int argc, char **argv);
 int tl_cmd_serve(int argc, char **argv);
+int tl_cmd_convert(int argc, char **argv);
+int tl_cmd_perplexity(int argc, char **argv);
 
 /* The largest prompt file `run -f` reads (16 MiB: far beyond any context; a larger file,
  * or /dev/zero, is refused rather than read without end). */
 #define CLI_PROMPT_FILE_MAX ((size_t)16 << 20)
+
+/* A text file (a prompt, calibration or evaluation text) as a string, or NULL after
+ * printing why, naming it `what`: it cannot be opened or read (a read error is an error,
+ * not the end of the file), it is over CLI_PROMPT_FILE_MAX (read no further than that:
+ * /dev/zero ends), or it holds a NUL byte (a C string would silently cut it there). */
+char *cli_read_text_file(const char *what, const char *path);
 
 /* Argument parsing helpers: each prints a message and returns 0 on a bad value. */
 int cli_int(const char *flag, const char *s, long lo, long hi, int32_t *out);
@@ -31,6 +39,12 @@ int cli_size(const char *flag, const char *s, uint64_t *out);
 int cli_size_i64(const char *flag, const char *s, int64_t *out);
 /* A share in [0, 1] ("expects a share in [0, 1]" otherwise). */
 int cli_share(const char *flag, const char *s, float *out);
+/* An activation sparsity in [0, 1) (tl_model_params.sparsity). */
+int cli_sparsity(const char *flag, const char *s, float *out);
+#define CLI_SPARSITY_HELP \
+    "  --sparsity S            activation sparsity of a file made by `tierllm convert`:\n" \
+    "                          the share of each matrix's smallest inputs set to zero\n" \
+    "                          (default: the file's; 0 = dense)\n"
 /* Returns argv[*i + 1] and advances, or prints "flag needs a value" and returns NULL. */
 const char *cli_value(int argc, char **argv, int *i);
 /* Prints "error: <message>" for a failed status and returns 1. */

@@ -1,10 +1,12 @@
 /* cli_args.c - strict parsing of numeric flags (the whole value must parse). */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 #include "tools/cli.h"
 
 int cli_int(const char *flag, const char *s, long lo, long hi, int32_t *out) {
@@ -36,6 +38,17 @@ int cli_share(const char *flag, const char *s, float *out) {
     if (!cli_float(flag, s, &v)) return 0;
     if (!(v >= 0 && v <= 1)) {
         fprintf(stderr, "error: %s expects a share in [0, 1], not %s\n", flag, s);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int cli_sparsity(const char *flag, const char *s, float *out) {
+    float v;
+    if (!cli_float(flag, s, &v)) return 0;
+    if (!(v >= 0 && v < 1)) {
+        fprintf(stderr, "error: %s expects a sparsity in [0, 1), not %s\n", flag, s);
         return 0;
     }
     *out = v;
@@ -103,4 +116,56 @@ int cli_io_backend(const char *flag, const char *s, int32_t *out) {
         return 0;
     }
     return 1;
+}
+
+char *cli_read_text_file(const char *what, const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        fprintf(stderr, "error: cannot open %s %s: %s\n", what, path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    const char *why = buf ? NULL : "out of memory";
+    while (!why) {
+        if (len == cap - 1) { /* full: grow, at most to the limit and its terminator */
+            size_t ncap = cap * 2 > CLI_PROMPT_FILE_MAX + 2 ? CLI_PROMPT_FILE_MAX + 2 : cap * 2;
+            char *nb = ncap > cap ? realloc(buf, ncap) : NULL;
+            if (!nb) {
+                why = "out of memory";
+                break;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        ssize_t r = read(fd, buf + len, cap - 1 - len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            why = strerror(errno);
+            break;
+        }
+        if (r == 0) break;
+        len += (size_t)r;
+        if (len > CLI_PROMPT_FILE_MAX) {
+            fprintf(stderr, "error: %s %s is larger than the limit of %zu MiB\n", what, path,
+                    CLI_PROMPT_FILE_MAX >> 20);
+            close(fd);
+            free(buf);
+            return NULL;
+        }
+    }
+    close(fd);
+    if (why) {
+        fprintf(stderr, "error: cannot read %s %s: %s\n", what, path, why);
+        free(buf);
+        return NULL;
+    }
+    if (memchr(buf, 0, len)) {
+        fprintf(stderr, "error: %s %s contains a NUL byte at offset %zu (it must be "
+                "text)\n", what, path, (size_t)((char *)memchr(buf, 0, len) - buf));
+        free(buf);
+        return NULL;
+    }
+    buf[len] = 0;
+    return buf;
 }

@@ -51,6 +51,7 @@ static void usage(void) {
            "                          pages go to --spill-dir\n"
            "  --kv-sinks N            first positions kept in memory with --kv-window (0)\n"
            "  --kv-cache SIZE         memory caching disk KV pages (default 0)\n"
+           CLI_SPARSITY_HELP
            "  --kv-select SHARE       lossy, opt-in: each generated token attends to this\n"
            "                          share of its KV pages (see tierllm run --help)\n"
            "  --w-mem PCT             share of weights kept in memory at most (default 100)\n"
@@ -458,6 +459,9 @@ int tl_cmd_batch(int argc, char **argv) {
         INT("--top-k", 0, 1 << 24, &gp.sampler.top_k) INT("--prefill-rows", 1, 1 << 20, &bp.prefill_rows)
         INT("--repeat-last-n", 0, 1 << 20, &gp.sampler.repeat_last_n)
         else if (!strcmp(a, "--spill-dir")) { VAL(); bp.spill_dir = v; }
+        else if (!strcmp(a, "--sparsity")) {
+            VAL(); if (!cli_sparsity(a, v, &mp.sparsity)) return 2;
+        }
         else if (!strcmp(a, "--kv-select")) {
             VAL(); if (!cli_share(a, v, &bp.kv_select)) return 2;
             knobs++;

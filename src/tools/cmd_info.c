@@ -8,6 +8,7 @@
 #include "format/gguf.h"
 #include "format/hf_folder.h"
 #include "model/llama.h"
+#include "model/sparsity.h"
 #include "text/pretokenize.h"
 
 /* A string metadata value, or NULL. */
@@ -42,6 +43,19 @@ static void print_tokenizer(const tl_gguf *g) {
                tl__pretok_name(rules));
     else
         printf("gpt2 (byte-level BPE), pre-tokenizer '%s': not supported\n", pre->s);
+}
+
+/* A converted file's activation-sparsity tables (model/sparsity.h), checked as the engine
+ * loads them. */
+static void print_sparsity(const tl_gguf *g, int32_t n_layer) {
+    tl_sparsity sp;
+    tl_status st = tl_sparsity_load(&sp, g, n_layer, "this file");
+    if (st) printf("sparsity:      unusable: %s\n", tl_last_error());
+    else if (sp.table)
+        printf("sparsity:      thresholds for %d layers x %d matrix inputs at %d levels, "
+               "calibrated on %u tokens; default %.2f\n", (int)n_layer, TL_SITE_COUNT,
+               TL_SPARSITY_LEVELS, sp.calib_tokens, (double)sp.file_default);
+    tl_sparsity_free(&sp);
 }
 
 int tl_cmd_info(int argc, char **argv) {
@@ -116,6 +130,7 @@ int tl_cmd_info(int argc, char **argv) {
         if (bytes[t]) printf("  %s %.2f MiB", tl_type_name((tl_type)t), bytes[t] / 1048576.0);
     printf("\n");
     print_tokenizer(g);
+    print_sparsity(g, hp.n_layer);
     if (tensors)
         for (uint64_t i = 0; i < g->n_tensors; i++) {
             const tl_gguf_tensor *t = &g->tensors[i];

@@ -52,9 +52,11 @@ int tl_cmd_logits(int argc, char **argv) {
                 return 2;
         } else if (!strcmp(a, "--reference")) {
             mp.reference_kernels = 1;
+        } else if (!strcmp(a, "--sparsity")) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_sparsity(a, v, &mp.sparsity)) return 2;
         } else {
             fprintf(stderr, "usage: tierllm logits -m MODEL --tokens 1,2,3 -o OUT.f32 "
-                    "[-t N] [-b N] [--reference]\n");
+                    "[-t N] [-b N] [--reference] [--sparsity S]\n");
             return 2;
         }
     }

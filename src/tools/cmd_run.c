@@ -56,6 +56,7 @@ static void usage(void) {
            "  --kv-recompute N        with tiers and 32-bit KV: the first N layers keep\n"
            "                          their input rows on disk beside K and V and recompute\n"
            "                          K and V from them instead of reading them (default 0)\n"
+           CLI_SPARSITY_HELP
            "  --kv-select SHARE       lossy, opt-in: each generated token attends to this\n"
            "                          share of its KV pages (0.4 keeps ~95%% of the\n"
            "                          attention mass on stories260K), chosen by per-page\n"
@@ -71,62 +72,6 @@ static void usage(void) {
            "                          own --mem-budget; rank 0 prints the text\n"
            "  --pipeline-layers LIST  layers per rank, e.g. 12,10 (default: an even split)\n",
            CLI_PROMPT_FILE_MAX >> 20);
-}
-
-/* The prompt file as a string, or NULL after printing why: it cannot be opened or read
- * (a read error is an error, not the end of the file), it is over CLI_PROMPT_FILE_MAX
- * (read no further than that: /dev/zero ends), or it holds a NUL byte (a C string would
- * silently cut the prompt there). */
-static char *read_prompt_file(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        fprintf(stderr, "error: cannot open prompt file %s: %s\n", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    const char *why = buf ? NULL : "out of memory";
-    while (!why) {
-        if (len == cap - 1) { /* full: grow, at most to the limit and its terminator */
-            size_t ncap = cap * 2 > CLI_PROMPT_FILE_MAX + 2 ? CLI_PROMPT_FILE_MAX + 2 : cap * 2;
-            char *nb = ncap > cap ? realloc(buf, ncap) : NULL;
-            if (!nb) {
-                why = "out of memory";
-                break;
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        ssize_t r = read(fd, buf + len, cap - 1 - len);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            why = strerror(errno);
-            break;
-        }
-        if (r == 0) break;
-        len += (size_t)r;
-        if (len > CLI_PROMPT_FILE_MAX) {
-            fprintf(stderr, "error: prompt file %s is larger than the limit of %zu MiB\n", path,
-                    CLI_PROMPT_FILE_MAX >> 20);
-            close(fd);
-            free(buf);
-            return NULL;
-        }
-    }
-    close(fd);
-    if (why) {
-        fprintf(stderr, "error: cannot read prompt file %s: %s\n", path, why);
-        free(buf);
-        return NULL;
-    }
-    if (memchr(buf, 0, len)) {
-        fprintf(stderr, "error: prompt file %s contains a NUL byte at offset %zu (a prompt is "
-                "text)\n", path, (size_t)((char *)memchr(buf, 0, len) - buf));
-        free(buf);
-        return NULL;
-    }
-    buf[len] = 0;
-    return buf;
 }
 
 typedef struct run_state {
@@ -402,6 +347,9 @@ int tl_cmd_run(int argc, char **argv) {
             VAL(); if (!cli_size_i64(a, v, &cp.kv_cache_bytes)) return 2;
             kv_knobs++;
         } else if (!strcmp(a, "--spill-dir")) { VAL(); cp.spill_dir = v; kv_knobs++; }
+        else if (!strcmp(a, "--sparsity")) {
+            VAL(); if (!cli_sparsity(a, v, &mp.sparsity)) return 2;
+        }
         else if (!strcmp(a, "--kv-select")) {
             VAL(); if (!cli_share(a, v, &cp.kv_select)) return 2;
             kv_knobs++;
@@ -447,7 +395,7 @@ int tl_cmd_run(int argc, char **argv) {
     if (prc) return prc;
     char *file_prompt = NULL;
     if (prompt_file) {
-        file_prompt = read_prompt_file(prompt_file);
+        file_prompt = cli_read_text_file("prompt file", prompt_file);
         if (!file_prompt) return cli_pipe_abort(&pp, 1);
         prompt = file_prompt;
     }

@@ -49,6 +49,7 @@ static void usage(void) {
            "  --prefetch N            streamed layers read ahead (default 2)\n"
            "  --io auto|pool|uring    IO backend (default auto)\n"
            "  --no-direct             read through the page cache instead of O_DIRECT\n"
+           CLI_SPARSITY_HELP
            "planning:\n"
            "  --policy auto|manual    auto: the planner picks --max-seqs, --prefill-chunk,\n"
            "                          --kv-bits and --kv-window for the budget, and each\n"
@@ -174,6 +175,8 @@ int tl_cmd_serve(int argc, char **argv) {
             VAL(); if (!cli_int(a, v, 1, 256, &mp.n_threads)) return 2;
         } else if (!strcmp(a, "--mem-budget")) {
             VAL(); if (!cli_size(a, v, &mp.mem_budget)) return 2;
+        } else if (!strcmp(a, "--sparsity")) {
+            VAL(); if (!cli_sparsity(a, v, &mp.sparsity)) return 2;
         } else if (!strcmp(a, "--prefetch")) {
             VAL(); if (!cli_int(a, v, 0, 64, &mp.prefetch)) return 2;
         } else if (!strcmp(a, "--io")) {

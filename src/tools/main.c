@@ -15,6 +15,8 @@ static void usage(FILE *f) {
             "  plan    choose a policy:  tierllm plan -m MODEL --mem-budget 2G --prompt-len 128 ...\n"
             "  profile measure this machine (disk, memory, kernels): tierllm profile\n"
             "  serve   OpenAI-compatible HTTP server: tierllm serve -m MODEL [--port N]\n"
+            "  convert add activation-sparsity thresholds: tierllm convert -m IN -o OUT --calib T\n"
+            "  perplexity of a text:    tierllm perplexity -m MODEL -f TEXT [--sparsity S]\n"
             "run 'tierllm <command> --help' for its options\n");
 }
 
@@ -32,6 +34,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "profile")) return tl_cmd_profile(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return tl_cmd_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return tl_cmd_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "convert")) return tl_cmd_convert(argc - 1, argv + 1);
+    if (!strcmp(cmd, "perplexity")) return tl_cmd_perplexity(argc - 1, argv + 1);
     fprintf(stderr, "error: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

@@ -154,6 +154,8 @@ def main(argv=None):
     ap.add_argument("--ref-out", help="also write the reference logits (float32) here")
     ap.add_argument("--engine-arg", action="append", default=[],
                     help="extra argument for the engine (repeatable), e.g. --engine-arg=-b5")
+    ap.add_argument("--sparsity", type=float, default=0.0,
+                    help="activation sparsity of a converted file, in both (default 0)")
     ap.add_argument("--self-test", action="store_true", help="test the comparison logic")
     args = ap.parse_args(argv)
 
@@ -172,7 +174,7 @@ def main(argv=None):
     try:
         from llama_ref import LlamaRef, parse_tokens
         tokens = parse_tokens(args.tokens)
-        ref_model = LlamaRef(args.model)
+        ref_model = LlamaRef(args.model, sparsity=args.sparsity)
         ref = ref_model.forward(tokens)
     except Exception as e:  # noqa: BLE001 - any reference failure is a test failure
         return fail("reference: %s: %s" % (type(e).__name__, e))
@@ -188,8 +190,9 @@ def main(argv=None):
         if args.ref_only_dump:
             return 0
 
+    engine_args = args.engine_arg + ["--sparsity", repr(args.sparsity)]
     engine, err = run_engine(args.tierllm, args.model, tokens, n_vocab, args.timeout,
-                             args.engine_arg)
+                             engine_args)
     if err:
         return fail(err)
 

@@ -288,7 +288,7 @@ BIASES = ("attn_q", "attn_k", "attn_v", "attn_output")
 
 
 class LlamaRef:
-    def __init__(self, path, dtype=np.float64, exact_activations=False):
+    def __init__(self, path, dtype=np.float64, exact_activations=False, sparsity=0.0):
         self.gguf = GGUFFile(path)
         self.cfg = LlamaConfig(self.gguf)
         self.dtype = dtype
@@ -333,6 +333,47 @@ class LlamaRef:
                 L[k + ".bias"] = optional(p + k + ".bias")       # None when absent
             self.layers.append(L)
         self._check_shapes()
+        self.thresholds = self._sparsity_thresholds(sparsity)
+
+    # Activation sparsity (tierllm's model/sparsity.h, written from its definition): a
+    # converted file carries, per layer and per matrix input (attn_in: wq/wk/wv, attn_out:
+    # wo, ffn_in: gate/up, ffn_mid: down), the magnitudes below which 0, 1, ..., 100% of
+    # the calibration inputs fell, and an allocation: each input's level for sparsity
+    # S = 0, 0.05, ..., 1. At S, an input's level is the allocation interpolated linearly
+    # (at most 0.99), its threshold the table at 100 x level, interpolated linearly, and
+    # inputs of smaller magnitude are zeroed before the product.
+    SITES = ("attn_in", "attn_out", "ffn_in", "ffn_mid")
+
+    def _sparsity_thresholds(self, s):
+        if s == 0:
+            return None
+        md = self.gguf.metadata
+        if md.get("tierllm.sparse.version") != 1:
+            raise ValueError("sparsity %g needs a file with tierllm.sparse version 1" % s)
+        levels = int(md["tierllm.sparse.levels"])
+        table = np.asarray(md["tierllm.sparse.thresholds"], dtype=np.float64).reshape(
+            self.cfg.n_layer, len(self.SITES), levels)
+        alloc = np.asarray(md["tierllm.sparse.alloc"], dtype=np.float64).reshape(
+            -1, len(self.SITES))
+
+        def interp(rows, x):                  # rows[..., k] at k = x, linearly
+            i = min(int(x), rows.shape[-1] - 1)
+            if i == rows.shape[-1] - 1:
+                return rows[..., i]
+            return rows[..., i] + (x - i) * (rows[..., i + 1] - rows[..., i])
+        site_level = np.minimum(interp(alloc.T, np.float32(s) * (alloc.shape[0] - 1)), 0.99)
+        site_level = site_level.astype(np.float32).astype(np.float64)
+        thr = np.zeros((self.cfg.n_layer, len(self.SITES)))
+        for j in range(len(self.SITES)):
+            if site_level[j] > 0:
+                thr[:, j] = interp(table[:, j, :], site_level[j] * (levels - 1))
+        return thr.astype(np.float32)
+
+    def sparsify(self, x, layer, site):
+        if self.thresholds is None:
+            return x
+        t = float(self.thresholds[layer, self.SITES.index(site)])
+        return np.where(np.abs(x) < t, 0.0, x).astype(x.dtype)
 
     @property
     def rounds_any(self):
@@ -414,9 +455,10 @@ class LlamaRef:
         return rope(x, positions, c.rope_dim, c.rope_base, neox=(c.rope_type == "neox"),
                     freq_factors=self.rope_freqs)
 
-    def attention(self, x, L, positions):
+    def attention(self, x, L, positions, layer=0):
         c = self.cfg
         T = x.shape[0]
+        x = self.sparsify(x, layer, "attn_in")
         q = self.linear(x, L, "attn_q").reshape(T, c.n_head, c.head_dim)
         k = self.linear(x, L, "attn_k").reshape(T, c.n_head_kv, c.head_dim)
         v = self.linear(x, L, "attn_v").reshape(T, c.n_head_kv, c.head_dim)
@@ -439,16 +481,17 @@ class LlamaRef:
         p = np.exp(scores)
         p = p / p.sum(axis=-1, keepdims=True)
         out = (p @ v).transpose(1, 0, 2).reshape(T, c.n_head * c.head_dim)
-        return self.linear(out, L, "attn_output")
+        return self.linear(self.sparsify(out, layer, "attn_out"), L, "attn_output")
 
-    def ffn(self, x, L):
+    def ffn(self, x, L, layer=0):
+        x = self.sparsify(x, layer, "ffn_in")
         if self.cfg.layer_norm:                                        # OPT: ReLU, biases
             h = np.maximum(self.linear(x, L, "ffn_up"), 0.0)
-            return self.linear(h, L, "ffn_down")
+            return self.linear(self.sparsify(h, layer, "ffn_mid"), L, "ffn_down")
         g = self.mm(x, L["ffn_gate"])
         u = self.linear(x, L, "ffn_up")
         silu = g / (1.0 + np.exp(-g))
-        return self.linear(silu * u, L, "ffn_down")
+        return self.linear(self.sparsify(silu * u, layer, "ffn_mid"), L, "ffn_down")
 
     # --- forward ---------------------------------------------------------
 
@@ -466,9 +509,9 @@ class LlamaRef:
                 raise ValueError("%d tokens exceed the %d learned positions"
                                  % (len(tokens), self.pos_embd.shape[0]))
             x = x + self.pos_embd[positions]
-        for L in self.layers:
-            x = x + self.attention(self.norm(x, L, "attn_norm"), L, positions)
-            x = x + self.ffn(self.norm(x, L, "ffn_norm"), L)
+        for i, L in enumerate(self.layers):
+            x = x + self.attention(self.norm(x, L, "attn_norm"), L, positions, i)
+            x = x + self.ffn(self.norm(x, L, "ffn_norm"), L, i)
         if self.cfg.layer_norm:
             x = self.layernorm(x, self.output_norm, self.output_norm_b)
         else:

@@ -1,0 +1,323 @@
+/* convert.c - calibrate activation-sparsity thresholds and write them into a new GGUF
+ * (convert.h says what holds and why). */
+#include "exec/convert.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "base/out_file.h"
+#include "base/status.h"
+#include "exec/model_handle.h"
+#include "format/gguf.h"
+#include "format/hf_folder.h"
+#include "model/sparsity.h"
+
+/* The quality curve's candidates, in increasing order (0 is the dense baseline). */
+static const float curve_candidates[] = {0.0f,  0.05f, 0.10f, 0.15f, 0.20f, 0.25f,
+                                         0.30f, 0.40f, 0.50f, 0.60f, 0.70f};
+#define N_CANDIDATES ((int)(sizeof curve_candidates / sizeof curve_candidates[0]))
+_Static_assert(N_CANDIDATES <= TL_CONVERT_CURVE_MAX, "the report holds the whole curve");
+
+_Static_assert(TL_SPARSITY_ALLOC_POINTS == 21 && TL_SITE_COUNT == 4,
+               "the report's allocation is the stored one");
+#define ALLOC_STEP 0.05f  /* a site's level rises in these steps */
+#define ALLOC_MAX 0.95f   /* the highest level a site takes */
+#define ALLOC_UNTIL 0.90f /* the search stops once S reaches this */
+
+tl_convert_params tl_convert_default_params(void) {
+    tl_convert_params p;
+    memset(&p, 0, sizeof p);
+    p.alloc_tokens = 256;
+    p.sparsity = -1.0f;
+    p.max_ppl_rise = 0.02f;
+    p.mp = tl_model_default_params();
+    return p;
+}
+
+static tl_status check_paths(const tl_convert_params *p) {
+    if (tl_hf_is_folder(p->in_path))
+        return tl_error_set(TL_ERR_UNSUPPORTED, "convert reads GGUF files; %s is a folder",
+                            p->in_path);
+    struct stat a, b;
+    if (stat(p->in_path, &a) != 0)
+        return tl_error_set(TL_ERR_IO, "%s: %s", p->in_path, strerror(errno));
+    if (stat(p->out_path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        return tl_error_set(TL_ERR_INVALID, "the output %s is the input file: convert never "
+                            "writes over its input", p->out_path);
+    return tl_out_check_target(p->out_path);
+}
+
+/* Runs the dense model over ids in windows of n_ctx, showing every site to the
+ * histograms. */
+static tl_status calibrate(tl_model *m, const int32_t *ids, size_t n, int32_t n_ctx,
+                           tl_sparsity_calib *cal) {
+    tl_sparsity *sp = &m->lm.sparse;
+    sp->observe = tl_sparsity_calib_observe;
+    sp->observe_user = cal;
+    tl_status st = TL_OK;
+    for (size_t a = 0; a < n && !st; a += (size_t)n_ctx) {
+        const size_t len = n - a < (size_t)n_ctx ? n - a : (size_t)n_ctx;
+        tl_context_params cp = tl_context_default_params();
+        cp.n_ctx = (int32_t)len;
+        tl_context *c = NULL;
+        st = tl_context_open(m, &cp, &c);
+        if (!st) st = tl_decode(c, ids + a, len, NULL);
+        tl_context_close(c);
+    }
+    sp->observe = NULL;
+    sp->observe_user = NULL;
+    return st;
+}
+
+/* The held-out perplexity at each candidate; the default is the largest sparsity within
+ * max_ppl_rise of the dense perplexity (0 when none is). */
+static tl_status choose(tl_model *m, const int32_t *ids, size_t n, int32_t n_ctx,
+                        float max_rise, tl_convert_report *r) {
+    r->chosen = 0.0f;
+    for (int i = 0; i < N_CANDIDATES; i++) {
+        tl_status st = tl_model_set_sparsity(m, curve_candidates[i]);
+        double zeroed, seen;
+        tl_model_sparsity_stats(m, 1, &zeroed, &seen);
+        if (!st) st = tl_perplexity(m, ids, n, n_ctx, &r->curve_ppl[i], NULL);
+        if (st) return st;
+        tl_model_sparsity_stats(m, 1, &zeroed, &seen);
+        r->curve_sparsity[i] = curve_candidates[i];
+        r->curve_reached[i] = seen > 0 ? zeroed / seen : 0.0;
+        r->n_curve = i + 1;
+        if (i > 0 && r->curve_ppl[i] <= r->curve_ppl[0] * (1.0 + max_rise))
+            r->chosen = curve_candidates[i];
+    }
+    return tl_model_set_sparsity(m, 0.0f);
+}
+
+/* Each site's share of the layers' matrix bytes. */
+static void site_shares(const tl_model *m, double share[TL_SITE_COUNT]) {
+    const tl_llama_hparams *hp = &m->lm.hp;
+    const double width[TL_SITE_COUNT] = {hp->n_embd, (double)hp->n_head * hp->head_dim,
+                                         hp->n_embd, hp->n_ff};
+    double total = 0;
+    for (int s = 0; s < TL_SITE_COUNT; s++) {
+        share[s] = 0;
+        for (int32_t l = 0; l < hp->n_layer; l++)
+            share[s] += m->lm.sparse.col_bytes[(size_t)l * TL_SITE_COUNT + s] * width[s];
+        total += share[s];
+    }
+    for (int s = 0; s < TL_SITE_COUNT; s++) share[s] /= total;
+}
+
+static tl_status ppl_at(tl_model *m, const float *lv, float level, const int32_t *ids,
+                        size_t n, int32_t n_ctx, double *ppl) {
+    tl_status st = tl_sparsity_set_site_levels(&m->lm.sparse, lv, level);
+    return st ? st : tl_perplexity(m, ids, n, n_ctx, ppl, NULL);
+}
+
+/* The greedy allocation (convert.h step 2) into r->alloc. */
+static tl_status allocate(tl_model *m, const int32_t *ids, size_t n, int32_t n_ctx,
+                          tl_convert_report *r) {
+    double share[TL_SITE_COUNT];
+    site_shares(m, share);
+    enum { MAX_PATH = 4 * 20 + 2 };
+    float path_lv[MAX_PATH][TL_SITE_COUNT];
+    double path_s[MAX_PATH];
+    float lv[TL_SITE_COUNT] = {0};
+    double s_now = 0, ppl_now;
+    int len = 0;
+    tl_status st = ppl_at(m, lv, 0.0f, ids, n, n_ctx, &ppl_now);
+    if (st) return st;
+    r->alloc_evals = 1;
+    memcpy(path_lv[len], lv, sizeof lv);
+    path_s[len++] = 0;
+    while (s_now < ALLOC_UNTIL && len < MAX_PATH) {
+        int best = -1;
+        double best_cost = 0, best_ppl = 0;
+        for (int s = 0; s < TL_SITE_COUNT; s++) {
+            if (lv[s] + ALLOC_STEP > ALLOC_MAX + 1e-6f || share[s] <= 0) continue;
+            float cand[TL_SITE_COUNT];
+            memcpy(cand, lv, sizeof cand);
+            cand[s] += ALLOC_STEP;
+            double ppl;
+            if ((st = ppl_at(m, cand, (float)(s_now + share[s] * ALLOC_STEP), ids, n, n_ctx, &ppl)))
+                return st;
+            r->alloc_evals++;
+            const double cost = (ppl - ppl_now) / (share[s] * ALLOC_STEP);
+            if (best < 0 || cost < best_cost) {
+                best = s;
+                best_cost = cost;
+                best_ppl = ppl;
+            }
+        }
+        if (best < 0) break;
+        lv[best] += ALLOC_STEP;
+        s_now += share[best] * ALLOC_STEP;
+        ppl_now = best_ppl;
+        memcpy(path_lv[len], lv, sizeof lv);
+        path_s[len++] = s_now;
+    }
+    r->alloc_steps = len - 1;
+    /* the path read at S = i / (POINTS - 1); past its end, its last levels */
+    for (int i = 0; i < TL_SPARSITY_ALLOC_POINTS; i++) {
+        const double S = (double)i / (TL_SPARSITY_ALLOC_POINTS - 1);
+        int k = 0;
+        while (k + 1 < len && path_s[k + 1] < S) k++;
+        for (int s = 0; s < TL_SITE_COUNT; s++) {
+            if (k + 1 >= len) {
+                r->alloc[i][s] = path_lv[len - 1][s];
+                continue;
+            }
+            const double f = (S - path_s[k]) / (path_s[k + 1] - path_s[k]);
+            r->alloc[i][s] = (float)(path_lv[k][s] + f * (path_lv[k + 1][s] - path_lv[k][s]));
+        }
+    }
+    return tl_sparsity_set_level(&m->lm.sparse, 0.0f);
+}
+
+typedef struct copy_src {
+    int fd;
+    const tl_gguf *g;
+    const char *path;
+} copy_src;
+
+static tl_status copy_fill(void *user, size_t index, uint64_t offset, void *dst, size_t len) {
+    const copy_src *s = user;
+    const uint64_t at = s->g->tensors[index].offset + offset;
+    size_t done = 0;
+    while (done < len) {
+        const ssize_t got = pread(s->fd, (char *)dst + done, len - done, (off_t)(at + done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0)
+            return tl_error_set(TL_ERR_IO, "%s: reading tensor '%s': %s", s->path,
+                                s->g->tensors[index].name, strerror(errno));
+        if (got == 0)
+            return tl_error_set(TL_ERR_FORMAT, "%s: tensor '%s' ends past the end of the file",
+                                s->path, s->g->tensors[index].name);
+        done += (size_t)got;
+    }
+    return TL_OK;
+}
+
+/* The input's keys and tensors, then the sparsity keys, into p->out_path. */
+static tl_status write_output(const tl_convert_params *p, const tl_gguf *g, const float *table,
+                              size_t table_n, const float *alloc, float chosen,
+                              size_t calib_tokens, uint64_t *tensor_bytes) {
+    tl_gguf_writer *w = NULL;
+    tl_status st = tl_gguf_writer_open(&w);
+    for (uint64_t i = 0; !st && i < g->n_kv; i++)
+        if (strcmp(g->kv[i].key, "general.alignment") != 0) /* the writer's own alignment */
+            st = tl_gguf_writer_copy_kv(w, &g->kv[i]);
+    if (!st) st = tl_gguf_writer_set_u32(w, "tierllm.sparse.version", TL_SPARSITY_VERSION);
+    if (!st) st = tl_gguf_writer_set_u32(w, "tierllm.sparse.levels", TL_SPARSITY_LEVELS);
+    if (!st) st = tl_gguf_writer_set_u32(w, "tierllm.sparse.calib_tokens", (uint32_t)calib_tokens);
+    if (!st) st = tl_gguf_writer_set_f32(w, "tierllm.sparse.default", chosen);
+    if (!st)
+        st = tl_gguf_writer_set_arr(w, "tierllm.sparse.thresholds", TL_GGUF_FLOAT32, table,
+                                    (uint64_t)table_n);
+    if (!st)
+        st = tl_gguf_writer_set_arr(w, "tierllm.sparse.alloc", TL_GGUF_FLOAT32, alloc,
+                                    (uint64_t)TL_SPARSITY_ALLOC_POINTS * TL_SITE_COUNT);
+    *tensor_bytes = 0;
+    for (uint64_t i = 0; !st && i < g->n_tensors; i++) {
+        const tl_gguf_tensor *t = &g->tensors[i];
+        st = tl_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne);
+        *tensor_bytes += t->nbytes;
+    }
+    copy_src src = {-1, g, p->in_path};
+    if (!st && (src.fd = open(p->in_path, O_RDONLY | O_CLOEXEC)) < 0)
+        st = tl_error_set(TL_ERR_IO, "%s: %s", p->in_path, strerror(errno));
+    if (!st) st = tl_gguf_writer_write(w, p->out_path, copy_fill, &src);
+    if (src.fd >= 0) close(src.fd);
+    tl_gguf_writer_close(w);
+    return st;
+}
+
+tl_status tl_convert(const tl_convert_params *p, tl_convert_report *r) {
+    memset(r, 0, sizeof *r);
+    if (!p->in_path || !p->out_path || !p->calib_text)
+        return tl_error_set(TL_ERR_INVALID, "convert needs an input, an output and "
+                            "calibration text");
+    if (!(p->sparsity < 1) || !(p->max_ppl_rise >= 0))
+        return tl_error_set(TL_ERR_INVALID, "convert: sparsity %g must be below 1 and the "
+                            "perplexity limit %g not negative", (double)p->sparsity,
+                            (double)p->max_ppl_rise);
+    tl_status st = check_paths(p);
+    if (st) return st;
+    tl_gguf *g = NULL;
+    if ((st = tl_gguf_open(p->in_path, &g))) return st;
+    if (tl_gguf_find(g, "tierllm.sparse.version")) {
+        tl_gguf_free(g);
+        return tl_error_set(TL_ERR_INVALID, "%s is already converted (it has tierllm.sparse "
+                            "keys): convert the original file", p->in_path);
+    }
+    tl_model_params mp = p->mp;
+    mp.sparsity = 0.0f;
+    tl_model *m = NULL;
+    int32_t *ids = NULL;
+    float *table = NULL;
+    tl_sparsity_calib cal = {0};
+    size_t n = 0;
+    if ((st = tl_model_open(p->in_path, &mp, &m))) goto out;
+    const int32_t n_ctx = p->n_ctx > 0 ? p->n_ctx
+                          : m->lm.hp.n_ctx_train < 512 ? m->lm.hp.n_ctx_train : 512;
+    if (n_ctx < 2 || (st = tl_llama_check_context(&m->lm, n_ctx))) {
+        if (!st) st = tl_error_set(TL_ERR_INVALID, "convert: a window of %d tokens", (int)n_ctx);
+        goto out;
+    }
+    if (!(ids = malloc((p->calib_len + 2) * sizeof *ids))) {
+        st = tl_error_set(TL_ERR_NOMEM, "out of memory for the calibration tokens");
+        goto out;
+    }
+    if ((st = tl_tokenize(m, p->calib_text, p->calib_len, 1, ids, p->calib_len + 2, &n)))
+        goto out;
+    if (n < TL_CONVERT_MIN_CALIB_TOKENS) {
+        st = tl_error_set(TL_ERR_INVALID, "the calibration text is %zu tokens; at least %d are "
+                          "needed", n, TL_CONVERT_MIN_CALIB_TOKENS);
+        goto out;
+    }
+    r->calib_tokens = n / 4 * 3;
+    r->heldout_tokens = n - r->calib_tokens;
+    const int32_t L = m->lm.hp.n_layer;
+    const size_t table_n = (size_t)L * TL_SITE_COUNT * TL_SPARSITY_LEVELS;
+    if ((st = tl_sparsity_calib_init(&cal, L, m->lm.budget)) ||
+        (st = calibrate(m, ids, r->calib_tokens, n_ctx, &cal)))
+        goto out;
+    if (!(table = malloc(table_n * sizeof *table))) {
+        st = tl_error_set(TL_ERR_NOMEM, "out of memory for the threshold table");
+        goto out;
+    }
+    if ((st = tl_sparsity_calib_table(&cal, table))) goto out;
+    /* the model evaluates its own candidates with the table it is about to carry */
+    if (!(m->lm.sparse.table = malloc(table_n * sizeof *table))) {
+        st = tl_error_set(TL_ERR_NOMEM, "out of memory for the threshold table");
+        goto out;
+    }
+    memcpy(m->lm.sparse.table, table, table_n * sizeof *table);
+    if (p->uniform) {
+        for (int i = 0; i < TL_SPARSITY_ALLOC_POINTS; i++)
+            for (int s = 0; s < TL_SITE_COUNT; s++)
+                r->alloc[i][s] = fminf((float)i / (TL_SPARSITY_ALLOC_POINTS - 1), 0.99f);
+    } else {
+        const size_t na = (size_t)(p->alloc_tokens > 1 ? p->alloc_tokens : 2);
+        const size_t from = r->calib_tokens > na ? r->calib_tokens - na : 0;
+        if ((st = allocate(m, ids + from, r->calib_tokens - from, n_ctx, r))) goto out;
+    }
+    if (!(m->lm.sparse.alloc = malloc(sizeof r->alloc))) {
+        st = tl_error_set(TL_ERR_NOMEM, "out of memory for the allocation");
+        goto out;
+    }
+    memcpy(m->lm.sparse.alloc, r->alloc, sizeof r->alloc);
+    if (p->sparsity >= 0) r->chosen = p->sparsity;
+    else if ((st = choose(m, ids + r->calib_tokens, r->heldout_tokens, n_ctx, p->max_ppl_rise, r)))
+        goto out;
+    st = write_output(p, g, table, table_n, &r->alloc[0][0], r->chosen, r->calib_tokens,
+                      &r->tensor_bytes);
+out:
+    tl_sparsity_calib_free(&cal);
+    free(table);
+    free(ids);
+    tl_model_close(m);
+    tl_gguf_free(g);
+    return st;
+}

@@ -1,0 +1,97 @@
+/* cmd_convert.c - `tierllm convert`: a copy of a GGUF with activation-sparsity thresholds
+ * calibrated on sample text (exec/convert.h). The input is only read. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tools/cli.h"
+#include "exec/convert.h"
+
+static int usage(FILE *f) {
+    fprintf(f,
+            "usage: tierllm convert -m IN.gguf -o OUT.gguf --calib TEXT.txt [options]\n"
+            "  writes OUT: IN's tensors and keys, and thresholds that zero the smallest\n"
+            "  inputs of every matrix product (activation sparsity; run/batch/serve\n"
+            "  --sparsity S pick the share). IN is never modified.\n"
+            "  --calib FILE          sample text in the model's domain, at least %d tokens:\n"
+            "                        the first 3/4 calibrate, the last 1/4 is held out\n"
+            "  --sparsity S          the file's default sparsity in [0, 1); without it the\n"
+            "                        default is the largest of 0.05-0.7 whose held-out\n"
+            "                        perplexity is within --max-ppl-rise of dense\n"
+            "  --max-ppl-rise R      the choice's limit (default 0.02: +2%%)\n"
+            "  --alloc-tokens N      calibration tokens each step of the search for each\n"
+            "                        input's share of S evaluates (default 256)\n"
+            "  --uniform             no search: every matrix input at S\n"
+            "  -c N                  calibration windows in tokens (default: the model's\n"
+            "                        context, at most 512)\n"
+            "  -t N, --mem-budget SIZE  threads and memory for the calibration runs\n",
+            TL_CONVERT_MIN_CALIB_TOKENS);
+    return f == stdout ? 0 : 2;
+}
+
+int tl_cmd_convert(int argc, char **argv) {
+    tl_convert_params p = tl_convert_default_params();
+    const char *calib_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(p.in_path = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-o")) {
+            if (!(p.out_path = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--calib")) {
+            if (!(calib_path = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--sparsity")) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_sparsity(a, v, &p.sparsity)) return 2;
+        } else if (!strcmp(a, "--max-ppl-rise")) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_float(a, v, &p.max_ppl_rise)) return 2;
+            if (!(p.max_ppl_rise >= 0 && p.max_ppl_rise <= 10)) {
+                fprintf(stderr, "error: --max-ppl-rise expects 0..10\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--uniform")) {
+            p.uniform = 1;
+        } else if (!strcmp(a, "--alloc-tokens")) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_int(a, v, 2, 1 << 20, &p.alloc_tokens))
+                return 2;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_int(a, v, 2, 1 << 20, &p.n_ctx)) return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_int(a, v, 1, 256, &p.mp.n_threads))
+                return 2;
+        } else if (!strcmp(a, "--mem-budget")) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_size(a, v, &p.mp.mem_budget)) return 2;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            return usage(stdout);
+        } else {
+            fprintf(stderr, "error: unknown option '%s'\n", a);
+            return usage(stderr);
+        }
+    }
+    if (!p.in_path || !p.out_path || !calib_path) {
+        fprintf(stderr, "error: -m, -o and --calib are required\n");
+        return usage(stderr);
+    }
+    char *text = cli_read_text_file("calibration text", calib_path);
+    if (!text) return 1;
+    p.calib_text = text;
+    p.calib_len = strlen(text);
+    tl_convert_report r;
+    tl_status st = tl_convert(&p, &r);
+    free(text);
+    if (st) return cli_fail(st);
+    fprintf(stderr, "calibrated on %zu tokens; %zu held out\n", r.calib_tokens,
+            r.heldout_tokens);
+    if (r.alloc_steps)
+        fprintf(stderr, "allocation: %d steps, %d evaluations; levels of attn_in, attn_out, "
+                "ffn_in, ffn_mid at S = 0.25: %.2f %.2f %.2f %.2f, 0.5: %.2f %.2f %.2f %.2f\n",
+                r.alloc_steps, r.alloc_evals, (double)r.alloc[5][0], (double)r.alloc[5][1],
+                (double)r.alloc[5][2], (double)r.alloc[5][3], (double)r.alloc[10][0],
+                (double)r.alloc[10][1], (double)r.alloc[10][2], (double)r.alloc[10][3]);
+    for (int i = 0; i < r.n_curve; i++)
+        fprintf(stderr, "  sparsity %.2f: held-out perplexity %.4f (%+.2f%%), weights skipped "
+                "%.1f%%\n", (double)r.curve_sparsity[i], r.curve_ppl[i],
+                100.0 * (r.curve_ppl[i] / r.curve_ppl[0] - 1.0), 100.0 * r.curve_reached[i]);
+    fprintf(stderr, "default sparsity %.2f%s; wrote %s (%.1f MiB of tensors copied)\n",
+            (double)r.chosen, r.n_curve ? " (from the curve)" : " (given)", p.out_path,
+            (double)r.tensor_bytes / (1 << 20));
+    return 0;
+}
