@@ -97,8 +97,10 @@ typedef struct tl_model_desc {
 
 tl_status tl_model_describe(const tl_model *model, tl_model_desc *out);
 
-/* Changes the activation sparsity in force (tl_model_params.sparsity; < 0: the file's), for
- * the contexts and jobs that run after. */
+/* Changes the activation sparsity in force (tl_model_params.sparsity; < 0: the file's) at
+ * once: the next forward pass of every context of this model uses it, an open one too (its
+ * earlier positions keep what they were computed with). Not synchronized: call it from the
+ * thread that runs the model, between passes. In a pipeline it sets this rank's layers. */
 tl_status tl_model_set_sparsity(tl_model *model, float sparsity);
 
 /* Activation sparsity reached: bytes of the layers' matrix weights whose input channel was

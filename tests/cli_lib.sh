@@ -14,6 +14,6 @@ need_profile() { # need_profile TIERLLM: a script whose runs plan at small budge
     mkdir -p "$dir" || return 1
     (
         flock 9
-        [ -f "$dir/profile-t$(nproc).json" ] || "$1" profile >/dev/null 2>&1
+        [ -f "$dir/profile-t$(getconf _NPROCESSORS_ONLN).json" ] || "$1" profile >/dev/null 2>&1
     ) 9>"$dir/.tests-profile.lock" || fail "could not measure this machine's profile"
 }

@@ -5,9 +5,9 @@
 # engine agrees with the NumPy reference reading the same thresholds and allocation; the
 # default chosen from the curve is not dense, and the held-out story's perplexity there is
 # within 3% of dense; perplexity rises with sparsity; the weight bytes skipped track the
-# sparsity asked for; bad input is refused with a message:
-# an unknown architecture, a folder, an already-converted file, too little calibration
-# text, the input as output, a full disk (the file size limit), a sparsity of 1.
+# sparsity asked for; convert runs with its weights streamed; bad input is refused with a
+# message: an unknown architecture, a folder, an already-converted file, too little
+# calibration text, the input as output, a full disk (the file size limit), a sparsity of 1.
 set -u
 bin=$1; models=$2
 here=$(dirname "$0")
@@ -52,11 +52,11 @@ done
 $py "$here/ref/compare_logits.py" --tierllm "$bin" --model "$tmp/f32s.gguf" --tokens $tokens \
     --tol 1e-4 --sparsity 0.5 || fail "f32 at sparsity 0.5 against NumPy"
 # (Q8_0: the reference emulates the activation rounding and must agree as for any Q8_0
-# model; its second check, against exact activations, is loosened: a rounded activation
-# that crosses a threshold is zeroed in one and kept in the other, and that moves a
-# 260K-parameter model's logits far more than rounding alone)
+# model; its second check, against exact activations, is not made: an activation that
+# rounding moves across a threshold is zeroed in one and kept in the other, which moves a
+# 260K-parameter model's logits by 0.2-0.4 relative, so no bound there would mean much)
 $py "$here/ref/compare_logits.py" --tierllm "$bin" --model "$tmp/q8s.gguf" --tokens $tokens \
-    --tol 1e-4 --sparsity 0.4 --act-tol 1 || fail "q8_0 at sparsity 0.4 against NumPy"
+    --tol 1e-4 --sparsity 0.4 --no-act-check || fail "q8_0 at sparsity 0.4 against NumPy"
 
 # the quality curve on the held-out story: rising with sparsity, the default within 3%
 prev=0
@@ -83,6 +83,16 @@ expect_rc 2 "sparsity 1" "$bin" run -m "$tmp/f32s.gguf" -p hi -n 2 --sparsity 1
 grep -q "expects a sparsity in \[0, 1)" "$tmp/err" || fail "sparsity 1: $(cat "$tmp/err")"
 # run uses the file's default; the text is the model's own at that sparsity
 expect_rc 0 "run a converted file" "$bin" run -m "$tmp/f32s.gguf" -p "Once upon a time" -n 24 --temp 0
+
+# weights streamed while convert calibrates and searches: a synthetic Q8_0 model (7.2 MiB)
+# at a budget that leaves its weights 2-3 MiB, and the converted file run streamed
+"$bin" synth --embd 256 --ff 768 --layers 8 --heads 4 --kv-heads 4 --ctx 512 --type q8_0 \
+    -o "$tmp/syn.gguf" >/dev/null 2>&1 || fail "synth"
+expect_rc 0 "convert with streamed weights" "$bin" convert -m "$tmp/syn.gguf" -o "$tmp/syns.gguf" \
+    --calib "$calib" --mem-budget 10M -c 128 --alloc-tokens 64
+expect_rc 0 "run a converted file streamed" "$bin" run -m "$tmp/syns.gguf" -p hello -n 4 \
+    --mem-budget 7M --stats
+grep -q "streamed [1-9]" "$tmp/err" || fail "the converted file did not stream: $(cat "$tmp/err")"
 
 # refusals, each naming what is wrong; nothing left behind
 expect_err "already converted" "is already converted" \

@@ -11,7 +11,9 @@
 #include <unistd.h>
 #include "base/out_file.h"
 #include "base/status.h"
+#include "base/budget.h"
 #include "exec/model_handle.h"
+#include "exec/perplexity.h"
 #include "format/gguf.h"
 #include "format/hf_folder.h"
 #include "model/sparsity.h"
@@ -76,13 +78,13 @@ static tl_status calibrate(tl_model *m, const int32_t *ids, size_t n, int32_t n_
 /* The held-out perplexity at each candidate; the default is the largest sparsity within
  * max_ppl_rise of the dense perplexity (0 when none is). */
 static tl_status choose(tl_model *m, const int32_t *ids, size_t n, int32_t n_ctx,
-                        float max_rise, tl_convert_report *r) {
+                        float max_rise, float *logits, tl_convert_report *r) {
     r->chosen = 0.0f;
     for (int i = 0; i < N_CANDIDATES; i++) {
         tl_status st = tl_model_set_sparsity(m, curve_candidates[i]);
         double zeroed, seen;
         tl_model_sparsity_stats(m, 1, &zeroed, &seen);
-        if (!st) st = tl_perplexity(m, ids, n, n_ctx, &r->curve_ppl[i], NULL);
+        if (!st) st = tl_perplexity_into(m, ids, n, n_ctx, logits, &r->curve_ppl[i], NULL);
         if (st) return st;
         tl_model_sparsity_stats(m, 1, &zeroed, &seen);
         r->curve_sparsity[i] = curve_candidates[i];
@@ -110,14 +112,14 @@ static void site_shares(const tl_model *m, double share[TL_SITE_COUNT]) {
 }
 
 static tl_status ppl_at(tl_model *m, const float *lv, float level, const int32_t *ids,
-                        size_t n, int32_t n_ctx, double *ppl) {
+                        size_t n, int32_t n_ctx, float *logits, double *ppl) {
     tl_status st = tl_sparsity_set_site_levels(&m->lm.sparse, lv, level);
-    return st ? st : tl_perplexity(m, ids, n, n_ctx, ppl, NULL);
+    return st ? st : tl_perplexity_into(m, ids, n, n_ctx, logits, ppl, NULL);
 }
 
 /* The greedy allocation (convert.h step 2) into r->alloc. */
 static tl_status allocate(tl_model *m, const int32_t *ids, size_t n, int32_t n_ctx,
-                          tl_convert_report *r) {
+                          float *logits, tl_convert_report *r) {
     double share[TL_SITE_COUNT];
     site_shares(m, share);
     enum { MAX_PATH = 4 * 20 + 2 };
@@ -126,7 +128,7 @@ static tl_status allocate(tl_model *m, const int32_t *ids, size_t n, int32_t n_c
     float lv[TL_SITE_COUNT] = {0};
     double s_now = 0, ppl_now;
     int len = 0;
-    tl_status st = ppl_at(m, lv, 0.0f, ids, n, n_ctx, &ppl_now);
+    tl_status st = ppl_at(m, lv, 0.0f, ids, n, n_ctx, logits, &ppl_now);
     if (st) return st;
     r->alloc_evals = 1;
     memcpy(path_lv[len], lv, sizeof lv);
@@ -140,7 +142,8 @@ static tl_status allocate(tl_model *m, const int32_t *ids, size_t n, int32_t n_c
             memcpy(cand, lv, sizeof cand);
             cand[s] += ALLOC_STEP;
             double ppl;
-            if ((st = ppl_at(m, cand, (float)(s_now + share[s] * ALLOC_STEP), ids, n, n_ctx, &ppl)))
+            if ((st = ppl_at(m, cand, (float)(s_now + share[s] * ALLOC_STEP), ids, n, n_ctx,
+                             logits, &ppl)))
                 return st;
             r->alloc_evals++;
             const double cost = (ppl - ppl_now) / (share[s] * ALLOC_STEP);
@@ -246,17 +249,19 @@ tl_status tl_convert(const tl_convert_params *p, tl_convert_report *r) {
     if (st) return st;
     tl_gguf *g = NULL;
     if ((st = tl_gguf_open(p->in_path, &g))) return st;
-    if (tl_gguf_find(g, "tierllm.sparse.version")) {
-        tl_gguf_free(g);
-        return tl_error_set(TL_ERR_INVALID, "%s is already converted (it has tierllm.sparse "
-                            "keys): convert the original file", p->in_path);
-    }
+    for (uint64_t i = 0; i < g->n_kv; i++)
+        if (!strncmp(g->kv[i].key, "tierllm.sparse.", 15)) {
+            tl_gguf_free(g);
+            return tl_error_set(TL_ERR_INVALID, "%s is already converted (it has tierllm.sparse "
+                                "keys): convert the original file", p->in_path);
+        }
     tl_model_params mp = p->mp;
     mp.sparsity = 0.0f;
     tl_model *m = NULL;
     int32_t *ids = NULL;
     float *table = NULL;
     tl_sparsity_calib cal = {0};
+    void *logits = NULL;
     size_t n = 0;
     if ((st = tl_model_open(p->in_path, &mp, &m))) goto out;
     const int32_t n_ctx = p->n_ctx > 0 ? p->n_ctx
@@ -265,12 +270,17 @@ tl_status tl_convert(const tl_convert_params *p, tl_convert_report *r) {
         if (!st) st = tl_error_set(TL_ERR_INVALID, "convert: a window of %d tokens", (int)n_ctx);
         goto out;
     }
-    if (!(ids = malloc((p->calib_len + 2) * sizeof *ids))) {
-        st = tl_error_set(TL_ERR_NOMEM, "out of memory for the calibration tokens");
-        goto out;
+    for (size_t cap = p->calib_len + 2;;) { /* again at the size it needs, if that is more */
+        free(ids);
+        if (!(ids = malloc(cap * sizeof *ids))) {
+            st = tl_error_set(TL_ERR_NOMEM, "out of memory for the calibration tokens");
+            goto out;
+        }
+        st = tl_tokenize(m, p->calib_text, p->calib_len, 1, ids, cap, &n);
+        if (!st || n <= cap) break;
+        cap = n;
     }
-    if ((st = tl_tokenize(m, p->calib_text, p->calib_len, 1, ids, p->calib_len + 2, &n)))
-        goto out;
+    if (st) goto out;
     if (n < TL_CONVERT_MIN_CALIB_TOKENS) {
         st = tl_error_set(TL_ERR_INVALID, "the calibration text is %zu tokens; at least %d are "
                           "needed", n, TL_CONVERT_MIN_CALIB_TOKENS);
@@ -280,7 +290,13 @@ tl_status tl_convert(const tl_convert_params *p, tl_convert_report *r) {
     r->heldout_tokens = n - r->calib_tokens;
     const int32_t L = m->lm.hp.n_layer;
     const size_t table_n = (size_t)L * TL_SITE_COUNT * TL_SPARSITY_LEVELS;
-    if ((st = tl_sparsity_calib_init(&cal, L, m->lm.budget)) ||
+    const size_t na = (size_t)(p->alloc_tokens > 1 ? p->alloc_tokens : 2);
+    /* the evaluations' logits, from the budget before the first context places the
+     * weights in what is left of it */
+    const size_t rows = tl_perplexity_rows(r->heldout_tokens > na ? r->heldout_tokens : na, n_ctx);
+    if ((st = tl_budget_alloc(m->lm.budget, rows * (size_t)m->lm.hp.n_vocab * sizeof(float), 0,
+                              "convert's perplexity logits", &logits)) ||
+        (st = tl_sparsity_calib_init(&cal, L, m->lm.budget)) ||
         (st = calibrate(m, ids, r->calib_tokens, n_ctx, &cal)))
         goto out;
     if (!(table = malloc(table_n * sizeof *table))) {
@@ -288,6 +304,7 @@ tl_status tl_convert(const tl_convert_params *p, tl_convert_report *r) {
         goto out;
     }
     if ((st = tl_sparsity_calib_table(&cal, table))) goto out;
+    tl_sparsity_calib_free(&cal);
     /* the model evaluates its own candidates with the table it is about to carry */
     if (!(m->lm.sparse.table = malloc(table_n * sizeof *table))) {
         st = tl_error_set(TL_ERR_NOMEM, "out of memory for the threshold table");
@@ -299,9 +316,8 @@ tl_status tl_convert(const tl_convert_params *p, tl_convert_report *r) {
             for (int s = 0; s < TL_SITE_COUNT; s++)
                 r->alloc[i][s] = fminf((float)i / (TL_SPARSITY_ALLOC_POINTS - 1), 0.99f);
     } else {
-        const size_t na = (size_t)(p->alloc_tokens > 1 ? p->alloc_tokens : 2);
         const size_t from = r->calib_tokens > na ? r->calib_tokens - na : 0;
-        if ((st = allocate(m, ids + from, r->calib_tokens - from, n_ctx, r))) goto out;
+        if ((st = allocate(m, ids + from, r->calib_tokens - from, n_ctx, logits, r))) goto out;
     }
     if (!(m->lm.sparse.alloc = malloc(sizeof r->alloc))) {
         st = tl_error_set(TL_ERR_NOMEM, "out of memory for the allocation");
@@ -309,12 +325,14 @@ tl_status tl_convert(const tl_convert_params *p, tl_convert_report *r) {
     }
     memcpy(m->lm.sparse.alloc, r->alloc, sizeof r->alloc);
     if (p->sparsity >= 0) r->chosen = p->sparsity;
-    else if ((st = choose(m, ids + r->calib_tokens, r->heldout_tokens, n_ctx, p->max_ppl_rise, r)))
+    else if ((st = choose(m, ids + r->calib_tokens, r->heldout_tokens, n_ctx, p->max_ppl_rise,
+                          logits, r)))
         goto out;
     st = write_output(p, g, table, table_n, &r->alloc[0][0], r->chosen, r->calib_tokens,
                       &r->tensor_bytes);
 out:
     tl_sparsity_calib_free(&cal);
+    if (m) tl_budget_free(m->lm.budget, logits);
     free(table);
     free(ids);
     tl_model_close(m);

@@ -15,7 +15,7 @@
  *  3. Default: when no sparsity is given, the largest candidate S whose perplexity on the
  *     held-out quarter stays within max_ppl_rise of the dense model's. The output holds every tensor and key of the input (tensor bytes
  * copied as they are; the layout of the matrices is unchanged) and the tierllm.sparse.*
- * keys: version, levels, thresholds, default and calib_tokens. It is written whole or not
+ * keys: version, levels, thresholds, alloc, default and calib_tokens. It is written whole or not
  * at all (base/out_file.h): a full disk or an IO error leaves no partial file.
  */
 #ifndef TL_EXEC_CONVERT_H

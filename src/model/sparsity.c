@@ -27,6 +27,32 @@ static tl_status get_u32(const tl_gguf *g, const char *key, uint32_t *out, const
     return TL_OK;
 }
 
+/* The allocation, when the file has one (none: every site at S). */
+static tl_status load_alloc(tl_sparsity *sp, const tl_gguf *g, const char *what) {
+    if (!tl_gguf_find(g, "tierllm.sparse.alloc")) return TL_OK;
+    uint64_t n;
+    const void *v;
+    tl_status st;
+    if ((st = tl_gguf_get_arr(g, "tierllm.sparse.alloc", TL_GGUF_FLOAT32, &n, &v))) return st;
+    if (n != (uint64_t)TL_SPARSITY_ALLOC_POINTS * TL_SITE_COUNT)
+        return tl_error_set(TL_ERR_FORMAT, "%s: tierllm.sparse.alloc has %llu entries, "
+                            "expected %d", what, (unsigned long long)n,
+                            TL_SPARSITY_ALLOC_POINTS * TL_SITE_COUNT);
+    if (!(sp->alloc = malloc((size_t)n * sizeof *sp->alloc)))
+        return tl_error_set(TL_ERR_NOMEM, "out of memory");
+    memcpy(sp->alloc, v, (size_t)n * sizeof *sp->alloc);
+    for (int i = 0; i < TL_SPARSITY_ALLOC_POINTS; i++)
+        for (int s = 0; s < TL_SITE_COUNT; s++) {
+            const float a = sp->alloc[i * TL_SITE_COUNT + s];
+            if (!(a >= 0 && a <= 1) ||
+                (i > 0 && a < sp->alloc[(i - 1) * TL_SITE_COUNT + s]) || (i == 0 && a != 0))
+                return tl_error_set(TL_ERR_FORMAT, "%s: allocation entry %d of %s is %g: levels "
+                                    "must lie in [0, 1], start at 0 and not decrease", what, i,
+                                    site_names[s], (double)a);
+        }
+    return TL_OK;
+}
+
 tl_status tl_sparsity_load(tl_sparsity *sp, const tl_gguf *g, int32_t n_layer, const char *what) {
     memset(sp, 0, sizeof *sp);
     sp->n_layer = n_layer;
@@ -53,23 +79,7 @@ tl_status tl_sparsity_load(tl_sparsity *sp, const tl_gguf *g, int32_t n_layer, c
     sp->file_default = (float)d->v.f;
     uint64_t n;
     const void *v;
-    if ((st = tl_gguf_get_arr(g, "tierllm.sparse.alloc", TL_GGUF_FLOAT32, &n, &v))) return st;
-    if (n != (uint64_t)TL_SPARSITY_ALLOC_POINTS * TL_SITE_COUNT)
-        return tl_error_set(TL_ERR_FORMAT, "%s: tierllm.sparse.alloc has %llu entries, "
-                            "expected %d", what, (unsigned long long)n,
-                            TL_SPARSITY_ALLOC_POINTS * TL_SITE_COUNT);
-    if (!(sp->alloc = malloc((size_t)n * sizeof *sp->alloc)))
-        return tl_error_set(TL_ERR_NOMEM, "out of memory");
-    memcpy(sp->alloc, v, (size_t)n * sizeof *sp->alloc);
-    for (int i = 0; i < TL_SPARSITY_ALLOC_POINTS; i++)
-        for (int s = 0; s < TL_SITE_COUNT; s++) {
-            const float a = sp->alloc[i * TL_SITE_COUNT + s];
-            if (!(a >= 0 && a <= 1) ||
-                (i > 0 && a < sp->alloc[(i - 1) * TL_SITE_COUNT + s]) || (i == 0 && a != 0))
-                return tl_error_set(TL_ERR_FORMAT, "%s: allocation entry %d of %s is %g: levels "
-                                    "must lie in [0, 1], start at 0 and not decrease", what, i,
-                                    site_names[s], (double)a);
-        }
+    if ((st = load_alloc(sp, g, what))) return st;
     if ((st = tl_gguf_get_arr(g, "tierllm.sparse.thresholds", TL_GGUF_FLOAT32, &n, &v)))
         return st;
     const uint64_t want = (uint64_t)n_layer * TL_SITE_COUNT * TL_SPARSITY_LEVELS;
@@ -242,7 +252,8 @@ tl_status tl_sparsity_calib_table(const tl_sparsity_calib *c, float *table) {
                 /* the first bin whose cumulative count reaches i% of the values */
                 const double want = (double)total * i / (TL_SPARSITY_LEVELS - 1);
                 while ((double)cum < want && b + 1 < TL_CALIB_BINS) cum += h[++b];
-                float top = bin_top(b < 0 ? 0 : b);
+                /* the first bin holds the zeros: a level within it zeroes nothing more */
+                float top = b <= 0 ? 0.0f : bin_top(b);
                 if (top > c->max_seen[k]) top = c->max_seen[k];
                 t[i] = top > t[i - 1] ? top : t[i - 1];
             }

@@ -6,7 +6,7 @@
  * thresholded x. Matrices that share an input share its threshold: four sites per layer,
  *   ATTN_IN  the normed input of wq, wk, wv;   ATTN_OUT the attention output, into wo;
  *   FFN_IN   the normed input of w_gate, w_up; FFN_MID  silu(gate) * up (or a ReLU FFN's
- *            relu(up)), into w_down. ReLU's own zeros are in that site's table: below
+ *            relu(up)), into w_down. ReLU's own zeros are in that site's table: up to
  *            ReLU's share of zeros its threshold is 0 and nothing more is zeroed.
  *
  * Thresholds come from calibration on sample text (tl_sparsity_calib, run by
@@ -112,7 +112,8 @@ void tl_sparsity_calib_observe(void *user, int32_t layer, int site, const float 
                                size_t width);
 /* The quantile table, [n_layer][TL_SITE_COUNT][TL_SPARSITY_LEVELS]: entry i is the upper
  * edge of the bin where the cumulative count first reaches i% of the values (entry 0 is 0,
- * entry 100 the largest magnitude seen). Fails when some site saw nothing. */
+ * entry 100 the largest magnitude seen; a level whose quantile falls in the first bin, that
+ * of zeros and magnitudes under 2^TL_CALIB_MIN_EXP, is 0). Fails when some site saw nothing. */
 tl_status tl_sparsity_calib_table(const tl_sparsity_calib *c, float *table);
 
 #endif

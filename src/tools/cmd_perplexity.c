@@ -53,7 +53,10 @@ int tl_cmd_perplexity(int argc, char **argv) {
     tl_model_desc d;
     tl_status st = ids ? tl_model_open(model_path, &mp, &m) : TL_ERR_NOMEM;
     if (!st) st = tl_model_describe(m, &d);
-    if (!st) st = tl_tokenize(m, text, len, 1, ids, len + 2, &n);
+    if (!st && (st = tl_tokenize(m, text, len, 1, ids, len + 2, &n)) && n > len + 2) {
+        int32_t *more = realloc(ids, n * sizeof *ids); /* again at the size it needs */
+        st = more ? tl_tokenize(m, text, len, 1, ids = more, n, &n) : TL_ERR_NOMEM;
+    }
     if (!st && n_ctx == 0) n_ctx = d.n_ctx_train < 512 ? d.n_ctx_train : 512;
     if (!st) st = tl_perplexity(m, ids, n, n_ctx, &ppl, &scored);
     double zeroed = 0, seen = 0;

@@ -353,15 +353,20 @@ class LlamaRef:
         levels = int(md["tierllm.sparse.levels"])
         table = np.asarray(md["tierllm.sparse.thresholds"], dtype=np.float64).reshape(
             self.cfg.n_layer, len(self.SITES), levels)
-        alloc = np.asarray(md["tierllm.sparse.alloc"], dtype=np.float64).reshape(
-            -1, len(self.SITES))
 
         def interp(rows, x):                  # rows[..., k] at k = x, linearly
             i = min(int(x), rows.shape[-1] - 1)
             if i == rows.shape[-1] - 1:
                 return rows[..., i]
             return rows[..., i] + (x - i) * (rows[..., i + 1] - rows[..., i])
-        site_level = np.minimum(interp(alloc.T, np.float32(s) * (alloc.shape[0] - 1)), 0.99)
+        if "tierllm.sparse.alloc" in md:
+            alloc = np.asarray(md["tierllm.sparse.alloc"], dtype=np.float64).reshape(
+                -1, len(self.SITES))
+            # as the engine: the float S widened to double, times the rows' step count
+            site_level = np.minimum(
+                interp(alloc.T, float(np.float32(s)) * (alloc.shape[0] - 1)), 0.99)
+        else:                                 # no allocation: every input at S
+            site_level = np.full(len(self.SITES), float(np.float32(s)))
         site_level = site_level.astype(np.float32).astype(np.float64)
         thr = np.zeros((self.cfg.n_layer, len(self.SITES)))
         for j in range(len(self.SITES)):
