@@ -7,7 +7,7 @@
 # pipeline's beside the measurement; --pipeline-layers auto picks a split and keeps the
 # results; rank 1 killed mid-run ends the whole job within seconds
 # with a non-zero exit, and the result lines rank 0 had written stay whole; bad splits and
-# --policy auto are refused.
+# batch --policy auto are refused; run --policy auto plans each rank's stage.
 set -u
 bin=$1; models=$2
 m=$models/stories260K.gguf
@@ -67,6 +67,20 @@ for np in 2 3; do # a budget under each stage's layers, so they stream
     peaks_ok "$tmp/syn$np.err" $np || fail "synthetic run -np $np: a rank over its budget"
     grep -q "streamed [1-9][0-9.]* MiB per pass" "$tmp/syn$np.err" ||
         fail "synthetic run -np $np: no stage streamed its weights: $(grep stats "$tmp/syn$np.err")"
+done
+
+# --- run --policy auto: each rank plans its own stage at its budget (a fixed profile),
+# the ranks agree on the prompt chunk, and the text is one process's
+for np in 2 3; do
+    mpi $np "$bin" run -m "$syn" -p "alpha beta gamma" -n 32 --temp 0 --pipeline --stats \
+        --policy auto --profile "$tmp/prof.json" --mem-budget 5M -c 256 \
+        >"$tmp/auto$np.txt" 2>"$tmp/auto$np.err" ||
+        fail "run --policy auto -np $np: $(tail -3 "$tmp/auto$np.err")"
+    cmp -s "$tmp/syn1.txt" "$tmp/auto$np.txt" || fail "run --policy auto -np $np: text differs"
+    peaks_ok "$tmp/auto$np.err" $np || fail "run --policy auto -np $np: a rank over its budget"
+    [ "$(grep -c "^policy auto: .*streamed" "$tmp/auto$np.err")" -ge $np ] &&
+        grep -q "^policy auto: the ranks take prompt chunks of [0-9]* rows" "$tmp/auto$np.err" ||
+        fail "run --policy auto -np $np: not every rank planned: $(grep policy "$tmp/auto$np.err")"
 done
 
 # --- batch: stories260K resident, and the synthetic model with KV on disk -------------
@@ -159,8 +173,9 @@ fi
 # --- refusals ---------------------------------------------------------------------------
 mpi 2 "$bin" run -m "$m" -p hi -n 4 --pipeline-layers 1,1 >/dev/null 2>"$tmp/e1"
 [ $? -ne 0 ] && grep -q "add up to 5" "$tmp/e1" || fail "a split that does not cover the layers: $(cat "$tmp/e1")"
-"$bin" run -m "$m" -p hi -n 4 --pipeline --policy auto >/dev/null 2>"$tmp/e2"
-[ $? -eq 2 ] && grep -q "drop --policy auto" "$tmp/e2" || fail "--pipeline --policy auto: $(cat "$tmp/e2")"
+"$bin" batch -m "$m" -i "$tmp/p.jsonl" -o "$tmp/e2.jsonl" --pipeline --policy auto \
+    >/dev/null 2>"$tmp/e2"
+[ $? -eq 2 ] && grep -q "drop --policy auto" "$tmp/e2" || fail "batch --pipeline --policy auto: $(cat "$tmp/e2")"
 mpi 6 "$bin" run -m "$m" -p hi -n 4 --pipeline >/dev/null 2>"$tmp/e3"
 [ $? -ne 0 ] && grep -q "at most one rank per layer" "$tmp/e3" || fail "more ranks than layers: $(cat "$tmp/e3")"
 

@@ -78,6 +78,7 @@ int cli_pipe_start(cli_pipe *p, const char *model_path, const char *split, tl_mo
 }
 
 tl_status cli_pipe_attach(cli_pipe *p, tl_model *m, const tl_pipe_shape *shape) {
+    p->rows = shape->max_rows;
     return p->link ? tl_pipe_open(m, p->link, shape) : TL_OK;
 }
 

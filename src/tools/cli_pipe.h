@@ -15,6 +15,7 @@ typedef struct cli_pipe {
     tl_link *link; /* NULL: one process, no pipeline */
     int rank, size;
     int32_t n_layer; /* the model's */
+    int32_t rows;    /* the most rows a step message holds (the attached shape's) */
 } cli_pipe;
 
 /* Joins the job and sets mp's layer range for this rank; `split` is NULL (even) or

@@ -69,7 +69,8 @@ static void usage(void) {
            "  --profile PATH          hardware profile for auto (default: cached, or measured)\n"
            "pipeline (an MPI build, under mpirun -np N):\n"
            "  --pipeline              each rank holds a contiguous range of layers with its\n"
-           "                          own --mem-budget; rank 0 prints the text\n"
+           "                          own --mem-budget; rank 0 prints the text; with\n"
+           "                          --policy auto each rank plans its own stage\n"
            "  --pipeline-layers LIST  layers per rank, e.g. 12,10 (default: an even split)\n",
            CLI_PROMPT_FILE_MAX >> 20);
 }
@@ -126,6 +127,27 @@ static int on_piece(void *user, int32_t token, const char *text, size_t len) {
 static void apply_run_policy(tl_model *m, const tl_policy *pol, tl_context_params *cp) {
     tl_plan_apply(pol, m, NULL);
     tl_plan_context_params(pol, m, cp);
+}
+
+/* A pipeline's prompt chunks are rank 0's and every stage computes them: after each rank
+ * planned its own stage (its layers, its budget), all take the smallest chunk any planned,
+ * at most the rows the pipe was opened for. A smaller chunk than a rank planned only shrinks
+ * its scratch, so its plan still fits. */
+static tl_status agree_prompt_rows(cli_pipe *pp, tl_model *m, tl_context_params *cp) {
+    const tl_pipe_shape shape = tl_context_pipe_shape(m, cp);
+    int32_t mine = shape.max_rows, rows = mine;
+    int32_t *all = calloc((size_t)pp->size, sizeof *all);
+    if (!all) return TL_ERR_NOMEM;
+    tl_status st = tl_link_gather(pp->link, &mine, sizeof mine, all);
+    for (int r = 1; !st && pp->rank == 0 && r < pp->size; r++) rows = all[r] < rows ? all[r] : rows;
+    free(all);
+    if (!st) st = tl_link_share(pp->link, &rows, sizeof rows);
+    if (st) return st;
+    if (rows > pp->rows) rows = pp->rows;
+    cp->n_batch = rows;
+    if (pp->rank == 0) fprintf(stderr, "policy auto: the ranks take prompt chunks of %d rows\n",
+                               (int)rows);
+    return TL_OK;
 }
 
 static tl_status plan_run(tl_model *m, const char *prompt, const tl_generate_params *gp,
@@ -379,11 +401,6 @@ int tl_cmd_run(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", tl_last_error());
         return 2;
     }
-    if (pipeline && policy == 1) {
-        fprintf(stderr, "error: --pipeline runs the manual policy on every rank (each with "
-                "its own --mem-budget); drop --policy auto\n");
-        return 2;
-    }
     if (policy < 0) policy = mp.mem_budget > 0 && !knobs && !kv_knobs && !pipeline;
     if (pipeline_layers && !strcmp(pipeline_layers, "auto")) {
         fprintf(stderr, "error: --pipeline-layers auto plans a batch's split; give run the "
@@ -414,6 +431,7 @@ int tl_cmd_run(int argc, char **argv) {
     int predicted = 0;
     if (!st && policy == 1) {
         st = plan_run(m, prompt, &gp, &cp, ctx_given, profile_path, 1, &rq, &chosen, &prof);
+        if (!st && pp.link) st = agree_prompt_rows(&pp, m, &cp);
         predicted = !st;
         if (st == TL_ERR_NOMEM && ctx_given) { /* the planner keeps KV in memory */
             fprintf(stderr, "policy auto: no policy with the KV cache in memory fits (%s); "
@@ -453,7 +471,8 @@ int tl_cmd_run(int argc, char **argv) {
         fprintf(stderr, "[plan] no prediction for this run: %s\n",
                 no_prediction[0] ? no_prediction : "the workload is empty");
     if (!st && policy == 1 && rq.w.gen_len < 1) policy = predicted = 0; /* tl_generate reports it */
-    if (!st && policy == 1) st = recheck_run(m, &c, &cp, &rq, &chosen, &prof);
+    /* a pipeline's ranks keep the rows they agreed on: no rank re-plans alone */
+    if (!st && policy == 1 && !pp.link) st = recheck_run(m, &c, &cp, &rq, &chosen, &prof);
     if (!st && policy == 1) cli_print_prediction(stderr, "predicted", &chosen, &rq.w);
     run_state rs = {c, stats, NULL, 0, 0};
     if (stats && !st) {
