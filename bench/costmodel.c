@@ -14,8 +14,9 @@
  * planned with the right profile, one planned with a profile whose disk bandwidth is
  * doubled and allowed to re-plan between blocks, and the same without re-planning.
  * --case N runs only case N (0-based, in the table's order) and prints its phases.
+ * --heldout N --seed S: N configurations drawn at random instead of the table (heldout.c).
  * Usage: bench_costmodel [--dir DIR] [--profile PATH] [--quick] [--replan] [--only-replan]
- *                        [--case N]
+ *                        [--case N] [--heldout N --seed S [--keep]]
  */
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +24,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "tierllm.h"
+#include "heldout.h"
+#include "plan_case.h"
 #include "prompt.h"
 #include "base/clock.h"
 #include "base/stats.h"
@@ -34,37 +37,33 @@ typedef struct model_spec { const char *preset, *file; int32_t type; } model_spe
 static const model_spec models[2] = {{"tinyllama-1.1b", "tinyllama-1.1b-q8_0.gguf", 8},
                                      {"llama2-7b", "llama2-7b-q4_0.gguf", 2}};
 
-typedef struct bench_case {
+typedef struct table_case {
     int model;             /* index into models */
-    uint64_t budget_mib;
-    int single;            /* latency regime */
-    int prompt, gen, seqs;
-    int automatic;         /* 1: the planner's choice; else the knobs below */
-    int gbs, num_gb, kv_bits, kv_mem, prefetch, overlap, rows;
-} bench_case;
+    bench_case c;          /* its path filled in when run */
+} table_case;
 
 /* group = (model, budget, regime, workload); each group ends with its auto case */
-static const bench_case cases[] = {
+static const table_case cases[] = {
     /* TinyLlama Q8_0 (1.1 GiB), 400 MiB: latency */
-    {0, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 2, 1, 64},
-    {0, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 1, 0, 64},
-    {0, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 4, 1, 16},
-    {0, 400, 1, 32, 16, 1, 1, 0, 0, 0, 0, 0, 0, 0},
+    {0, {NULL, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 2, 1, 64}},
+    {0, {NULL, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 1, 0, 64}},
+    {0, {NULL, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 4, 1, 16}},
+    {0, {NULL, 400, 1, 32, 16, 1, 1, 0, 0, 0, 0, 0, 0, 0}},
     /* TinyLlama Q8_0, 600 MiB: throughput, 32 x (32 + 16) */
-    {0, 600, 0, 32, 16, 32, 0, 8, 4, 32, 100, 1, 1, 512},
-    {0, 600, 0, 32, 16, 32, 0, 4, 2, 32, 100, 2, 1, 512},
-    {0, 600, 0, 32, 16, 32, 0, 16, 2, 16, 100, 1, 1, 512},
-    {0, 600, 0, 32, 16, 32, 0, 32, 1, 32, 50, 1, 1, 512},
-    {0, 600, 0, 32, 16, 32, 0, 8, 4, 32, 100, 1, 0, 512},
-    {0, 600, 0, 32, 16, 32, 1, 0, 0, 0, 0, 0, 0, 0},
+    {0, {NULL, 600, 0, 32, 16, 32, 0, 8, 4, 32, 100, 1, 1, 512}},
+    {0, {NULL, 600, 0, 32, 16, 32, 0, 4, 2, 32, 100, 2, 1, 512}},
+    {0, {NULL, 600, 0, 32, 16, 32, 0, 16, 2, 16, 100, 1, 1, 512}},
+    {0, {NULL, 600, 0, 32, 16, 32, 0, 32, 1, 32, 50, 1, 1, 512}},
+    {0, {NULL, 600, 0, 32, 16, 32, 0, 8, 4, 32, 100, 1, 0, 512}},
+    {0, {NULL, 600, 0, 32, 16, 32, 1, 0, 0, 0, 0, 0, 0, 0}},
     /* Llama-2-7B Q4_0 (3.6 GiB), 2 GiB: latency */
-    {1, 2048, 1, 16, 6, 1, 0, 1, 1, 32, 100, 2, 1, 64},
-    {1, 2048, 1, 16, 6, 1, 0, 1, 1, 32, 100, 1, 0, 64},
-    {1, 2048, 1, 16, 6, 1, 1, 0, 0, 0, 0, 0, 0, 0},
+    {1, {NULL, 2048, 1, 16, 6, 1, 0, 1, 1, 32, 100, 2, 1, 64}},
+    {1, {NULL, 2048, 1, 16, 6, 1, 0, 1, 1, 32, 100, 1, 0, 64}},
+    {1, {NULL, 2048, 1, 16, 6, 1, 1, 0, 0, 0, 0, 0, 0, 0}},
     /* Llama-2-7B Q4_0, 2 GiB: throughput, 16 x (16 + 6) */
-    {1, 2048, 0, 16, 6, 16, 0, 4, 2, 32, 100, 1, 1, 512},
-    {1, 2048, 0, 16, 6, 16, 0, 16, 1, 16, 100, 1, 1, 512},
-    {1, 2048, 0, 16, 6, 16, 1, 0, 0, 0, 0, 0, 0, 0},
+    {1, {NULL, 2048, 0, 16, 6, 16, 0, 4, 2, 32, 100, 1, 1, 512}},
+    {1, {NULL, 2048, 0, 16, 6, 16, 0, 16, 1, 16, 100, 1, 1, 512}},
+    {1, {NULL, 2048, 0, 16, 6, 16, 1, 0, 0, 0, 0, 0, 0, 0}},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -85,155 +84,19 @@ static const char *model_path(int i, char *buf, size_t cap) {
     return buf;
 }
 
-typedef struct outcome {
-    tl_plan_result plan;
-    double measured_s, measured_tps, disk_bps;
-    double pre_s, dec_s, pre_stall_s, dec_stall_s; /* measured, by phase */
-    double pre_kv_wait_s, dec_kv_wait_s;             /* of the stalls, waiting for KV */
-    int ok;
-    int32_t replans;
-} outcome;
-
-static void print_policy(const tl_policy *p) {
-    if (p->single)
-        printf("n_batch %3d prefetch %d%s", (int)p->prefill_rows, (int)p->prefetch,
-               p->overlap ? "" : " sync");
-    else
-        printf("%2dx%-2d rows %4d kv %2d-bit %3d%% pf %d%s", (int)p->gbs, (int)p->num_gb,
-               (int)p->prefill_rows, (int)p->kv_bits, (int)p->kv_mem_pct, (int)p->prefetch,
-               p->overlap ? "" : " sync");
-}
-
-/* Plans (or evaluates the given knobs), then runs the workload under that policy. */
-static outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
-                        int calibrate) {
-    outcome o;
-    memset(&o, 0, sizeof o);
-    char path[640];
-    if (!model_path(c->model, path, sizeof path)) return o;
-    tl_model_params mp = tl_model_default_params();
-    mp.mem_budget = c->budget_mib << 20;
-    mp.n_threads = prof_in->n_threads;
-    tl_model *m;
-    if (tl_model_open(path, &mp, &m)) {
-        fprintf(stderr, "error: %s\n", tl_last_error());
-        return o;
-    }
-    tl_hw_profile cal = *prof_in;
-    const tl_hw_profile *prof = &cal;
-    tl_plan_request rq;
-    memset(&rq, 0, sizeof rq);
-    rq.single = c->single;
-    rq.w = (tl_workload){c->prompt, c->gen, c->seqs};
-    rq.n_ctx = c->prompt + c->gen;
-    rq.overlap = 1;
-    tl_policy fixed = tl_plan_default_policy(m, &rq);
-    fixed.gbs = c->gbs;
-    fixed.num_gb = c->num_gb;
-    fixed.kv_bits = c->kv_bits;
-    fixed.kv_mem_pct = c->kv_mem;
-    fixed.prefetch = c->prefetch;
-    fixed.overlap = c->overlap;
-    fixed.prefill_rows = c->rows;
-    tl_status st = c->automatic ? tl_plan_search(m, prof, &rq, &o.plan)
-                                : tl_plan_evaluate(m, prof, &rq.w, &fixed, &o.plan);
-    /* place, then time the engine's own streaming and its matrix-vector products over
-     * the resident weights (plan/calibrate.h): the disk and the memory as they are now, in
-     * the same run; auto re-plans on them as the CLI does, a fixed policy is predicted
-     * again with them */
-    for (int round = 0; round < 2 && !st; round++) {
-        tl_batch_params bp = tl_batch_default_params();
-        tl_plan_apply(&o.plan.policy, m, &bp);
-        uint64_t state = o.plan.policy.single
-                             ? tl_context_budget_bytes(m, o.plan.policy.n_ctx, o.plan.policy.prefill_rows)
-                             : tl_batch_budget_bytes(m, &bp);
-        if ((st = tl_engine_place(m, state))) break;
-        if (round == 1 || !calibrate) break;
-        double bps, ratio;
-        if ((st = tl_plan_calibrate_disk(m, &cal, &bps, &ratio))) break;
-        if ((st = tl_plan_calibrate_compute(m, &cal, &ratio))) break;
-        tl_plan_result again;
-        st = c->automatic ? tl_plan_search(m, prof, &rq, &again)
-                          : tl_plan_evaluate(m, prof, &rq.w, &o.plan.policy, &again);
-        if (st) break;
-        int same = !memcmp(&again.policy, &o.plan.policy, sizeof again.policy);
-        o.plan = again;
-        if (same) break;
-        tl_engine_unplace(m); /* auto changed its mind: place the new policy */
-    }
-    o.disk_bps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
-    if (st) {
-        fprintf(stderr, "error: planning: %s\n", tl_last_error());
-        tl_model_close(m);
-        return o;
-    }
-    const tl_policy *pol = &o.plan.policy;
-    tl_generate_params gp = tl_generate_default_params();
-    gp.n_predict = c->gen;
-    gp.stop_at_eos = 0;
-    gp.sampler.temperature = 0;
-    if (c->single) {
-        tl_context_params cp = tl_context_default_params();
-        cp.n_ctx = pol->n_ctx;
-        cp.n_batch = pol->prefill_rows;
-        cp.kv_bits = pol->kv_bits;
-        tl_context *ctx;
-        char *prompt = bench_make_prompt(m, c->prompt, 0);
-        tl_generate_stats gs;
-        st = tl_context_open(m, &cp, &ctx);
-        if (!st) {
-            st = tl_generate(ctx, prompt, &gp, NULL, NULL, &gs);
-            tl_context_close(ctx);
-        }
-        free(prompt);
-        if (!st) {
-            o.measured_s = gs.prefill_seconds + gs.decode_seconds;
-            o.pre_s = gs.prefill_seconds, o.dec_s = gs.decode_seconds;
-            o.measured_tps = gs.n_generated / o.measured_s;
-        }
-    } else {
-        tl_batch_params bp = tl_batch_default_params();
-        tl_plan_apply(pol, m, &bp);
-        char **prompts = calloc((size_t)c->seqs, sizeof *prompts);
-        for (int i = 0; i < c->seqs; i++) prompts[i] = bench_make_prompt(m, c->prompt, i);
-        tl_batch_stats bs;
-        tl_replanner *rp = replan ? malloc(sizeof *rp) : NULL;
-        if (rp) tl_replanner_init(rp, m, prof, &rq, &o.plan);
-        tl_batch_run run = {rp ? tl_replanner_hook : NULL, rp, NULL, NULL};
-        st = tl_batch_generate_ex(m, &bp, &gp, (const char *const *)prompts, NULL, c->seqs, NULL,
-                                  NULL, NULL, &run, &bs);
-        if (!st) {
-            o.measured_s = bs.prefill_s + bs.decode_s;
-            o.pre_s = bs.prefill_s, o.dec_s = bs.decode_s;
-            o.pre_stall_s = bs.prefill_stall_s, o.dec_stall_s = bs.decode_stall_s;
-            o.pre_kv_wait_s = bs.prefill_kv_wait_s, o.dec_kv_wait_s = bs.decode_kv_wait_s;
-            o.measured_tps = bs.generated_tokens / o.measured_s;
-            o.replans = rp ? rp->switches : 0;
-            if (rp)
-                for (int i = 0; i < rp->n_log; i++) printf("    replan: %s\n", rp->log[i]);
-        }
-        free(rp);
-        for (int i = 0; i < c->seqs; i++) free(prompts[i]);
-        free(prompts);
-    }
-    if (st) fprintf(stderr, "error: running: %s\n", tl_last_error());
-    o.ok = !st;
-    tl_model_close(m);
-    return o;
-}
-
 static void replan_experiment(const tl_hw_profile *prof_in) {
     /* throughput regime, 128 prompts: several blocks, so a re-plan has room to pay off */
-    bench_case c = {0, 600, 0, 32, 16, 128, 1, 0, 0, 0, 0, 0, 0, 0};
+    char path[640];
+    if (!model_path(0, path, sizeof path)) return;
+    bench_case c = {path, 600, 0, 32, 16, 128, 1, 0, 0, 0, 0, 0, 0, 0};
     /* the right profile: disk figures checked against the model file, now */
     tl_hw_profile right_prof = *prof_in;
     const tl_hw_profile *prof = &right_prof;
-    char path[640];
     tl_model *m;
     tl_model_params mp = tl_model_default_params();
     double bps, ratio;
     mp.mem_budget = c.budget_mib << 20;
-    if (!model_path(0, path, sizeof path) || tl_model_open(path, &mp, &m)) return;
+    if (tl_model_open(path, &mp, &m)) return;
     tl_plan_request rq;
     memset(&rq, 0, sizeof rq);
     rq.w = (tl_workload){c.prompt, c.gen, c.seqs};
@@ -274,7 +137,8 @@ static void replan_experiment(const tl_hw_profile *prof_in) {
 
 int main(int argc, char **argv) {
     const char *profile_path = NULL;
-    int quick = 0, replan = 0, only_replan = 0, only_case = -1;
+    int quick = 0, replan = 0, only_replan = 0, only_case = -1, heldout = 0, keep = 0;
+    uint64_t seed = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dir") && i + 1 < argc) snprintf(g_dir, sizeof g_dir, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile_path = argv[++i];
@@ -282,9 +146,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--replan")) replan = 1;
         else if (!strcmp(argv[i], "--only-replan")) replan = only_replan = 1;
         else if (!strcmp(argv[i], "--case") && i + 1 < argc) only_case = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--heldout") && i + 1 < argc) heldout = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--keep")) keep = 1;
         else {
             fprintf(stderr, "usage: bench_costmodel [--dir DIR] [--profile PATH] [--quick] "
-                    "[--replan] [--only-replan] [--case N]\n");
+                    "[--replan] [--only-replan] [--case N] [--heldout N --seed S [--keep]]\n");
             return 2;
         }
     }
@@ -302,6 +169,14 @@ int main(int argc, char **argv) {
            profile_path ? "loaded" : "measured now", tl_now() - t0, prof.mem_read_bps / 1e9,
            tl_profile_read_bps(&prof, 1 << 20, 8) / 1e9, prof.disk_write_bps / 1e9,
            tl_profile_matmul_macs(&prof, 8, 1) / 1e9, tl_profile_matmul_macs(&prof, 2, 1) / 1e9);
+    if (heldout) {
+        if (!seed) {
+            fprintf(stderr, "error: --heldout needs --seed S (a new one each evaluation; never "
+                    "tune on the seed you report)\n");
+            return 2;
+        }
+        return heldout_run(heldout, seed, g_dir, &prof, keep);
+    }
     if (!only_replan) {
         double err[N_CASES];
         int n_err = 0;
@@ -310,13 +185,17 @@ int main(int argc, char **argv) {
         double best_tps = 0, group_best = 0;
         int group_start = 0;
         for (int i = 0; i < N_CASES; i++) {
-            const bench_case *c = &cases[i];
-            if ((quick && c->model == 1) || (only_case >= 0 && i != only_case)) continue;
+            if ((quick && cases[i].model == 1) || (only_case >= 0 && i != only_case)) continue;
+            char path[640];
+            if (!model_path(cases[i].model, path, sizeof path)) continue;
+            bench_case cc = cases[i].c;
+            cc.path = path;
+            const bench_case *c = &cc;
             outcome o = run_case(c, &prof, 0, 1);
             if (!o.ok) continue;
             double e = (o.measured_s - o.plan.cost.total_s) / o.measured_s;
             err[n_err++] = fabs(e);
-            printf("%-5s %5dM  %-9s %s", c->model ? "7B" : "1.1B", (int)c->budget_mib,
+            printf("%-5s %5dM  %-9s %s", cases[i].model ? "7B" : "1.1B", (int)c->budget_mib,
                    c->single ? "latency" : "through", c->automatic ? "AUTO " : "     ");
             print_policy(&o.plan.policy);
             printf("  %9.2f %9.2f %+6.1f%% %9.2f  %s (disk %.2f GB/s)\n", o.plan.cost.total_s,

@@ -1,0 +1,139 @@
+/* plan_case.c - one planned-then-run workload (plan_case.h). */
+#include "plan_case.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "prompt.h"
+#include "exec/engine.h"
+#include "plan/calibrate.h"
+#include "plan/replan.h"
+
+void print_policy(const tl_policy *p) {
+    if (p->single)
+        printf("n_batch %3d prefetch %d%s", (int)p->prefill_rows, (int)p->prefetch,
+               p->overlap ? "" : " sync");
+    else
+        printf("%2dx%-2d rows %4d kv %2d-bit %3d%% pf %d%s", (int)p->gbs, (int)p->num_gb,
+               (int)p->prefill_rows, (int)p->kv_bits, (int)p->kv_mem_pct, (int)p->prefetch,
+               p->overlap ? "" : " sync");
+}
+
+/* Plans (or evaluates the given knobs), then runs the workload under that policy. */
+outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
+                        int calibrate) {
+    outcome o;
+    memset(&o, 0, sizeof o);
+    tl_model_params mp = tl_model_default_params();
+    mp.mem_budget = c->budget_mib << 20;
+    mp.n_threads = prof_in->n_threads;
+    tl_model *m;
+    if (tl_model_open(c->path, &mp, &m)) {
+        fprintf(stderr, "error: %s\n", tl_last_error());
+        return o;
+    }
+    tl_hw_profile cal = *prof_in;
+    const tl_hw_profile *prof = &cal;
+    tl_plan_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.single = c->single;
+    rq.w = (tl_workload){c->prompt, c->gen, c->seqs};
+    rq.n_ctx = c->prompt + c->gen;
+    rq.overlap = 1;
+    tl_policy fixed = tl_plan_default_policy(m, &rq);
+    fixed.gbs = c->gbs;
+    fixed.num_gb = c->num_gb;
+    fixed.kv_bits = c->kv_bits;
+    fixed.kv_mem_pct = c->kv_mem;
+    fixed.prefetch = c->prefetch;
+    fixed.overlap = c->overlap;
+    fixed.prefill_rows = c->rows;
+    tl_status st = c->automatic ? tl_plan_search(m, prof, &rq, &o.plan)
+                                : tl_plan_evaluate(m, prof, &rq.w, &fixed, &o.plan);
+    /* place, then time the engine's own streaming and its matrix-vector products over
+     * the resident weights (plan/calibrate.h): the disk and the memory as they are now, in
+     * the same run; auto re-plans on them as the CLI does, a fixed policy is predicted
+     * again with them */
+    for (int round = 0; round < 2 && !st; round++) {
+        tl_batch_params bp = tl_batch_default_params();
+        tl_plan_apply(&o.plan.policy, m, &bp);
+        uint64_t state = o.plan.policy.single
+                             ? tl_context_budget_bytes(m, o.plan.policy.n_ctx, o.plan.policy.prefill_rows)
+                             : tl_batch_budget_bytes(m, &bp);
+        if ((st = tl_engine_place(m, state))) break;
+        if (round == 1 || !calibrate) break;
+        double bps, ratio;
+        if ((st = tl_plan_calibrate_disk(m, &cal, &bps, &ratio))) break;
+        if ((st = tl_plan_calibrate_compute(m, &cal, &ratio))) break;
+        tl_plan_result again;
+        st = c->automatic ? tl_plan_search(m, prof, &rq, &again)
+                          : tl_plan_evaluate(m, prof, &rq.w, &o.plan.policy, &again);
+        if (st) break;
+        int same = !memcmp(&again.policy, &o.plan.policy, sizeof again.policy);
+        o.plan = again;
+        if (same) break;
+        tl_engine_unplace(m); /* auto changed its mind: place the new policy */
+    }
+    o.disk_bps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
+    if (st) {
+        fprintf(stderr, "error: planning: %s\n", tl_last_error());
+        tl_model_close(m);
+        return o;
+    }
+    const tl_policy *pol = &o.plan.policy;
+    tl_generate_params gp = tl_generate_default_params();
+    gp.n_predict = c->gen;
+    gp.stop_at_eos = 0;
+    gp.sampler.temperature = 0;
+    o.ran = 1;
+    if (c->single) {
+        tl_context_params cp = tl_context_default_params();
+        cp.n_ctx = pol->n_ctx;
+        cp.n_batch = pol->prefill_rows;
+        cp.kv_bits = pol->kv_bits;
+        tl_plan_context_params(pol, m, &cp); /* KV tiers, when the policy has them */
+        tl_context *ctx;
+        char *prompt = bench_make_prompt(m, c->prompt, 0);
+        tl_generate_stats gs;
+        st = tl_context_open(m, &cp, &ctx);
+        if (!st) {
+            st = tl_generate(ctx, prompt, &gp, NULL, NULL, &gs);
+            tl_context_close(ctx);
+        }
+        free(prompt);
+        if (!st) {
+            o.measured_s = gs.prefill_seconds + gs.decode_seconds;
+            o.pre_s = gs.prefill_seconds, o.dec_s = gs.decode_seconds;
+            o.measured_tps = gs.n_generated / o.measured_s;
+        }
+    } else {
+        tl_batch_params bp = tl_batch_default_params();
+        tl_plan_apply(pol, m, &bp);
+        char **prompts = calloc((size_t)c->seqs, sizeof *prompts);
+        for (int i = 0; i < c->seqs; i++) prompts[i] = bench_make_prompt(m, c->prompt, i);
+        tl_batch_stats bs;
+        tl_replanner *rp = replan ? malloc(sizeof *rp) : NULL;
+        if (rp) tl_replanner_init(rp, m, prof, &rq, &o.plan);
+        tl_batch_run run = {rp ? tl_replanner_hook : NULL, rp, NULL, NULL};
+        st = tl_batch_generate_ex(m, &bp, &gp, (const char *const *)prompts, NULL, c->seqs, NULL,
+                                  NULL, NULL, &run, &bs);
+        if (!st) {
+            o.measured_s = bs.prefill_s + bs.decode_s;
+            o.pre_s = bs.prefill_s, o.dec_s = bs.decode_s;
+            o.pre_stall_s = bs.prefill_stall_s, o.dec_stall_s = bs.decode_stall_s;
+            o.pre_kv_wait_s = bs.prefill_kv_wait_s, o.dec_kv_wait_s = bs.decode_kv_wait_s;
+            o.measured_tps = bs.generated_tokens / o.measured_s;
+            o.replans = rp ? rp->switches : 0;
+            if (rp)
+                for (int i = 0; i < rp->n_log; i++) printf("    replan: %s\n", rp->log[i]);
+        }
+        free(rp);
+        for (int i = 0; i < c->seqs; i++) free(prompts[i]);
+        free(prompts);
+    }
+    if (st) fprintf(stderr, "error: running: %s\n", tl_last_error());
+    o.ok = !st;
+    tl_model_close(m);
+    return o;
+}
+

@@ -1,0 +1,36 @@
+/* plan_case.h - one planned-then-run workload, shared by bench_costmodel's table and its
+ * held-out draw (heldout.c): the cost model's prediction of a policy (the planner's choice,
+ * or given knobs) beside the measured prefill and decode, after the same placement and
+ * calibration the CLI makes. */
+#ifndef TL_BENCH_PLAN_CASE_H
+#define TL_BENCH_PLAN_CASE_H
+
+#include <stdint.h>
+#include "tierllm.h"
+#include "plan/search.h"
+
+typedef struct bench_case {
+    const char *path;      /* the model file */
+    uint64_t budget_mib;
+    int single;            /* latency regime */
+    int prompt, gen, seqs;
+    int automatic;         /* 1: the planner's choice; else the knobs below */
+    int gbs, num_gb, kv_bits, kv_mem, prefetch, overlap, rows;
+} bench_case;
+
+typedef struct outcome {
+    tl_plan_result plan;
+    double measured_s, measured_tps, disk_bps;
+    double pre_s, dec_s, pre_stall_s, dec_stall_s; /* measured, by phase */
+    double pre_kv_wait_s, dec_kv_wait_s;             /* of the stalls, waiting for KV */
+    int ok;
+    int ran;                /* the workload started (planning and placement succeeded) */
+    int32_t replans;
+} outcome;
+
+void print_policy(const tl_policy *p);
+/* Plans (or evaluates the given knobs), places, calibrates (`calibrate`) and re-plans as
+ * the CLI does, then runs the workload under that policy; replan: batch's re-planner. */
+outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan, int calibrate);
+
+#endif
