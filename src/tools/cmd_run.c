@@ -429,9 +429,9 @@ int tl_cmd_run(int argc, char **argv) {
     tl_plan_result chosen;
     tl_hw_profile prof;
     int predicted = 0;
+    const int auto_asked = policy == 1; /* the same on every rank: the same command line */
     if (!st && policy == 1) {
         st = plan_run(m, prompt, &gp, &cp, ctx_given, profile_path, 1, &rq, &chosen, &prof);
-        if (!st && pp.link) st = agree_prompt_rows(&pp, m, &cp);
         predicted = !st;
         if (st == TL_ERR_NOMEM && ctx_given) { /* the planner keeps KV in memory */
             fprintf(stderr, "policy auto: no policy with the KV cache in memory fits (%s); "
@@ -441,6 +441,8 @@ int tl_cmd_run(int argc, char **argv) {
             st = TL_OK;
         }
     }
+    /* every rank joins, whether its own plan or its fallback to the default policy ran */
+    if (!st && pp.link && auto_asked) st = agree_prompt_rows(&pp, m, &cp);
     char no_prediction[512] = "";
     if (!st && pp.link) snprintf(no_prediction, sizeof no_prediction, "the planner does not "
                                  "model pipelines yet");
@@ -473,7 +475,8 @@ int tl_cmd_run(int argc, char **argv) {
     if (!st && policy == 1 && rq.w.gen_len < 1) policy = predicted = 0; /* tl_generate reports it */
     /* a pipeline's ranks keep the rows they agreed on: no rank re-plans alone */
     if (!st && policy == 1 && !pp.link) st = recheck_run(m, &c, &cp, &rq, &chosen, &prof);
-    if (!st && policy == 1) cli_print_prediction(stderr, "predicted", &chosen, &rq.w);
+    if (!st && policy == 1 && !pp.link) /* a stage's prediction is not the run's */
+        cli_print_prediction(stderr, "predicted", &chosen, &rq.w);
     run_state rs = {c, stats, NULL, 0, 0};
     if (stats && !st) {
         rs.cap = gp.n_predict >= 0 ? gp.n_predict + 1 : 4096;
