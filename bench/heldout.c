@@ -7,7 +7,8 @@
  * of the model (every other configuration under 80%: streamed weights; raised by half, up to
  * three times, while it is under the engine's minimum for the workload), the regime (run or
  * batch, alternating), a prompt length up to 4096 (log-uniform from 16), 8-64 generated
- * tokens and, for batch, 4-64 prompts. Each is planned with --policy auto as the CLI plans
+ * tokens and, for batch, 4-64 prompts (fewer when they would pass 8192 prompt tokens in
+ * all, down to 4). Each is planned with --policy auto as the CLI plans
  * it (placement, calibration, re-plan) and run; the prediction and the measurement of each
  * phase are printed with the prediction's terms, then per regime the median and worst
  * |error| and the mean signed error (positive: slower than predicted) of the whole run.
@@ -28,6 +29,7 @@
 #include "base/stats.h"
 
 #define MAX_BYTES 1.1e9
+#define MAX_PROMPT_TOKENS 8192
 
 typedef struct draw { uint64_t s; } draw;
 
@@ -76,6 +78,10 @@ static config draw_config(draw *d, int i) {
     c.prompt = (int)exp(log(16.0) + uniform(d) * (log(4096.0) - log(16.0)));
     c.gen = 8 + pick(d, 57);
     c.seqs = c.single ? 1 : 4 + pick(d, 61);
+    /* a batch's prompts hold at most MAX_PROMPT_TOKENS in all (at least 4 prompts), so one
+     * configuration takes minutes, not an hour, on a 2-core machine */
+    if (!c.single && (int64_t)c.seqs * c.prompt > MAX_PROMPT_TOKENS)
+        c.seqs = MAX_PROMPT_TOKENS / c.prompt > 4 ? MAX_PROMPT_TOKENS / c.prompt : 4;
     return c;
 }
 

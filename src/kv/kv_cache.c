@@ -141,7 +141,7 @@ static tl_status check_params(const tl_kv_params *p) {
         return tl_error_set(TL_ERR_INVALID, "kv: pages homed on disk need a spill directory");
     const int any = (p->recompute[0] | p->recompute[1] | p->recompute[2] | p->recompute[3]) != 0;
     if (p->input_dim < 0 || (any && p->input_dim == 0) ||
-        (p->input_dim > 0 && (p->bits != 32 || p->input_dim > 2 * p->kv_dim)))
+        (p->input_dim > 0 && !tl_kv_recompute_fits(p->bits, p->input_dim, p->kv_dim)))
         return tl_error_set(TL_ERR_INVALID, "kv: recomputing layers needs 32-bit KV and input "
                             "rows no wider than K and V together (bits %d, input_dim %d, "
                             "kv_dim %d)", (int)p->bits, (int)p->input_dim, (int)p->kv_dim);

@@ -72,6 +72,12 @@ typedef struct tl_kv_params {
     int32_t attn_window;
 } tl_kv_params;
 
+/* Whether pages can keep input rows to recompute K and V from: 32-bit KV, and rows no
+ * wider than K and V together (a slot holds both forms). */
+static inline int tl_kv_recompute_fits(int32_t bits, int32_t input_dim, int32_t kv_dim) {
+    return bits == 32 && input_dim <= 2 * kv_dim;
+}
+
 /* Input rows of input_dim kept (0: none), and the first `layers` layers recompute from
  * them (clamped to [0, min(n_layer, 256)]); the others load K and V. */
 static inline void tl_kv_set_recompute(tl_kv_params *p, int32_t input_dim, int32_t layers) {

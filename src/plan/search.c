@@ -8,6 +8,7 @@
 #include "base/budget.h"
 #include "base/status.h"
 #include "exec/engine.h"
+#include "kv/kv_cache.h"
 
 void tl_plan_batch_params(const tl_policy *pol, tl_batch_params *bp) {
     bp->gbs = pol->gbs;
@@ -69,6 +70,12 @@ tl_status tl_plan_evaluate(const tl_model *m, const tl_hw_profile *prof, const t
                             (int)w->prompt_len, (int)w->gen_len);
     tl_status cst = tl_llama_check_context(&m->lm, pol.n_ctx);
     if (cst) return cst;
+    const tl_llama_hparams *hp = &m->lm.hp;
+    if ((pol.kv_recompute > 0 || pol.kv_inputs) &&
+        !tl_kv_recompute_fits(pol.kv_bits, hp->n_embd, hp->n_head_kv * hp->head_dim))
+        return tl_error_set(TL_ERR_INVALID, "policy: recomputing K and V needs 32-bit KV and "
+                            "input rows (%d) no wider than K and V together (%d)",
+                            (int)hp->n_embd, (int)(2 * hp->n_head_kv * hp->head_dim));
     const uint64_t state = state_bytes(m, &pol);
     if (state == UINT64_MAX)
         return tl_error_set(TL_ERR_INVALID, "policy: the KV cache parameters are invalid");
