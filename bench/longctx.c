@@ -18,8 +18,11 @@
  * and tokens per second; the disk's read rate for the same file is measured in the same
  * run (the prefill's reads). Beside the prefill and each setting: the cost model's prediction of the same
  * steps (KV bytes and wall time per token) from the hardware profile (the cached one, or
- * measured first), its disk re-measured just before the setting in the KV prefetch's
- * requests (tl_profile_reanchor_disk): this disk's rate drifts by the minute. Random weights attend nearly uniformly, so selection's
+ * measured first), with its disk rate taken from timed reads of the context's own spill
+ * file in the KV prefetch's requests (tl_context_time_disk_reads): once before the
+ * setting, and around each block of BLOCK_STEPS steps (each block's plan the mean of its
+ * plans at the rates before and after it), since this disk's rate drifts within seconds.
+ * Random weights attend nearly uniformly, so selection's
  * quality is not judged here (tests/test_kv_select.c does, on trained weights).
  * Then recompute against load (run_recompute) on a --recompute-ctx context (4096).
  * Usage: bench_longctx [--dir DIR] [--ctx 4096,16384] [--gen 32] [--threads N]
@@ -38,6 +41,9 @@
 #include "kv/kv_cache.h"
 #include "plan/cost.h"
 #include "plan/search.h"
+
+enum { BLOCK_STEPS = 4 };   /* decode steps between two re-measures of the disk */
+#define PROBE_S 0.3         /* seconds a re-measure reads */
 
 static int argmax(const float *v, int n) {
     int b = 0;
@@ -268,6 +274,7 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
                    pc.prefill.kv_read_bytes / 1048576.0);
     }
     int32_t tok = argmax(logits, 512);
+    const uint64_t slot = (tl_kv_slot_bytes(kp) + 4095) / 4096 * 4096;
     for (int k = 0; k < NS && !st; k++) {
         const setting *se = &settings[k];
         tl_context_tune_kv(c, se->cache ? cache_full : 0, se->select);
@@ -275,26 +282,43 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
         /* one step first: the cache fills and the selection settles */
         if ((st = tl_decode(c, &tok, 1, logits))) break;
         tok = argmax(logits, 512);
-        /* the disk of this minute, in the requests the KV prefetch makes */
-        tl_hw_profile now = *prof;
-        const uint64_t slot = (tl_kv_slot_bytes(kp) + 4095) / 4096 * 4096;
-        double disk_bps = 0;
-        if (tl_profile_reanchor_disk(&now, kp->spill_dir, slot, mp.io_queue_depth, &disk_bps)) {
-            fprintf(stderr, "error: %s\n", tl_last_error());
-            st = TL_ERR_IO;
-            break;
-        }
+        /* the disk of this minute, in the requests the KV prefetch makes: once before
+         * the setting (its whole-setting plan), and again after each block of steps */
+        double disk_bps = 0, disk_first = 0;
+        if ((st = tl_context_time_disk_reads(c, mp.io_queue_depth, PROBE_S, &disk_bps))) break;
+        disk_first = disk_bps;
         tl_context_get_stats(c, &s0);
         tl_cost cost;
-        const int have_pred = predict(m, &now, c, (int32_t)s0.tokens, n_gen,
-                                      se->cache ? cache_full : 0, se->select, NULL,
-                                      &cost) == TL_OK;
-        t0 = tl_now();
-        for (int i = 0; i < n_gen - 1 && !st; i++) {
-            st = tl_decode(c, &tok, 1, logits);
-            tok = argmax(logits, 512);
+        tl_hw_profile now = *prof;
+        int have_pred = tl_profile_set_read_bps(&now, slot, mp.io_queue_depth, disk_bps) == TL_OK &&
+                        predict(m, &now, c, (int32_t)s0.tokens, n_gen, se->cache ? cache_full : 0,
+                                se->select, NULL, &cost) == TL_OK;
+        double dt = 0, bracketed = 0;
+        for (int done = 0; done < n_gen - 1 && !st;) {
+            const int b = n_gen - 1 - done < BLOCK_STEPS ? n_gen - 1 - done : BLOCK_STEPS;
+            tl_run_stats sb;
+            tl_context_get_stats(c, &sb);
+            t0 = tl_now();
+            for (int i = 0; i < b && !st; i++) {
+                st = tl_decode(c, &tok, 1, logits);
+                tok = argmax(logits, 512);
+            }
+            dt += tl_now() - t0;
+            done += b;
+            double after = 0;
+            if (st || (st = tl_context_time_disk_reads(c, mp.io_queue_depth, PROBE_S, &after))) break;
+            /* the block's plan: the mean of its plans at the disk before and after it */
+            for (int side = 0; side < 2 && have_pred; side++) {
+                tl_cost bc;
+                now = *prof;
+                have_pred = tl_profile_set_read_bps(&now, slot, mp.io_queue_depth,
+                                                    side ? after : disk_bps) == TL_OK &&
+                            predict(m, &now, c, (int32_t)sb.tokens, b + 1,
+                                    se->cache ? cache_full : 0, se->select, NULL, &bc) == TL_OK;
+                bracketed += bc.decode_s / 2;
+            }
+            disk_bps = after;
         }
-        const double dt = tl_now() - t0;
         tl_context_get_stats(c, &s1);
         if (st) break;
         const double n = n_gen - 1;
@@ -321,7 +345,7 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
                    hn > 0 ? (s1.kv_heat_ready - s0.kv_heat_ready) / hn : 1.0);
         }
         printf(" | %.2f tok/s | disk busy %.0f%% of the time (disk before: %.2f GB/s in "
-               "%llu KiB reads, %d deep)\n", n / dt, 100 * io / dt, disk_bps / 1e9,
+               "%llu KiB reads, %d deep)\n", n / dt, 100 * io / dt, disk_first / 1e9,
                (unsigned long long)(slot >> 10), (int)mp.io_queue_depth);
         if (have_pred) {
             const double kv_meas = (double)(s1.kv_bytes_read - s0.kv_bytes_read) / n;
@@ -333,6 +357,9 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
                    100 * (dt / n / t_pred - 1), cost.decode.compute_s / n,
                    cost.decode.kv_read_s / n, cost.decode.weight_read_s / n,
                    cost.decode.kv_wait_s / n);
+            printf("  %-10s plan with the disk re-measured around each block of %d steps: "
+                   "%.3f s/token (%+.1f%% measured)\n", "", BLOCK_STEPS, bracketed / n,
+                   100 * (dt / bracketed - 1));
         }
         fflush(stdout);
     }

@@ -508,6 +508,47 @@ static void test_slot_reuse(void) {
     tl_budget_close(b);
 }
 
+/* Timed reads of the spill file: refused before anything is on disk and for more frames
+ * than are spare; afterwards a rate, with the pages, their bytes and the cache's
+ * counters unchanged (the reads go through a private queue into spare frames). */
+static void test_time_reads(void) {
+    tl_kv_params p = base_params(32, 0, 4, 10);
+    p.max_seqs = 1;
+    tl_budget *b;
+    CHECK(tl_budget_open(0, &b) == TL_OK);
+    tl_kv *kv;
+    CHECK(tl_kv_open(&p, b, aio, &kv) == TL_OK);
+    double bps = -1;
+    CHECK(tl_kv_time_disk_reads(kv, 1, 0.01, &bps) == TL_ERR_INVALID && has("0 slots written"));
+    kv_case c;
+    memset(&c, 0, sizeof c);
+    c.p = p;
+    c.kv = kv;
+    snprintf(c.label, sizeof c.label, "timed reads");
+    int32_t s;
+    const int ident = 77;
+    CHECK(tl_kv_seq_open(kv, &s) == TL_OK);
+    float k[40 * 20], v[40 * 20];
+    for (int l = 0; l < p.n_layer; l++) {
+        gen_rows(ident, l, 0, 40, 20, k, v);
+        CHECK(tl_kv_append(kv, s, l, k, v, 40) == TL_OK);
+    }
+    CHECK(tl_kv_seq_commit(kv, s, 40) == TL_OK);
+    for (int l = 0; l < p.n_layer; l++) verify(&c, &s, &ident, 1, l); /* frames go spare */
+    tl_kv_stats before, after;
+    tl_kv_get_stats(kv, &before);
+    CHECK(tl_kv_time_disk_reads(kv, 1000, 0.01, &bps) == TL_ERR_INVALID && has("spare"));
+    CHECK_MSG(tl_kv_time_disk_reads(kv, 2, 0.02, &bps) == TL_OK, "%s", tl_last_error());
+    CHECK_MSG(bps > 1e5 && bps < 1e12, "%g B/s", bps);
+    tl_kv_get_stats(kv, &after);
+    CHECK(memcmp(&before, &after, sizeof before) == 0);
+    for (int l = 0; l < p.n_layer; l++) verify(&c, &s, &ident, 1, l);
+    CHECK(c.bad == 0);
+    tl_kv_close(kv);
+    CHECK(tl_budget_used(b) == 0);
+    tl_budget_close(b);
+}
+
 /* ---- faults ---- */
 
 static void fill(tl_kv *kv, int32_t s, int L, int D, int pos0, int n) {
@@ -688,6 +729,7 @@ int main(void) {
         test_matrix();
         test_slow_disk();
         test_slot_reuse();
+        test_time_reads();
         test_enospc();
         test_eio_read();
         test_nomem();

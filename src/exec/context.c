@@ -289,6 +289,11 @@ tl_status tl_context_set_kv_recompute(tl_context *c, int32_t layers) {
 
 const tl_kv_params *tl_context_kv_params(const tl_context *c) { return &c->kp; }
 
+tl_status tl_context_time_disk_reads(tl_context *c, int depth, double seconds, double *bps) {
+    if (!c || !c->kv) return tl_error_set(TL_ERR_INVALID, "timed reads: no context KV cache");
+    return tl_kv_time_disk_reads(c->kv, depth, seconds, bps);
+}
+
 void tl_context_close(tl_context *c) {
     if (!c) return;
     if (c->kv) tl_kv_close(c->kv);

@@ -40,6 +40,8 @@ tl_status tl_context_tune_kv(tl_context *c, int32_t cache_pages, float select_sh
 /* Between steps of a context opened with kv_recompute > 0 (its input rows kept): the
  * first `layers` layers recompute K and V from them from now on, the others load. */
 tl_status tl_context_set_kv_recompute(tl_context *c, int32_t layers);
+/* Between steps: the read rate of the context's KV spill file now (tl_kv_time_disk_reads). */
+tl_status tl_context_time_disk_reads(tl_context *c, int depth, double seconds, double *bps);
 /* The KV placement a context chose (tiers, window, cache...). */
 const tl_kv_params *tl_context_kv_params(const tl_context *c);
 

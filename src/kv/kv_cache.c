@@ -34,6 +34,7 @@
 #include "format/tensor_type.h"
 #include "kv/kv_cache.h"
 #include "base/clock.h"
+#include "tier/read_rate.h"
 #include "tier/tier.h"
 
 enum { PG_EMPTY, PG_OPEN, PG_MEM, PG_DISK };
@@ -1138,6 +1139,21 @@ void tl_kv_set_cache_pages(tl_kv *kv, int32_t pages) {
         kv->cache_used--;
         slot_free(kv, &pg->frame);
     }
+}
+
+tl_status tl_kv_time_disk_reads(tl_kv *kv, int depth, double seconds, double *bps) {
+    if (!kv || !bps) return tl_error_set(TL_ERR_INVALID, "kv timed reads: no cache");
+    tl_status st = sticky(kv);
+    if (st != TL_OK) return st;
+    if (!kv->tier || kv->next_slot == 0 || depth < 1 || (size_t)depth > kv->n_spare ||
+        !(seconds > 0))
+        return tl_error_set(TL_ERR_INVALID, "kv timed reads: %" PRIu64 " slots written, %zu "
+                            "spare frames for depth %d", kv->next_slot, kv->n_spare, depth);
+    uint64_t cursor = 0, seed = 0x4B56 ^ kv->stats.bytes_read;
+    st = tl_tier_time_reads(kv->tier, kv->frame_slot, depth,
+                            (uint64_t)1 << 40, kv->next_slot * kv->frame_slot, 1, &cursor,
+                            &seed, kv->spare + kv->n_spare - depth, seconds, bps);
+    return st == TL_OK ? TL_OK : tl_error_wrap(st, "kv timed reads of the spill file");
 }
 
 void tl_kv_get_stats(const tl_kv *kv, tl_kv_stats *out) {

@@ -165,6 +165,15 @@ tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float 
 
 void tl_kv_get_stats(const tl_kv *kv, tl_kv_stats *out);
 
+/* The spill file's read rate now (bytes/s): reads of whole slots at random slots among
+ * those written, `depth` in flight through a private queue (the cache's own IO queue is
+ * not used, so nothing of it waits), for about `seconds`. The buffers are the cache's
+ * spare slot frames, already in the budget: TL_ERR_INVALID when nothing is on disk yet,
+ * or fewer than depth frames are spare (call between steps, after a step that read
+ * disk pages). Reads only; the cache's state is unchanged. For a prediction that must
+ * use the disk the engine reads, at the same time (bench_longctx). */
+tl_status tl_kv_time_disk_reads(tl_kv *kv, int depth, double seconds, double *bps);
+
 /* ---- recompute instead of load ----
  * With input rows kept, call tl_kv_append_inputs right after each tl_kv_append with the
  * same n rows. At a layer that recomputes, prefetch reads disk pages' input rows only;

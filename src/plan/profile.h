@@ -141,6 +141,10 @@ tl_status tl_profile_obtain(const char *path, int32_t n_threads, const char *dis
 tl_status tl_profile_reanchor_disk(tl_hw_profile *p, const char *dir, uint64_t chunk,
                                    int32_t depth, double *bps);
 
+/* Scales the profile's read grid so that its rate at (chunk, depth) is bps (a rate
+ * measured now: tl_profile_reanchor_disk, or tl_kv_time_disk_reads on a spill file). */
+tl_status tl_profile_set_read_bps(tl_hw_profile *p, uint64_t chunk, int32_t depth, double bps);
+
 /* Lookups used by the cost model (pure functions of the profile):
  * read bandwidth for requests of `chunk` bytes at `depth` in flight (log-linear
  * interpolation over the grid, clamped at its edges); the matmul rate of a type at n
