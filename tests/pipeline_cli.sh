@@ -3,11 +3,12 @@
 # loopback (exec/pipeline.h): -np 2 and -np 3 give the same tokens as one process, for
 # stories260K with every layer resident and for a synthetic model whose stages stream
 # their weights (run) or spill their KV to disk (batch); every rank reports a budget peak
-# within its own --mem-budget; batch --stats prints each stage's prediction and the
-# pipeline's beside the measurement; --pipeline-layers auto picks a split and keeps the
-# results; rank 1 killed mid-run ends the whole job within seconds
+# within its own --mem-budget; batch --stats prints each stage's prediction (with its
+# timed link) and the pipeline's beside the measurement; --pipeline-layers auto picks a
+# split and keeps the results; rank 1 killed mid-run ends the whole job within seconds
 # with a non-zero exit, and the result lines rank 0 had written stay whole; bad splits and
-# batch --policy auto are refused; run --policy auto plans each rank's stage.
+# batch --policy auto with placement flags are refused; run --policy auto plans each rank's
+# stage, and batch --policy auto places each rank's KV for the shared block shape.
 set -u
 bin=$1; models=$2
 m=$models/stories260K.gguf
@@ -111,6 +112,8 @@ for np in 2 3; do
         fail "synthetic batch -np $np: no pipeline prediction beside the measurement"
     [ "$(grep -c '^\[plan\] stage [0-9] (layers' "$tmp/s$np.err")" = $np ] ||
         fail "synthetic batch -np $np: not every stage's prediction"
+    [ "$(grep -c '^\[plan\] stage [0-9] link to rank [0-9]: [0-9.]* GB/s, [0-9.]* us per message' \
+        "$tmp/s$np.err")" = $np ] || fail "synthetic batch -np $np: not every stage's link timed"
     grep -q "KV read [1-9][0-9.]* MiB" "$tmp/s$np.err" ||
         fail "synthetic batch -np $np: no KV read back from disk on a later rank"
 done
@@ -123,6 +126,29 @@ mpi 3 "$bin" batch -m "$syn" -i "$tmp/p.jsonl" -o "$tmp/a3.jsonl" --temp 0 --gbs
 grep -q "^\[plan\] pipeline split: [0-9]*,[0-9]*,[0-9]* layers per rank, slowest stage predicted" \
     "$tmp/a3.err" || fail "auto split: no split chosen: $(grep plan "$tmp/a3.err")"
 same_results "$tmp/s1.jsonl" "$tmp/a3.jsonl" || fail "auto split: results differ"
+
+# --- batch --policy auto: each rank places its own KV (and weights) at its budget for the
+# shared block shape (a fixed profile); at 7M per rank for 2 ranks (6M for 3) the whole KV
+# does not fit beside a stage's minimum (the manual default, all KV in memory, is refused
+# there), so every rank spills part of it; the results are one process's
+for np in 2 3; do
+    budget=$((9 - np))M
+    mpi $np "$bin" batch -m "$syn" -i "$tmp/p.jsonl" -o "$tmp/pa$np.jsonl" --temp 0 --gbs 2 \
+        --num-gb 3 -c 128 --prefill-rows 16 --mem-budget $budget --pipeline --policy auto --stats \
+        --profile "$tmp/prof.json" 2>"$tmp/pa$np.err" ||
+        fail "batch --policy auto -np $np: $(tail -3 "$tmp/pa$np.err")"
+    same_results "$tmp/s1.jsonl" "$tmp/pa$np.jsonl" || fail "batch --policy auto -np $np: results differ"
+    peaks_ok "$tmp/pa$np.err" $((np - 1)) || fail "batch --policy auto -np $np: a rank over its budget"
+    [ "$(grep -c '^policy auto: rank [0-9] (layers [0-9]*\.\.[0-9]*) keeps [0-9]*% of its KV pages' \
+        "$tmp/pa$np.err")" = $np ] || fail "batch --policy auto -np $np: not every rank placed: $(grep policy "$tmp/pa$np.err")"
+    grep -q "^policy auto: rank [0-9] .* keeps \([0-9]\|[1-9][0-9]\)% of its KV" "$tmp/pa$np.err" ||
+        fail "batch --policy auto -np $np: no rank spilled KV at $budget: $(grep policy "$tmp/pa$np.err")"
+done
+mpi 2 "$bin" batch -m "$syn" -i "$tmp/p.jsonl" -o "$tmp/pm2.jsonl" --temp 0 --gbs 2 --num-gb 3 \
+    -c 128 --prefill-rows 16 --mem-budget 7M --pipeline --profile "$tmp/prof.json" \
+    >/dev/null 2>"$tmp/pm2.err"
+[ $? -ne 0 ] && grep -q "too small" "$tmp/pm2.err" ||
+    fail "batch --pipeline at 7M without auto: the whole KV in memory should not fit: $(tail -2 "$tmp/pm2.err")"
 "$bin" run -m "$m" -p hi -n 4 --pipeline-layers auto >/dev/null 2>"$tmp/e0"
 [ $? -eq 2 ] && grep -q "plans a batch" "$tmp/e0" || fail "run --pipeline-layers auto: $(cat "$tmp/e0")"
 
@@ -174,8 +200,8 @@ fi
 mpi 2 "$bin" run -m "$m" -p hi -n 4 --pipeline-layers 1,1 >/dev/null 2>"$tmp/e1"
 [ $? -ne 0 ] && grep -q "add up to 5" "$tmp/e1" || fail "a split that does not cover the layers: $(cat "$tmp/e1")"
 "$bin" batch -m "$m" -i "$tmp/p.jsonl" -o "$tmp/e2.jsonl" --pipeline --policy auto \
-    >/dev/null 2>"$tmp/e2"
-[ $? -eq 2 ] && grep -q "drop --policy auto" "$tmp/e2" || fail "batch --pipeline --policy auto: $(cat "$tmp/e2")"
+    --kv-mem 50 >/dev/null 2>"$tmp/e2"
+[ $? -eq 2 ] && grep -q "drop --kv-mem" "$tmp/e2" || fail "batch --pipeline --policy auto --kv-mem: $(cat "$tmp/e2")"
 mpi 6 "$bin" run -m "$m" -p hi -n 4 --pipeline >/dev/null 2>"$tmp/e3"
 [ $? -ne 0 ] && grep -q "at most one rank per layer" "$tmp/e3" || fail "more ranks than layers: $(cat "$tmp/e3")"
 

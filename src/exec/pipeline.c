@@ -11,6 +11,7 @@
  * A rank > 0 computes in the buffer it received into and sends that same buffer on, so
  * its two buffers alternate between receiving and sending.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "exec/pipeline.h"
@@ -18,7 +19,7 @@
 #include "base/status.h"
 
 enum { OP_STEP = 1, OP_END = 2 };
-enum { TAG_STEP = 11, TAG_LOGITS = 12 }; /* dist/link_mpi.c's own use 13 and 14 */
+enum { TAG_STEP = 11, TAG_LOGITS = 12, TAG_PROBE = 15 }; /* link_mpi.c's own: 13, 14 */
 
 struct tl_pipe {
     tl_model *m;
@@ -33,6 +34,7 @@ struct tl_pipe {
     uint64_t steps;           /* messages through this rank */
     int finished;             /* rank 0: the end went out */
     double t_open, wait_s;    /* when the pipe opened; seconds blocked on the other ranks */
+    tl_pipe_link link_rate;   /* measured once (peer -1: not yet) */
 };
 
 /* A receive, its time counted as waiting. */
@@ -79,6 +81,7 @@ tl_status tl_pipe_open(tl_model *m, tl_link *l, const tl_pipe_shape *shape) {
     p->size = size;
     p->shape = *shape;
     p->t_open = tl_now();
+    p->link_rate.peer = -1;
     sizes(m, shape, &p->hdr_bytes, &p->msg_bytes, &p->logit_bytes);
     tl_status st = TL_OK;
     for (int i = 0; i < 2 && !st; i++) {
@@ -102,6 +105,62 @@ int tl_pipe_rank(const tl_pipe *p) { return p->rank; }
 void tl_pipe_get_stats(const tl_pipe *p, tl_pipe_stats *out) {
     out->wait_s = p->wait_s;
     out->since_s = tl_now() - p->t_open;
+}
+
+/* Least round trip of reps messages of n bytes with peer: this rank sends first (lead)
+ * or answers. */
+static tl_status round_trips(tl_pipe *p, int peer, int lead, size_t n, double *least) {
+    *least = HUGE_VAL;
+    tl_status st = TL_OK;
+    for (int i = 0; i < TL_PIPE_LINK_REPS && !st; i++) {
+        tl_link_req req = {0};
+        size_t got = 0;
+        const double t0 = tl_now();
+        if (lead) {
+            st = tl_link_isend(p->link, peer, TAG_PROBE, p->buf[0], n, &req);
+            if (!st) st = tl_link_wait(p->link, &req);
+            if (!st) st = tl_link_recv(p->link, peer, TAG_PROBE, p->buf[1], n, &got);
+        } else {
+            st = tl_link_recv(p->link, peer, TAG_PROBE, p->buf[1], n, &got);
+            if (!st) st = tl_link_isend(p->link, peer, TAG_PROBE, p->buf[0], n, &req);
+            if (!st) st = tl_link_wait(p->link, &req);
+        }
+        if (!st && got != n)
+            st = tl_error_set(TL_ERR_IO, "link probe: rank %d sent %zu bytes where %zu were "
+                              "due", peer, got, n);
+        const double rt = tl_now() - t0;
+        if (rt < *least) *least = rt;
+    }
+    return st;
+}
+
+tl_status tl_pipe_measure_link(tl_pipe *p, tl_pipe_link *out) {
+    if (p->link_rate.peer >= 0 || p->size < 2) {
+        *out = p->link_rate;
+        return TL_OK;
+    }
+    enum { SMALL = 64 };
+    const size_t big = p->msg_bytes < ((size_t)4 << 20) ? p->msg_bytes : (size_t)4 << 20;
+    const int next = (p->rank + 1) % p->size, prev = (p->rank + p->size - 1) % p->size;
+    tl_status st = TL_OK;
+    /* pair i is (i, i + 1 mod size); rank r is in pairs r - 1 (answering) and r (leading),
+     * taken in pair order: rank 0 leads pair 0 first and answers the last pair last */
+    for (int pass = 0; pass < 2 && !st; pass++) {
+        const int lead = (p->rank == 0) == (pass == 0);
+        const int peer = lead ? next : prev;
+        double small_rt, big_rt;
+        st = round_trips(p, peer, lead, SMALL, &small_rt);
+        if (!st) st = round_trips(p, peer, lead, big, &big_rt);
+        if (!st && lead) { /* the rate over the whole one-way time (its latency too): a
+                            * difference of two noisy times could come out at or below 0 */
+            p->link_rate.latency_s = small_rt / 2;
+            p->link_rate.bps = (double)big / (big_rt / 2);
+            p->link_rate.peer = peer;
+        }
+    }
+    if (st) return tl_error_wrap(st, "pipeline rank %d: timing the link", p->rank);
+    *out = p->link_rate;
+    return TL_OK;
 }
 
 /* Waits for every send from buffer i: until the next rank has taken the step (it takes

@@ -48,6 +48,20 @@ typedef struct tl_pipe_stats {
 } tl_pipe_stats;
 void tl_pipe_get_stats(const tl_pipe *p, tl_pipe_stats *out);
 
+/* The link this rank's messages take (to the next rank; the last rank's logits to rank 0),
+ * timed by ping-pong once the pipe is open: every rank calls it at the same point.
+ * Latency: half the least round trip of a 64-byte message; rate: a message of the pipe's
+ * largest step (at most 4 MiB) over half its least round trip; least of
+ * TL_PIPE_LINK_REPS each, so a preempted round trip does not count. A later call returns
+ * the first measurement. Pairs (0,1), (1,2), ..., (last,0) take turns, so no rank waits
+ * on one that waits on it. */
+enum { TL_PIPE_LINK_REPS = 5 };
+typedef struct tl_pipe_link {
+    double latency_s, bps;
+    int peer;
+} tl_pipe_link;
+tl_status tl_pipe_measure_link(tl_pipe *p, tl_pipe_link *out);
+
 
 /* Rank 0, after its engine step over mb[0..n_mb): sends the rows and hidden states on. */
 tl_status tl_pipe_forward(tl_pipe *p, const tl_microbatch *mb, int32_t n_mb);

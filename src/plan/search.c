@@ -296,6 +296,31 @@ static void try_combination(const tl_model *m, const tl_hw_profile *prof,
     }
 }
 
+tl_status tl_plan_place(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
+                        const tl_policy *pol, tl_plan_result *out) {
+    int have = 0;
+    int32_t solves = 0, feasible = 0;
+    memset(out, 0, sizeof *out);
+    try_combination(m, prof, w, *pol, out, &have, &solves, &feasible);
+    /* the LP's fraction is a guide; the dry runs near it may all miss when the LP's memory
+     * row is looser than the exact plan: then every 5% from all KV in memory to none */
+    for (int32_t p = 100; !have && p >= 0; p -= 5) {
+        tl_policy q = *pol;
+        q.w_mem_pct = 100;
+        q.kv_mem_pct = p;
+        if (tl_plan_evaluate(m, prof, w, &q, out) == TL_OK) have = 1, feasible++;
+    }
+    if (!have)
+        return tl_error_set(TL_ERR_NOMEM, "no KV placement of gbs %d x num_gb %d (%d-bit KV, "
+                            "%d prompt rows) fits the memory budget of %.1f MiB",
+                            (int)pol->gbs, (int)pol->num_gb, (int)pol->kv_bits,
+                            (int)pol->prefill_rows, tl_budget_limit(m->lm.budget) / 1048576.0);
+    out->combinations = 1;
+    out->lp_solves = solves;
+    out->feasible = feasible;
+    return TL_OK;
+}
+
 /* The latency regime when no policy keeps the KV cache in memory: KV in tiers, the
  * engine's automatic window and sinks in memory, the rest on disk read through a DRAM
  * cache. The budget left beside the KV minimum goes to resident weights and to that

@@ -63,6 +63,15 @@ typedef struct tl_plan_result {
 tl_status tl_plan_search(const tl_model *m, const tl_hw_profile *prof,
                          const tl_plan_request *rq, tl_plan_result *out);
 
+/* The best placement for one given combination of the discrete knobs (pol's gbs, num_gb,
+ * KV bits, prefetch, prefill rows, page size, context): as the search does for each of
+ * its combinations, the LP over the resident shares, then exact dry runs from its KV
+ * fraction down (the weights take what the budget leaves). TL_ERR_NOMEM when no KV share
+ * fits. For the ranks of a pipeline, which share the block shape but place their own
+ * stage. */
+tl_status tl_plan_place(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
+                        const tl_policy *pol, tl_plan_result *out);
+
 /* The exact dry run and prediction of one given policy: TL_ERR_NOMEM if it does not fit. */
 tl_status tl_plan_evaluate(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
                            const tl_policy *pol, tl_plan_result *out);

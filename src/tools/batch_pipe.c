@@ -8,11 +8,11 @@
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "plan/profile.h"
+#include "exec/pipeline.h"
 
-/* The prediction of the manual policy bp for the workload of rq. */
-tl_status batch_evaluate_manual(tl_model *m, const tl_hw_profile *prof,
-                                 const tl_plan_request *rq, const tl_batch_params *bp,
-                                 tl_plan_result *chosen) {
+/* The policy of the batch knobs bp (and the model's weight share) for rq's regime. */
+static tl_policy manual_policy(const tl_model *m, const tl_plan_request *rq,
+                               const tl_batch_params *bp) {
     tl_policy pol = tl_plan_default_policy(m, rq);
     pol.gbs = bp->gbs;
     pol.num_gb = bp->num_gb;
@@ -22,6 +22,14 @@ tl_status batch_evaluate_manual(tl_model *m, const tl_hw_profile *prof,
     pol.page_tokens = bp->page_tokens;
     pol.n_ctx = bp->n_ctx;
     pol.w_mem_pct = m->lm.params.w_mem_pct;
+    return pol;
+}
+
+/* The prediction of the manual policy bp for the workload of rq. */
+tl_status batch_evaluate_manual(tl_model *m, const tl_hw_profile *prof,
+                                 const tl_plan_request *rq, const tl_batch_params *bp,
+                                 tl_plan_result *chosen) {
+    const tl_policy pol = manual_policy(m, rq, bp);
     return tl_plan_evaluate(m, prof, &rq->w, &pol, chosen);
 }
 
@@ -71,14 +79,71 @@ static tl_status stage_seconds(tl_model *m, const cli_pipe *pp, const tl_hw_prof
     return TL_OK;
 }
 
+tl_status batch_place_stage(tl_model *m, const cli_pipe *pp, const tl_plan_request *rq,
+                            tl_batch_params *bp, const char *profile_path) {
+    if (rq->w.num_seqs < 1) return TL_OK; /* nothing to run: the given placement stays */
+    tl_hw_profile prof;
+    tl_status st = stage_profile(m, pp, profile_path, &prof);
+    const tl_policy pol = manual_policy(m, rq, bp); /* its KV and weight shares: searched */
+    tl_plan_result r;
+    if (!st) st = tl_plan_place(m, &prof, &rq->w, &pol, &r);
+    if (st) return tl_error_wrap(st, "policy auto on rank %d (layers %d..%d)", pp->rank,
+                                 (int)m->lm.stage_first, (int)m->lm.stage_end - 1);
+    bp->kv_mem_pct = r.policy.kv_mem_pct;
+    fprintf(stderr, "policy auto: rank %d (layers %d..%d) keeps %d%% of its KV pages in "
+            "memory, weights %.1f MiB resident and %.1f MiB streamed per pass, for gbs %d x "
+            "num_gb %d; stage predicted %.2f s\n", pp->rank, (int)m->lm.stage_first,
+            (int)m->lm.stage_end - 1, (int)bp->kv_mem_pct, r.resident_bytes / 1048576.0,
+            r.streamed_bytes / 1048576.0, (int)bp->gbs, (int)bp->num_gb, r.cost.total_s);
+    return TL_OK;
+}
+
+/* Seconds this stage's messages take on its link for the workload of rq, in `passes`
+ * wave passes: every row of every sequence crosses each boundary once as a hidden state
+ * (prompt and fed tokens: prompt_len + gen_len - 1), one step message per pass; the last
+ * stage sends back a row of logits per generated token, one message per micro-batch. */
+static double stage_network_s(const tl_model *m, const cli_pipe *pp, const tl_plan_request *rq,
+                              const tl_batch_params *bp, double passes, const tl_pipe_link *lk) {
+    if (!(lk->bps > 0) || lk->peer < 0) return 0;
+    const tl_llama_hparams *hp = &m->lm.hp;
+    const double seqs = rq->w.num_seqs;
+    double bytes, messages;
+    if (pp->rank < pp->size - 1) {
+        bytes = seqs * (rq->w.prompt_len + rq->w.gen_len - 1) * (double)hp->n_embd * 4;
+        messages = passes;
+    } else {
+        const int32_t waves = tl_batch_pipe_waves(pp->size, bp->num_gb);
+        bytes = seqs * rq->w.gen_len * (double)hp->n_vocab * 4;
+        messages = passes * ((bp->num_gb + waves - 1) / waves);
+    }
+    return messages * lk->latency_s + bytes / lk->bps;
+}
+
 /* --stats on a pipeline: this stage's prediction (rank 0 shared the workload). */
 void batch_predict_stage(tl_model *m, const cli_pipe *pp, const tl_plan_request *rq,
-                          const tl_batch_params *bp, const char *profile_path, double out[2]) {
-    out[0] = -1, out[1] = 0;
+                         const tl_batch_params *bp, const char *profile_path,
+                         batch_stage_pred *out) {
+    memset(out, 0, sizeof *out);
+    out->stage_s = -1;
+    tl_pipe_link lk = {0, 0, -1};
+    /* every rank times its link here, at the same point, before anything can fail alone */
+    if (m->pipe && tl_pipe_measure_link(m->pipe, &lk)) {
+        fprintf(stderr, "[plan] rank %d: %s\n", pp->rank, tl_last_error());
+        tl_error_clear();
+    }
     if (rq->w.num_seqs < 1) return;
     tl_hw_profile prof;
-    if (stage_profile(m, pp, profile_path, &prof) || stage_seconds(m, pp, &prof, rq, bp, out))
+    double t[2];
+    if (stage_profile(m, pp, profile_path, &prof) || stage_seconds(m, pp, &prof, rq, bp, t)) {
         fprintf(stderr, "[plan] rank %d: no prediction: %s\n", pp->rank, tl_last_error());
+        return;
+    }
+    out->stage_s = t[0];
+    out->passes = t[1];
+    const double block = (double)bp->gbs * bp->num_gb;
+    out->net_s = stage_network_s(m, pp, rq, bp, t[1] * ceil(rq->w.num_seqs / block), &lk);
+    out->link_bps = lk.bps;
+    out->link_latency_s = lk.latency_s;
 }
 
 /* --pipeline-layers auto: each rank predicts its own stage (its budget, its host's
@@ -174,15 +239,17 @@ tl_status batch_split_auto(cli_pipe *pp, const char *model_path, tl_model_params
 /* After a pipeline's batch (--stats): every rank's prediction and measurement to rank 0,
  * which prints them per stage and for the pipeline: the slowest stage's time, stretched by
  * the fill and drain of each block ((ranks - 1) wave passes of the bottleneck per block). */
-void batch_report_pipeline(tl_model *m, const cli_pipe *pp, const double pred[2],
-                            double elapsed_s, const tl_batch_stats *bs) {
+void batch_report_pipeline(tl_model *m, const cli_pipe *pp, const batch_stage_pred *pred,
+                           double elapsed_s, const tl_batch_stats *bs) {
     tl_pipe *p = m->pipe;
     tl_pipe_stats ps;
     tl_pipe_get_stats(p, &ps);
-    const double mine[6] = {pred[0], pred[1], elapsed_s, ps.wait_s, m->lm.stage_first,
-                            m->lm.stage_end};
+    enum { NV = 10 };
+    const double mine[NV] = {pred->stage_s, pred->passes, elapsed_s, ps.wait_s,
+                             m->lm.stage_first, m->lm.stage_end, pred->net_s, pred->link_bps,
+                             pred->link_latency_s, 0};
     const int n = tl_pipe_size(p);
-    double *all = calloc((size_t)n * 6, sizeof *all);
+    double *all = calloc((size_t)n * NV, sizeof *all);
     if (!all) return;
     if (tl_link_gather(pp->link, mine, sizeof mine, all) || tl_pipe_rank(p) > 0) {
         free(all);
@@ -191,15 +258,21 @@ void batch_report_pipeline(tl_model *m, const cli_pipe *pp, const double pred[2]
     double slowest = 0, passes = 0, bubble = 0;
     int have = 1, at = 0;
     for (int r = 0; r < n; r++) {
-        const double *v = all + (size_t)r * 6;
+        const double *v = all + (size_t)r * NV;
         const double busy = v[2] - v[3];
+        /* a stage takes the longer of its passes and its sends (they overlap) */
+        const double t = v[0] < 0 ? v[0] : v[0] > v[6] ? v[0] : v[6];
         fprintf(stderr, "[plan] stage %d (layers %d..%d): predicted %.2f s, measured %.2f s "
                 "(error %+.1f%%) working and %.2f s waiting for the other ranks, %.1f%% of "
-                "its %.2f s\n", r, (int)v[4], (int)v[5] - 1, v[0], busy,
-                v[0] > 0 ? 100 * (busy - v[0]) / v[0] : 0.0, v[3],
-                v[2] > 0 ? 100 * v[3] / v[2] : 0.0, v[2]);
-        if (v[0] < 0) have = 0;
-        if (v[0] > slowest) slowest = v[0], passes = v[1], at = r;
+                "its %.2f s\n", r, (int)v[4], (int)v[5] - 1, t, busy,
+                t > 0 ? 100 * (busy - t) / t : 0.0, v[3], v[2] > 0 ? 100 * v[3] / v[2] : 0.0,
+                v[2]);
+        if (v[7] > 0)
+            fprintf(stderr, "[plan] stage %d link to rank %d: %.2f GB/s, %.1f us per message "
+                    "(timed); its messages %.3f s of the predicted %.2f s\n", r, (r + 1) % n,
+                    v[7] / 1e9, v[8] * 1e6, v[6], t);
+        if (t < 0) have = 0;
+        if (t > slowest) slowest = t, passes = v[1], at = r;
         bubble += v[2] > 0 ? v[3] / v[2] / n : 0;
     }
     fprintf(stderr, "[plan] pipeline: bubble (mean share of a rank's time spent waiting) "
@@ -216,4 +289,3 @@ void batch_report_pipeline(tl_model *m, const cli_pipe *pp, const double pred[2]
             t, at, passes, tps, elapsed_s, meas, t > 0 ? 100 * (elapsed_s - t) / t : 0.0);
     free(all);
 }
-

@@ -81,6 +81,9 @@ static void usage(void) {
            "  --pipeline-layers LIST  layers per rank, e.g. 12,10 (default: an even split); auto:\n"
            "                          each rank predicts its stage near the even split (its\n"
            "                          budget, its host's profile) and the slowest is minimized\n"
+           "  --policy auto           with --pipeline: each rank places its own KV cache and\n"
+           "                          weights at its --mem-budget; the ranks share gbs, num_gb,\n"
+           "                          prefill rows, KV bits and context (flags or defaults)\n"
            "exit: 0 all done, 1 error, 2 usage, 3 done but some prompts failed (their lines\n"
            "      say finish_reason \"error\"), 128+N stopped by signal N (--resume continues)\n");
 }
@@ -390,14 +393,14 @@ typedef struct shared_plan {
 /* Ranks > 0 of a pipeline: serve rank 0's block steps through this rank's layers. */
 static int batch_stage(cli_pipe *pp, const char *model_path, tl_model_params *mp,
                        tl_batch_params *bp, int ctx_given, int weights_copy,
-                       const char *profile_path, int stats, int split) {
+                       const char *profile_path, int stats, int split, int place) {
     tl_model *m = NULL;
     tl_batch_stats bs;
     memset(&bs, 0, sizeof bs);
     tl_plan_request rq;
     memset(&rq, 0, sizeof rq);
     tl_status st = TL_OK;
-    if (stats || split) { /* rank 0's workload and context; the split it plans with all */
+    if (stats || split || place) { /* rank 0's workload and context; the split it plans */
         shared_plan sh;
         st = tl_link_share(pp->link, &sh, sizeof sh);
         rq = sh.rq;
@@ -405,11 +408,12 @@ static int batch_stage(cli_pipe *pp, const char *model_path, tl_model_params *mp
         if (!st && split) st = batch_split_auto(pp, model_path, mp, bp, &rq, profile_path, pp->n_layer);
     }
     if (!st) st = open_stage(pp, model_path, mp, bp, ctx_given, &m);
+    if (!st && place) st = batch_place_stage(m, pp, &rq, bp, profile_path);
     if (!st) st = weights_from_copy(m, weights_copy, NULL, profile_path);
-    double pred[2] = {-1, 0};
-    if (!st && stats) batch_predict_stage(m, pp, &rq, bp, profile_path, pred);
+    batch_stage_pred pred = {-1, 0, 0, 0, 0};
+    if (!st && stats) batch_predict_stage(m, pp, &rq, bp, profile_path, &pred);
     if (!st) st = tl_batch_pipeline_work(m, bp, &bs);
-    if (!st && stats) batch_report_pipeline(m, pp, pred, bs.elapsed_s, &bs);
+    if (!st && stats) batch_report_pipeline(m, pp, &pred, bs.elapsed_s, &bs);
     if (!st && stats)
         fprintf(stderr, "[stats] rank %d of %d (layers %d..%d) | budget %.1f MiB (peak %.1f "
                 "MiB) | weights read %.1f MiB | KV read %.1f MiB, written %.1f MiB | stall "
@@ -432,7 +436,7 @@ int tl_cmd_batch(int argc, char **argv) {
     gp.n_predict = 32;
     gp.sampler.seed = 24301;
     int progress = isatty(2), w_mem = 100, out_mode = BATCH_OUT_NEW, mode_flags = 0;
-    int policy = -1, knobs = 0, stats = 0, lossy = 0, replan = 1, kv_bits_given = 0, ctx_given = 0;
+    int policy = -1, knobs = 0, placement = 0, stats = 0, lossy = 0, replan = 1, kv_bits_given = 0, ctx_given = 0;
     int weights_copy = -1, pipeline = 0, split = 0;
     const char *profile_path = NULL, *pipeline_layers = NULL;
     for (int i = 1; i < argc; i++) {
@@ -442,6 +446,8 @@ int tl_cmd_batch(int argc, char **argv) {
         knobs += !strcmp(flag, "--gbs") || !strcmp(flag, "--num-gb") || !strcmp(flag, "--kv-mem") || \
                  !strcmp(flag, "--kv-window") || !strcmp(flag, "--kv-sinks") || \
                  !strcmp(flag, "--w-mem") || !strcmp(flag, "--prefetch") || !strcmp(flag, "--prefill-rows"); \
+        placement += !strcmp(flag, "--kv-mem") || !strcmp(flag, "--w-mem") || \
+                     !strcmp(flag, "--kv-window") || !strcmp(flag, "--kv-sinks"); \
         kv_bits_given |= !strcmp(flag, "--kv-bits"); ctx_given |= !strcmp(flag, "-c") || !strcmp(flag, "--ctx-size"); }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); model_path = v; }
@@ -464,11 +470,11 @@ int tl_cmd_batch(int argc, char **argv) {
         }
         else if (!strcmp(a, "--kv-select")) {
             VAL(); if (!cli_share(a, v, &bp.kv_select)) return 2;
-            knobs++;
+            knobs++, placement++;
         }
         else if (!strcmp(a, "--kv-cache")) {
             VAL(); if (!cli_size_i64(a, v, &bp.kv_cache_bytes)) return 2;
-            knobs++;
+            knobs++, placement++;
         }
         else if (!strcmp(a, "--mem-budget")) { VAL(); if (!cli_size(a, v, &mp.mem_budget)) return 2; }
         else if (!strcmp(a, "--no-overlap")) mp.overlap = 0;
@@ -518,16 +524,19 @@ int tl_cmd_batch(int argc, char **argv) {
         return 2;
     }
     mp.w_mem_pct = w_mem;
-    if (policy == 1 && knobs) {
+    if (policy == 1 && knobs && !pipeline) {
         fprintf(stderr, "error: --policy auto chooses gbs, num_gb, prefill rows, KV placement, "
                 "weight placement and prefetch itself; drop those flags or use --policy manual\n");
         return 2;
     }
-    if (pipeline && policy == 1) {
-        fprintf(stderr, "error: --pipeline runs the manual policy on every rank (each with "
-                "its own --mem-budget); drop --policy auto\n");
+    if (pipeline && policy == 1 && placement) {
+        fprintf(stderr, "error: with --pipeline, --policy auto places each rank's KV cache and "
+                "weights at its own --mem-budget (the ranks share gbs, num_gb, prefill rows, "
+                "KV bits and context); drop --kv-mem, --w-mem, --kv-window, --kv-sinks, "
+                "--kv-select and --kv-cache\n");
         return 2;
     }
+    const int place = pipeline && policy == 1;
     if (policy < 0) policy = mp.mem_budget > 0 && !knobs && !pipeline;
     cli_pipe pp = {0};
     if (pipeline) {
@@ -535,7 +544,7 @@ int tl_cmd_batch(int argc, char **argv) {
         int prc = cli_pipe_start(&pp, model_path, split ? NULL : pipeline_layers, &mp);
         if (prc) return prc;
         if (pp.rank > 0) return batch_stage(&pp, model_path, &mp, &bp, ctx_given, weights_copy,
-                                            profile_path, stats, split);
+                                            profile_path, stats, split, place);
     }
 
     /* 1. the output: checked and locked, not touched */
@@ -572,7 +581,7 @@ int tl_cmd_batch(int argc, char **argv) {
     tl_plan_request rq;
     tl_plan_result chosen;
     int predicted = 0;
-    double pipe_pred[2] = {-1, 0};
+    batch_stage_pred pipe_pred = {-1, 0, 0, 0, 0};
     tl_status st = TL_OK;
     double load_s = 0, plan_s = 0;
     if (rl.n > 0 || pp.link) { /* a pipeline's rank 0 tells the others, even of no work */
@@ -580,7 +589,7 @@ int tl_cmd_batch(int argc, char **argv) {
         st = open_stage(&pp, model_path, &mp, &bp, ctx_given, &m);
         load_s = tl_now() - t0;
         t0 = tl_now();
-        if (!st && pp.link && (stats || split)) { /* every stage plans with the workload */
+        if (!st && pp.link && (stats || split || place)) { /* every stage plans with it */
             memset(&rq, 0, sizeof rq);
             st = batch_workload(m, &rl, &gp, &bp, ctx_given, &rq);
             shared_plan sh = {rq, bp.n_ctx};
@@ -593,9 +602,10 @@ int tl_cmd_batch(int argc, char **argv) {
                 m = NULL;
                 st = open_stage(&pp, model_path, &mp, &bp, ctx_given, &m);
             }
-            if (!st && stats) batch_predict_stage(m, &pp, &rq, &bp, profile_path, pipe_pred);
+            if (!st && place) st = batch_place_stage(m, &pp, &rq, &bp, profile_path);
+            if (!st && stats) batch_predict_stage(m, &pp, &rq, &bp, profile_path, &pipe_pred);
         }
-        if (!st && policy == 1) {
+        if (!st && policy == 1 && !pp.link) {
             st = plan_batch(m, &rl, &bp, &gp, profile_path, lossy, kv_bits_given, ctx_given, 1,
                             &rq, &chosen, &rp);
             predicted = !st;
@@ -696,7 +706,7 @@ int tl_cmd_batch(int argc, char **argv) {
     }
     const double t0 = tl_now();
     if (pp.link && stats && (!st || st == TL_ERR_CANCELLED) && !tl_pipe_finish(m->pipe))
-        batch_report_pipeline(m, &pp, pipe_pred, bs.elapsed_s, &bs);
+        batch_report_pipeline(m, &pp, &pipe_pred, bs.elapsed_s, &bs);
     if (pp.link) {
         int pcode = cli_pipe_end(&pp, m, st && st != TL_ERR_CANCELLED ? st : TL_OK);
         if (!code) code = pcode;
