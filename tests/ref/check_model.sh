@@ -18,6 +18,7 @@ synth:*)
 esac
 extra=""
 for a in "$@"; do extra="$extra --engine-arg=$a"; done
+# not exec: the trap above removes the temporary directory when the comparison ends
 # shellcheck disable=SC2086
-exec /usr/bin/python3 "$here/compare_logits.py" --tierllm "$tierllm" --model "$model" \
+/usr/bin/python3 "$here/compare_logits.py" --tierllm "$tierllm" --model "$model" \
     --tokens "$tokens" --tol "$tol" $extra
