@@ -284,15 +284,19 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
         tok = argmax(logits, 512);
         /* the disk of this minute, in the requests the KV prefetch makes: once before
          * the setting (its whole-setting plan), and again after each block of steps */
+        /* (a re-measure that cannot run, e.g. with too few spare frames, only drops the
+         * predictions) */
         double disk_bps = 0, disk_first = 0;
-        if ((st = tl_context_time_disk_reads(c, mp.io_queue_depth, PROBE_S, &disk_bps))) break;
+        int timed = tl_context_time_disk_reads(c, mp.io_queue_depth, PROBE_S, &disk_bps) == TL_OK;
         disk_first = disk_bps;
         tl_context_get_stats(c, &s0);
         tl_cost cost;
         tl_hw_profile now = *prof;
-        int have_pred = tl_profile_set_read_bps(&now, slot, mp.io_queue_depth, disk_bps) == TL_OK &&
-                        predict(m, &now, c, (int32_t)s0.tokens, n_gen, se->cache ? cache_full : 0,
-                                se->select, NULL, &cost) == TL_OK;
+        const int have_pred =
+            timed && tl_profile_set_read_bps(&now, slot, mp.io_queue_depth, disk_bps) == TL_OK &&
+            predict(m, &now, c, (int32_t)s0.tokens, n_gen, se->cache ? cache_full : 0, se->select,
+                    NULL, &cost) == TL_OK;
+        int have_blocks = timed;
         double dt = 0, bracketed = 0;
         for (int done = 0; done < n_gen - 1 && !st;) {
             const int b = n_gen - 1 - done < BLOCK_STEPS ? n_gen - 1 - done : BLOCK_STEPS;
@@ -306,16 +310,18 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
             dt += tl_now() - t0;
             done += b;
             double after = 0;
-            if (st || (st = tl_context_time_disk_reads(c, mp.io_queue_depth, PROBE_S, &after))) break;
+            if (st) break;
+            have_blocks = have_blocks &&
+                          tl_context_time_disk_reads(c, mp.io_queue_depth, PROBE_S, &after) == TL_OK;
             /* the block's plan: the mean of its plans at the disk before and after it */
-            for (int side = 0; side < 2 && have_pred; side++) {
+            for (int side = 0; side < 2 && have_blocks; side++) {
                 tl_cost bc;
                 now = *prof;
-                have_pred = tl_profile_set_read_bps(&now, slot, mp.io_queue_depth,
-                                                    side ? after : disk_bps) == TL_OK &&
-                            predict(m, &now, c, (int32_t)sb.tokens, b + 1,
-                                    se->cache ? cache_full : 0, se->select, NULL, &bc) == TL_OK;
-                bracketed += bc.decode_s / 2;
+                have_blocks = tl_profile_set_read_bps(&now, slot, mp.io_queue_depth,
+                                                      side ? after : disk_bps) == TL_OK &&
+                              predict(m, &now, c, (int32_t)sb.tokens, b + 1,
+                                      se->cache ? cache_full : 0, se->select, NULL, &bc) == TL_OK;
+                if (have_blocks) bracketed += bc.decode_s / 2;
             }
             disk_bps = after;
         }
@@ -357,10 +363,14 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
                    100 * (dt / n / t_pred - 1), cost.decode.compute_s / n,
                    cost.decode.kv_read_s / n, cost.decode.weight_read_s / n,
                    cost.decode.kv_wait_s / n);
+        }
+        if (have_blocks)
             printf("  %-10s plan with the disk re-measured around each block of %d steps: "
                    "%.3f s/token (%+.1f%% measured)\n", "", BLOCK_STEPS, bracketed / n,
                    100 * (dt / bracketed - 1));
-        }
+        else
+            printf("  %-10s (no plan: the spill file's re-measure could not run: %s)\n", "",
+                   tl_last_error());
         fflush(stdout);
     }
     if (st) fprintf(stderr, "error: %s\n", tl_last_error());

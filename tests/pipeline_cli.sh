@@ -144,6 +144,14 @@ for np in 2 3; do
     grep -q "^policy auto: rank [0-9] .* keeps \([0-9]\|[1-9][0-9]\)% of its KV" "$tmp/pa$np.err" ||
         fail "batch --policy auto -np $np: no rank spilled KV at $budget: $(grep policy "$tmp/pa$np.err")"
 done
+# with --pipeline-layers auto each candidate range is judged with its own placement: at 6M
+# every range would be infeasible with the whole KV in memory
+mpi 3 "$bin" batch -m "$syn" -i "$tmp/p.jsonl" -o "$tmp/pas3.jsonl" --temp 0 --gbs 2 --num-gb 3 \
+    -c 128 --prefill-rows 16 --mem-budget 6M --pipeline --pipeline-layers auto --policy auto \
+    --profile "$tmp/prof.json" 2>"$tmp/pas3.err" || fail "auto split and placement: $(tail -3 "$tmp/pas3.err")"
+grep -q "^\[plan\] pipeline split: [0-9,]* layers per rank, slowest stage predicted" "$tmp/pas3.err" ||
+    fail "auto split and placement: no range judged feasible: $(grep plan "$tmp/pas3.err")"
+same_results "$tmp/s1.jsonl" "$tmp/pas3.jsonl" || fail "auto split and placement: results differ"
 mpi 2 "$bin" batch -m "$syn" -i "$tmp/p.jsonl" -o "$tmp/pm2.jsonl" --temp 0 --gbs 2 --num-gb 3 \
     -c 128 --prefill-rows 16 --mem-budget 7M --pipeline --profile "$tmp/prof.json" \
     >/dev/null 2>"$tmp/pm2.err"

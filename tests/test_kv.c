@@ -537,7 +537,9 @@ static void test_time_reads(void) {
     for (int l = 0; l < p.n_layer; l++) verify(&c, &s, &ident, 1, l); /* frames go spare */
     tl_kv_stats before, after;
     tl_kv_get_stats(kv, &before);
-    CHECK(tl_kv_time_disk_reads(kv, 1000, 0.01, &bps) == TL_ERR_INVALID && has("spare"));
+    CHECK(tl_kv_time_disk_reads(kv, 1000, 0.01, &bps) == TL_ERR_INVALID &&
+          has("spare frames for depth 1000"));
+    CHECK(tl_kv_time_disk_reads(kv, 1, 0, &bps) == TL_ERR_INVALID && has("0 seconds"));
     CHECK_MSG(tl_kv_time_disk_reads(kv, 2, 0.02, &bps) == TL_OK, "%s", tl_last_error());
     CHECK_MSG(bps > 1e5 && bps < 1e12, "%g B/s", bps);
     tl_kv_get_stats(kv, &after);

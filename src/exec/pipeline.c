@@ -99,6 +99,8 @@ tl_status tl_pipe_open(tl_model *m, tl_link *l, const tl_pipe_shape *shape) {
     return st;
 }
 
+size_t tl_pipe_header_bytes(const tl_pipe *p) { return p->hdr_bytes; }
+
 int tl_pipe_size(const tl_pipe *p) { return p->size; }
 int tl_pipe_rank(const tl_pipe *p) { return p->rank; }
 
@@ -143,6 +145,7 @@ tl_status tl_pipe_measure_link(tl_pipe *p, tl_pipe_link *out) {
     const size_t big = p->msg_bytes < ((size_t)4 << 20) ? p->msg_bytes : (size_t)4 << 20;
     const int next = (p->rank + 1) % p->size, prev = (p->rank + p->size - 1) % p->size;
     tl_status st = TL_OK;
+    tl_pipe_link got = {0, 0, -1};
     /* pair i is (i, i + 1 mod size); rank r is in pairs r - 1 (answering) and r (leading),
      * taken in pair order: rank 0 leads pair 0 first and answers the last pair last */
     for (int pass = 0; pass < 2 && !st; pass++) {
@@ -153,13 +156,14 @@ tl_status tl_pipe_measure_link(tl_pipe *p, tl_pipe_link *out) {
         if (!st) st = round_trips(p, peer, lead, big, &big_rt);
         if (!st && lead) { /* the rate over the whole one-way time (its latency too): a
                             * difference of two noisy times could come out at or below 0 */
-            p->link_rate.latency_s = small_rt / 2;
-            p->link_rate.bps = (double)big / (big_rt / 2);
-            p->link_rate.peer = peer;
+            got.latency_s = small_rt / 2;
+            got.bps = (double)big / (big_rt / 2);
+            got.peer = peer;
         }
     }
     if (st) return tl_error_wrap(st, "pipeline rank %d: timing the link", p->rank);
-    *out = p->link_rate;
+    p->link_rate = got; /* kept only once both passes are done */
+    *out = got;
     return TL_OK;
 }
 

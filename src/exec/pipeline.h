@@ -34,6 +34,8 @@ tl_status tl_pipe_open(tl_model *m, tl_link *l, const tl_pipe_shape *shape);
 /* Waits for this rank's sends and frees the pipe (nothing when m has none). */
 tl_status tl_pipe_close(tl_model *m);
 
+/* Bytes of a step message's header (padded), sent before every step's hidden states. */
+size_t tl_pipe_header_bytes(const tl_pipe *p);
 /* Ranks in the pipeline, and this one. */
 int tl_pipe_size(const tl_pipe *p);
 int tl_pipe_rank(const tl_pipe *p);
@@ -54,7 +56,7 @@ void tl_pipe_get_stats(const tl_pipe *p, tl_pipe_stats *out);
  * largest step (at most 4 MiB) over half its least round trip; least of
  * TL_PIPE_LINK_REPS each, so a preempted round trip does not count. A later call returns
  * the first measurement. Pairs (0,1), (1,2), ..., (last,0) take turns, so no rank waits
- * on one that waits on it. */
+ * on one that waits on it. A failure is the job's: the peer may be left waiting. */
 enum { TL_PIPE_LINK_REPS = 5 };
 typedef struct tl_pipe_link {
     double latency_s, bps;

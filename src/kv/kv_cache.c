@@ -1145,8 +1145,9 @@ tl_status tl_kv_time_disk_reads(tl_kv *kv, int depth, double seconds, double *bp
     if (!kv || !bps) return tl_error_set(TL_ERR_INVALID, "kv timed reads: no cache");
     tl_status st = sticky(kv);
     if (st != TL_OK) return st;
-    if (!kv->tier || kv->next_slot == 0 || depth < 1 || (size_t)depth > kv->n_spare ||
-        !(seconds > 0))
+    if (!(seconds > 0))
+        return tl_error_set(TL_ERR_INVALID, "kv timed reads: %g seconds", seconds);
+    if (!kv->tier || kv->next_slot == 0 || depth < 1 || (size_t)depth > kv->n_spare)
         return tl_error_set(TL_ERR_INVALID, "kv timed reads: %" PRIu64 " slots written, %zu "
                             "spare frames for depth %d", kv->next_slot, kv->n_spare, depth);
     uint64_t cursor = 0, seed = 0x4B56 ^ kv->stats.bytes_read;

@@ -165,9 +165,10 @@ tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float 
 
 void tl_kv_get_stats(const tl_kv *kv, tl_kv_stats *out);
 
-/* The spill file's read rate now (bytes/s): reads of whole slots at random slots among
- * those written, `depth` in flight through a private queue (the cache's own IO queue is
- * not used, so nothing of it waits), for about `seconds`. The buffers are the cache's
+/* The spill file's read rate now (bytes/s): reads of whole slots (K and V, and the input
+ * rows when kept) at random slots among those written, `depth` in flight through a
+ * private queue of the default backend (the cache's own IO queue is not used, so nothing
+ * of it waits), for about `seconds`. The buffers are the cache's
  * spare slot frames, already in the budget: TL_ERR_INVALID when nothing is on disk yet,
  * or fewer than depth frames are spare (call between steps, after a step that read
  * disk pages). Reads only; the cache's state is unchanged. For a prediction that must

@@ -54,7 +54,8 @@ static tl_status disk_write(tl_tier *t, const uint8_t *buf, double *bps) {
 static tl_status read_grid_point(tl_tier *t, uint64_t chunk, int depth, uint64_t total,
                                  uint64_t *cursor, uint64_t *seed, uint8_t *buf, double *bps) {
     uint8_t *bufs[64];
-    for (int i = 0; i < depth && i < 64; i++) bufs[i] = buf + (size_t)i * chunk;
+    if (depth > 64) return tl_error_set(TL_ERR_INVALID, "disk profile: depth %d over 64", depth);
+    for (int i = 0; i < depth; i++) bufs[i] = buf + (size_t)i * chunk;
     return tl_tier_time_reads(t, chunk, depth, total, DISK_FILE_BYTES, 0, cursor, seed, bufs,
                               DISK_SETTING_S, bps);
 }
@@ -147,7 +148,7 @@ tl_status tl__profile_measure_disk(const char *dir, tl_hw_profile *p,
 
 #define PROBE_FILE_BYTES ((uint64_t)256 << 20)
 
-/* The re-measure's scratch file, written once at open and read by disk_probe_read. */
+/* The re-measure's scratch file: written at open, then read by disk_probe_read. */
 typedef struct disk_probe {
     tl_tier *file;
     uint8_t *buf;
@@ -197,8 +198,7 @@ static tl_status disk_probe_read(disk_probe *pr, int32_t depth, double seconds, 
     if (!pr || depth <= 0 || depth > pr->depth_cap || !(seconds > 0))
         return tl_error_set(TL_ERR_INVALID, "disk re-measure: depth %d (the probe holds %d), "
                             "%g s", (int)depth, pr ? (int)pr->depth_cap : 0, seconds);
-    uint64_t cursor = 0;
-    /* each read draws new offsets: a series of re-measures does not replay one pattern */
+    uint64_t cursor = 0; /* unused: scattered offsets come from the probe's seed */
     uint8_t *bufs[64];
     for (int i = 0; i < depth; i++) bufs[i] = pr->buf + (size_t)i * pr->chunk;
     tl_status st = tl_tier_time_reads(pr->file, pr->chunk, depth, 16 * pr->file_bytes,
@@ -217,7 +217,7 @@ static void disk_probe_close(disk_probe *pr) {
 tl_status tl_profile_set_read_bps(tl_hw_profile *p, uint64_t chunk, int32_t depth, double bps) {
     const double before = tl_profile_read_bps(p, chunk, depth);
     if (!(before > 0) || !(bps > 0))
-        return tl_error_set(TL_ERR_INVALID, "disk re-measure: a rate of %g B/s against the "
+        return tl_error_set(TL_ERR_INVALID, "setting the disk's read rate: %g B/s against the "
                             "profile's %g", bps, before);
     const double f = bps / before;
     for (int c = 0; c < TL_PROF_N_CHUNK; c++)

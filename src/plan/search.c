@@ -304,17 +304,20 @@ tl_status tl_plan_place(const tl_model *m, const tl_hw_profile *prof, const tl_w
     try_combination(m, prof, w, *pol, out, &have, &solves, &feasible);
     /* the LP's fraction is a guide; the dry runs near it may all miss when the LP's memory
      * row is looser than the exact plan: then every 5% from all KV in memory to none */
+    tl_status last = TL_OK;
     for (int32_t p = 100; !have && p >= 0; p -= 5) {
         tl_policy q = *pol;
         q.w_mem_pct = 100;
         q.kv_mem_pct = p;
-        if (tl_plan_evaluate(m, prof, w, &q, out) == TL_OK) have = 1, feasible++;
+        last = tl_plan_evaluate(m, prof, w, &q, out);
+        if (last == TL_OK) have = 1, feasible++;
     }
-    if (!have)
-        return tl_error_set(TL_ERR_NOMEM, "no KV placement of gbs %d x num_gb %d (%d-bit KV, "
-                            "%d prompt rows) fits the memory budget of %.1f MiB",
-                            (int)pol->gbs, (int)pol->num_gb, (int)pol->kv_bits,
-                            (int)pol->prefill_rows, tl_budget_limit(m->lm.budget) / 1048576.0);
+    if (!have) /* the dry run with no KV in memory says what is short */
+        return tl_error_wrap(last, "no KV placement of gbs %d x num_gb %d (%d-bit KV, %d "
+                             "prompt rows) fits the memory budget of %.1f MiB", (int)pol->gbs,
+                             (int)pol->num_gb, (int)pol->kv_bits, (int)pol->prefill_rows,
+                             tl_budget_limit(m->lm.budget) / 1048576.0);
+    tl_error_clear(); /* dry runs that did not fit left their messages */
     out->combinations = 1;
     out->lp_solves = solves;
     out->feasible = feasible;

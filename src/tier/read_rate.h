@@ -1,5 +1,5 @@
 /* read_rate.h - what a tier's reads deliver right now: timed reads through a private IO
- * queue, in the requests the engine makes.
+ * queue (default backend), in requests of a given size and depth.
  *
  * Used by the hardware profile (a scratch file over the chunk x depth grid) and by the KV
  * cache (its own spill file, read-only, between measured steps): a virtual disk's rate
@@ -12,9 +12,9 @@
 #include <stdint.h>
 #include "tier/tier.h"
 
-/* Reads up to `total` bytes of tier t in requests of `chunk` bytes, `depth` in flight, into
- * bufs[0 .. depth-1] (chunk bytes each, aligned for t), stopping early once max_s seconds passed and
- * at least 4 x depth requests completed. Offsets: sequential from *cursor, wrapping at
+/* Reads up to `total` bytes of tier t in requests of `chunk` bytes, `depth` in flight,
+ * into bufs[0 .. depth-1] (chunk bytes each, aligned for t), stopping early once max_s
+ * seconds passed and at least 4 x depth requests completed. Offsets: sequential from *cursor, wrapping at
  * span (the cursor is left where reading stopped), or with scatter at random chunk-aligned
  * offsets below span drawn from *seed. *bps: the bytes read over the seconds taken. */
 tl_status tl_tier_time_reads(tl_tier *t, uint64_t chunk, int depth, uint64_t total,

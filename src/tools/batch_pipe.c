@@ -79,71 +79,81 @@ static tl_status stage_seconds(tl_model *m, const cli_pipe *pp, const tl_hw_prof
     return TL_OK;
 }
 
+/* This stage's KV placement for the block shape bp (tl_plan_place): sets bp->kv_mem_pct. */
+static tl_status place_kv(tl_model *m, const tl_hw_profile *prof, const tl_plan_request *rq,
+                          tl_batch_params *bp, tl_plan_result *r) {
+    const tl_policy pol = manual_policy(m, rq, bp); /* its KV and weight shares: searched */
+    tl_status st = tl_plan_place(m, prof, &rq->w, &pol, r);
+    if (!st) bp->kv_mem_pct = r->policy.kv_mem_pct;
+    return st;
+}
+
 tl_status batch_place_stage(tl_model *m, const cli_pipe *pp, const tl_plan_request *rq,
                             tl_batch_params *bp, const char *profile_path) {
     if (rq->w.num_seqs < 1) return TL_OK; /* nothing to run: the given placement stays */
     tl_hw_profile prof;
-    tl_status st = stage_profile(m, pp, profile_path, &prof);
-    const tl_policy pol = manual_policy(m, rq, bp); /* its KV and weight shares: searched */
     tl_plan_result r;
-    if (!st) st = tl_plan_place(m, &prof, &rq->w, &pol, &r);
+    tl_status st = stage_profile(m, pp, profile_path, &prof);
+    if (!st) st = place_kv(m, &prof, rq, bp, &r);
     if (st) return tl_error_wrap(st, "policy auto on rank %d (layers %d..%d)", pp->rank,
                                  (int)m->lm.stage_first, (int)m->lm.stage_end - 1);
-    bp->kv_mem_pct = r.policy.kv_mem_pct;
     fprintf(stderr, "policy auto: rank %d (layers %d..%d) keeps %d%% of its KV pages in "
             "memory, weights %.1f MiB resident and %.1f MiB streamed per pass, for gbs %d x "
-            "num_gb %d; stage predicted %.2f s\n", pp->rank, (int)m->lm.stage_first,
-            (int)m->lm.stage_end - 1, (int)bp->kv_mem_pct, r.resident_bytes / 1048576.0,
-            r.streamed_bytes / 1048576.0, (int)bp->gbs, (int)bp->num_gb, r.cost.total_s);
+            "num_gb %d\n", pp->rank, (int)m->lm.stage_first, (int)m->lm.stage_end - 1,
+            (int)bp->kv_mem_pct, r.resident_bytes / 1048576.0, r.streamed_bytes / 1048576.0,
+            (int)bp->gbs, (int)bp->num_gb);
     return TL_OK;
 }
 
-/* Seconds this stage's messages take on its link for the workload of rq, in `passes`
- * wave passes: every row of every sequence crosses each boundary once as a hidden state
- * (prompt and fed tokens: prompt_len + gen_len - 1), one step message per pass; the last
- * stage sends back a row of logits per generated token, one message per micro-batch. */
+/* Seconds this stage's messages take on its link for the workload of rq: every row of
+ * every sequence crosses each boundary once as a hidden state (prompt and fed tokens:
+ * prompt_len + gen_len - 1), in one step message (header and rows) per wave pass; the
+ * last stage sends back a row of logits per generated token, one message per micro-batch
+ * of gbs sequences and step that wants logits (gen_len of them per micro-batch). */
 static double stage_network_s(const tl_model *m, const cli_pipe *pp, const tl_plan_request *rq,
-                              const tl_batch_params *bp, double passes, const tl_pipe_link *lk) {
+                              const tl_batch_params *bp, double wave_passes,
+                              const tl_pipe_link *lk) {
     if (!(lk->bps > 0) || lk->peer < 0) return 0;
     const tl_llama_hparams *hp = &m->lm.hp;
     const double seqs = rq->w.num_seqs;
     double bytes, messages;
     if (pp->rank < pp->size - 1) {
-        bytes = seqs * (rq->w.prompt_len + rq->w.gen_len - 1) * (double)hp->n_embd * 4;
-        messages = passes;
+        messages = wave_passes;
+        bytes = seqs * (rq->w.prompt_len + rq->w.gen_len - 1) * (double)hp->n_embd * 4 +
+                messages * (double)tl_pipe_header_bytes(m->pipe);
     } else {
-        const int32_t waves = tl_batch_pipe_waves(pp->size, bp->num_gb);
+        messages = ceil(seqs / bp->gbs) * rq->w.gen_len;
         bytes = seqs * rq->w.gen_len * (double)hp->n_vocab * 4;
-        messages = passes * ((bp->num_gb + waves - 1) / waves);
     }
     return messages * lk->latency_s + bytes / lk->bps;
 }
 
 /* --stats on a pipeline: this stage's prediction (rank 0 shared the workload). */
-void batch_predict_stage(tl_model *m, const cli_pipe *pp, const tl_plan_request *rq,
-                         const tl_batch_params *bp, const char *profile_path,
-                         batch_stage_pred *out) {
+tl_status batch_predict_stage(tl_model *m, const cli_pipe *pp, const tl_plan_request *rq,
+                              const tl_batch_params *bp, const char *profile_path,
+                              batch_stage_pred *out) {
     memset(out, 0, sizeof *out);
     out->stage_s = -1;
     tl_pipe_link lk = {0, 0, -1};
-    /* every rank times its link here, at the same point, before anything can fail alone */
-    if (m->pipe && tl_pipe_measure_link(m->pipe, &lk)) {
-        fprintf(stderr, "[plan] rank %d: %s\n", pp->rank, tl_last_error());
-        tl_error_clear();
-    }
-    if (rq->w.num_seqs < 1) return;
+    /* every rank times its link here; a failure ends the job (its peer may be waiting) */
+    tl_status st = m->pipe ? tl_pipe_measure_link(m->pipe, &lk) : TL_OK;
+    if (st || rq->w.num_seqs < 1) return st;
     tl_hw_profile prof;
     double t[2];
     if (stage_profile(m, pp, profile_path, &prof) || stage_seconds(m, pp, &prof, rq, bp, t)) {
         fprintf(stderr, "[plan] rank %d: no prediction: %s\n", pp->rank, tl_last_error());
-        return;
+        tl_error_clear();
+        return TL_OK;
     }
     out->stage_s = t[0];
     out->passes = t[1];
-    const double block = (double)bp->gbs * bp->num_gb;
-    out->net_s = stage_network_s(m, pp, rq, bp, t[1] * ceil(rq->w.num_seqs / block), &lk);
+    /* t[1] counts the passes of one wave's block: every block runs one per wave */
+    const int32_t waves = tl_batch_pipe_waves(pp->size, bp->num_gb);
+    const double blocks = ceil(rq->w.num_seqs / ((double)bp->gbs * bp->num_gb));
+    out->net_s = stage_network_s(m, pp, rq, bp, t[1] * waves * blocks, &lk);
     out->link_bps = lk.bps;
     out->link_latency_s = lk.latency_s;
+    return TL_OK;
 }
 
 /* --pipeline-layers auto: each rank predicts its own stage (its budget, its host's
@@ -187,7 +197,7 @@ static double split_search(const double *T, int n, int32_t L, int r, int32_t *bo
 
 tl_status batch_split_auto(cli_pipe *pp, const char *model_path, tl_model_params *mp,
                             const tl_batch_params *bp, const tl_plan_request *rq,
-                            const char *profile_path, int32_t L) {
+                            const char *profile_path, int32_t L, int place) {
     const int n = pp->size, r = pp->rank;
     if (rq->w.num_seqs < 1 || n > TL_PIPE_MAX_WAVES) return TL_OK; /* the even split stays */
     double mine[SPLIT_W * SPLIT_W], *all = calloc((size_t)n * SPLIT_W * SPLIT_W, sizeof *all);
@@ -213,7 +223,11 @@ tl_status batch_split_auto(cli_pipe *pp, const char *model_path, tl_model_params
                 have_prof = !st;
             }
             double t[2];
-            if (!os && !st && !stage_seconds(m, pp, &prof, rq, bp, t)) mine[i * SPLIT_W + j] = t[0];
+            tl_batch_params cbp = *bp; /* with place, this range's own KV placement */
+            tl_plan_result pr;
+            if (!os && !st && place) os = place_kv(m, &prof, rq, &cbp, &pr);
+            if (!os && !st && !stage_seconds(m, pp, &prof, rq, &cbp, t))
+                mine[i * SPLIT_W + j] = t[0];
             if (!st) tl_error_clear(); /* a range that does not fit is only infeasible */
             tl_model_close(m);
         }
@@ -244,10 +258,10 @@ void batch_report_pipeline(tl_model *m, const cli_pipe *pp, const batch_stage_pr
     tl_pipe *p = m->pipe;
     tl_pipe_stats ps;
     tl_pipe_get_stats(p, &ps);
-    enum { NV = 10 };
+    enum { NV = 9 };
     const double mine[NV] = {pred->stage_s, pred->passes, elapsed_s, ps.wait_s,
                              m->lm.stage_first, m->lm.stage_end, pred->net_s, pred->link_bps,
-                             pred->link_latency_s, 0};
+                             pred->link_latency_s};
     const int n = tl_pipe_size(p);
     double *all = calloc((size_t)n * NV, sizeof *all);
     if (!all) return;

@@ -405,13 +405,14 @@ static int batch_stage(cli_pipe *pp, const char *model_path, tl_model_params *mp
         st = tl_link_share(pp->link, &sh, sizeof sh);
         rq = sh.rq;
         if (!st) bp->n_ctx = sh.n_ctx;
-        if (!st && split) st = batch_split_auto(pp, model_path, mp, bp, &rq, profile_path, pp->n_layer);
+        if (!st && split)
+            st = batch_split_auto(pp, model_path, mp, bp, &rq, profile_path, pp->n_layer, place);
     }
     if (!st) st = open_stage(pp, model_path, mp, bp, ctx_given, &m);
     if (!st && place) st = batch_place_stage(m, pp, &rq, bp, profile_path);
     if (!st) st = weights_from_copy(m, weights_copy, NULL, profile_path);
     batch_stage_pred pred = {-1, 0, 0, 0, 0};
-    if (!st && stats) batch_predict_stage(m, pp, &rq, bp, profile_path, &pred);
+    if (!st && stats) st = batch_predict_stage(m, pp, &rq, bp, profile_path, &pred);
     if (!st) st = tl_batch_pipeline_work(m, bp, &bs);
     if (!st && stats) batch_report_pipeline(m, pp, &pred, bs.elapsed_s, &bs);
     if (!st && stats)
@@ -596,14 +597,15 @@ int tl_cmd_batch(int argc, char **argv) {
             if (!st) st = tl_link_share(pp.link, &sh, sizeof sh);
             const int32_t a = mp.layer_first, b = mp.layer_end;
             if (!st && split) st = batch_split_auto(&pp, model_path, &mp, &bp, &rq, profile_path,
-                                              pp.n_layer);
+                                              pp.n_layer, place);
             if (!st && (mp.layer_first != a || mp.layer_end != b)) { /* its new layers */
                 tl_model_close(m);
                 m = NULL;
                 st = open_stage(&pp, model_path, &mp, &bp, ctx_given, &m);
             }
             if (!st && place) st = batch_place_stage(m, &pp, &rq, &bp, profile_path);
-            if (!st && stats) batch_predict_stage(m, &pp, &rq, &bp, profile_path, &pipe_pred);
+            if (!st && stats)
+                st = batch_predict_stage(m, &pp, &rq, &bp, profile_path, &pipe_pred);
         }
         if (!st && policy == 1 && !pp.link) {
             st = plan_batch(m, &rl, &bp, &gp, profile_path, lossy, kv_bits_given, ctx_given, 1,
