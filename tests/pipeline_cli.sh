@@ -141,6 +141,8 @@ for np in 2 3; do
     peaks_ok "$tmp/pa$np.err" $((np - 1)) || fail "batch --policy auto -np $np: a rank over its budget"
     [ "$(grep -c '^policy auto: rank [0-9] (layers [0-9]*\.\.[0-9]*) keeps [0-9]*% of its KV pages' \
         "$tmp/pa$np.err")" = $np ] || fail "batch --policy auto -np $np: not every rank placed: $(grep policy "$tmp/pa$np.err")"
+    grep -q "^\[plan\] pipeline split: [0-9,]* layers per rank, slowest stage predicted" \
+        "$tmp/pa$np.err" || fail "batch --policy auto -np $np: no split searched"
     grep -q "^policy auto: rank [0-9] .* keeps \([0-9]\|[1-9][0-9]\)% of its KV" "$tmp/pa$np.err" ||
         fail "batch --policy auto -np $np: no rank spilled KV at $budget: $(grep policy "$tmp/pa$np.err")"
 done

@@ -82,8 +82,9 @@ static void usage(void) {
            "                          each rank predicts its stage near the even split (its\n"
            "                          budget, its host's profile) and the slowest is minimized\n"
            "  --policy auto           with --pipeline: each rank places its own KV cache and\n"
-           "                          weights at its --mem-budget; the ranks share gbs, num_gb,\n"
-           "                          prefill rows, KV bits and context (flags or defaults)\n"
+           "                          weights at its --mem-budget (the ranks share gbs, num_gb,\n"
+           "                          prefill rows, KV bits and context: flags or defaults),\n"
+           "                          and the split is searched unless --pipeline-layers is given\n"
            "exit: 0 all done, 1 error, 2 usage, 3 done but some prompts failed (their lines\n"
            "      say finish_reason \"error\"), 128+N stopped by signal N (--resume continues)\n");
 }
@@ -541,7 +542,8 @@ int tl_cmd_batch(int argc, char **argv) {
     if (policy < 0) policy = mp.mem_budget > 0 && !knobs && !pipeline;
     cli_pipe pp = {0};
     if (pipeline) {
-        split = pipeline_layers && !strcmp(pipeline_layers, "auto");
+        /* --policy auto plans the split too, unless the ranks' layers are given */
+        split = pipeline_layers ? !strcmp(pipeline_layers, "auto") : place;
         int prc = cli_pipe_start(&pp, model_path, split ? NULL : pipeline_layers, &mp);
         if (prc) return prc;
         if (pp.rank > 0) return batch_stage(&pp, model_path, &mp, &bp, ctx_given, weights_copy,
