@@ -283,12 +283,12 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
         if ((st = tl_decode(c, &tok, 1, logits))) break;
         tok = argmax(logits, 512);
         /* the disk of this minute, in the requests the KV prefetch makes: once before
-         * the setting (its whole-setting plan), and again after each block of steps */
-        /* (a re-measure that cannot run, e.g. with too few spare frames, only drops the
-         * predictions) */
-        double disk_bps = 0, disk_first = 0;
-        int timed = tl_context_time_disk_reads(c, mp.io_queue_depth, PROBE_S, &disk_bps) == TL_OK;
-        disk_first = disk_bps;
+         * the setting (its whole-setting plan), and again after each block of steps; a
+         * re-measure that cannot run (too few spare frames) only drops the predictions */
+        double disk_bps = 0;
+        const int timed =
+            tl_context_time_disk_reads(c, mp.io_queue_depth, PROBE_S, &disk_bps) == TL_OK;
+        const double disk_first = disk_bps;
         tl_context_get_stats(c, &s0);
         tl_cost cost;
         tl_hw_profile now = *prof;

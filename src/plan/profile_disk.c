@@ -52,11 +52,12 @@ static tl_status disk_write(tl_tier *t, const uint8_t *buf, double *bps) {
 /* One point of the read grid: sequential reads from *cursor into buf's consecutive
  * chunks. */
 static tl_status read_grid_point(tl_tier *t, uint64_t chunk, int depth, uint64_t total,
-                                 uint64_t *cursor, uint64_t *seed, uint8_t *buf, double *bps) {
+                                 uint64_t *cursor, uint8_t *buf, double *bps) {
+    uint64_t seed = 11; /* unused by sequential reads */
     uint8_t *bufs[64];
     if (depth > 64) return tl_error_set(TL_ERR_INVALID, "disk profile: depth %d over 64", depth);
     for (int i = 0; i < depth; i++) bufs[i] = buf + (size_t)i * chunk;
-    return tl_tier_time_reads(t, chunk, depth, total, DISK_FILE_BYTES, 0, cursor, seed, bufs,
+    return tl_tier_time_reads(t, chunk, depth, total, DISK_FILE_BYTES, 0, cursor, &seed, bufs,
                               DISK_SETTING_S, bps);
 }
 
@@ -137,7 +138,7 @@ tl_status tl__profile_measure_disk(const char *dir, tl_hw_profile *p,
                                                                   : DISK_FILE_BYTES;
         for (int d = 0; d < TL_PROF_N_DEPTH && st == TL_OK; d++)
             st = read_grid_point(file, tl_prof_chunks[c], tl_prof_depths[d], total, &cursor,
-                                 &seed, buf, &p->disk_read_bps[c][d]);
+                                 buf, &p->disk_read_bps[c][d]);
     }
     if (st == TL_OK && keep) *keep = file;
     else tl_tier_close(file);
@@ -146,72 +147,43 @@ tl_status tl__profile_measure_disk(const char *dir, tl_hw_profile *p,
     return TL_OK;
 }
 
-#define PROBE_FILE_BYTES ((uint64_t)256 << 20)
+#define REANCHOR_FILE_BYTES ((uint64_t)256 << 20)
 
-/* The re-measure's scratch file: written at open, then read by disk_probe_read. */
-typedef struct disk_probe {
-    tl_tier *file;
-    uint8_t *buf;
-    uint64_t chunk, file_bytes, seed;
-    int32_t depth_cap;
-} disk_probe;
-
-static void disk_probe_close(disk_probe *pr);
-
-static tl_status disk_probe_open(const char *dir, uint64_t chunk, int32_t max_depth,
-                             disk_probe **out) {
-    *out = NULL;
-    if (chunk == 0 || chunk % TL_TIER_MAX_ALIGN || chunk > PROBE_FILE_BYTES || max_depth <= 0 ||
-        max_depth > 64)
+tl_status tl_profile_reanchor_disk(tl_hw_profile *p, const char *dir, uint64_t chunk,
+                                   int32_t depth, double *bps) {
+    if (chunk == 0 || chunk % TL_TIER_MAX_ALIGN || chunk > REANCHOR_FILE_BYTES || depth <= 0 ||
+        depth > 64 || !(tl_profile_read_bps(p, chunk, depth) > 0))
         return tl_error_set(TL_ERR_INVALID, "disk re-measure: %llu-byte chunks at depth %d "
                             "(chunks must be a multiple of %d, at most %llu MiB; depth 1-64)",
-                            (unsigned long long)chunk, (int)max_depth, (int)TL_TIER_MAX_ALIGN,
-                            (unsigned long long)(PROBE_FILE_BYTES >> 20));
-    disk_probe *pr = calloc(1, sizeof *pr);
-    if (pr) pr->buf = aligned_alloc(TL_TIER_MAX_ALIGN, (size_t)chunk * (size_t)max_depth);
-    if (!pr || !pr->buf) {
-        free(pr);
-        return tl_error_set(TL_ERR_NOMEM, "disk re-measure: out of memory");
-    }
-    pr->chunk = chunk;
-    pr->depth_cap = max_depth;
-    pr->file_bytes = PROBE_FILE_BYTES / chunk * chunk;
-    pr->seed = 43;
+                            (unsigned long long)chunk, (int)depth, (int)TL_TIER_MAX_ALIGN,
+                            (unsigned long long)(REANCHOR_FILE_BYTES >> 20));
+    uint8_t *buf = aligned_alloc(TL_TIER_MAX_ALIGN, (size_t)chunk * (size_t)depth);
+    if (!buf) return tl_error_set(TL_ERR_NOMEM, "disk re-measure: out of memory");
+    uint64_t seed = 43;
     for (size_t i = 0; i + 8 <= (size_t)chunk; i += 8) {
-        uint64_t r = tl_splitmix64(&pr->seed);
-        memcpy(pr->buf + i, &r, 8);
+        uint64_t r = tl_splitmix64(&seed);
+        memcpy(buf + i, &r, 8);
     }
-    tl_status st = tl_tier_file_open_scratch(dir, TL_TIER_FILE_DIRECT, &pr->file);
-    for (uint64_t off = 0; st == TL_OK && off < pr->file_bytes; off += chunk)
-        st = tl_tier_write_full(pr->file, off, pr->buf, (size_t)chunk);
-    if (st == TL_OK && fdatasync(pr->file->fd) != 0)
-        st = tl_error_set(TL_ERR_IO, "fdatasync %s: %s", pr->file->name, strerror(errno));
-    if (st != TL_OK) {
-        disk_probe_close(pr);
-        return tl_error_wrap(st, "disk re-measure in %s", dir);
-    }
-    *out = pr;
-    return TL_OK;
-}
-
-static tl_status disk_probe_read(disk_probe *pr, int32_t depth, double seconds, double *bps) {
-    if (!pr || depth <= 0 || depth > pr->depth_cap || !(seconds > 0))
-        return tl_error_set(TL_ERR_INVALID, "disk re-measure: depth %d (the probe holds %d), "
-                            "%g s", (int)depth, pr ? (int)pr->depth_cap : 0, seconds);
-    uint64_t cursor = 0; /* unused: scattered offsets come from the probe's seed */
+    const uint64_t file_bytes = REANCHOR_FILE_BYTES / chunk * chunk;
+    tl_tier *file = NULL;
+    tl_status st = tl_tier_file_open_scratch(dir, TL_TIER_FILE_DIRECT, &file);
+    for (uint64_t off = 0; st == TL_OK && off < file_bytes; off += chunk)
+        st = tl_tier_write_full(file, off, buf, (size_t)chunk);
+    if (st == TL_OK && fdatasync(file->fd) != 0)
+        st = tl_error_set(TL_ERR_IO, "fdatasync %s: %s", file->name, strerror(errno));
+    double now = 0;
+    uint64_t cursor = 0;
     uint8_t *bufs[64];
-    for (int i = 0; i < depth; i++) bufs[i] = pr->buf + (size_t)i * pr->chunk;
-    tl_status st = tl_tier_time_reads(pr->file, pr->chunk, depth, 16 * pr->file_bytes,
-                                      pr->file_bytes, 1, &cursor, &pr->seed, bufs, seconds,
-                                      bps);
-    return st == TL_OK ? TL_OK : tl_error_wrap(st, "disk re-measure");
-}
-
-static void disk_probe_close(disk_probe *pr) {
-    if (!pr) return;
-    if (pr->file) tl_tier_close(pr->file);
-    free(pr->buf);
-    free(pr);
+    for (int32_t i = 0; i < depth; i++) bufs[i] = buf + (size_t)i * chunk;
+    if (st == TL_OK) /* at random chunk-aligned offsets, as KV pages lie in a spill file */
+        st = tl_tier_time_reads(file, chunk, depth, 16 * file_bytes, file_bytes, 1, &cursor,
+                                &seed, bufs, DISK_SETTING_S, &now);
+    if (file) tl_tier_close(file);
+    free(buf);
+    if (st != TL_OK) return tl_error_wrap(st, "disk re-measure in %s", dir);
+    st = tl_profile_set_read_bps(p, chunk, depth, now);
+    if (st == TL_OK && bps) *bps = now;
+    return st;
 }
 
 tl_status tl_profile_set_read_bps(tl_hw_profile *p, uint64_t chunk, int32_t depth, double bps) {
@@ -223,18 +195,4 @@ tl_status tl_profile_set_read_bps(tl_hw_profile *p, uint64_t chunk, int32_t dept
     for (int c = 0; c < TL_PROF_N_CHUNK; c++)
         for (int d = 0; d < TL_PROF_N_DEPTH; d++) p->disk_read_bps[c][d] *= f;
     return TL_OK;
-}
-
-tl_status tl_profile_reanchor_disk(tl_hw_profile *p, const char *dir, uint64_t chunk,
-                                   int32_t depth, double *bps) {
-    if (!(tl_profile_read_bps(p, chunk, depth) > 0))
-        return tl_error_set(TL_ERR_INVALID, "disk re-measure: the profile has no read rate");
-    disk_probe *pr = NULL;
-    double now = 0;
-    tl_status st = disk_probe_open(dir, chunk, depth, &pr);
-    if (st == TL_OK) st = disk_probe_read(pr, depth, DISK_SETTING_S, &now);
-    disk_probe_close(pr);
-    if (st == TL_OK) st = tl_profile_set_read_bps(p, chunk, depth, now);
-    if (st == TL_OK && bps) *bps = now;
-    return st;
 }
