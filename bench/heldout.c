@@ -4,9 +4,9 @@
  * N configurations are drawn from the seed: a model shape (layers 4-24, width 512-2048,
  * FFN 2-3.5x, heads of 64 or 128 dims, multi-head or grouped KV, Q8_0, Q4_0, F16 or Q4_K,
  * vocabulary 8000 or 32000, at most 1.1 GB; shrunk by layers until it is), a budget of 20-100%
- * of the model (every other configuration under 80%: streamed weights; raised by half, up to
- * three times, while it is under the engine's minimum for the workload), the regime (run or
- * batch, alternating), a prompt length up to 4096 (log-uniform from 16), 8-64 generated
+ * of the model (under 80%, so weights stream, for two configurations in four: one run and
+ * one batch of each four; raised by half, up to three times, while it is under the
+ * engine's minimum for the workload), the regime (run or batch, alternating), a prompt length up to 4096 (log-uniform from 16), 8-64 generated
  * tokens and, for batch, 4-64 prompts (fewer when they would pass 8192 prompt tokens in
  * all, down to 4). Each is planned with --policy auto as the CLI plans
  * it (placement, calibration, re-plan) and run; the prediction and the measurement of each
@@ -73,7 +73,8 @@ static config draw_config(draw *d, int i) {
     sp->seed = next(d);
     while ((c.model_bytes = (double)tl_synth_file_bytes(sp)) > MAX_BYTES && sp->n_layer > 2)
         sp->n_layer--;
-    c.budget_share = i % 2 == 0 ? 0.2 + 0.6 * uniform(d) : 0.2 + 0.8 * uniform(d);
+    /* regimes alternate; the budgets forced under 80% pair up with both of them */
+    c.budget_share = i % 4 < 2 ? 0.2 + 0.6 * uniform(d) : 0.2 + 0.8 * uniform(d);
     c.single = i % 2 == 0;
     c.prompt = (int)exp(log(16.0) + uniform(d) * (log(4096.0) - log(16.0)));
     c.gen = 8 + pick(d, 57);
