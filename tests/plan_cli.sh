@@ -114,6 +114,18 @@ for n in 1 3 4; do
     check_minimum "plan --num-seqs $n" "$bin" plan -m "$m" --prompt-len 8 --gen-len 4 \
         --num-seqs $n --profile "$tmp/prof.json"
 done
+# a batch whose default block and prompt rows need far more than its smallest policy: the
+# minimum stated is the smallest policy's (accepted, and 10% less is refused), not the
+# default policy's
+"$bin" plan -m "$m" --prompt-len 200 --gen-len 16 --num-seqs 4 -c 256 --profile "$tmp/prof.json" \
+    --mem-budget 1K >/dev/null 2>"$tmp/err"
+grep -q "even its smallest policy" "$tmp/err" || fail "long prompts: $(cat "$tmp/err")"
+min=$(min_of)
+"$bin" plan -m "$m" --prompt-len 200 --gen-len 16 --num-seqs 4 -c 256 --profile "$tmp/prof.json" \
+    --mem-budget "${min}M" >/dev/null 2>"$tmp/err" || fail "long prompts: ${min}M refused: $(cat "$tmp/err")"
+less=$(python3 -c "print(round(0.9 * float('$min'), 1))")
+"$bin" plan -m "$m" --prompt-len 200 --gen-len 16 --num-seqs 4 -c 256 --profile "$tmp/prof.json" \
+    --mem-budget "${less}M" >/dev/null 2>"$tmp/err" && fail "long prompts: the stated minimum ${min}M is not tight (${less}M fits)"
 
 # no saved profile and a budget too small to measure one in: refused at once, saying how
 # much measuring needs and to run `tierllm profile` first (run, plan and batch alike)

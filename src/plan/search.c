@@ -465,11 +465,25 @@ tl_status tl_plan_search(const tl_model *m, const tl_hw_profile *prof,
         }
     }
     if (!have) {
+        /* the minimum to report: the least the search tried (a batch's smallest
+         * candidate, not the default policy, whose block and prompt rows may need far more) */
+        tl_policy least = base;
+        if (!rq->single) {
+            least.gbs = least.num_gb = least.prefill_rows = 1;
+            least.kv_bits = bits[n_bits - 1];
+            least.kv_mem_pct = 0;
+            least.prefetch = rq->overlap ? 1 : 0;
+        }
         tl_weight_plan p;
-        tl_status st = tl_engine_plan_weights(m, state_bytes(m, &base), 1, rq->overlap, 100, &p);
+        tl_status st = tl_engine_plan_weights(m, state_bytes(m, &least), 1, rq->overlap, 100, &p);
         if (!st) tl_weight_plan_free(&p);
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", st ? tl_last_error() : "");
+        char msg[768];
+        if (st && !rq->single)
+            snprintf(msg, sizeof msg, "even its smallest policy (one sequence per micro-batch, "
+                     "one prompt token per step, %d-bit KV on disk) needs more: %s",
+                     (int)least.kv_bits, tl_last_error());
+        else
+            snprintf(msg, sizeof msg, "%s", st ? tl_last_error() : "");
         if (rq->single) { /* what the smallest KV tiers need */
             tl_policy t = base;
             t.prefetch = 1;
