@@ -348,9 +348,10 @@ static void test_urgent(void) {
     tl_fault_spec hold_spec = {0}, lag_spec = {0};
     hold_spec.latency_s = 0.3; /* the one thread is busy while all the others are queued */
     tl_tier *held = fault_mem(&hold_spec, 1 << 20);
-    lag_spec.latency_s = 0.6; /* a read that must not have finished when polled: the one
+    lag_spec.latency_s = 1.5; /* a read that must not have finished when polled: the one
                                  thread starts it just as the awaited read completes, and a
-                                 sanitizer build may take a few tenths of a second to poll */
+                                 sanitizer build beside other tests on two cores may take
+                                 more than half a second to poll */
     tl_tier *lag = fault_mem(&lag_spec, 1 << 20);
     uint8_t *buf = tk_alloc(1 << 20);
 
