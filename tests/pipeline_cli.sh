@@ -114,8 +114,9 @@ for np in 2 3; do
         fail "synthetic batch -np $np: not every stage's prediction"
     [ "$(grep -c '^\[plan\] stage [0-9] link to rank [0-9]: [0-9.]* GB/s, [0-9.]* us per message' \
         "$tmp/s$np.err")" = $np ] || fail "synthetic batch -np $np: not every stage's link timed"
-    grep -q "KV read [1-9][0-9.]* MiB" "$tmp/s$np.err" ||
-        fail "synthetic batch -np $np: no KV read back from disk on a later rank"
+    grep -Eq "^\[stats\] rank [1-9].* KV read [0-9.]+ MiB, written ([1-9][0-9.]*|0\.[0-9]*[1-9][0-9]*) MiB" \
+        "$tmp/s$np.err" ||
+        fail "synthetic batch -np $np: no KV written to disk on a later rank"
 done
 
 # --- --pipeline-layers auto: every stage predicts its ranges (a fixed profile), rank 0
@@ -154,6 +155,11 @@ mpi 3 "$bin" batch -m "$syn" -i "$tmp/p.jsonl" -o "$tmp/pas3.jsonl" --temp 0 --g
 grep -q "^\[plan\] pipeline split: [0-9,]* layers per rank, slowest stage predicted" "$tmp/pas3.err" ||
     fail "auto split and placement: no range judged feasible: $(grep plan "$tmp/pas3.err")"
 same_results "$tmp/s1.jsonl" "$tmp/pas3.jsonl" || fail "auto split and placement: results differ"
+# a disk page is read back only once its write has completed (until then its write buffer
+# serves it), and a busy disk may complete the writes of a short run late: some rank of the
+# four spilling runs above must have read KV back
+grep -Eq "^\[stats\] rank [1-9].* KV read ([1-9][0-9.]*|0\.[0-9]*[1-9][0-9]*) MiB" "$tmp/s2.err" "$tmp/s3.err" \
+    "$tmp/pa2.err" "$tmp/pa3.err" || fail "no KV read back from disk on a later rank in four runs"
 mpi 2 "$bin" batch -m "$syn" -i "$tmp/p.jsonl" -o "$tmp/pm2.jsonl" --temp 0 --gbs 2 --num-gb 3 \
     -c 128 --prefill-rows 16 --mem-budget 7M --pipeline --profile "$tmp/prof.json" \
     >/dev/null 2>"$tmp/pm2.err"
