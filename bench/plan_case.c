@@ -55,17 +55,8 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
      * the same run; auto re-plans on them as the CLI does, a fixed policy is predicted
      * again with them */
     for (int round = 0; round < 2 && !st; round++) {
-        tl_batch_params bp = tl_batch_default_params();
-        tl_plan_apply(&o.plan.policy, m, &bp);
-        const tl_policy *pp = &o.plan.policy;
-        const uint64_t state =
-            !pp->single ? tl_batch_budget_bytes(m, &bp)
-            : pp->kv_window_pages > 0
-                ? tl_context_tiers_budget_bytes(m, pp->n_ctx, pp->prefill_rows, pp->kv_bits,
-                                                pp->kv_window_pages, pp->kv_sink_pages,
-                                                pp->kv_cache_pages, pp->kv_select > 0,
-                                                pp->kv_recompute)
-                : tl_context_budget_bytes(m, pp->n_ctx, pp->prefill_rows);
+        tl_plan_apply(&o.plan.policy, m, NULL); /* the model's knobs: prefetch, overlap */
+        const uint64_t state = tl_plan_state_bytes(m, &o.plan.policy);
         if ((st = tl_engine_place(m, state))) break;
         if (round == 1 || !calibrate) break;
         double bps, ratio;

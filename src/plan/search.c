@@ -26,8 +26,7 @@ static tl_batch_params batch_params_of(const tl_policy *pol) {
     return bp;
 }
 
-/* Budget bytes of everything but the weights (the same functions the engine uses). */
-static uint64_t state_bytes(const tl_model *m, const tl_policy *pol) {
+uint64_t tl_plan_state_bytes(const tl_model *m, const tl_policy *pol) {
     if (pol->single && pol->kv_window_pages > 0)
         return tl_context_tiers_budget_bytes(m, pol->n_ctx, pol->prefill_rows, pol->kv_bits,
                                              pol->kv_window_pages, pol->kv_sink_pages,
@@ -76,7 +75,7 @@ tl_status tl_plan_evaluate(const tl_model *m, const tl_hw_profile *prof, const t
         return tl_error_set(TL_ERR_INVALID, "policy: recomputing K and V needs 32-bit KV and "
                             "input rows (%d) no wider than K and V together (%d)",
                             (int)hp->n_embd, (int)(2 * hp->n_head_kv * hp->head_dim));
-    const uint64_t state = state_bytes(m, &pol);
+    const uint64_t state = tl_plan_state_bytes(m, &pol);
     if (state == UINT64_MAX)
         return tl_error_set(TL_ERR_INVALID, "policy: the KV cache parameters are invalid");
     tl_weight_plan plan;
@@ -162,7 +161,7 @@ tl_status tl_plan_lp_build(const tl_model *m, const tl_hw_profile *prof, const t
         tl_batch_params bp = batch_params_of(&kv_disk);
         kv_disk.page_tokens = kv_mem.page_tokens = tl_batch_page_tokens(m, &bp);
     }
-    const uint64_t s0 = state_bytes(m, &kv_disk), s1 = state_bytes(m, &kv_mem);
+    const uint64_t s0 = tl_plan_state_bytes(m, &kv_disk), s1 = tl_plan_state_bytes(m, &kv_mem);
     if (s0 == UINT64_MAX || s1 == UINT64_MAX)
         return tl_error_set(TL_ERR_INVALID, "policy: the KV cache parameters are invalid");
     tl_weight_plan none, all;
@@ -357,7 +356,7 @@ static void try_tiers(const tl_model *m, const tl_hw_profile *prof, const tl_wor
             pol.prefill_rows = nb[i] < pol.n_ctx ? nb[i] : pol.n_ctx;
             pol.kv_cache_pages = 0;
             pol.kv_recompute = pol.kv_inputs = 0;
-            const uint64_t state0 = state_bytes(m, &pol);
+            const uint64_t state0 = tl_plan_state_bytes(m, &pol);
             const double floor = (double)tl_weight_plan_minimum(&m->lm, pol.prefetch, pol.overlap);
             double room = (double)tl_budget_limit(m->lm.budget) - (double)tl_engine_base_used(m) -
                           (double)state0 - floor;
@@ -475,7 +474,8 @@ tl_status tl_plan_search(const tl_model *m, const tl_hw_profile *prof,
             least.prefetch = rq->overlap ? 1 : 0;
         }
         tl_weight_plan p;
-        tl_status st = tl_engine_plan_weights(m, state_bytes(m, &least), 1, rq->overlap, 100, &p);
+        tl_status st =
+            tl_engine_plan_weights(m, tl_plan_state_bytes(m, &least), 1, rq->overlap, 100, &p);
         if (!st) tl_weight_plan_free(&p);
         char msg[768];
         if (st && !rq->single)
@@ -494,7 +494,7 @@ tl_status tl_plan_search(const tl_model *m, const tl_hw_profile *prof,
             snprintf(msg + len, sizeof msg - len, "%swith the KV cache in tiers (a %d-position "
                      "window) the minimum is %.1f MiB", len ? "; " : "",
                      (int)TL_KV_AUTO_WINDOW,
-                     tl_mib_up(tl_engine_base_used(m) + state_bytes(m, &t) +
+                     tl_mib_up(tl_engine_base_used(m) + tl_plan_state_bytes(m, &t) +
                                tl_weight_plan_minimum(&m->lm, 1, rq->overlap)));
         }
         return tl_error_set(TL_ERR_NOMEM, "no policy fits the memory budget of %.1f MiB "

@@ -80,6 +80,10 @@ tl_status tl_plan_evaluate(const tl_model *m, const tl_hw_profile *prof, const t
  * page size, context) into bp; other fields are left as they are. */
 void tl_plan_batch_params(const tl_policy *pol, tl_batch_params *bp);
 
+/* Budget bytes of everything a policy's run holds but the weights (the same functions the
+ * engine places with: a batch, a context, or a context with its KV in tiers). */
+uint64_t tl_plan_state_bytes(const tl_model *m, const tl_policy *pol);
+
 /* The policy a request starts from (the engine's defaults for that regime). */
 tl_policy tl_plan_default_policy(const tl_model *m, const tl_plan_request *rq);
 
