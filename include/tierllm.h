@@ -78,6 +78,10 @@ typedef struct tl_model_params {
      * (`tierllm convert --calib`). < 0 (the default): the file's suggested sparsity (0 for a
      * file without thresholds); 0: dense; up to but not including 1. */
     float sparsity;
+    /* Flash-layout files (`tierllm convert --layout flash`): when a streamed matrix reads
+     * only the runs of its non-zero input channels, two needed runs at most this many
+     * bytes apart are read as one request, the gap with them (default 16 KiB). */
+    uint64_t flash_gap_bytes;
 } tl_model_params;
 
 enum { TL_IO_KV_FIRST = 0, TL_IO_BY_NEED = 1 };
@@ -176,6 +180,11 @@ typedef struct tl_run_stats {
     uint64_t weights_panel_bytes, weights_repacked_bytes;
     double weights_repack_s;
     double weights_arrival_repack_s; /* repacking streamed weights on arrival, since reset */
+    /* flash-layout files: streamed matrices read only the runs of their non-zero input
+     * channels - those runs' bytes, the bytes read (aligned, small gaps read through), the
+     * bytes a dense pass would read, read requests, and seconds waited for them */
+    uint64_t flash_bytes_needed, flash_bytes_read, flash_bytes_dense, flash_reads;
+    double flash_fetch_s;
     /* KV tiers (all 0 when the KV cache is in memory) */
     int32_t kv_window_pages, kv_sink_pages, kv_cache_pages, kv_page_tokens;
     uint64_t kv_bytes_read, kv_pages_read;   /* from the spill file */

@@ -8,6 +8,11 @@ expect_rc() { # expect_rc CODE DESCRIPTION CMD...: its exit status; output in $t
     "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
     [ "$rc" -eq "$want" ] || fail "$what: exit $rc, expected $want ($(head -c 300 "$tmp/err"))"
 }
+expect_err() { # expect_err DESCRIPTION WORDS CMD...: exit 1 and the message has WORDS
+    local what=$1 words=$2; shift 2
+    expect_rc 1 "$what" "$@"
+    grep -q -- "$words" "$tmp/err" || fail "$what: message lacks '$words': $(head -c 300 "$tmp/err")"
+}
 need_profile() { # need_profile TIERLLM: a script whose runs plan at small budgets needs this
     # machine's saved profile; measure it once, under a lock, when no earlier test has
     local dir=${XDG_CACHE_HOME:-$HOME/.cache}/tierllm

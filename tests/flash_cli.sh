@@ -13,11 +13,6 @@ bin=$1; models=$2
 here=$(dirname "$0")
 py=/usr/bin/python3
 . "$here/cli_lib.sh"
-expect_err() { # expect_err DESCRIPTION WORDS CMD...: exit 1 and the message has WORDS
-    local what=$1 words=$2; shift 2
-    expect_rc 1 "$what" "$@"
-    grep -q -- "$words" "$tmp/err" || fail "$what: message lacks '$words': $(head -c 300 "$tmp/err")"
-}
 calib=$here/data/calib_stories.txt
 heldout=$here/data/heldout_story.txt
 f32=$models/stories260K.gguf

@@ -10,11 +10,6 @@ here=$(dirname "$0")
 py=/usr/bin/python3
 . "$(dirname "$0")/cli_lib.sh"
 need_profile "$bin" # the streamed runs below plan at budgets too small to measure one
-expect_err() { # expect_err DESCRIPTION WORDS CMD...: exit 1 and the message has WORDS
-    local what=$1 words=$2; shift 2
-    expect_rc 1 "$what" "$@"
-    grep -q -- "$words" "$tmp/err" || fail "$what: message lacks '$words': $(head -c 300 "$tmp/err")"
-}
 shape="--vocab 300 --embd 128 --ff 320 --layers 2 --heads 8 --kv-heads 2 --ctx 256 --seed 7"
 tokens=1,17,200,31,5,299,260,261,262,100,45,46,47,48,49,50,51,52,53,54
 # same_logits DESCRIPTION GGUF FOLDER [engine args]: the same logits, bit for bit (a Llama

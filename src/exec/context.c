@@ -159,6 +159,9 @@ static tl_status plan_kv(const tl_model *m, const tl_context_params *p, int32_t 
     if (p->kv_recompute < 0 || p->kv_recompute > 256)
         return tl_error_set(TL_ERR_INVALID, "KV tiers: %d layers recomputing (0 to 256)",
                             (int)p->kv_recompute);
+    if (p->kv_recompute > 0 && m->lm.flash) /* recompute multiplies Wk, Wv by rows */
+        return tl_error_set(TL_ERR_UNSUPPORTED, "KV recompute needs row-major K and V "
+                            "matrices; this file is in the flash layout");
     if (p->kv_sinks < 0 || (p->kv_cache_bytes < 0 && p->kv_cache_bytes != -1))
         return tl_error_set(TL_ERR_INVALID, "KV tiers: %d sink positions, a cache of %lld "
                             "bytes", (int)p->kv_sinks, (long long)p->kv_cache_bytes);
@@ -282,6 +285,9 @@ tl_status tl_context_tune_kv(tl_context *c, int32_t cache_pages, float select_sh
 }
 
 tl_status tl_context_set_kv_recompute(tl_context *c, int32_t layers) {
+    if (layers > 0 && c->model->lm.flash)
+        return tl_error_set(TL_ERR_UNSUPPORTED, "KV recompute needs row-major K and V "
+                            "matrices; this file is in the flash layout");
     tl_status st = tl_kv_set_recompute_layers(c->kv, layers);
     if (!st) tl_kv_set_recompute(&c->kp, c->kp.input_dim, layers);
     return st;
@@ -345,6 +351,11 @@ tl_status tl_context_get_stats(const tl_context *c, tl_run_stats *out) {
     out->weights_repack_s = rs.repack_s;
     out->weights_arrival_repack_s = rs.arrival_repack_s - c->res_base.arrival_repack_s;
     out->io_uring = tl_aio_uses_uring(m->lm.aio);
+    out->flash_bytes_needed = rs.flash_bytes_needed - c->res_base.flash_bytes_needed;
+    out->flash_bytes_read = rs.flash_bytes_read - c->res_base.flash_bytes_read;
+    out->flash_bytes_dense = rs.flash_bytes_dense - c->res_base.flash_bytes_dense;
+    out->flash_reads = rs.flash_reads - c->res_base.flash_reads;
+    out->flash_fetch_s = rs.flash_fetch_s - c->res_base.flash_fetch_s;
     out->kv_select_pages_read = c->scratch.pages_read;
     out->kv_select_pages_total = c->scratch.pages_total;
     for (int t = 0; c->scratch.mass_kept && t < tl_pool_threads(m->lm.pool); t++) {

@@ -12,6 +12,7 @@
 #include "base/out_file.h"
 #include "base/status.h"
 #include "base/budget.h"
+#include "exec/flash_write.h"
 #include "exec/model_handle.h"
 #include "exec/perplexity.h"
 #include "format/gguf.h"
@@ -202,12 +203,26 @@ static tl_status copy_fill(void *user, size_t index, uint64_t offset, void *dst,
     return TL_OK;
 }
 
-/* The input's keys and tensors, then the sparsity keys, into p->out_path. */
-static tl_status write_output(const tl_convert_params *p, const tl_gguf *g, const float *table,
-                              size_t table_n, const float *alloc, float chosen,
-                              size_t calib_tokens, uint64_t *tensor_bytes) {
+/* The input's keys and tensors (or, flash_layout, its tensors in that layout), then the
+ * sparsity keys, into p->out_path. */
+static tl_status write_output(const tl_convert_params *p, const tl_gguf *g,
+                              const tl_llama_hparams *hp, const float *table, size_t table_n,
+                              const float *alloc, float chosen, size_t calib_tokens,
+                              uint64_t *tensor_bytes) {
     tl_gguf_writer *w = NULL;
+    tl_flash_writer *fw = NULL;
+    tl_budget *budget = NULL;
     tl_status st = tl_gguf_writer_open(&w);
+    if (!st && p->flash_layout) {
+        /* the writer's budget: the user's, or just what the largest site needs */
+        if (!(st = tl_budget_open(p->mp.mem_budget ? p->mp.mem_budget : UINT64_MAX, &budget)))
+            st = tl_flash_writer_open(g, p->in_path, hp, budget, &fw);
+        if (!st && tl_flash_writer_peak_bytes(fw) > tl_budget_limit(budget))
+            st = tl_error_set(TL_ERR_NOMEM, "convert --layout flash builds each layer's "
+                              "largest site tensor in memory: %.1f MiB, over the %.1f MiB "
+                              "budget", tl_mib_up(tl_flash_writer_peak_bytes(fw)),
+                              tl_budget_limit(budget) / 1048576.0);
+    }
     for (uint64_t i = 0; !st && i < g->n_kv; i++)
         if (strcmp(g->kv[i].key, "general.alignment") != 0) /* the writer's own alignment */
             st = tl_gguf_writer_copy_kv(w, &g->kv[i]);
@@ -222,16 +237,20 @@ static tl_status write_output(const tl_convert_params *p, const tl_gguf *g, cons
         st = tl_gguf_writer_set_arr(w, "tierllm.sparse.alloc", TL_GGUF_FLOAT32, alloc,
                                     (uint64_t)TL_SPARSITY_ALLOC_POINTS * TL_SITE_COUNT);
     *tensor_bytes = 0;
-    for (uint64_t i = 0; !st && i < g->n_tensors; i++) {
+    for (uint64_t i = 0; !st && !fw && i < g->n_tensors; i++) {
         const tl_gguf_tensor *t = &g->tensors[i];
         st = tl_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne);
         *tensor_bytes += t->nbytes;
     }
+    if (!st && fw) st = tl_flash_writer_declare(fw, w);
     copy_src src = {-1, g, p->in_path};
-    if (!st && (src.fd = open(p->in_path, O_RDONLY | O_CLOEXEC)) < 0)
+    if (!st && !fw && (src.fd = open(p->in_path, O_RDONLY | O_CLOEXEC)) < 0)
         st = tl_error_set(TL_ERR_IO, "%s: %s", p->in_path, strerror(errno));
-    if (!st) st = tl_gguf_writer_write(w, p->out_path, copy_fill, &src);
+    if (!st) st = fw ? tl_gguf_writer_write(w, p->out_path, tl_flash_writer_fill, fw)
+                     : tl_gguf_writer_write(w, p->out_path, copy_fill, &src);
     if (src.fd >= 0) close(src.fd);
+    tl_flash_writer_close(fw);
+    tl_budget_close(budget);
     tl_gguf_writer_close(w);
     return st;
 }
@@ -250,7 +269,8 @@ tl_status tl_convert(const tl_convert_params *p, tl_convert_report *r) {
     tl_gguf *g = NULL;
     if ((st = tl_gguf_open(p->in_path, &g))) return st;
     for (uint64_t i = 0; i < g->n_kv; i++)
-        if (!strncmp(g->kv[i].key, "tierllm.sparse.", 15)) {
+        if (!strncmp(g->kv[i].key, "tierllm.sparse.", 15) ||
+            !strncmp(g->kv[i].key, "tierllm.layout", 14)) {
             tl_gguf_free(g);
             return tl_error_set(TL_ERR_INVALID, "%s is already converted (it has tierllm.sparse "
                                 "keys): convert the original file", p->in_path);
@@ -328,7 +348,13 @@ tl_status tl_convert(const tl_convert_params *p, tl_convert_report *r) {
     else if ((st = choose(m, ids + r->calib_tokens, r->heldout_tokens, n_ctx, p->max_ppl_rise,
                           logits, r)))
         goto out;
-    st = write_output(p, g, table, table_n, &r->alloc[0][0], r->chosen, r->calib_tokens,
+    /* the flash writer takes a budget of the model's size: the model goes first */
+    const tl_llama_hparams hp = m->lm.hp;
+    tl_budget_free(m->lm.budget, logits);
+    logits = NULL;
+    tl_model_close(m);
+    m = NULL;
+    st = write_output(p, g, &hp, table, table_n, &r->alloc[0][0], r->chosen, r->calib_tokens,
                       &r->tensor_bytes);
 out:
     tl_sparsity_calib_free(&cal);

@@ -13,10 +13,14 @@
  *     bytes), until S reaches ALLOC_UNTIL or no site can rise. The path's levels, read at
  *     S = 0, 0.05, ..., 1, are the stored allocation. `uniform` skips it: every site at S.
  *  3. Default: when no sparsity is given, the largest candidate S whose perplexity on the
- *     held-out quarter stays within max_ppl_rise of the dense model's. The output holds every tensor and key of the input (tensor bytes
- * copied as they are; the layout of the matrices is unchanged) and the tierllm.sparse.*
- * keys: version, levels, thresholds, alloc, default and calib_tokens. It is written whole or not
- * at all (base/out_file.h): a full disk or an IO error leaves no partial file.
+ *     held-out quarter stays within max_ppl_rise of the dense model's.
+ * The output holds every key of the input and the tierllm.sparse.* keys: version, levels,
+ * thresholds, alloc, default and calib_tokens. Its tensors are the input's, bytes copied
+ * as they are, or with flash_layout each layer's matrices in the flash layout
+ * (model/flash_layout.h, built by exec/flash_write.h once the model used for calibration
+ * is closed, from a budget of the same size) and the tierllm.layout keys. It is written
+ * whole or not at all (base/out_file.h): a full disk or an IO error leaves no partial
+ * file.
  */
 #ifndef TL_EXEC_CONVERT_H
 #define TL_EXEC_CONVERT_H
@@ -39,6 +43,7 @@ typedef struct tl_convert_params {
     int32_t n_ctx;        /* calibration and evaluation windows (0: the model's, up to 512) */
     int32_t alloc_tokens; /* calibration tokens each allocation step evaluates (default 256) */
     int uniform;          /* 1: no allocation search; every site at S */
+    int flash_layout;     /* 1: the layers' matrices in the flash layout (exec/flash_write.h) */
     tl_model_params mp;   /* how the model runs during calibration (threads, budget) */
 } tl_convert_params;
 

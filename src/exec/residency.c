@@ -64,6 +64,13 @@ struct tl_residency {
     uint64_t panel_bytes;   /* resident weights in panels (repacked, or from the copy) */
     uint64_t streamed_panel_bytes; /* streamed weights repacked on arrival, all passes */
     double repack_s, arrival_repack_s; /* all repacking; of it, on arrival */
+    /* flash layout: streamed site tensors, read run by run at their use (fetch_runs) */
+    uint8_t *site_buf;      /* the largest streamed site tensor, aligned */
+    uint64_t *site_tags;    /* one per run at most */
+    size_t site_tags_cap;
+    uint64_t flash_gap;     /* a gap between needed runs this small is read through */
+    uint64_t flash_needed, flash_read, flash_dense, flash_reads;
+    double flash_fetch_s;
 };
 
 /* ---- the manager ---- */
@@ -247,6 +254,75 @@ static tl_status load_residents(tl_residency *r, const tl_weight_plan *plan) {
     return st;
 }
 
+/* ---- flash layout: the runs a site's non-zero inputs need (model/flash_layout.h) ----
+ * Runs of needed channels are read into the site buffer at their offset in the tensor,
+ * widened to the tier's alignment; two reads whose gap is at most flash_gap bytes become
+ * one (reading the gap costs less than a request). Every read is urgent: compute waits. */
+static tl_status fetch_runs(void *user, const tl_weight *w, const int32_t *chan, size_t nc,
+                            const uint8_t **base) {
+    tl_residency *r = user;
+    if (r->error) return sticky(r);
+    tl_tier *from = r->m->panel_tier ? r->m->panel_tier : r->m->tier;
+    const uint64_t al = from->align > 1 ? from->align : 1;
+    const uint64_t run = tl_type_row_bytes(w->type, w->cols), t0 = align_down(w->file_offset);
+    *base = r->site_buf + (w->file_offset - t0);
+    if (nc > r->site_tags_cap)
+        return fail(r, tl_error_set(TL_ERR_INVALID, "%zu runs of %s asked for, %zu exist", nc,
+                                    w->name, r->site_tags_cap));
+    const double t_start = tl_now();
+    size_t n_tags = 0;
+    uint64_t a = 0, b = 0, bytes = 0; /* the read being widened: [a, b) of the file */
+    tl_status st = TL_OK;
+    for (size_t i = 0; i <= nc && !st; i++) {
+        uint64_t ca = 0, cb = 0;
+        if (i < nc) {
+            const uint64_t off = w->file_offset + (uint64_t)chan[i] * run;
+            ca = off / al * al;
+            cb = (off + run + al - 1) / al * al;
+            if (b && ca <= b + r->flash_gap) { /* close enough: one read */
+                if (cb > b) b = cb;
+                continue;
+            }
+        }
+        if (b) {
+            const uint64_t tag = ++r->next_tag;
+            st = tl_aio_read_class(r->m->aio, from, a, r->site_buf + (a - t0), (size_t)(b - a),
+                                   tag, TL_AIO_NOW);
+            if (!st) r->site_tags[n_tags++] = tag, bytes += b - a;
+        }
+        a = ca, b = cb;
+    }
+    tl_status wst = wait_tags(r, r->site_tags, (int)n_tags);
+    if (!st) st = wst;
+    const double dt = tl_now() - t_start;
+    r->stall_s += dt;
+    r->flash_fetch_s += dt;
+    r->flash_reads += n_tags;
+    r->flash_read += bytes;
+    r->flash_needed += (uint64_t)nc * run;
+    r->flash_dense += w->file_bytes;
+    r->bytes_disk += bytes;
+    return st ? fail(r, tl_error_wrap(st, "reading runs of %s", w->name)) : TL_OK;
+}
+
+/* The site buffer and its tags, when a flash layer streams. */
+static tl_status open_flash(tl_residency *r, const tl_weight_plan *plan) {
+    tl_llama *m = r->m;
+    const uint64_t bytes = tl_weight_plan_site_buf_bytes(m, plan);
+    if (!bytes) return TL_OK;
+    const size_t tag_bytes = (size_t)tl_weight_site_tags_bytes(m) - 64;
+    tl_status st = tl_budget_alloc(m->budget, (size_t)bytes, ALIGN, "flash site buffer",
+                                   (void **)&r->site_buf);
+    if (!st) st = tl_budget_alloc(m->budget, tag_bytes, 64, "flash read tags",
+                                  (void **)&r->site_tags);
+    if (st) return st;
+    r->site_tags_cap = tag_bytes / sizeof *r->site_tags;
+    r->flash_gap = m->params.flash_gap_bytes;
+    m->fetch_runs = fetch_runs;
+    m->fetch_user = r;
+    return TL_OK;
+}
+
 /* Reads a tensor and converts it to f32 (norms; rows that split quant blocks). */
 static tl_status load_converted(tl_residency *r, tl_weight *w) {
     tl_weight_layout L;
@@ -311,9 +387,11 @@ tl_status tl_residency_open(tl_llama *m, const tl_weight_plan *plan, tl_residenc
     }
     for (int u = 0; u <= L && !st; u++) {
         tl_weight *ws[TL_WEIGHT_UNIT_MAX];
-        int n = tl_weight_plan_unit_weights(m, plan, u, ws);
+        /* a flash layer's streamed sites are read at their use (fetch_runs), not here */
+        int n = m->flash && u < L ? 0 : tl_weight_plan_unit_weights(m, plan, u, ws);
         if (n) tl_weight_layout_build(&r->units[u], ws, n);
     }
+    if (!st) st = open_flash(r, plan);
     for (int i = 0; i < plan->n_slots && !st; i++) {
         st = tl_budget_alloc(m->budget, plan->slot_bytes, ALIGN, "layer buffer",
                              (void **)&r->slots[i].buf);
@@ -353,6 +431,9 @@ void tl_residency_close(tl_residency *r) {
     for (size_t i = 0; i < r->m->n_all; i++) r->m->all[i]->data = NULL, r->m->all[i]->panels = 0;
     r->m->output.data = NULL;
     r->m->output.panels = 0;
+    if (r->m->fetch_user == r) r->m->fetch_runs = NULL, r->m->fetch_user = NULL;
+    tl_budget_free(r->m->budget, r->site_buf);
+    tl_budget_free(r->m->budget, r->site_tags);
     if (r->slots)
         for (int i = 0; i < r->plan.n_slots; i++) tl_budget_free(r->m->budget, r->slots[i].buf);
     for (size_t i = 0; i < r->n_resident; i++) tl_budget_free(r->m->budget, r->resident[i]);
@@ -542,6 +623,11 @@ void tl_residency_get_stats(const tl_residency *r, tl_residency_stats *out) {
     out->streamed_panel_bytes = r->streamed_panel_bytes;
     out->repack_s = r->repack_s;
     out->arrival_repack_s = r->arrival_repack_s;
+    out->flash_bytes_needed = r->flash_needed;
+    out->flash_bytes_read = r->flash_read;
+    out->flash_bytes_dense = r->flash_dense;
+    out->flash_reads = r->flash_reads;
+    out->flash_fetch_s = r->flash_fetch_s;
 }
 
 const tl_weight_plan *tl_residency_plan(const tl_residency *r) { return &r->plan; }

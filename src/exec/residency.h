@@ -43,8 +43,15 @@ typedef struct tl_residency_stats {
      * (summed over passes), and the time repacking took */
     uint64_t panel_bytes, streamed_panel_bytes;
     double repack_s, arrival_repack_s; /* all repacking; of it, streamed weights on arrival */
+    /* flash layout: runs read at their use - the needed runs' bytes, the bytes read
+     * (widened to the alignment, gaps read through), the site tensors' whole bytes (as if
+     * every run were needed), requests, and the time waited for them */
+    uint64_t flash_bytes_needed, flash_bytes_read, flash_bytes_dense, flash_reads;
+    double flash_fetch_s;
 } tl_residency_stats;
 void tl_residency_get_stats(const tl_residency *r, tl_residency_stats *out);
 const tl_weight_plan *tl_residency_plan(const tl_residency *r);
+
+
 
 #endif

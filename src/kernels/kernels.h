@@ -184,6 +184,55 @@ int tl__matmul_fast_isa(tl__isa isa, tl_type type, const void *W, size_t k, size
                         size_t j1, const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
                         float *scratch);
 
+/* ---- column products (the flash layout; ref_colmat.c, x86_colmat.c) ----
+ * In the flash layout a weight matrix is stored by input channel: run c holds every
+ * output's weight for input channel c (the transpose of the row-major W[out][in]),
+ * run_elems elements of `type`, quantized in blocks along the run (Q8_0: 32 consecutive
+ * outputs). Run c starts at (const uint8_t *)W + c * tl_type_row_bytes(type, run_elems).
+ * With sparse activations only the runs of the non-zero input channels are read:
+ *
+ * Y[i*ldy + o] = sum over t < nc of X[i*ldx + chan[t]] * W(chan[t], o)
+ *   for i in [0, n), o in [o0, o1); Y in that range is overwritten (nc == 0: zeros).
+ * W(c, o) = element o of run c, dequantized exactly. o0 a multiple of the type's block
+ * size; o1 too, or o1 == run_elems (run_elems a multiple of the block size).
+ * chan: distinct channel indices, any order (the engine passes them ascending).
+ * Numerics: activations are used as given (never rounded to x', unlike tl_matmul_*).
+ *   ref: each output summed in double, products (double)x * w, in the order of chan, then
+ *        rounded to float once; so with chan = every channel ascending it equals
+ *        tl_matmul_ref over the row-major transpose bit for bit for F32/F16/BF16 weights.
+ *   fast: f32 accumulation (FMA), agrees with the reference to float rounding. Each
+ *        output is one FMA chain over chan in its order from +0, y = fma(x, w, y)
+ *        (Q8_0/Q4_0: fma(d*x rounded to f32, q, y)), so for finite weights the result
+ *        does not depend on n, on how [o0, o1) is split between calls or on the
+ *        instruction set.
+ * Threads may run disjoint [o0, o1) at once, each with its own scratch. */
+void tl_colmat_ref(tl_type type, const void *W, size_t run_elems, const int32_t *chan,
+                   size_t nc, size_t o0, size_t o1, const float *X, size_t ldx, size_t n,
+                   float *Y, size_t ldy);
+/* scratch: tl_colmat_scratch_floats(o1 - o0, n) floats, 32-byte aligned, per calling
+ * thread; non-decreasing in both arguments. */
+size_t tl_colmat_scratch_floats(size_t outs, size_t n);
+void tl_colmat_fast(tl_type type, const void *W, size_t run_elems, const int32_t *chan,
+                    size_t nc, size_t o0, size_t o1, const float *X, size_t ldx, size_t n,
+                    float *Y, size_t ldy, float *scratch);
+/* Internal, for tests: tl_colmat_fast on one instruction set; returns 0, computing
+ * nothing, when this CPU or build lacks it (AVX-VNNI has no kernel of its own: AVX2's). */
+int tl__colmat_fast_isa(tl__isa isa, tl_type type, const void *W, size_t run_elems,
+                        const int32_t *chan, size_t nc, size_t o0, size_t o1, const float *X,
+                        size_t ldx, size_t n, float *Y, size_t ldy, float *scratch);
+/* Internal: the 512-bit inner kernels of tl_colmat_fast (x86avx512_colmat.c; called only
+ * when tl__cpu_has_avx512vnni). runs: Y[r*ldy + o] = fma(x[r*ldxg + g], w_g(o), ...) for
+ * g < G (8 or 1) in order, r < N (<= 4), o < len (Q8_0/Q4_0: fma(d*x, q, ...)), run[g]
+ * at a slice's first element (F32/F16/BF16/Q8_0/Q4_0; len a multiple of 32 for the Q
+ * types); meanwhile the npf slices pf[] are prefetched at the same offsets.
+ * strip: Y[r*ldy + j] = fma chain over c < kc of xp[r*ldxp + c] * strip[c*32 + j] for
+ * r < m, j < nj (<= 32), from Y's value (add) or +0. */
+void tl__colmat_runs_avx512(tl_type type, const uint8_t *const *run, const float *x,
+                            size_t ldxg, size_t G, size_t N, size_t len, float *Y, size_t ldy,
+                            const uint8_t *const *pf, size_t npf);
+void tl__colmat_strip_avx512(const float *strip, size_t kc, const float *xp, size_t ldxp,
+                             size_t m, float *Y, size_t ldy, size_t nj, int add);
+
 /* ---- small vector kernels used by attention ---- */
 float tl_dot_f32_ref(const float *a, const float *b, size_t n);
 float tl_dot_f32_fast(const float *a, const float *b, size_t n);

@@ -40,6 +40,8 @@ typedef struct tl_weight {
     tl_type file_type; /* type in the file */
     uint64_t file_offset, file_bytes;
     int convert;       /* 1: converted to f32 at load (norms, rows splitting blocks) */
+    int runs;          /* 1: a flash-layout site tensor (model/flash_layout.h): its rows are
+                          input channels' runs, multiplied by column products, never panels */
     int panels;        /* 1: `data` was repacked into 32-row panels when placed (kernels.h);
                           set by whoever points `data` at it */
 } tl_weight;
@@ -69,6 +71,10 @@ typedef struct tl_llama_layer {
     tl_weight bo;           /* [n_embd] */
     tl_weight b_up, b_down; /* [n_ff], [n_embd] */
     tl_weight attn_norm_b, ffn_norm_b; /* [n_embd] */
+    /* flash layout (model/flash_layout.h): the four site tensors, runs by input channel,
+     * which replace the seven matrices (those then keep their shapes, name NULL); name
+     * NULL in a row-major file */
+    tl_weight site[TL_SITE_COUNT];
     int32_t shape_class;    /* the first layer whose 7 matrices have this layer's types and
                                shapes (the cost model prices such layers once) */
 } tl_llama_layer;
@@ -95,6 +101,13 @@ struct tl_llama {
     tl_sparsity sparse;        /* activation sparsity: thresholds of a converted file, the
                                   level in force (0: dense), a calibration observer */
     int tied_output;           /* output.weight absent: the classifier is tok_embd */
+    int flash;                 /* 1: the layers are in the flash layout (layers' site[]) */
+    /* Flash layout: makes the runs of channels chan[0..nc) of a site tensor that is not
+     * resident (data NULL) readable at *base + c * run bytes, until the next call (exec/
+     * reads them; set when weights are placed). */
+    tl_status (*fetch_runs)(void *user, const tl_weight *w, const int32_t *chan, size_t nc,
+                            const uint8_t **base);
+    void *fetch_user;
     tl_weight **all;           /* every weight, in tl_llama_weights' order (walks over all) */
     size_t n_all;
     tl_llama_layer *layers;
@@ -158,7 +171,8 @@ typedef struct tl_llama_scratch {
     const float **rc_x;        /* [max_pages] */
     float **rc_out;            /* [max_pages] */
     int32_t *rc_page, *rc_rows;/* [max_pages] */
-    float *mm_scratch;         /* per thread: matmul scratch */
+    int32_t *run_chan;         /* flash layout: the channels a product needs [widest input] */
+    float *mm_scratch;         /* per thread: matmul (and flash runs product) scratch */
     size_t mm_scratch_floats;
     /* page-selective attention (model/kv_select.h): the caller sets `select`; a row that
      * is a sequence's only row in a step (decode) reads the pages sel marks */

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "model/llama.h"
+#include "model/flash_layout.h"
 #include "model/ops.h"
 #include "base/status.h"
 #include "kernels/kernels.h"
@@ -55,6 +56,15 @@ static size_t scratch_table(const tl_llama *m, tl_llama_scratch *s, int32_t max_
     /* matrix products of max_rows rows, and of a page of rows (attention's recompute) */
     s->mm_scratch_floats = tl_matmul_scratch_floats(
         widest, nr > (size_t)page_tokens ? nr : (size_t)page_tokens);
+    if (m->flash) { /* products by runs: pieces of at most the longest run */
+        size_t longest = 0;
+        for (int site = 0; site < TL_SITE_COUNT; site++) {
+            const size_t run = (size_t)tl_flash_site_run(hp, site);
+            if (run > longest) longest = run;
+        }
+        const size_t rf = tl_colmat_scratch_floats(longest, nr);
+        if (rf > s->mm_scratch_floats) s->mm_scratch_floats = rf;
+    }
     const size_t block = (size_t)tl_llama_attn_block_rows(hp, max_ctx);
     s->attn_rows = (int32_t)(block < nr ? block : nr);
     s->attn_floats = (size_t)s->attn_rows * group * (size_t)max_ctx +
@@ -73,6 +83,8 @@ static size_t scratch_table(const tl_llama *m, tl_llama_scratch *s, int32_t max_
     const size_t pages = ((size_t)max_ctx + (size_t)page_tokens - 1) / (size_t)page_tokens;
     t[n++] = (scratch_buf){&s->rc_block, pages * (2 + 2 * sizeof(void *) / sizeof(float)),
                            "recompute scratch"};
+    if (m->flash) /* ints, as many as the widest input's channels */
+        t[n++] = (scratch_buf){(float **)(void *)&s->run_chan, widest, "flash channels"};
     t[n++] = (scratch_buf){&s->mm_scratch,
                            threads * (s->mm_scratch_floats ? s->mm_scratch_floats : 1),
                            "matmul scratch"};
@@ -160,7 +172,7 @@ tl_status tl_llama_select_init(tl_llama *m, tl_llama_scratch *s, const tl_kv_sel
 void tl_llama_scratch_free(tl_llama *m, tl_llama_scratch *s) {
     float *bufs[] = {s->xn, s->q, s->k, s->v, s->att_out, s->gate, s->up, s->attn,
                      (float *)(void *)s->attn_block, s->rc_block, s->mm_scratch,
-                     s->sel_block};
+                     s->sel_block, (float *)(void *)s->run_chan};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tl_budget_free(m->budget, bufs[i]);
     memset(s, 0, sizeof *s);
 }
@@ -168,6 +180,24 @@ void tl_llama_scratch_free(tl_llama *m, tl_llama_scratch *s) {
 static void matmul(tl_llama *m, tl_llama_scratch *s, const tl_weight *w, const float *X,
                    size_t n, float *Y) {
     tl_op_matmul(m, w, X, n, Y, s->mm_scratch, s->mm_scratch_floats);
+}
+
+/* The products of the nw matrices ws fed by one sparsity site with n rows of X: Ys[i] =
+ * X ws[i]^T. Row-major matrices go through matmul; in the flash layout the site's runs
+ * of the channels non-zero in some row are multiplied (model/flash_layout.h). */
+static tl_status site_products(tl_llama *m, tl_llama_scratch *s, int32_t l, int site,
+                               const tl_weight *const *ws, size_t nw, const float *X, size_t n,
+                               float *const *Ys) {
+    const tl_weight *w = &m->layers[l].site[site];
+    if (!w->name) {
+        tl_op_matmul_multi(m, ws, nw, X, n, Ys, s->mm_scratch, s->mm_scratch_floats);
+        return TL_OK;
+    }
+    size_t lens[TL_MATMUL_MULTI_MAX];
+    for (size_t i = 0; i < nw; i++) lens[i] = ws[i]->rows;
+    tl_status st = tl_op_runs_product(m, w, X, n, Ys, lens, nw, s->run_chan, s->mm_scratch,
+                                      s->mm_scratch_floats);
+    return st ? tl_error_wrap(st, "layer %d", (int)l) : TL_OK;
 }
 
 static void add_rows(float *x, const float *y, size_t count) {
@@ -455,7 +485,8 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
     tl_sparsity_apply(&m->sparse, l, TL_SITE_ATTN_IN, s->xn, n, d);
     const tl_weight *qkv[] = {&L->wq, &L->wk, &L->wv};
     float *const qkv_out[] = {s->q, s->k, s->v};
-    tl_op_matmul_multi(m, qkv, 3, s->xn, n, qkv_out, s->mm_scratch, s->mm_scratch_floats);
+    tl_status pst = site_products(m, s, l, TL_SITE_ATTN_IN, qkv, 3, s->xn, n, qkv_out);
+    if (pst) return pst;
     add_bias_rows(s->q, &L->bq, n, qd);
     add_bias_rows(s->k, &L->bk, n, kvd);
     add_bias_rows(s->v, &L->bv, n, kvd);
@@ -497,7 +528,9 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
         return tl_error_set(attn_st, "attention at layer %d could not read a KV page",
                             (int)l);
     tl_sparsity_apply(&m->sparse, l, TL_SITE_ATTN_OUT, s->att_out, n, qd);
-    matmul(m, s, &L->wo, s->att_out, n, s->xn); /* xn reused as [n][d] output */
+    const tl_weight *wo = &L->wo;
+    if ((pst = site_products(m, s, l, TL_SITE_ATTN_OUT, &wo, 1, s->att_out, n, &s->xn)))
+        return pst; /* xn reused as [n][d] output */
     add_bias_rows(s->xn, &L->bo, n, d);
     add_rows(x, s->xn, n * d);
 
@@ -505,20 +538,24 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
     norm(m, x, &L->ffn_norm, &L->ffn_norm_b, n, s->xn);
     tl_sparsity_apply(&m->sparse, l, TL_SITE_FFN_IN, s->xn, n, d);
     if (hp->ffn_relu) {
-        matmul(m, s, &L->w_up, s->xn, n, s->gate);
+        const tl_weight *up = &L->w_up;
+        if ((pst = site_products(m, s, l, TL_SITE_FFN_IN, &up, 1, s->xn, n, &s->gate)))
+            return pst;
         add_bias_rows(s->gate, &L->b_up, n, f);
         tl_op_relu(s->gate, n * f);
         tl_sparsity_apply(&m->sparse, l, TL_SITE_FFN_MID, s->gate, n, f);
     } else {
         const tl_weight *gate_up[] = {&L->w_gate, &L->w_up};
         float *const gate_up_out[] = {s->gate, s->up};
-        tl_op_matmul_multi(m, gate_up, 2, s->xn, n, gate_up_out, s->mm_scratch,
-                           s->mm_scratch_floats);
+        if ((pst = site_products(m, s, l, TL_SITE_FFN_IN, gate_up, 2, s->xn, n, gate_up_out)))
+            return pst;
         add_bias_rows(s->up, &L->b_up, n, f);
         tl_op_swiglu(m, s->gate, s->up, n * f);
         tl_sparsity_apply(&m->sparse, l, TL_SITE_FFN_MID, s->gate, n, f);
     }
-    matmul(m, s, &L->w_down, s->gate, n, s->xn);
+    const tl_weight *down = &L->w_down;
+    if ((pst = site_products(m, s, l, TL_SITE_FFN_MID, &down, 1, s->gate, n, &s->xn)))
+        return pst;
     add_bias_rows(s->xn, &L->b_down, n, d);
     add_rows(x, s->xn, n * d);
     return TL_OK;

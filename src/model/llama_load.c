@@ -15,6 +15,7 @@
 #include "model/llama.h"
 #include "base/status.h"
 #include "format/hf_folder.h"
+#include "model/flash_layout.h"
 #include "model/ops.h"
 #include "kernels/kernels.h"
 #include "tier/aio.h"
@@ -162,6 +163,45 @@ static tl_status describe_optional(tl_llama *m, const char *name, uint64_t n, tl
     return describe(m, name, n, 1, 1, w);
 }
 
+/* A flash-layout layer (model/flash_layout.h): its four site tensors, each run a whole
+ * number of blocks of every part (not converted at load: the runs are read selectively),
+ * and the seven matrices' shapes with name NULL. */
+static tl_status describe_flash_layer(tl_llama *m, int32_t l, tl_llama_layer *L) {
+    char n[96];
+    tl_status st;
+    for (int s = 0; s < TL_SITE_COUNT; s++) {
+        tl_flash_part parts[TL_FLASH_MAX_PARTS];
+        const int np = tl_flash_site_parts(&m->hp, s, parts);
+        snprintf(n, sizeof n, "blk.%d.%s", (int)l, tl_flash_site_tensor(s));
+        if ((st = describe(m, n, tl_flash_site_run(&m->hp, s),
+                           tl_flash_site_channels(&m->hp, s), 0, &L->site[s])))
+            return st;
+        L->site[s].runs = 1;
+        const uint64_t blk = tl_type_block_elems(L->site[s].file_type);
+        for (int i = 0; i < np; i++)
+            if (L->site[s].convert || parts[i].len % blk)
+                return tl_error_set(TL_ERR_FORMAT, "%s: '%s' is %s, whose %llu-element blocks "
+                                    "do not divide its runs' parts", m->path, n,
+                                    tl_type_name(L->site[s].file_type),
+                                    (unsigned long long)blk);
+    }
+    const uint64_t d = (uint64_t)m->hp.n_embd, f = (uint64_t)m->hp.n_ff;
+    const uint64_t qd = (uint64_t)m->hp.n_head * (uint64_t)m->hp.head_dim;
+    const uint64_t kvd = (uint64_t)m->hp.n_head_kv * (uint64_t)m->hp.head_dim;
+    const struct { tl_weight *w; uint64_t rows, cols; int site; } mats[] = {
+        {&L->wq, qd, d, TL_SITE_ATTN_IN},   {&L->wk, kvd, d, TL_SITE_ATTN_IN},
+        {&L->wv, kvd, d, TL_SITE_ATTN_IN},  {&L->wo, d, qd, TL_SITE_ATTN_OUT},
+        {&L->w_gate, f, d, TL_SITE_FFN_IN}, {&L->w_up, f, d, TL_SITE_FFN_IN},
+        {&L->w_down, d, f, TL_SITE_FFN_MID}};
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+        memset(mats[i].w, 0, sizeof *mats[i].w);
+        mats[i].w->rows = (size_t)mats[i].rows;
+        mats[i].w->cols = (size_t)mats[i].cols;
+        mats[i].w->type = mats[i].w->file_type = L->site[mats[i].site].type;
+    }
+    return TL_OK;
+}
+
 static tl_status describe_weights(tl_llama *m) {
     const tl_llama_hparams *hp = &m->hp;
     const uint64_t d = (uint64_t)hp->n_embd, hd = (uint64_t)hp->head_dim;
@@ -220,7 +260,12 @@ static tl_status describe_weights(tl_llama *m) {
         tl_llama_layer *L = &m->layers[l];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, (int)l), n)
-        if ((st = describe(m, NAME("attn_norm.weight"), d, 1, 1, &L->attn_norm)) ||
+        if (m->flash) {
+            if ((st = describe(m, NAME("attn_norm.weight"), d, 1, 1, &L->attn_norm)) ||
+                (st = describe(m, NAME("ffn_norm.weight"), d, 1, 1, &L->ffn_norm)) ||
+                (st = describe_flash_layer(m, l, L)))
+                return st;
+        } else if ((st = describe(m, NAME("attn_norm.weight"), d, 1, 1, &L->attn_norm)) ||
             (st = describe(m, NAME("attn_q.weight"), d, q_dim, 0, &L->wq)) ||
             (st = describe(m, NAME("attn_k.weight"), d, kv_dim, 0, &L->wk)) ||
             (st = describe(m, NAME("attn_v.weight"), d, kv_dim, 0, &L->wv)) ||
@@ -228,8 +273,9 @@ static tl_status describe_weights(tl_llama *m) {
             (st = describe(m, NAME("ffn_norm.weight"), d, 1, 1, &L->ffn_norm)) ||
             (!hp->ffn_relu && (st = describe(m, NAME("ffn_gate.weight"), d, f, 0, &L->w_gate))) ||
             (st = describe(m, NAME("ffn_up.weight"), d, f, 0, &L->w_up)) ||
-            (st = describe(m, NAME("ffn_down.weight"), f, d, 0, &L->w_down)) ||
-            (st = describe_optional(m, NAME("attn_q.bias"), q_dim, &L->bq)) ||
+            (st = describe(m, NAME("ffn_down.weight"), f, d, 0, &L->w_down)))
+            return st;
+        if ((st = describe_optional(m, NAME("attn_q.bias"), q_dim, &L->bq)) ||
             (st = describe_optional(m, NAME("attn_k.bias"), kv_dim, &L->bk)) ||
             (st = describe_optional(m, NAME("attn_v.bias"), kv_dim, &L->bv)) ||
             (st = describe_optional(m, NAME("attn_output.bias"), d, &L->bo)) ||
@@ -261,6 +307,10 @@ static void classify_shapes(tl_llama *m) {
             for (int i = 0; i < 7 && same; i++)
                 same = a[i]->type == b[i]->type && a[i]->rows == b[i]->rows &&
                        a[i]->cols == b[i]->cols && !a[i]->name == !b[i]->name;
+            for (int s = 0; s < TL_SITE_COUNT && same; s++) {
+                const tl_weight *x = &m->layers[l].site[s], *y = &m->layers[c].site[s];
+                same = x->type == y->type && !x->name == !y->name;
+            }
             if (same) m->layers[l].shape_class = c;
         }
     }
@@ -292,6 +342,7 @@ static tl_status trim_to_stage(tl_llama *m) {
                            &ly->bq, &ly->bk, &ly->bv, &ly->bo, &ly->ffn_norm, &ly->ffn_norm_b,
                            &ly->w_gate, &ly->w_up, &ly->w_down, &ly->b_up, &ly->b_down};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) drop(m, ws[i]);
+        for (int s = 0; s < TL_SITE_COUNT; s++) drop(m, &ly->site[s]);
     }
     if (b < L) {
         drop(m, &m->output_norm);
@@ -324,6 +375,7 @@ size_t tl_llama_weights(tl_llama *m, tl_weight **out, size_t cap) {
         PUT_IF(&L->ffn_norm); PUT_IF(&L->ffn_norm_b);
         PUT_IF(&L->w_gate); PUT_IF(&L->w_up); PUT_IF(&L->w_down);
         PUT_IF(&L->b_up); PUT_IF(&L->b_down);
+        for (int s = 0; s < TL_SITE_COUNT; s++) PUT_IF(&L->site[s]);
     }
 #undef PUT_IF
 #undef PUT
@@ -341,12 +393,18 @@ static tl_status sparsity_col_bytes(tl_llama *m) {
                                                         {&L->wo, NULL, NULL},
                                                         {&L->w_gate, &L->w_up, NULL},
                                                         {&L->w_down, NULL, NULL}};
-        for (int s = 0; s < TL_SITE_COUNT; s++)
+        for (int s = 0; s < TL_SITE_COUNT; s++) {
+            if (L->site[s].name) { /* flash layout: a run per channel */
+                cb[(size_t)l * TL_SITE_COUNT + s] =
+                    (double)L->site[s].file_bytes / (double)L->site[s].rows;
+                continue;
+            }
             for (int k = 0; k < 3; k++) {
                 const tl_weight *w = site_mats[s][k];
                 if (w && w->name && w->cols)
                     cb[(size_t)l * TL_SITE_COUNT + s] += (double)w->file_bytes / (double)w->cols;
             }
+        }
     }
     m->sparse.col_bytes = cb;
     return TL_OK;
@@ -366,6 +424,7 @@ tl_model_params tl_model_default_params(void) {
     p.w_mem_pct = 100;
     p.io_order = TL_IO_KV_FIRST;
     p.sparsity = -1.0f;
+    p.flash_gap_bytes = 16384;
     return p;
 }
 
@@ -492,6 +551,7 @@ tl_status tl_llama_open(const char *path, const tl_model_params *params, tl_llam
         if (!st) st = parse_header(m);
     }
     if (!st && (st = tl_llama_read_hparams(m->gguf, &m->hp))) tl_error_wrap(st, "%s", path);
+    if (!st) st = tl_flash_layout_detect(m->gguf, &m->flash, path);
     if (!st && (st = tl_tokenizer_from_gguf(m->gguf, &m->tok))) tl_error_wrap(st, "%s", path);
     if (!st) st = describe_weights(m);
     if (!st) st = sparsity_col_bytes(m);

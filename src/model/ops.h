@@ -26,6 +26,15 @@ void tl_op_matmul_serial(const tl_llama *m, const tl_weight *w, size_t j0, size_
 void tl_op_matmul_multi(tl_llama *m, const tl_weight *const *ws, size_t nw, const float *X,
                         size_t n, float *const *Ys, float *scratch, size_t scratch_floats);
 
+/* Flash layout: Ys[p][n][lens[p]] = X[n][w->rows] times part p of site tensor w's runs
+ * (model/flash_layout.h; the parts lie side by side in each run, nparts <=
+ * TL_MATMUL_MULTI_MAX). Only channels non-zero in some row are read (a streamed w's runs
+ * through m->fetch_runs) and multiplied; chan holds w->rows ints; scratch is per-thread
+ * scratch of scratch_floats floats each (tl_colmat_scratch_floats). */
+tl_status tl_op_runs_product(tl_llama *m, const tl_weight *w, const float *X, size_t n,
+                             float *const *Ys, const size_t *lens, size_t nparts, int32_t *chan,
+                             float *scratch, size_t scratch_floats);
+
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * g[i] for each of n rows of d. */
 void tl_op_rmsnorm(const float *x, const float *g, size_t n, size_t d, float eps, float *out);
 

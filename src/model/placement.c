@@ -52,6 +52,12 @@ void tl_weight_layout_build(tl_weight_layout *L, tl_weight *const *ws, int n) {
  * the count. */
 int tl_llama_layer_matrices(const tl_llama_layer *L, int part, tl_weight **ws) {
     tl_llama_layer *ly = (tl_llama_layer *)L;
+    if (ly->site[0].name) { /* flash layout: the attention's or the FFN's two sites */
+        int n = 0;
+        for (int s = part ? TL_SITE_FFN_IN : TL_SITE_ATTN_IN; s < (part ? 4 : 2); s++)
+            if (ly->site[s].name) ws[n++] = &ly->site[s];
+        return n;
+    }
     tl_weight *attn[4] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo};
     tl_weight *ffn[3] = {&ly->w_gate, &ly->w_up, &ly->w_down};
     tl_weight **src = part ? ffn : attn;
@@ -96,7 +102,7 @@ uint64_t tl_weight_row_buf_bytes(const tl_llama *m) {
 }
 
 int tl_weight_wants_panels(const tl_llama *m, const tl_weight *w) {
-    return !m->use_reference && !w->convert && tl_panels_wanted(w->type, w->rows);
+    return !m->use_reference && !w->convert && !w->runs && tl_panels_wanted(w->type, w->rows);
 }
 
 int tl_weight_repacked_in_memory(const tl_llama *m, const tl_weight *w) {
@@ -129,15 +135,47 @@ uint64_t tl_weight_repack_bytes(const tl_llama *m) {
     return threads * align_up(most) + ALIGN;
 }
 
+/* Flash layout: the buffer a streamed site tensor's runs are read into (all of its
+ * bytes, aligned, when every channel is needed), the largest such; 0 when none streams. */
+static uint64_t site_buf_bytes(const tl_llama *m, const tl_weight_plan *p) {
+    if (!m->flash) return 0;
+    uint64_t most = 0;
+    tl_weight *ws[TL_WEIGHT_UNIT_MAX];
+    for (int u = 0; u < m->hp.n_layer; u++) {
+        int n = tl_weight_plan_unit_weights(m, p, u, ws);
+        for (int i = 0; i < n; i++) {
+            const uint64_t b = align_up(ws[i]->file_offset + ws[i]->file_bytes) -
+                               align_down(ws[i]->file_offset);
+            if (b > most) most = b;
+        }
+    }
+    return most;
+}
+
+uint64_t tl_weight_plan_site_buf_bytes(const tl_llama *m, const tl_weight_plan *p) {
+    return site_buf_bytes(m, p);
+}
+
+uint64_t tl_weight_site_tags_bytes(const tl_llama *m) {
+    size_t most = 0;
+    for (int32_t l = 0; l < m->hp.n_layer; l++)
+        for (int s = 0; s < TL_SITE_COUNT; s++)
+            if (m->layers[l].site[s].rows > most) most = m->layers[l].site[s].rows;
+    return (uint64_t)most * sizeof(uint64_t) + 64;
+}
+
 uint64_t tl_weight_plan_bytes(const tl_llama *m, const tl_weight_plan *p) {
     const int L = m->hp.n_layer;
     uint64_t held, temp, total = 0, slot = 0;
     converted_bytes(m, &held, &temp);
     held += tl_weight_repack_bytes(m);
     total = held;
+    const uint64_t site_buf = site_buf_bytes(m, p);
+    if (site_buf) total += site_buf + ALIGN + tl_weight_site_tags_bytes(m);
     tl_weight *ws[TL_WEIGHT_UNIT_MAX];
     for (int u = 0; u <= L; u++) {
-        int n = tl_weight_plan_unit_weights(m, p, u, ws);
+        /* a flash layer's streamed sites are read at their use, not through the ring */
+        int n = m->flash && u < L ? 0 : tl_weight_plan_unit_weights(m, p, u, ws);
         if (n) {
             uint64_t b = part_cost(ws, n) - ALIGN;
             if (b > slot) slot = b;
@@ -200,7 +238,7 @@ static void plan_totals(const tl_llama *m, tl_weight_plan *p) {
         if (!n) continue;
         uint64_t b = part_cost(ws, n) - ALIGN;
         streamed += b;
-        if (b > slot) slot = b;
+        if (b > slot && !(m->flash && u < m->hp.n_layer)) slot = b;
     }
     p->slot_bytes = slot;
     p->n_slots = slot ? (p->overlap ? p->prefetch + 1 : 1) : 0;

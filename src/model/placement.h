@@ -38,6 +38,12 @@ void tl_weight_plan_free(tl_weight_plan *plan);
 uint64_t tl_weight_plan_minimum(const tl_llama *m, int prefetch, int overlap);
 /* Bytes read from the model file for unit u in each pass (0 when it is resident). */
 uint64_t tl_weight_plan_unit_bytes(const tl_llama *m, const tl_weight_plan *p, int unit);
+/* Flash layout (model/flash_layout.h): a layer's streamed site tensors are not read
+ * through the ring but at their use, only the runs the step's inputs need, into one
+ * buffer of this many bytes (the largest streamed site tensor, aligned); 0: none. */
+uint64_t tl_weight_plan_site_buf_bytes(const tl_llama *m, const tl_weight_plan *p);
+/* Budget bytes of the read tags beside that buffer (one per run of the widest site). */
+uint64_t tl_weight_site_tags_bytes(const tl_llama *m);
 /* Bytes the plan needs from the budget (resident buffers, slots, row buffer). */
 uint64_t tl_weight_plan_bytes(const tl_llama *m, const tl_weight_plan *plan);
 

@@ -115,6 +115,13 @@ static double layer_matmul_s(const tl_model *m, const tl_hw_profile *prof, int32
     double mm = 0;
     for (int i = 0; i < 7; i++) /* a ReLU FFN has no gate */
         if (layer_weight(m, l, i)->name) mm += tl_cost_matmul(prof, layer_weight(m, l, i), rows);
+    /* flash layout: the site tensors' products read the runs of the channels in use, a
+     * share 1 - level of them (the products are priced at the row kernels' rate) */
+    for (int s = 0; s < TL_SITE_COUNT; s++) {
+        const tl_weight *w = &m->lm.layers[l].site[s];
+        if (w->name)
+            mm += tl_cost_matmul(prof, w, rows) * (1.0 - (double)m->lm.sparse.site_level[s]);
+    }
     if (mo) {
         mo->layer[mo->next] = l, mo->rows[mo->next] = rows, mo->s[mo->next] = mm;
         mo->next = (mo->next + 1) % MM_MEMO;

@@ -70,6 +70,9 @@ tl_status tl_plan_evaluate(const tl_model *m, const tl_hw_profile *prof, const t
     tl_status cst = tl_llama_check_context(&m->lm, pol.n_ctx);
     if (cst) return cst;
     const tl_llama_hparams *hp = &m->lm.hp;
+    if ((pol.kv_recompute > 0 || pol.kv_inputs) && m->lm.flash)
+        return tl_error_set(TL_ERR_UNSUPPORTED, "policy: recomputing K and V needs row-major "
+                            "matrices; this file is in the flash layout");
     if ((pol.kv_recompute > 0 || pol.kv_inputs) &&
         !tl_kv_recompute_fits(pol.kv_bits, hp->n_embd, hp->n_head_kv * hp->head_dim))
         return tl_error_set(TL_ERR_INVALID, "policy: recomputing K and V needs 32-bit KV and "
@@ -369,7 +372,8 @@ static void try_tiers(const tl_model *m, const tl_hw_profile *prof, const tl_wor
                  * recomputing page reads its input rows and costs two products */
                 const int32_t L = m->lm.hp.n_layer;
                 const int32_t rc[6] = {0, 1, L / 4, L / 2, 3 * L / 4, L};
-                for (int r = 0; r < (pol.kv_bits == 32 ? 6 : 1); r++) {
+                const int n_rc = pol.kv_bits == 32 && !m->lm.flash ? 6 : 1;
+                for (int r = 0; r < n_rc; r++) {
                     if (r > 0 && rc[r] <= rc[r - 1]) continue;
                     pol.kv_recompute = rc[r];
                     pol.kv_inputs = rc[r] > 0;

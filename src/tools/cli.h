@@ -44,7 +44,9 @@ int cli_sparsity(const char *flag, const char *s, float *out);
 #define CLI_SPARSITY_HELP \
     "  --sparsity S            activation sparsity of a file made by `tierllm convert`:\n" \
     "                          the share of each matrix's smallest inputs set to zero\n" \
-    "                          (default: the file's; 0 = dense)\n"
+    "                          (default: the file's; 0 = dense)\n" \
+    "  --flash-gap SIZE        flash-layout files: needed runs this close are read as\n" \
+    "                          one request, the gap with them (default 16K)\n"
 /* Returns argv[*i + 1] and advances, or prints "flag needs a value" and returns NULL. */
 const char *cli_value(int argc, char **argv, int *i);
 /* Prints "error: <message>" for a failed status and returns 1. */

@@ -470,6 +470,9 @@ int tl_cmd_batch(int argc, char **argv) {
         else if (!strcmp(a, "--sparsity")) {
             VAL(); if (!cli_sparsity(a, v, &mp.sparsity)) return 2;
         }
+        else if (!strcmp(a, "--flash-gap")) {
+            VAL(); if (!cli_size(a, v, &mp.flash_gap_bytes)) return 2;
+        }
         else if (!strcmp(a, "--kv-select")) {
             VAL(); if (!cli_share(a, v, &bp.kv_select)) return 2;
             knobs++, placement++;

@@ -1,5 +1,6 @@
 /* cmd_convert.c - `tierllm convert`: a copy of a GGUF with activation-sparsity thresholds
- * calibrated on sample text (exec/convert.h). The input is only read. */
+ * calibrated on sample text, optionally in the flash layout (exec/convert.h). The input is
+ * only read. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,10 @@ static int usage(FILE *f) {
             "  --alloc-tokens N      calibration tokens each step of the search for each\n"
             "                        input's share of S evaluates (default 256)\n"
             "  --uniform             no search: every matrix input at S\n"
+            "  --layout flash|rows   flash: each layer's matrices stored by input channel,\n"
+            "                        bundled by shared input, so a sparse input reads only\n"
+            "                        its channels' runs (quantized types re-quantize along\n"
+            "                        the run); rows (default): the input's layout\n"
             "  -c N                  calibration windows in tokens (default: the model's\n"
             "                        context, at most 512)\n"
             "  -t N, --mem-budget SIZE  threads and memory for the calibration runs\n",
@@ -49,6 +54,15 @@ int tl_cmd_convert(int argc, char **argv) {
             }
         } else if (!strcmp(a, "--uniform")) {
             p.uniform = 1;
+        } else if (!strcmp(a, "--layout")) {
+            if (i + 1 >= argc) return usage(stderr);
+            v = argv[++i];
+            if (!strcmp(v, "flash")) p.flash_layout = 1;
+            else if (!strcmp(v, "rows")) p.flash_layout = 0;
+            else {
+                fprintf(stderr, "error: --layout expects flash or rows, not '%s'\n", v);
+                return 2;
+            }
         } else if (!strcmp(a, "--alloc-tokens")) {
             if (!(v = cli_value(argc, argv, &i)) || !cli_int(a, v, 2, 1 << 20, &p.alloc_tokens))
                 return 2;
@@ -90,8 +104,12 @@ int tl_cmd_convert(int argc, char **argv) {
         fprintf(stderr, "  sparsity %.2f: held-out perplexity %.4f (%+.2f%%), weights skipped "
                 "%.1f%%\n", (double)r.curve_sparsity[i], r.curve_ppl[i],
                 100.0 * (r.curve_ppl[i] / r.curve_ppl[0] - 1.0), 100.0 * r.curve_reached[i]);
-    fprintf(stderr, "default sparsity %.2f%s; wrote %s (%.1f MiB of tensors copied)\n",
-            (double)r.chosen, r.n_curve ? " (from the curve)" : " (given)", p.out_path,
-            (double)r.tensor_bytes / (1 << 20));
+    if (p.flash_layout)
+        fprintf(stderr, "default sparsity %.2f%s; wrote %s (flash layout)\n", (double)r.chosen,
+                r.n_curve ? " (from the curve)" : " (given)", p.out_path);
+    else
+        fprintf(stderr, "default sparsity %.2f%s; wrote %s (%.1f MiB of tensors copied)\n",
+                (double)r.chosen, r.n_curve ? " (from the curve)" : " (given)", p.out_path,
+                (double)r.tensor_bytes / (1 << 20));
     return 0;
 }

@@ -8,6 +8,7 @@
 #include "format/gguf.h"
 #include "format/hf_folder.h"
 #include "model/llama.h"
+#include "model/flash_layout.h"
 #include "model/sparsity.h"
 #include "text/pretokenize.h"
 
@@ -56,6 +57,38 @@ static void print_sparsity(const tl_gguf *g, int32_t n_layer) {
                "calibrated on %u tokens; default %.2f\n", (int)n_layer, TL_SITE_COUNT,
                TL_SPARSITY_LEVELS, sp.calib_tokens, (double)sp.file_default);
     tl_sparsity_free(&sp);
+}
+
+/* The matrices' layout: rows (the GGUF default) or the flash layout's site tensors. */
+static void print_layout(const tl_gguf *g, const tl_llama_hparams *hp) {
+    int flash;
+    if (tl_flash_layout_detect(g, &flash, "this file")) {
+        printf("layout:        unusable: %s\n", tl_last_error());
+        return;
+    }
+    if (!flash) {
+        printf("layout:        rows (each matrix row-major, as GGUF stores it)\n");
+        return;
+    }
+    printf("layout:        flash v%d: each layer's matrices by input channel, one run per "
+           "channel, bundled by shared input\n", TL_FLASH_LAYOUT_VERSION);
+    for (int s = 0; s < TL_SITE_COUNT && hp->n_layer > 0; s++) {
+        char name[96];
+        snprintf(name, sizeof name, "blk.0.%s", tl_flash_site_tensor(s));
+        const tl_gguf_tensor *t = tl_gguf_find_tensor(g, name);
+        if (!t) {
+            printf("  %-18s missing\n", name + 6);
+            continue;
+        }
+        tl_flash_part parts[TL_FLASH_MAX_PARTS];
+        const int np = tl_flash_site_parts(hp, s, parts);
+        printf("  %-18s %s, %llu runs of %llu (", name + 6, tl_type_name(t->type),
+               (unsigned long long)t->ne[1], (unsigned long long)t->ne[0]);
+        for (int p = 0; p < np; p++)
+            printf("%s%.*s", p ? " + " : "", (int)(strlen(parts[p].src) - 7), parts[p].src);
+        printf("), %.1f KiB per run\n",
+               tl_type_row_bytes(t->type, (size_t)t->ne[0]) / 1024.0);
+    }
 }
 
 int tl_cmd_info(int argc, char **argv) {
@@ -131,6 +164,7 @@ int tl_cmd_info(int argc, char **argv) {
     printf("\n");
     print_tokenizer(g);
     print_sparsity(g, hp.n_layer);
+    print_layout(g, &hp);
     if (tensors)
         for (uint64_t i = 0; i < g->n_tensors; i++) {
             const tl_gguf_tensor *t = &g->tensors[i];

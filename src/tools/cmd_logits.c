@@ -54,9 +54,15 @@ int tl_cmd_logits(int argc, char **argv) {
             mp.reference_kernels = 1;
         } else if (!strcmp(a, "--sparsity")) {
             if (!(v = cli_value(argc, argv, &i)) || !cli_sparsity(a, v, &mp.sparsity)) return 2;
+        } else if (!strcmp(a, "--mem-budget")) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_size(a, v, &mp.mem_budget)) return 2;
+        } else if (!strcmp(a, "--flash-gap")) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_size(a, v, &mp.flash_gap_bytes))
+                return 2;
         } else {
             fprintf(stderr, "usage: tierllm logits -m MODEL --tokens 1,2,3 -o OUT.f32 "
-                    "[-t N] [-b N] [--reference] [--sparsity S]\n");
+                    "[-t N] [-b N] [--reference] [--sparsity S] [--mem-budget SIZE] "
+                    "[--flash-gap SIZE]\n");
             return 2;
         }
     }

@@ -372,6 +372,9 @@ int tl_cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--sparsity")) {
             VAL(); if (!cli_sparsity(a, v, &mp.sparsity)) return 2;
         }
+        else if (!strcmp(a, "--flash-gap")) {
+            VAL(); if (!cli_size(a, v, &mp.flash_gap_bytes)) return 2;
+        }
         else if (!strcmp(a, "--kv-select")) {
             VAL(); if (!cli_share(a, v, &cp.kv_select)) return 2;
             kv_knobs++;
@@ -515,6 +518,20 @@ int tl_cmd_run(int argc, char **argv) {
                     t.slots, t.io_uring ? "io_uring" : "pread pool",
                     t.bytes_read_disk / 1048576.0, t.io_busy_s, t.compute_s, t.stall_s,
                     t.wall_s > 0 ? 1.0 - t.stall_s / t.wall_s : 1.0);
+            if (t.flash_bytes_dense) {
+                double zeroed = 0, seen = 0;
+                tl_model_sparsity_stats(m, 0, &zeroed, &seen);
+                const double passes = t.forward_passes ? (double)t.forward_passes : 1.0;
+                fprintf(stderr, "[stats] flash layout, per forward pass: runs needed %.1f MiB, "
+                        "read %.1f MiB (%.0f%% of dense %.1f MiB) in %.0f reads, %.2f GB/s while "
+                        "waited for | sparsity reached %.1f%%\n",
+                        t.flash_bytes_needed / passes / 1048576.0,
+                        t.flash_bytes_read / passes / 1048576.0,
+                        100.0 * (double)t.flash_bytes_read / (double)t.flash_bytes_dense,
+                        t.flash_bytes_dense / passes / 1048576.0, t.flash_reads / passes,
+                        t.flash_fetch_s > 0 ? t.flash_bytes_read / t.flash_fetch_s / 1e9 : 0.0,
+                        seen > 0 ? 100.0 * zeroed / seen : 0.0);
+            }
             if (t.weights_panel_bytes || t.weights_repacked_bytes)
                 fprintf(stderr, "[stats] weights in int8 panels: %.1f MiB resident (repacked "
                         "once at placement or from the converted copy), %.1f MiB streamed and "

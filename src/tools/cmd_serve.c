@@ -177,6 +177,8 @@ int tl_cmd_serve(int argc, char **argv) {
             VAL(); if (!cli_size(a, v, &mp.mem_budget)) return 2;
         } else if (!strcmp(a, "--sparsity")) {
             VAL(); if (!cli_sparsity(a, v, &mp.sparsity)) return 2;
+        } else if (!strcmp(a, "--flash-gap")) {
+            VAL(); if (!cli_size(a, v, &mp.flash_gap_bytes)) return 2;
         } else if (!strcmp(a, "--prefetch")) {
             VAL(); if (!cli_int(a, v, 0, 64, &mp.prefetch)) return 2;
         } else if (!strcmp(a, "--io")) {

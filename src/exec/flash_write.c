@@ -1,0 +1,242 @@
+/* flash_write.c - site tensors of the flash layout from a row-major GGUF (flash_write.h). */
+#include "exec/flash_write.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "base/budget.h"
+#include "base/status.h"
+#include "kernels/kernels.h"
+#include "model/flash_layout.h"
+#include "model/llama.h"
+
+#define GATHER 16 /* runs gathered at once */
+
+/* One output tensor: a copy of input tensor `src`, or site `site` of layer `layer`. */
+typedef struct out_tensor {
+    int64_t src;                  /* input index, or -1 for a site */
+    int32_t layer;
+    int site;
+    tl_type type;                 /* a site's type */
+    int n_parts;
+    int64_t part_src[TL_FLASH_MAX_PARTS];
+    uint64_t part_len[TL_FLASH_MAX_PARTS];
+    uint64_t channels, run, nbytes;
+} out_tensor;
+
+struct tl_flash_writer {
+    const tl_gguf *in;
+    const char *in_path;
+    int fd;
+    struct tl_budget *budget;
+    out_tensor *t;
+    size_t n_t;
+    int64_t built;                /* the output index whose bytes are in `site` (-1: none) */
+    uint8_t *site;
+    uint64_t peak;
+};
+
+static int64_t find_tensor(const tl_gguf *g, const char *name) {
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        if (!strcmp(g->tensors[i].name, name)) return (int64_t)i;
+    return -1;
+}
+
+static double bits_per_weight(tl_type t) {
+    return 8.0 * (double)tl_type_row_bytes(t, tl_type_block_elems(t)) /
+           (double)tl_type_block_elems(t);
+}
+
+/* Is input tensor i one of a layer's seven matrices (which the sites replace)? */
+static int is_layer_matrix(const tl_gguf *g, uint64_t i, const tl_llama_hparams *hp) {
+    int layer, len = 0;
+    char rest[64];
+    if (sscanf(g->tensors[i].name, "blk.%d.%63s%n", &layer, rest, &len) != 2) return 0;
+    if (layer < 0 || layer >= hp->n_layer) return 0;
+    for (int s = 0; s < TL_SITE_COUNT; s++) {
+        tl_flash_part parts[TL_FLASH_MAX_PARTS];
+        const int np = tl_flash_site_parts(hp, s, parts);
+        for (int p = 0; p < np; p++)
+            if (!strcmp(rest, parts[p].src)) return 1;
+    }
+    return 0;
+}
+
+static tl_status plan_site(tl_flash_writer *fw, const tl_llama_hparams *hp, int32_t l, int s,
+                           out_tensor *o) {
+    tl_flash_part parts[TL_FLASH_MAX_PARTS];
+    memset(o, 0, sizeof *o);
+    o->src = -1;
+    o->layer = l;
+    o->site = s;
+    o->n_parts = tl_flash_site_parts(hp, s, parts);
+    o->channels = tl_flash_site_channels(hp, s);
+    double best_bits = 0;
+    for (int p = 0; p < o->n_parts; p++) {
+        char name[96];
+        snprintf(name, sizeof name, "blk.%d.%s", (int)l, parts[p].src);
+        const int64_t i = find_tensor(fw->in, name);
+        if (i < 0)
+            return tl_error_set(TL_ERR_FORMAT, "%s: missing tensor '%s'", fw->in_path, name);
+        const tl_gguf_tensor *t = &fw->in->tensors[i];
+        if (t->ne[0] != o->channels || t->ne[1] != parts[p].len || t->ne[2] != 1 || t->ne[3] != 1)
+            return tl_error_set(TL_ERR_FORMAT, "%s: tensor '%s' is not [%llu, %llu]",
+                                fw->in_path, name, (unsigned long long)o->channels,
+                                (unsigned long long)parts[p].len);
+        o->part_src[p] = i;
+        o->part_len[p] = parts[p].len;
+        o->run += parts[p].len;
+        if (p == 0 || bits_per_weight(t->type) > best_bits) {
+            best_bits = bits_per_weight(t->type);
+            o->type = t->type;
+        }
+    }
+    for (int p = 0; p < o->n_parts; p++)
+        if (o->part_len[p] % tl_type_block_elems(o->type)) o->type = TL_TYPE_F32;
+    o->nbytes = o->channels * tl_type_row_bytes(o->type, o->run);
+    /* the parts in f32, the largest part's raw bytes, the site */
+    uint64_t raw = 0, f32 = 0;
+    for (int p = 0; p < o->n_parts; p++) {
+        const uint64_t b = fw->in->tensors[o->part_src[p]].nbytes;
+        if (b > raw) raw = b;
+        f32 += o->part_len[p] * o->channels * sizeof(float);
+    }
+    const uint64_t need = f32 + raw + o->nbytes + 4 * 64 + GATHER * o->run * sizeof(float);
+    if (need > fw->peak) fw->peak = need;
+    return TL_OK;
+}
+
+tl_status tl_flash_writer_open(const tl_gguf *in, const char *in_path,
+                               const tl_llama_hparams *hp, struct tl_budget *budget,
+                               tl_flash_writer **out) {
+    *out = NULL;
+    tl_flash_writer *fw = calloc(1, sizeof *fw);
+    if (!fw) return tl_error_set(TL_ERR_NOMEM, "out of memory");
+    fw->in = in;
+    fw->in_path = in_path;
+    fw->budget = budget;
+    fw->built = -1;
+    fw->fd = -1;
+    fw->t = calloc((size_t)in->n_tensors + 4 * (size_t)hp->n_layer, sizeof *fw->t);
+    tl_status st = fw->t ? TL_OK : tl_error_set(TL_ERR_NOMEM, "out of memory");
+    for (uint64_t i = 0; !st && i < in->n_tensors; i++)
+        if (!is_layer_matrix(in, i, hp)) fw->t[fw->n_t++] = (out_tensor){.src = (int64_t)i};
+    for (int32_t l = 0; !st && l < hp->n_layer; l++)
+        for (int s = 0; !st && s < TL_SITE_COUNT; s++) st = plan_site(fw, hp, l, s, &fw->t[fw->n_t++]);
+    if (!st && (fw->fd = open(in_path, O_RDONLY | O_CLOEXEC)) < 0)
+        st = tl_error_set(TL_ERR_IO, "%s: %s", in_path, strerror(errno));
+    if (st) {
+        tl_flash_writer_close(fw);
+        return st;
+    }
+    *out = fw;
+    return TL_OK;
+}
+
+void tl_flash_writer_close(tl_flash_writer *fw) {
+    if (!fw) return;
+    if (fw->fd >= 0) close(fw->fd);
+    tl_budget_free(fw->budget, fw->site);
+    free(fw->t);
+    free(fw);
+}
+
+uint64_t tl_flash_writer_peak_bytes(const tl_flash_writer *fw) { return fw->peak; }
+
+tl_status tl_flash_writer_declare(tl_flash_writer *fw, tl_gguf_writer *w) {
+    tl_status st = tl_gguf_writer_set_str(w, "tierllm.layout", "flash");
+    if (!st) st = tl_gguf_writer_set_u32(w, "tierllm.layout.version", TL_FLASH_LAYOUT_VERSION);
+    for (size_t i = 0; !st && i < fw->n_t; i++) {
+        const out_tensor *o = &fw->t[i];
+        if (o->src >= 0) {
+            const tl_gguf_tensor *t = &fw->in->tensors[o->src];
+            st = tl_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne);
+        } else {
+            char name[96];
+            snprintf(name, sizeof name, "blk.%d.%s", (int)o->layer, tl_flash_site_tensor(o->site));
+            const uint64_t ne[2] = {o->run, o->channels};
+            st = tl_gguf_writer_add_tensor(w, name, o->type, 2, ne);
+        }
+    }
+    return st;
+}
+
+static tl_status read_at(const tl_flash_writer *fw, uint64_t at, void *dst, size_t len,
+                         const char *name) {
+    for (size_t done = 0; done < len;) {
+        const ssize_t got = pread(fw->fd, (char *)dst + done, len - done, (off_t)(at + done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0)
+            return tl_error_set(TL_ERR_IO, "%s: reading tensor '%s': %s", fw->in_path, name,
+                                strerror(errno));
+        if (got == 0)
+            return tl_error_set(TL_ERR_FORMAT, "%s: tensor '%s' ends past the end of the file",
+                                fw->in_path, name);
+        done += (size_t)got;
+    }
+    return TL_OK;
+}
+
+/* Builds output tensor `index` (a site) into fw->site. */
+static tl_status build_site(tl_flash_writer *fw, size_t index) {
+    const out_tensor *o = &fw->t[index];
+    tl_budget_free(fw->budget, fw->site);
+    fw->site = NULL;
+    fw->built = -1;
+    float *parts[TL_FLASH_MAX_PARTS] = {0};
+    void *raw = NULL;
+    float *run = NULL;
+    tl_status st = tl_budget_alloc(fw->budget, (size_t)o->nbytes, 64, "flash site tensor",
+                                   (void **)&fw->site);
+    if (!st) st = tl_budget_alloc(fw->budget, GATHER * (size_t)o->run * sizeof(float), 64,
+                                  "flash runs", (void **)&run);
+    for (int p = 0; p < o->n_parts && !st; p++) {
+        const tl_gguf_tensor *t = &fw->in->tensors[o->part_src[p]];
+        const size_t elems = (size_t)(o->part_len[p] * o->channels);
+        st = tl_budget_alloc(fw->budget, elems * sizeof(float), 64, "flash part",
+                             (void **)&parts[p]);
+        if (!st) st = tl_budget_alloc(fw->budget, (size_t)t->nbytes, 64, "flash part bytes", &raw);
+        if (!st) st = read_at(fw, t->offset, raw, (size_t)t->nbytes, t->name);
+        if (!st) tl_dequant_row(t->type, raw, parts[p], elems); /* one stream of blocks */
+        tl_budget_free(fw->budget, raw);
+        raw = NULL;
+    }
+    const size_t run_bytes = tl_type_row_bytes(o->type, (size_t)o->run);
+    /* GATHER runs at a time: each row of a part gives them a cache line's worth */
+    for (uint64_t c0 = 0; c0 < o->channels && !st; c0 += GATHER) {
+        const uint64_t g = o->channels - c0 < GATHER ? o->channels - c0 : GATHER;
+        size_t at = 0;
+        for (int p = 0; p < o->n_parts; p++) /* columns c0.. of part p: every output row */
+            for (uint64_t r = 0; r < o->part_len[p]; r++, at++) {
+                const float *src = parts[p] + r * o->channels + c0;
+                for (uint64_t k = 0; k < g; k++) run[k * o->run + at] = src[k];
+            }
+        for (uint64_t k = 0; k < g; k++)
+            tl_quant_row(o->type, run + k * o->run, fw->site + (c0 + k) * run_bytes,
+                         (size_t)o->run);
+    }
+    for (int p = 0; p < o->n_parts; p++) tl_budget_free(fw->budget, parts[p]);
+    tl_budget_free(fw->budget, run);
+    if (st) return st;
+    fw->built = (int64_t)index;
+    return TL_OK;
+}
+
+tl_status tl_flash_writer_fill(void *user, size_t index, uint64_t offset, void *dst, size_t len) {
+    tl_flash_writer *fw = user;
+    if (index >= fw->n_t) return tl_error_set(TL_ERR_INVALID, "flash writer: tensor %zu", index);
+    const out_tensor *o = &fw->t[index];
+    if (o->src >= 0) {
+        const tl_gguf_tensor *t = &fw->in->tensors[o->src];
+        return read_at(fw, t->offset + offset, dst, len, t->name);
+    }
+    if (fw->built != (int64_t)index) {
+        tl_status st = build_site(fw, index);
+        if (st) return st;
+    }
+    memcpy(dst, fw->site + offset, len);
+    return TL_OK;
+}

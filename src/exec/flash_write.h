@@ -1,0 +1,36 @@
+/* flash_write.h - writing a model's matrices in the flash layout (model/flash_layout.h),
+ * for `tierllm convert --layout flash`.
+ *
+ * The output's tensors are the input's, in its order, less each layer's seven matrices,
+ * then each layer's four site tensors. A site tensor is built whole in memory when the
+ * GGUF writer first asks for its bytes: each part's matrix is read from the input and
+ * dequantized (as one stream of blocks, so rows that split blocks are fine), and every
+ * run gathered and quantized along its length. The site's type is its parts' type (the
+ * one of most bits per weight when they differ); where a part's length is not a whole
+ * number of that type's blocks, F32. Re-quantizing along the new axis is exact for
+ * F32/F16/BF16 and lossy for the quantized types. Its memory (the parts in f32, their
+ * raw bytes, the site's bytes) comes from the budget given.
+ */
+#ifndef TL_EXEC_FLASH_WRITE_H
+#define TL_EXEC_FLASH_WRITE_H
+
+#include "tierllm.h"
+#include "format/gguf.h"
+
+struct tl_budget;
+struct tl_llama_hparams;
+typedef struct tl_flash_writer tl_flash_writer;
+
+/* in: the input GGUF, parsed, and its path (read with pread, never written). */
+tl_status tl_flash_writer_open(const tl_gguf *in, const char *in_path,
+                               const struct tl_llama_hparams *hp, struct tl_budget *budget,
+                               tl_flash_writer **out);
+void tl_flash_writer_close(tl_flash_writer *fw);
+/* Declares the output's tensors to w (after its keys) and sets the layout keys. */
+tl_status tl_flash_writer_declare(tl_flash_writer *fw, tl_gguf_writer *w);
+/* The GGUF writer's fill function (user = the tl_flash_writer). */
+tl_status tl_flash_writer_fill(void *user, size_t index, uint64_t offset, void *dst, size_t len);
+/* Bytes of the budget the largest site needs while it is built. */
+uint64_t tl_flash_writer_peak_bytes(const tl_flash_writer *fw);
+
+#endif

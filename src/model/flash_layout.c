@@ -1,0 +1,72 @@
+/* flash_layout.c - the flash layout's tensors and parts (flash_layout.h). */
+#include "model/flash_layout.h"
+
+#include <string.h>
+#include "base/status.h"
+#include "model/llama.h"
+
+static const char *const site_tensors[TL_SITE_COUNT] = {"attn_qkv.cols", "attn_output.cols",
+                                                         "ffn_gate_up.cols", "ffn_down.cols"};
+
+const char *tl_flash_site_tensor(int site) {
+    return site >= 0 && site < TL_SITE_COUNT ? site_tensors[site] : "?";
+}
+
+int tl_flash_site_parts(const tl_llama_hparams *hp, int site,
+                        tl_flash_part parts[TL_FLASH_MAX_PARTS]) {
+    const uint64_t d = (uint64_t)hp->n_embd, f = (uint64_t)hp->n_ff;
+    const uint64_t qd = (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
+    const uint64_t kvd = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
+    int n = 0;
+    switch (site) {
+    case TL_SITE_ATTN_IN:
+        parts[n++] = (tl_flash_part){"attn_q.weight", qd};
+        parts[n++] = (tl_flash_part){"attn_k.weight", kvd};
+        parts[n++] = (tl_flash_part){"attn_v.weight", kvd};
+        break;
+    case TL_SITE_ATTN_OUT: parts[n++] = (tl_flash_part){"attn_output.weight", d}; break;
+    case TL_SITE_FFN_IN:
+        if (!hp->ffn_relu) parts[n++] = (tl_flash_part){"ffn_gate.weight", f};
+        parts[n++] = (tl_flash_part){"ffn_up.weight", f};
+        break;
+    case TL_SITE_FFN_MID: parts[n++] = (tl_flash_part){"ffn_down.weight", d}; break;
+    default: break;
+    }
+    return n;
+}
+
+uint64_t tl_flash_site_channels(const tl_llama_hparams *hp, int site) {
+    switch (site) {
+    case TL_SITE_ATTN_IN: case TL_SITE_FFN_IN: return (uint64_t)hp->n_embd;
+    case TL_SITE_ATTN_OUT: return (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
+    case TL_SITE_FFN_MID: return (uint64_t)hp->n_ff;
+    default: return 0;
+    }
+}
+
+uint64_t tl_flash_site_run(const tl_llama_hparams *hp, int site) {
+    tl_flash_part parts[TL_FLASH_MAX_PARTS];
+    const int n = tl_flash_site_parts(hp, site, parts);
+    uint64_t run = 0;
+    for (int i = 0; i < n; i++) run += parts[i].len;
+    return run;
+}
+
+tl_status tl_flash_layout_detect(const tl_gguf *g, int *is_flash, const char *what) {
+    *is_flash = 0;
+    const tl_gguf_kv *kv = tl_gguf_find(g, "tierllm.layout");
+    if (!kv) return TL_OK;
+    if (kv->type != TL_GGUF_STRING || kv->v.str.len != 5 || memcmp(kv->v.str.s, "flash", 5))
+        return tl_error_set(TL_ERR_FORMAT, "%s: tierllm.layout is not \"flash\", the one "
+                            "layout this engine reads besides the row-major default", what);
+    const tl_gguf_kv *ver = tl_gguf_find(g, "tierllm.layout.version");
+    if (!ver || ver->type != TL_GGUF_UINT32)
+        return tl_error_set(TL_ERR_FORMAT, "%s: tierllm.layout.version is missing or not a "
+                            "uint32", what);
+    if (ver->v.u != TL_FLASH_LAYOUT_VERSION)
+        return tl_error_set(TL_ERR_UNSUPPORTED, "%s: flash layout version %llu; this engine "
+                            "reads version %d", what, (unsigned long long)ver->v.u,
+                            TL_FLASH_LAYOUT_VERSION);
+    *is_flash = 1;
+    return TL_OK;
+}

@@ -1,0 +1,52 @@
+/* flash_layout.h - the flash layout (LLM in a Flash): each layer's matrices stored by
+ * input channel, so a token whose matrix inputs are sparse (model/sparsity.h) reads only
+ * the bytes of its non-zero channels.
+ *
+ * A row-major GGUF matrix W [out][in] keeps one input channel's weights `in` elements
+ * apart; here channel c's weights for every output are one contiguous *run*, and the
+ * matrices that share an input (a sparsity site) are bundled, so one read per channel
+ * brings all of them. Per layer, four tensors replace the seven matrices:
+ *   site      tensor (blk.N.)     GGUF ne = [run, channels]   run c
+ *   ATTN_IN   attn_qkv.cols       [qd + 2 kvd, n_embd]        wq[:, c], wk[:, c], wv[:, c]
+ *   ATTN_OUT  attn_output.cols    [n_embd, qd]                wo[:, c]
+ *   FFN_IN    ffn_gate_up.cols    [2 f, n_embd]               w_gate[:, c], w_up[:, c]
+ *                                 ([f, n_embd] for a ReLU FFN: w_up[:, c])
+ *   FFN_MID   ffn_down.cols       [n_embd, f]                 w_down[:, c]
+ * (qd = n_head * head_dim, kvd = n_head_kv * head_dim, f = n_ff). A run is quantized
+ * along its length in the tensor's own type, so each part of a run must be a whole number
+ * of that type's blocks. Everything else (embedding, norms, biases, output) is as in a
+ * row-major file. The file says so with tierllm.layout = "flash" and
+ * tierllm.layout.version; an engine that does not know the version refuses the file.
+ */
+#ifndef TL_MODEL_FLASH_LAYOUT_H
+#define TL_MODEL_FLASH_LAYOUT_H
+
+#include <stdint.h>
+#include "tierllm.h"
+#include "format/gguf.h"
+#include "model/sparsity.h"
+
+#define TL_FLASH_LAYOUT_VERSION 1
+#define TL_FLASH_MAX_PARTS 3
+
+struct tl_llama_hparams;
+
+/* The site's tensor name after "blk.N." */
+const char *tl_flash_site_tensor(int site);
+
+/* One matrix bundled into a site's runs: its row-major tensor name after "blk.N." and its
+ * output rows (the part's length in each run). */
+typedef struct tl_flash_part { const char *src; uint64_t len; } tl_flash_part;
+/* The parts of `site`'s runs, in run order; returns their count. */
+int tl_flash_site_parts(const struct tl_llama_hparams *hp, int site,
+                        tl_flash_part parts[TL_FLASH_MAX_PARTS]);
+/* Channels (runs) of a site: the width of its input. */
+uint64_t tl_flash_site_channels(const struct tl_llama_hparams *hp, int site);
+/* Elements per run: the sum of its parts' lengths. */
+uint64_t tl_flash_site_run(const struct tl_llama_hparams *hp, int site);
+
+/* *is_flash = 1 when g is in the flash layout (of this engine's version; another version,
+ * or a layout key of the wrong type or value, is an error naming `what`). */
+tl_status tl_flash_layout_detect(const tl_gguf *g, int *is_flash, const char *what);
+
+#endif
