@@ -39,6 +39,12 @@ rounded (a classifier tied to it rounds by the embedding's type). F32/F16/BF16
 weights are not rounded. --exact-activations turns all rounding off (the plain
 float64 forward pass).
 
+Flash layout (tierllm.layout = "flash", tierllm.layout.version = 1; see FLASH_SITES and
+flash_matrices()): each layer's seven matrices are rebuilt from its four site tensors
+(runs by input channel) and never round their input, whatever their type: the engine's
+column products use activations as given. The other tensors (token_embd, output, norms,
+biases) are read and rounded as in a row-major file. Any other layout is refused.
+
 Usage:
     /usr/bin/python3 tests/ref/llama_ref.py MODEL.gguf --tokens 1,403,407 --out logits.f32
         writes float32 little-endian [n_tokens, n_vocab], raw (no header)
@@ -286,6 +292,66 @@ class LlamaConfig:
 # Optional attention biases: blk.N.<name>.bias, added right after the matrix product.
 BIASES = ("attn_q", "attn_k", "attn_v", "attn_output")
 
+# The flash layout (tierllm's src/model/flash_layout.h, written from its definition): per
+# layer, four "site" tensors replace the seven row-major matrices. A site tensor has GGUF
+# ne = [run, channels], i.e. it reads as an ordinary [channels][run] array whose row c (a
+# "run", quantized along its length in the tensor's type) holds every output's weight for
+# input channel c of the matrices that share that input, one after another:
+#   blk.N.attn_qkv.cols     run c = wq[:, c], wk[:, c], wv[:, c]
+#   blk.N.attn_output.cols  run c = wo[:, c]
+#   blk.N.ffn_gate_up.cols  run c = w_gate[:, c], w_up[:, c]   (ReLU FFN, no gate: w_up[:, c])
+#   blk.N.ffn_down.cols     run c = w_down[:, c]
+# The engine's products with these ("column products", kernels.h) use the activations as
+# given: a matrix from a site tensor never rounds its input, whatever the type.
+FLASH_LAYOUT_VERSION = 1
+FLASH_SITES = (("attn_qkv.cols", ("attn_q", "attn_k", "attn_v")),
+               ("attn_output.cols", ("attn_output",)),
+               ("ffn_gate_up.cols", ("ffn_gate", "ffn_up")),
+               ("ffn_down.cols", ("ffn_down",)))
+
+
+def is_flash_layout(metadata):
+    """True for a file in the flash layout (tierllm.layout = "flash", tierllm.layout.version
+    = 1), False for a row-major one (no tierllm.layout key); any other layout or version is
+    a ValueError, as the engine refuses it."""
+    layout = metadata.get("tierllm.layout")
+    if layout is None:
+        return False
+    if layout != "flash":
+        raise ValueError("tierllm.layout %r: the reference reads only \"flash\" (or no key: "
+                         "row-major)" % (layout,))
+    version = metadata.get("tierllm.layout.version")
+    if version != FLASH_LAYOUT_VERSION or isinstance(version, (bool, float)):
+        raise ValueError("flash layout version %r: the reference reads version %d"
+                         % (version, FLASH_LAYOUT_VERSION))
+    return True
+
+
+def flash_matrices(cfg, site_tensor):
+    """One layer's row-major matrices {name: [out][in] float32 array} rebuilt from its flash
+    site tensors. site_tensor(name) returns the dequantized site tensor `name` ("attn_qkv.cols",
+    ...) as [channels][run]. Each part of a run is one matrix's column, so the matrix is the
+    transpose of its slice of the runs: wq = S[:, 0:qd].T, wk = S[:, qd:qd+kvd].T, ..."""
+    qd, kvd = cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim
+    out_len = {"attn_q": qd, "attn_k": kvd, "attn_v": kvd, "attn_output": cfg.n_embd,
+               "ffn_gate": cfg.n_ff, "ffn_up": cfg.n_ff, "ffn_down": cfg.n_embd}
+    in_len = {"attn_qkv.cols": cfg.n_embd, "attn_output.cols": qd,
+              "ffn_gate_up.cols": cfg.n_embd, "ffn_down.cols": cfg.n_ff}
+    mats = {}
+    for site, parts in FLASH_SITES:
+        if cfg.layer_norm:                                   # OPT's ReLU FFN has no gate
+            parts = tuple(p for p in parts if p != "ffn_gate")
+        S = site_tensor(site)
+        want = (in_len[site], sum(out_len[p] for p in parts))
+        if S.shape != want:
+            raise ValueError("%s: shape %s ([channels][run]), expected %s"
+                             % (site, S.shape, want))
+        start = 0
+        for p in parts:
+            mats[p] = np.ascontiguousarray(S[:, start:start + out_len[p]].T)
+            start += out_len[p]
+    return mats
+
 
 class LlamaRef:
     def __init__(self, path, dtype=np.float64, exact_activations=False, sparsity=0.0):
@@ -320,14 +386,21 @@ class LlamaRef:
             self.output = self.tok_embd                          # tied classifier
         # Llama 3 RoPE frequency factors (llama.cpp LLM_TENSOR_ROPE_FREQS), ne [rope_dim/2]
         self.rope_freqs = optional("rope_freqs.weight")
+        self.flash = is_flash_layout(g.metadata)
         self.layers = []
         for i in range(self.cfg.n_layer):
             p = "blk.%d." % i
-            mats = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                    "ffn_norm", "ffn_up", "ffn_down"]
-            if not self.cfg.layer_norm:                          # OPT's FFN has no gate
-                mats.append("ffn_gate")
-            L = {k: w(p + k + ".weight") for k in mats}
+            if self.flash:                          # from the site tensors: never rounded
+                L = {}
+                for k, a in flash_matrices(self.cfg, lambda site: g.tensor(p + site)).items():
+                    L[k] = a.astype(dtype)
+                    self.rounds[id(L[k])] = None
+            else:
+                mats = ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_up", "ffn_down"]
+                if not self.cfg.layer_norm:                      # OPT's FFN has no gate
+                    mats.append("ffn_gate")
+                L = {k: w(p + k + ".weight") for k in mats}
+            L.update({k: w(p + k + ".weight") for k in ("attn_norm", "ffn_norm")})
             L.setdefault("ffn_gate", None)
             for k in BIASES + ("attn_norm", "ffn_norm", "ffn_up", "ffn_down"):
                 L[k + ".bias"] = optional(p + k + ".bias")       # None when absent
@@ -383,10 +456,47 @@ class LlamaRef:
     @property
     def rounds_any(self):
         """True if some matmul rounds its activations (a weight of a rounding type)."""
-        mats = [self.output] + [L[k] for L in self.layers for k in (
+        return self.rounds_layers or self.rounds[id(self.output)] is not None
+
+    @property
+    def rounds_layers(self):
+        """True if a layer's matmul rounds its activations. False for a flash-layout file
+        (its layer matrices never round), where only the classifier may round."""
+        mats = [L[k] for L in self.layers for k in (
             "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
             if L[k] is not None]
         return any(self.rounds[id(m)] is not None for m in mats)
+
+    def classifier_tie_flips(self, tokens, tol):
+        """Per position, the classifier's near-tie inputs as logit changes: a (k, n_vocab)
+        array, row i = what rounding the i-th nearest such input the other way does to
+        the logits. When the classifier's activation rounding is the only rounding (a
+        file whose layers do not round), an engine whose final hidden state is within tol
+        of ours (relative to a rounding block's amax) rounds differently only inputs within
+        2*127*tol of a tie (|x|/d = k + 1/2: x/d moves by up to 127*tol with x and as much
+        again with d), each one step d = amax/127 (both schemes) to the tie's other side:
+        logit v moves by (q_alt - q) d W[v, j]. Empty (k = 0) when it does not round."""
+        fn = self.rounds[id(self.output)]
+        x = self.hidden(tokens)
+        T = x.shape[0]
+        if fn is None or self.exact_activations:
+            return [np.zeros((0, self.n_vocab))] * T
+        blk = QK if fn is round_activations else QK_K
+        x = x.astype(np.float32).astype(np.float64)            # the engine's float32 state
+        step = np.repeat(np.abs(x).reshape(T, -1, blk).max(axis=-1) / 127.0, blk, axis=1)
+        step = np.where(step == 0, np.inf, step)                # all-zero block: no ties
+        v = x / step                                            # x/d, signed
+        q = np.rint(fn(x) / step)                               # our rounding's q
+        lo = np.floor(v)
+        dist = np.abs(v - lo - 0.5)                             # distance to the tie
+        dist[np.abs(v) >= 127] = np.inf                         # the block's amax: q = +-127
+        alt = np.where(q == lo, lo + 1, lo)                     # the tie's other side
+        flips = []
+        for r in range(T):
+            j = np.flatnonzero(dist[r] <= 254.0 * tol)
+            j = j[np.argsort(dist[r, j], kind="stable")]
+            flips.append(((alt - q)[r, j] * step[r, j])[:, None] * self.output[:, j].T)
+        return flips
 
     def mm(self, x, W):
         """x @ W.T, with x rounded to x' first by the scheme of W's type (if any)."""
@@ -502,6 +612,10 @@ class LlamaRef:
 
     def forward(self, tokens):
         """Logits (len(tokens), n_vocab) in self.dtype, positions 0..T-1."""
+        return self.mm(self.hidden(tokens), self.output)
+
+    def hidden(self, tokens):
+        """The classifier's input (len(tokens), n_embd): the final norm's output."""
         tokens = np.asarray(tokens, dtype=np.int64)
         if tokens.ndim != 1 or len(tokens) == 0:
             raise ValueError("need a non-empty 1-D token list")
@@ -523,7 +637,7 @@ class LlamaRef:
             x = self.rmsnorm(x, self.output_norm)
             if self.output_norm_b is not None:
                 x = x + self.output_norm_b
-        return self.mm(x, self.output)
+        return x
 
     def greedy(self, tokens, n):
         """n greedy (argmax) continuation ids; full recompute each step."""
@@ -605,26 +719,40 @@ def _neox_to_adjacent(head_dim, rope_dim):
     return p
 
 
+def _quantize_q8_0(a):
+    """Q8_0 blocks of a (consecutive 32 elements, rows a multiple of 32), as ggml's
+    quantize_row_q8_0_ref: d = amax/127 (stored as fp16), q = round(x/d)."""
+    b = np.asarray(a, np.float32).reshape(-1, QK)
+    d = (np.abs(b).max(axis=1, keepdims=True) / 127).astype(np.float32)
+    q = np.round(b / np.where(d == 0, 1, d)).clip(-127, 127).astype(np.int8)
+    return np.concatenate([d.astype("<f2").view(np.uint8), q.view(np.uint8)], axis=1).tobytes()
+
+
 def _write_gguf(path, kv, tensors, alignment=32):
     """Minimal GGUF v3 writer for the self-test. kv: list of (key, value type, value) with
-    scalar or string values; tensors: list of (name, numpy array), written as F32 with
-    ne = reversed(shape)."""
+    scalar or string values; tensors: list of (name, numpy array) or (name, numpy array,
+    type), written as F32 (default) or Q8_0 with ne = reversed(shape)."""
     def gstr(s):
         b = s.encode("utf-8")
         return struct.pack("<Q", len(b)) + b
+    tensors = [t if len(t) == 3 else (t[0], t[1], gguf_np.GGML_F32) for t in tensors]
     out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kv)))
     for k, vtype, v in kv:
         out += gstr(k) + struct.pack("<I", vtype)
         out += gstr(v) if vtype == gguf_np.T_STRING else struct.pack(gguf_np._SCALAR_FMT[vtype], v)
     data, offsets = bytearray(), []
-    for _, a in tensors:
+    for _, a, gtype in tensors:
         data += bytes(-len(data) % alignment)
         offsets.append(len(data))
-        data += np.ascontiguousarray(a, dtype="<f4").tobytes()
-    for (name, a), off in zip(tensors, offsets):
+        if gtype == gguf_np.GGML_Q8_0:
+            data += _quantize_q8_0(a)
+        else:
+            assert gtype == gguf_np.GGML_F32, gtype
+            data += np.ascontiguousarray(a, dtype="<f4").tobytes()
+    for (name, a, gtype), off in zip(tensors, offsets):
         ne = list(reversed(a.shape))
         out += gstr(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne)
-        out += struct.pack("<IQ", gguf_np.GGML_F32, off)
+        out += struct.pack("<IQ", gtype, off)
     out += bytes(-len(out) % alignment)
     with open(path, "wb") as f:
         f.write(bytes(out + data))
@@ -676,7 +804,15 @@ class _Spec:
         pre = arch + "."
         kv = {k[len(pre):]: (g.metadata_types[k], v) for k, v in g.metadata.items()
               if k.startswith(pre) and g.metadata_types[k] not in (gguf_np.T_ARRAY,)}
-        return cls(arch, kv, {n: g.tensor(n) for n in g.tensors})
+        if not is_flash_layout(g.metadata):
+            return cls(arch, kv, {n: g.tensor(n) for n in g.tensors})
+        t = {n: g.tensor(n) for n in g.tensors if not n.endswith(".cols")}   # as row-major
+        cfg = LlamaConfig(g)
+        for i in range(cfg.n_layer):
+            p = "blk.%d." % i
+            for k, a in flash_matrices(cfg, lambda site: g.tensor(p + site)).items():
+                t[p + k + ".weight"] = a
+        return cls(arch, kv, t)
 
     def copy(self, arch=None):
         return _Spec(arch or self.arch, self.kv, {n: a.copy() for n, a in self.tensors.items()})
@@ -884,6 +1020,172 @@ def _selftest_models(base, tmp, tokens, label):
     print("  %s: window receptive field = n_layer*(W-1) tokens back (W = 1, 2)" % label)
 
 
+def resolve_ties(target, ref, flips, max_flips=12):
+    """ref's rows with, per row, the subset of its flips (classifier_tie_flips: at most
+    the first max_flips, the nearest ties) that brings it closest to target's row (max
+    |difference|): the reference's logits under the rounding of the near-tie inputs
+    that target's state had. Returns (those rows, the number of flips taken per row)."""
+    out, taken = np.array(ref, dtype=np.float64), np.zeros(len(flips), dtype=int)
+    for r, F in enumerate(flips):
+        F = F[:max_flips]
+        if len(F) == 0:
+            continue
+        pick = (np.arange(2 ** len(F))[:, None] >> np.arange(len(F))) & 1   # every subset
+        cands = out[r] + pick @ F
+        best = int(np.argmin(np.abs(cands - target[r]).max(axis=1)))
+        out[r], taken[r] = cands[best], pick[best].sum()
+    return out, taken
+
+
+def _flash_file(spec, path, site_type=gguf_np.GGML_F32, output_type=gguf_np.GGML_F32,
+                layout=("flash", FLASH_LAYOUT_VERSION)):
+    """Write spec (a row-major llama _Spec) in the flash layout, as `convert --layout flash`
+    would: each layer's seven matrices replaced by its four site tensors (run c = the
+    parts' column c, one after another), in site_type; output.weight in output_type."""
+    kv = [("general.architecture", gguf_np.T_STRING, spec.arch)]
+    kv += [(spec.arch + "." + k, vt, v) for k, (vt, v) in spec.kv.items()]
+    kv += [("tierllm.layout", gguf_np.T_STRING, layout[0]),
+           ("tierllm.layout.version", gguf_np.T_UINT32, layout[1])]
+    parts = {k for _, ks in FLASH_SITES for k in ks}
+    tensors = [(n, a, output_type if n == "output.weight" else gguf_np.GGML_F32)
+               for n, a in spec.tensors.items()
+               if not (n.startswith("blk.") and n.split(".")[2] in parts and n.endswith(".weight"))]
+    for i in range(spec.u32("block_count")):
+        p = "blk.%d." % i
+        for site, ks in FLASH_SITES:
+            runs = np.concatenate([spec.tensors[p + k + ".weight"].T for k in ks], axis=1)
+            tensors.append((p + site, runs, site_type))
+    _write_gguf(path, kv, tensors)
+    return path
+
+
+def _selftest_flash(tmp):
+    """The flash layout: the layout keys; matrices rebuilt from hand-made runs (llama and
+    OPT); a synthetic model in both layouts gives the same logits bit for bit; Q8_0 site
+    tensors are never rounded (== the row-major F32 model of their values); a classifier
+    that rounds: perturbed hidden states give our logits with near ties resolved."""
+    # layout keys
+    assert not is_flash_layout({})
+    assert is_flash_layout({"tierllm.layout": "flash", "tierllm.layout.version": 1})
+    for md, words in (({"tierllm.layout": "rows"}, "reads only"),
+                      ({"tierllm.layout": "Flash", "tierllm.layout.version": 1}, "reads only"),
+                      ({"tierllm.layout": "flash"}, "version None"),
+                      ({"tierllm.layout": "flash", "tierllm.layout.version": 2}, "version 2"),
+                      ({"tierllm.layout": "flash", "tierllm.layout.version": 1.0}, "version 1.0")):
+        try:
+            is_flash_layout(md)
+            raise AssertionError("accepted %r" % md)
+        except ValueError as e:
+            assert words in str(e), (md, e)
+
+    # hand-made runs: n_embd 2, one head of 2 (q, k, v 2 each), n_ff 3
+    class Cfg:
+        n_embd, n_head, n_head_kv, head_dim, n_ff, layer_norm = 2, 1, 1, 2, 3, False
+    sites = {"attn_qkv.cols": np.arange(12.0).reshape(2, 6),     # row c: wq, wk, wv col c
+             "attn_output.cols": np.arange(4.0).reshape(2, 2),
+             "ffn_gate_up.cols": 100 + np.arange(12.0).reshape(2, 6),
+             "ffn_down.cols": np.arange(6.0).reshape(3, 2)}
+    m = flash_matrices(Cfg, sites.get)
+    want = {"attn_q": [[0, 6], [1, 7]], "attn_k": [[2, 8], [3, 9]], "attn_v": [[4, 10], [5, 11]],
+            "attn_output": [[0, 2], [1, 3]], "ffn_gate": [[100, 106], [101, 107], [102, 108]],
+            "ffn_up": [[103, 109], [104, 110], [105, 111]], "ffn_down": [[0, 2, 4], [1, 3, 5]]}
+    assert sorted(m) == sorted(want) and all(np.array_equal(m[k], want[k]) for k in want), m
+    Cfg.layer_norm = True                                   # OPT: the FFN_IN runs are w_up's
+    try:
+        flash_matrices(Cfg, sites.get)
+        raise AssertionError("OPT took gate+up runs")
+    except ValueError as e:
+        assert "ffn_gate_up.cols: shape (2, 6)" in str(e), e
+    sites["ffn_gate_up.cols"] = 100 + np.arange(6.0).reshape(2, 3)
+    m = flash_matrices(Cfg, sites.get)
+    assert "ffn_gate" not in m and np.array_equal(m["ffn_up"], [[100, 103], [101, 104], [102, 105]])
+
+    # a synthetic model in both layouts: the same matrices, the same logits bit for bit
+    base = _Spec.synthetic()
+    toks = [3, 17, 5, 39, 0, 22, 8, 8, 31, 12]
+    rows = LlamaRef(base.write(os.path.join(tmp, "rows.gguf")))
+    flash = LlamaRef(_flash_file(base, os.path.join(tmp, "flash.gguf")))
+    assert flash.flash and not rows.flash
+    for a, b in zip(rows.layers, flash.layers):
+        assert all(np.array_equal(a[k], b[k]) for k in a if a[k] is not None)
+    assert np.array_equal(rows.forward(toks), flash.forward(toks))
+    for layout, words in ((("rows", 1), "reads only"), (("flash", 2), "version 2")):
+        try:
+            LlamaRef(_flash_file(base, os.path.join(tmp, "bad.gguf"), layout=layout))
+            raise AssertionError("layout %r accepted" % (layout,))
+        except ValueError as e:
+            assert words in str(e), e
+
+    # Q8_0 site tensors (runs of 64, 32, 96, 32: whole 32-blocks): the matrices are the
+    # dequantized runs, never rounded: the logits of the row-major F32 model of those
+    # values, bit for bit (_Spec.from_file rebuilds it); rounding them as row-major Q8_0
+    # would change the logits
+    path = _flash_file(base, os.path.join(tmp, "flash_q8.gguf"), gguf_np.GGML_Q8_0)
+    q8 = LlamaRef(path)
+    g = q8.gguf
+    assert g.tensors["blk.1.attn_qkv.cols"].type == gguf_np.GGML_Q8_0
+    assert np.array_equal(q8.layers[1]["attn_k"], g.tensor("blk.1.attn_qkv.cols")[:, 32:48].T)
+    assert not q8.rounds_any and all(q8.rounds[id(L[k])] is None for L in q8.layers
+                                     for k in L if k in ("attn_q", "ffn_gate", "ffn_down"))
+    plain = LlamaRef(_Spec.from_file(path).write(os.path.join(tmp, "q8_rows_f32.gguf")))
+    logits = q8.forward(toks)
+    assert np.array_equal(plain.forward(toks), logits)
+    for L in plain.layers:        # (ffn_down's rows of 48 would not round as Q8_0 either)
+        for k in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up"):
+            plain.rounds[id(L[k])] = round_activations
+    e_round = _rel(plain.forward(toks), logits)
+    assert e_round > 1e-5, e_round
+
+    # a classifier that rounds (output Q8_0) after flash layers: only it rounds. Perturb
+    # the hidden state by up to tol of each block's amax: the logits, against ours with
+    # the near ties resolved their way, move by no more than the linear part (a step d
+    # moved by at most tol amax/127, times |q| <= 127, times |W|), and some rows need it
+    m = LlamaRef(_flash_file(base, os.path.join(tmp, "flash_out_q8.gguf"),
+                             output_type=gguf_np.GGML_Q8_0))
+    assert m.rounds_any and not m.rounds_layers
+    tol = 1e-4
+    x = m.hidden(toks)
+    ref = m.mm(x, m.output)
+    flips = m.classifier_tie_flips(toks, tol)
+    assert all(len(F) == 0 for F in m.classifier_tie_flips(toks, 1e-9))
+    assert any(len(F) > 0 for F in flips)
+    amax = np.repeat(np.abs(x).reshape(len(toks), -1, QK).max(axis=-1), QK, axis=1)
+    den = np.abs(ref).max(axis=1)
+    lin = (tol * amax @ np.abs(m.output).T).max(axis=1) / den
+    rng = np.random.default_rng(3)
+    needed = 0
+    for _ in range(50):
+        y = m.mm(x + rng.uniform(-1, 1, x.shape) * tol * amax, m.output)
+        best, taken = resolve_ties(y, ref, flips)
+        rel = np.abs(y - best).max(axis=1) / den
+        assert np.all(rel <= lin * (1 + 1e-9)), (rel, lin)
+        needed += int(np.sum(np.abs(y - ref).max(axis=1) / den > lin))
+    assert needed > 0
+    # resolve_ties on an exact flip pattern: a row with its flips 0 and 2 taken
+    wide = m.classifier_tie_flips(toks, 1e-2)
+    r = next(i for i, F in enumerate(wide) if len(F) >= 3)
+    y = ref.copy()
+    y[r] += wide[r][0] + wide[r][2]
+    best, taken = resolve_ties(y, ref, wide)
+    assert np.allclose(best, y, rtol=0, atol=1e-12) and taken[r] == 2 and taken.sum() == 2
+    # each flip is what moving its input just across its tie does to the logits (every
+    # input but the amax is within 0.5 of a tie: with tol 1, all of them, nearest first)
+    d = np.abs(x[r]).reshape(-1, QK).max(axis=1) / 127.0
+    v = x[r] / np.repeat(d, QK)
+    dist = np.abs(v - np.floor(v) - 0.5)
+    every = m.classifier_tie_flips(toks, 1.0)[r]
+    assert len(every) == x.shape[1] - len(d)
+    order = np.argsort(np.where(np.abs(v) >= 127, np.inf, dist), kind="stable")
+    for i, j in enumerate(order[:len(every)]):
+        x2 = x.copy()                         # to the tie's other side, 1e-3 of a step past
+        x2[r, j] = (np.floor(v[j]) + 0.5 + (1e-3 if v[j] < np.floor(v[j]) + 0.5 else -1e-3)) \
+            * d[j // QK]
+        assert np.allclose((m.mm(x2, m.output) - ref)[r], every[i], rtol=0, atol=1e-6 * den[r])
+    print("llama_ref flash layout self-test OK (Q8_0 runs rounded as row-major would move "
+          "the logits %.1e; %d/%d perturbed rows needed their near ties resolved)"
+          % (e_round, needed, 50 * len(toks)))
+
+
 def self_test(model=None):
     """All checks of this file: rounding, RoPE/window on hand-computed values, and the
     end-to-end checks on a synthetic model (and, given a model file, on variants of it;
@@ -911,6 +1213,7 @@ def self_test(model=None):
                 except ValueError:
                     pass
     with tempfile.TemporaryDirectory(prefix="llama_ref_st_") as tmp:
+        _selftest_flash(tmp)
         _selftest_models(_Spec.synthetic(), tmp, [3, 17, 5, 39, 0, 22, 8, 8, 31, 12],
                          "synthetic (embd 32, heads 4/2, head_dim 8, rope_dim 6)")
         if model is not None:
@@ -955,7 +1258,8 @@ def main(argv=None):
     m = LlamaRef(args.model, dtype=np.float32 if args.float32 else np.float64,
                  exact_activations=args.exact_activations)
     if args.verbose:
-        print(m.cfg, "n_vocab=%d" % m.n_vocab, file=sys.stderr)
+        print(m.cfg, "n_vocab=%d" % m.n_vocab, "layout=%s" % ("flash" if m.flash else "rows"),
+              file=sys.stderr)
     if args.out is not None:
         logits = m.forward(args.tokens)
         if not np.all(np.isfinite(logits)):
