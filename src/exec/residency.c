@@ -12,6 +12,7 @@
  * Reads are widened to the tier's alignment (O_DIRECT): a tensor's data pointer is its
  * tl_weight_extent's buffer plus the offset of the tensor inside the widened tl_weight_extent.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,7 +68,10 @@ struct tl_residency {
     /* flash layout: streamed site tensors, read run by run at their use (fetch_runs) */
     uint8_t *site_buf;      /* the largest streamed site tensor, aligned */
     uint64_t *site_tags;    /* one per run at most */
-    size_t site_tags_cap;
+    uint32_t *site_upto;    /* per read: the needed channels (a prefix) in once it is */
+    size_t site_tags_cap, site_n_tags, site_next, site_ready;
+    const tl_weight *site_w;
+    double site_t0;
     uint64_t flash_gap;     /* a gap between needed runs this small is read through */
     uint64_t flash_needed, flash_read, flash_dense, flash_reads;
     double flash_fetch_s;
@@ -257,11 +261,16 @@ static tl_status load_residents(tl_residency *r, const tl_weight_plan *plan) {
 /* ---- flash layout: the runs a site's non-zero inputs need (model/flash_layout.h) ----
  * Runs of needed channels are read into the site buffer at their offset in the tensor,
  * widened to the tier's alignment; two reads whose gap is at most flash_gap bytes become
- * one (reading the gap costs less than a request). Every read is urgent: compute waits. */
+ * one (reading the gap costs less than a request). Every read is urgent (compute waits),
+ * and they are waited for in order, so the product can start on the first channels while
+ * the last ones are read. */
 static tl_status fetch_runs(void *user, const tl_weight *w, const int32_t *chan, size_t nc,
                             const uint8_t **base) {
     tl_residency *r = user;
     if (r->error) return sticky(r);
+    if (r->site_next < r->site_n_tags) /* the last fetch was not waited out */
+        return fail(r, tl_error_set(TL_ERR_INVALID, "a fetch of runs began before the last "
+                                    "one was waited for"));
     tl_tier *from = r->m->panel_tier ? r->m->panel_tier : r->m->tier;
     const uint64_t al = from->align > 1 ? from->align : 1;
     const uint64_t run = tl_type_row_bytes(w->type, w->cols), t0 = align_down(w->file_offset);
@@ -269,8 +278,9 @@ static tl_status fetch_runs(void *user, const tl_weight *w, const int32_t *chan,
     if (nc > r->site_tags_cap)
         return fail(r, tl_error_set(TL_ERR_INVALID, "%zu runs of %s asked for, %zu exist", nc,
                                     w->name, r->site_tags_cap));
-    const double t_start = tl_now();
-    size_t n_tags = 0;
+    r->site_w = w;
+    r->site_t0 = tl_now();
+    r->site_n_tags = r->site_next = r->site_ready = 0;
     uint64_t a = 0, b = 0, bytes = 0; /* the read being widened: [a, b) of the file */
     tl_status st = TL_OK;
     for (size_t i = 0; i <= nc && !st; i++) {
@@ -288,21 +298,52 @@ static tl_status fetch_runs(void *user, const tl_weight *w, const int32_t *chan,
             const uint64_t tag = ++r->next_tag;
             st = tl_aio_read_class(r->m->aio, from, a, r->site_buf + (a - t0), (size_t)(b - a),
                                    tag, TL_AIO_NOW);
-            if (!st) r->site_tags[n_tags++] = tag, bytes += b - a;
+            if (!st) {
+                r->site_tags[r->site_n_tags] = tag;
+                r->site_upto[r->site_n_tags++] = (uint32_t)i; /* chan[0..i) once it is in */
+                bytes += b - a;
+            }
         }
         a = ca, b = cb;
     }
-    tl_status wst = wait_tags(r, r->site_tags, (int)n_tags);
-    if (!st) st = wst;
-    const double dt = tl_now() - t_start;
-    r->stall_s += dt;
-    r->flash_fetch_s += dt;
-    r->flash_reads += n_tags;
+    r->flash_reads += r->site_n_tags;
     r->flash_read += bytes;
     r->flash_needed += (uint64_t)nc * run;
     r->flash_dense += w->file_bytes;
     r->bytes_disk += bytes;
-    return st ? fail(r, tl_error_wrap(st, "reading runs of %s", w->name)) : TL_OK;
+    if (!st && !r->site_n_tags) r->site_ready = nc; /* nothing to read */
+    if (st) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", tl_last_error());
+        wait_tags(r, r->site_tags, (int)r->site_n_tags);
+        r->site_next = r->site_n_tags;
+        tl_error_set(st, "%s", msg);
+        return fail(r, tl_error_wrap(st, "reading runs of %s", w->name));
+    }
+    return TL_OK;
+}
+
+static tl_status fetch_wait(void *user, size_t want, size_t *ready) {
+    tl_residency *r = user;
+    const double t_start = tl_now();
+    tl_status st = r->error ? sticky(r) : TL_OK;
+    while (!st && r->site_ready < want && r->site_next < r->site_n_tags) {
+        st = tl_aio_wait(r->m->aio, r->site_tags[r->site_next]);
+        r->site_ready = r->site_upto[r->site_next++];
+    }
+    if (st) { /* the rest are waited out; the error sticks */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", tl_last_error());
+        wait_tags(r, r->site_tags + r->site_next, (int)(r->site_n_tags - r->site_next));
+        r->site_next = r->site_n_tags;
+        tl_error_set(st, "%s", msg);
+        st = fail(r, tl_error_wrap(st, "reading runs of %s", r->site_w->name));
+    }
+    const double now = tl_now();
+    r->stall_s += now - t_start;
+    if (r->site_next == r->site_n_tags) r->flash_fetch_s += now - r->site_t0;
+    *ready = r->site_ready;
+    return st;
 }
 
 /* The site buffer and its tags, when a flash layer streams. */
@@ -316,9 +357,11 @@ static tl_status open_flash(tl_residency *r, const tl_weight_plan *plan) {
     if (!st) st = tl_budget_alloc(m->budget, tag_bytes, 64, "flash read tags",
                                   (void **)&r->site_tags);
     if (st) return st;
-    r->site_tags_cap = tag_bytes / sizeof *r->site_tags;
+    r->site_tags_cap = tag_bytes / (sizeof *r->site_tags + sizeof *r->site_upto);
+    r->site_upto = (uint32_t *)(void *)(r->site_tags + r->site_tags_cap);
     r->flash_gap = m->params.flash_gap_bytes;
     m->fetch_runs = fetch_runs;
+    m->fetch_wait = fetch_wait;
     m->fetch_user = r;
     return TL_OK;
 }
@@ -431,7 +474,11 @@ void tl_residency_close(tl_residency *r) {
     for (size_t i = 0; i < r->m->n_all; i++) r->m->all[i]->data = NULL, r->m->all[i]->panels = 0;
     r->m->output.data = NULL;
     r->m->output.panels = 0;
-    if (r->m->fetch_user == r) r->m->fetch_runs = NULL, r->m->fetch_user = NULL;
+    if (r->m->fetch_user == r) {
+        size_t ready; /* a fetch left unfinished by an error above: its reads end first */
+        if (r->site_next < r->site_n_tags) fetch_wait(r, SIZE_MAX, &ready);
+        r->m->fetch_runs = NULL, r->m->fetch_wait = NULL, r->m->fetch_user = NULL;
+    }
     tl_budget_free(r->m->budget, r->site_buf);
     tl_budget_free(r->m->budget, r->site_tags);
     if (r->slots)

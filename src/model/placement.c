@@ -52,10 +52,12 @@ void tl_weight_layout_build(tl_weight_layout *L, tl_weight *const *ws, int n) {
  * the count. */
 int tl_llama_layer_matrices(const tl_llama_layer *L, int part, tl_weight **ws) {
     tl_llama_layer *ly = (tl_llama_layer *)L;
-    if (ly->site[0].name) { /* flash layout: the attention's or the FFN's two sites */
+    if (ly->site[0].name) { /* flash layout: see placement.h */
+        static const int sites[2][2] = {{TL_SITE_ATTN_OUT, TL_SITE_FFN_MID},
+                                        {TL_SITE_ATTN_IN, TL_SITE_FFN_IN}};
         int n = 0;
-        for (int s = part ? TL_SITE_FFN_IN : TL_SITE_ATTN_IN; s < (part ? 4 : 2); s++)
-            if (ly->site[s].name) ws[n++] = &ly->site[s];
+        for (int i = 0; i < 2; i++)
+            if (ly->site[sites[part][i]].name) ws[n++] = &ly->site[sites[part][i]];
         return n;
     }
     tl_weight *attn[4] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo};
@@ -161,7 +163,7 @@ uint64_t tl_weight_site_tags_bytes(const tl_llama *m) {
     for (int32_t l = 0; l < m->hp.n_layer; l++)
         for (int s = 0; s < TL_SITE_COUNT; s++)
             if (m->layers[l].site[s].rows > most) most = m->layers[l].site[s].rows;
-    return (uint64_t)most * sizeof(uint64_t) + 64;
+    return (uint64_t)most * (sizeof(uint64_t) + sizeof(uint32_t)) + 64;
 }
 
 uint64_t tl_weight_plan_bytes(const tl_llama *m, const tl_weight_plan *p) {

@@ -42,7 +42,7 @@ uint64_t tl_weight_plan_unit_bytes(const tl_llama *m, const tl_weight_plan *p, i
  * through the ring but at their use, only the runs the step's inputs need, into one
  * buffer of this many bytes (the largest streamed site tensor, aligned); 0: none. */
 uint64_t tl_weight_plan_site_buf_bytes(const tl_llama *m, const tl_weight_plan *p);
-/* Budget bytes of the read tags beside that buffer (one per run of the widest site). */
+/* Budget bytes of the read records beside that buffer (one per run of the widest site). */
 uint64_t tl_weight_site_tags_bytes(const tl_llama *m);
 /* Bytes the plan needs from the budget (resident buffers, slots, row buffer). */
 uint64_t tl_weight_plan_bytes(const tl_llama *m, const tl_weight_plan *plan);
@@ -63,7 +63,12 @@ typedef struct tl_weight_layout {
 void tl_weight_layout_build(tl_weight_layout *L, tl_weight *const *ws, int n);
 
 /* A layer's attention (part 0) or FFN (part 1) matrices, without those converted to f32
- * at load (always resident, never streamed). Returns the count. */
+ * at load (always resident, never streamed). Returns the count.
+ * In the flash layout (model/flash_layout.h) the parts are sites, grouped by how well
+ * they stream: part 0, kept resident first, is wo's and w_down's runs (n_embd elements
+ * each, a few KiB: read selectively, they cost a request per run or read their gaps
+ * through), part 1 the bundles of q, k, v and of gate, up (runs several times longer, so
+ * their selective reads are large). */
 int tl_llama_layer_matrices(const tl_llama_layer *L, int part, tl_weight **ws);
 /* The weights of unit u that the plan streams. Returns the count. */
 int tl_weight_plan_unit_weights(const tl_llama *m, const tl_weight_plan *p, int u,
