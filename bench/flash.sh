@@ -51,6 +51,8 @@ for r in $(seq "$reps"); do
          "tok/s ${F0B[-1]} MiB/token | F$sp ${FS[-1]} tok/s ${FSB[-1]} MiB/token"
     grep "flash layout" "$tmp/f0.err" | sed 's/^/  F0: /' || true
     grep "flash layout" "$tmp/fs.err" | sed "s/^/  F$sp: /" || true
+    grep -A12 "^\[plan\] decode" "$tmp/fs.err" | grep "  wall\|weight bytes" |
+        sed "s/^/  F$sp decode: /" || true
 done
 python3 - "${DISK[*]}" "${D[*]}" "${F0[*]}" "${FS[*]}" "${DB[*]}" "${F0B[*]}" "${FSB[*]}" "$sp" <<'P'
 import statistics, sys

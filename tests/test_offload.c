@@ -12,6 +12,9 @@
  *    file as it was, holds the file's bytes with the panel tensors repacked, is reused by
  *    the next run, and gives the same tokens; a directory that cannot take it is an error
  *    that leaves the model reading its own file.
+ * 6. The flash layout (`convert --layout flash`): a streamed file reads only part of its
+ *    runs and gives the resident file's tokens; under the faults of 3 its selective reads
+ *    end with the injected error at every point, or give the same tokens.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "base/status.h"
+#include "exec/convert.h"
 #include "exec/engine.h"
 #include "exec/panel_copy.h"
 #include "kernels/kernels.h"
@@ -205,6 +209,64 @@ static void faults(const char *path, uint64_t budget) {
     CHECK(rs.stall_s > 0);
 }
 
+/* 6: path converted to the flash layout in dir, at sparsity 0.5 on every matrix input. */
+static void flash_faults(const char *path, const char *dir) {
+    char fpath[256];
+    snprintf(fpath, sizeof fpath, "%s/flash.gguf", dir);
+    static const char *const words[] = {"the", "little", "dog", "ran", "to", "a", "big",
+                                        "red", "ball", "and", "sang", "happy"};
+    char text[8192];
+    size_t len = 0;
+    for (int i = 0; len + 16 < sizeof text; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len, "%s ", words[(i * 7 + i / 5) % 12]);
+    tl_convert_params cv = tl_convert_default_params();
+    cv.in_path = path;
+    cv.out_path = fpath;
+    cv.calib_text = text;
+    cv.calib_len = len;
+    cv.sparsity = 0.5f;
+    cv.uniform = 1;
+    cv.flash_layout = 1;
+    cv.n_ctx = 128;
+    tl_convert_report rep;
+    CHECK_MSG(tl_convert(&cv, &rep) == TL_OK, "convert --layout flash: %s", tl_last_error());
+    int32_t want[N_GEN], got[N_GEN];
+    tl_model_params mp = tl_model_default_params();
+    CHECK_MSG(greedy(fpath, mp, NULL, want, NULL) == TL_OK, "flash resident: %s", tl_last_error());
+    mp.mem_budget = minimum_budget(fpath, &mp) + (256 << 10);
+    mp.flash_gap_bytes = 0;
+    tl_run_stats rs;
+    memset(got, 0, sizeof got);
+    CHECK_MSG(greedy(fpath, mp, NULL, got, &rs) == TL_OK, "flash streamed: %s", tl_last_error());
+    CHECK_MSG(!memcmp(want, got, sizeof want), "streamed flash tokens differ from resident");
+    CHECK_MSG(rs.flash_bytes_read > 0 && rs.flash_bytes_needed <= rs.flash_bytes_read &&
+                  rs.flash_bytes_read < rs.flash_bytes_dense,
+              "flash reads: needed %llu, read %llu, dense %llu",
+              (unsigned long long)rs.flash_bytes_needed,
+              (unsigned long long)rs.flash_bytes_read, (unsigned long long)rs.flash_bytes_dense);
+    for (int call = 1; call <= 400; call += 37) {
+        tl_fault_spec f = {0};
+        f.fail_call = (uint64_t)call;
+        f.fail_errno = EIO;
+        tl_error_clear();
+        tl_status st = greedy(fpath, mp, &f, got, NULL);
+        CHECK_MSG(st == TL_ERR_IO && strstr(tl_last_error(), "injected"),
+                  "flash, EIO at call %d: status %d, '%s'", call, st, tl_last_error());
+    }
+    tl_fault_spec f = {0};
+    f.short_max = 512; /* every read returns at most one block */
+    memset(got, 0, sizeof got);
+    CHECK_MSG(greedy(fpath, mp, &f, got, NULL) == TL_OK, "flash short reads: %s", tl_last_error());
+    CHECK_MSG(!memcmp(want, got, sizeof want), "short reads changed the flash tokens");
+    f = (tl_fault_spec){0};
+    f.latency_s = 0.0002;
+    memset(got, 0, sizeof got);
+    CHECK(greedy(fpath, mp, &f, got, &rs) == TL_OK);
+    CHECK_MSG(!memcmp(want, got, sizeof want), "latency changed the flash tokens");
+    CHECK(rs.stall_s > 0);
+    unlink(fpath);
+}
+
 static uint8_t *slurp(const char *path, size_t *n) {
     int fd = open(path, O_RDONLY);
     struct stat sb;
@@ -324,6 +386,7 @@ int main(void) {
     CHECK((uint64_t)sb.st_size > 3 * budget);
     page_cache(path, budget);
     faults(path, budget);
+    flash_faults(path, dir);
     panel_copy(path, budget, dir, 0);
     /* a tied classifier streamed from a converted copy (its bytes stay rows there) */
     char tied_path[256];

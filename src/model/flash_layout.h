@@ -28,6 +28,9 @@
 
 #define TL_FLASH_LAYOUT_VERSION 1
 #define TL_FLASH_MAX_PARTS 3
+/* The IO queue depth a flash-layout file's reads get at least: its streamed sites are read
+ * as many requests of a few KiB, which a disk serves faster the deeper its queue. */
+#define TL_FLASH_MIN_QUEUE_DEPTH 32
 
 struct tl_llama_hparams;
 

@@ -21,9 +21,6 @@
 #include "tier/aio.h"
 #include "tier/tier.h"
 
-/* The IO queue depth a flash-layout file's reads get at least (see tl_llama_open). */
-#define FLASH_MIN_QUEUE_DEPTH 32
-
 static tl_status get_arch_u32(const tl_gguf *g, const char *arch, const char *key,
                               uint32_t *out, int required, uint32_t dflt) {
     char full[128];
@@ -580,8 +577,8 @@ tl_status tl_llama_open(const char *path, const tl_model_params *params, tl_llam
         ap.queue_depth = p.io_queue_depth;
         /* a flash layout's streamed sites are read as many requests of a few KiB, which a
          * disk serves faster the deeper its queue, at least up to 32 */
-        if (m->flash && ap.queue_depth < FLASH_MIN_QUEUE_DEPTH)
-            ap.queue_depth = FLASH_MIN_QUEUE_DEPTH;
+        if (m->flash && ap.queue_depth < TL_FLASH_MIN_QUEUE_DEPTH)
+            ap.queue_depth = TL_FLASH_MIN_QUEUE_DEPTH;
         ap.chunk_bytes = (size_t)p.io_chunk_bytes;
         ap.n_threads = ap.queue_depth;
         st = tl_aio_open(&ap, &m->aio);

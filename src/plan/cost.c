@@ -13,6 +13,16 @@
  *   repack         = per pass, streamed bytes of weights kept in panels / repack_bps(type)
  *                    (residency.c repacks a unit on arrival), added to compute
  *   weight reads   = streamed bytes of the unit / read_bps(io_chunk, io_depth)
+ *   flash reads    = (flash layout) per streamed site tensor, its runs a pass needs: each
+ *                    of C channels needed with probability p = 1 - level^rows (each row's
+ *                    channels independent); needed runs of R bytes read, with each stretch
+ *                    of k <= kmax = gap / R unneeded runs between two needed ones read
+ *                    through: bytes = C R (p + (1 - p) f), f = sum_{k <= kmax} k p^2 q^(k-1)
+ *                    (the share of unneeded runs in such stretches, q = 1 - p), requests
+ *                    = C p q^(kmax + 1) + 1, plus the alignment (one tier block a request);
+ *                    seconds = bytes / read_bps(bytes per request, the flash queue's
+ *                    depth), serial like the KV wait: a site's reads wait for its input,
+ *                    so nothing overlaps them
  *   KV reads       = disk pages seen by the pass * read bytes / read_bps(slot_bytes, depth)
  *                    depth = the IO queue's (weights and KV pages share it); read bytes =
  *                    slot_bytes, or the input rows' slot at a layer that recomputes
@@ -61,6 +71,8 @@
 #include "exec/model_handle.h"
 #include "base/status.h"
 #include "format/tensor_type.h"
+#include "model/flash_layout.h"
+#include "model/placement.h"
 #include "tier/tier.h"
 
 #define SLOT_ALIGN ((double)TL_TIER_MAX_ALIGN)
@@ -269,6 +281,37 @@ static double cache_hits(const tl_policy *pol, double need, double disk) {
     return need >= disk ? (c < disk ? c : disk) : need * (c < disk ? c / disk : 1.0);
 }
 
+/* Flash layout: the bytes and seconds of one pass's site reads (formula at the top), for
+ * passes of `rows` rows per product. */
+static void flash_reads(const tl_model *m, const tl_hw_profile *prof, const tl_weight_plan *plan,
+                        double rows, double *bytes, double *seconds) {
+    *bytes = *seconds = 0;
+    if (!m->lm.flash) return;
+    const tl_tier *from = m->lm.panel_tier ? m->lm.panel_tier : m->lm.tier;
+    const double al = from && from->align > 1 ? (double)from->align : 1;
+    const double gap = (double)m->lm.params.flash_gap_bytes;
+    int32_t depth = m->lm.params.io_queue_depth;
+    if (depth < TL_FLASH_MIN_QUEUE_DEPTH) depth = TL_FLASH_MIN_QUEUE_DEPTH;
+    for (int32_t l = m->lm.stage_first; l < m->lm.stage_end; l++) {
+        tl_weight *ws[TL_WEIGHT_UNIT_MAX];
+        const int n = tl_weight_plan_unit_weights(&m->lm, plan, l, ws);
+        for (int i = 0; i < n; i++) {
+            const tl_weight *w = ws[i];
+            const int site = (int)(w - m->lm.layers[l].site);
+            const double level = m->lm.sparse.site_level[site];
+            const double p = level > 0 ? 1 - pow(level, rows > 1 ? rows : 1) : 1, q = 1 - p;
+            const double R = (double)tl_type_row_bytes(w->type, w->cols), C = (double)w->rows;
+            const double kmax = floor(gap / R);
+            double f = 0, qk = 1; /* qk = q^(k-1) */
+            for (double k = 1; k <= kmax && qk > 1e-12; k++, qk *= q) f += k * p * p * qk;
+            const double req = p > 0 ? C * p * pow(q, kmax + 1) + 1 : 0;
+            const double b = C * R * (p + q * f) + req * al;
+            *bytes += b;
+            if (req > 0) *seconds += b / tl_profile_read_bps(prof, (uint64_t)(b / req), depth);
+        }
+    }
+}
+
 typedef struct acc {
     tl_cost_terms t;
     double wall, passes;
@@ -287,17 +330,20 @@ static void add_pass(acc *a, const tl_cost_pass *p, int overlap) {
     const double kvr_bytes = p->kv_read_bytes, kvw_bytes = p->kv_write_bytes;
     double wr = wbytes / p->weight_bps, kr = kvr_bytes / p->kv_read_bps;
     double kw = kvw_bytes / p->kv_write_bps;
-    double io = wr + kr + kw, wait = p->kv_wait_s;
+    /* flash reads wait for their site's input: serial, like the KV wait */
+    double io = wr + kr + kw, wait = p->kv_wait_s + p->flash_s;
     if (overlap && p->io_slowdown > 1) compute += (p->io_slowdown - 1) * (io < compute ? io : compute);
     a->t.compute_s += compute;
     a->t.repack_s += p->repack_s;
-    a->t.kv_wait_s += wait;
+    a->t.kv_wait_s += p->kv_wait_s;
     a->t.weight_read_s += wr;
     a->t.kv_read_s += kr;
     a->t.kv_write_s += kw;
     a->t.weight_bytes += wbytes;
     a->t.kv_read_bytes += kvr_bytes;
     a->t.kv_write_bytes += kvw_bytes;
+    a->t.weight_bytes += p->flash_bytes;
+    a->t.weight_read_s += p->flash_s;
     const double both = overlap_s(compute + wait, io);
     a->t.overlapped_s += both;
     a->t.serial_s += compute + wait + io;
@@ -369,7 +415,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
     double layers_bytes = 0, out_bytes = tl_weight_plan_unit_bytes(&m->lm, plan, U);
     double layers_repack = 0, out_repack = unit_repack_s(m, prof, plan, U);
     for (int32_t l = 0; l < U; l++) {
-        layers_bytes += tl_weight_plan_unit_bytes(&m->lm, plan, l);
+        /* a flash layer's streamed sites are read at their turn (flash_reads), not ahead */
+        if (!m->lm.flash) layers_bytes += tl_weight_plan_unit_bytes(&m->lm, plan, l);
         layers_repack += unit_repack_s(m, prof, plan, l);
     }
     const double wbps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
@@ -436,11 +483,14 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         c += layers_repack + (last ? out_repack : 0);
         /* pages read as input rows are recomputed once before attention */
         c += read_pages * rc_share * rc_page_s;
+        double flash_b, flash_s; /* one product takes a micro-batch's rows */
+        flash_reads(m, prof, plan, rows[0], &flash_b, &flash_s);
         tl_cost_pass p = {1, block_index, fed / chunk, c, layers_bytes + (last ? out_bytes : 0),
                           kv_read, kv_write, wbps, kbps, wr_bps, 1, slow,
                           pass_kv_wait(m, prof, pol->kv_bits, rows, block, ctx, stored, pages,
                                        n_mb, first_s, page_s), read_pages, read_pages,
-                          layers_repack + (last ? out_repack : 0)};
+                          layers_repack + (last ? out_repack : 0), n_mb * flash_b,
+                          n_mb * flash_s};
         fn(user, &p);
     }
     /* decode: gen_len - 1 steps, step j feeds position P + j - 1 of every sequence */
@@ -478,11 +528,13 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                    layers_repack + out_repack;
         /* pages read as input rows are recomputed (cached ones hold K and V: written) */
         c += read_pages * rc_share * rc_page_s;
+        double flash_b, flash_s;
+        flash_reads(m, prof, plan, rows[0], &flash_b, &flash_s);
         tl_cost_pass p = {0, block_index, j - 1, c, layers_bytes + out_bytes, kv_read, kv_write,
                           wbps, kbps, wr_bps, 1, slow,
                           pass_kv_wait(m, prof, pol->kv_bits, rows, 1, ctx, stored, pages,
                                        n_mb, first_s, page_s), need_all, read_pages,
-                          layers_repack + out_repack};
+                          layers_repack + out_repack, n_mb * flash_b, n_mb * flash_s};
         fn(user, &p);
     }
 }

@@ -89,6 +89,9 @@ typedef struct tl_cost_pass {
     double kv_pages_needed;   /* disk pages the pass's attention uses (read or cached) */
     double kv_pages_read;     /* of those, read from disk */
     double repack_s;          /* of compute_s: repacking streamed weights into panels */
+    /* flash layout: bytes of the streamed sites' runs the pass reads at their turn, and the
+     * seconds they take (serial, like kv_wait_s: nothing overlaps them) */
+    double flash_bytes, flash_s;
 } tl_cost_pass;
 typedef void (*tl_cost_pass_fn)(void *user, const tl_cost_pass *p);
 

@@ -136,7 +136,7 @@ static void lp_pass(void *user, const tl_cost_pass *p) {
     lp->kv[lp->n] = p->count * (p->kv_read_bytes / p->kv_read_bps +
                                 p->kv_write_bytes / p->kv_write_bps);
     lp->slow[lp->n] = p->io_slowdown > 1 ? p->io_slowdown : 1;
-    lp->kvwait[lp->n] = p->count * p->kv_wait_s;
+    lp->kvwait[lp->n] = p->count * (p->kv_wait_s + p->flash_s); /* both serial */
     lp->n++;
 }
 
