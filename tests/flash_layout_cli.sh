@@ -132,6 +132,19 @@ open(sys.argv[2], "wb").write(data)
 P
 expect_err "layout version 2" "flash layout version 2; this engine reads version 1" \
     "$bin" run -m "$tmp/v2.gguf" -p hi -n 2
+$py - "$tmp/f32f.gguf" "$tmp" <<'P' || fail "write hostile flash files"
+import sys
+data = open(sys.argv[1], "rb").read()
+def put(name, old, new):
+    assert data.count(old) >= 1, old
+    open(sys.argv[2] + "/" + name, "wb").write(data.replace(old, new, 1))
+put("missing.gguf", b"blk.0.ffn_down.cols", b"blk.0.ffn_down.colz")  # the tensor renamed away
+put("badkey.gguf", b"flash", b"flasH")                              # the layout key's value
+P
+expect_err "a site tensor missing" "missing tensor 'blk.0.ffn_down.cols'" \
+    "$bin" run -m "$tmp/missing.gguf" -p hi -n 2
+expect_err "an unknown layout" 'tierllm.layout is not "flash"' \
+    "$bin" run -m "$tmp/badkey.gguf" -p hi -n 2
 expect_err "kv recompute" "flash layout" \
     "$bin" run -m "$tmp/f32f.gguf" -p hi -n 2 --kv-window 32 --kv-recompute 2
 [ -z "$(ls "$tmp" | grep -E 'again\.gguf')" ] || fail "a refused convert left a file"

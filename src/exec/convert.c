@@ -242,7 +242,10 @@ static tl_status write_output(const tl_convert_params *p, const tl_gguf *g,
         st = tl_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne);
         *tensor_bytes += t->nbytes;
     }
-    if (!st && fw) st = tl_flash_writer_declare(fw, w);
+    if (!st && fw) {
+        st = tl_flash_writer_declare(fw, w);
+        *tensor_bytes = tl_flash_writer_tensor_bytes(fw);
+    }
     copy_src src = {-1, g, p->in_path};
     if (!st && !fw && (src.fd = open(p->in_path, O_RDONLY | O_CLOEXEC)) < 0)
         st = tl_error_set(TL_ERR_IO, "%s: %s", p->in_path, strerror(errno));
@@ -271,9 +274,10 @@ tl_status tl_convert(const tl_convert_params *p, tl_convert_report *r) {
     for (uint64_t i = 0; i < g->n_kv; i++)
         if (!strncmp(g->kv[i].key, "tierllm.sparse.", 15) ||
             !strncmp(g->kv[i].key, "tierllm.layout", 14)) {
+            st = tl_error_set(TL_ERR_INVALID, "%s is already converted (it has the key %.60s): "
+                              "convert the original file", p->in_path, g->kv[i].key);
             tl_gguf_free(g);
-            return tl_error_set(TL_ERR_INVALID, "%s is already converted (it has tierllm.sparse "
-                                "keys): convert the original file", p->in_path);
+            return st;
         }
     tl_model_params mp = p->mp;
     mp.sparsity = 0.0f;

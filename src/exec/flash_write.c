@@ -94,8 +94,13 @@ static tl_status plan_site(tl_flash_writer *fw, const tl_llama_hparams *hp, int3
             o->type = t->type;
         }
     }
-    for (int p = 0; p < o->n_parts; p++)
+    for (int p = 0; p < o->n_parts; p++) {
+        const tl_type t = fw->in->tensors[o->part_src[p]].type;
+        /* float parts of different types (F16 beside BF16) are exact only in F32 */
+        if (t != o->type && tl_type_block_elems(t) == 1 && tl_type_block_elems(o->type) == 1)
+            o->type = TL_TYPE_F32;
         if (o->part_len[p] % tl_type_block_elems(o->type)) o->type = TL_TYPE_F32;
+    }
     o->nbytes = o->channels * tl_type_row_bytes(o->type, o->run);
     /* the parts in f32, the largest part's raw bytes, the site */
     uint64_t raw = 0, f32 = 0;
@@ -104,7 +109,10 @@ static tl_status plan_site(tl_flash_writer *fw, const tl_llama_hparams *hp, int3
         if (b > raw) raw = b;
         f32 += o->part_len[p] * o->channels * sizeof(float);
     }
-    const uint64_t need = f32 + raw + o->nbytes + 4 * 64 + GATHER * o->run * sizeof(float);
+    /* build_site's allocations at once: the site, the runs, every part, one raw tensor,
+     * each with the budget's 64 bytes of alignment */
+    const uint64_t need = f32 + raw + o->nbytes + GATHER * o->run * sizeof(float) +
+                          (3 + (uint64_t)o->n_parts) * 64;
     if (need > fw->peak) fw->peak = need;
     return TL_OK;
 }
@@ -145,6 +153,13 @@ void tl_flash_writer_close(tl_flash_writer *fw) {
 }
 
 uint64_t tl_flash_writer_peak_bytes(const tl_flash_writer *fw) { return fw->peak; }
+
+uint64_t tl_flash_writer_tensor_bytes(const tl_flash_writer *fw) {
+    uint64_t b = 0;
+    for (size_t i = 0; i < fw->n_t; i++)
+        b += fw->t[i].src >= 0 ? fw->in->tensors[fw->t[i].src].nbytes : fw->t[i].nbytes;
+    return b;
+}
 
 tl_status tl_flash_writer_declare(tl_flash_writer *fw, tl_gguf_writer *w) {
     tl_status st = tl_gguf_writer_set_str(w, "tierllm.layout", "flash");

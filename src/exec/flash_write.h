@@ -6,8 +6,8 @@
  * GGUF writer first asks for its bytes: each part's matrix is read from the input and
  * dequantized (as one stream of blocks, so rows that split blocks are fine), and every
  * run gathered and quantized along its length. The site's type is its parts' type (the
- * one of most bits per weight when they differ); where a part's length is not a whole
- * number of that type's blocks, F32. Re-quantizing along the new axis is exact for
+ * one of most bits per weight when they differ; F32 for float types that differ, or
+ * where a part's length is not a whole number of that type's blocks). Re-quantizing along the new axis is exact for
  * F32/F16/BF16 and lossy for the quantized types. Its memory (the parts in f32, their
  * raw bytes, the site's bytes) comes from the budget given.
  */
@@ -32,5 +32,7 @@ tl_status tl_flash_writer_declare(tl_flash_writer *fw, tl_gguf_writer *w);
 tl_status tl_flash_writer_fill(void *user, size_t index, uint64_t offset, void *dst, size_t len);
 /* Bytes of the budget the largest site needs while it is built. */
 uint64_t tl_flash_writer_peak_bytes(const tl_flash_writer *fw);
+/* Bytes of the output's tensor data (copied and built). */
+uint64_t tl_flash_writer_tensor_bytes(const tl_flash_writer *fw);
 
 #endif

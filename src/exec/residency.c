@@ -11,8 +11,11 @@
  * manager stays in the error state and every later acquire returns the same error.
  * Reads are widened to the tier's alignment (O_DIRECT): a tensor's data pointer is its
  * tl_weight_extent's buffer plus the offset of the tensor inside the widened tl_weight_extent.
+ * Flash layout: a layer's streamed site tensors are not in the ring. The one site buffer
+ * is idle, or fetching (fetch_runs queued the reads of one tensor's needed runs) until
+ * fetch_wait has waited them all; a fetch may begin only when the buffer is idle, and its
+ * runs stay valid until the next one begins.
  */
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,8 +71,7 @@ struct tl_residency {
     /* flash layout: streamed site tensors, read run by run at their use (fetch_runs) */
     uint8_t *site_buf;      /* the largest streamed site tensor, aligned */
     uint64_t *site_tags;    /* one per run at most */
-    uint32_t *site_upto;    /* per read: the needed channels (a prefix) in once it is */
-    size_t site_tags_cap, site_n_tags, site_next, site_ready;
+    size_t site_tags_cap, site_n_tags; /* reads of the fetch in flight (0: none) */
     const tl_weight *site_w;
     double site_t0;
     uint64_t flash_gap;     /* a gap between needed runs this small is read through */
@@ -261,14 +263,13 @@ static tl_status load_residents(tl_residency *r, const tl_weight_plan *plan) {
 /* ---- flash layout: the runs a site's non-zero inputs need (model/flash_layout.h) ----
  * Runs of needed channels are read into the site buffer at their offset in the tensor,
  * widened to the tier's alignment; two reads whose gap is at most flash_gap bytes become
- * one (reading the gap costs less than a request). Every read is urgent (compute waits),
- * and they are waited for in order, so the product can start on the first channels while
- * the last ones are read. */
+ * one (reading the gap costs less than a request). Every read is urgent: compute waits
+ * for all of them (fetch_wait) before the product. */
 static tl_status fetch_runs(void *user, const tl_weight *w, const int32_t *chan, size_t nc,
                             const uint8_t **base) {
     tl_residency *r = user;
     if (r->error) return sticky(r);
-    if (r->site_next < r->site_n_tags) /* the last fetch was not waited out */
+    if (r->site_n_tags) /* the last fetch was not waited out */
         return fail(r, tl_error_set(TL_ERR_INVALID, "a fetch of runs began before the last "
                                     "one was waited for"));
     tl_tier *from = r->m->panel_tier ? r->m->panel_tier : r->m->tier;
@@ -280,7 +281,6 @@ static tl_status fetch_runs(void *user, const tl_weight *w, const int32_t *chan,
                                     w->name, r->site_tags_cap));
     r->site_w = w;
     r->site_t0 = tl_now();
-    r->site_n_tags = r->site_next = r->site_ready = 0;
     uint64_t a = 0, b = 0, bytes = 0; /* the read being widened: [a, b) of the file */
     tl_status st = TL_OK;
     for (size_t i = 0; i <= nc && !st; i++) {
@@ -289,7 +289,7 @@ static tl_status fetch_runs(void *user, const tl_weight *w, const int32_t *chan,
             const uint64_t off = w->file_offset + (uint64_t)chan[i] * run;
             ca = off / al * al;
             cb = (off + run + al - 1) / al * al;
-            if (b && ca <= b + r->flash_gap) { /* close enough: one read */
+            if (b && (ca <= b || ca - b <= r->flash_gap)) { /* close enough: one read */
                 if (cb > b) b = cb;
                 continue;
             }
@@ -298,11 +298,7 @@ static tl_status fetch_runs(void *user, const tl_weight *w, const int32_t *chan,
             const uint64_t tag = ++r->next_tag;
             st = tl_aio_read_class(r->m->aio, from, a, r->site_buf + (a - t0), (size_t)(b - a),
                                    tag, TL_AIO_NOW);
-            if (!st) {
-                r->site_tags[r->site_n_tags] = tag;
-                r->site_upto[r->site_n_tags++] = (uint32_t)i; /* chan[0..i) once it is in */
-                bytes += b - a;
-            }
+            if (!st) r->site_tags[r->site_n_tags++] = tag, bytes += b - a;
         }
         a = ca, b = cb;
     }
@@ -311,39 +307,27 @@ static tl_status fetch_runs(void *user, const tl_weight *w, const int32_t *chan,
     r->flash_needed += (uint64_t)nc * run;
     r->flash_dense += w->file_bytes;
     r->bytes_disk += bytes;
-    if (!st && !r->site_n_tags) r->site_ready = nc; /* nothing to read */
     if (st) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", tl_last_error());
         wait_tags(r, r->site_tags, (int)r->site_n_tags);
-        r->site_next = r->site_n_tags;
+        r->site_n_tags = 0;
         tl_error_set(st, "%s", msg);
         return fail(r, tl_error_wrap(st, "reading runs of %s", w->name));
     }
     return TL_OK;
 }
 
-static tl_status fetch_wait(void *user, size_t want, size_t *ready) {
+static tl_status fetch_wait(void *user) {
     tl_residency *r = user;
     const double t_start = tl_now();
-    tl_status st = r->error ? sticky(r) : TL_OK;
-    while (!st && r->site_ready < want && r->site_next < r->site_n_tags) {
-        st = tl_aio_wait(r->m->aio, r->site_tags[r->site_next]);
-        r->site_ready = r->site_upto[r->site_next++];
-    }
-    if (st) { /* the rest are waited out; the error sticks */
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", tl_last_error());
-        wait_tags(r, r->site_tags + r->site_next, (int)(r->site_n_tags - r->site_next));
-        r->site_next = r->site_n_tags;
-        tl_error_set(st, "%s", msg);
-        st = fail(r, tl_error_wrap(st, "reading runs of %s", r->site_w->name));
-    }
+    tl_status st = wait_tags(r, r->site_tags, (int)r->site_n_tags);
+    r->site_n_tags = 0;
     const double now = tl_now();
     r->stall_s += now - t_start;
-    if (r->site_next == r->site_n_tags) r->flash_fetch_s += now - r->site_t0;
-    *ready = r->site_ready;
-    return st;
+    r->flash_fetch_s += now - r->site_t0;
+    if (st) return fail(r, tl_error_wrap(st, "reading runs of %s", r->site_w->name));
+    return r->error ? sticky(r) : TL_OK;
 }
 
 /* The site buffer and its tags, when a flash layer streams. */
@@ -357,8 +341,7 @@ static tl_status open_flash(tl_residency *r, const tl_weight_plan *plan) {
     if (!st) st = tl_budget_alloc(m->budget, tag_bytes, 64, "flash read tags",
                                   (void **)&r->site_tags);
     if (st) return st;
-    r->site_tags_cap = tag_bytes / (sizeof *r->site_tags + sizeof *r->site_upto);
-    r->site_upto = (uint32_t *)(void *)(r->site_tags + r->site_tags_cap);
+    r->site_tags_cap = tag_bytes / sizeof *r->site_tags;
     r->flash_gap = m->params.flash_gap_bytes;
     m->fetch_runs = fetch_runs;
     m->fetch_wait = fetch_wait;
@@ -475,8 +458,12 @@ void tl_residency_close(tl_residency *r) {
     r->m->output.data = NULL;
     r->m->output.panels = 0;
     if (r->m->fetch_user == r) {
-        size_t ready; /* a fetch left unfinished by an error above: its reads end first */
-        if (r->site_next < r->site_n_tags) fetch_wait(r, SIZE_MAX, &ready);
+        if (r->site_n_tags) { /* a fetch not waited for: its reads end before the buffer */
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", tl_last_error());
+            wait_tags(r, r->site_tags, (int)r->site_n_tags);
+            tl_error_set(TL_OK, "%s", msg);
+        }
         r->m->fetch_runs = NULL, r->m->fetch_wait = NULL, r->m->fetch_user = NULL;
     }
     tl_budget_free(r->m->budget, r->site_buf);

@@ -104,12 +104,11 @@ struct tl_llama {
     int flash;                 /* 1: the layers are in the flash layout (layers' site[]) */
     /* Flash layout, a site tensor that is not resident (data NULL): fetch_runs starts
      * reading the runs of channels chan[0..nc) (ascending) to *base + c * run bytes, where
-     * they stay until the next fetch_runs; fetch_wait waits until at least the first `want`
-     * of them have arrived and says in *ready how many have (exec/ reads them; both set
-     * when weights are placed). */
+     * they stay until the next fetch_runs; fetch_wait waits until all have arrived (exec/
+     * reads them; both set when weights are placed). */
     tl_status (*fetch_runs)(void *user, const tl_weight *w, const int32_t *chan, size_t nc,
                             const uint8_t **base);
-    tl_status (*fetch_wait)(void *user, size_t want, size_t *ready);
+    tl_status (*fetch_wait)(void *user);
     void *fetch_user;
     tl_weight **all;           /* every weight, in tl_llama_weights' order (walks over all) */
     size_t n_all;

@@ -3,9 +3,7 @@
  *
  * The channels needed are those non-zero in some row (batched rows read the union of
  * their channels); a resident tensor is multiplied where it lies, a streamed one has those
- * runs read first (m->fetch_runs, exec/). Computing shares of the channels as their runs
- * arrived was no faster on the 2-core VM this was measured on (the compute slowed the
- * reads it overlapped), so the product waits for all of them. Each part's outputs are cut into block-aligned
+ * runs read first (m->fetch_runs, exec/). Each part's outputs are cut into block-aligned
  * pieces, a few per thread but none narrower than MIN_PIECE; every output is one sum over
  * the same channels in ascending order, so a result does not depend on the threads or on
  * who computed which piece.
@@ -64,14 +62,13 @@ tl_status tl_op_runs_product(tl_llama *m, const tl_weight *w, const float *X, si
         if (r < n) chan[nc++] = (int32_t)c;
     }
     const uint8_t *base = w->data;
-    size_t ready = nc;
     if (!base) {
         if (!m->fetch_runs)
             return tl_error_set(TL_ERR_INVALID, "%s is neither in memory nor readable by runs",
                                 w->name);
         tl_status st = m->fetch_runs(m->fetch_user, w, chan, nc, &base);
+        if (!st) st = m->fetch_wait(m->fetch_user);
         if (st) return st;
-        ready = 0;
     }
     runs_job j = {.w = w, .base = base, .X = X, .n = n, .Ys = Ys, .lens = lens,
                   .scratch = scratch, .scratch_floats = scratch_floats,
@@ -92,10 +89,6 @@ tl_status tl_op_runs_product(tl_llama *m, const tl_weight *w, const float *X, si
             j.piece_part[tasks] = p, j.piece_o0[tasks] = o, j.piece_o1[tasks] = end;
             tasks++;
         }
-    if (ready < nc) {
-        tl_status st = m->fetch_wait(m->fetch_user, nc, &ready);
-        if (st) return st;
-    }
     j.chan = chan;
     j.nc = nc;
     tl_pool_run(m->pool, (int)tasks, runs_task, &j);

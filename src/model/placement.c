@@ -163,7 +163,7 @@ uint64_t tl_weight_site_tags_bytes(const tl_llama *m) {
     for (int32_t l = 0; l < m->hp.n_layer; l++)
         for (int s = 0; s < TL_SITE_COUNT; s++)
             if (m->layers[l].site[s].rows > most) most = m->layers[l].site[s].rows;
-    return (uint64_t)most * (sizeof(uint64_t) + sizeof(uint32_t)) + 64;
+    return (uint64_t)most * sizeof(uint64_t) + 64;
 }
 
 uint64_t tl_weight_plan_bytes(const tl_llama *m, const tl_weight_plan *p) {
@@ -298,6 +298,11 @@ tl_status tl_weight_plan_make(const tl_llama *m, uint64_t budget, int prefetch, 
     uint64_t minimum = tl_weight_plan_bytes(m, p);
     if (minimum > budget) {
         tl_weight_plan_free(p);
+        if (m->flash)
+            return tl_error_set(TL_ERR_NOMEM, "%.1f MiB are left for weights, but streaming "
+                                "needs at least %.1f MiB (a buffer of the largest flash-layout "
+                                "tensor, the output's, and norms)", budget / 1048576.0,
+                                tl_mib_up(minimum));
         return tl_error_set(TL_ERR_NOMEM, "%.1f MiB are left for weights, but streaming "
                             "needs at least %.1f MiB (%d layer buffers of the largest layer "
                             "plus norms)", budget / 1048576.0, tl_mib_up(minimum),

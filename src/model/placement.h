@@ -42,7 +42,7 @@ uint64_t tl_weight_plan_unit_bytes(const tl_llama *m, const tl_weight_plan *p, i
  * through the ring but at their use, only the runs the step's inputs need, into one
  * buffer of this many bytes (the largest streamed site tensor, aligned); 0: none. */
 uint64_t tl_weight_plan_site_buf_bytes(const tl_llama *m, const tl_weight_plan *p);
-/* Budget bytes of the read records beside that buffer (one per run of the widest site). */
+/* Budget bytes of the read tags beside that buffer (one per run of the widest site). */
 uint64_t tl_weight_site_tags_bytes(const tl_llama *m);
 /* Bytes the plan needs from the budget (resident buffers, slots, row buffer). */
 uint64_t tl_weight_plan_bytes(const tl_llama *m, const tl_weight_plan *plan);

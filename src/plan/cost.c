@@ -18,8 +18,10 @@
  *                    channels independent); needed runs of R bytes read, with each stretch
  *                    of k <= kmax = gap / R unneeded runs between two needed ones read
  *                    through: bytes = C R (p + (1 - p) f), f = sum_{k <= kmax} k p^2 q^(k-1)
- *                    (the share of unneeded runs in such stretches, q = 1 - p), requests
- *                    = C p q^(kmax + 1) + 1, plus the alignment (one tier block a request);
+ *                    = 1 - (kmax + 1) q^kmax + kmax q^(kmax + 1) (the share of unneeded runs
+ *                    in such stretches, q = 1 - p), requests = C p q^(kmax + 1) + 1, plus
+ *                    the alignment (one tier block a request); a pass of several
+ *                    micro-batches reads each one's runs;
  *                    seconds = bytes / read_bps(bytes per request, the flash queue's
  *                    depth), serial like the KV wait: a site's reads wait for its input,
  *                    so nothing overlaps them
@@ -102,6 +104,21 @@ static double attn_s_per_mac(const tl_hw_profile *prof, double block) {
     return own + shared / (block > 1 ? block : 1);
 }
 
+/* Flash layout: the share of a site's channels a product of `rows` rows needs (non-zero
+ * in some row), each row's zeros a share `level`, independently. */
+static double flash_need_share(double level, double rows) {
+    return level > 0 ? 1 - pow(level, rows > 1 ? rows : 1) : 1;
+}
+
+/* Bytes of the layers' streamed units read ahead through the ring per pass (a flash
+ * layer's streamed sites are read at their turn instead: flash_reads). */
+static double ring_layer_bytes(const tl_model *m, const tl_weight_plan *plan) {
+    double b = 0;
+    for (int32_t l = 0; l < m->lm.hp.n_layer && !m->lm.flash; l++)
+        b += tl_weight_plan_unit_bytes(&m->lm, plan, l);
+    return b;
+}
+
 /* Seconds of layer l's 7 matmuls of `rows` rows. The search prices thousands of passes
  * of identical layers, so results are remembered by (rows, the layer's weight types and
  * shapes) in a few slots (memo may be NULL). */
@@ -127,12 +144,13 @@ static double layer_matmul_s(const tl_model *m, const tl_hw_profile *prof, int32
     double mm = 0;
     for (int i = 0; i < 7; i++) /* a ReLU FFN has no gate */
         if (layer_weight(m, l, i)->name) mm += tl_cost_matmul(prof, layer_weight(m, l, i), rows);
-    /* flash layout: the site tensors' products read the runs of the channels in use, a
-     * share 1 - level of them (the products are priced at the row kernels' rate) */
+    /* flash layout: the site tensors' products read the runs of the channels in use
+     * (priced at the row kernels' rate) */
     for (int s = 0; s < TL_SITE_COUNT; s++) {
         const tl_weight *w = &m->lm.layers[l].site[s];
         if (w->name)
-            mm += tl_cost_matmul(prof, w, rows) * (1.0 - (double)m->lm.sparse.site_level[s]);
+            mm += tl_cost_matmul(prof, w, rows) *
+                  flash_need_share(m->lm.sparse.site_level[s], rows);
     }
     if (mo) {
         mo->layer[mo->next] = l, mo->rows[mo->next] = rows, mo->s[mo->next] = mm;
@@ -298,13 +316,12 @@ static void flash_reads(const tl_model *m, const tl_hw_profile *prof, const tl_w
         for (int i = 0; i < n; i++) {
             const tl_weight *w = ws[i];
             const int site = (int)(w - m->lm.layers[l].site);
-            const double level = m->lm.sparse.site_level[site];
-            const double p = level > 0 ? 1 - pow(level, rows > 1 ? rows : 1) : 1, q = 1 - p;
+            const double p = flash_need_share(m->lm.sparse.site_level[site], rows), q = 1 - p;
             const double R = (double)tl_type_row_bytes(w->type, w->cols), C = (double)w->rows;
-            const double kmax = floor(gap / R);
-            double f = 0, qk = 1; /* qk = q^(k-1) */
-            for (double k = 1; k <= kmax && qk > 1e-12; k++, qk *= q) f += k * p * p * qk;
-            const double req = p > 0 ? C * p * pow(q, kmax + 1) + 1 : 0;
+            const double K = floor(gap / R);
+            /* sum_{k=1..K} k p^2 q^(k-1), in closed form */
+            const double f = 1 - (K + 1) * pow(q, K) + K * pow(q, K + 1);
+            const double req = p > 0 ? C * p * pow(q, K + 1) + 1 : 0;
             const double b = C * R * (p + q * f) + req * al;
             *bytes += b;
             if (req > 0) *seconds += b / tl_profile_read_bps(prof, (uint64_t)(b / req), depth);
@@ -412,13 +429,10 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
     double ctx[4096], stored[4096]; /* visible positions; those in stored (full) pages */
     double pages[4096];             /* disk pages each micro-batch reads per layer */
     if (n_mb > 4096) n_mb = 4096;
-    double layers_bytes = 0, out_bytes = tl_weight_plan_unit_bytes(&m->lm, plan, U);
+    const double layers_bytes = ring_layer_bytes(m, plan);
+    const double out_bytes = tl_weight_plan_unit_bytes(&m->lm, plan, U);
     double layers_repack = 0, out_repack = unit_repack_s(m, prof, plan, U);
-    for (int32_t l = 0; l < U; l++) {
-        /* a flash layer's streamed sites are read at their turn (flash_reads), not ahead */
-        if (!m->lm.flash) layers_bytes += tl_weight_plan_unit_bytes(&m->lm, plan, l);
-        layers_repack += unit_repack_s(m, prof, plan, l);
-    }
+    for (int32_t l = 0; l < U; l++) layers_repack += unit_repack_s(m, prof, plan, l);
     const double wbps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
     const double page = tl_cost_kv_page_bytes(m, pol->kv_bits, pt);
     const double slot = ceil(page / SLOT_ALIGN) * SLOT_ALIGN;
@@ -483,14 +497,17 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         c += layers_repack + (last ? out_repack : 0);
         /* pages read as input rows are recomputed once before attention */
         c += read_pages * rc_share * rc_page_s;
-        double flash_b, flash_s; /* one product takes a micro-batch's rows */
-        flash_reads(m, prof, plan, rows[0], &flash_b, &flash_s);
+        double flash_b = 0, flash_s = 0; /* one product takes a micro-batch's rows */
+        for (int32_t k = 0; k < n_mb; k++) {
+            double b, t;
+            flash_reads(m, prof, plan, rows[k], &b, &t);
+            flash_b += b, flash_s += t;
+        }
         tl_cost_pass p = {1, block_index, fed / chunk, c, layers_bytes + (last ? out_bytes : 0),
                           kv_read, kv_write, wbps, kbps, wr_bps, 1, slow,
                           pass_kv_wait(m, prof, pol->kv_bits, rows, block, ctx, stored, pages,
                                        n_mb, first_s, page_s), read_pages, read_pages,
-                          layers_repack + (last ? out_repack : 0), n_mb * flash_b,
-                          n_mb * flash_s};
+                          layers_repack + (last ? out_repack : 0), flash_b, flash_s};
         fn(user, &p);
     }
     /* decode: gen_len - 1 steps, step j feeds position P + j - 1 of every sequence */
@@ -528,13 +545,17 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                    layers_repack + out_repack;
         /* pages read as input rows are recomputed (cached ones hold K and V: written) */
         c += read_pages * rc_share * rc_page_s;
-        double flash_b, flash_s;
-        flash_reads(m, prof, plan, rows[0], &flash_b, &flash_s);
+        double flash_b = 0, flash_s = 0;
+        for (int32_t k = 0; k < n_mb; k++) {
+            double b, t;
+            flash_reads(m, prof, plan, rows[k], &b, &t);
+            flash_b += b, flash_s += t;
+        }
         tl_cost_pass p = {0, block_index, j - 1, c, layers_bytes + out_bytes, kv_read, kv_write,
                           wbps, kbps, wr_bps, 1, slow,
                           pass_kv_wait(m, prof, pol->kv_bits, rows, 1, ctx, stored, pages,
                                        n_mb, first_s, page_s), need_all, read_pages,
-                          layers_repack + out_repack, n_mb * flash_b, n_mb * flash_s};
+                          layers_repack + out_repack, flash_b, flash_s};
         fn(user, &p);
     }
 }
@@ -670,11 +691,10 @@ double tl_cost_serve_step(const tl_model *m, const tl_hw_profile *prof,
         if (out) *out = a.t;
         return 0;
     }
-    double layers_bytes = 0, layers_repack = 0;
-    for (int32_t l = 0; l < U; l++) { /* a pipeline stage's absent layers count 0 */
-        layers_bytes += tl_weight_plan_unit_bytes(&m->lm, plan, l);
-        layers_repack += unit_repack_s(m, prof, plan, l);
-    }
+    /* a pipeline stage's absent layers count 0 */
+    const double layers_bytes = ring_layer_bytes(m, plan);
+    double layers_repack = 0;
+    for (int32_t l = 0; l < U; l++) layers_repack += unit_repack_s(m, prof, plan, l);
     const double out_bytes = tl_weight_plan_unit_bytes(&m->lm, plan, U);
     const double out_repack = unit_repack_s(m, prof, plan, U);
     const double gctx = s->gen_ctx > 1 ? s->gen_ctx : 1, at = s->prompt_at > 0 ? s->prompt_at : 0;
@@ -703,7 +723,10 @@ double tl_cost_serve_step(const tl_model *m, const tl_hw_profile *prof,
         kv_write = L * (g * (gd > 0) / (double)pt + cleave) * slot;
         kbps = tl_profile_read_bps(prof, (uint64_t)slot, m->lm.params.io_queue_depth);
     }
+    double flash_b, flash_s; /* the step's rows in one product */
+    flash_reads(m, prof, plan, g + c, &flash_b, &flash_s);
     const tl_cost_pass p = {.prefill = c > 0, .compute_s = compute,
+                            .flash_bytes = flash_b, .flash_s = flash_s,
                             .weight_bytes = layers_bytes + out_bytes, .weight_bps = wbps,
                             .kv_read_bytes = kv_read, .kv_write_bytes = kv_write,
                             .kv_read_bps = kbps, .kv_write_bps = prof->disk_write_bps > 0
