@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "tools/cli.h"
+#include "model/flash_layout.h"
 #include "tools/cli_plan.h"
 #include "tools/cli_pipe.h"
 #include "exec/engine.h"
@@ -522,15 +523,25 @@ int tl_cmd_run(int argc, char **argv) {
                 double zeroed = 0, seen = 0;
                 tl_model_sparsity_stats(m, 0, &zeroed, &seen);
                 const double passes = t.forward_passes ? (double)t.forward_passes : 1.0;
+                char profiled[96] = "";
+                if (predicted && t.flash_reads) { /* the profile's rate at that request size */
+                    const int32_t depth = mp.io_queue_depth > TL_FLASH_MIN_QUEUE_DEPTH
+                                              ? mp.io_queue_depth : TL_FLASH_MIN_QUEUE_DEPTH;
+                    snprintf(profiled, sizeof profiled, " (profile: %.2f GB/s at %.0f KiB, %d "
+                             "deep)", tl_profile_read_bps(&prof, t.flash_bytes_read /
+                                                          t.flash_reads, depth) / 1e9,
+                             (double)t.flash_bytes_read / (double)t.flash_reads / 1024.0,
+                             (int)depth);
+                }
                 fprintf(stderr, "[stats] flash layout, per forward pass: runs needed %.1f MiB, "
                         "read %.1f MiB (%.0f%% of dense %.1f MiB) in %.0f reads, %.2f GB/s while "
-                        "waited for | sparsity reached %.1f%%\n",
+                        "waited for%s | sparsity reached %.1f%%\n",
                         t.flash_bytes_needed / passes / 1048576.0,
                         t.flash_bytes_read / passes / 1048576.0,
                         100.0 * (double)t.flash_bytes_read / (double)t.flash_bytes_dense,
                         t.flash_bytes_dense / passes / 1048576.0, t.flash_reads / passes,
                         t.flash_fetch_s > 0 ? t.flash_bytes_read / t.flash_fetch_s / 1e9 : 0.0,
-                        seen > 0 ? 100.0 * zeroed / seen : 0.0);
+                        profiled, seen > 0 ? 100.0 * zeroed / seen : 0.0);
             }
             if (t.weights_panel_bytes || t.weights_repacked_bytes)
                 fprintf(stderr, "[stats] weights in int8 panels: %.1f MiB resident (repacked "
