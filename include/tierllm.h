@@ -362,6 +362,12 @@ typedef struct tl_synth_params {
     int32_t rope_freqs;     /* 1: a Llama 3 rope_freqs.weight (Llama 3.1's scaling: factor
                                8, low/high frequency factors 1 and 4, 8192 positions) */
     int32_t n_swa;          /* > 0: <arch>.attention.sliding_window (Mistral) */
+    /* > 0 (Llama or Qwen2): a ReLU-fied feed-forward, relu(gate x + b) * up x
+     * (tierllm.ffn_activation "relu"), with each neuron's bias b set so that this share of
+     * the neurons is zero on average: the gate's inputs are RMS-normalized and its weights
+     * uniform, so each pre-activation is near N(0, 1/3) whatever the token, and which
+     * neurons are active depends on the input (0: SwiGLU) */
+    float relu_sparsity;
 } tl_synth_params;
 
 enum { TL_SYNTH_LLAMA = 0, TL_SYNTH_QWEN2 = 1, TL_SYNTH_OPT = 2 };

@@ -118,6 +118,26 @@ expect_rc 0 "run streamed flash dense" "$bin" run -m "$tmp/synf.gguf" -p "hello 
 grep -q "flash layout.*read [0-9.]* MiB (10[0-9]% of dense" "$tmp/err" ||
     fail "dense flash run did not read every run: $(grep flash "$tmp/err")"
 
+# a ReLU-fied Llama (synth --act relu): the engine agrees with NumPy, whose count of exact
+# zeros into ffn_down is near the share asked for; in the flash layout the down runs of
+# zero neurons are not read
+"$bin" synth --embd 256 --ff 1024 --layers 4 --heads 4 --kv-heads 2 --ctx 256 --vocab 512 \
+    --act relu --ffn-sparsity 0.9 -o "$tmp/relu.gguf" >/dev/null 2>&1 || fail "synth relu"
+expect_rc 0 "info relu" "$bin" info -m "$tmp/relu.gguf"
+grep -q "^feed-forward: *1024 (ReLU-fied" "$tmp/out" || fail "info relu: $(cat "$tmp/out")"
+$py "$here/ref/compare_logits.py" --tierllm "$bin" --model "$tmp/relu.gguf" \
+    --tokens $syn_tokens --tol 1e-4 || fail "relu model against NumPy"
+zeros=$($py "$here/ref/llama_ref.py" "$tmp/relu.gguf" --tokens $syn_tokens --out "$tmp/r.f32" 2>&1 |
+        sed -n 's/^ffn_mid zeros \([0-9.]*\)/\1/p')
+echo "relu model: ffn_mid zeros $zeros (asked 0.9)"
+$py -c "import sys; sys.exit(0 if 0.86 <= float('${zeros:-0}') <= 0.94 else 1)" ||
+    fail "relu model: share of zeros ${zeros:-none}, asked 0.9"
+expect_rc 0 "convert relu flash" "$bin" convert -m "$tmp/relu.gguf" -o "$tmp/reluf.gguf" \
+    --calib "$calib" --sparsity 0 --uniform --layout flash -c 128
+expect_rc 0 "run relu flash streamed" "$bin" run -m "$tmp/reluf.gguf" -p "hello there" -n 6 \
+    --sparsity 0 --mem-budget 4M --flash-gap 0 --stats --temp 0
+grep "flash layout" "$tmp/err" || fail "relu flash: no flash stats: $(cat "$tmp/err")"
+
 # refusals
 expect_err "convert a flash file" "is already converted" \
     "$bin" convert -m "$tmp/f32f.gguf" -o "$tmp/again.gguf" --calib "$calib"

@@ -7,6 +7,8 @@
  *    rope_freqs.weight divides each rotation frequency; Mistral's optional
  *    <arch>.attention.sliding_window limits attention to the last W positions.
  *  - "qwen2": RoPE on pairs half a rotation apart (NEOX), q/k/v biases.
+ *  - any of them with tierllm.ffn_activation = "relu": relu(gate) * up in the feed-forward
+ *    instead of SwiGLU (a ReLU-fied Llama, LLM in a Flash's sparse FFN; synth --act relu).
  *  - "opt" (OPT, FlexGen's family): LayerNorm (mean and variance, weight and bias) where
  *    the others take RMSNorm; learned absolute positions (position_embd.weight, row p for
  *    position p, added to the token's embedding) and no RoPE; a ReLU feed-forward of two
@@ -57,6 +59,8 @@ typedef struct tl_llama_hparams {
     int32_t ffn_relu;    /* 1: x += W_down relu(W_up x) (opt); 0: SwiGLU with ffn_gate */
     int32_t pos_learned; /* 1: learned positions, no RoPE (opt); the context may not pass
                             n_ctx_train, the rows of position_embd */
+    int32_t ffn_gate_relu; /* 1: x += W_down (relu(W_gate x + b_gate) * (W_up x)), a ReLU-fied
+                              Llama (tierllm.ffn_activation = "relu"); 0: SwiGLU */
 } tl_llama_hparams;
 
 typedef struct tl_llama_layer {
@@ -70,6 +74,7 @@ typedef struct tl_llama_layer {
     tl_weight bq, bk, bv;   /* [n_head*head_dim], [n_head_kv*head_dim] x2 */
     tl_weight bo;           /* [n_embd] */
     tl_weight b_up, b_down; /* [n_ff], [n_embd] */
+    tl_weight b_gate;       /* [n_ff] */
     tl_weight attn_norm_b, ffn_norm_b; /* [n_embd] */
     /* flash layout (model/flash_layout.h): the four site tensors, runs by input channel,
      * which replace the seven matrices (those then keep their shapes, name NULL); name

@@ -14,13 +14,18 @@
  *               x += att Wo^T (+ bias)
  *               xn = norm(x) * ffn_norm (+ bias)
  *               x += (silu(xn Wgate^T) * (xn Wup^T)) Wdown^T      [n][f] inside
+ *                 (ReLU-fied: relu(xn Wgate^T + b_gate) in place of silu(xn Wgate^T))
  *                 (OPT: x += relu(xn Wup^T + b_up) Wdown^T + b_down)
  *   logits = norm(x) * output_norm (+ bias)  Woutput^T            (tl_llama_logits)
  * With activation sparsity (model/sparsity.h) the inputs of each matrix product whose
- * magnitude is under the layer's threshold for that input are zeroed first.
+ * magnitude is under the layer's threshold for that input are zeroed first. In the flash
+ * layout (model/flash_layout.h) the matrices that share an input are one site tensor of
+ * runs by input channel, and a product takes only the runs of its non-zero inputs
+ * (site_products).
  * All rows go through each matrix at once (matrix-matrix products), whether they are a
  * prompt of one sequence or one token of each of many sequences. Weights are made
- * resident by the caller (exec/) around each layer; this file never does IO.
+ * resident by the caller (exec/) around each layer, or for a streamed flash site, read by
+ * exec/ through m->fetch_runs when its input is known; this file never does IO.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -550,7 +555,9 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
         if ((pst = site_products(m, s, l, TL_SITE_FFN_IN, gate_up, 2, s->xn, n, gate_up_out)))
             return pst;
         add_bias_rows(s->up, &L->b_up, n, f);
-        tl_op_swiglu(m, s->gate, s->up, n * f);
+        add_bias_rows(s->gate, &L->b_gate, n, f);
+        if (hp->ffn_gate_relu) tl_op_reglu(s->gate, s->up, n * f);
+        else tl_op_swiglu(m, s->gate, s->up, n * f);
         tl_sparsity_apply(&m->sparse, l, TL_SITE_FFN_MID, s->gate, n, f);
     }
     const tl_weight *down = &L->w_down;

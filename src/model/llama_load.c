@@ -62,6 +62,17 @@ tl_status tl_llama_read_hparams(const tl_gguf *g, tl_llama_hparams *hp) {
         if ((st = tl_gguf_get_bool(g, "tierllm.rope_half_order", &b))) return st;
         if (b && hp->rope_mode == TL_ROPE_PAIRS) hp->rope_mode = TL_ROPE_HALF_AS_PAIRS;
     }
+    const tl_gguf_kv *act = tl_gguf_find(g, "tierllm.ffn_activation");
+    if (act) {
+        if (act->type != TL_GGUF_STRING ||
+            (strcmp(act->v.str.s, "silu") != 0 && strcmp(act->v.str.s, "relu") != 0))
+            return tl_error_set(TL_ERR_FORMAT, "tierllm.ffn_activation must be \"silu\" or "
+                                "\"relu\"");
+        hp->ffn_gate_relu = !strcmp(act->v.str.s, "relu");
+        if (hp->ffn_gate_relu && hp->ffn_relu)
+            return tl_error_set(TL_ERR_FORMAT, "tierllm.ffn_activation applies to a gated "
+                                "feed-forward; %s has none", hp->arch);
+    }
     uint32_t n_embd, n_ff, n_layer, n_head, n_head_kv, head_dim, rope_dim, n_ctx;
     if ((st = get_arch_u32(g, hp->arch, "embedding_length", &n_embd, 1, 0)) ||
         (st = get_arch_u32(g, hp->arch, "feed_forward_length", &n_ff, 1, 0)) ||
@@ -280,6 +291,7 @@ static tl_status describe_weights(tl_llama *m) {
             (st = describe_optional(m, NAME("attn_v.bias"), kv_dim, &L->bv)) ||
             (st = describe_optional(m, NAME("attn_output.bias"), d, &L->bo)) ||
             (st = describe_optional(m, NAME("ffn_up.bias"), f, &L->b_up)) ||
+            (st = describe_optional(m, NAME("ffn_gate.bias"), f, &L->b_gate)) ||
             (st = describe_optional(m, NAME("ffn_down.bias"), d, &L->b_down)) ||
             (st = describe_optional(m, NAME("attn_norm.bias"), d, &L->attn_norm_b)) ||
             (st = describe_optional(m, NAME("ffn_norm.bias"), d, &L->ffn_norm_b)))
@@ -340,7 +352,8 @@ static tl_status trim_to_stage(tl_llama *m) {
         tl_llama_layer *ly = &m->layers[l];
         tl_weight *ws[] = {&ly->attn_norm, &ly->attn_norm_b, &ly->wq, &ly->wk, &ly->wv, &ly->wo,
                            &ly->bq, &ly->bk, &ly->bv, &ly->bo, &ly->ffn_norm, &ly->ffn_norm_b,
-                           &ly->w_gate, &ly->w_up, &ly->w_down, &ly->b_up, &ly->b_down};
+                           &ly->w_gate, &ly->w_up, &ly->w_down, &ly->b_up, &ly->b_down,
+                           &ly->b_gate};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) drop(m, ws[i]);
         for (int s = 0; s < TL_SITE_COUNT; s++) drop(m, &ly->site[s]);
     }
@@ -374,7 +387,7 @@ size_t tl_llama_weights(tl_llama *m, tl_weight **out, size_t cap) {
         PUT_IF(&L->bq); PUT_IF(&L->bk); PUT_IF(&L->bv); PUT_IF(&L->bo);
         PUT_IF(&L->ffn_norm); PUT_IF(&L->ffn_norm_b);
         PUT_IF(&L->w_gate); PUT_IF(&L->w_up); PUT_IF(&L->w_down);
-        PUT_IF(&L->b_up); PUT_IF(&L->b_down);
+        PUT_IF(&L->b_up); PUT_IF(&L->b_down); PUT_IF(&L->b_gate);
         for (int s = 0; s < TL_SITE_COUNT; s++) PUT_IF(&L->site[s]);
     }
 #undef PUT_IF

@@ -338,6 +338,10 @@ void tl_op_swiglu(const tl_llama *m, float *gate, const float *up, size_t n) {
     else tl_swiglu_fast(gate, up, n);
 }
 
+void tl_op_reglu(float *gate, const float *up, size_t n) {
+    for (size_t i = 0; i < n; i++) gate[i] = gate[i] > 0.0f ? gate[i] * up[i] : 0.0f;
+}
+
 void tl_op_relu(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }

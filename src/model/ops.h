@@ -63,6 +63,9 @@ void tl_op_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, 
 /* gate[i] = silu(gate[i]) * up[i] for n elements. */
 void tl_op_swiglu(const tl_llama *m, float *gate, const float *up, size_t n);
 
+/* gate[i] = max(gate[i], 0) * up[i] for n elements (a ReLU-fied Llama's FFN). */
+void tl_op_reglu(float *gate, const float *up, size_t n);
+
 /* x[i] = max(x[i], 0) for n elements. */
 void tl_op_relu(float *x, size_t n);
 

@@ -32,10 +32,12 @@ typedef struct synth_tensor {
     int kind; /* what gen_row writes: */
 } synth_tensor;
 
-enum { K_RANDOM = 0, K_NORM = 1, K_ROPE_FREQS = 2 }; /* uniform +-1/sqrt(cols), ones, Llama 3.1 */
+/* uniform +-1/sqrt(cols), ones, Llama 3.1's divisors, the ReLU gate's bias */
+enum { K_RANDOM = 0, K_NORM = 1, K_ROPE_FREQS = 2, K_GATE_BIAS = 3 };
 
 typedef struct synth {
     const tl_synth_params *p;
+    float gate_bias;   /* relu_sparsity's bias (gate_bias_for) */
     synth_tensor *t;
     size_t n;
     float *row_f;     /* [max cols] */
@@ -81,6 +83,10 @@ static tl_status check_params(const tl_synth_params *p) {
     if (p->family == TL_SYNTH_OPT && (p->rope_freqs || p->n_swa > 0 || p->n_head_kv != p->n_head))
         return tl_error_set(TL_ERR_INVALID, "synth: OPT has no RoPE, no sliding window and as "
                             "many kv heads as heads");
+    if (p->relu_sparsity != 0 &&
+        (p->family == TL_SYNTH_OPT || !(p->relu_sparsity > 0 && p->relu_sparsity < 1)))
+        return tl_error_set(TL_ERR_INVALID, "synth: a ReLU-fied feed-forward's sparsity must "
+                            "lie in (0, 1), on a gated (Llama or Qwen2) model");
     if (p->mix != TL_MIX_NONE && (p->mix < TL_MIX_Q2_K || p->mix > TL_MIX_Q6_K))
         return tl_error_set(TL_ERR_INVALID, "synth: unknown K-quant mix %d", p->mix);
     if (!p->mix && !tl_type_known((uint32_t)p->weight_type))
@@ -196,6 +202,7 @@ static size_t build_tensors(const tl_synth_params *p, synth_tensor *t) {
         ADD(LNAME("ffn_norm.weight"), d, 1, TL_TYPE_F32, 1);
         if (opt) ADD(LNAME("ffn_norm.bias"), d, 1, TL_TYPE_F32, K_RANDOM);
         if (!opt) ADD(LNAME("ffn_gate.weight"), d, f, wt, 0);
+        if (p->relu_sparsity > 0) ADD(LNAME("ffn_gate.bias"), f, 1, TL_TYPE_F32, K_GATE_BIAS);
         ADD(LNAME("ffn_up.weight"), d, f, wt, 0);
         if (opt) ADD(LNAME("ffn_up.bias"), f, 1, TL_TYPE_F32, K_RANDOM);
         ADD(LNAME("ffn_down.weight"), f, d, mix_type(p, M_FFN_DOWN, l), 0);
@@ -253,10 +260,27 @@ uint64_t tl_synth_file_bytes(const tl_synth_params *p) {
     return bytes; /* plus a header of a few hundred KiB */
 }
 
+/* The gate bias b that leaves a share `sparsity` of the ReLU's inputs below zero: a
+ * pre-activation is w . x + b with x RMS-normalized (sum x^2 = n_embd, the norm's weights
+ * being ones) and w uniform in +-1/sqrt(n_embd), so w . x is near N(0, 1/3) and
+ * P(w . x + b <= 0) = Phi(-b sqrt 3); Phi inverted by bisection. 0: no ReLU. */
+static float gate_bias_for(float sparsity) {
+    if (!(sparsity > 0)) return 0.0f;
+    double lo = -10, hi = 10; /* z with Phi(z) = sparsity */
+    for (int i = 0; i < 100; i++) {
+        const double mid = 0.5 * (lo + hi);
+        if (0.5 * erfc(-mid / sqrt(2.0)) < sparsity) lo = mid;
+        else hi = mid;
+    }
+    return (float)(-0.5 * (lo + hi) / sqrt(3.0));
+}
+
 static void gen_row(const synth *s, size_t ti, uint64_t row) {
     const synth_tensor *t = &s->t[ti];
     if (t->kind == K_NORM) {
         for (uint64_t c = 0; c < t->cols; c++) s->row_f[c] = 1.0f;
+    } else if (t->kind == K_GATE_BIAS) {
+        for (uint64_t c = 0; c < t->cols; c++) s->row_f[c] = s->gate_bias;
     } else if (t->kind == K_ROPE_FREQS) { /* Llama 3.1's: factor 8, 1/4, 8192 positions */
         tl_rope_llama3_divisors(s->p->rope_base, (int32_t)(2 * t->cols), 8.0, 1.0, 4.0, 8192.0,
                                 s->row_f);
@@ -355,7 +379,7 @@ static char **make_vocab(int32_t n_vocab, float *scores, int32_t *types) {
 tl_status tl_synth_write(const tl_synth_params *p, const char *path) {
     tl_status st = check_params(p);
     if (st) return st;
-    synth s = {p, NULL, 0, NULL, NULL};
+    synth s = {p, gate_bias_for(p->relu_sparsity), NULL, 0, NULL, NULL};
     s.n = build_tensors(p, NULL);
     s.t = calloc(s.n, sizeof *s.t);
     size_t max_cols = (size_t)(p->n_ff > p->n_embd ? p->n_ff : p->n_embd);
@@ -407,7 +431,9 @@ tl_status tl_synth_write(const tl_synth_params *p, const char *path) {
                                      (uint64_t)p->n_vocab)) ||
         (st = tl_gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0)) ||
         (st = tl_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1)) ||
-        (st = tl_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2)))
+        (st = tl_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2)) ||
+        (p->relu_sparsity > 0 && (st = tl_gguf_writer_set_str(w, "tierllm.ffn_activation",
+                                                              "relu"))))
         goto done;
 #undef KEY
     for (size_t i = 0; i < s.n && !st; i++) {

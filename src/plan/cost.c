@@ -14,8 +14,9 @@
  *                    (residency.c repacks a unit on arrival), added to compute
  *   weight reads   = streamed bytes of the unit / read_bps(io_chunk, io_depth)
  *   flash reads    = (flash layout) per streamed site tensor, its runs a pass needs: each
- *                    of C channels needed with probability p = 1 - level^rows (each row's
- *                    channels independent); needed runs of R bytes read, with each stretch
+ *                    of C channels needed with probability p = 1 - z^rows, z the site's
+ *                    level or the share of its calibration inputs that were exactly zero
+ *                    if more (a ReLU's), each row's channels independent; needed runs of R bytes read, with each stretch
  *                    of k <= kmax = gap / R unneeded runs between two needed ones read
  *                    through: bytes = C R (p + (1 - p) f), f = sum_{k <= kmax} k p^2 q^(k-1)
  *                    = 1 - (kmax + 1) q^kmax + kmax q^(kmax + 1) (the share of unneeded runs
@@ -110,6 +111,22 @@ static double flash_need_share(double level, double rows) {
     return level > 0 ? 1 - pow(level, rows > 1 ? rows : 1) : 1;
 }
 
+/* The share of zeros a product of layer l's site s sees in each row: the level in force,
+ * or more where calibration saw that many inputs exactly zero (a ReLU's: the table's
+ * threshold stays 0 up to that share). */
+static double site_zero_share(const tl_model *m, int32_t l, int s) {
+    const tl_sparsity *sp = &m->lm.sparse;
+    double level = sp->site_level[s];
+    if (sp->table) {
+        const float *row = sp->table + ((size_t)l * TL_SITE_COUNT + (size_t)s) * TL_SPARSITY_LEVELS;
+        int i = 0;
+        while (i + 1 < TL_SPARSITY_LEVELS && row[i + 1] == 0.0f) i++;
+        const double zeros = (double)i / (TL_SPARSITY_LEVELS - 1);
+        if (zeros > level) level = zeros;
+    }
+    return level;
+}
+
 /* Bytes of the layers' streamed units read ahead through the ring per pass (a flash
  * layer's streamed sites are read at their turn instead: flash_reads). */
 static double ring_layer_bytes(const tl_model *m, const tl_weight_plan *plan) {
@@ -149,8 +166,7 @@ static double layer_matmul_s(const tl_model *m, const tl_hw_profile *prof, int32
     for (int s = 0; s < TL_SITE_COUNT; s++) {
         const tl_weight *w = &m->lm.layers[l].site[s];
         if (w->name)
-            mm += tl_cost_matmul(prof, w, rows) *
-                  flash_need_share(m->lm.sparse.site_level[s], rows);
+            mm += tl_cost_matmul(prof, w, rows) * flash_need_share(site_zero_share(m, l, s), rows);
     }
     if (mo) {
         mo->layer[mo->next] = l, mo->rows[mo->next] = rows, mo->s[mo->next] = mm;
@@ -316,7 +332,7 @@ static void flash_reads(const tl_model *m, const tl_hw_profile *prof, const tl_w
         for (int i = 0; i < n; i++) {
             const tl_weight *w = ws[i];
             const int site = (int)(w - m->lm.layers[l].site);
-            const double p = flash_need_share(m->lm.sparse.site_level[site], rows), q = 1 - p;
+            const double p = flash_need_share(site_zero_share(m, l, site), rows), q = 1 - p;
             const double R = (double)tl_type_row_bytes(w->type, w->cols), C = (double)w->rows;
             const double K = floor(gap / R);
             /* sum_{k=1..K} k p^2 q^(k-1), in closed form */

@@ -148,8 +148,8 @@ int tl_cmd_info(int argc, char **argv) {
            !strcmp(hp.arch, "qwen2") ? "Qwen2" : !strcmp(hp.arch, "opt") ? "OPT" : "Llama",
            hp.n_swa > 0 ? ", sliding-window attention" : "");
     printf("vocabulary:    %llu\n", emb ? (unsigned long long)emb->ne[1] : 0ull);
-    printf("embedding:     %d\nfeed-forward:  %d\nlayers:        %d\n", hp.n_embd, hp.n_ff,
-           hp.n_layer);
+    printf("embedding:     %d\nfeed-forward:  %d%s\nlayers:        %d\n", hp.n_embd, hp.n_ff,
+           hp.ffn_gate_relu ? " (ReLU-fied: relu(gate) * up)" : "", hp.n_layer);
     if (hp.pos_learned)
         printf("heads:         %d (kv %d, head dim %d, learned positions, LayerNorm, ReLU FFN)\n",
                hp.n_head, hp.n_head_kv, hp.head_dim);

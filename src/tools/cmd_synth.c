@@ -19,6 +19,11 @@ static void usage(void) {
            "                    unless given) (default llama)\n"
            "  --rope-freqs      write Llama 3's rope_freqs.weight (frequency divisors)\n"
            "  --swa N           sliding-window attention over the last N positions (Mistral)\n"
+           "  --act relu|silu   the feed-forward's activation: relu makes a ReLU-fied Llama,\n"
+           "                    relu(gate x + b) * up x, b set so --ffn-sparsity S of the\n"
+           "                    neurons are zero on average, which ones depending on the\n"
+           "                    input (default silu: SwiGLU)\n"
+           "  --ffn-sparsity S  with --act relu: that share of zeros (default 0.95)\n"
            "  --seed S          weight seed (default 1)\n");
 }
 
@@ -48,7 +53,8 @@ int tl_cmd_synth(int argc, char **argv) {
     tl_synth_params p;
     tl_synth_preset("stories260k", &p);
     const char *out = NULL;
-    int kv_heads_given = 0;
+    int kv_heads_given = 0, act_relu = 0;
+    float ffn_sparsity = 0;
     /* the preset is applied first wherever it appears, then shape flags override it */
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--preset") && i + 1 < argc) {
@@ -76,6 +82,23 @@ int tl_cmd_synth(int argc, char **argv) {
                 return 2;
             }
         }
+        else if (!strcmp(a, "--act")) {
+            VAL();
+            if (!strcmp(v, "relu")) act_relu = 1;
+            else if (!strcmp(v, "silu")) act_relu = 0;
+            else {
+                fprintf(stderr, "error: --act expects relu or silu, got '%s'\n", v);
+                return 2;
+            }
+        }
+        else if (!strcmp(a, "--ffn-sparsity")) {
+            VAL();
+            if (!cli_sparsity(a, v, &ffn_sparsity)) return 2;
+            if (!(ffn_sparsity > 0)) {
+                fprintf(stderr, "error: --ffn-sparsity expects a share in (0, 1)\n");
+                return 2;
+            }
+        }
         INT("--swa", n_swa)
         else if (!strcmp(a, "--seed")) { VAL(); if (!cli_u64(a, v, &p.seed)) return 2; }
         INT("--vocab", n_vocab) INT("--embd", n_embd) INT("--ff", n_ff)
@@ -94,6 +117,11 @@ int tl_cmd_synth(int argc, char **argv) {
 #undef VAL
     }
     if (p.family == TL_SYNTH_OPT && !kv_heads_given) p.n_head_kv = p.n_head;
+    if (ffn_sparsity > 0 && !act_relu) {
+        fprintf(stderr, "error: --ffn-sparsity needs --act relu\n");
+        return 2;
+    }
+    if (act_relu) p.relu_sparsity = ffn_sparsity > 0 ? ffn_sparsity : 0.95f;
     if (!out) {
         fprintf(stderr, "error: -o OUT.gguf is required\n");
         return 2;

@@ -258,6 +258,11 @@ class LlamaConfig:
         self.n_head = int(key("attention.head_count"))
         self.n_head_kv = int(key("attention.head_count_kv", self.n_head))
         self.layer_norm = arch == "opt"          # LayerNorm (with bias) and ReLU FFN
+        # a ReLU-fied gated FFN: relu(gate x + b_gate) * up x in place of SwiGLU
+        act = g.get("tierllm.ffn_activation", "silu")
+        if act not in ("silu", "relu"):
+            raise ValueError("tierllm.ffn_activation %r: silu or relu" % (act,))
+        self.gate_relu = act == "relu"
         self.eps = float(key("attention.layer_norm_epsilon" if self.layer_norm
                              else "attention.layer_norm_rms_epsilon"))
         self.rope_base = float(key("rope.freq_base", 10000.0))
@@ -388,6 +393,7 @@ class LlamaRef:
         self.rope_freqs = optional("rope_freqs.weight")
         self.flash = is_flash_layout(g.metadata)
         self.layers = []
+        self.ffn_mid_zeros = self.ffn_mid_seen = 0   # exact zeros into ffn_down, counted
         for i in range(self.cfg.n_layer):
             p = "blk.%d." % i
             if self.flash:                          # from the site tensors: never rounded
@@ -402,7 +408,7 @@ class LlamaRef:
                 L = {k: w(p + k + ".weight") for k in mats}
             L.update({k: w(p + k + ".weight") for k in ("attn_norm", "ffn_norm")})
             L.setdefault("ffn_gate", None)
-            for k in BIASES + ("attn_norm", "ffn_norm", "ffn_up", "ffn_down"):
+            for k in BIASES + ("attn_norm", "ffn_norm", "ffn_up", "ffn_down", "ffn_gate"):
                 L[k + ".bias"] = optional(p + k + ".bias")       # None when absent
             self.layers.append(L)
         self._check_shapes()
@@ -603,10 +609,13 @@ class LlamaRef:
         if self.cfg.layer_norm:                                        # OPT: ReLU, biases
             h = np.maximum(self.linear(x, L, "ffn_up"), 0.0)
             return self.linear(self.sparsify(h, layer, "ffn_mid"), L, "ffn_down")
-        g = self.mm(x, L["ffn_gate"])
+        g = self.linear(x, L, "ffn_gate")
         u = self.linear(x, L, "ffn_up")
-        silu = g / (1.0 + np.exp(-g))
-        return self.linear(self.sparsify(silu * u, layer, "ffn_mid"), L, "ffn_down")
+        act = np.maximum(g, 0.0) if self.cfg.gate_relu else g / (1.0 + np.exp(-g))
+        h = act * u
+        self.ffn_mid_zeros += int(np.count_nonzero(h == 0.0))
+        self.ffn_mid_seen += h.size
+        return self.linear(self.sparsify(h, layer, "ffn_mid"), L, "ffn_down")
 
     # --- forward ---------------------------------------------------------
 
@@ -1266,6 +1275,8 @@ def main(argv=None):
             print("llama_ref: non-finite logits", file=sys.stderr)
             return 1
         logits.astype("<f4").tofile(args.out)
+        if m.ffn_mid_seen:   # the share of exact zeros into ffn_down (a ReLU FFN's sparsity)
+            print("ffn_mid zeros %.4f" % (m.ffn_mid_zeros / m.ffn_mid_seen), file=sys.stderr)
     if args.greedy is not None:
         print(" ".join(str(t) for t in m.greedy(args.tokens, args.greedy)))
     return 0
