@@ -206,6 +206,9 @@ int tl__matmul_fast_isa(tl__isa isa, tl_type type, const void *W, size_t k, size
  *        does not depend on n, on how [o0, o1) is split between calls or on the
  *        instruction set.
  * Threads may run disjoint [o0, o1) at once, each with its own scratch. */
+/* Products of at most this many rows stream the runs (memory-bound, the weights read in
+ * their type); more take a GEMM over f32 panels dequantized from the runs. */
+#define TL_COLMAT_STREAM_MAX_N 8
 void tl_colmat_ref(tl_type type, const void *W, size_t run_elems, const int32_t *chan,
                    size_t nc, size_t o0, size_t o1, const float *X, size_t ldx, size_t n,
                    float *Y, size_t ldy);

@@ -39,7 +39,7 @@
 #include "kernels/x86_matmul.h"
 #include "kernels/quant_ext.h"
 
-#define STREAM_MAX_N 8  /* streaming: rows at most (more take the GEMM) */
+#define STREAM_MAX_N TL_COLMAT_STREAM_MAX_N /* streaming: rows at most (more: the GEMM) */
 #define STREAM_ROWS 4   /* streaming: rows per pass (AVX-512) */
 #define STREAM_ROWS_AVX2 2
 #define TILE1 4096      /* streaming: outputs x rows per tile (a 16 KiB accumulator) */

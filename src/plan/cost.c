@@ -74,6 +74,7 @@
 #include "exec/model_handle.h"
 #include "base/status.h"
 #include "format/tensor_type.h"
+#include "kernels/kernels.h"
 #include "model/flash_layout.h"
 #include "model/placement.h"
 #include "tier/tier.h"
@@ -161,12 +162,14 @@ static double layer_matmul_s(const tl_model *m, const tl_hw_profile *prof, int32
     double mm = 0;
     for (int i = 0; i < 7; i++) /* a ReLU FFN has no gate */
         if (layer_weight(m, l, i)->name) mm += tl_cost_matmul(prof, layer_weight(m, l, i), rows);
-    /* flash layout: the site tensors' products read the runs of the channels in use
-     * (priced at the row kernels' rate) */
+    /* flash layout: the site tensors' products take the runs of the channels in use, at
+     * the rate of the row kernels that work as they do: streaming the weights in their
+     * type, or beyond TL_COLMAT_STREAM_MAX_N rows multiplying f32 panels (the F32 GEMM's) */
     for (int s = 0; s < TL_SITE_COUNT; s++) {
-        const tl_weight *w = &m->lm.layers[l].site[s];
-        if (w->name)
-            mm += tl_cost_matmul(prof, w, rows) * flash_need_share(site_zero_share(m, l, s), rows);
+        tl_weight w = m->lm.layers[l].site[s];
+        if (!w.name) continue;
+        if (rows > TL_COLMAT_STREAM_MAX_N) w.type = TL_TYPE_F32;
+        mm += tl_cost_matmul(prof, &w, rows) * flash_need_share(site_zero_share(m, l, s), rows);
     }
     if (mo) {
         mo->layer[mo->next] = l, mo->rows[mo->next] = rows, mo->s[mo->next] = mm;

@@ -208,10 +208,14 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
                  next.policy.n_ctx != chosen->policy.n_ctx ||
                  next.policy.kv_window_pages != chosen->policy.kv_window_pages ||
                  next.policy.kv_cache_pages != chosen->policy.kv_cache_pages;
-    fprintf(stderr, "policy auto: the model file streams at %.2f GB/s, %.0f%% of the "
-            "profile's figure, and matrix-vector products take %.0f%% of the profile's time; "
-            "re-planned: %s\n", bps / 1e9, ratio * 100, cratio * 100,
-            change ? "new policy" : "policy kept");
+    if (bps > 0)
+        fprintf(stderr, "policy auto: the model file streams at %.2f GB/s, %.0f%% of the "
+                "profile's figure, and matrix-vector products take %.0f%% of the profile's "
+                "time; re-planned: %s\n", bps / 1e9, ratio * 100, cratio * 100,
+                change ? "new policy" : "policy kept");
+    else /* too little streams through the ring to time */
+        fprintf(stderr, "policy auto: matrix-vector products take %.0f%% of the profile's time; "
+                "re-planned: %s\n", cratio * 100, change ? "new policy" : "policy kept");
     *chosen = next;
     if (!change) return TL_OK;
     tl_context_close(*c);
