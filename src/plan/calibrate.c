@@ -10,9 +10,49 @@
 #include "base/status.h"
 #include "exec/residency.h"
 #include "kernels/kernels.h"
+#include "model/flash_layout.h"
 #include "model/ops.h"
+#include "model/placement.h"
+#include "tier/read_rate.h"
+#include "tier/tier.h"
 
 #define CALIBRATE_PASS_BYTES ((uint64_t)192 << 20)
+
+/* Flash layout: requests of the size a streamed site's reads mostly take (whole runs of
+ * neighbouring needed channels), timed for at most FLASH_PROBE_S. */
+#define FLASH_PROBE_CHUNK ((uint64_t)64 << 10)
+#define FLASH_PROBE_S 0.5
+
+/* A flash file whose streamed sites are read at their turn, with (nearly) nothing in the
+ * ring: the model file's own reads, at random chunk-aligned offsets, FLASH_PROBE_CHUNK at
+ * the flash queue's depth, into budget buffers (none free: not measured). The whole disk
+ * grid is scaled to that point. */
+static tl_status calibrate_flash(tl_model *m, tl_hw_profile *prof, double *measured_bps,
+                                 double *ratio) {
+    if (!m->lm.flash || !tl_weight_plan_site_buf_bytes(&m->lm, tl_residency_plan(m->res)))
+        return TL_OK;
+    tl_tier *t = m->lm.tier;
+    const int32_t depth = m->lm.params.io_queue_depth > TL_FLASH_MIN_QUEUE_DEPTH
+                              ? m->lm.params.io_queue_depth : TL_FLASH_MIN_QUEUE_DEPTH;
+    const uint64_t chunk = FLASH_PROBE_CHUNK, span = t->size / chunk * chunk;
+    if (span < 64 * chunk || depth > 64) return TL_OK;
+    uint8_t *buf = NULL, *bufs[64];
+    if (tl_budget_alloc(m->lm.budget, (size_t)(chunk * (uint64_t)depth), TL_TIER_MAX_ALIGN,
+                        "disk calibration", (void **)&buf))
+        return TL_OK; /* the budget is spoken for: keep the profile's figure */
+    for (int32_t i = 0; i < depth; i++) bufs[i] = buf + (size_t)i * chunk;
+    uint64_t cursor = 0, seed = 7;
+    double bps = 0;
+    tl_status st = tl_tier_time_reads(t, chunk, depth, (uint64_t)256 << 20, span, 1, &cursor,
+                                      &seed, bufs, FLASH_PROBE_S, &bps);
+    tl_budget_free(m->lm.budget, buf);
+    if (st) return tl_error_wrap(st, "calibrating the disk on the model file");
+    const double before = tl_profile_read_bps(prof, chunk, depth);
+    if (!(bps > 0) || !(before > 0)) return TL_OK;
+    *measured_bps = bps;
+    *ratio = bps / before;
+    return tl_profile_set_read_bps(prof, chunk, depth, bps);
+}
 
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio) {
@@ -33,7 +73,8 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
         uint64_t bytes = 0;
         tl_status st = tl_residency_measure_io(m->res, CALIBRATE_PASS_BYTES, &seconds, &bytes);
         if (st) return tl_error_wrap(st, "calibrating the disk on the model file");
-        if (bytes < ((uint64_t)8 << 20) || seconds <= 0) return TL_OK;
+        if (bytes < ((uint64_t)8 << 20) || seconds <= 0)
+            return n ? TL_OK : calibrate_flash(m, prof, measured_bps, ratio);
         rate[n++] = (double)bytes / seconds;
         total += bytes;
     }

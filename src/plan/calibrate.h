@@ -20,7 +20,9 @@
 
 /* Needs placed weights (m->res). *measured_bps and *ratio (measured / profiled at the
  * model's chunk and depth) are filled and the profile's large-read figures are scaled;
- * with nothing streamed, or less than 8 MiB, ratio stays 1. */
+ * with nothing streamed, or less than 8 MiB, ratio stays 1 - unless a flash-layout file's
+ * sites are read at their turn: then the model file's random 64 KiB reads at the flash
+ * queue's depth are timed and the whole grid scaled to them. */
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio);
 
