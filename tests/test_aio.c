@@ -350,7 +350,7 @@ static void test_urgent(void) {
                                   (a loaded sanitizer build may take tenths of a second to
                                   queue them) */
     tl_tier *held = fault_mem(&hold_spec, 1 << 20);
-    lag_spec.latency_s = 1.5; /* a read that must not have finished when polled: the one
+    lag_spec.latency_s = 3.0; /* a read that must not have finished when polled: the one
                                  thread starts it just as the awaited read completes, and a
                                  sanitizer build beside other tests on two cores may take
                                  more than half a second to poll */

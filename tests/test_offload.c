@@ -244,7 +244,7 @@ static void flash_faults(const char *path, const char *dir) {
               "flash reads: needed %llu, read %llu, dense %llu",
               (unsigned long long)rs.flash_bytes_needed,
               (unsigned long long)rs.flash_bytes_read, (unsigned long long)rs.flash_bytes_dense);
-    for (int call = 1; call <= 400; call += 37) {
+    for (int call = 1; call <= 400; call += 133) { /* loading, then streaming runs */
         tl_fault_spec f = {0};
         f.fail_call = (uint64_t)call;
         f.fail_errno = EIO;
