@@ -137,6 +137,14 @@ expect_rc 0 "convert relu flash" "$bin" convert -m "$tmp/relu.gguf" -o "$tmp/rel
 expect_rc 0 "run relu flash streamed" "$bin" run -m "$tmp/reluf.gguf" -p "hello there" -n 6 \
     --sparsity 0 --mem-budget 4M --flash-gap 0 --stats --temp 0
 grep "flash layout" "$tmp/err" || fail "relu flash: no flash stats: $(cat "$tmp/err")"
+$py - "$tmp/relu.gguf" "$tmp/relx.gguf" <<'P' || fail "write an unknown activation"
+import sys
+data = open(sys.argv[1], "rb").read()
+at = data.index(b"tierllm.ffn_activation")
+open(sys.argv[2], "wb").write(data[:at] + data[at:].replace(b"relu", b"relx", 1))
+P
+expect_err "an unknown activation" 'tierllm.ffn_activation must be "silu" or "relu"' \
+    "$bin" run -m "$tmp/relx.gguf" -p hi -n 2
 
 # refusals
 expect_err "convert a flash file" "is already converted" \

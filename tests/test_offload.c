@@ -180,33 +180,43 @@ static void page_cache(const char *path, uint64_t budget) {
     evict(path);
 }
 
-static void faults(const char *path, uint64_t budget) {
-    int32_t want[N_GEN], got[N_GEN];
-    tl_model_params mp = tl_model_default_params();
-    CHECK(greedy(path, mp, NULL, want, NULL) == TL_OK);
-    mp.mem_budget = budget;
-    mp.io_chunk_bytes = 16 << 10;
-    for (int call = 1; call <= 400; call += 37) { /* EIO while loading or while streaming */
+/* 3's faults on path run under mp: EIO at calls 1, 1 + step, ... up to 400 (while loading
+ * or while streaming) ends each run with the injected error; reads cut to short_max bytes
+ * and a slow disk (latency_s a read: stalls) give the tokens `want`. */
+static void fault_runs(const char *path, tl_model_params mp, const int32_t *want, int step,
+                       size_t short_max, double latency_s, const char *what) {
+    int32_t got[N_GEN];
+    for (int call = 1; call <= 400; call += step) {
         tl_fault_spec f = {0};
         f.fail_call = (uint64_t)call;
         f.fail_errno = EIO;
         tl_error_clear();
         tl_status st = greedy(path, mp, &f, got, NULL);
         CHECK_MSG(st == TL_ERR_IO && strstr(tl_last_error(), "injected"),
-                  "EIO at call %d: status %d, '%s'", call, st, tl_last_error());
+                  "%s, EIO at call %d: status %d, '%s'", what, call, st, tl_last_error());
     }
     tl_fault_spec f = {0};
-    f.short_max = 4096; /* every read returns at most one page */
+    f.short_max = short_max;
     memset(got, 0, sizeof got);
-    CHECK_MSG(greedy(path, mp, &f, got, NULL) == TL_OK, "short reads: %s", tl_last_error());
-    CHECK_MSG(!memcmp(want, got, sizeof want), "short reads changed the tokens");
+    CHECK_MSG(greedy(path, mp, &f, got, NULL) == TL_OK, "%s, short reads: %s", what,
+              tl_last_error());
+    CHECK_MSG(!memcmp(want, got, sizeof got), "%s: short reads changed the tokens", what);
     f = (tl_fault_spec){0};
-    f.latency_s = 0.0005; /* slow disk: stalls, same tokens */
+    f.latency_s = latency_s;
     memset(got, 0, sizeof got);
     tl_run_stats rs;
     CHECK(greedy(path, mp, &f, got, &rs) == TL_OK);
-    CHECK_MSG(!memcmp(want, got, sizeof want), "latency changed the tokens");
+    CHECK_MSG(!memcmp(want, got, sizeof got), "%s: latency changed the tokens", what);
     CHECK(rs.stall_s > 0);
+}
+
+static void faults(const char *path, uint64_t budget) {
+    int32_t want[N_GEN];
+    tl_model_params mp = tl_model_default_params();
+    CHECK(greedy(path, mp, NULL, want, NULL) == TL_OK);
+    mp.mem_budget = budget;
+    mp.io_chunk_bytes = 16 << 10;
+    fault_runs(path, mp, want, 37, 4096 /* a page per read */, 0.0005, "streamed");
 }
 
 /* 6: path converted to the flash layout in dir, at sparsity 0.5 on every matrix input. */
@@ -244,26 +254,7 @@ static void flash_faults(const char *path, const char *dir) {
               "flash reads: needed %llu, read %llu, dense %llu",
               (unsigned long long)rs.flash_bytes_needed,
               (unsigned long long)rs.flash_bytes_read, (unsigned long long)rs.flash_bytes_dense);
-    for (int call = 1; call <= 400; call += 133) { /* loading, then streaming runs */
-        tl_fault_spec f = {0};
-        f.fail_call = (uint64_t)call;
-        f.fail_errno = EIO;
-        tl_error_clear();
-        tl_status st = greedy(fpath, mp, &f, got, NULL);
-        CHECK_MSG(st == TL_ERR_IO && strstr(tl_last_error(), "injected"),
-                  "flash, EIO at call %d: status %d, '%s'", call, st, tl_last_error());
-    }
-    tl_fault_spec f = {0};
-    f.short_max = 512; /* every read returns at most one block */
-    memset(got, 0, sizeof got);
-    CHECK_MSG(greedy(fpath, mp, &f, got, NULL) == TL_OK, "flash short reads: %s", tl_last_error());
-    CHECK_MSG(!memcmp(want, got, sizeof want), "short reads changed the flash tokens");
-    f = (tl_fault_spec){0};
-    f.latency_s = 0.0002;
-    memset(got, 0, sizeof got);
-    CHECK(greedy(fpath, mp, &f, got, &rs) == TL_OK);
-    CHECK_MSG(!memcmp(want, got, sizeof want), "latency changed the flash tokens");
-    CHECK(rs.stall_s > 0);
+    fault_runs(fpath, mp, want, 133, 512 /* a block per read */, 0.0002, "flash");
     unlink(fpath);
 }
 
