@@ -82,6 +82,19 @@ typedef struct tl_model_params {
      * only the runs of its non-zero input channels, two needed runs at most this many
      * bytes apart are read as one request, the gap with them (default 16 KiB). */
     uint64_t flash_gap_bytes;
+    /* Flash-layout files of ReLU models, whose FFN is stored by neuron with a predictor of
+     * the active neurons (model/flash_layout.h):
+     * neuron_window: a DRAM cache of the neurons the last k tokens used, inside the budget,
+     *   so a token reads only those newly predicted: -1 (default) the planner picks k,
+     *   0 none, k > 0 that window;
+     * neuron_predict: 1 (default) compute the predicted neurons only; 0 every neuron (the
+     *   dense FFN read through the bundles);
+     * neuron_measure: 1 to also compute every neuron (reading all of them) and count the
+     *   share of the active neurons' output mass the prediction held (--stats), the
+     *   result still the predicted neurons' alone. */
+    int32_t neuron_window;
+    int32_t neuron_predict;
+    int32_t neuron_measure;
 } tl_model_params;
 
 enum { TL_IO_KV_FIRST = 0, TL_IO_BY_NEED = 1 };
@@ -185,6 +198,15 @@ typedef struct tl_run_stats {
      * bytes a dense pass would read, read requests, and seconds waited for them */
     uint64_t flash_bytes_needed, flash_bytes_read, flash_bytes_dense, flash_reads;
     double flash_fetch_s;
+    /* a ReLU FFN stored by neuron: neurons computed (predicted) and all, summed over
+     * layers and passes; the neuron window's k, slots per layer, neurons looked up in it
+     * and found; measuring (neuron_measure), the active neurons' output mass predicted,
+     * and all of it */
+    uint64_t neurons_used, neurons_total;
+    int32_t neuron_window_k;
+    uint32_t neuron_window_slots;
+    uint64_t neuron_window_lookups, neuron_window_hits;
+    double neuron_mass_kept, neuron_mass_all;
     /* KV tiers (all 0 when the KV cache is in memory) */
     int32_t kv_window_pages, kv_sink_pages, kv_cache_pages, kv_page_tokens;
     uint64_t kv_bytes_read, kv_pages_read;   /* from the spill file */
@@ -368,6 +390,11 @@ typedef struct tl_synth_params {
      * uniform, so each pre-activation is near N(0, 1/3) whatever the token, and which
      * neurons are active depends on the input (0: SwiGLU) */
     float relu_sparsity;
+    /* with relu_sparsity: > 0 makes each gate row a mix of this many directions per layer
+     * (95% of its variance) and its own noise (5%), so the pre-activations of a layer are
+     * nearly of this rank, as trained models' are (which is why low-rank predictors of the
+     * active neurons work, LLM in a Flash 3.1); 0: every gate row independent (full rank) */
+    int32_t gate_rank;
 } tl_synth_params;
 
 enum { TL_SYNTH_LLAMA = 0, TL_SYNTH_QWEN2 = 1, TL_SYNTH_OPT = 2 };

@@ -320,6 +320,8 @@ void tl_context_reset_stats(tl_context *c) {
     memset(&c->stats, 0, sizeof c->stats);
     c->kv_predicted_reads = 0;
     c->scratch.pages_read = c->scratch.pages_total = 0;
+    c->scratch.neurons_used = c->scratch.neurons_total = 0;
+    c->scratch.recall_kept = c->scratch.recall_all = 0;
     if (c->scratch.mass_kept)
         memset(c->scratch.mass_kept, 0, 2 * (size_t)tl_pool_threads(c->model->lm.pool) *
                                             sizeof(double));
@@ -356,6 +358,14 @@ tl_status tl_context_get_stats(const tl_context *c, tl_run_stats *out) {
     out->flash_bytes_dense = rs.flash_bytes_dense - c->res_base.flash_bytes_dense;
     out->flash_reads = rs.flash_reads - c->res_base.flash_reads;
     out->flash_fetch_s = rs.flash_fetch_s - c->res_base.flash_fetch_s;
+    out->neurons_used = c->scratch.neurons_used;
+    out->neurons_total = c->scratch.neurons_total;
+    out->neuron_window_k = rs.window_k;
+    out->neuron_window_slots = rs.window_slots;
+    out->neuron_window_lookups = rs.window_lookups - c->res_base.window_lookups;
+    out->neuron_window_hits = rs.window_hits - c->res_base.window_hits;
+    out->neuron_mass_kept = c->scratch.recall_kept;
+    out->neuron_mass_all = c->scratch.recall_all;
     out->kv_select_pages_read = c->scratch.pages_read;
     out->kv_select_pages_total = c->scratch.pages_total;
     for (int t = 0; c->scratch.mass_kept && t < tl_pool_threads(m->lm.pool); t++) {

@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "base/budget.h"
 #include "exec/flash_write.h"
+#include "exec/neuron_calib.h"
 #include "exec/model_handle.h"
 #include "exec/perplexity.h"
 #include "format/gguf.h"
@@ -37,6 +38,9 @@ tl_convert_params tl_convert_default_params(void) {
     p.alloc_tokens = 256;
     p.sparsity = -1.0f;
     p.max_ppl_rise = 0.02f;
+    p.predictor_rank = 128;
+    p.predictor_tokens = 512;
+    p.predictor_recall = 0.995;
     p.mp = tl_model_default_params();
     return p;
 }
@@ -54,13 +58,41 @@ static tl_status check_paths(const tl_convert_params *p) {
     return tl_out_check_target(p->out_path);
 }
 
+/* Bytes of the predictors tl_neuron_calibrate fits from T rows (held until written). */
+static uint64_t predictor_bytes(const tl_llama_hparams *hp, const tl_convert_params *p, size_t T) {
+    uint64_t r = (uint64_t)(p->predictor_rank > 0 ? p->predictor_rank : 1);
+    const uint64_t d = (uint64_t)hp->n_embd, f = (uint64_t)hp->n_ff;
+    if (r > T) r = T;
+    if (r > d) r = d;
+    if (r > f) r = f;
+    return (uint64_t)hp->n_layer * (r * d + f * r + f) * sizeof(float);
+}
+
+/* What the calibration run watches: every site for the histograms, and (a ReLU FFN
+ * written by neuron) the first T rows of each layer's FFN input for its predictor. */
+typedef struct calib_watch {
+    tl_sparsity_calib *cal;
+    float *X;      /* [n_layer][T][d], NULL: not kept */
+    size_t T, d;
+    size_t *rows;  /* [n_layer] kept so far */
+} calib_watch;
+
+static void watch(void *user, int32_t layer, int site, const float *x, size_t n, size_t width) {
+    calib_watch *w = user;
+    tl_sparsity_calib_observe(w->cal, layer, site, x, n, width);
+    if (!w->X || site != TL_SITE_FFN_IN || width != w->d) return;
+    const size_t have = w->rows[layer], take = n < w->T - have ? n : w->T - have;
+    memcpy(w->X + ((size_t)layer * w->T + have) * w->d, x, take * w->d * sizeof(float));
+    w->rows[layer] += take;
+}
+
 /* Runs the dense model over ids in windows of n_ctx, showing every site to the
- * histograms. */
+ * histograms (and the FFN inputs to cw->X). */
 static tl_status calibrate(tl_model *m, const int32_t *ids, size_t n, int32_t n_ctx,
-                           tl_sparsity_calib *cal) {
+                           calib_watch *cw) {
     tl_sparsity *sp = &m->lm.sparse;
-    sp->observe = tl_sparsity_calib_observe;
-    sp->observe_user = cal;
+    sp->observe = watch;
+    sp->observe_user = cw;
     tl_status st = TL_OK;
     for (size_t a = 0; a < n && !st; a += (size_t)n_ctx) {
         const size_t len = n - a < (size_t)n_ctx ? n - a : (size_t)n_ctx;
@@ -208,15 +240,18 @@ static tl_status copy_fill(void *user, size_t index, uint64_t offset, void *dst,
 static tl_status write_output(const tl_convert_params *p, const tl_gguf *g,
                               const tl_llama_hparams *hp, const float *table, size_t table_n,
                               const float *alloc, float chosen, size_t calib_tokens,
-                              uint64_t *tensor_bytes) {
+                              const tl_neuron_predictors *np, uint64_t *tensor_bytes) {
     tl_gguf_writer *w = NULL;
     tl_flash_writer *fw = NULL;
     tl_budget *budget = NULL;
     tl_status st = tl_gguf_writer_open(&w);
     if (!st && p->flash_layout) {
         /* the writer's budget: the user's, or just what the largest site needs */
-        if (!(st = tl_budget_open(p->mp.mem_budget ? p->mp.mem_budget : UINT64_MAX, &budget)))
-            st = tl_flash_writer_open(g, p->in_path, hp, budget, &fw);
+        uint64_t limit = p->mp.mem_budget ? p->mp.mem_budget : UINT64_MAX;
+        const uint64_t held = np ? predictor_bytes(hp, p, np->rank) : 0; /* rank <= T */
+        if (np && limit != UINT64_MAX) limit = held < limit ? limit - held : 1;
+        if (!(st = tl_budget_open(limit, &budget)))
+            st = tl_flash_writer_open(g, p->in_path, hp, np, budget, &fw);
         if (!st && tl_flash_writer_peak_bytes(fw) > tl_budget_limit(budget))
             st = tl_error_set(TL_ERR_NOMEM, "convert --layout flash builds each layer's "
                               "largest site tensor in memory: %.1f MiB, over the %.1f MiB "
@@ -279,8 +314,27 @@ tl_status tl_convert(const tl_convert_params *p, tl_convert_report *r) {
             tl_gguf_free(g);
             return st;
         }
+    /* a ReLU FFN written by neuron keeps the FFN inputs of its first calibration rows
+     * for the predictors (outside the model's budget, which gives up their bytes) */
+    tl_llama_hparams ghp;
+    if ((st = tl_llama_read_hparams(g, &ghp))) {
+        tl_gguf_free(g);
+        return st;
+    }
+    const int by_neuron = p->flash_layout && (ghp.ffn_gate_relu || ghp.ffn_relu);
+    const size_t T = by_neuron && p->predictor_tokens > 1 ? (size_t)p->predictor_tokens : 0;
+    const uint64_t x_bytes = (uint64_t)T * (uint64_t)ghp.n_embd * (uint64_t)ghp.n_layer * 4;
     tl_model_params mp = p->mp;
     mp.sparsity = 0.0f;
+    if (mp.mem_budget && x_bytes >= mp.mem_budget) {
+        tl_gguf_free(g);
+        return tl_error_set(TL_ERR_NOMEM, "the neuron predictors' calibration rows need %.1f "
+                            "MiB, over the %.1f MiB budget: lower --predictor-tokens",
+                            tl_mib_up(x_bytes), mp.mem_budget / 1048576.0);
+    }
+    if (mp.mem_budget) mp.mem_budget -= x_bytes;
+    calib_watch cw = {NULL, NULL, T, (size_t)ghp.n_embd, NULL};
+    tl_neuron_predictors np = {0};
     tl_model *m = NULL;
     int32_t *ids = NULL;
     float *table = NULL;
@@ -320,9 +374,19 @@ tl_status tl_convert(const tl_convert_params *p, tl_convert_report *r) {
     const size_t rows = tl_perplexity_rows(r->heldout_tokens > na ? r->heldout_tokens : na, n_ctx);
     if ((st = tl_budget_alloc(m->lm.budget, rows * (size_t)m->lm.hp.n_vocab * sizeof(float), 0,
                               "convert's perplexity logits", &logits)) ||
-        (st = tl_sparsity_calib_init(&cal, L, m->lm.budget)) ||
-        (st = calibrate(m, ids, r->calib_tokens, n_ctx, &cal)))
+        (st = tl_sparsity_calib_init(&cal, L, m->lm.budget)))
         goto out;
+    cw.cal = &cal;
+    if (T) {
+        if (T > r->calib_tokens) cw.T = T > r->calib_tokens ? r->calib_tokens : T;
+        cw.X = malloc((size_t)x_bytes);
+        cw.rows = calloc((size_t)L, sizeof *cw.rows);
+        if (!cw.X || !cw.rows) {
+            st = tl_error_set(TL_ERR_NOMEM, "out of memory for the predictors' rows");
+            goto out;
+        }
+    }
+    if ((st = calibrate(m, ids, r->calib_tokens, n_ctx, &cw))) goto out;
     if (!(table = malloc(table_n * sizeof *table))) {
         st = tl_error_set(TL_ERR_NOMEM, "out of memory for the threshold table");
         goto out;
@@ -358,9 +422,28 @@ tl_status tl_convert(const tl_convert_params *p, tl_convert_report *r) {
     logits = NULL;
     tl_model_close(m);
     m = NULL;
+    if (cw.X) { /* the predictors, from the rows kept: in a budget of what the rows and
+                   the predictors themselves leave */
+        tl_budget *nb = NULL;
+        const uint64_t held = predictor_bytes(&hp, p, cw.T);
+        if (mp.mem_budget && held >= mp.mem_budget)
+            st = tl_error_set(TL_ERR_NOMEM, "the neuron predictors need %.1f MiB, over the "
+                              "%.1f MiB budget left", tl_mib_up(held), mp.mem_budget / 1048576.0);
+        if (!st && !(st = tl_budget_open(mp.mem_budget ? mp.mem_budget - held : UINT64_MAX, &nb)))
+            st = tl_neuron_calibrate(g, p->in_path, &hp, cw.X, cw.T, (size_t)p->predictor_rank,
+                                     p->predictor_recall, nb, &np);
+        tl_budget_close(nb);
+        free(cw.X);
+        cw.X = NULL;
+        if (st) goto out;
+        r->neurons = np.info;
+    }
     st = write_output(p, g, &hp, table, table_n, &r->alloc[0][0], r->chosen, r->calib_tokens,
-                      &r->tensor_bytes);
+                      cw.rows ? &np : NULL, &r->tensor_bytes);
 out:
+    free(cw.X);
+    free(cw.rows);
+    tl_neuron_predictors_free(&np);
     tl_sparsity_calib_free(&cal);
     if (m) tl_budget_free(m->lm.budget, logits);
     free(table);

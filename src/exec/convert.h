@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "tierllm.h"
+#include "model/neurons.h"
 
 /* Fewer calibration tokens than this are refused: a quantile table from a few hundred
  * values per channel site says little about text the model has not seen. */
@@ -44,6 +45,12 @@ typedef struct tl_convert_params {
     int32_t alloc_tokens; /* calibration tokens each allocation step evaluates (default 256) */
     int uniform;          /* 1: no allocation search; every site at S */
     int flash_layout;     /* 1: the layers' matrices in the flash layout (exec/flash_write.h) */
+    /* A ReLU FFN in the flash layout is stored by neuron with a predictor of the active
+     * neurons (exec/neuron_calib.h), fitted on the FFN inputs of the first
+     * predictor_tokens calibration tokens (default 512): its rank (default 128) and the
+     * share of the active neurons' output mass it must predict there (default 0.995). */
+    int32_t predictor_rank, predictor_tokens;
+    double predictor_recall;
     tl_model_params mp;   /* how the model runs during calibration (threads, budget) */
 } tl_convert_params;
 
@@ -57,6 +64,7 @@ typedef struct tl_convert_report {
     float alloc[21][4];    /* the allocation stored (TL_SPARSITY_ALLOC_POINTS x sites) */
     int alloc_steps, alloc_evals;
     uint64_t tensor_bytes; /* tensor data copied */
+    tl_neuron_info neurons;/* a ReLU FFN by neuron: its predictors' figures (rank 0: none) */
 } tl_convert_report;
 
 tl_convert_params tl_convert_default_params(void);

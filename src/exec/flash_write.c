@@ -10,20 +10,27 @@
 #include "base/budget.h"
 #include "base/status.h"
 #include "kernels/kernels.h"
+#include "exec/neuron_calib.h"
 #include "model/flash_layout.h"
 #include "model/llama.h"
 
 #define GATHER 16 /* runs gathered at once */
 
-/* One output tensor: a copy of input tensor `src`, or site `site` of layer `layer`. */
+/* What an output tensor is built of, besides a copy of an input tensor: a site of runs
+ * (a ReLU FFN's neuron runs are site NEURONS), or a layer's predictor tensor. */
+enum { NEURONS = TL_SITE_COUNT, PRED_V, PRED_U, PRED_B };
+
+/* One output tensor: a copy of input tensor `src`, or `site` of layer `layer`. */
 typedef struct out_tensor {
-    int64_t src;                  /* input index, or -1 for a site */
+    int64_t src;                  /* input index, or -1 for a built one */
     int32_t layer;
     int site;
-    tl_type type;                 /* a site's type */
+    tl_type type;                 /* a built tensor's type */
     int n_parts;
     int64_t part_src[TL_FLASH_MAX_PARTS];
     uint64_t part_len[TL_FLASH_MAX_PARTS];
+    uint8_t part_rows[TL_FLASH_MAX_PARTS]; /* 1: run c holds the part's row c (a neuron's
+                                               gate and up rows), 0: its column c */
     uint64_t channels, run, nbytes;
 } out_tensor;
 
@@ -32,6 +39,7 @@ struct tl_flash_writer {
     const char *in_path;
     int fd;
     struct tl_budget *budget;
+    const tl_neuron_predictors *np; /* a ReLU FFN stored by neuron: its predictors */
     out_tensor *t;
     size_t n_t;
     int64_t built;                /* the output index whose bytes are in `site` (-1: none) */
@@ -72,8 +80,14 @@ static tl_status plan_site(tl_flash_writer *fw, const tl_llama_hparams *hp, int3
     o->src = -1;
     o->layer = l;
     o->site = s;
-    o->n_parts = tl_flash_site_parts(hp, s, parts);
-    o->channels = tl_flash_site_channels(hp, s);
+    if (s == NEURONS) {
+        o->n_parts = tl_flash_neuron_parts(hp, parts);
+        o->channels = (uint64_t)hp->n_ff;
+        for (int p = 0; p + 1 < o->n_parts; p++) o->part_rows[p] = 1;
+    } else {
+        o->n_parts = tl_flash_site_parts(hp, s, parts);
+        o->channels = tl_flash_site_channels(hp, s);
+    }
     double best_bits = 0;
     for (int p = 0; p < o->n_parts; p++) {
         char name[96];
@@ -82,10 +96,12 @@ static tl_status plan_site(tl_flash_writer *fw, const tl_llama_hparams *hp, int3
         if (i < 0)
             return tl_error_set(TL_ERR_FORMAT, "%s: missing tensor '%s'", fw->in_path, name);
         const tl_gguf_tensor *t = &fw->in->tensors[i];
-        if (t->ne[0] != o->channels || t->ne[1] != parts[p].len || t->ne[2] != 1 || t->ne[3] != 1)
+        const uint64_t ne0 = o->part_rows[p] ? parts[p].len : o->channels;
+        const uint64_t ne1 = o->part_rows[p] ? o->channels : parts[p].len;
+        if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
             return tl_error_set(TL_ERR_FORMAT, "%s: tensor '%s' is not [%llu, %llu]",
-                                fw->in_path, name, (unsigned long long)o->channels,
-                                (unsigned long long)parts[p].len);
+                                fw->in_path, name, (unsigned long long)ne0,
+                                (unsigned long long)ne1);
         o->part_src[p] = i;
         o->part_len[p] = parts[p].len;
         o->run += parts[p].len;
@@ -117,9 +133,21 @@ static tl_status plan_site(tl_flash_writer *fw, const tl_llama_hparams *hp, int3
     return TL_OK;
 }
 
+/* A predictor tensor of layer l. */
+static void plan_pred(const tl_neuron_predictors *np, int32_t l, int kind, out_tensor *o) {
+    memset(o, 0, sizeof *o);
+    o->src = -1;
+    o->layer = l;
+    o->site = kind;
+    o->type = kind == PRED_B ? TL_TYPE_F32 : TL_TYPE_F16;
+    o->run = kind == PRED_V ? np->d : kind == PRED_U ? np->rank : np->f;
+    o->channels = kind == PRED_V ? np->rank : kind == PRED_U ? np->f : 1;
+    o->nbytes = o->channels * tl_type_row_bytes(o->type, o->run);
+}
+
 tl_status tl_flash_writer_open(const tl_gguf *in, const char *in_path,
-                               const tl_llama_hparams *hp, struct tl_budget *budget,
-                               tl_flash_writer **out) {
+                               const tl_llama_hparams *hp, const tl_neuron_predictors *np,
+                               struct tl_budget *budget, tl_flash_writer **out) {
     *out = NULL;
     tl_flash_writer *fw = calloc(1, sizeof *fw);
     if (!fw) return tl_error_set(TL_ERR_NOMEM, "out of memory");
@@ -128,12 +156,24 @@ tl_status tl_flash_writer_open(const tl_gguf *in, const char *in_path,
     fw->budget = budget;
     fw->built = -1;
     fw->fd = -1;
-    fw->t = calloc((size_t)in->n_tensors + 4 * (size_t)hp->n_layer, sizeof *fw->t);
+    fw->np = np;
+    fw->t = calloc((size_t)in->n_tensors + 6 * (size_t)hp->n_layer, sizeof *fw->t);
     tl_status st = fw->t ? TL_OK : tl_error_set(TL_ERR_NOMEM, "out of memory");
+    if (!st && np && (np->n_layer != hp->n_layer || np->d != (size_t)hp->n_embd ||
+                      np->f != (size_t)hp->n_ff || !(hp->ffn_relu || hp->ffn_gate_relu)))
+        st = tl_error_set(TL_ERR_INVALID, "neuron predictors of another shape, or for a "
+                          "feed-forward without ReLU");
     for (uint64_t i = 0; !st && i < in->n_tensors; i++)
         if (!is_layer_matrix(in, i, hp)) fw->t[fw->n_t++] = (out_tensor){.src = (int64_t)i};
-    for (int32_t l = 0; !st && l < hp->n_layer; l++)
-        for (int s = 0; !st && s < TL_SITE_COUNT; s++) st = plan_site(fw, hp, l, s, &fw->t[fw->n_t++]);
+    for (int32_t l = 0; !st && l < hp->n_layer; l++) {
+        for (int s = 0; !st && s < TL_SITE_COUNT; s++)
+            if (!np || s == TL_SITE_ATTN_IN || s == TL_SITE_ATTN_OUT)
+                st = plan_site(fw, hp, l, s, &fw->t[fw->n_t++]);
+        if (!st && np) {
+            st = plan_site(fw, hp, l, NEURONS, &fw->t[fw->n_t++]);
+            for (int k = PRED_V; k <= PRED_B; k++) plan_pred(np, l, k, &fw->t[fw->n_t++]);
+        }
+    }
     if (!st && (fw->fd = open(in_path, O_RDONLY | O_CLOEXEC)) < 0)
         st = tl_error_set(TL_ERR_IO, "%s: %s", in_path, strerror(errno));
     if (st) {
@@ -164,16 +204,31 @@ uint64_t tl_flash_writer_tensor_bytes(const tl_flash_writer *fw) {
 tl_status tl_flash_writer_declare(tl_flash_writer *fw, tl_gguf_writer *w) {
     tl_status st = tl_gguf_writer_set_str(w, "tierllm.layout", "flash");
     if (!st) st = tl_gguf_writer_set_u32(w, "tierllm.layout.version", TL_FLASH_LAYOUT_VERSION);
+    if (fw->np) { /* model/neurons.h */
+        const tl_neuron_info *ni = &fw->np->info;
+        if (!st) st = tl_gguf_writer_set_u32(w, "tierllm.neurons.rank", (uint32_t)ni->rank);
+        if (!st) st = tl_gguf_writer_set_f32(w, "tierllm.neurons.recall", ni->recall);
+        if (!st) st = tl_gguf_writer_set_f32(w, "tierllm.neurons.active", ni->active);
+        if (!st) st = tl_gguf_writer_set_f32(w, "tierllm.neurons.predicted", ni->predicted);
+        if (!st) st = tl_gguf_writer_set_arr(w, "tierllm.neurons.window_hit", TL_GGUF_FLOAT32,
+                                             ni->window_hit, (uint64_t)ni->window_k);
+        if (!st) st = tl_gguf_writer_set_arr(w, "tierllm.neurons.window_union", TL_GGUF_FLOAT32,
+                                             ni->window_union, (uint64_t)ni->window_k);
+    }
     for (size_t i = 0; !st && i < fw->n_t; i++) {
         const out_tensor *o = &fw->t[i];
         if (o->src >= 0) {
             const tl_gguf_tensor *t = &fw->in->tensors[o->src];
             st = tl_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne);
         } else {
+            static const char *const built[] = {"ffn_neurons", "ffn_pred_v", "ffn_pred_u",
+                                                "ffn_pred_b"};
             char name[96];
-            snprintf(name, sizeof name, "blk.%d.%s", (int)o->layer, tl_flash_site_tensor(o->site));
+            snprintf(name, sizeof name, "blk.%d.%s", (int)o->layer,
+                     o->site < TL_SITE_COUNT ? tl_flash_site_tensor(o->site)
+                                             : built[o->site - NEURONS]);
             const uint64_t ne[2] = {o->run, o->channels};
-            st = tl_gguf_writer_add_tensor(w, name, o->type, 2, ne);
+            st = tl_gguf_writer_add_tensor(w, name, o->type, o->site == PRED_B ? 1 : 2, ne);
         }
     }
     return st;
@@ -195,12 +250,30 @@ static tl_status read_at(const tl_flash_writer *fw, uint64_t at, void *dst, size
     return TL_OK;
 }
 
-/* Builds output tensor `index` (a site) into fw->site. */
+/* A layer's predictor tensor (its values already F16-exact) into fw->site. */
+static tl_status build_pred(tl_flash_writer *fw, const out_tensor *o) {
+    const tl_neuron_predictors *np = fw->np;
+    const size_t l = (size_t)o->layer;
+    const float *src = o->site == PRED_V ? np->V + l * np->rank * np->d
+                       : o->site == PRED_U ? np->U + l * np->f * np->rank : np->pb + l * np->f;
+    tl_status st = tl_budget_alloc(fw->budget, (size_t)o->nbytes, 64, "neuron predictor",
+                                   (void **)&fw->site);
+    if (st) return st;
+    tl_quant_row(o->type, src, fw->site, (size_t)(o->run * o->channels));
+    return TL_OK;
+}
+
+/* Builds output tensor `index` (a site, or a predictor tensor) into fw->site. */
 static tl_status build_site(tl_flash_writer *fw, size_t index) {
     const out_tensor *o = &fw->t[index];
     tl_budget_free(fw->budget, fw->site);
     fw->site = NULL;
     fw->built = -1;
+    if (o->site > NEURONS) {
+        tl_status st = build_pred(fw, o);
+        if (!st) fw->built = (int64_t)index;
+        return st;
+    }
     float *parts[TL_FLASH_MAX_PARTS] = {0};
     void *raw = NULL;
     float *run = NULL;
@@ -224,11 +297,19 @@ static tl_status build_site(tl_flash_writer *fw, size_t index) {
     for (uint64_t c0 = 0; c0 < o->channels && !st; c0 += GATHER) {
         const uint64_t g = o->channels - c0 < GATHER ? o->channels - c0 : GATHER;
         size_t at = 0;
-        for (int p = 0; p < o->n_parts; p++) /* columns c0.. of part p: every output row */
-            for (uint64_t r = 0; r < o->part_len[p]; r++, at++) {
+        for (int p = 0; p < o->n_parts; p++) {
+            if (o->part_rows[p]) { /* rows c0.. of part p, whole */
+                for (uint64_t k = 0; k < g; k++)
+                    memcpy(run + k * o->run + at, parts[p] + (c0 + k) * o->part_len[p],
+                           (size_t)o->part_len[p] * sizeof(float));
+                at += (size_t)o->part_len[p];
+                continue;
+            }
+            for (uint64_t r = 0; r < o->part_len[p]; r++, at++) { /* columns c0.. of part p */
                 const float *src = parts[p] + r * o->channels + c0;
                 for (uint64_t k = 0; k < g; k++) run[k * o->run + at] = src[k];
             }
+        }
         for (uint64_t k = 0; k < g; k++)
             tl_quant_row(o->type, run + k * o->run, fw->site + (c0 + k) * run_bytes,
                          (size_t)o->run);

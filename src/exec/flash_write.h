@@ -19,11 +19,15 @@
 
 struct tl_budget;
 struct tl_llama_hparams;
+struct tl_neuron_predictors;
 typedef struct tl_flash_writer tl_flash_writer;
 
-/* in: the input GGUF, parsed, and its path (read with pread, never written). */
+/* in: the input GGUF, parsed, and its path (read with pread, never written). np: for a
+ * ReLU FFN, its neuron predictors (exec/neuron_calib.h): the FFN is then written by
+ * neuron with them (model/flash_layout.h); NULL: by input channel. */
 tl_status tl_flash_writer_open(const tl_gguf *in, const char *in_path,
-                               const struct tl_llama_hparams *hp, struct tl_budget *budget,
+                               const struct tl_llama_hparams *hp,
+                               const struct tl_neuron_predictors *np, struct tl_budget *budget,
                                tl_flash_writer **out);
 void tl_flash_writer_close(tl_flash_writer *fw);
 /* Declares the output's tensors to w (after its keys) and sets the layout keys. */

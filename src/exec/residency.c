@@ -77,6 +77,8 @@ struct tl_residency {
     uint64_t flash_gap;     /* a gap between needed runs this small is read through */
     uint64_t flash_needed, flash_read, flash_dense, flash_reads;
     double flash_fetch_s;
+    tl_neuron_window window; /* a FFN by neuron: the plan's neuron window (model/neurons.h) */
+    void *window_block;
 };
 
 /* ---- the manager ---- */
@@ -346,6 +348,17 @@ static tl_status open_flash(tl_residency *r, const tl_weight_plan *plan) {
     m->fetch_runs = fetch_runs;
     m->fetch_wait = fetch_wait;
     m->fetch_user = r;
+    const uint64_t window = tl_weight_plan_window_bytes(m, plan);
+    if (window) { /* the neuron window (model/neurons.h), its bytes in the plan's */
+        const tl_weight *w = &m->layers[m->stage_first].neurons;
+        if ((st = tl_budget_alloc(m->budget, (size_t)window, 64, "neuron window",
+                                  (void **)&r->window_block)))
+            return st;
+        tl_neuron_window_init(&r->window, r->window_block, m->hp.n_layer, (uint32_t)m->hp.n_ff,
+                              plan->window_slots, tl_type_row_bytes(w->type, w->cols),
+                              plan->window_k);
+        m->window = &r->window;
+    }
     return TL_OK;
 }
 
@@ -468,6 +481,8 @@ void tl_residency_close(tl_residency *r) {
     }
     tl_budget_free(r->m->budget, r->site_buf);
     tl_budget_free(r->m->budget, r->site_tags);
+    if (r->m->window == &r->window) r->m->window = NULL;
+    tl_budget_free(r->m->budget, r->window_block);
     if (r->slots)
         for (int i = 0; i < r->plan.n_slots; i++) tl_budget_free(r->m->budget, r->slots[i].buf);
     for (size_t i = 0; i < r->n_resident; i++) tl_budget_free(r->m->budget, r->resident[i]);
@@ -662,6 +677,10 @@ void tl_residency_get_stats(const tl_residency *r, tl_residency_stats *out) {
     out->flash_bytes_dense = r->flash_dense;
     out->flash_reads = r->flash_reads;
     out->flash_fetch_s = r->flash_fetch_s;
+    out->window_k = r->window_block ? r->window.k : 0;
+    out->window_slots = r->window_block ? r->window.capacity : 0;
+    out->window_lookups = r->window_block ? r->window.lookups : 0;
+    out->window_hits = r->window_block ? r->window.hits : 0;
 }
 
 const tl_weight_plan *tl_residency_plan(const tl_residency *r) { return &r->plan; }

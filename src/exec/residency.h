@@ -48,6 +48,11 @@ typedef struct tl_residency_stats {
      * every run were needed), requests, and the time waited for them */
     uint64_t flash_bytes_needed, flash_bytes_read, flash_bytes_dense, flash_reads;
     double flash_fetch_s;
+    /* the neuron window (model/neurons.h): its k and slots per layer, neurons looked up
+     * in it and found */
+    int32_t window_k;
+    uint32_t window_slots;
+    uint64_t window_lookups, window_hits;
 } tl_residency_stats;
 void tl_residency_get_stats(const tl_residency *r, tl_residency_stats *out);
 const tl_weight_plan *tl_residency_plan(const tl_residency *r);

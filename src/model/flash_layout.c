@@ -35,6 +35,19 @@ int tl_flash_site_parts(const tl_llama_hparams *hp, int site,
     return n;
 }
 
+int tl_flash_neuron_parts(const tl_llama_hparams *hp, tl_flash_part parts[TL_FLASH_MAX_PARTS]) {
+    const uint64_t d = (uint64_t)hp->n_embd;
+    int n = 0;
+    if (!hp->ffn_relu) parts[n++] = (tl_flash_part){"ffn_gate.weight", d};
+    parts[n++] = (tl_flash_part){"ffn_up.weight", d};
+    parts[n++] = (tl_flash_part){"ffn_down.weight", d};
+    return n;
+}
+
+uint64_t tl_flash_neuron_run(const tl_llama_hparams *hp) {
+    return (uint64_t)(hp->ffn_relu ? 2 : 3) * (uint64_t)hp->n_embd;
+}
+
 uint64_t tl_flash_site_channels(const tl_llama_hparams *hp, int site) {
     switch (site) {
     case TL_SITE_ATTN_IN: case TL_SITE_FFN_IN: return (uint64_t)hp->n_embd;

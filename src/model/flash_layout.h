@@ -12,7 +12,14 @@
  *   FFN_IN    ffn_gate_up.cols    [2 f, n_embd]               w_gate[:, c], w_up[:, c]
  *                                 ([f, n_embd] for a ReLU FFN: w_up[:, c])
  *   FFN_MID   ffn_down.cols       [n_embd, f]                 w_down[:, c]
- * (qd = n_head * head_dim, kvd = n_head_kv * head_dim, f = n_ff). A run is quantized
+ * (qd = n_head * head_dim, kvd = n_head_kv * head_dim, f = n_ff). A ReLU FFN's file
+ * (tierllm.ffn_activation "relu": the ReLU-fied Llama, or a gateless ReLU FFN) stores its
+ * FFN by neuron instead, with a predictor of the active neurons (tierllm.neurons.rank set):
+ *   NEURONS   ffn_neurons         [3 d, f] (gateless: [2 d, f])   run i: w_gate[i, :],
+ *                                 w_up[i, :], w_down[:, i] (gateless: w_up[i, :], w_down[:, i])
+ *   and ffn_pred_v [rank][d], ffn_pred_u [f][rank] (F16), ffn_pred_b [f] (F32): neuron i
+ *   is predicted active at FFN input x when (U (V x))_i + b_i > 0 (model/ops_neurons.c).
+ * One read brings all of a neuron's weights (the paper's row-column bundling). A run is quantized
  * along its length in the tensor's own type, so each part of a run must be a whole number
  * of that type's blocks. Everything else (embedding, norms, biases, output) is as in a
  * row-major file. The file says so with tierllm.layout = "flash" and
@@ -47,6 +54,12 @@ int tl_flash_site_parts(const struct tl_llama_hparams *hp, int site,
 uint64_t tl_flash_site_channels(const struct tl_llama_hparams *hp, int site);
 /* Elements per run: the sum of its parts' lengths. */
 uint64_t tl_flash_site_run(const struct tl_llama_hparams *hp, int site);
+
+/* A ReLU FFN's neuron runs (above): the parts of each run, in order; returns their count.
+ * The activation's row (gate, or up without a gate) is always part 0 and down's column the
+ * last part. */
+int tl_flash_neuron_parts(const struct tl_llama_hparams *hp, tl_flash_part parts[TL_FLASH_MAX_PARTS]);
+uint64_t tl_flash_neuron_run(const struct tl_llama_hparams *hp);
 
 /* *is_flash = 1 when g is in the flash layout (of this engine's version; another version,
  * or a layout key of the wrong type or value, is an error naming `what`). */

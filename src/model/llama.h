@@ -33,6 +33,7 @@
 #include "text/tokenizer.h"
 #include "model/kv_select.h"
 #include "model/sparsity.h"
+#include "model/neurons.h"
 
 typedef struct tl_weight {
     tl_type type;      /* type of `data` (F32 after a load-time conversion) */
@@ -61,6 +62,8 @@ typedef struct tl_llama_hparams {
                             n_ctx_train, the rows of position_embd */
     int32_t ffn_gate_relu; /* 1: x += W_down (relu(W_gate x + b_gate) * (W_up x)), a ReLU-fied
                               Llama (tierllm.ffn_activation = "relu"); 0: SwiGLU */
+    int32_t ffn_neurons;   /* 1: a flash-layout ReLU FFN stored by neuron with a predictor
+                              (model/neurons.h) */
 } tl_llama_hparams;
 
 typedef struct tl_llama_layer {
@@ -80,6 +83,11 @@ typedef struct tl_llama_layer {
      * which replace the seven matrices (those then keep their shapes, name NULL); name
      * NULL in a row-major file */
     tl_weight site[TL_SITE_COUNT];
+    /* a ReLU FFN stored by neuron (hp.ffn_neurons; model/neurons.h): the runs, replacing
+     * the FFN sites, and the predictor (f32 at load, resident); name NULL otherwise */
+    tl_weight neurons;        /* [n_ff runs][3 or 2 n_embd] */
+    tl_weight pred_v, pred_u; /* [rank][n_embd], [n_ff][rank] */
+    tl_weight pred_b;         /* [n_ff] */
     int32_t shape_class;    /* the first layer whose 7 matrices have this layer's types and
                                shapes (the cost model prices such layers once) */
 } tl_llama_layer;
@@ -107,6 +115,8 @@ struct tl_llama {
                                   level in force (0: dense), a calibration observer */
     int tied_output;           /* output.weight absent: the classifier is tok_embd */
     int flash;                 /* 1: the layers are in the flash layout (layers' site[]) */
+    tl_neuron_info neuron_info; /* hp.ffn_neurons: the file's predictor figures */
+    tl_neuron_window *window;  /* the neuron window, when placed (exec/); NULL: none */
     /* Flash layout, a site tensor that is not resident (data NULL): fetch_runs starts
      * reading the runs of channels chan[0..nc) (ascending) to *base + c * run bytes, where
      * they stay until the next fetch_runs; fetch_wait waits until all have arrived (exec/
@@ -179,6 +189,13 @@ typedef struct tl_llama_scratch {
     float **rc_out;            /* [max_pages] */
     int32_t *rc_page, *rc_rows;/* [max_pages] */
     int32_t *run_chan;         /* flash layout: the channels a product needs [widest input] */
+    /* a FFN stored by neuron: the predicted neurons' places [3][n_ff] (their slot or
+     * index, the window's misses), the predictor's [max_rows][rank], a thread's dot
+     * products [threads][2 max_rows], each neuron's down norm [n_ff] (measuring) */
+    int32_t *neuron_idx;
+    float *pred_t, *neuron_tmp, *neuron_norm;
+    uint64_t neurons_used, neurons_total;  /* predicted neurons computed, and all, summed */
+    double recall_kept, recall_all;        /* measuring: output mass predicted, and active */
     float *mm_scratch;         /* per thread: matmul (and flash runs product) scratch */
     size_t mm_scratch_floats;
     /* page-selective attention (model/kv_select.h): the caller sets `select`; a row that

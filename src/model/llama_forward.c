@@ -90,6 +90,15 @@ static size_t scratch_table(const tl_llama *m, tl_llama_scratch *s, int32_t max_
                            "recompute scratch"};
     if (m->flash) /* ints, as many as the widest input's channels */
         t[n++] = (scratch_buf){(float **)(void *)&s->run_chan, widest, "flash channels"};
+    if (hp->ffn_neurons) { /* model/ops_neurons.c */
+        size_t rank = 1;
+        for (int32_t l = 0; l < hp->n_layer; l++)
+            if (m->layers[l].pred_v.rows > rank) rank = m->layers[l].pred_v.rows;
+        t[n++] = (scratch_buf){(float **)(void *)&s->neuron_idx, 3 * f, "neuron places"};
+        t[n++] = (scratch_buf){&s->pred_t, nr * rank, "neuron predictor"};
+        t[n++] = (scratch_buf){&s->neuron_tmp, threads * (2 * nr + d), "neuron products"};
+        t[n++] = (scratch_buf){&s->neuron_norm, f, "neuron products"};
+    }
     t[n++] = (scratch_buf){&s->mm_scratch,
                            threads * (s->mm_scratch_floats ? s->mm_scratch_floats : 1),
                            "matmul scratch"};
@@ -99,7 +108,7 @@ static size_t scratch_table(const tl_llama *m, tl_llama_scratch *s, int32_t max_
 uint64_t tl_llama_scratch_bytes(const tl_llama *m, int32_t max_rows, int32_t max_ctx,
                                 int32_t page_tokens) {
     tl_llama_scratch s;
-    scratch_buf t[16];
+    scratch_buf t[20];
     size_t n = scratch_table(m, &s, max_rows, max_ctx, page_tokens, t);
     uint64_t bytes = 0;
     for (size_t i = 0; i < n; i++) bytes += t[i].floats * sizeof(float) + 64;
@@ -116,7 +125,7 @@ tl_status tl_llama_scratch_init(tl_llama *m, int32_t max_rows, int32_t max_ctx,
     s->max_ctx = max_ctx;
     s->page_tokens = page_tokens;
     s->max_pages = (max_ctx + page_tokens - 1) / page_tokens;
-    scratch_buf t[16];
+    scratch_buf t[20];
     size_t n = scratch_table(m, s, max_rows, max_ctx, page_tokens, t);
     for (size_t i = 0; i < n; i++) {
         tl_status st = tl_budget_calloc(m->budget, t[i].floats * sizeof(float), t[i].what,
@@ -177,7 +186,8 @@ tl_status tl_llama_select_init(tl_llama *m, tl_llama_scratch *s, const tl_kv_sel
 void tl_llama_scratch_free(tl_llama *m, tl_llama_scratch *s) {
     float *bufs[] = {s->xn, s->q, s->k, s->v, s->att_out, s->gate, s->up, s->attn,
                      (float *)(void *)s->attn_block, s->rc_block, s->mm_scratch,
-                     s->sel_block, (float *)(void *)s->run_chan};
+                     s->sel_block, (float *)(void *)s->run_chan,
+                     (float *)(void *)s->neuron_idx, s->pred_t, s->neuron_tmp, s->neuron_norm};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tl_budget_free(m->budget, bufs[i]);
     memset(s, 0, sizeof *s);
 }
@@ -541,6 +551,13 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
 
     /* feed-forward block */
     norm(m, x, &L->ffn_norm, &L->ffn_norm_b, n, s->xn);
+    if (hp->ffn_neurons) { /* by neuron, the predicted ones (model/ops_neurons.c) */
+        if ((pst = tl_op_neuron_ffn(m, s, l, s->xn, n, s->xn)))
+            return tl_error_wrap(pst, "layer %d", (int)l);
+        add_bias_rows(s->xn, &L->b_down, n, d);
+        add_rows(x, s->xn, n * d);
+        return TL_OK;
+    }
     tl_sparsity_apply(&m->sparse, l, TL_SITE_FFN_IN, s->xn, n, d);
     if (hp->ffn_relu) {
         const tl_weight *up = &L->w_up;

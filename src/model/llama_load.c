@@ -181,6 +181,7 @@ static tl_status describe_flash_layer(tl_llama *m, int32_t l, tl_llama_layer *L)
     char n[96];
     tl_status st;
     for (int s = 0; s < TL_SITE_COUNT; s++) {
+        if (m->hp.ffn_neurons && (s == TL_SITE_FFN_IN || s == TL_SITE_FFN_MID)) continue;
         tl_flash_part parts[TL_FLASH_MAX_PARTS];
         const int np = tl_flash_site_parts(&m->hp, s, parts);
         snprintf(n, sizeof n, "blk.%d.%s", (int)l, tl_flash_site_tensor(s));
@@ -204,12 +205,80 @@ static tl_status describe_flash_layer(tl_llama *m, int32_t l, tl_llama_layer *L)
         {&L->wv, kvd, d, TL_SITE_ATTN_IN},  {&L->wo, d, qd, TL_SITE_ATTN_OUT},
         {&L->w_gate, f, d, TL_SITE_FFN_IN}, {&L->w_up, f, d, TL_SITE_FFN_IN},
         {&L->w_down, d, f, TL_SITE_FFN_MID}};
+    if (m->hp.ffn_neurons) { /* the FFN by neuron, and its predictor (model/neurons.h) */
+        tl_flash_part parts[TL_FLASH_MAX_PARTS];
+        const int np = tl_flash_neuron_parts(&m->hp, parts);
+        const uint64_t r = (uint64_t)m->neuron_info.rank;
+        snprintf(n, sizeof n, "blk.%d.ffn_neurons", (int)l);
+        if ((st = describe(m, n, tl_flash_neuron_run(&m->hp), f, 0, &L->neurons))) return st;
+        L->neurons.runs = 1;
+        const uint64_t blk = tl_type_block_elems(L->neurons.file_type);
+        for (int i = 0; i < np; i++)
+            if (L->neurons.convert || parts[i].len % blk)
+                return tl_error_set(TL_ERR_FORMAT, "%s: '%s' is %s, whose %llu-element blocks "
+                                    "do not divide its runs' parts", m->path, n,
+                                    tl_type_name(L->neurons.file_type),
+                                    (unsigned long long)blk);
+        if ((snprintf(n, sizeof n, "blk.%d.ffn_pred_v", (int)l),
+             st = describe(m, n, d, r, 1, &L->pred_v)) ||
+            (snprintf(n, sizeof n, "blk.%d.ffn_pred_u", (int)l),
+             st = describe(m, n, r, f, 1, &L->pred_u)) ||
+            (snprintf(n, sizeof n, "blk.%d.ffn_pred_b", (int)l),
+             st = describe(m, n, f, 1, 1, &L->pred_b)))
+            return st;
+    }
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
         memset(mats[i].w, 0, sizeof *mats[i].w);
         mats[i].w->rows = (size_t)mats[i].rows;
         mats[i].w->cols = (size_t)mats[i].cols;
-        mats[i].w->type = mats[i].w->file_type = L->site[mats[i].site].type;
+        const tl_weight *from = mats[i].site >= TL_SITE_FFN_IN && m->hp.ffn_neurons
+                                    ? &L->neurons : &L->site[mats[i].site];
+        mats[i].w->type = mats[i].w->file_type = from->type;
     }
+    return TL_OK;
+}
+
+/* A flash-layout ReLU FFN stored by neuron: the predictor's rank and what calibration
+ * measured (tierllm.neurons.*, model/neurons.h); rank 0 when the file has none. */
+static tl_status read_neuron_info(tl_llama *m) {
+    tl_neuron_info *ni = &m->neuron_info;
+    memset(ni, 0, sizeof *ni);
+    if (!tl_gguf_find(m->gguf, "tierllm.neurons.rank")) return TL_OK;
+    if (!m->flash || !(m->hp.ffn_gate_relu || m->hp.ffn_relu))
+        return tl_error_set(TL_ERR_FORMAT, "%s: tierllm.neurons.rank belongs to a flash-layout "
+                            "file of a ReLU feed-forward; this file is neither", m->path);
+    uint32_t rank;
+    tl_status st = tl_gguf_get_u32(m->gguf, "tierllm.neurons.rank", &rank);
+    if (!st && (rank == 0 || rank > (uint32_t)m->hp.n_embd || rank > (uint32_t)m->hp.n_ff))
+        st = tl_error_set(TL_ERR_FORMAT, "%s: tierllm.neurons.rank %u is outside 1..%d", m->path,
+                          rank, m->hp.n_embd < m->hp.n_ff ? m->hp.n_embd : m->hp.n_ff);
+    if (!st) st = tl_gguf_get_f32(m->gguf, "tierllm.neurons.recall", &ni->recall);
+    if (!st) st = tl_gguf_get_f32(m->gguf, "tierllm.neurons.active", &ni->active);
+    if (!st) st = tl_gguf_get_f32(m->gguf, "tierllm.neurons.predicted", &ni->predicted);
+    uint64_t nh = 0, nu = 0;
+    const void *hit = NULL, *uni = NULL;
+    if (!st) st = tl_gguf_get_arr(m->gguf, "tierllm.neurons.window_hit", TL_GGUF_FLOAT32, &nh, &hit);
+    if (!st) st = tl_gguf_get_arr(m->gguf, "tierllm.neurons.window_union", TL_GGUF_FLOAT32, &nu, &uni);
+    if (st) return tl_error_wrap(st, "%s: the neuron predictor's keys", m->path);
+    if (nh != nu || nh > TL_NEURON_WINDOW_MAX)
+        return tl_error_set(TL_ERR_FORMAT, "%s: tierllm.neurons.window_hit and window_union "
+                            "have %llu and %llu entries (at most %d, the same)", m->path,
+                            (unsigned long long)nh, (unsigned long long)nu, TL_NEURON_WINDOW_MAX);
+    ni->rank = (int32_t)rank;
+    ni->window_k = (int32_t)nh;
+    memcpy(ni->window_hit, hit, (size_t)nh * sizeof(float));
+    memcpy(ni->window_union, uni, (size_t)nh * sizeof(float));
+    const float *shares[] = {&ni->recall, &ni->active, &ni->predicted};
+    for (size_t i = 0; i < 3; i++)
+        if (!(*shares[i] >= 0 && *shares[i] <= 1))
+            return tl_error_set(TL_ERR_FORMAT, "%s: a tierllm.neurons share is not in [0, 1]",
+                                m->path);
+    for (int32_t k = 0; k < ni->window_k; k++)
+        if (!(ni->window_hit[k] >= 0 && ni->window_hit[k] <= 1 && ni->window_union[k] >= 0 &&
+              ni->window_union[k] <= 1))
+            return tl_error_set(TL_ERR_FORMAT, "%s: tierllm.neurons.window_* entry %d is not a "
+                                "share in [0, 1]", m->path, (int)k + 1);
+    m->hp.ffn_neurons = 1;
     return TL_OK;
 }
 
@@ -264,7 +333,9 @@ static tl_status describe_weights(tl_llama *m) {
                                     "positive divisor", m->path, (unsigned long long)i,
                                     (double)m->rope_divisors[i]);
     }
-    if ((st = tl_sparsity_load(&m->sparse, m->gguf, hp->n_layer, m->path))) return st;
+    if ((st = tl_sparsity_load(&m->sparse, m->gguf, hp->n_layer, m->path)) ||
+        (st = read_neuron_info(m)))
+        return st;
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return tl_error_set(TL_ERR_NOMEM, "out of memory");
     for (int32_t l = 0; l < hp->n_layer; l++) {
@@ -323,6 +394,8 @@ static void classify_shapes(tl_llama *m) {
                 const tl_weight *x = &m->layers[l].site[s], *y = &m->layers[c].site[s];
                 same = x->type == y->type && !x->name == !y->name;
             }
+            same = same && m->layers[l].neurons.type == m->layers[c].neurons.type &&
+                   m->layers[l].pred_v.rows == m->layers[c].pred_v.rows;
             if (same) m->layers[l].shape_class = c;
         }
     }
@@ -356,6 +429,10 @@ static tl_status trim_to_stage(tl_llama *m) {
                            &ly->b_gate};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) drop(m, ws[i]);
         for (int s = 0; s < TL_SITE_COUNT; s++) drop(m, &ly->site[s]);
+        drop(m, &ly->neurons);
+        drop(m, &ly->pred_v);
+        drop(m, &ly->pred_u);
+        drop(m, &ly->pred_b);
     }
     if (b < L) {
         drop(m, &m->output_norm);
@@ -389,6 +466,7 @@ size_t tl_llama_weights(tl_llama *m, tl_weight **out, size_t cap) {
         PUT_IF(&L->w_gate); PUT_IF(&L->w_up); PUT_IF(&L->w_down);
         PUT_IF(&L->b_up); PUT_IF(&L->b_down); PUT_IF(&L->b_gate);
         for (int s = 0; s < TL_SITE_COUNT; s++) PUT_IF(&L->site[s]);
+        PUT_IF(&L->neurons); PUT_IF(&L->pred_v); PUT_IF(&L->pred_u); PUT_IF(&L->pred_b);
     }
 #undef PUT_IF
 #undef PUT
@@ -438,6 +516,8 @@ tl_model_params tl_model_default_params(void) {
     p.io_order = TL_IO_KV_FIRST;
     p.sparsity = -1.0f;
     p.flash_gap_bytes = 16384;
+    p.neuron_window = -1;
+    p.neuron_predict = 1;
     return p;
 }
 

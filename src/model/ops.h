@@ -35,6 +35,22 @@ tl_status tl_op_runs_product(tl_llama *m, const tl_weight *w, const float *X, si
                              float *const *Ys, const size_t *lens, size_t nparts, int32_t *chan,
                              float *scratch, size_t scratch_floats);
 
+/* The product of tl_op_runs_product once the runs are in memory: parts start `first`
+ * elements into each run, run chan[t] lies at base + chan[t] * run bytes, and X's rows
+ * are ldx apart, indexed by chan. */
+void tl_op_runs_multiply(tl_llama *m, const tl_weight *w, const uint8_t *base, size_t first,
+                         const int32_t *chan, size_t nc, const float *X, size_t ldx, size_t n,
+                         float *const *Ys, const size_t *lens, size_t nparts, float *scratch,
+                         size_t scratch_floats);
+
+/* The FFN of a layer stored by neuron (model/neurons.h), on the n rows xn[n][n_embd] it
+ * takes: y[n][n_embd] = sum over the predicted neurons (the union of the rows') of
+ * h_i * down_i, h_i = relu(gate_i . x + b_gate_i) * (up_i . x) (gateless: relu(up_i . x +
+ * b_up_i)). The neurons' runs come from memory, the neuron window or m->fetch_runs. */
+struct tl_llama_scratch;
+tl_status tl_op_neuron_ffn(tl_llama *m, struct tl_llama_scratch *s, int32_t l, const float *xn,
+                           size_t n, float *y);
+
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * g[i] for each of n rows of d. */
 void tl_op_rmsnorm(const float *x, const float *g, size_t n, size_t d, float eps, float *out);
 

@@ -25,7 +25,7 @@ typedef struct runs_job {
     const int32_t *chan;
     size_t nc;
     const float *X;
-    size_t n;
+    size_t ldx, n;
     float *const *Ys;
     const size_t *lens;  /* each part's outputs */
     size_t piece_part[MAX_PIECES], piece_o0[MAX_PIECES], piece_o1[MAX_PIECES];
@@ -44,10 +44,10 @@ static void runs_task(void *arg, int task, int thread) {
     const uint8_t *W = j->base + tl_type_row_bytes(j->w->type, off);
     float *scratch = j->scratch + (size_t)thread * j->scratch_floats;
     if (j->reference)
-        tl_colmat_ref(j->w->type, W, j->w->cols, j->chan, j->nc, o0, o1, j->X, j->w->rows,
+        tl_colmat_ref(j->w->type, W, j->w->cols, j->chan, j->nc, o0, o1, j->X, j->ldx,
                       j->n, j->Ys[p], j->lens[p]);
     else
-        tl_colmat_fast(j->w->type, W, j->w->cols, j->chan, j->nc, o0, o1, j->X, j->w->rows,
+        tl_colmat_fast(j->w->type, W, j->w->cols, j->chan, j->nc, o0, o1, j->X, j->ldx,
                        j->n, j->Ys[p], j->lens[p], scratch);
 }
 
@@ -70,13 +70,23 @@ tl_status tl_op_runs_product(tl_llama *m, const tl_weight *w, const float *X, si
         if (!st) st = m->fetch_wait(m->fetch_user);
         if (st) return st;
     }
-    runs_job j = {.w = w, .base = base, .X = X, .n = n, .Ys = Ys, .lens = lens,
+    tl_op_runs_multiply(m, w, base, 0, chan, nc, X, channels, n, Ys, lens, nparts, scratch,
+                        scratch_floats);
+    return TL_OK;
+}
+
+void tl_op_runs_multiply(tl_llama *m, const tl_weight *w, const uint8_t *base, size_t first,
+                         const int32_t *chan, size_t nc, const float *X, size_t ldx, size_t n,
+                         float *const *Ys, const size_t *lens, size_t nparts, float *scratch,
+                         size_t scratch_floats) {
+    runs_job j = {.w = w, .base = base, .X = X, .ldx = ldx, .n = n, .Ys = Ys, .lens = lens,
                   .scratch = scratch, .scratch_floats = scratch_floats,
                   .reference = m->use_reference};
     const size_t threads = (size_t)tl_pool_threads(m->pool);
     const size_t block = tl_type_block_elems(w->type);
-    size_t total = 0, tasks = 0;
+    size_t total = first, tasks = 0;
     for (size_t p = 0; p < nparts; p++) j.part_off[p] = total, total += lens[p];
+    total -= first;
     size_t want = threads * PIECES_PER_THREAD;
     if (want > MAX_PIECES - nparts) want = MAX_PIECES - nparts;
     size_t piece = (total / want + block - 1) / block * block;
@@ -92,5 +102,4 @@ tl_status tl_op_runs_product(tl_llama *m, const tl_weight *w, const float *X, si
     j.chan = chan;
     j.nc = nc;
     tl_pool_run(m->pool, (int)tasks, runs_task, &j);
-    return TL_OK;
 }

@@ -6,6 +6,7 @@
  * the largest alignment a tier asks of a read), so a plan that fits the budget is one
  * the residency can carry out.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "model/placement.h"
@@ -52,6 +53,16 @@ void tl_weight_layout_build(tl_weight_layout *L, tl_weight *const *ws, int n) {
  * the count. */
 int tl_llama_layer_matrices(const tl_llama_layer *L, int part, tl_weight **ws) {
     tl_llama_layer *ly = (tl_llama_layer *)L;
+    if (ly->neurons.name) { /* a FFN by neuron: attention first, the neurons' runs last */
+        int n = 0;
+        if (part == 0) {
+            if (ly->site[TL_SITE_ATTN_IN].name) ws[n++] = &ly->site[TL_SITE_ATTN_IN];
+            if (ly->site[TL_SITE_ATTN_OUT].name) ws[n++] = &ly->site[TL_SITE_ATTN_OUT];
+        } else {
+            ws[n++] = &ly->neurons;
+        }
+        return n;
+    }
     if (ly->site[0].name) { /* flash layout: see placement.h */
         static const int sites[2][2] = {{TL_SITE_ATTN_OUT, TL_SITE_FFN_MID},
                                         {TL_SITE_ATTN_IN, TL_SITE_FFN_IN}};
@@ -160,10 +171,19 @@ uint64_t tl_weight_plan_site_buf_bytes(const tl_llama *m, const tl_weight_plan *
 
 uint64_t tl_weight_site_tags_bytes(const tl_llama *m) {
     size_t most = 0;
-    for (int32_t l = 0; l < m->hp.n_layer; l++)
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
         for (int s = 0; s < TL_SITE_COUNT; s++)
             if (m->layers[l].site[s].rows > most) most = m->layers[l].site[s].rows;
+        if (m->layers[l].neurons.rows > most) most = m->layers[l].neurons.rows;
+    }
     return (uint64_t)most * sizeof(uint64_t) + 64;
+}
+
+uint64_t tl_weight_plan_window_bytes(const tl_llama *m, const tl_weight_plan *p) {
+    if (!p->window_slots || !m->hp.ffn_neurons) return 0;
+    const tl_weight *w = &m->layers[m->stage_first].neurons;
+    return tl_neuron_window_bytes(m->hp.n_layer, (uint32_t)m->hp.n_ff, p->window_slots,
+                                  tl_type_row_bytes(w->type, w->cols)) + ALIGN;
 }
 
 uint64_t tl_weight_plan_bytes(const tl_llama *m, const tl_weight_plan *p) {
@@ -174,6 +194,7 @@ uint64_t tl_weight_plan_bytes(const tl_llama *m, const tl_weight_plan *p) {
     total = held;
     const uint64_t site_buf = site_buf_bytes(m, p);
     if (site_buf) total += site_buf + ALIGN + tl_weight_site_tags_bytes(m);
+    total += tl_weight_plan_window_bytes(m, p);
     tl_weight *ws[TL_WEIGHT_UNIT_MAX];
     for (int u = 0; u <= L; u++) {
         /* a flash layer's streamed sites are read at their use, not through the ring */
@@ -283,10 +304,13 @@ static void spread_resident(const tl_llama *m, tl_weight_plan *p, uint64_t budge
     free(keep_attn), free(keep_ffn);
 }
 
-tl_status tl_weight_plan_make(const tl_llama *m, uint64_t budget, int prefetch, int overlap,
-                              tl_weight_plan *p) {
+/* The plan for a neuron window of `slots` per layer (0: none) taken from the budget first. */
+static tl_status plan_make(const tl_llama *m, uint64_t budget, int prefetch, int overlap,
+                           uint32_t slots, int32_t k, tl_weight_plan *p) {
     const int L = m->hp.n_layer;
     memset(p, 0, sizeof *p);
+    p->window_slots = slots;
+    p->window_k = k;
     p->attn_resident = calloc((size_t)L, 1);
     p->ffn_resident = calloc((size_t)L, 1);
     if (!p->attn_resident || !p->ffn_resident) {
@@ -313,10 +337,12 @@ tl_status tl_weight_plan_make(const tl_llama *m, uint64_t budget, int prefetch, 
     memset(p->attn_resident, 1, (size_t)L);
     memset(p->ffn_resident, 1, (size_t)L);
     p->output_resident = p->embd_resident = 1;
+    p->window_slots = 0, p->window_k = 0; /* nothing streams: no window */
     if (tl_weight_plan_bytes(m, p) <= budget) {
         plan_totals(m, p);
         return TL_OK;
     }
+    p->window_slots = slots, p->window_k = k;
     memset(p->attn_resident, 0, (size_t)L);
     memset(p->ffn_resident, 0, (size_t)L);
     p->output_resident = p->embd_resident = 0;
@@ -342,4 +368,66 @@ tl_status tl_weight_plan_make(const tl_llama *m, uint64_t budget, int prefetch, 
     spread_resident(m, p, budget);
     plan_totals(m, p);
     return TL_OK;
+}
+
+/* Neuron window (model/neurons.h): the slots per layer that hold the union of k tokens'
+ * predicted neurons, by the file's calibration (with a tenth to spare), at most n_ff. */
+static uint32_t window_slots_for(const tl_llama *m, int32_t k) {
+    const tl_neuron_info *ni = &m->neuron_info;
+    if (k <= 0 || ni->window_k <= 0) return 0;
+    const float share = ni->window_union[(k < ni->window_k ? k : ni->window_k) - 1];
+    double slots = ceil(1.1 * share * (double)m->hp.n_ff);
+    if (slots < 1) slots = 1;
+    return slots > (double)m->hp.n_ff ? (uint32_t)m->hp.n_ff : (uint32_t)slots;
+}
+
+/* Bytes a decode token reads under plan p by the file's calibration: the streamed
+ * attention sites whole (their sparsity aside), each streamed layer's predicted neurons
+ * that the window misses, the output. */
+static double token_read_bytes(const tl_llama *m, const tl_weight_plan *p) {
+    const tl_neuron_info *ni = &m->neuron_info;
+    const double hit = p->window_k > 0 ? ni->window_hit[(p->window_k < ni->window_k
+                                                             ? p->window_k : ni->window_k) - 1]
+                                       : 0;
+    double b = 0;
+    for (int u = m->stage_first; u <= m->hp.n_layer; u++) {
+        if (u < m->hp.n_layer && u >= m->stage_end) continue;
+        tl_weight *ws[TL_WEIGHT_UNIT_MAX];
+        const int n = tl_weight_plan_unit_weights(m, p, u, ws);
+        for (int i = 0; i < n; i++)
+            b += (double)ws[i]->file_bytes *
+                 (ws[i] == &m->layers[u < m->hp.n_layer ? u : 0].neurons
+                      ? (double)ni->predicted * (1 - hit) : 1.0);
+    }
+    return b;
+}
+
+tl_status tl_weight_plan_make(const tl_llama *m, uint64_t budget, int prefetch, int overlap,
+                              tl_weight_plan *p) {
+    const int32_t asked = m->params.neuron_window;
+    if (!m->hp.ffn_neurons || asked == 0 || m->neuron_info.window_k <= 0)
+        return plan_make(m, budget, prefetch, overlap, 0, 0, p);
+    /* the planner's choice of k: the plan that reads least per token (ties: the smaller
+     * window); a window that does not fit the budget is no choice */
+    const int32_t k0 = asked > 0 ? asked : 0, k1 = asked > 0 ? asked : m->neuron_info.window_k;
+    tl_status st = TL_ERR_NOMEM;
+    double best = 0;
+    for (int32_t k = k0; k <= k1; k++) {
+        tl_weight_plan c;
+        tl_status cs = plan_make(m, budget, prefetch, overlap, window_slots_for(m, k), k, &c);
+        if (cs) {
+            if (st) st = cs; /* the first error stands when nothing fits */
+            continue;
+        }
+        const double b = token_read_bytes(m, &c);
+        if (st || b < best) {
+            if (!st) tl_weight_plan_free(p);
+            *p = c;
+            best = b;
+            st = TL_OK;
+        } else {
+            tl_weight_plan_free(&c);
+        }
+    }
+    return st;
 }

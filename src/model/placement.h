@@ -22,6 +22,10 @@ typedef struct tl_weight_plan {
     int overlap;        /* 0: read each unit synchronously when it is needed */
     int n_slots;        /* ring buffers (0 when nothing streams) */
     uint64_t slot_bytes, resident_bytes, streamed_bytes, total_bytes;
+    /* a FFN by neuron (model/neurons.h): the neuron window's slots per layer, and the k
+     * whose calibrated union they hold (0, 0: no window) */
+    uint32_t window_slots;
+    int32_t window_k;
 } tl_weight_plan;
 
 /* The default placement policy (replaceable by the planner): a pure function of the
@@ -29,7 +33,10 @@ typedef struct tl_weight_plan {
  * resident byte of attention, FFN or output saves one byte of IO per forward pass, so
  * those come first, attention before FFN (smaller, needed first in a layer, as LLM in a
  * Flash keeps it), then the output; the token embedding comes last because streaming it
- * costs one row read per token, not the whole matrix. TL_ERR_NOMEM (with the minimum in
+ * costs one row read per token, not the whole matrix. A FFN stored by neuron with a
+ * predictor (model/neurons.h) gets a neuron window from the budget first: of k = 0 ..
+ * the file's calibrated windows (or the k m->params.neuron_window asks), the plan that
+ * reads the fewest bytes per decode token by the file's predicted share and hit rates. TL_ERR_NOMEM (with the minimum in
  * the message) when even full streaming does not fit. The plan owns its arrays. */
 tl_status tl_weight_plan_make(const tl_llama *m, uint64_t weight_budget, int prefetch,
                               int overlap, tl_weight_plan *plan);
@@ -44,6 +51,8 @@ uint64_t tl_weight_plan_unit_bytes(const tl_llama *m, const tl_weight_plan *p, i
 uint64_t tl_weight_plan_site_buf_bytes(const tl_llama *m, const tl_weight_plan *p);
 /* Budget bytes of the read tags beside that buffer (one per run of the widest site). */
 uint64_t tl_weight_site_tags_bytes(const tl_llama *m);
+/* Budget bytes of the plan's neuron window (0: none). */
+uint64_t tl_weight_plan_window_bytes(const tl_llama *m, const tl_weight_plan *plan);
 /* Bytes the plan needs from the budget (resident buffers, slots, row buffer). */
 uint64_t tl_weight_plan_bytes(const tl_llama *m, const tl_weight_plan *plan);
 

@@ -32,8 +32,11 @@ typedef struct synth_tensor {
     int kind; /* what gen_row writes: */
 } synth_tensor;
 
-/* uniform +-1/sqrt(cols), ones, Llama 3.1's divisors, the ReLU gate's bias */
-enum { K_RANDOM = 0, K_NORM = 1, K_ROPE_FREQS = 2, K_GATE_BIAS = 3 };
+/* uniform +-1/sqrt(cols), ones, Llama 3.1's divisors, the ReLU gate's bias, a ReLU gate of
+ * low rank (gen_row) */
+enum { K_RANDOM = 0, K_NORM = 1, K_ROPE_FREQS = 2, K_GATE_BIAS = 3, K_GATE_LOW_RANK = 4 };
+/* A low-rank gate's share of variance in its rows' own noise. */
+#define GATE_NOISE_SHARE 0.05f
 
 typedef struct synth {
     const tl_synth_params *p;
@@ -42,6 +45,8 @@ typedef struct synth {
     size_t n;
     float *row_f;     /* [max cols] */
     uint8_t *row_q;   /* [max row bytes] */
+    float *basis;     /* [gate_rank][n_embd]: the directions of the low-rank gate basis_ti's */
+    size_t basis_ti;  /* (SIZE_MAX: none yet) */
 } synth;
 
 static const struct { const char *name; tl_synth_params p; } presets[] = {
@@ -87,6 +92,9 @@ static tl_status check_params(const tl_synth_params *p) {
         (p->family == TL_SYNTH_OPT || !(p->relu_sparsity > 0 && p->relu_sparsity < 1)))
         return tl_error_set(TL_ERR_INVALID, "synth: a ReLU-fied feed-forward's sparsity must "
                             "lie in (0, 1), on a gated (Llama or Qwen2) model");
+    if (p->gate_rank < 0 || p->gate_rank > 256 || (p->gate_rank > 0 && !(p->relu_sparsity > 0)))
+        return tl_error_set(TL_ERR_INVALID, "synth: a gate rank (%d) is for a ReLU-fied "
+                            "feed-forward, at most 256", p->gate_rank);
     if (p->mix != TL_MIX_NONE && (p->mix < TL_MIX_Q2_K || p->mix > TL_MIX_Q6_K))
         return tl_error_set(TL_ERR_INVALID, "synth: unknown K-quant mix %d", p->mix);
     if (!p->mix && !tl_type_known((uint32_t)p->weight_type))
@@ -201,7 +209,9 @@ static size_t build_tensors(const tl_synth_params *p, synth_tensor *t) {
         if (opt) ADD(LNAME("attn_output.bias"), d, 1, TL_TYPE_F32, K_RANDOM);
         ADD(LNAME("ffn_norm.weight"), d, 1, TL_TYPE_F32, 1);
         if (opt) ADD(LNAME("ffn_norm.bias"), d, 1, TL_TYPE_F32, K_RANDOM);
-        if (!opt) ADD(LNAME("ffn_gate.weight"), d, f, wt, 0);
+        if (!opt)
+            ADD(LNAME("ffn_gate.weight"), d, f, wt,
+                p->relu_sparsity > 0 && p->gate_rank > 0 ? K_GATE_LOW_RANK : 0);
         if (p->relu_sparsity > 0) ADD(LNAME("ffn_gate.bias"), f, 1, TL_TYPE_F32, K_GATE_BIAS);
         ADD(LNAME("ffn_up.weight"), d, f, wt, 0);
         if (opt) ADD(LNAME("ffn_up.bias"), f, 1, TL_TYPE_F32, K_RANDOM);
@@ -275,7 +285,17 @@ static float gate_bias_for(float sparsity) {
     return (float)(-0.5 * (lo + hi) / sqrt(3.0));
 }
 
-static void gen_row(const synth *s, size_t ti, uint64_t row) {
+/* dst[c] uniform in +-a, a function of (stream, row, c) only. */
+static void uniform_row(uint64_t stream, uint64_t row, float a, float *dst, size_t n) {
+    const uint64_t key = tl_mix64(stream) ^ row;
+    for (size_t c = 0; c < n; c += 2) {
+        uint64_t r = tl_mix64(key * 0x100000001b3ull + c);
+        dst[c] = a * ((float)(uint32_t)r * (2.0f / 4294967296.0f) - 1.0f);
+        if (c + 1 < n) dst[c + 1] = a * ((float)(uint32_t)(r >> 32) * (2.0f / 4294967296.0f) - 1.0f);
+    }
+}
+
+static void gen_row(synth *s, size_t ti, uint64_t row) {
     const synth_tensor *t = &s->t[ti];
     if (t->kind == K_NORM) {
         for (uint64_t c = 0; c < t->cols; c++) s->row_f[c] = 1.0f;
@@ -284,15 +304,28 @@ static void gen_row(const synth *s, size_t ti, uint64_t row) {
     } else if (t->kind == K_ROPE_FREQS) { /* Llama 3.1's: factor 8, 1/4, 8192 positions */
         tl_rope_llama3_divisors(s->p->rope_base, (int32_t)(2 * t->cols), 8.0, 1.0, 4.0, 8192.0,
                                 s->row_f);
-    } else {
-        float a = 1.0f / sqrtf((float)t->cols);
-        uint64_t key = tl_mix64(s->p->seed * 0x9e3779b97f4a7c15ull + ti * 0x1000003ull) ^ row;
-        for (uint64_t c = 0; c < t->cols; c += 2) {
-            uint64_t r = tl_mix64(key * 0x100000001b3ull + c);
-            s->row_f[c] = a * ((float)(uint32_t)r * (2.0f / 4294967296.0f) - 1.0f);
-            if (c + 1 < t->cols)
-                s->row_f[c + 1] = a * ((float)(uint32_t)(r >> 32) * (2.0f / 4294967296.0f) - 1.0f);
+    } else if (t->kind == K_GATE_LOW_RANK) {
+        /* row = sqrt(1 - e) sum_j a_j basis_j + sqrt(e) noise: basis_j and noise uniform in
+         * +-1/sqrt(cols), the a_j uniform with variance 1/R, so each term's dot with an
+         * RMS-normalized input has variance 1/3 as an independent row's has (gate_bias_for
+         * holds), 1 - e of it from the layer's R directions */
+        const size_t R = (size_t)s->p->gate_rank, d = (size_t)t->cols;
+        if (s->basis_ti != ti) {
+            for (size_t j = 0; j < R; j++)
+                uniform_row(s->p->seed * 0x2545f4914f6cdd1dull + ti, j, 1.0f / sqrtf((float)d),
+                            s->basis + j * d, d);
+            s->basis_ti = ti;
         }
+        uniform_row(s->p->seed * 0x9e3779b97f4a7c15ull + ti * 0x1000003ull, row,
+                    sqrtf(GATE_NOISE_SHARE) / sqrtf((float)d), s->row_f, d);
+        float coef[256];
+        uniform_row(s->p->seed * 0x94d049bb133111ebull + ti, row,
+                    sqrtf((1.0f - GATE_NOISE_SHARE) * 3.0f / (float)R), coef, R);
+        for (size_t j = 0; j < R; j++)
+            for (size_t c = 0; c < d; c++) s->row_f[c] += coef[j] * s->basis[j * d + c];
+    } else {
+        uniform_row(s->p->seed * 0x9e3779b97f4a7c15ull + ti * 0x1000003ull, row,
+                    1.0f / sqrtf((float)t->cols), s->row_f, (size_t)t->cols);
     }
     tl_quant_row(t->type, s->row_f, s->row_q, (size_t)t->cols);
 }
@@ -379,7 +412,7 @@ static char **make_vocab(int32_t n_vocab, float *scores, int32_t *types) {
 tl_status tl_synth_write(const tl_synth_params *p, const char *path) {
     tl_status st = check_params(p);
     if (st) return st;
-    synth s = {p, gate_bias_for(p->relu_sparsity), NULL, 0, NULL, NULL};
+    synth s = {p, gate_bias_for(p->relu_sparsity), NULL, 0, NULL, NULL, NULL, SIZE_MAX};
     s.n = build_tensors(p, NULL);
     s.t = calloc(s.n, sizeof *s.t);
     size_t max_cols = (size_t)(p->n_ff > p->n_embd ? p->n_ff : p->n_embd);
@@ -389,7 +422,10 @@ tl_status tl_synth_write(const tl_synth_params *p, const char *path) {
     int32_t *types = malloc((size_t)p->n_vocab * sizeof *types);
     char **vocab = NULL;
     tl_gguf_writer *w = NULL;
+    if (p->relu_sparsity > 0 && p->gate_rank > 0)
+        s.basis = malloc((size_t)p->gate_rank * (size_t)p->n_embd * sizeof(float));
     if (!s.t || !s.row_f || !s.row_q || !scores || !types ||
+        (p->relu_sparsity > 0 && p->gate_rank > 0 && !s.basis) ||
         !(vocab = make_vocab(p->n_vocab, scores, types))) {
         st = tl_error_set(TL_ERR_NOMEM, "synth: out of memory");
         goto done;
@@ -451,6 +487,7 @@ done:
     free(s.t);
     free(s.row_f);
     free(s.row_q);
+    free(s.basis);
     tl_gguf_writer_close(w);
     return st;
 }

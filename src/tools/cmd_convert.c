@@ -25,7 +25,14 @@ static int usage(FILE *f) {
             "  --layout flash|rows   flash: each layer's matrices stored by input channel,\n"
             "                        bundled by shared input, so a sparse input reads only\n"
             "                        its channels' runs (quantized types re-quantize along\n"
-            "                        the run); rows (default): the input's layout\n"
+            "                        the run); rows (default): the input's layout. A ReLU\n"
+            "                        feed-forward is stored by neuron instead (gate row, up\n"
+            "                        row, down column in one run) with a predictor of the\n"
+            "                        neurons each token activates:\n"
+            "  --predictor-rank R    its rank (default 128)\n"
+            "  --predictor-tokens N  calibration tokens it is fitted on (default 512)\n"
+            "  --recall R            the share of the active neurons' output mass it must\n"
+            "                        predict on them (default 0.995)\n"
             "  -c N                  calibration windows in tokens (default: the model's\n"
             "                        context, at most 512)\n"
             "  -t N, --mem-budget SIZE  threads and memory for the calibration runs\n",
@@ -66,6 +73,21 @@ int tl_cmd_convert(int argc, char **argv) {
         } else if (!strcmp(a, "--alloc-tokens")) {
             if (!(v = cli_value(argc, argv, &i)) || !cli_int(a, v, 2, 1 << 20, &p.alloc_tokens))
                 return 2;
+        } else if (!strcmp(a, "--predictor-rank")) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_int(a, v, 1, 1 << 16, &p.predictor_rank))
+                return 2;
+        } else if (!strcmp(a, "--predictor-tokens")) {
+            if (!(v = cli_value(argc, argv, &i)) ||
+                !cli_int(a, v, 2, 1 << 20, &p.predictor_tokens))
+                return 2;
+        } else if (!strcmp(a, "--recall")) {
+            float rc;
+            if (!(v = cli_value(argc, argv, &i)) || !cli_float(a, v, &rc)) return 2;
+            if (!(rc >= 0.5f && rc <= 1.0f)) {
+                fprintf(stderr, "error: --recall expects a share in [0.5, 1]\n");
+                return 2;
+            }
+            p.predictor_recall = rc;
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
             if (!(v = cli_value(argc, argv, &i)) || !cli_int(a, v, 2, 1 << 20, &p.n_ctx)) return 2;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
@@ -104,6 +126,19 @@ int tl_cmd_convert(int argc, char **argv) {
         fprintf(stderr, "  sparsity %.2f: held-out perplexity %.4f (%+.2f%%), weights skipped "
                 "%.1f%%\n", (double)r.curve_sparsity[i], r.curve_ppl[i],
                 100.0 * (r.curve_ppl[i] / r.curve_ppl[0] - 1.0), 100.0 * r.curve_reached[i]);
+    if (r.neurons.rank) {
+        const tl_neuron_info *ni = &r.neurons;
+        fprintf(stderr, "neuron predictors: rank %d; on the calibration rows %.2f%% of the "
+                "neurons active, %.2f%% predicted, %.2f%% of their output mass recalled\n",
+                (int)ni->rank, 100.0 * ni->active, 100.0 * ni->predicted, 100.0 * ni->recall);
+        fprintf(stderr, "neuron window (k tokens: hit rate, slots needed as a share of the "
+                "neurons):");
+        for (int32_t k = 0; k < ni->window_k; k++)
+            if (k < 4 || k % 4 == 3)
+                fprintf(stderr, " %d: %.1f%% %.1f%%", (int)k + 1, 100.0 * ni->window_hit[k],
+                        100.0 * ni->window_union[k]);
+        fprintf(stderr, "\n");
+    }
     if (p.flash_layout)
         fprintf(stderr, "default sparsity %.2f%s; wrote %s (flash layout)\n", (double)r.chosen,
                 r.n_curve ? " (from the curve)" : " (given)", p.out_path);

@@ -72,10 +72,12 @@ static void print_layout(const tl_gguf *g, const tl_llama_hparams *hp) {
     }
     printf("layout:        flash v%d: each layer's matrices by input channel, one run per "
            "channel, bundled by shared input\n", TL_FLASH_LAYOUT_VERSION);
+    const int by_neuron = tl_gguf_find(g, "tierllm.neurons.rank") != NULL;
     for (int s = 0; s < TL_SITE_COUNT && hp->n_layer > 0; s++) {
         char name[96];
         snprintf(name, sizeof name, "blk.0.%s", tl_flash_site_tensor(s));
         const tl_gguf_tensor *t = tl_gguf_find_tensor(g, name);
+        if (by_neuron && (s == TL_SITE_FFN_IN || s == TL_SITE_FFN_MID)) continue;
         if (!t) {
             printf("  %-18s missing\n", name + 6);
             continue;
@@ -88,6 +90,33 @@ static void print_layout(const tl_gguf *g, const tl_llama_hparams *hp) {
             printf("%s%.*s", p ? " + " : "", (int)(strlen(parts[p].src) - 7), parts[p].src);
         printf("), %.1f KiB per run\n",
                tl_type_row_bytes(t->type, (size_t)t->ne[0]) / 1024.0);
+    }
+    if (!by_neuron || hp->n_layer <= 0) return;
+    const tl_gguf_tensor *t = tl_gguf_find_tensor(g, "blk.0.ffn_neurons");
+    uint32_t rank = 0;
+    float recall = 0, active = 0, predicted = 0;
+    if (!t || tl_gguf_get_u32(g, "tierllm.neurons.rank", &rank) ||
+        tl_gguf_get_f32(g, "tierllm.neurons.recall", &recall) ||
+        tl_gguf_get_f32(g, "tierllm.neurons.active", &active) ||
+        tl_gguf_get_f32(g, "tierllm.neurons.predicted", &predicted)) {
+        printf("  ffn_neurons        missing or incomplete predictor keys\n");
+        return;
+    }
+    printf("  %-18s %s, %llu runs of %llu (%sup row + down column: one per neuron), %.1f KiB "
+           "per run\n", "ffn_neurons", tl_type_name(t->type), (unsigned long long)t->ne[1],
+           (unsigned long long)t->ne[0], hp->ffn_relu ? "" : "gate row + ",
+           tl_type_row_bytes(t->type, (size_t)t->ne[0]) / 1024.0);
+    printf("  ffn_pred_v/u/b     predictor of the active neurons, rank %u: on its calibration "
+           "text %.2f%% of the neurons active, %.2f%% predicted, %.2f%% of their output mass "
+           "recalled\n", rank, 100.0 * active, 100.0 * predicted, 100.0 * recall);
+    uint64_t nh = 0;
+    const void *hit = NULL;
+    if (!tl_gguf_get_arr(g, "tierllm.neurons.window_hit", TL_GGUF_FLOAT32, &nh, &hit) && nh) {
+        printf("  neuron window      hit rate of a window of k tokens:");
+        for (uint64_t k = 0; k < nh; k++)
+            if (k < 4 || k % 4 == 3) printf(" k=%llu %.1f%%", (unsigned long long)k + 1,
+                                             100.0 * ((const float *)hit)[k]);
+        printf("\n");
     }
 }
 

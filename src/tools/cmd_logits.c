@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "tools/cli.h"
+#include "model/neurons.h"
 #include "base/out_file.h"
 
 static int parse_tokens(const char *s, int32_t **out, size_t *n) {
@@ -59,10 +60,16 @@ int tl_cmd_logits(int argc, char **argv) {
         } else if (!strcmp(a, "--flash-gap")) {
             if (!(v = cli_value(argc, argv, &i)) || !cli_size(a, v, &mp.flash_gap_bytes))
                 return 2;
+        } else if (!strcmp(a, "--neuron-window")) {
+            if (!(v = cli_value(argc, argv, &i)) ||
+                !cli_int(a, v, -1, TL_NEURON_WINDOW_MAX, &mp.neuron_window))
+                return 2;
+        } else if (!strcmp(a, "--no-predictor")) {
+            mp.neuron_predict = 0;
         } else {
             fprintf(stderr, "usage: tierllm logits -m MODEL --tokens 1,2,3 -o OUT.f32 "
                     "[-t N] [-b N] [--reference] [--sparsity S] [--mem-budget SIZE] "
-                    "[--flash-gap SIZE]\n");
+                    "[--flash-gap SIZE] [--neuron-window K] [--no-predictor]\n");
             return 2;
         }
     }

@@ -379,6 +379,12 @@ int tl_cmd_run(int argc, char **argv) {
         }
         else if (!strcmp(a, "--flash-gap")) {
             VAL(); if (!cli_size(a, v, &mp.flash_gap_bytes)) return 2;
+        } else if (!strcmp(a, "--neuron-window")) {
+            VAL(); if (!cli_int(a, v, -1, TL_NEURON_WINDOW_MAX, &mp.neuron_window)) return 2;
+        } else if (!strcmp(a, "--no-predictor")) {
+            mp.neuron_predict = 0;
+        } else if (!strcmp(a, "--measure-recall")) {
+            mp.neuron_measure = 1;
         }
         else if (!strcmp(a, "--kv-select")) {
             VAL(); if (!cli_share(a, v, &cp.kv_select)) return 2;
@@ -546,6 +552,27 @@ int tl_cmd_run(int argc, char **argv) {
                         t.flash_bytes_dense / passes / 1048576.0, t.flash_reads / passes,
                         t.flash_fetch_s > 0 ? t.flash_bytes_read / t.flash_fetch_s / 1e9 : 0.0,
                         profiled, seen > 0 ? 100.0 * zeroed / seen : 0.0);
+            }
+            if (t.neurons_total) {
+                fprintf(stderr, "[stats] FFN by neuron: %.2f%% of the neurons predicted and "
+                        "computed (the file's calibration: %.2f%%)",
+                        100.0 * (double)t.neurons_used / (double)t.neurons_total,
+                        100.0 * m->lm.neuron_info.predicted);
+                if (t.neuron_window_slots) {
+                    const float *hit = m->lm.neuron_info.window_hit;
+                    fprintf(stderr, " | window k=%d, %u slots per layer: hit rate %.1f%% "
+                            "(predicted %.1f%%)", (int)t.neuron_window_k,
+                            t.neuron_window_slots,
+                            t.neuron_window_lookups ? 100.0 * (double)t.neuron_window_hits /
+                                                          (double)t.neuron_window_lookups : 0.0,
+                            100.0 * hit[t.neuron_window_k - 1]);
+                }
+                if (t.neuron_mass_all > 0)
+                    fprintf(stderr, " | recall of the active neurons' output mass %.2f%% "
+                            "(calibration %.2f%%)",
+                            100.0 * t.neuron_mass_kept / t.neuron_mass_all,
+                            100.0 * m->lm.neuron_info.recall);
+                fprintf(stderr, "\n");
             }
             if (t.weights_panel_bytes || t.weights_repacked_bytes)
                 fprintf(stderr, "[stats] weights in int8 panels: %.1f MiB resident (repacked "

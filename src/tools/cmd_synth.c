@@ -24,6 +24,10 @@ static void usage(void) {
            "                    neurons are zero on average, which ones depending on the\n"
            "                    input (default silu: SwiGLU)\n"
            "  --ffn-sparsity S  with --act relu: that share of zeros (default 0.95)\n"
+           "  --gate-rank R     with --act relu: the gate's rows mix R directions per layer\n"
+           "                    (95%% of their variance), so a layer's active neurons are\n"
+           "                    predictable from a rank-R view of its input (default 32;\n"
+           "                    0: independent rows)\n"
            "  --seed S          weight seed (default 1)\n");
 }
 
@@ -53,7 +57,7 @@ int tl_cmd_synth(int argc, char **argv) {
     tl_synth_params p;
     tl_synth_preset("stories260k", &p);
     const char *out = NULL;
-    int kv_heads_given = 0, act_relu = 0;
+    int kv_heads_given = 0, act_relu = 0, gate_rank_given = 0;
     float ffn_sparsity = 0;
     /* the preset is applied first wherever it appears, then shape flags override it */
     for (int i = 1; i < argc; i++)
@@ -109,6 +113,11 @@ int tl_cmd_synth(int argc, char **argv) {
             kv_heads_given = 1;
         }
         INT("--ctx", n_ctx)
+        else if (!strcmp(a, "--gate-rank")) {
+            VAL();
+            if (!cli_int(a, v, 0, 256, &p.gate_rank)) return 2;
+            gate_rank_given = 1;
+        }
         else {
             fprintf(stderr, "error: unknown option '%s' (see tierllm synth --help)\n", a);
             return 2;
@@ -121,7 +130,12 @@ int tl_cmd_synth(int argc, char **argv) {
         fprintf(stderr, "error: --ffn-sparsity needs --act relu\n");
         return 2;
     }
+    if (gate_rank_given && !act_relu) {
+        fprintf(stderr, "error: --gate-rank needs --act relu\n");
+        return 2;
+    }
     if (act_relu) p.relu_sparsity = ffn_sparsity > 0 ? ffn_sparsity : 0.95f;
+    if (act_relu && !gate_rank_given) p.gate_rank = 32;
     if (!out) {
         fprintf(stderr, "error: -o OUT.gguf is required\n");
         return 2;

@@ -45,6 +45,17 @@ reference under the resolution of those ties that it is closest to
 (llama_ref.resolve_ties; the relative error is then taken against that row); the
 line says how many were resolved the other way.
 
+A flash file with neuron bundles and a predictor (llama_ref.py: blk.N.ffn_neurons,
+ffn_pred_*): the reference computes, as the engine, only the predicted neurons, the union
+over the rows of each prompt block; the block is the engine's prompt batch, taken from
+--engine-arg -b N / --batch-size N (two --engine-arg each), default 64 (the engine's
+default), or --neuron-block N. A neuron is predicted iff its score s > 0, and the engine
+computes s in float32: a score within float noise of 0 can be decided the other way, which
+adds or drops that neuron's whole contribution. The line "predictor: N of M scores within
+1e-3 of 0, K decide ..." counts them (K: those whose choice, the largest score of its
+block, is that close); with K = 0 no neuron choice can differ, and the tolerances above
+hold as they are.
+
 --ref-only-dump: skip the engine; only run the reference and write its
 float32 logits to --ref-out (default: ./<model name>.ref.f32).
 --self-test: check the comparison logic itself on synthetic arrays, and run the
@@ -85,6 +96,22 @@ def judge(engine, ref, tol):
     worst = int(np.argmax(rel))
     max_rel = float(rel[worst])
     return (max_rel <= tol), max_rel, worst
+
+
+ENGINE_DEFAULT_BATCH = 64   # the engine's prompt rows per step (exec/context.c), -b
+NEAR_ZERO = 1e-3            # predictor scores this close to 0 are reported
+
+
+def engine_batch(engine_args, default=ENGINE_DEFAULT_BATCH):
+    """The engine's prompt batch (-b N / --batch-size N, the last one given) from the
+    extra engine arguments, else the default."""
+    b = default
+    for i, a in enumerate(engine_args):
+        if a in ("-b", "--batch-size") and i + 1 < len(engine_args):
+            b = int(engine_args[i + 1])
+        elif a.startswith("--batch-size="):
+            b = int(a.split("=", 1)[1])
+    return b
 
 
 def run_engine(tierllm, model, tokens, n_vocab, timeout, extra=()):
@@ -141,6 +168,9 @@ def self_test():
     z = np.zeros((1, 8))                            # all-zero reference row
     assert judge(z.astype(np.float32), z, 1e-4)[0]
     assert not judge(z + 1e-3, z, 1e-4)[0]
+    assert engine_batch([]) == 64 and engine_batch(["-t", "2", "-b", "5"]) == 5
+    assert engine_batch(["--batch-size", "7", "--reference"]) == 7
+    assert engine_batch(["--batch-size=9"]) == 9 and engine_batch(["-b"]) == 64
     from llama_ref import self_test as ref_self_test
     ref_self_test()     # rounding, RoPE pairings and factors, window, biases, qwen2
     print("compare_logits self-test OK")
@@ -170,6 +200,10 @@ def main(argv=None):
                     help="skip the comparison with exact activations (says so)")
     ap.add_argument("--sparsity", type=float, default=0.0,
                     help="activation sparsity of a converted file, in both (default 0)")
+    ap.add_argument("--neuron-block", type=int, metavar="N",
+                    help="neuron bundles: the reference's union of predicted neurons is over "
+                         "blocks of N rows (default: the engine's -b from --engine-arg, else %d)"
+                         % ENGINE_DEFAULT_BATCH)
     ap.add_argument("--self-test", action="store_true", help="test the comparison logic")
     args = ap.parse_args(argv)
 
@@ -188,13 +222,19 @@ def main(argv=None):
     try:
         from llama_ref import LlamaRef, parse_tokens, resolve_ties
         tokens = parse_tokens(args.tokens)
-        ref_model = LlamaRef(args.model, sparsity=args.sparsity)
+        block = args.neuron_block or engine_batch(args.engine_arg)
+        ref_model = LlamaRef(args.model, sparsity=args.sparsity, neuron_block=block)
         ref = ref_model.forward(tokens)
+        near = ref_model.near_zero_scores(NEAR_ZERO) if ref_model.predictor else None
     except Exception as e:  # noqa: BLE001 - any reference failure is a test failure
         return fail("reference: %s: %s" % (type(e).__name__, e))
     if not np.all(np.isfinite(ref)):
         return fail("reference produced non-finite logits")
     n_vocab = ref.shape[1]
+    if near is not None:
+        print("model %s: predictor: %d of %d scores within %g of 0, %d decide a neuron's "
+              "choice (union over blocks of %d rows)"
+              % (name, near[0], near[2], NEAR_ZERO, near[1], block))
 
     if args.ref_only_dump or args.ref_out:
         path = args.ref_out or (os.path.splitext(name)[0] + ".ref.f32")
@@ -233,6 +273,10 @@ def main(argv=None):
         print("model %s: activation rounding effect: max rel err %.3g (bound %g), "
               "argmax agrees on %d/%d rows %s"
               % (name, act_rel, args.act_tol, agree, len(tokens), "OK" if act_ok else "FAIL"))
+    if near is not None and near[1] and not ok:
+        print("model %s: note: %d neuron choices rest on a predictor score within %g of 0; "
+              "one decided the other way by the engine can explain the difference"
+              % (name, near[1], NEAR_ZERO))
     print("model %s: max rel err %.3g (tol %g%s) %s"
           % (name, max_rel, tol, why, "OK" if ok and act_ok else "FAIL"))
     return 0 if ok and act_ok else 1

@@ -45,15 +45,32 @@ flash_matrices()): each layer's seven matrices are rebuilt from its four site te
 column products use activations as given. The other tensors (token_embd, output, norms,
 biases) are read and rounded as in a row-major file. Any other layout is refused.
 
+Neuron bundles (a flash file of a ReLU FFN: tierllm.ffn_activation = "relu", or OPT; see
+neuron_matrices()): a layer may hold blk.N.ffn_neurons (run i = w_gate[i, :] | w_up[i, :] |
+w_down[:, i]; no gate part for OPT) in place of ffn_gate_up.cols and ffn_down.cols, and a
+low-rank predictor blk.N.ffn_pred_v [rank][n_embd], ffn_pred_u [n_ff][rank], ffn_pred_b
+[n_ff]. With LlamaRef(predictor=True) (the default when a file has one) such a layer computes
+only the predicted neurons: s = (xn V^T) U^T + pb, and with n rows at once the neurons with
+s > 0 in some row of the block (the union; neuron_union=False: each row its own), every row
+at every neuron of that set; the others give h = 0 (and the FFN sites' sparsity thresholds
+do not apply). The gate/up products round xn by the bundle's type as row-major ones would
+(they are row-major rows); the down sum does not (as a column product).
+predictor=False: the dense FFN, equal to the row-major model. neuron_stats() / --neuron-recall:
+per layer the predicted and the truly active neurons and the output-mass recall.
+
 Usage:
     /usr/bin/python3 tests/ref/llama_ref.py MODEL.gguf --tokens 1,403,407 --out logits.f32
         writes float32 little-endian [n_tokens, n_vocab], raw (no header)
     /usr/bin/python3 tests/ref/llama_ref.py MODEL.gguf --tokens 1 --greedy 40
         prints 40 greedily generated token ids (argmax), space separated
+    /usr/bin/python3 tests/ref/llama_ref.py MODEL.gguf --tokens 1,2,3 --neuron-recall
+        prints "neuron recall <layer> <recall> predicted <share> active <share>" per layer
+        with a predictor and "neuron recall total <recall>" (flash file with neuron bundles)
     /usr/bin/python3 tests/ref/llama_ref.py --self-test [MODEL.gguf]
         checks both rounding schemes on hand-computed blocks, the RoPE pairings, frequency
-        factors and window mask on hand-computed values, and the architecture features
-        end to end on a synthetic model (and on variants of MODEL.gguf when given)
+        factors and window mask on hand-computed values, the flash layout and its neuron
+        bundles with a predictor, and the architecture features end to end on a synthetic
+        model (and on variants of MODEL.gguf when given)
 """
 
 import argparse
@@ -332,18 +349,20 @@ def is_flash_layout(metadata):
     return True
 
 
-def flash_matrices(cfg, site_tensor):
+def flash_matrices(cfg, site_tensor, sites=FLASH_SITES):
     """One layer's row-major matrices {name: [out][in] float32 array} rebuilt from its flash
     site tensors. site_tensor(name) returns the dequantized site tensor `name` ("attn_qkv.cols",
     ...) as [channels][run]. Each part of a run is one matrix's column, so the matrix is the
-    transpose of its slice of the runs: wq = S[:, 0:qd].T, wk = S[:, qd:qd+kvd].T, ..."""
+    transpose of its slice of the runs: wq = S[:, 0:qd].T, wk = S[:, qd:qd+kvd].T, ...
+    sites: the (site, parts) pairs to rebuild (default all four; ATTN_SITES for a layer
+    whose FFN is in neuron bundles)."""
     qd, kvd = cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim
     out_len = {"attn_q": qd, "attn_k": kvd, "attn_v": kvd, "attn_output": cfg.n_embd,
                "ffn_gate": cfg.n_ff, "ffn_up": cfg.n_ff, "ffn_down": cfg.n_embd}
     in_len = {"attn_qkv.cols": cfg.n_embd, "attn_output.cols": qd,
               "ffn_gate_up.cols": cfg.n_embd, "ffn_down.cols": cfg.n_ff}
     mats = {}
-    for site, parts in FLASH_SITES:
+    for site, parts in sites:
         if cfg.layer_norm:                                   # OPT's ReLU FFN has no gate
             parts = tuple(p for p in parts if p != "ffn_gate")
         S = site_tensor(site)
@@ -358,8 +377,70 @@ def flash_matrices(cfg, site_tensor):
     return mats
 
 
+ATTN_SITES = FLASH_SITES[:2]
+
+# Neuron bundles (tierllm issue 20 part 3): in a flash file of a ReLU FFN, a layer may have,
+# in place of ffn_gate_up.cols and ffn_down.cols,
+#   blk.N.ffn_neurons  ne = [run, n_ff]   run i = w_gate[i, :] | w_up[i, :] | w_down[:, i]
+#                                         (run = 3 n_embd; OPT's ReLU FFN: w_up | w_down, 2 n_embd)
+# each part a whole number of the type's blocks (quantized along the run), and a predictor
+#   blk.N.ffn_pred_v   ne = [n_embd, rank]  (F16)  V, [rank][n_embd]
+#   blk.N.ffn_pred_u   ne = [rank, n_ff]    (F16)  U, [n_ff][rank]
+#   blk.N.ffn_pred_b   ne = [n_ff]          (F32)  pb
+# t = xn V^T, s = t U^T + pb: neuron i is predicted active iff s_i > 0.
+NEURON_TENSOR = "ffn_neurons"
+PREDICTOR_TENSORS = ("ffn_pred_v", "ffn_pred_u", "ffn_pred_b")
+
+
+def neuron_matrices(cfg, S):
+    """A layer's FFN matrices {name: [out][in] array} from its dequantized neuron bundles S
+    ([n_ff][run]): w_gate = S[:, 0:e], w_up = S[:, e:2e], w_down = S[:, 2e:3e].T (e = n_embd;
+    without the gate part for OPT's ReLU FFN: w_up = S[:, 0:e], w_down = S[:, e:2e].T)."""
+    parts = ("ffn_up", "ffn_down") if cfg.layer_norm else ("ffn_gate", "ffn_up", "ffn_down")
+    e = cfg.n_embd
+    want = (cfg.n_ff, len(parts) * e)
+    if S.shape != want:
+        raise ValueError("%s: shape %s ([n_ff][run]), expected %s" % (NEURON_TENSOR, S.shape, want))
+    mats = {}
+    for j, p in enumerate(parts):
+        part = S[:, j * e:(j + 1) * e]
+        mats[p] = np.ascontiguousarray(part.T if p == "ffn_down" else part)
+    return mats
+
+
+def neuron_rounding(tensor_info, n_embd):
+    """The rounding of the gate/up dot products of a neuron-bundle tensor: the engine takes
+    them with its row-major numerics, so by the bundle's type (None for F32/F16/BF16). Each
+    part (n_embd long) must be a whole number of the type's blocks."""
+    name, blk, _ = GGML_TYPES.get(tensor_info.type, ("?", 1, 0))
+    if n_embd % blk:
+        raise ValueError("%s of type %s: parts of %d are not whole %d-blocks"
+                         % (NEURON_TENSOR, name, n_embd, blk))
+    if name not in ROUNDING:
+        return None
+    rblk, fn = ROUNDING[name]
+    return fn if n_embd % rblk == 0 else None
+
+
+def union_blocks(T, block=None, single_from=None):
+    """Row ranges [(a, b)) whose predicted neurons are merged: one block of all T rows
+    (block None), or consecutive blocks of `block` rows (the engine's prompt batches, -b);
+    rows from single_from on (tokens generated one at a time) each alone."""
+    end = T if single_from is None else min(max(single_from, 0), T)
+    B = end if block is None else int(block)
+    out = [(a, min(a + B, end)) for a in range(0, end, max(B, 1))]
+    return out + [(r, r + 1) for r in range(end, T)]
+
+
 class LlamaRef:
-    def __init__(self, path, dtype=np.float64, exact_activations=False, sparsity=0.0):
+    def __init__(self, path, dtype=np.float64, exact_activations=False, sparsity=0.0,
+                 predictor=None, neuron_union=True, neuron_block=None):
+        """predictor: in layers with neuron bundles and a predictor, compute only the
+        predicted neurons (True; the default when the file has a predictor) or all (False:
+        the dense FFN, as the row-major model). neuron_union: with several rows in one
+        forward call, every row gets every neuron predicted for some row of its block (True,
+        as the engine) or only its own (False). neuron_block: the block, in rows (the
+        engine's prompt batch, -b); None: all rows of one forward call."""
         self.gguf = GGUFFile(path)
         self.cfg = LlamaConfig(self.gguf)
         self.dtype = dtype
@@ -396,11 +477,34 @@ class LlamaRef:
         self.ffn_mid_zeros = self.ffn_mid_seen = 0   # exact zeros into ffn_down, counted
         for i in range(self.cfg.n_layer):
             p = "blk.%d." % i
-            if self.flash:                          # from the site tensors: never rounded
+            bundled = p + NEURON_TENSOR in g.tensors
+            pred_names = [p + k for k in PREDICTOR_TENSORS]
+            has_pred = [n in g.tensors for n in pred_names]
+            if any(has_pred) and not (all(has_pred) and bundled):
+                raise ValueError("blk.%d: a predictor needs all of %s and %s"
+                                 % (i, ", ".join(PREDICTOR_TENSORS), NEURON_TENSOR))
+            if bundled and not self.flash:
+                raise ValueError("%s%s in a row-major file (neuron bundles are a flash-layout "
+                                 "form)" % (p, NEURON_TENSOR))
+            if bundled and not (self.cfg.layer_norm or self.cfg.gate_relu):
+                raise ValueError("%s%s: neuron bundles need a ReLU FFN (tierllm.ffn_activation "
+                                 "= \"relu\" or opt); this one is SwiGLU" % (p, NEURON_TENSOR))
+            if bundled:
+                for site in ("ffn_gate_up.cols", "ffn_down.cols"):
+                    if p + site in g.tensors:
+                        raise ValueError("blk.%d has both %s and %s" % (i, NEURON_TENSOR, site))
+            if self.flash:        # from the site tensors: never rounded ...
                 L = {}
-                for k, a in flash_matrices(self.cfg, lambda site: g.tensor(p + site)).items():
+                sites = ATTN_SITES if bundled else FLASH_SITES
+                for k, a in flash_matrices(self.cfg, lambda site: g.tensor(p + site),
+                                           sites).items():
                     L[k] = a.astype(dtype)
                     self.rounds[id(L[k])] = None
+                if bundled:       # ... but the bundles' gate/up rows round as row-major ones
+                    fn = neuron_rounding(g.tensors[p + NEURON_TENSOR], self.cfg.n_embd)
+                    for k, a in neuron_matrices(self.cfg, g.tensor(p + NEURON_TENSOR)).items():
+                        L[k] = a.astype(dtype)
+                        self.rounds[id(L[k])] = None if k == "ffn_down" else fn
             else:
                 mats = ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_up", "ffn_down"]
                 if not self.cfg.layer_norm:                      # OPT's FFN has no gate
@@ -410,9 +514,26 @@ class LlamaRef:
             L.setdefault("ffn_gate", None)
             for k in BIASES + ("attn_norm", "ffn_norm", "ffn_up", "ffn_down", "ffn_gate"):
                 L[k + ".bias"] = optional(p + k + ".bias")       # None when absent
+            L["ffn_neurons"] = bundled
+            # the predictor (V [rank][n_embd], U [n_ff][rank], pb [n_ff]): exact, never rounded
+            L["ffn_pred"] = tuple(g.tensor(n).astype(dtype) for n in pred_names) \
+                if all(has_pred) else None
             self.layers.append(L)
         self._check_shapes()
         self.thresholds = self._sparsity_thresholds(sparsity)
+        self.has_predictor = any(L["ffn_pred"] is not None for L in self.layers)
+        if predictor is None:
+            predictor = self.has_predictor
+        if predictor and not self.has_predictor:
+            raise ValueError("predictor=True: the file has no %s" % PREDICTOR_TENSORS[0])
+        self.predictor = bool(predictor)
+        self.neuron_union = bool(neuron_union)
+        if neuron_block is not None and int(neuron_block) < 1:
+            raise ValueError("neuron_block %r: must be >= 1 (or None)" % (neuron_block,))
+        self.neuron_block = neuron_block
+        self._single_from = None    # greedy: rows from here on are generated one at a time
+        self._collect = None        # neuron_stats(): per layer (layer, s, dense h, mask used)
+        self.neuron_scores = {}     # the last forward's predictor scores, by layer
 
     # Activation sparsity (tierllm's model/sparsity.h, written from its definition): a
     # converted file carries, per layer and per matrix input (attn_in: wq/wk/wv, attn_out:
@@ -536,6 +657,14 @@ class LlamaRef:
                 if L[k] is not None and L[k].shape != shape:
                     raise ValueError("blk.%d.%s: shape %s, expected %s"
                                      % (i, k, L[k].shape, shape))
+            if L["ffn_pred"] is not None:
+                V, U, b = L["ffn_pred"]
+                rank = V.shape[0]
+                for name, a, shape in zip(PREDICTOR_TENSORS, (V, U, b),
+                                          ((rank, c.n_embd), (c.n_ff, rank), (c.n_ff,))):
+                    if a.shape != shape or rank == 0:
+                        raise ValueError("blk.%d.%s: shape %s, expected %s (rank %d)"
+                                         % (i, name, a.shape, shape, rank))
         if self.rope_freqs is not None and self.rope_freqs.shape != (c.rope_dim // 2,):
             raise ValueError("rope_freqs.weight: shape %s, expected (%d,) (rope_dim/2)"
                              % (self.rope_freqs.shape, c.rope_dim // 2))
@@ -604,18 +733,110 @@ class LlamaRef:
         out = (p @ v).transpose(1, 0, 2).reshape(T, c.n_head * c.head_dim)
         return self.linear(self.sparsify(out, layer, "attn_out"), L, "attn_output")
 
+    def neuron_scores_of(self, xn, pred):
+        """The predictor's scores s = (xn V^T) U^T + pb, (rows, n_ff)."""
+        V, U, b = pred
+        return (xn @ V.T) @ U.T + b
+
+    def neuron_mask(self, s):
+        """The neurons each row computes, (rows, n_ff) bool, from the scores s: per row
+        s > 0 (neuron_union False), or the union of s > 0 over the rows of each block
+        (union_blocks: all rows of the call, or neuron_block rows; greedy's generated rows
+        alone)."""
+        on = s > 0
+        if not self.neuron_union:
+            return on
+        out = np.empty_like(on)
+        for a, b in union_blocks(len(s), self.neuron_block, self._single_from):
+            out[a:b] = on[a:b].any(axis=0)
+        return out
+
     def ffn(self, x, L, layer=0):
-        x = self.sparsify(x, layer, "ffn_in")
+        pred = L["ffn_pred"]
+        use = pred is not None and self.predictor    # FFN selection by the predictor:
+        if not use:                                  # the FFN sites' thresholds do not apply
+            x = self.sparsify(x, layer, "ffn_in")
         if self.cfg.layer_norm:                                        # OPT: ReLU, biases
             h = np.maximum(self.linear(x, L, "ffn_up"), 0.0)
-            return self.linear(self.sparsify(h, layer, "ffn_mid"), L, "ffn_down")
-        g = self.linear(x, L, "ffn_gate")
-        u = self.linear(x, L, "ffn_up")
-        act = np.maximum(g, 0.0) if self.cfg.gate_relu else g / (1.0 + np.exp(-g))
-        h = act * u
-        self.ffn_mid_zeros += int(np.count_nonzero(h == 0.0))
-        self.ffn_mid_seen += h.size
-        return self.linear(self.sparsify(h, layer, "ffn_mid"), L, "ffn_down")
+        else:
+            g = self.linear(x, L, "ffn_gate")
+            u = self.linear(x, L, "ffn_up")
+            act = np.maximum(g, 0.0) if self.cfg.gate_relu else g / (1.0 + np.exp(-g))
+            h = act * u
+        mask = None
+        if pred is not None and (use or self._collect is not None):
+            s = self.neuron_scores_of(x, pred)
+            if use:
+                mask = self.neuron_mask(s)
+                self.neuron_scores[layer] = s
+            if self._collect is not None:
+                self._collect.append((layer, s, h, mask))
+        if mask is not None:                         # only the selected neurons: h = 0 else
+            h = h.copy()
+            h[~mask] = 0.0
+        if not self.cfg.layer_norm:
+            self.ffn_mid_zeros += int(np.count_nonzero(h == 0.0))
+            self.ffn_mid_seen += h.size
+        if not use:
+            h = self.sparsify(h, layer, "ffn_mid")
+        return self.linear(h, L, "ffn_down")
+
+    def neuron_stats(self, tokens):
+        """Per layer, for the rows of one forward over tokens (as configured: with the
+        predictor unless predictor=False), None for a layer without a predictor, else a dict:
+          scores     (rows, n_ff) the predictor's s
+          predicted  (rows, n_ff) s > 0, each row its own
+          active     (rows, n_ff) h != 0 in the dense FFN (every neuron, on this input)
+          recall     sum of m_ri over active & predicted / sum over active, where
+                     m_ri = |h_ri| * ||w_down[:, i]|| (the output mass; 1.0 if none active)
+          predicted_share, active_share   the means of predicted and active
+          applied    the mask the forward used (union over blocks), None when predictor=False
+          recall_applied   the recall of `applied` (None when predictor=False)
+        and the total recall over the layers: (list, total)."""
+        self._collect = []
+        try:
+            self.hidden(tokens)
+            rec = self._collect
+        finally:
+            self._collect = None
+        if not rec:
+            raise ValueError("no layer has a predictor (%s)" % ", ".join(PREDICTOR_TENSORS))
+        out = [None] * self.cfg.n_layer
+        hit_all = mass_all = 0.0
+        for layer, s, h, applied in rec:
+            wn = np.linalg.norm(np.asarray(self.layers[layer]["ffn_down"], np.float64), axis=0)
+            mass = np.abs(np.asarray(h, np.float64)) * wn[None, :]
+            active, predicted = h != 0, s > 0
+            total = float(mass[active].sum())
+            hit = float(mass[active & predicted].sum())
+
+            def ratio(a):
+                return a / total if total > 0 else 1.0
+            out[layer] = {"scores": s, "predicted": predicted, "active": active,
+                          "recall": ratio(hit), "predicted_share": float(predicted.mean()),
+                          "active_share": float(active.mean()), "applied": applied,
+                          "recall_applied": None if applied is None else
+                          ratio(float(mass[active & applied].sum()))}
+            hit_all += hit
+            mass_all += total
+        return out, (hit_all / mass_all if mass_all > 0 else 1.0)
+
+    def near_zero_scores(self, eps=1e-3):
+        """After a forward with the predictor: (n_near, n_decisive, n_total): the scores
+        with |s| < eps, and how many of the neuron choices the forward made could turn on
+        them: per block of union (per row without the union), the neurons whose largest
+        score in it is within eps of 0 (an engine computing s in float32 from the same
+        values could put such a neuron in or out of the set)."""
+        near = decisive = total = 0
+        for s in self.neuron_scores.values():
+            near += int(np.count_nonzero(np.abs(s) < eps))
+            total += s.size
+            if not self.neuron_union:
+                decisive += int(np.count_nonzero(np.abs(s) < eps))
+                continue
+            for a, b in union_blocks(len(s), self.neuron_block, self._single_from):
+                decisive += int(np.count_nonzero(np.abs(s[a:b].max(axis=0)) < eps))
+        return near, decisive, total
 
     # --- forward ---------------------------------------------------------
 
@@ -631,6 +852,7 @@ class LlamaRef:
         if tokens.min() < 0 or tokens.max() >= self.n_vocab:
             raise ValueError("token id out of range [0, %d)" % self.n_vocab)
         positions = np.arange(len(tokens))
+        self.neuron_scores = {}
         x = self.tok_embd[tokens]                                      # (T, n_embd)
         if self.pos_embd is not None:
             if len(tokens) > self.pos_embd.shape[0]:
@@ -649,13 +871,19 @@ class LlamaRef:
         return x
 
     def greedy(self, tokens, n):
-        """n greedy (argmax) continuation ids; full recompute each step."""
+        """n greedy (argmax) continuation ids; full recompute each step. With a predictor
+        (union mode), as the engine generates: the prompt's rows share the union of their
+        block(s), each generated row has its own predicted neurons."""
         toks = list(tokens)
         out = []
-        for _ in range(n):
-            nxt = int(np.argmax(self.forward(toks)[-1]))
-            out.append(nxt)
-            toks.append(nxt)
+        self._single_from = len(toks)
+        try:
+            for _ in range(n):
+                nxt = int(np.argmax(self.forward(toks)[-1]))
+                out.append(nxt)
+                toks.append(nxt)
+        finally:
+            self._single_from = None
         return out
 
 
@@ -739,8 +967,8 @@ def _quantize_q8_0(a):
 
 def _write_gguf(path, kv, tensors, alignment=32):
     """Minimal GGUF v3 writer for the self-test. kv: list of (key, value type, value) with
-    scalar or string values; tensors: list of (name, numpy array) or (name, numpy array,
-    type), written as F32 (default) or Q8_0 with ne = reversed(shape)."""
+    scalar or string values, or T_ARRAY and (element type, numbers); tensors: list of (name, numpy array) or (name, numpy array,
+    type), written as F32 (default), F16 or Q8_0 with ne = reversed(shape)."""
     def gstr(s):
         b = s.encode("utf-8")
         return struct.pack("<Q", len(b)) + b
@@ -748,13 +976,22 @@ def _write_gguf(path, kv, tensors, alignment=32):
     out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kv)))
     for k, vtype, v in kv:
         out += gstr(k) + struct.pack("<I", vtype)
-        out += gstr(v) if vtype == gguf_np.T_STRING else struct.pack(gguf_np._SCALAR_FMT[vtype], v)
+        if vtype == gguf_np.T_ARRAY:                   # v = (element type, values): numbers
+            etype, vals = v
+            vals = np.asarray(vals, dtype=np.dtype(gguf_np._SCALAR_FMT[etype])).reshape(-1)
+            out += struct.pack("<IQ", etype, len(vals)) + vals.tobytes()
+        elif vtype == gguf_np.T_STRING:
+            out += gstr(v)
+        else:
+            out += struct.pack(gguf_np._SCALAR_FMT[vtype], v)
     data, offsets = bytearray(), []
     for _, a, gtype in tensors:
         data += bytes(-len(data) % alignment)
         offsets.append(len(data))
         if gtype == gguf_np.GGML_Q8_0:
             data += _quantize_q8_0(a)
+        elif gtype == gguf_np.GGML_F16:
+            data += np.ascontiguousarray(a, dtype="<f2").tobytes()
         else:
             assert gtype == gguf_np.GGML_F32, gtype
             data += np.ascontiguousarray(a, dtype="<f4").tobytes()
@@ -770,10 +1007,19 @@ def _write_gguf(path, kv, tensors, alignment=32):
 class _Spec:
     """A model as metadata + F32 tensors, to derive variants from and write as GGUF."""
 
-    def __init__(self, arch, kv, tensors):
+    META_KEYS = ("tierllm.ffn_activation",)     # un-prefixed keys from_file carries
+
+    def __init__(self, arch, kv, tensors, meta=None):
         self.arch = arch
         self.kv = dict(kv)              # key without the "<arch>." prefix -> (vtype, value)
         self.tensors = dict(tensors)    # name -> float32 array
+        self.meta = dict(meta or {})    # whole key (e.g. "tierllm.ffn_activation") -> (vtype, value)
+
+    def kv_list(self):
+        """The metadata as _write_gguf's (key, type, value) list."""
+        kv = [("general.architecture", gguf_np.T_STRING, self.arch)]
+        kv += [(self.arch + "." + k, vt, v) for k, (vt, v) in self.kv.items()]
+        return kv + [(k, vt, v) for k, (vt, v) in self.meta.items()]
 
     @classmethod
     def synthetic(cls, seed=0, n_embd=32, n_head=4, n_head_kv=2, head_dim=8, rope_dim=6,
@@ -813,26 +1059,34 @@ class _Spec:
         pre = arch + "."
         kv = {k[len(pre):]: (g.metadata_types[k], v) for k, v in g.metadata.items()
               if k.startswith(pre) and g.metadata_types[k] not in (gguf_np.T_ARRAY,)}
+        meta = {k: (g.metadata_types[k], g.metadata[k]) for k in cls.META_KEYS
+                if k in g.metadata}
         if not is_flash_layout(g.metadata):
-            return cls(arch, kv, {n: g.tensor(n) for n in g.tensors})
-        t = {n: g.tensor(n) for n in g.tensors if not n.endswith(".cols")}   # as row-major
+            return cls(arch, kv, {n: g.tensor(n) for n in g.tensors}, meta)
+        # as row-major: the site tensors and neuron bundles rebuilt, the predictor dropped
+        drop = (".cols", "." + NEURON_TENSOR) + tuple("." + k for k in PREDICTOR_TENSORS)
+        t = {n: g.tensor(n) for n in g.tensors if not n.endswith(drop)}
         cfg = LlamaConfig(g)
         for i in range(cfg.n_layer):
             p = "blk.%d." % i
-            for k, a in flash_matrices(cfg, lambda site: g.tensor(p + site)).items():
+            bundled = p + NEURON_TENSOR in g.tensors
+            mats = flash_matrices(cfg, lambda site: g.tensor(p + site),
+                                  ATTN_SITES if bundled else FLASH_SITES)
+            if bundled:
+                mats.update(neuron_matrices(cfg, g.tensor(p + NEURON_TENSOR)))
+            for k, a in mats.items():
                 t[p + k + ".weight"] = a
-        return cls(arch, kv, t)
+        return cls(arch, kv, t, meta)
 
     def copy(self, arch=None):
-        return _Spec(arch or self.arch, self.kv, {n: a.copy() for n, a in self.tensors.items()})
+        return _Spec(arch or self.arch, self.kv, {n: a.copy() for n, a in self.tensors.items()},
+                     self.meta)
 
     def u32(self, key):
         return int(self.kv[key][1])
 
     def write(self, path):
-        kv = [("general.architecture", gguf_np.T_STRING, self.arch)]
-        kv += [(self.arch + "." + k, vt, v) for k, (vt, v) in self.kv.items()]
-        _write_gguf(path, kv, list(self.tensors.items()))
+        _write_gguf(path, self.kv_list(), list(self.tensors.items()))
         return path
 
 
@@ -1047,23 +1301,39 @@ def resolve_ties(target, ref, flips, max_flips=12):
 
 
 def _flash_file(spec, path, site_type=gguf_np.GGML_F32, output_type=gguf_np.GGML_F32,
-                layout=("flash", FLASH_LAYOUT_VERSION)):
-    """Write spec (a row-major llama _Spec) in the flash layout, as `convert --layout flash`
+                layout=("flash", FLASH_LAYOUT_VERSION), neurons=False, predictor=None):
+    """Write spec (a row-major _Spec) in the flash layout, as `convert --layout flash`
     would: each layer's seven matrices replaced by its four site tensors (run c = the
-    parts' column c, one after another), in site_type; output.weight in output_type."""
-    kv = [("general.architecture", gguf_np.T_STRING, spec.arch)]
-    kv += [(spec.arch + "." + k, vt, v) for k, (vt, v) in spec.kv.items()]
+    parts' column c, one after another), in site_type; output.weight in output_type.
+    neurons: the FFN as neuron bundles (run i = w_gate[i, :] | w_up[i, :] | w_down[:, i],
+    no gate for OPT) in site_type instead of its two sites; predictor: {layer: (V, U, pb)}
+    written as ffn_pred_v, ffn_pred_u (F16) and ffn_pred_b (F32)."""
+    kv = spec.kv_list()
     kv += [("tierllm.layout", gguf_np.T_STRING, layout[0]),
            ("tierllm.layout.version", gguf_np.T_UINT32, layout[1])]
+    if predictor:
+        kv.append(("tierllm.neurons.rank", gguf_np.T_UINT32,
+                   int(next(iter(predictor.values()))[0].shape[0])))
     parts = {k for _, ks in FLASH_SITES for k in ks}
     tensors = [(n, a, output_type if n == "output.weight" else gguf_np.GGML_F32)
                for n, a in spec.tensors.items()
                if not (n.startswith("blk.") and n.split(".")[2] in parts and n.endswith(".weight"))]
     for i in range(spec.u32("block_count")):
         p = "blk.%d." % i
-        for site, ks in FLASH_SITES:
-            runs = np.concatenate([spec.tensors[p + k + ".weight"].T for k in ks], axis=1)
+        for site, ks in (ATTN_SITES if neurons else FLASH_SITES):
+            runs = np.concatenate([spec.tensors[p + k + ".weight"].T for k in ks
+                                   if p + k + ".weight" in spec.tensors], axis=1)
             tensors.append((p + site, runs, site_type))
+        if neurons:
+            ks = [k for k in ("ffn_gate", "ffn_up") if p + k + ".weight" in spec.tensors]
+            runs = np.concatenate([spec.tensors[p + k + ".weight"] for k in ks]
+                                  + [spec.tensors[p + "ffn_down.weight"].T], axis=1)
+            tensors.append((p + NEURON_TENSOR, runs, site_type))
+        if predictor and i in predictor:
+            V, U, b = predictor[i]
+            tensors += [(p + "ffn_pred_v", V, gguf_np.GGML_F16),
+                        (p + "ffn_pred_u", U, gguf_np.GGML_F16),
+                        (p + "ffn_pred_b", b, gguf_np.GGML_F32)]
     _write_gguf(path, kv, tensors)
     return path
 
@@ -1195,6 +1465,371 @@ def _selftest_flash(tmp):
           % (e_round, needed, 50 * len(toks)))
 
 
+def _opt_spec(seed=0, n_embd=32, n_head=4, n_ff=64, n_layer=2, n_vocab=40, n_ctx=16):
+    """A small synthetic OPT (LayerNorms with biases, learned positions, ReLU FFN with
+    biases, attention biases) as a _Spec."""
+    rng = np.random.default_rng(seed)
+    U32, F32 = gguf_np.T_UINT32, gguf_np.T_FLOAT32
+    kv = {"embedding_length": (U32, n_embd), "block_count": (U32, n_layer),
+          "feed_forward_length": (U32, n_ff), "attention.head_count": (U32, n_head),
+          "context_length": (U32, n_ctx), "attention.layer_norm_epsilon": (F32, 1e-5)}
+
+    def r(*shape, s=0.3):
+        return (rng.standard_normal(shape) * s).astype(np.float32)
+    t = {"token_embd.weight": r(n_vocab, n_embd, s=1.0), "position_embd.weight": r(n_ctx, n_embd),
+         "output_norm.weight": 1 + r(n_embd, s=0.1), "output_norm.bias": r(n_embd, s=0.1),
+         "output.weight": r(n_vocab, n_embd)}
+    for i in range(n_layer):
+        p = "blk.%d." % i
+        for k, shape in (("attn_q", (n_embd, n_embd)), ("attn_k", (n_embd, n_embd)),
+                         ("attn_v", (n_embd, n_embd)), ("attn_output", (n_embd, n_embd)),
+                         ("ffn_up", (n_ff, n_embd)), ("ffn_down", (n_embd, n_ff))):
+            t[p + k + ".weight"] = r(*shape)
+            t[p + k + ".bias"] = r(shape[0], s=0.1)
+        for k in ("attn_norm", "ffn_norm"):
+            t[p + k + ".weight"] = 1 + r(n_embd, s=0.1)
+            t[p + k + ".bias"] = r(n_embd, s=0.1)
+    return _Spec("opt", kv, t)
+
+
+def _forward_with_ffn(m, tokens, ffn):
+    """m's logits with every layer's FFN replaced by ffn(layer, xn) -> y (the rest as
+    LlamaRef.hidden, with m's own attention and norms)."""
+    T = len(tokens)
+    pos = np.arange(T)
+    x = m.tok_embd[np.asarray(tokens)]
+    if m.pos_embd is not None:
+        x = x + m.pos_embd[pos]
+    for i, L in enumerate(m.layers):
+        x = x + m.attention(m.norm(x, L, "attn_norm"), L, pos, i)
+        x = x + ffn(i, m.norm(x, L, "ffn_norm"))
+    if m.cfg.layer_norm:
+        x = m.layernorm(x, m.output_norm, m.output_norm_b)
+    else:
+        x = m.rmsnorm(x, m.output_norm)
+    return m.mm(x, m.output)
+
+
+def _masked_ffn_loop(spec, layer, xn, pred, select, rnd=None):
+    """The FFN of spec's layer on rows xn written plainly, from spec's own (row-major)
+    arrays and the predictor pred = (V, U, pb): s_ri = sum_j U[i, j] (V[j] . xn_r) + pb_i;
+    select(s) gives each row's list of neurons; h_ri = relu(Wg[i] . xn'_r + bg_i) *
+    (Wu[i] . xn'_r) (OPT: relu(Wu[i] . xn'_r + bu_i)), xn' = rnd(xn) (the gate/up rounding,
+    if any); y_r = sum over its neurons, ascending, of h_ri Wd[:, i] (+ b_down). Also returns
+    s and the dense h (every neuron)."""
+    p = "blk.%d." % layer
+    t = {k: (spec.tensors[p + k].astype(np.float64) if p + k in spec.tensors else None)
+         for k in ("ffn_gate.weight", "ffn_gate.bias", "ffn_up.weight", "ffn_up.bias",
+                   "ffn_down.weight", "ffn_down.bias")}
+    V, U, pb = (np.asarray(a, np.float64) for a in pred)
+    T, n_ff = xn.shape[0], U.shape[0]
+    xr = xn if rnd is None else rnd(xn)
+    s = np.zeros((T, n_ff))
+    h = np.zeros((T, n_ff))
+    for r in range(T):
+        tv = [float(np.dot(V[j], xn[r])) for j in range(V.shape[0])]
+        for i in range(n_ff):
+            s[r, i] = sum(float(U[i, j]) * tv[j] for j in range(len(tv))) + float(pb[i])
+            up = float(np.dot(t["ffn_up.weight"][i], xr[r]))
+            if t["ffn_up.bias"] is not None:
+                up += float(t["ffn_up.bias"][i])
+            if t["ffn_gate.weight"] is None:
+                h[r, i] = max(up, 0.0)
+            else:
+                gate = float(np.dot(t["ffn_gate.weight"][i], xr[r]))
+                if t["ffn_gate.bias"] is not None:
+                    gate += float(t["ffn_gate.bias"][i])
+                h[r, i] = max(gate, 0.0) * up
+    sel = select(s)
+    y = np.zeros((T, xn.shape[1]))
+    for r in range(T):
+        for i in sorted(sel[r]):
+            y[r] += h[r, i] * t["ffn_down.weight"][:, i]
+        if t["ffn_down.bias"] is not None:
+            y[r] += t["ffn_down.bias"]
+    return y, s, h
+
+
+def _select_rows(s):
+    return [set(np.flatnonzero(s[r] > 0)) for r in range(len(s))]
+
+
+def _select_union(block=None):
+    def select(s):
+        T = len(s)
+        B = T if block is None else block
+        out = []
+        for a in range(0, T, B):
+            u = set()
+            for r in range(a, min(a + B, T)):
+                u |= set(np.flatnonzero(s[r] > 0))
+            out += [u] * (min(a + B, T) - a)
+        return out
+    return select
+
+
+def _selftest_neurons(tmp):
+    """Neuron bundles and the predictor: the bundles' parsing and rounding on hand-made
+    values; a synthetic ReLU-gated Llama (and an OPT) written row-major and with neuron
+    bundles + predictor: the dense FFN (predictor=False) == the row-major model; with the
+    predictor == a plain-loop masked FFN (union over the call, over blocks, per row), and
+    != dense; union == per row for one row; neuron_stats against the loop; an oracle
+    predictor (V = Wg, U = I, pb = b_gate) has recall 1 and gives the dense logits; Q8_0
+    bundles round gate/up as row-major Q8_0 and not down; the CLI's recall lines."""
+    # hand-made bundles: n_embd 2, n_ff 3
+    class Cfg:
+        n_embd, n_ff, layer_norm = 2, 3, False
+    S = np.arange(18.0).reshape(3, 6)              # run i: gate[i, :], up[i, :], down[:, i]
+    m = neuron_matrices(Cfg, S)
+    assert np.array_equal(m["ffn_gate"], [[0, 1], [6, 7], [12, 13]])
+    assert np.array_equal(m["ffn_up"], [[2, 3], [8, 9], [14, 15]])
+    assert np.array_equal(m["ffn_down"], [[4, 10, 16], [5, 11, 17]])
+    try:
+        neuron_matrices(Cfg, S[:, :4])
+        raise AssertionError("a gated FFN took runs of 2 n_embd")
+    except ValueError as e:
+        assert "shape (3, 4)" in str(e), e
+    Cfg.layer_norm = True                          # OPT: up | down
+    m = neuron_matrices(Cfg, S[:, :4])
+    assert sorted(m) == ["ffn_down", "ffn_up"]
+    assert np.array_equal(m["ffn_up"], [[0, 1], [6, 7], [12, 13]])
+    assert np.array_equal(m["ffn_down"], [[2, 8, 14], [3, 9, 15]])
+
+    class TI:
+        def __init__(self, name):
+            self.type = gguf_np.GGML_TYPE_BY_NAME[name]
+    assert neuron_rounding(TI("Q8_0"), 64) is round_activations
+    assert neuron_rounding(TI("Q4_0"), 32) is round_activations
+    assert neuron_rounding(TI("Q4_K"), 512) is round_activations_q8k
+    assert neuron_rounding(TI("F32"), 48) is None and neuron_rounding(TI("F16"), 7) is None
+    for name, e in (("Q8_0", 48), ("Q6_K", 64)):
+        try:
+            neuron_rounding(TI(name), e)
+            raise AssertionError("%s parts of %d accepted" % (name, e))
+        except ValueError as err:
+            assert "not whole" in str(err), err
+    assert union_blocks(5) == [(0, 5)]
+    assert union_blocks(5, 2) == [(0, 2), (2, 4), (4, 5)]
+    assert union_blocks(5, None, 3) == [(0, 3), (3, 4), (4, 5)]
+    assert union_blocks(5, 2, 3) == [(0, 2), (2, 3), (3, 4), (4, 5)]
+    assert union_blocks(3, 8) == [(0, 3)] and union_blocks(2, None, 0) == [(0, 1), (1, 2)]
+
+    # a ReLU-gated Llama (n_ff 64, gate biases) and a predictor of rank 8 whose neurons are,
+    # by i % 4: never predicted, always, or by the row (s ~ N(0, ~2)): about half per row
+    rng = np.random.default_rng(11)
+    base = _Spec.synthetic(seed=5, n_ff=64)
+    base.meta["tierllm.ffn_activation"] = (gguf_np.T_STRING, "relu")
+    n_layer, n_embd, n_ff, rank = 2, 32, 64, 8
+    for i in range(n_layer):
+        base.tensors["blk.%d.ffn_gate.bias" % i] = (rng.standard_normal(n_ff) * 0.2).astype(np.float32)
+
+    def f16(a):
+        return np.asarray(a, np.float32).astype(np.float16).astype(np.float32)
+
+    def make_pred():
+        pb = rng.standard_normal(n_ff).astype(np.float32) * 0.1
+        pb[0::4], pb[1::4] = -20.0, 20.0
+        return {i: (f16(rng.standard_normal((rank, n_embd)) * 0.3),
+                    f16(rng.standard_normal((n_ff, rank)) * 0.3), pb) for i in range(n_layer)}
+    pred = make_pred()
+    toks = [3, 17, 5, 39, 0, 22, 8, 8, 31, 12]
+    T = len(toks)
+    rows = LlamaRef(base.write(os.path.join(tmp, "relu_rows.gguf")))
+    path = _flash_file(base, os.path.join(tmp, "relu_neurons.gguf"), neurons=True, predictor=pred)
+    g = GGUFFile(path)
+    assert list(g.tensors["blk.1.ffn_neurons"].ne) == [3 * n_embd, n_ff]
+    assert list(g.tensors["blk.1.ffn_pred_v"].ne) == [n_embd, rank]
+    assert list(g.tensors["blk.1.ffn_pred_u"].ne) == [rank, n_ff]
+    assert list(g.tensors["blk.1.ffn_pred_b"].ne) == [n_ff]
+    assert "blk.1.ffn_gate_up.cols" not in g.tensors and "blk.1.ffn_down.cols" not in g.tensors
+
+    dense = LlamaRef(path, predictor=False)
+    assert dense.flash and dense.has_predictor and not dense.predictor and not dense.rounds_layers
+    for a, b in zip(rows.layers, dense.layers):
+        assert all(np.array_equal(a[k], b[k]) for k in
+                   ("ffn_gate", "ffn_up", "ffn_down", "attn_q", "attn_output", "ffn_gate.bias"))
+    want = rows.forward(toks)
+    assert np.array_equal(dense.forward(toks), want), _rel(dense.forward(toks), want)
+
+    union = LlamaRef(path)                                      # predictor on by default
+    per_row = LlamaRef(path, neuron_union=False)
+    assert union.predictor and union.neuron_union and not per_row.neuron_union
+    lu, lr = union.forward(toks), per_row.forward(toks)
+    e_dense, e_modes = _rel(lu, want), _rel(lu, lr)
+    assert e_dense > 1e-2 and _rel(lr, want) > 1e-2 and e_modes > 1e-3, (e_dense, e_modes)
+    errs = []
+    for m, select in ((union, _select_union()), (per_row, _select_rows),
+                      (LlamaRef(path, neuron_block=4), _select_union(4))):
+        loop = _forward_with_ffn(m, toks, lambda i, xn: _masked_ffn_loop(
+            base, i, xn, pred[i], select)[0])
+        errs.append(_rel(m.forward(toks), loop))
+        assert errs[-1] < 1e-12, errs
+    assert np.array_equal(LlamaRef(path, neuron_block=1).forward(toks), lr)
+    assert np.array_equal(LlamaRef(path, neuron_block=T).forward(toks), lu)
+    for t in ([toks[0]], [toks[3]]):                            # one row: the same set
+        assert np.array_equal(union.forward(t), per_row.forward(t))
+    # greedy from one token: every row alone in both modes (as the engine generates)
+    assert union.greedy(toks[:1], 4) == per_row.greedy(toks[:1], 4)
+    assert union._single_from is None
+
+    # neuron_stats against the loop, on the inputs of the predicted forward
+    stats, total = union.neuron_stats(toks)
+    xns = {}
+
+    def grab(i, xn):
+        xns[i] = xn
+        return _masked_ffn_loop(base, i, xn, pred[i], _select_union())[0]
+    _forward_with_ffn(union, toks, grab)
+    hit_all = mass_all = 0.0
+    for i, st in enumerate(stats):
+        _, s, h = _masked_ffn_loop(base, i, xns[i], pred[i], _select_rows)
+        assert np.allclose(st["scores"], s, rtol=0, atol=1e-12) and np.min(np.abs(s)) > 1e-9
+        assert np.array_equal(st["predicted"], s > 0) and np.array_equal(st["active"], h != 0)
+        wd = base.tensors["blk.%d.ffn_down.weight" % i].astype(np.float64)
+        hit = mass = 0.0
+        for r in range(T):
+            for n in range(n_ff):
+                if h[r, n] != 0:
+                    w = abs(h[r, n]) * math.sqrt(float(np.sum(wd[:, n] ** 2)))
+                    mass += w
+                    hit += w if s[r, n] > 0 else 0.0
+        assert abs(st["recall"] - hit / mass) < 1e-12, (st["recall"], hit / mass)
+        assert 0.3 < st["predicted_share"] < 0.7 and 0.3 < st["active_share"] < 0.7, st
+        assert st["recall"] < 0.9 and st["recall_applied"] > st["recall"]
+        assert np.array_equal(st["applied"], np.repeat(st["predicted"].any(axis=0)[None], T, 0))
+        assert not st["applied"][:, 0::4].any() and st["applied"][:, 1::4].all()
+        hit_all, mass_all = hit_all + hit, mass_all + mass
+    assert abs(total - hit_all / mass_all) < 1e-12
+    st_dense, _ = dense.neuron_stats(toks)                     # dense inputs: no mask applied
+    assert st_dense[0]["applied"] is None and st_dense[0]["recall_applied"] is None
+    assert np.array_equal(st_dense[0]["predicted"], stats[0]["predicted"])   # same layer-0 input
+    near, decisive, n_scores = union.near_zero_scores(1e-3)
+    assert n_scores == n_layer * T * n_ff and near >= decisive
+    assert union.near_zero_scores(10.0)[1] == n_layer * n_ff // 2   # the middle half (max s)
+
+    # an oracle predictor: V = Wg (F16 values), U = I, pb = b_gate: s = g exactly, so every
+    # active neuron is predicted (recall 1) and the logits are the dense ones, in both modes
+    orc = base.copy()
+    opred = {}
+    for i in range(n_layer):
+        p = "blk.%d." % i
+        orc.tensors[p + "ffn_gate.weight"] = f16(orc.tensors[p + "ffn_gate.weight"])
+        opred[i] = (orc.tensors[p + "ffn_gate.weight"], np.eye(n_ff, dtype=np.float32),
+                    orc.tensors[p + "ffn_gate.bias"])
+    opath = _flash_file(orc, os.path.join(tmp, "relu_oracle.gguf"), neurons=True, predictor=opred)
+    o_dense = LlamaRef(opath, predictor=False).forward(toks)
+    for kw in ({}, {"neuron_union": False}):
+        om = LlamaRef(opath, **kw)
+        assert np.array_equal(om.forward(toks), o_dense), kw
+        ost, otot = om.neuron_stats(toks)
+        assert otot == 1.0 and all(st["recall"] == 1.0 for st in ost)
+
+    # Q8_0 bundles (parts of 32: one block each): the matrices are the dequantized parts;
+    # gate/up round xn as row-major Q8_0 would, down does not, the predictor (F16) does not
+    qpath = _flash_file(base, os.path.join(tmp, "relu_neurons_q8.gguf"), gguf_np.GGML_Q8_0,
+                        neurons=True, predictor=pred)
+    qd = LlamaRef(qpath, predictor=False)
+    gq = qd.gguf
+    assert gq.tensors["blk.0.ffn_neurons"].type == gguf_np.GGML_Q8_0
+    assert np.array_equal(qd.layers[0]["ffn_down"], gq.tensor("blk.0.ffn_neurons")[:, 64:].T)
+    assert qd.rounds_layers and all(
+        qd.rounds[id(L[k])] is (round_activations if k in ("ffn_gate", "ffn_up") else None)
+        for L in qd.layers for k in ("attn_q", "attn_output", "ffn_gate", "ffn_up", "ffn_down"))
+    qspec = _Spec.from_file(qpath)
+    assert sorted(qspec.tensors) == sorted(base.tensors) and qspec.meta == base.meta
+    plain = LlamaRef(qspec.write(os.path.join(tmp, "relu_q8_rows_f32.gguf")))
+    assert np.array_equal(LlamaRef(qpath, predictor=False, exact_activations=True).forward(toks),
+                          plain.forward(toks))
+    for L in plain.layers:
+        plain.rounds[id(L["ffn_gate"])] = plain.rounds[id(L["ffn_up"])] = round_activations
+    assert np.array_equal(qd.forward(toks), plain.forward(toks))
+    qm = LlamaRef(qpath)
+    q_s = {}
+
+    def q_loop(i, xn):
+        y, q_s[i], _ = _masked_ffn_loop(qspec, i, xn, pred[i], _select_union(),
+                                        rnd=round_activations)
+        return y
+    loop = _forward_with_ffn(qm, toks, q_loop)
+    e_q8 = _rel(qm.forward(toks), loop)
+    assert e_q8 < 1e-12, e_q8
+    for i, st in enumerate(qm.neuron_stats(toks)[0]):         # s from xn, never rounded
+        assert np.allclose(st["scores"], q_s[i], rtol=0, atol=1e-12), i
+
+    # activation sparsity (thresholds only at the FFN sites, 1.0 at S = 0.5): a layer with
+    # the predictor ignores them (bit for bit); the dense FFN (predictor=False) applies them
+    sp = base.copy()
+    table = np.zeros((n_layer, len(LlamaRef.SITES), 2), np.float32)
+    table[:, 2:, 1] = 2.0                                        # ffn_in, ffn_mid: 0 .. 2
+    sp.meta.update({"tierllm.sparse.version": (gguf_np.T_UINT32, 1),
+                    "tierllm.sparse.levels": (gguf_np.T_UINT32, 2),
+                    "tierllm.sparse.thresholds": (gguf_np.T_ARRAY, (gguf_np.T_FLOAT32, table))})
+    spath = _flash_file(sp, os.path.join(tmp, "relu_neurons_sparse.gguf"), neurons=True,
+                        predictor=pred)
+    assert np.array_equal(LlamaRef(spath, sparsity=0.5).thresholds[:, 2:], np.ones((2, 2)))
+    assert np.array_equal(LlamaRef(spath, sparsity=0.5).forward(toks), lu)
+    e_sp = _rel(LlamaRef(spath, sparsity=0.5, predictor=False).forward(toks), want)
+    assert e_sp > 1e-3, e_sp
+
+    # OPT (plain ReLU FFN with biases): dense == row-major; predicted == the loop
+    opt = _opt_spec(seed=2)
+    opt_pred = make_pred()
+    orows = LlamaRef(opt.write(os.path.join(tmp, "opt_rows.gguf")))
+    opath = _flash_file(opt, os.path.join(tmp, "opt_neurons.gguf"), neurons=True,
+                        predictor=opt_pred)
+    assert list(GGUFFile(opath).tensors["blk.0.ffn_neurons"].ne) == [2 * n_embd, n_ff]
+    assert np.array_equal(LlamaRef(opath, predictor=False).forward(toks), orows.forward(toks))
+    om = LlamaRef(opath)
+    loop = _forward_with_ffn(om, toks, lambda i, xn: _masked_ffn_loop(
+        opt, i, xn, opt_pred[i], _select_union())[0])
+    e_opt = _rel(om.forward(toks), loop)
+    assert e_opt < 1e-12 and _rel(om.forward(toks), orows.forward(toks)) > 1e-3, e_opt
+    assert np.array_equal(om.forward(toks[:1]), LlamaRef(opath, neuron_union=False).forward(toks[:1]))
+
+    # refused: bundles of a SwiGLU FFN, a partial predictor, predictor=True without one,
+    # neuron_block 0, bundles in a row-major file
+    swi = base.copy()
+    del swi.meta["tierllm.ffn_activation"]
+    cases = [(_flash_file(swi, os.path.join(tmp, "bad1.gguf"), neurons=True), {}, "SwiGLU"),
+             (path, {"neuron_block": 0}, "neuron_block"),
+             (_flash_file(base, os.path.join(tmp, "bad2.gguf"), neurons=True), {"predictor": True},
+              "no ffn_pred_v")]
+    part = base.copy()
+    part.tensors["blk.0.ffn_pred_b"] = pred[0][2]
+    cases.append((_flash_file(part, os.path.join(tmp, "bad3.gguf")), {}, "needs all of"))
+    bun = base.copy()
+    bun.tensors["blk.0.ffn_neurons"] = np.zeros((n_ff, 3 * n_embd), np.float32)
+    cases.append((bun.write(os.path.join(tmp, "bad4.gguf")), {}, "row-major file"))
+    for pth, kw, words in cases:
+        try:
+            LlamaRef(pth, **kw)
+            raise AssertionError("accepted: %s %r" % (pth, kw))
+        except ValueError as e:
+            assert words in str(e), (words, e)
+    assert LlamaRef(os.path.join(tmp, "bad2.gguf")).forward(toks[:2]).shape == (2, 40)
+
+    # the CLI: one line per layer and the total, as neuron_stats
+    import contextlib
+    import io
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main([path, "--tokens", ",".join(map(str, toks)), "--neuron-recall"]) == 0
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == n_layer + 1, lines
+    for i, line in enumerate(lines[:-1]):
+        w = line.split()
+        assert w[:3] == ["neuron", "recall", str(i)] and w[4] == "predicted" and w[6] == "active"
+        assert abs(float(w[3]) - stats[i]["recall"]) < 1e-6
+        assert abs(float(w[5]) - stats[i]["predicted_share"]) < 1e-6
+        assert abs(float(w[7]) - stats[i]["active_share"]) < 1e-6
+    assert lines[-1].split()[:3] == ["neuron", "recall", "total"]
+    assert abs(float(lines[-1].split()[3]) - total) < 1e-6
+    print("llama_ref neuron bundles self-test OK (predicted vs dense: rel %.2f, union vs per "
+          "row: %.2f; loop checks %s; Q8_0 %.0e; OPT %.0e; recall %.3f, per layer %s)"
+          % (e_dense, e_modes, " ".join("%.0e" % e for e in errs), e_q8, e_opt, total,
+             " ".join("%.3f" % st["recall"] for st in stats)))
+
+
 def self_test(model=None):
     """All checks of this file: rounding, RoPE/window on hand-computed values, and the
     end-to-end checks on a synthetic model (and, given a model file, on variants of it;
@@ -1223,6 +1858,7 @@ def self_test(model=None):
                     pass
     with tempfile.TemporaryDirectory(prefix="llama_ref_st_") as tmp:
         _selftest_flash(tmp)
+        _selftest_neurons(tmp)
         _selftest_models(_Spec.synthetic(), tmp, [3, 17, 5, 39, 0, 22, 8, 8, 31, 12],
                          "synthetic (embd 32, heads 4/2, head_dim 8, rope_dim 6)")
         if model is not None:
@@ -1259,16 +1895,41 @@ def main(argv=None):
                     help="compute in float32 instead of float64")
     ap.add_argument("--exact-activations", action="store_true",
                     help="do not round the activations of quantized matmuls (plain float64)")
+    ap.add_argument("--no-predictor", action="store_true",
+                    help="neuron bundles: compute every neuron (the dense FFN), not only the "
+                         "predicted ones")
+    ap.add_argument("--per-row-neurons", action="store_true",
+                    help="neuron bundles: each row computes only its own predicted neurons "
+                         "(default: the union over the rows of a block, as the engine)")
+    ap.add_argument("--neuron-block", type=int, metavar="N",
+                    help="neuron bundles: the union is over blocks of N rows (the engine's "
+                         "-b); default all tokens at once")
+    ap.add_argument("--neuron-recall", action="store_true",
+                    help="print per layer with a predictor 'neuron recall <layer> <recall> "
+                         "predicted <share> active <share>' (output-mass recall of the "
+                         "predicted neurons, mean shares of n_ff) and 'neuron recall total "
+                         "<recall>'; the layers' inputs are those of the forward with the "
+                         "predictor (--no-predictor: of the dense model)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
-    if args.out is None and args.greedy is None:
-        ap.error("nothing to do: give --out and/or --greedy")
+    if args.out is None and args.greedy is None and not args.neuron_recall:
+        ap.error("nothing to do: give --out, --greedy and/or --neuron-recall")
 
     m = LlamaRef(args.model, dtype=np.float32 if args.float32 else np.float64,
-                 exact_activations=args.exact_activations)
+                 exact_activations=args.exact_activations,
+                 predictor=False if args.no_predictor else None,
+                 neuron_union=not args.per_row_neurons, neuron_block=args.neuron_block)
     if args.verbose:
         print(m.cfg, "n_vocab=%d" % m.n_vocab, "layout=%s" % ("flash" if m.flash else "rows"),
               file=sys.stderr)
+        n_b = sum(bool(L["ffn_neurons"]) for L in m.layers)
+        if n_b:
+            print("neuron bundles in %d layers, a predictor in %d; FFN: %s" % (
+                n_b, sum(L["ffn_pred"] is not None for L in m.layers),
+                "dense" if not m.predictor else "predicted, " + (
+                    "per row" if not m.neuron_union else "union over " + (
+                        "all rows" if m.neuron_block is None else
+                        "blocks of %d rows" % m.neuron_block))), file=sys.stderr)
     if args.out is not None:
         logits = m.forward(args.tokens)
         if not np.all(np.isfinite(logits)):
@@ -1277,6 +1938,17 @@ def main(argv=None):
         logits.astype("<f4").tofile(args.out)
         if m.ffn_mid_seen:   # the share of exact zeros into ffn_down (a ReLU FFN's sparsity)
             print("ffn_mid zeros %.4f" % (m.ffn_mid_zeros / m.ffn_mid_seen), file=sys.stderr)
+    if args.neuron_recall:
+        try:
+            stats, total = m.neuron_stats(args.tokens)
+        except ValueError as e:
+            print("llama_ref: --neuron-recall: %s" % e, file=sys.stderr)
+            return 1
+        for i, st in enumerate(stats):
+            if st is not None:
+                print("neuron recall %d %.6f predicted %.6f active %.6f"
+                      % (i, st["recall"], st["predicted_share"], st["active_share"]))
+        print("neuron recall total %.6f" % total)
     if args.greedy is not None:
         print(" ".join(str(t) for t in m.greedy(args.tokens, args.greedy)))
     return 0
