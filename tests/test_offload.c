@@ -15,6 +15,8 @@
  * 6. The flash layout (`convert --layout flash`): a streamed file reads only part of its
  *    runs and gives the resident file's tokens; under the faults of 3 its selective reads
  *    end with the injected error at every point, or give the same tokens.
+ * 7. A ReLU FFN stored by neuron streams through the neuron window (or none) with the
+ *    resident tokens, and ends cleanly on IO faults in those reads.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -219,10 +221,9 @@ static void faults(const char *path, uint64_t budget) {
     fault_runs(path, mp, want, 37, 4096 /* a page per read */, 0.0005, "streamed");
 }
 
-/* 6: path converted to the flash layout in dir, at sparsity 0.5 on every matrix input. */
-static void flash_faults(const char *path, const char *dir) {
-    char fpath[256];
-    snprintf(fpath, sizeof fpath, "%s/flash.gguf", dir);
+/* path converted to the flash layout at fpath, at sparsity `sparsity` on every matrix
+ * input (a ReLU FFN: by neuron, with its predictor). */
+static void convert_flash(const char *path, const char *fpath, float sparsity) {
     static const char *const words[] = {"the", "little", "dog", "ran", "to", "a", "big",
                                         "red", "ball", "and", "sang", "happy"};
     char text[8192];
@@ -234,12 +235,19 @@ static void flash_faults(const char *path, const char *dir) {
     cv.out_path = fpath;
     cv.calib_text = text;
     cv.calib_len = len;
-    cv.sparsity = 0.5f;
+    cv.sparsity = sparsity;
     cv.uniform = 1;
     cv.flash_layout = 1;
     cv.n_ctx = 128;
     tl_convert_report rep;
     CHECK_MSG(tl_convert(&cv, &rep) == TL_OK, "convert --layout flash: %s", tl_last_error());
+}
+
+/* 6: path converted to the flash layout in dir, at sparsity 0.5 on every matrix input. */
+static void flash_faults(const char *path, const char *dir) {
+    char fpath[256];
+    snprintf(fpath, sizeof fpath, "%s/flash.gguf", dir);
+    convert_flash(path, fpath, 0.5f);
     int32_t want[N_GEN], got[N_GEN];
     tl_model_params mp = tl_model_default_params();
     CHECK_MSG(greedy(fpath, mp, NULL, want, NULL) == TL_OK, "flash resident: %s", tl_last_error());
@@ -256,6 +264,44 @@ static void flash_faults(const char *path, const char *dir) {
               (unsigned long long)rs.flash_bytes_read, (unsigned long long)rs.flash_bytes_dense);
     fault_runs(fpath, mp, want, 133, 512 /* a block per read */, 0.0002, "flash");
     unlink(fpath);
+}
+
+/* 7: a ReLU FFN stored by neuron (model/neurons.h) streams its predicted neurons'
+ * runs through the neuron window, or without one, with the resident tokens, and ends
+ * cleanly on IO faults in those reads. */
+static void neuron_faults(const char *dir) {
+    char path[256], fpath[256];
+    snprintf(path, sizeof path, "%s/relu.gguf", dir);
+    snprintf(fpath, sizeof fpath, "%s/relu_flash.gguf", dir);
+    tl_synth_params sp = {.n_vocab = 1000, .n_embd = 192, .n_ff = 512, .n_layer = 8, .n_head = 8,
+        .n_head_kv = 2, .n_ctx = 256, .weight_type = 8 /* Q8_0 */, .rope_base = 10000.0f,
+        .seed = 7, .relu_sparsity = 0.9f, .gate_rank = 16};
+    CHECK(tl_synth_write(&sp, path) == TL_OK);
+    convert_flash(path, fpath, 0.0f);
+    int32_t want[N_GEN], got[N_GEN];
+    tl_model_params mp = tl_model_default_params();
+    CHECK_MSG(greedy(fpath, mp, NULL, want, NULL) == TL_OK, "neurons resident: %s",
+              tl_last_error());
+    mp.flash_gap_bytes = 0;
+    for (int k = 0; k <= 2; k += 2) {
+        mp.neuron_window = k;
+        mp.mem_budget = minimum_budget(fpath, &mp) + (2u << 20);
+        tl_run_stats rs;
+        memset(got, 0, sizeof got);
+        CHECK_MSG(greedy(fpath, mp, NULL, got, &rs) == TL_OK, "neurons streamed, window %d: %s",
+                  k, tl_last_error());
+        CHECK_MSG(!memcmp(want, got, sizeof want), "streamed neurons (window %d) change the "
+                  "tokens", k);
+        CHECK_MSG(rs.flash_bytes_read > 0 && rs.neurons_used < rs.neurons_total &&
+                      rs.neuron_window_k == k && (k == 0 || rs.neuron_window_hits > 0),
+                  "window %d: read %llu, neurons %llu of %llu, window k %d hits %llu", k,
+                  (unsigned long long)rs.flash_bytes_read, (unsigned long long)rs.neurons_used,
+                  (unsigned long long)rs.neurons_total, (int)rs.neuron_window_k,
+                  (unsigned long long)rs.neuron_window_hits);
+    }
+    fault_runs(fpath, mp, want, 133, 512 /* a block per read */, 0.0002, "neurons");
+    unlink(fpath);
+    unlink(path);
 }
 
 static uint8_t *slurp(const char *path, size_t *n) {
@@ -378,6 +424,7 @@ int main(void) {
     page_cache(path, budget);
     faults(path, budget);
     flash_faults(path, dir);
+    neuron_faults(dir);
     panel_copy(path, budget, dir, 0);
     /* a tied classifier streamed from a converted copy (its bytes stay rows there) */
     char tied_path[256];

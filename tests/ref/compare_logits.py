@@ -223,7 +223,10 @@ def main(argv=None):
         from llama_ref import LlamaRef, parse_tokens, resolve_ties
         tokens = parse_tokens(args.tokens)
         block = args.neuron_block or engine_batch(args.engine_arg)
-        ref_model = LlamaRef(args.model, sparsity=args.sparsity, neuron_block=block)
+        # the engine's --no-predictor computes every neuron: so does the reference
+        no_pred = "--no-predictor" in args.engine_arg
+        ref_model = LlamaRef(args.model, sparsity=args.sparsity, neuron_block=block,
+                             predictor=False if no_pred else None)
         ref = ref_model.forward(tokens)
         near = ref_model.near_zero_scores(NEAR_ZERO) if ref_model.predictor else None
     except Exception as e:  # noqa: BLE001 - any reference failure is a test failure
