@@ -804,7 +804,37 @@ static void test_elementwise(void) {
     }
 }
 
+/* One Q8_0 row against rounded activations: the AVX2 kernel gives the reference's bits,
+ * which agree with the Q8_0 product's row to f32 rounding, for every row of x; the
+ * extremes of the quants (-128 included) and zero blocks too. */
+static void test_row_dot(void) {
+    const size_t k = 512, nb = k / TL_QK, n = 3;
+    float w[512], X[3 * 512], y_ref[3], y_fast[3], y_mm[3];
+    uint8_t row[544];
+    tl_block_q8_act x[3 * 16];
+    for (int trial = 0; trial < 20; trial++) {
+        fill(w, k, trial & 1 ? 3.0f : 0.01f);
+        if (trial == 2) memset(w + 64, 0, 32 * sizeof(float)); /* a zero block */
+        fill(X, n * k, 1.0f);
+        tl_quant_row(TL_TYPE_Q8_0, w, row, k);
+        if (trial == 3) row[2] = (uint8_t)(int8_t)-128; /* the one quant outside +-127 */
+        for (size_t i = 0; i < n; i++) tl_quant_act_row(X + i * k, x + i * nb, k);
+        tl_dot_q8_0_act_ref(row, k, x, n, y_ref);
+        tl_dot_q8_0_act_fast(row, k, x, n, y_fast);
+        tl_matmul_ref(TL_TYPE_Q8_0, row, k, 0, 1, X, k, n, y_mm, 1);
+        for (size_t i = 0; i < n; i++) {
+            CHECK_MSG(!memcmp(&y_ref[i], &y_fast[i], sizeof(float)),
+                      "row dot trial %d row %zu: fast %.9g, reference %.9g", trial, i,
+                      (double)y_fast[i], (double)y_ref[i]);
+            CHECK_MSG(fabsf(y_ref[i] - y_mm[i]) <= 1e-5f * (1.0f + fabsf(y_mm[i])),
+                      "row dot trial %d row %zu: %.9g against the product's %.9g", trial, i,
+                      (double)y_ref[i], (double)y_mm[i]);
+        }
+    }
+}
+
 int main(void) {
+    test_row_dot();
     test_layouts();
     test_half_formats();
     test_block_formats();

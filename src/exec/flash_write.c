@@ -214,6 +214,8 @@ tl_status tl_flash_writer_declare(tl_flash_writer *fw, tl_gguf_writer *w) {
                                              ni->window_hit, (uint64_t)ni->window_k);
         if (!st) st = tl_gguf_writer_set_arr(w, "tierllm.neurons.window_union", TL_GGUF_FLOAT32,
                                              ni->window_union, (uint64_t)ni->window_k);
+        if (!st) st = tl_gguf_writer_set_arr(w, "tierllm.neurons.window_mean", TL_GGUF_FLOAT32,
+                                             ni->window_mean, (uint64_t)ni->window_k);
     }
     for (size_t i = 0; !st && i < fw->n_t; i++) {
         const out_tensor *o = &fw->t[i];

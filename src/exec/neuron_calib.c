@@ -71,7 +71,8 @@ static int cmp_u32(const void *a, const void *b) {
  * token some of the k tokens before predicted) and, over the tokens, their count; the
  * UNION_QUANTILE of the union of k consecutive sets into *uni[k-1] (the larger kept). */
 static void window_stats(const uint8_t *mask, size_t T, size_t f, int32_t *last,
-                         uint32_t *sizes, double *hits, double *count, double *uni) {
+                         uint32_t *sizes, double *hits, double *count, double *uni,
+                         double *mean_sum, double *mean_n) {
     const int K = TL_NEURON_WINDOW_MAX;
     uint32_t age_hist[TL_NEURON_WINDOW_MAX + 2];
     for (size_t i = 0; i < f; i++) last[i] = -1;
@@ -104,6 +105,8 @@ static void window_stats(const uint8_t *mask, size_t T, size_t f, int32_t *last,
     for (int k = 1; k <= K && (size_t)k <= T; k++) {
         uint32_t *s = sizes + (size_t)(k - 1) * T + (size_t)(k - 1); /* full windows only */
         const size_t n = T - (size_t)(k - 1);
+        for (size_t t = 0; t < n; t++) mean_sum[k - 1] += (double)s[t] / (double)f;
+        mean_n[k - 1] += (double)n;
         qsort(s, n, sizeof *s, cmp_u32);
         size_t q = (size_t)ceil(UNION_QUANTILE * (double)n) - 1;
         if (q >= n) q = n - 1;
@@ -161,6 +164,7 @@ tl_status tl_neuron_calibrate(const tl_gguf *in, const char *in_path,
                                   "neuron calibration", (void **)&sizes);
     double mass_all = 0, mass_kept = 0, active = 0, predicted = 0;
     double hits[TL_NEURON_WINDOW_MAX] = {0}, count = 0, uni[TL_NEURON_WINDOW_MAX] = {0};
+    double mean_sum[TL_NEURON_WINDOW_MAX] = {0}, mean_n[TL_NEURON_WINDOW_MAX] = {0};
     for (size_t l = 0; l < L && !st; l++) {
         const float *Xl = X + l * T * d;
         float *down = NULL, *up = NULL, *act = NULL, *bias = NULL;
@@ -203,7 +207,7 @@ tl_status tl_neuron_calibrate(const tl_gguf *in, const char *in_path,
                 mass_kept += rep.recall * layer_mass;
                 tl_neuron_predict(V, U, pb, d, f, rank, Xl, T, mask, pscratch);
                 for (size_t k = 0; k < Tf; k++) predicted += mask[k];
-                window_stats(mask, T, f, last, sizes, hits, &count, uni);
+                window_stats(mask, T, f, last, sizes, hits, &count, uni, mean_sum, mean_n);
             }
         }
         tl_budget_free(budget, act);
@@ -219,6 +223,7 @@ tl_status tl_neuron_calibrate(const tl_gguf *in, const char *in_path,
         for (int32_t k = 0; k < ni->window_k; k++) {
             ni->window_hit[k] = (float)(count > 0 ? hits[k] / count : 0);
             ni->window_union[k] = (float)uni[k];
+            ni->window_mean[k] = (float)(mean_n[k] > 0 ? mean_sum[k] / mean_n[k] : 0);
         }
     }
     tl_budget_free(budget, Z);

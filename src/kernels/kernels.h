@@ -112,6 +112,20 @@ void tl_matmul_fast(tl_type type, const void *W, size_t k, size_t j0, size_t j1,
                     const float *X, size_t ldx, size_t n, float *Y, size_t ldy,
                     float *scratch);
 
+/* ---- single Q8_0 rows (a neuron's gate and up rows, model/ops_neurons.c) ----
+ * y[i] = sum over the k/32 blocks b, in order, of (d_w(b) * x[i][b].d) * isum(i, b), the
+ * f32 product rounded once per block and the sum in f32; isum = sum_j q_w(b, j) *
+ * x[i][b].q[j], exact. W: one Q8_0 row of k elements (k a multiple of 32); x: n rows of
+ * k/32 activation blocks (tl_quant_act_row), consecutive. The fast version (AVX2 integer
+ * dots) gives the reference's bits: the integer sums are exact and the f32 sum runs in
+ * the same order. Equals a Q8_0 product's row (the contract above) up to f32 rounding,
+ * with no packing of the row (the int8 GEMMs repack their weights, which one row does
+ * not repay). */
+void tl_dot_q8_0_act_ref(const void *W, size_t k, const tl_block_q8_act *x, size_t n,
+                         float *y);
+void tl_dot_q8_0_act_fast(const void *W, size_t k, const tl_block_q8_act *x, size_t n,
+                          float *y);
+
 /* ---- Q8_0 / Q4_0 weights in 32-row panels ----
  * Where the widest int8 GEMM runs (AVX-512 VNNI), a Q8_0/Q4_0 tensor whose row count is a
  * multiple of TL_PANEL_ROWS may be repacked once, when it is placed in memory, into the

@@ -255,19 +255,22 @@ static tl_status read_neuron_info(tl_llama *m) {
     if (!st) st = tl_gguf_get_f32(m->gguf, "tierllm.neurons.recall", &ni->recall);
     if (!st) st = tl_gguf_get_f32(m->gguf, "tierllm.neurons.active", &ni->active);
     if (!st) st = tl_gguf_get_f32(m->gguf, "tierllm.neurons.predicted", &ni->predicted);
-    uint64_t nh = 0, nu = 0;
-    const void *hit = NULL, *uni = NULL;
+    uint64_t nh = 0, nu = 0, nm = 0;
+    const void *hit = NULL, *uni = NULL, *mean = NULL;
     if (!st) st = tl_gguf_get_arr(m->gguf, "tierllm.neurons.window_hit", TL_GGUF_FLOAT32, &nh, &hit);
     if (!st) st = tl_gguf_get_arr(m->gguf, "tierllm.neurons.window_union", TL_GGUF_FLOAT32, &nu, &uni);
+    if (!st) st = tl_gguf_get_arr(m->gguf, "tierllm.neurons.window_mean", TL_GGUF_FLOAT32, &nm, &mean);
     if (st) return tl_error_wrap(st, "%s: the neuron predictor's keys", m->path);
-    if (nh != nu || nh > TL_NEURON_WINDOW_MAX)
-        return tl_error_set(TL_ERR_FORMAT, "%s: tierllm.neurons.window_hit and window_union "
-                            "have %llu and %llu entries (at most %d, the same)", m->path,
-                            (unsigned long long)nh, (unsigned long long)nu, TL_NEURON_WINDOW_MAX);
+    if (nh != nu || nh != nm || nh > TL_NEURON_WINDOW_MAX)
+        return tl_error_set(TL_ERR_FORMAT, "%s: tierllm.neurons.window_hit, window_union and "
+                            "window_mean have %llu, %llu and %llu entries (at most %d, the same)",
+                            m->path, (unsigned long long)nh, (unsigned long long)nu,
+                            (unsigned long long)nm, TL_NEURON_WINDOW_MAX);
     ni->rank = (int32_t)rank;
     ni->window_k = (int32_t)nh;
     memcpy(ni->window_hit, hit, (size_t)nh * sizeof(float));
     memcpy(ni->window_union, uni, (size_t)nh * sizeof(float));
+    memcpy(ni->window_mean, mean, (size_t)nh * sizeof(float));
     const float *shares[] = {&ni->recall, &ni->active, &ni->predicted};
     for (size_t i = 0; i < 3; i++)
         if (!(*shares[i] >= 0 && *shares[i] <= 1))
@@ -275,7 +278,7 @@ static tl_status read_neuron_info(tl_llama *m) {
                                 m->path);
     for (int32_t k = 0; k < ni->window_k; k++)
         if (!(ni->window_hit[k] >= 0 && ni->window_hit[k] <= 1 && ni->window_union[k] >= 0 &&
-              ni->window_union[k] <= 1))
+              ni->window_union[k] <= 1 && ni->window_mean[k] >= 0 && ni->window_mean[k] <= 1))
             return tl_error_set(TL_ERR_FORMAT, "%s: tierllm.neurons.window_* entry %d is not a "
                                 "share in [0, 1]", m->path, (int)k + 1);
     m->hp.ffn_neurons = 1;

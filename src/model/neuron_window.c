@@ -8,6 +8,13 @@
 
 static uint64_t up64(uint64_t x) { return (x + 63) & ~(uint64_t)63; }
 
+double tl_neuron_window_hit(const tl_neuron_info *ni, int32_t k, uint32_t slots, int32_t n_ff) {
+    if (k <= 0 || ni->window_k <= 0) return 0;
+    int32_t held = k < ni->window_k ? k : ni->window_k;
+    while (held < ni->window_k && ni->window_mean[held] * (double)n_ff <= (double)slots) held++;
+    return ni->window_hit[held - 1];
+}
+
 uint64_t tl_neuron_window_bytes(int32_t n_layer, uint32_t n_ff, uint32_t capacity,
                                 size_t run_bytes) {
     const uint64_t L = (uint64_t)n_layer, C = capacity;
@@ -39,7 +46,7 @@ void tl_neuron_window_init(tl_neuron_window *w, void *block, int32_t n_layer, ui
 }
 
 void tl_neuron_window_lookup(tl_neuron_window *w, int32_t l, const int32_t *chan, size_t n,
-                             int32_t *slot, int32_t *miss, size_t *n_miss) {
+                             int32_t *slot, int32_t *miss, size_t *n_miss, int count) {
     int32_t *slot_of = w->slot_of + (size_t)l * w->n_ff;
     uint32_t *last = w->last_used + (size_t)l * w->capacity;
     const uint32_t now = ++w->step[l];
@@ -50,8 +57,10 @@ void tl_neuron_window_lookup(tl_neuron_window *w, int32_t l, const int32_t *chan
         if (s >= 0) last[s] = now;
         else miss[m++] = (int32_t)t;
     }
-    w->lookups += n;
-    w->hits += n - m;
+    if (count) {
+        w->lookups += n;
+        w->hits += n - m;
+    }
     *n_miss = m;
 }
 

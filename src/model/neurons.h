@@ -9,7 +9,8 @@
  * overlap, read only the neurons new to them. The window is a fixed number of slots per
  * layer (its memory is planned inside the budget), filled least-recently-used first: it
  * holds at least the union of the last k tokens' predicted sets while that union fits,
- * so its hit rate is at least the file's window_hit[k] when sized by window_union[k].
+ * so its hit rate is at least the file's window_hit[k] when sized by window_union[k]
+ * (tl_neuron_window_hit).
  * Where a neuron's run lies (slot or file) never changes a result: the products take the
  * neurons in ascending order whatever their place.
  */
@@ -36,6 +37,7 @@ typedef struct tl_neuron_info {
     float window_union[TL_NEURON_WINDOW_MAX]; /* [k-1]: the largest share of a layer's
                                                  neurons the union of k tokens' predicted
                                                  sets reached */
+    float window_mean[TL_NEURON_WINDOW_MAX];  /* [k-1]: that union's mean share */
 } tl_neuron_info;
 
 /* The window's slots: per layer `capacity` runs of `run_bytes` each. */
@@ -51,6 +53,11 @@ typedef struct tl_neuron_window {
     uint64_t lookups, hits;
 } tl_neuron_window;
 
+/* The hit rate a window of `slots` per layer is expected to reach, sized for k tokens:
+ * least-recently-used slots hold the last k' tokens' neurons for the largest k' whose
+ * mean union fits them (k' >= k), so the file's window_hit[k'-1]. */
+double tl_neuron_window_hit(const tl_neuron_info *ni, int32_t k, uint32_t slots, int32_t n_ff);
+
 /* Bytes of a window's arrays (each part 64-byte aligned, as tl_neuron_window_init lays
  * them out in one block). */
 uint64_t tl_neuron_window_bytes(int32_t n_layer, uint32_t n_ff, uint32_t capacity,
@@ -64,9 +71,9 @@ static inline uint8_t *tl_neuron_window_slots(const tl_neuron_window *w, int32_t
 }
 /* One product of layer l needs neurons chan[0..n) (ascending, n <= capacity): slot[t] gets
  * the slot of each neuron held (marked used now); the others are listed in miss[0..*n_miss)
- * by their position t in chan. */
+ * by their position t in chan. `count`: add them to the lookups and hits. */
 void tl_neuron_window_lookup(tl_neuron_window *w, int32_t l, const int32_t *chan, size_t n,
-                             int32_t *slot, int32_t *miss, size_t *n_miss);
+                             int32_t *slot, int32_t *miss, size_t *n_miss, int count);
 /* Puts the missed neurons' runs, read to base + neuron * src_run_bytes, in slots (free
  * ones first, then those used longest ago, never one used by this product) and sets their
  * slot[]. */

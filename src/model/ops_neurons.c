@@ -8,8 +8,10 @@
  *      missed ones read (m->fetch_runs) and put in slots; else (no window, or more
  *      neurons than it has slots) all read to the site buffer;
  *   3. h_i per row from the run's gate and up rows (the row-major product's kernels on
- *      one row each, so for the same inputs h_i equals the dense FFN's), threaded over
- *      the neurons; a neuron whose gate is off in every row skips its up row;
+ *      one row each - Q8_0: a row dot kernel, the int8 GEMM's repacking not repaid by
+ *      one row - so for the same inputs h_i equals the dense FFN's, bit for bit under the
+ *      reference kernels), threaded over the neurons; a neuron whose gate is off in
+ *      every row skips its up row;
  *   4. y = sum_i h_i down_i by the column product over the runs' down parts, each output
  *      one sum over the neurons in ascending order whatever slot holds them, so neither
  *      the window nor the threads change a result.
@@ -35,6 +37,7 @@ typedef struct neuron_job {
     const int32_t *chan, *idx;      /* the neurons, and where each run lies */
     size_t nc;
     const float *xn, *act;          /* act: xn rounded once for every dot (or NULL) */
+    const tl_block_q8_act *q8;      /* Q8_0 runs: xn's rounded blocks for the row dots */
     float *H;                       /* [n][ldh] by idx */
     size_t ldh, tmp_floats;
     int measure;
@@ -44,6 +47,7 @@ typedef struct neuron_job {
 static void part_dots(const neuron_job *j, const uint8_t *p, float *y, float *scratch) {
     const tl_type type = j->w->type;
     if (j->m->use_reference) tl_matmul_ref(type, p, j->d, 0, 1, j->xn, j->d, j->n, y, 1);
+    else if (j->q8) tl_dot_q8_0_act_fast(p, j->d, j->q8, j->n, y);
     else if (j->act) tl_matmul_fast_act(type, TL_LAYOUT_ROWS, p, j->d, 0, 1, j->act, j->n, y, 1);
     else tl_matmul_fast(type, p, j->d, 0, 1, j->xn, j->d, j->n, y, 1, scratch);
 }
@@ -124,6 +128,23 @@ static void measure_recall(tl_llama *m, tl_llama_scratch *s, int32_t l, size_t n
     s->recall_all += all;
 }
 
+/* A product of more neurons than the window holds (a prompt's rows) read them all to the
+ * site buffer: the window takes the last row's predicted neurons from there, the ones the
+ * next token most likely needs, so decoding does not start from an empty window. */
+static void prime_window(tl_llama *m, tl_llama_scratch *s, int32_t l, size_t n,
+                         const uint8_t *base, size_t run_bytes) {
+    tl_neuron_window *win = m->window;
+    const size_t f = (size_t)m->hp.n_ff;
+    const float *score = s->up + (n - 1) * f, *pb = m->layers[l].pred_b.data;
+    int32_t *chan = s->neuron_idx + f, *slot = s->neuron_idx + 2 * f;
+    int32_t *miss = (int32_t *)(void *)s->neuron_norm; /* free until a measuring pass */
+    size_t nc = 0, n_miss = 0;
+    for (size_t i = 0; i < f && nc < win->capacity; i++)
+        if (score[i] + pb[i] > 0) chan[nc++] = (int32_t)i;
+    tl_neuron_window_lookup(win, l, chan, nc, slot, miss, &n_miss, 0);
+    tl_neuron_window_fill(win, l, chan, slot, miss, n_miss, base, run_bytes);
+}
+
 tl_status tl_op_neuron_ffn(tl_llama *m, tl_llama_scratch *s, int32_t l, const float *xn,
                            size_t n, float *y) {
     const tl_llama_layer *L = &m->layers[l];
@@ -148,7 +169,7 @@ tl_status tl_op_neuron_ffn(tl_llama *m, tl_llama_scratch *s, int32_t l, const fl
                             w->name);
     } else if (win && nc <= win->capacity && !measure) {
         size_t n_miss = 0;
-        tl_neuron_window_lookup(win, l, chan, nc, idx, miss, &n_miss);
+        tl_neuron_window_lookup(win, l, chan, nc, idx, miss, &n_miss, 1);
         for (size_t k = 0; k < n_miss; k++) missed[k] = chan[miss[k]];
         const uint8_t *read = NULL; /* (none missed: a fetch of nothing, counted) */
         st = m->fetch_runs(m->fetch_user, w, missed, n_miss, &read);
@@ -162,13 +183,21 @@ tl_status tl_op_neuron_ffn(tl_llama *m, tl_llama_scratch *s, int32_t l, const fl
         if (!st) st = m->fetch_wait(m->fetch_user);
         if (st) return st;
         for (size_t t = 0; t < nc; t++) idx[t] = chan[t];
+        if (win && !measure && m->params.neuron_predict)
+            prime_window(m, s, l, n, base, run_bytes);
     }
     tl_flash_part parts[TL_FLASH_MAX_PARTS];
     const size_t nparts = (size_t)tl_flash_neuron_parts(&m->hp, parts);
     neuron_job j = {m, s, w, nparts == 3 ? &L->b_gate : &L->b_up, base, run_bytes, d, n,
-                    nparts, chan, idx, nc, xn, NULL, s->gate, ldh, 2 * (size_t)s->max_rows + d,
-                    measure};
-    if (!m->use_reference && tl_matmul_act_floats(w->type, TL_LAYOUT_ROWS, d, n)) {
+                    nparts, chan, idx, nc, xn, NULL, NULL, s->gate, ldh,
+                    2 * (size_t)s->max_rows + d, measure};
+    if (!m->use_reference && w->type == TL_TYPE_Q8_0) {
+        /* one Q8_0 row at a time: the row dot kernel, on xn rounded once (thread 0's
+         * scratch: n * d / 32 blocks of 36 bytes, within a product's scratch) */
+        tl_block_q8_act *q8 = (tl_block_q8_act *)(void *)s->mm_scratch;
+        for (size_t r = 0; r < n; r++) tl_quant_act_row_fast(xn + r * d, q8 + r * (d / TL_QK), d);
+        j.q8 = q8;
+    } else if (!m->use_reference && tl_matmul_act_floats(w->type, TL_LAYOUT_ROWS, d, n)) {
         /* round xn once for every neuron's dots, in thread 0's scratch (the dots then
          * need no scratch of their own) */
         tl_matmul_act_prepare(w->type, TL_LAYOUT_ROWS, d, xn, d, n, 0, n, s->mm_scratch);

@@ -386,9 +386,7 @@ static uint32_t window_slots_for(const tl_llama *m, int32_t k) {
  * that the window misses, the output. */
 static double token_read_bytes(const tl_llama *m, const tl_weight_plan *p) {
     const tl_neuron_info *ni = &m->neuron_info;
-    const double hit = p->window_k > 0 ? ni->window_hit[(p->window_k < ni->window_k
-                                                             ? p->window_k : ni->window_k) - 1]
-                                       : 0;
+    const double hit = tl_neuron_window_hit(ni, p->window_k, p->window_slots, m->hp.n_ff);
     double b = 0;
     for (int u = m->stage_first; u <= m->hp.n_layer; u++) {
         if (u < m->hp.n_layer && u >= m->stage_end) continue;

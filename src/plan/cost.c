@@ -128,6 +128,31 @@ static double site_zero_share(const tl_model *m, int32_t l, int s) {
     return level;
 }
 
+/* A FFN by neuron (model/neurons.h): the share of a layer's neurons a product of `rows`
+ * rows computes, the union of their predicted sets. The file measured the union of k
+ * consecutive tokens' sets for k up to its window_k; beyond, blocks of window_k tokens
+ * are taken as independent. */
+static double neuron_share(const tl_model *m, double rows) {
+    const tl_neuron_info *ni = &m->lm.neuron_info;
+    if (!m->lm.params.neuron_predict) return 1;
+    if (rows <= 1 || ni->window_k <= 0) return ni->predicted;
+    if (rows <= ni->window_k) return ni->window_mean[(int)rows - 1];
+    const double u = ni->window_mean[ni->window_k - 1];
+    return 1 - pow(1 - u, rows / ni->window_k);
+}
+
+/* The share of a layer's neurons a decode token reads with the plan's neuron window:
+ * the predicted ones the window did not hold, by the file's hit rate for its k. */
+static double neuron_read_share(const tl_model *m, const tl_weight_plan *plan, double rows) {
+    const tl_neuron_info *ni = &m->lm.neuron_info;
+    const double share = neuron_share(m, rows);
+    if (!plan->window_slots || !m->lm.params.neuron_predict ||
+        share * m->lm.hp.n_ff > plan->window_slots) /* a product the window cannot hold */
+        return share;
+    return share * (1 - tl_neuron_window_hit(ni, plan->window_k, plan->window_slots,
+                                             m->lm.hp.n_ff));
+}
+
 /* Bytes of the layers' streamed units read ahead through the ring per pass (a flash
  * layer's streamed sites are read at their turn instead: flash_reads). */
 static double ring_layer_bytes(const tl_model *m, const tl_weight_plan *plan) {
@@ -170,6 +195,13 @@ static double layer_matmul_s(const tl_model *m, const tl_hw_profile *prof, int32
         if (!w.name) continue;
         if (rows > TL_COLMAT_STREAM_MAX_N) w.type = TL_TYPE_F32;
         mm += tl_cost_matmul(prof, &w, rows) * flash_need_share(site_zero_share(m, l, s), rows);
+    }
+    /* a FFN by neuron: the predictor's two products, and the neurons it predicts (their
+     * rows and columns, priced as one product over their runs) */
+    const tl_llama_layer *ly = &m->lm.layers[l];
+    if (ly->neurons.name) {
+        mm += tl_cost_matmul(prof, &ly->pred_v, rows) + tl_cost_matmul(prof, &ly->pred_u, rows);
+        mm += tl_cost_matmul(prof, &ly->neurons, rows) * neuron_share(m, rows);
     }
     if (mo) {
         mo->layer[mo->next] = l, mo->rows[mo->next] = rows, mo->s[mo->next] = mm;
@@ -335,7 +367,10 @@ static void flash_reads(const tl_model *m, const tl_hw_profile *prof, const tl_w
         for (int i = 0; i < n; i++) {
             const tl_weight *w = ws[i];
             const int site = (int)(w - m->lm.layers[l].site);
-            const double p = flash_need_share(site_zero_share(m, l, site), rows), q = 1 - p;
+            const double p = w == &m->lm.layers[l].neurons
+                                 ? neuron_read_share(m, plan, rows)
+                                 : flash_need_share(site_zero_share(m, l, site), rows);
+            const double q = 1 - p;
             const double R = (double)tl_type_row_bytes(w->type, w->cols), C = (double)w->rows;
             const double K = floor(gap / R);
             /* sum_{k=1..K} k p^2 q^(k-1), in closed form */

@@ -64,6 +64,10 @@ static void usage(void) {
            "                          key bounds; 0 = exact attention (default)\n"
            "  --stats                 print IO/compute/stall statistics per token, and the\n"
            "                          plan's prediction beside the measurement\n"
+           "  --measure-recall        ReLU files stored by neuron: also compute every neuron\n"
+           "                          (reading all) and report the share of the active\n"
+           "                          neurons' output mass predicted (--stats)\n"
+           "  --ids FILE              write the generated token ids there, one per line\n"
            "  --policy auto|manual    auto: the planner picks n_batch, prefetch and the\n"
            "                          context size (default when --mem-budget is given and\n"
            "                          neither --prefetch nor -b is); manual: flags/defaults\n"
@@ -82,6 +86,7 @@ typedef struct run_state {
     tl_run_stats *snap; /* stats after each generated token (printed at the end, so they
                            do not interleave with the streamed text) */
     int n, cap;
+    FILE *ids;          /* --ids: the generated tokens' ids */
 } run_state;
 
 static void print_token_stats(const tl_run_stats *a, const tl_run_stats *b, int n) {
@@ -115,7 +120,7 @@ static void print_token_stats(const tl_run_stats *a, const tl_run_stats *b, int 
 
 static int on_piece(void *user, int32_t token, const char *text, size_t len) {
     run_state *rs = user;
-    (void)token;
+    if (rs->ids && token >= 0) fprintf(rs->ids, "%d\n", (int)token);
     fwrite(text, 1, len, stdout);
     fflush(stdout);
     if (rs->stats && token >= 0 && rs->n < rs->cap) tl_context_get_stats(rs->ctx, &rs->snap[rs->n++]);
@@ -293,7 +298,7 @@ int tl_cmd_run(int argc, char **argv) {
     gp.sampler.seed = 24301;
     int stats = 0, policy = -1, knobs = 0, ctx_given = 0, kv_knobs = 0, weights_copy = 0;
     int pipeline = 0;
-    const char *profile_path = NULL, *pipeline_layers = NULL;
+    const char *profile_path = NULL, *pipeline_layers = NULL, *ids_path = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
 #define VAL() if (!(v = cli_value(argc, argv, &i))) return 2
@@ -385,6 +390,8 @@ int tl_cmd_run(int argc, char **argv) {
             mp.neuron_predict = 0;
         } else if (!strcmp(a, "--measure-recall")) {
             mp.neuron_measure = 1;
+        } else if (!strcmp(a, "--ids")) {
+            VAL(); ids_path = v;
         }
         else if (!strcmp(a, "--kv-select")) {
             VAL(); if (!cli_share(a, v, &cp.kv_select)) return 2;
@@ -429,6 +436,12 @@ int tl_cmd_run(int argc, char **argv) {
         file_prompt = cli_read_text_file("prompt file", prompt_file);
         if (!file_prompt) return cli_pipe_abort(&pp, 1);
         prompt = file_prompt;
+    }
+    FILE *ids = NULL;
+    if (ids_path && !(ids = fopen(ids_path, "w"))) {
+        fprintf(stderr, "error: --ids %s: %s\n", ids_path, strerror(errno));
+        free(file_prompt);
+        return cli_pipe_abort(&pp, 1);
     }
     tl_model *m = NULL;
     tl_context *c = NULL;
@@ -491,7 +504,7 @@ int tl_cmd_run(int argc, char **argv) {
     if (!st && policy == 1 && !pp.link) st = recheck_run(m, &c, &cp, &rq, &chosen, &prof);
     if (!st && policy == 1 && !pp.link) /* a stage's prediction is not the run's */
         cli_print_prediction(stderr, "predicted", &chosen, &rq.w);
-    run_state rs = {c, stats, NULL, 0, 0};
+    run_state rs = {c, stats, NULL, 0, 0, ids};
     if (stats && !st) {
         rs.cap = gp.n_predict >= 0 ? gp.n_predict + 1 : 4096;
         rs.snap = calloc((size_t)rs.cap + 1, sizeof *rs.snap);
@@ -503,6 +516,10 @@ int tl_cmd_run(int argc, char **argv) {
         st = tl_generate(c, prompt, &gp, on_piece, &rs, &gs);
     }
     int rc = 0;
+    if (ids && fclose(ids) != 0 && !st) {
+        fprintf(stderr, "error: --ids %s: %s\n", ids_path, strerror(errno));
+        rc = 1;
+    }
     if (st) {
         fputc('\n', stdout);
         fflush(stdout);
@@ -559,13 +576,16 @@ int tl_cmd_run(int argc, char **argv) {
                         100.0 * (double)t.neurons_used / (double)t.neurons_total,
                         100.0 * m->lm.neuron_info.predicted);
                 if (t.neuron_window_slots) {
-                    const float *hit = m->lm.neuron_info.window_hit;
+                    const double hit = tl_neuron_window_hit(&m->lm.neuron_info,
+                                                            t.neuron_window_k,
+                                                            t.neuron_window_slots,
+                                                            m->lm.hp.n_ff);
                     fprintf(stderr, " | window k=%d, %u slots per layer: hit rate %.1f%% "
                             "(predicted %.1f%%)", (int)t.neuron_window_k,
                             t.neuron_window_slots,
                             t.neuron_window_lookups ? 100.0 * (double)t.neuron_window_hits /
                                                           (double)t.neuron_window_lookups : 0.0,
-                            100.0 * hit[t.neuron_window_k - 1]);
+                            100.0 * hit);
                 }
                 if (t.neuron_mass_all > 0)
                     fprintf(stderr, " | recall of the active neurons' output mass %.2f%% "
