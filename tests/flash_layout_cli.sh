@@ -150,16 +150,16 @@ expect_err "an unknown activation" 'tierllm.ffn_activation must be "silu" or "re
 # refusals
 expect_err "convert a flash file" "is already converted" \
     "$bin" convert -m "$tmp/f32f.gguf" -o "$tmp/again.gguf" --calib "$calib"
-$py - "$tmp/f32f.gguf" "$tmp/v2.gguf" <<'P' || fail "write a version-2 file"
+$py - "$tmp/f32f.gguf" "$tmp/v2.gguf" <<'P' || fail "write a version-3 file"
 import sys, struct
 data = bytearray(open(sys.argv[1], "rb").read())
 key = b"tierllm.layout.version"
 at = data.index(key) + len(key)
 assert struct.unpack_from("<I", data, at)[0] == 4          # GGUF uint32
-struct.pack_into("<I", data, at + 4, 2)
+struct.pack_into("<I", data, at + 4, 3)
 open(sys.argv[2], "wb").write(data)
 P
-expect_err "layout version 2" "flash layout version 2; this engine reads version 1" \
+expect_err "layout version 3" "flash layout version 3; this engine reads versions 1 to 2" \
     "$bin" run -m "$tmp/v2.gguf" -p hi -n 2
 $py - "$tmp/f32f.gguf" "$tmp" <<'P' || fail "write hostile flash files"
 import sys

@@ -27,7 +27,8 @@ grep -q "^neuron predictors: rank 128" "$tmp/err" && grep -q "^neuron window" "$
     fail "convert report: $(cat "$tmp/err")"
 [ "$(sha256sum "$tmp/relu.gguf")" = "$sum_before" ] || fail "convert modified its input"
 expect_rc 0 "info" "$bin" info -m "$tmp/n.gguf"
-grep -q "ffn_neurons *F32, 1024 runs of 768 (gate row + up row + down column" "$tmp/out" &&
+grep -q "^layout: *flash v2: .*the FFN by neuron" "$tmp/out" &&
+    grep -q "ffn_neurons *F32, 1024 runs of 768 (gate row + up row + down column" "$tmp/out" &&
     grep -q "predictor of the active neurons, rank 128" "$tmp/out" &&
     ! grep -q "ffn_down.cols" "$tmp/out" || fail "info: $(cat "$tmp/out")"
 
@@ -87,16 +88,21 @@ $py "$here/ref/compare_logits.py" --tierllm "$bin" --model "$tmp/q8n.gguf" --tok
     fail "q8_0 neurons against NumPy"
 
 # damaged files: a rank outside 1..n_embd, a missing predictor tensor
-$py - "$tmp/n.gguf" "$tmp/rank0.gguf" "$tmp/nopred.gguf" <<'P' || fail "write damaged files"
+$py - "$tmp/n.gguf" "$tmp/rank0.gguf" "$tmp/nopred.gguf" "$tmp/v1.gguf" <<'P' ||
 import struct, sys
 data = open(sys.argv[1], "rb").read()
-key = b"tierllm.neurons.rank"
-at = data.index(key) + len(key) + 4            # the value's type, then the u32
-open(sys.argv[2], "wb").write(data[:at] + struct.pack("<I", 0) + data[at + 4:])
+def with_u32(key, value):                       # after the key: its type, then the u32
+    at = data.index(key) + len(key) + 4
+    return data[:at] + struct.pack("<I", value) + data[at + 4:]
+open(sys.argv[2], "wb").write(with_u32(b"tierllm.neurons.rank", 0))
 open(sys.argv[3], "wb").write(data.replace(b"blk.1.ffn_pred_u", b"blk.1.ffn_pred_x", 1))
+open(sys.argv[4], "wb").write(with_u32(b"tierllm.layout.version", 1))
 P
+    fail "write damaged files"
 expect_err "rank 0" "tierllm.neurons.rank 0 is outside" "$bin" run -m "$tmp/rank0.gguf" -p hi -n 2
 expect_err "no predictor tensor" "blk.1.ffn_pred_u" "$bin" run -m "$tmp/nopred.gguf" -p hi -n 2
+expect_err "neuron keys in a version-1 file" "flash layout version 1 with the neuron" \
+    "$bin" run -m "$tmp/v1.gguf" -p hi -n 2
 # the predictors' calibration rows must fit the budget convert is given
 expect_err "convert at a tiny budget" "budget" "$bin" convert -m "$tmp/relu.gguf" \
     -o "$tmp/tiny.gguf" --calib "$calib" --sparsity 0 --uniform --layout flash -c 128 \

@@ -298,6 +298,12 @@ tl_status tl_convert(const tl_convert_params *p, tl_convert_report *r) {
     if (!p->in_path || !p->out_path || !p->calib_text)
         return tl_error_set(TL_ERR_INVALID, "convert needs an input, an output and "
                             "calibration text");
+    if (p->flash_layout && (p->predictor_rank < 1 || p->predictor_tokens < 2 ||
+                            !(p->predictor_recall > 0 && p->predictor_recall <= 1)))
+        return tl_error_set(TL_ERR_INVALID, "convert: the neuron predictor's rank %d must be "
+                            "at least 1, its calibration tokens %d at least 2 and its recall "
+                            "%g in (0, 1]", (int)p->predictor_rank, (int)p->predictor_tokens,
+                            p->predictor_recall);
     if (!(p->sparsity < 1) || !(p->max_ppl_rise >= 0))
         return tl_error_set(TL_ERR_INVALID, "convert: sparsity %g must be below 1 and the "
                             "perplexity limit %g not negative", (double)p->sparsity,
@@ -322,7 +328,7 @@ tl_status tl_convert(const tl_convert_params *p, tl_convert_report *r) {
         return st;
     }
     const int by_neuron = p->flash_layout && (ghp.ffn_gate_relu || ghp.ffn_relu);
-    const size_t T = by_neuron && p->predictor_tokens > 1 ? (size_t)p->predictor_tokens : 0;
+    const size_t T = by_neuron ? (size_t)p->predictor_tokens : 0;
     const uint64_t x_bytes = (uint64_t)T * (uint64_t)ghp.n_embd * (uint64_t)ghp.n_layer * 4;
     tl_model_params mp = p->mp;
     mp.sparsity = 0.0f;
@@ -422,6 +428,12 @@ tl_status tl_convert(const tl_convert_params *p, tl_convert_report *r) {
     logits = NULL;
     tl_model_close(m);
     m = NULL;
+    for (int32_t l = 0; cw.X && l < L; l++)
+        if (cw.rows[l] != cw.T) {
+            st = tl_error_set(TL_ERR_INVALID, "calibration kept %zu feed-forward inputs of layer "
+                              "%d, not %zu", cw.rows[l], (int)l, cw.T);
+            goto out;
+        }
     if (cw.X) { /* the predictors, from the rows kept: in a budget of what the rows and
                    the predictors themselves leave */
         tl_budget *nb = NULL;

@@ -203,7 +203,8 @@ uint64_t tl_flash_writer_tensor_bytes(const tl_flash_writer *fw) {
 
 tl_status tl_flash_writer_declare(tl_flash_writer *fw, tl_gguf_writer *w) {
     tl_status st = tl_gguf_writer_set_str(w, "tierllm.layout", "flash");
-    if (!st) st = tl_gguf_writer_set_u32(w, "tierllm.layout.version", TL_FLASH_LAYOUT_VERSION);
+    if (!st) st = tl_gguf_writer_set_u32(w, "tierllm.layout.version",
+                                         fw->np ? TL_FLASH_LAYOUT_VERSION_NEURONS : 1);
     if (fw->np) { /* model/neurons.h */
         const tl_neuron_info *ni = &fw->np->info;
         if (!st) st = tl_gguf_writer_set_u32(w, "tierllm.neurons.rank", (uint32_t)ni->rank);

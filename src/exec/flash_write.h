@@ -2,7 +2,9 @@
  * for `tierllm convert --layout flash`.
  *
  * The output's tensors are the input's, in its order, less each layer's seven matrices,
- * then each layer's four site tensors. A site tensor is built whole in memory when the
+ * then each layer's site tensors: four, or for a ReLU FFN written by neuron (with the
+ * predictors of exec/neuron_calib.h) the two attention sites, the neuron runs and the
+ * three predictor tensors. A site tensor is built whole in memory when the
  * GGUF writer first asks for its bytes: each part's matrix is read from the input and
  * dequantized (as one stream of blocks, so rows that split blocks are fine), and every
  * run gathered and quantized along its length. The site's type is its parts' type (the

@@ -178,10 +178,14 @@ tl_status tl_neuron_calibrate(const tl_gguf *in, const char *in_path,
         }
         tl_budget_free(budget, down);
         /* H = up's products (gated), then the activation's pre-activations Z */
-        if (!st && gated) {
-            st = read_f32(in, fd, in_path, (int32_t)l, "ffn_up.weight", d, f, 0, budget, &up);
-            if (!st) product(Xl, T, d, up, f, NULL, H, scratch);
+        if (!st && gated) { /* with up's bias, where the file has one */
+            float *up_b = NULL;
+            st = read_f32(in, fd, in_path, (int32_t)l, "ffn_up.bias", f, 1, 1, budget, &up_b);
+            if (!st) st = read_f32(in, fd, in_path, (int32_t)l, "ffn_up.weight", d, f, 0, budget,
+                                   &up);
+            if (!st) product(Xl, T, d, up, f, up_b, H, scratch);
             tl_budget_free(budget, up);
+            tl_budget_free(budget, up_b);
         }
         const char *act_name = gated ? "ffn_gate.weight" : "ffn_up.weight";
         const char *bias_name = gated ? "ffn_gate.bias" : "ffn_up.bias";

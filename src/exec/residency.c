@@ -349,14 +349,12 @@ static tl_status open_flash(tl_residency *r, const tl_weight_plan *plan) {
     m->fetch_wait = fetch_wait;
     m->fetch_user = r;
     const uint64_t window = tl_weight_plan_window_bytes(m, plan);
-    if (window) { /* the neuron window (model/neurons.h), its bytes in the plan's */
-        const tl_weight *w = &m->layers[m->stage_first].neurons;
-        if ((st = tl_budget_alloc(m->budget, (size_t)window, 64, "neuron window",
+    if (window) { /* the neuron window (model/neurons.h): the plan's bytes, ALIGN included */
+        if ((st = tl_budget_alloc(m->budget, (size_t)(window - ALIGN), ALIGN, "neuron window",
                                   (void **)&r->window_block)))
             return st;
         tl_neuron_window_init(&r->window, r->window_block, m->hp.n_layer, (uint32_t)m->hp.n_ff,
-                              plan->window_slots, tl_type_row_bytes(w->type, w->cols),
-                              plan->window_k);
+                              plan->window_slots, tl_neuron_run_bytes(m), plan->window_k);
         m->window = &r->window;
     }
     return TL_OK;

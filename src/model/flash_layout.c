@@ -76,10 +76,17 @@ tl_status tl_flash_layout_detect(const tl_gguf *g, int *is_flash, const char *wh
     if (!ver || ver->type != TL_GGUF_UINT32)
         return tl_error_set(TL_ERR_FORMAT, "%s: tierllm.layout.version is missing or not a "
                             "uint32", what);
-    if (ver->v.u != TL_FLASH_LAYOUT_VERSION)
+    if (ver->v.u < 1 || ver->v.u > TL_FLASH_LAYOUT_VERSION)
         return tl_error_set(TL_ERR_UNSUPPORTED, "%s: flash layout version %llu; this engine "
-                            "reads version %d", what, (unsigned long long)ver->v.u,
+                            "reads versions 1 to %d", what, (unsigned long long)ver->v.u,
                             TL_FLASH_LAYOUT_VERSION);
+    /* the neuron keys come with version 2, and version 2 with them */
+    const int neurons = tl_gguf_find(g, "tierllm.neurons.rank") != NULL;
+    if ((ver->v.u == TL_FLASH_LAYOUT_VERSION_NEURONS) != neurons)
+        return tl_error_set(TL_ERR_FORMAT, "%s: flash layout version %llu %s the neuron "
+                            "predictor keys (tierllm.neurons.*)", what,
+                            (unsigned long long)ver->v.u,
+                            ver->v.u == TL_FLASH_LAYOUT_VERSION_NEURONS ? "without" : "with");
     *is_flash = 1;
     return TL_OK;
 }

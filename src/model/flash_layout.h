@@ -5,7 +5,7 @@
  * A row-major GGUF matrix W [out][in] keeps one input channel's weights `in` elements
  * apart; here channel c's weights for every output are one contiguous *run*, and the
  * matrices that share an input (a sparsity site) are bundled, so one read per channel
- * brings all of them. Per layer, four tensors replace the seven matrices:
+ * brings all of them. Per layer, four tensors replace the seven matrices (version 1):
  *   site      tensor (blk.N.)     GGUF ne = [run, channels]   run c
  *   ATTN_IN   attn_qkv.cols       [qd + 2 kvd, n_embd]        wq[:, c], wk[:, c], wv[:, c]
  *   ATTN_OUT  attn_output.cols    [n_embd, qd]                wo[:, c]
@@ -33,7 +33,11 @@
 #include "format/gguf.h"
 #include "model/sparsity.h"
 
-#define TL_FLASH_LAYOUT_VERSION 1
+/* The layout versions this engine reads: 1, every matrix by input channel; 2, a ReLU FFN
+ * by neuron with its predictor (the tierllm.neurons.* keys), which an engine of version 1
+ * would not understand. */
+#define TL_FLASH_LAYOUT_VERSION 2
+#define TL_FLASH_LAYOUT_VERSION_NEURONS 2
 #define TL_FLASH_MAX_PARTS 3
 /* The IO queue depth a flash-layout file's reads get at least: its streamed sites are read
  * as many requests of a few KiB, which a disk serves faster the deeper its queue. */

@@ -81,7 +81,7 @@ typedef struct tl_llama_layer {
     tl_weight attn_norm_b, ffn_norm_b; /* [n_embd] */
     /* flash layout (model/flash_layout.h): the four site tensors, runs by input channel,
      * which replace the seven matrices (those then keep their shapes, name NULL); name
-     * NULL in a row-major file */
+     * NULL in a row-major file, and the FFN's two with a FFN by neuron (below) */
     tl_weight site[TL_SITE_COUNT];
     /* a ReLU FFN stored by neuron (hp.ffn_neurons; model/neurons.h): the runs, replacing
      * the FFN sites, and the predictor (f32 at load, resident); name NULL otherwise */

@@ -552,7 +552,8 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
     /* feed-forward block */
     norm(m, x, &L->ffn_norm, &L->ffn_norm_b, n, s->xn);
     if (hp->ffn_neurons) { /* by neuron, the predicted ones (model/ops_neurons.c) */
-        if ((pst = tl_op_neuron_ffn(m, s, l, s->xn, n, s->xn)))
+        const int one_seq = tl_llama_rows_run_end(rows, 0) == rows->n;
+        if ((pst = tl_op_neuron_ffn(m, s, l, s->xn, n, one_seq, s->xn)))
             return tl_error_wrap(pst, "layer %d", (int)l);
         add_bias_rows(s->xn, &L->b_down, n, d);
         add_rows(x, s->xn, n * d);

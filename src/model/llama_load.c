@@ -174,9 +174,10 @@ static tl_status describe_optional(tl_llama *m, const char *name, uint64_t n, tl
     return describe(m, name, n, 1, 1, w);
 }
 
-/* A flash-layout layer (model/flash_layout.h): its four site tensors, each run a whole
- * number of blocks of every part (not converted at load: the runs are read selectively),
- * and the seven matrices' shapes with name NULL. */
+/* A flash-layout layer (model/flash_layout.h): its site tensors (four, or two and the
+ * neuron runs with the predictor), each run a whole number of blocks of every part (not
+ * converted at load: the runs are read selectively), and the seven matrices' shapes with
+ * name NULL. */
 static tl_status describe_flash_layer(tl_llama *m, int32_t l, tl_llama_layer *L) {
     char n[96];
     tl_status st;
@@ -558,6 +559,9 @@ static tl_status check_params(const tl_model_params *p) {
                    "the public IO backend values are tier/aio.h's");
     if (p->io_backend < TL_IO_AUTO || p->io_backend > TL_IO_URING)
         return tl_error_set(TL_ERR_INVALID, "unknown IO backend %d", (int)p->io_backend);
+    if (p->neuron_window < -1 || p->neuron_window > TL_NEURON_WINDOW_MAX)
+        return tl_error_set(TL_ERR_INVALID, "neuron window %d is outside -1 (the planner's) .. "
+                            "%d", (int)p->neuron_window, TL_NEURON_WINDOW_MAX);
     return TL_OK;
 }
 

@@ -51,8 +51,9 @@ tl_status tl_neuron_fit_predictor(const tl_neuron_fit_in *in, struct tl_budget *
                                   float *V, float *U, float *pb, tl_neuron_fit_report *rep);
 
 /* mask[t*f + i] = 1 iff row t of X (n rows, width d) is predicted to activate neuron i, else
- * 0; computed in f32 as the engine does (t = V x, then s = U t + pb; s > 0), with a fixed
- * summation order, so the same inputs give the same mask on every call. scratch: n*rank
+ * 0; computed in f32 (t = V x, then s = U t + pb; s > 0), with a fixed summation order, so
+ * the same inputs give the same mask on every call. The engine's products sum in another
+ * order: a score within f32 rounding of 0 may fall the other way there. scratch: n*rank
  * floats. */
 void tl_neuron_predict(const float *V, const float *U, const float *pb, size_t d, size_t f,
                        size_t rank, const float *X, size_t n, uint8_t *mask, float *scratch);

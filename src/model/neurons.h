@@ -8,9 +8,10 @@
  * window keeps runs in memory after use so that the next tokens, whose active sets
  * overlap, read only the neurons new to them. The window is a fixed number of slots per
  * layer (its memory is planned inside the budget), filled least-recently-used first: it
- * holds at least the union of the last k tokens' predicted sets while that union fits,
- * so its hit rate is at least the file's window_hit[k] when sized by window_union[k]
- * (tl_neuron_window_hit).
+ * holds the union of the last k tokens' predicted sets while that union fits, so sized by
+ * window_union[k-1] (the union's 95th percentile) its hit rate is near window_hit[k-1] or
+ * above (tl_neuron_window_hit: the k' whose mean union fits). One size of run for every
+ * layer: a file whose layers' runs differ (a K-quant mix) gets no window.
  * Where a neuron's run lies (slot or file) never changes a result: the products take the
  * neurons in ascending order whatever their place.
  */
@@ -34,9 +35,10 @@ typedef struct tl_neuron_info {
     int32_t window_k;  /* entries below */
     float window_hit[TL_NEURON_WINDOW_MAX];   /* [k-1]: share of a token's predicted neurons
                                                  that one of the k tokens before predicted */
-    float window_union[TL_NEURON_WINDOW_MAX]; /* [k-1]: the largest share of a layer's
-                                                 neurons the union of k tokens' predicted
-                                                 sets reached */
+    float window_union[TL_NEURON_WINDOW_MAX]; /* [k-1]: the share of a layer's neurons in
+                                                 the union of k consecutive tokens'
+                                                 predicted sets, its 95th percentile over
+                                                 the tokens (the largest over layers) */
     float window_mean[TL_NEURON_WINDOW_MAX];  /* [k-1]: that union's mean share */
 } tl_neuron_info;
 

@@ -49,7 +49,7 @@ void tl_op_runs_multiply(tl_llama *m, const tl_weight *w, const uint8_t *base, s
  * b_up_i)). The neurons' runs come from memory, the neuron window or m->fetch_runs. */
 struct tl_llama_scratch;
 tl_status tl_op_neuron_ffn(tl_llama *m, struct tl_llama_scratch *s, int32_t l, const float *xn,
-                           size_t n, float *y);
+                           size_t n, int one_sequence, float *y);
 
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * g[i] for each of n rows of d. */
 void tl_op_rmsnorm(const float *x, const float *g, size_t n, size_t d, float eps, float *out);

@@ -32,6 +32,7 @@ typedef struct neuron_job {
     const tl_llama *m;
     tl_llama_scratch *s;
     const tl_weight *w, *bias;      /* the runs; the activation's bias (or name NULL) */
+    const tl_weight *up_bias;       /* gated: up's bias (or name NULL) */
     const uint8_t *base;
     size_t run_bytes, d, n, nparts;
     const int32_t *chan, *idx;      /* the neurons, and where each run lies */
@@ -61,6 +62,7 @@ static void neuron_task(void *arg, int task, int thread) {
     const size_t part_bytes = tl_type_row_bytes(j->w->type, j->d);
     const int gated = j->nparts == 3;
     const float *b = j->bias->name ? j->bias->data : NULL;
+    const float *b_up = gated && j->up_bias->name ? j->up_bias->data : NULL;
     for (size_t t = t0; t < t1; t++) {
         const uint8_t *run = j->base + (size_t)j->idx[t] * j->run_bytes;
         const int32_t i = j->chan[t];
@@ -70,7 +72,11 @@ static void neuron_task(void *arg, int task, int thread) {
             if (b) g[r] += b[i];
             on |= g[r] > 0;
         }
-        if (gated && on) part_dots(j, run + part_bytes, u, scratch);
+        if (gated && on) {
+            part_dots(j, run + part_bytes, u, scratch);
+            if (b_up)
+                for (size_t r = 0; r < j->n; r++) u[r] += b_up[i];
+        }
         for (size_t r = 0; r < j->n; r++)
             j->H[r * j->ldh + (size_t)j->idx[t]] = !(g[r] > 0) ? 0.0f : gated ? g[r] * u[r] : g[r];
         if (j->measure) { /* the down column's norm, for the output mass */
@@ -121,16 +127,17 @@ static void measure_recall(tl_llama *m, tl_llama_scratch *s, int32_t l, size_t n
             const double mass = fabs((double)*h) * s->neuron_norm[i];
             all += mass;
             if (predicted) kept += mass;
-            else *h = 0.0f;
+            else if (m->params.neuron_predict) *h = 0.0f; /* else: the dense FFN, as asked */
         }
     }
     s->recall_kept += kept;
     s->recall_all += all;
 }
 
-/* A product of more neurons than the window holds (a prompt's rows) read them all to the
- * site buffer: the window takes the last row's predicted neurons from there, the ones the
- * next token most likely needs, so decoding does not start from an empty window. */
+/* A product of one sequence's rows (a prompt) with more neurons than the window holds
+ * read them all to the site buffer: the window takes the last row's predicted neurons
+ * from there, the ones the next token most likely needs, so decoding does not start from
+ * an empty window. (Rows of many sequences would replace the window each step.) */
 static void prime_window(tl_llama *m, tl_llama_scratch *s, int32_t l, size_t n,
                          const uint8_t *base, size_t run_bytes) {
     tl_neuron_window *win = m->window;
@@ -146,7 +153,7 @@ static void prime_window(tl_llama *m, tl_llama_scratch *s, int32_t l, size_t n,
 }
 
 tl_status tl_op_neuron_ffn(tl_llama *m, tl_llama_scratch *s, int32_t l, const float *xn,
-                           size_t n, float *y) {
+                           size_t n, int one_sequence, float *y) {
     const tl_llama_layer *L = &m->layers[l];
     const tl_weight *w = &L->neurons;
     const size_t f = (size_t)m->hp.n_ff, d = (size_t)m->hp.n_embd;
@@ -183,12 +190,12 @@ tl_status tl_op_neuron_ffn(tl_llama *m, tl_llama_scratch *s, int32_t l, const fl
         if (!st) st = m->fetch_wait(m->fetch_user);
         if (st) return st;
         for (size_t t = 0; t < nc; t++) idx[t] = chan[t];
-        if (win && !measure && m->params.neuron_predict)
+        if (win && !measure && m->params.neuron_predict && one_sequence)
             prime_window(m, s, l, n, base, run_bytes);
     }
     tl_flash_part parts[TL_FLASH_MAX_PARTS];
     const size_t nparts = (size_t)tl_flash_neuron_parts(&m->hp, parts);
-    neuron_job j = {m, s, w, nparts == 3 ? &L->b_gate : &L->b_up, base, run_bytes, d, n,
+    neuron_job j = {m, s, w, nparts == 3 ? &L->b_gate : &L->b_up, &L->b_up, base, run_bytes, d, n,
                     nparts, chan, idx, nc, xn, NULL, NULL, s->gate, ldh,
                     2 * (size_t)s->max_rows + d, measure};
     if (!m->use_reference && w->type == TL_TYPE_Q8_0) {

@@ -179,11 +179,22 @@ uint64_t tl_weight_site_tags_bytes(const tl_llama *m) {
     return (uint64_t)most * sizeof(uint64_t) + 64;
 }
 
+size_t tl_neuron_run_bytes(const tl_llama *m) {
+    size_t run = 0;
+    for (int32_t l = m->stage_first; l < m->stage_end; l++) {
+        const tl_weight *w = &m->layers[l].neurons;
+        if (!w->name) return 0;
+        const size_t b = tl_type_row_bytes(w->type, w->cols);
+        if (run && b != run) return 0;
+        run = b;
+    }
+    return run;
+}
+
 uint64_t tl_weight_plan_window_bytes(const tl_llama *m, const tl_weight_plan *p) {
-    if (!p->window_slots || !m->hp.ffn_neurons) return 0;
-    const tl_weight *w = &m->layers[m->stage_first].neurons;
+    if (!p->window_slots || !m->hp.ffn_neurons || !tl_neuron_run_bytes(m)) return 0;
     return tl_neuron_window_bytes(m->hp.n_layer, (uint32_t)m->hp.n_ff, p->window_slots,
-                                  tl_type_row_bytes(w->type, w->cols)) + ALIGN;
+                                  tl_neuron_run_bytes(m)) + ALIGN;
 }
 
 uint64_t tl_weight_plan_bytes(const tl_llama *m, const tl_weight_plan *p) {
@@ -403,29 +414,29 @@ static double token_read_bytes(const tl_llama *m, const tl_weight_plan *p) {
 tl_status tl_weight_plan_make(const tl_llama *m, uint64_t budget, int prefetch, int overlap,
                               tl_weight_plan *p) {
     const int32_t asked = m->params.neuron_window;
-    if (!m->hp.ffn_neurons || asked == 0 || m->neuron_info.window_k <= 0)
+    /* no window where it would hold nothing: no neuron runs of one size, every neuron
+     * computed (no prediction, or measuring) */
+    if (!m->hp.ffn_neurons || asked == 0 || m->neuron_info.window_k <= 0 ||
+        !tl_neuron_run_bytes(m) || !m->params.neuron_predict || m->params.neuron_measure)
         return plan_make(m, budget, prefetch, overlap, 0, 0, p);
-    /* the planner's choice of k: the plan that reads least per token (ties: the smaller
-     * window); a window that does not fit the budget is no choice */
+    /* the window asked for, or the planner's choice of k: the plan that reads least per
+     * token (ties: the smaller window), from no window up; a window only adds bytes, so
+     * when the first does not fit, none does */
     const int32_t k0 = asked > 0 ? asked : 0, k1 = asked > 0 ? asked : m->neuron_info.window_k;
-    tl_status st = TL_ERR_NOMEM;
-    double best = 0;
-    for (int32_t k = k0; k <= k1; k++) {
+    tl_status st = plan_make(m, budget, prefetch, overlap, window_slots_for(m, k0), k0, p);
+    if (st) return st;
+    double best = token_read_bytes(m, p);
+    for (int32_t k = k0 + 1; k <= k1; k++) {
         tl_weight_plan c;
-        tl_status cs = plan_make(m, budget, prefetch, overlap, window_slots_for(m, k), k, &c);
-        if (cs) {
-            if (st) st = cs; /* the first error stands when nothing fits */
-            continue;
-        }
+        if (plan_make(m, budget, prefetch, overlap, window_slots_for(m, k), k, &c)) continue;
         const double b = token_read_bytes(m, &c);
-        if (st || b < best) {
-            if (!st) tl_weight_plan_free(p);
+        if (b < best) {
+            tl_weight_plan_free(p);
             *p = c;
             best = b;
-            st = TL_OK;
         } else {
             tl_weight_plan_free(&c);
         }
     }
-    return st;
+    return TL_OK;
 }

@@ -51,6 +51,10 @@ uint64_t tl_weight_plan_unit_bytes(const tl_llama *m, const tl_weight_plan *p, i
 uint64_t tl_weight_plan_site_buf_bytes(const tl_llama *m, const tl_weight_plan *p);
 /* Budget bytes of the read tags beside that buffer (one per run of the widest site). */
 uint64_t tl_weight_site_tags_bytes(const tl_llama *m);
+/* A FFN by neuron: the bytes of every layer's neuron runs, one size for all the stage's
+ * layers (the neuron window's slots); 0 when they differ (a K-quant mix giving layers
+ * different types: no window) or there are none. */
+size_t tl_neuron_run_bytes(const tl_llama *m);
 /* Budget bytes of the plan's neuron window (0: none). */
 uint64_t tl_weight_plan_window_bytes(const tl_llama *m, const tl_weight_plan *plan);
 /* Bytes the plan needs from the budget (resident buffers, slots, row buffer). */

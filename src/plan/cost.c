@@ -366,10 +366,11 @@ static void flash_reads(const tl_model *m, const tl_hw_profile *prof, const tl_w
         const int n = tl_weight_plan_unit_weights(&m->lm, plan, l, ws);
         for (int i = 0; i < n; i++) {
             const tl_weight *w = ws[i];
-            const int site = (int)(w - m->lm.layers[l].site);
             const double p = w == &m->lm.layers[l].neurons
                                  ? neuron_read_share(m, plan, rows)
-                                 : flash_need_share(site_zero_share(m, l, site), rows);
+                                 : flash_need_share(
+                                       site_zero_share(m, l, (int)(w - m->lm.layers[l].site)),
+                                       rows);
             const double q = 1 - p;
             const double R = (double)tl_type_row_bytes(w->type, w->cols), C = (double)w->rows;
             const double K = floor(gap / R);

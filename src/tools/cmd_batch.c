@@ -19,6 +19,7 @@
 #include "tools/batch_input.h"
 #include "tools/batch_output.h"
 #include "tools/cli.h"
+#include "model/neurons.h"
 #include "tools/cli_plan.h"
 #include "tools/cli_pipe.h"
 #include "tools/batch_pipe.h"
@@ -473,6 +474,10 @@ int tl_cmd_batch(int argc, char **argv) {
         else if (!strcmp(a, "--flash-gap")) {
             VAL(); if (!cli_size(a, v, &mp.flash_gap_bytes)) return 2;
         }
+        else if (!strcmp(a, "--neuron-window")) {
+            VAL(); if (!cli_int(a, v, -1, TL_NEURON_WINDOW_MAX, &mp.neuron_window)) return 2;
+        }
+        else if (!strcmp(a, "--no-predictor")) mp.neuron_predict = 0;
         else if (!strcmp(a, "--kv-select")) {
             VAL(); if (!cli_share(a, v, &bp.kv_select)) return 2;
             knobs++, placement++;

@@ -70,8 +70,11 @@ static void print_layout(const tl_gguf *g, const tl_llama_hparams *hp) {
         printf("layout:        rows (each matrix row-major, as GGUF stores it)\n");
         return;
     }
-    printf("layout:        flash v%d: each layer's matrices by input channel, one run per "
-           "channel, bundled by shared input\n", TL_FLASH_LAYOUT_VERSION);
+    uint32_t version = 1;
+    tl_gguf_get_u32(g, "tierllm.layout.version", &version);
+    printf("layout:        flash v%u: each layer's matrices by input channel, one run per "
+           "channel, bundled by shared input%s\n", version,
+           version == TL_FLASH_LAYOUT_VERSION_NEURONS ? "; the FFN by neuron" : "");
     const int by_neuron = tl_gguf_find(g, "tierllm.neurons.rank") != NULL;
     for (int s = 0; s < TL_SITE_COUNT && hp->n_layer > 0; s++) {
         char name[96];

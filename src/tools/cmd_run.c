@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 #include "tools/cli.h"
+#include "base/out_file.h"
+#include "base/status.h"
 #include "model/flash_layout.h"
 #include "tools/cli_plan.h"
 #include "tools/cli_pipe.h"
@@ -86,7 +88,8 @@ typedef struct run_state {
     tl_run_stats *snap; /* stats after each generated token (printed at the end, so they
                            do not interleave with the streamed text) */
     int n, cap;
-    FILE *ids;          /* --ids: the generated tokens' ids */
+    int32_t *ids;       /* --ids: the generated tokens' ids (written at the end, whole) */
+    size_t n_ids, ids_cap;
 } run_state;
 
 static void print_token_stats(const tl_run_stats *a, const tl_run_stats *b, int n) {
@@ -120,11 +123,38 @@ static void print_token_stats(const tl_run_stats *a, const tl_run_stats *b, int 
 
 static int on_piece(void *user, int32_t token, const char *text, size_t len) {
     run_state *rs = user;
-    if (rs->ids && token >= 0) fprintf(rs->ids, "%d\n", (int)token);
+    if (rs->ids_cap && token >= 0) {
+        if (rs->n_ids == rs->ids_cap) {
+            int32_t *more = realloc(rs->ids, 2 * rs->ids_cap * sizeof *more);
+            if (!more) { /* stops generation; reported after it */
+                rs->ids_cap = 0;
+                return 1;
+            }
+            rs->ids = more, rs->ids_cap *= 2;
+        }
+        rs->ids[rs->n_ids++] = token;
+    }
     fwrite(text, 1, len, stdout);
     fflush(stdout);
     if (rs->stats && token >= 0 && rs->n < rs->cap) tl_context_get_stats(rs->ctx, &rs->snap[rs->n++]);
     return 0;
+}
+
+/* --ids: the generated ids, one per line, written whole or not at all (base/out_file.h). */
+static tl_status write_ids(const char *path, const int32_t *ids, size_t n) {
+    char *text = malloc(n * 12 + 1);
+    if (!text) return tl_error_set(TL_ERR_NOMEM, "out of memory for --ids");
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) len += (size_t)sprintf(text + len, "%d\n", (int)ids[i]);
+    tl_out_file out;
+    tl_status st = tl_out_file_open(&out, path);
+    if (!st) {
+        st = tl_out_file_write(&out, text, len);
+        if (st) tl_out_file_abort(&out);
+        else st = tl_out_file_commit(&out);
+    }
+    free(text);
+    return st;
 }
 
 /* The workload from the prompt and -n; then the search with the policy applied (auto),
@@ -437,12 +467,6 @@ int tl_cmd_run(int argc, char **argv) {
         if (!file_prompt) return cli_pipe_abort(&pp, 1);
         prompt = file_prompt;
     }
-    FILE *ids = NULL;
-    if (ids_path && !(ids = fopen(ids_path, "w"))) {
-        fprintf(stderr, "error: --ids %s: %s\n", ids_path, strerror(errno));
-        free(file_prompt);
-        return cli_pipe_abort(&pp, 1);
-    }
     tl_model *m = NULL;
     tl_context *c = NULL;
     tl_generate_stats gs;
@@ -504,7 +528,9 @@ int tl_cmd_run(int argc, char **argv) {
     if (!st && policy == 1 && !pp.link) st = recheck_run(m, &c, &cp, &rq, &chosen, &prof);
     if (!st && policy == 1 && !pp.link) /* a stage's prediction is not the run's */
         cli_print_prediction(stderr, "predicted", &chosen, &rq.w);
-    run_state rs = {c, stats, NULL, 0, 0, ids};
+    run_state rs = {c, stats, NULL, 0, 0, NULL, 0, 0};
+    if (ids_path && (rs.ids = malloc(256 * sizeof *rs.ids))) rs.ids_cap = 256;
+    if (!st && ids_path && !rs.ids) st = tl_error_set(TL_ERR_NOMEM, "out of memory for --ids");
     if (stats && !st) {
         rs.cap = gp.n_predict >= 0 ? gp.n_predict + 1 : 4096;
         rs.snap = calloc((size_t)rs.cap + 1, sizeof *rs.snap);
@@ -516,10 +542,10 @@ int tl_cmd_run(int argc, char **argv) {
         st = tl_generate(c, prompt, &gp, on_piece, &rs, &gs);
     }
     int rc = 0;
-    if (ids && fclose(ids) != 0 && !st) {
-        fprintf(stderr, "error: --ids %s: %s\n", ids_path, strerror(errno));
-        rc = 1;
-    }
+    if (!st && ids_path && !rs.ids_cap)
+        st = tl_error_set(TL_ERR_NOMEM, "out of memory for --ids: generation stopped");
+    if (!st && ids_path) st = write_ids(ids_path, rs.ids, rs.n_ids);
+    free(rs.ids);
     if (st) {
         fputc('\n', stdout);
         fflush(stdout);

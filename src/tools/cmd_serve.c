@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "tools/cli.h"
+#include "model/neurons.h"
 #include "tools/cli_plan.h"
 #include "plan/serve_plan.h"
 #include "exec/model_handle.h"
@@ -179,6 +180,10 @@ int tl_cmd_serve(int argc, char **argv) {
             VAL(); if (!cli_sparsity(a, v, &mp.sparsity)) return 2;
         } else if (!strcmp(a, "--flash-gap")) {
             VAL(); if (!cli_size(a, v, &mp.flash_gap_bytes)) return 2;
+        } else if (!strcmp(a, "--neuron-window")) {
+            VAL(); if (!cli_int(a, v, -1, TL_NEURON_WINDOW_MAX, &mp.neuron_window)) return 2;
+        } else if (!strcmp(a, "--no-predictor")) {
+            mp.neuron_predict = 0;
         } else if (!strcmp(a, "--prefetch")) {
             VAL(); if (!cli_int(a, v, 0, 64, &mp.prefetch)) return 2;
         } else if (!strcmp(a, "--io")) {

@@ -325,7 +325,8 @@ BIASES = ("attn_q", "attn_k", "attn_v", "attn_output")
 #   blk.N.ffn_down.cols     run c = w_down[:, c]
 # The engine's products with these ("column products", kernels.h) use the activations as
 # given: a matrix from a site tensor never rounds its input, whatever the type.
-FLASH_LAYOUT_VERSION = 1
+FLASH_LAYOUT_VERSION = 1           # every matrix by input channel
+FLASH_LAYOUT_VERSION_NEURONS = 2   # a ReLU FFN by neuron, with the tierllm.neurons.* keys
 FLASH_SITES = (("attn_qkv.cols", ("attn_q", "attn_k", "attn_v")),
                ("attn_output.cols", ("attn_output",)),
                ("ffn_gate_up.cols", ("ffn_gate", "ffn_up")),
@@ -334,8 +335,9 @@ FLASH_SITES = (("attn_qkv.cols", ("attn_q", "attn_k", "attn_v")),
 
 def is_flash_layout(metadata):
     """True for a file in the flash layout (tierllm.layout = "flash", tierllm.layout.version
-    = 1), False for a row-major one (no tierllm.layout key); any other layout or version is
-    a ValueError, as the engine refuses it."""
+    1, or 2 with the neuron keys tierllm.neurons.*), False for a row-major one (no
+    tierllm.layout key); any other layout or version, or a version that disagrees with the
+    neuron keys, is a ValueError, as the engine refuses it."""
     layout = metadata.get("tierllm.layout")
     if layout is None:
         return False
@@ -343,9 +345,14 @@ def is_flash_layout(metadata):
         raise ValueError("tierllm.layout %r: the reference reads only \"flash\" (or no key: "
                          "row-major)" % (layout,))
     version = metadata.get("tierllm.layout.version")
-    if version != FLASH_LAYOUT_VERSION or isinstance(version, (bool, float)):
-        raise ValueError("flash layout version %r: the reference reads version %d"
-                         % (version, FLASH_LAYOUT_VERSION))
+    if version not in (FLASH_LAYOUT_VERSION, FLASH_LAYOUT_VERSION_NEURONS) or \
+            isinstance(version, (bool, float)):
+        raise ValueError("flash layout version %r: the reference reads versions %d and %d"
+                         % (version, FLASH_LAYOUT_VERSION, FLASH_LAYOUT_VERSION_NEURONS))
+    neurons = "tierllm.neurons.rank" in metadata
+    if neurons != (version == FLASH_LAYOUT_VERSION_NEURONS):
+        raise ValueError("flash layout version %d %s the neuron predictor keys"
+                         % (version, "without" if not neurons else "with"))
     return True
 
 
@@ -1309,8 +1316,10 @@ def _flash_file(spec, path, site_type=gguf_np.GGML_F32, output_type=gguf_np.GGML
     no gate for OPT) in site_type instead of its two sites; predictor: {layer: (V, U, pb)}
     written as ffn_pred_v, ffn_pred_u (F16) and ffn_pred_b (F32)."""
     kv = spec.kv_list()
+    version = FLASH_LAYOUT_VERSION_NEURONS if predictor and layout[1] == FLASH_LAYOUT_VERSION \
+        else layout[1]
     kv += [("tierllm.layout", gguf_np.T_STRING, layout[0]),
-           ("tierllm.layout.version", gguf_np.T_UINT32, layout[1])]
+           ("tierllm.layout.version", gguf_np.T_UINT32, version)]
     if predictor:
         kv.append(("tierllm.neurons.rank", gguf_np.T_UINT32,
                    int(next(iter(predictor.values()))[0].shape[0])))
@@ -1349,7 +1358,10 @@ def _selftest_flash(tmp):
     for md, words in (({"tierllm.layout": "rows"}, "reads only"),
                       ({"tierllm.layout": "Flash", "tierllm.layout.version": 1}, "reads only"),
                       ({"tierllm.layout": "flash"}, "version None"),
-                      ({"tierllm.layout": "flash", "tierllm.layout.version": 2}, "version 2"),
+                      ({"tierllm.layout": "flash", "tierllm.layout.version": 3}, "version 3"),
+                      ({"tierllm.layout": "flash", "tierllm.layout.version": 2}, "without"),
+                      ({"tierllm.layout": "flash", "tierllm.layout.version": 1,
+                        "tierllm.neurons.rank": 4}, "with"),
                       ({"tierllm.layout": "flash", "tierllm.layout.version": 1.0}, "version 1.0")):
         try:
             is_flash_layout(md)
