@@ -87,6 +87,28 @@ expect_rc 0 "convert q8_0 by neuron" "$bin" convert -m "$tmp/q8.gguf" -o "$tmp/q
 $py "$here/ref/compare_logits.py" --tierllm "$bin" --model "$tmp/q8n.gguf" --tokens $tokens ||
     fail "q8_0 neurons against NumPy"
 
+# a K-quant mix gives layers neuron runs of different types (Q6_K down on some): no window
+# (its slots are of one size), the streamed logits still the resident ones
+"$bin" synth --embd 256 --ff 1024 --layers 4 --heads 4 --kv-heads 2 --ctx 256 --vocab 512 \
+    --act relu --ffn-sparsity 0.9 --type q4_k_m -o "$tmp/mix.gguf" >/dev/null 2>&1 ||
+    fail "synth relu q4_k_m"
+expect_rc 0 "convert q4_k_m by neuron" "$bin" convert -m "$tmp/mix.gguf" -o "$tmp/mixn.gguf" \
+    --calib "$calib" --sparsity 0 --uniform --layout flash -c 128
+expect_rc 0 "info q4_k_m" "$bin" info -m "$tmp/mixn.gguf" --tensors
+[ "$(grep -c "ffn_neurons" "$tmp/out")" -ge 2 ] && grep "ffn_neurons" "$tmp/out" | grep -q Q6_K &&
+    grep "ffn_neurons" "$tmp/out" | grep -q Q4_K || fail "q4_k_m neuron runs: $(grep ffn_neurons "$tmp/out")"
+expect_rc 0 "logits q4_k_m resident" "$bin" logits -m "$tmp/mixn.gguf" --tokens $tokens \
+    -o "$tmp/mres.f32"
+expect_rc 0 "logits q4_k_m streamed" "$bin" logits -m "$tmp/mixn.gguf" --tokens $tokens \
+    --mem-budget 5M --neuron-window 2 -o "$tmp/mstr.f32"
+cmp -s "$tmp/mres.f32" "$tmp/mstr.f32" || fail "q4_k_m: streamed logits differ from resident"
+expect_rc 0 "run q4_k_m streamed" "$bin" run -m "$tmp/mixn.gguf" -p "hello there" -n 8 \
+    --temp 0 --mem-budget 5M --neuron-window 2 --stats
+grep -q '^\[stats\] budget.*streamed [1-9]' "$tmp/err" ||
+    fail "q4_k_m: nothing streamed at 5M: $(grep 'budget' "$tmp/err")"
+grep '^\[stats\] FFN by neuron' "$tmp/err" | grep -q "window" &&
+    fail "q4_k_m: a window over runs of different sizes: $(grep 'FFN by' "$tmp/err")"
+
 # damaged files: a rank outside 1..n_embd, a missing predictor tensor
 $py - "$tmp/n.gguf" "$tmp/rank0.gguf" "$tmp/nopred.gguf" "$tmp/v1.gguf" <<'P' ||
 import struct, sys

@@ -40,7 +40,7 @@ tl_convert_params tl_convert_default_params(void) {
     p.max_ppl_rise = 0.02f;
     p.predictor_rank = 128;
     p.predictor_tokens = 512;
-    p.predictor_recall = 0.995;
+    p.predictor_recall = 0.9999;
     p.mp = tl_model_default_params();
     return p;
 }

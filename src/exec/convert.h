@@ -48,7 +48,9 @@ typedef struct tl_convert_params {
     /* A ReLU FFN in the flash layout is stored by neuron with a predictor of the active
      * neurons (exec/neuron_calib.h), fitted on the FFN inputs of the first
      * predictor_tokens calibration tokens (default 512): its rank (default 128) and the
-     * share of the active neurons' output mass it must predict there (default 0.995). */
+     * share of the active neurons' output mass it must predict there (default 0.9999:
+     * well above the recall held-out text needs, since a missed neuron can still flip a
+     * greedy token whose logit is near a tie, and the extra neurons cost little). */
     int32_t predictor_rank, predictor_tokens;
     double predictor_recall;
     tl_model_params mp;   /* how the model runs during calibration (threads, budget) */

@@ -32,7 +32,7 @@ static int usage(FILE *f) {
             "  --predictor-rank R    its rank (default 128)\n"
             "  --predictor-tokens N  calibration tokens it is fitted on (default 512)\n"
             "  --recall R            the share of the active neurons' output mass it must\n"
-            "                        predict on them (default 0.995)\n"
+            "                        predict on them (default 0.9999)\n"
             "  -c N                  calibration windows in tokens (default: the model's\n"
             "                        context, at most 512)\n"
             "  -t N, --mem-budget SIZE  threads and memory for the calibration runs\n",
