@@ -384,7 +384,7 @@ tl_status tl_convert(const tl_convert_params *p, tl_convert_report *r) {
         goto out;
     cw.cal = &cal;
     if (T) {
-        if (T > r->calib_tokens) cw.T = T > r->calib_tokens ? r->calib_tokens : T;
+        cw.T = T < r->calib_tokens ? T : r->calib_tokens; /* (X sized for T) */
         cw.X = malloc((size_t)x_bytes);
         cw.rows = calloc((size_t)L, sizeof *cw.rows);
         if (!cw.X || !cw.rows) {

@@ -195,14 +195,15 @@ tl_status tl_op_neuron_ffn(tl_llama *m, tl_llama_scratch *s, int32_t l, const fl
     }
     tl_flash_part parts[TL_FLASH_MAX_PARTS];
     const size_t nparts = (size_t)tl_flash_neuron_parts(&m->hp, parts);
-    neuron_job j = {m, s, w, nparts == 3 ? &L->b_gate : &L->b_up, &L->b_up, base, run_bytes, d, n,
-                    nparts, chan, idx, nc, xn, NULL, NULL, s->gate, ldh,
+    neuron_job j = {m, s, w, nparts == 3 ? &L->b_gate : &L->b_up, &L->b_up, base,
+                    run_bytes, d, n, nparts, chan, idx, nc, xn, NULL, NULL, s->gate, ldh,
                     2 * (size_t)s->max_rows + d, measure};
     if (!m->use_reference && w->type == TL_TYPE_Q8_0) {
         /* one Q8_0 row at a time: the row dot kernel, on xn rounded once (thread 0's
          * scratch: n * d / 32 blocks of 36 bytes, within a product's scratch) */
         tl_block_q8_act *q8 = (tl_block_q8_act *)(void *)s->mm_scratch;
-        for (size_t r = 0; r < n; r++) tl_quant_act_row_fast(xn + r * d, q8 + r * (d / TL_QK), d);
+        for (size_t r = 0; r < n; r++)
+            tl_quant_act_row_fast(xn + r * d, q8 + r * (d / TL_QK), d);
         j.q8 = q8;
     } else if (!m->use_reference && tl_matmul_act_floats(w->type, TL_LAYOUT_ROWS, d, n)) {
         /* round xn once for every neuron's dots, in thread 0's scratch (the dots then

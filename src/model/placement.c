@@ -336,8 +336,10 @@ static tl_status plan_make(const tl_llama *m, uint64_t budget, int prefetch, int
         if (m->flash)
             return tl_error_set(TL_ERR_NOMEM, "%.1f MiB are left for weights, but streaming "
                                 "needs at least %.1f MiB (a buffer of the largest flash-layout "
-                                "tensor, the output's, and norms)", budget / 1048576.0,
-                                tl_mib_up(minimum));
+                                "tensor, the output's, and norms%s)", budget / 1048576.0,
+                                tl_mib_up(minimum),
+                                slots ? ", with a neuron window of --neuron-window tokens"
+                                      : "");
         return tl_error_set(TL_ERR_NOMEM, "%.1f MiB are left for weights, but streaming "
                             "needs at least %.1f MiB (%d layer buffers of the largest layer "
                             "plus norms)", budget / 1048576.0, tl_mib_up(minimum),
