@@ -80,9 +80,7 @@ typedef struct tl_model_params {
     float sparsity;
     /* Flash-layout files (`tierllm convert --layout flash`): when a streamed matrix reads
      * only the runs of its non-zero input channels, two needed runs at most this many
-     * bytes apart are read as one request, the gap with them. TL_FLASH_GAP_AUTO (the
-     * default): where a run plans with the machine's profile, the gap whose read costs as
-     * much as a request there, else 16 KiB. */
+     * bytes apart are read as one request, the gap with them (default 16 KiB). */
     uint64_t flash_gap_bytes;
     /* Flash-layout files of ReLU models, whose FFN is stored by neuron with a predictor of
      * the active neurons (model/flash_layout.h):
@@ -100,7 +98,6 @@ typedef struct tl_model_params {
 } tl_model_params;
 
 enum { TL_IO_KV_FIRST = 0, TL_IO_BY_NEED = 1 };
-#define TL_FLASH_GAP_AUTO UINT64_MAX
 
 tl_model_params tl_model_default_params(void);
 

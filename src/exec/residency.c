@@ -74,6 +74,7 @@ struct tl_residency {
     size_t site_tags_cap, site_n_tags; /* reads of the fetch in flight (0: none) */
     const tl_weight *site_w;
     double site_t0;
+    uint64_t flash_gap;     /* a gap between needed runs this small is read through */
     uint64_t flash_needed, flash_read, flash_dense, flash_reads;
     double flash_fetch_s;
     tl_neuron_window window; /* a FFN by neuron: the plan's neuron window (model/neurons.h) */
@@ -263,7 +264,7 @@ static tl_status load_residents(tl_residency *r, const tl_weight_plan *plan) {
 
 /* ---- flash layout: the runs a site's non-zero inputs need (model/flash_layout.h) ----
  * Runs of needed channels are read into the site buffer at their offset in the tensor,
- * widened to the tier's alignment; two reads whose gap is at most m->flash_gap bytes become
+ * widened to the tier's alignment; two reads whose gap is at most flash_gap bytes become
  * one (reading the gap costs less than a request). Every read is urgent: compute waits
  * for all of them (fetch_wait) before the product. */
 static tl_status fetch_runs(void *user, const tl_weight *w, const int32_t *chan, size_t nc,
@@ -290,7 +291,7 @@ static tl_status fetch_runs(void *user, const tl_weight *w, const int32_t *chan,
             const uint64_t off = w->file_offset + (uint64_t)chan[i] * run;
             ca = off / al * al;
             cb = (off + run + al - 1) / al * al;
-            if (b && (ca <= b || ca - b <= r->m->flash_gap)) { /* close enough: one read */
+            if (b && (ca <= b || ca - b <= r->flash_gap)) { /* close enough: one read */
                 if (cb > b) b = cb;
                 continue;
             }
@@ -343,6 +344,7 @@ static tl_status open_flash(tl_residency *r, const tl_weight_plan *plan) {
                                   (void **)&r->site_tags);
     if (st) return st;
     r->site_tags_cap = tag_bytes / sizeof *r->site_tags;
+    r->flash_gap = m->params.flash_gap_bytes;
     m->fetch_runs = fetch_runs;
     m->fetch_wait = fetch_wait;
     m->fetch_user = r;

@@ -42,8 +42,6 @@
 /* The IO queue depth a flash-layout file's reads get at least: its streamed sites are read
  * as many requests of a few KiB, which a disk serves faster the deeper its queue. */
 #define TL_FLASH_MIN_QUEUE_DEPTH 32
-/* The read-through gap (tl_model_params.flash_gap_bytes) before a profile gives one. */
-#define TL_FLASH_GAP_DEFAULT ((uint64_t)16 << 10)
 
 struct tl_llama_hparams;
 

@@ -115,9 +115,6 @@ struct tl_llama {
                                   level in force (0: dense), a calibration observer */
     int tied_output;           /* output.weight absent: the classifier is tok_embd */
     int flash;                 /* 1: the layers are in the flash layout (layers' site[]) */
-    uint64_t flash_gap;        /* the read-through gap in force (params.flash_gap_bytes, or
-                                  with TL_FLASH_GAP_AUTO the default until a profile sets
-                                  it: plan/calibrate.c) */
     tl_neuron_info neuron_info; /* hp.ffn_neurons: the file's predictor figures */
     tl_neuron_window *window;  /* the neuron window, when placed (exec/); NULL: none */
     /* Flash layout, a site tensor that is not resident (data NULL): fetch_runs starts

@@ -519,7 +519,7 @@ tl_model_params tl_model_default_params(void) {
     p.w_mem_pct = 100;
     p.io_order = TL_IO_KV_FIRST;
     p.sparsity = -1.0f;
-    p.flash_gap_bytes = TL_FLASH_GAP_AUTO;
+    p.flash_gap_bytes = 16384;
     p.neuron_window = -1;
     p.neuron_predict = 1;
     return p;
@@ -642,8 +642,6 @@ tl_status tl_llama_open(const char *path, const tl_model_params *params, tl_llam
     tl_status st = check_params(&p);
     if (st) return st;
     m->params = p;
-    m->flash_gap = p.flash_gap_bytes == TL_FLASH_GAP_AUTO ? TL_FLASH_GAP_DEFAULT
-                                                          : p.flash_gap_bytes;
     m->path = strdup(path);
     m->use_reference = p.reference_kernels;
     st = m->path ? TL_OK : tl_error_set(TL_ERR_NOMEM, "out of memory");

@@ -22,17 +22,11 @@
  * neighbouring needed channels), timed for at most FLASH_PROBE_S. */
 #define FLASH_PROBE_CHUNK ((uint64_t)64 << 10)
 #define FLASH_PROBE_S 0.5
-/* and requests of a small run's size (a neuron's, a down column's), for the cost of a
- * request: the profile's grid starts at 64 KiB */
-#define FLASH_PROBE_SMALL ((uint64_t)16 << 10)
-#define FLASH_PROBE_SMALL_S 0.25
 
 /* A flash file whose streamed sites are read at their turn, with (nearly) nothing in the
  * ring: the model file's own reads, at random chunk-aligned offsets, FLASH_PROBE_CHUNK at
  * the flash queue's depth, into budget buffers (none free: not measured). The whole disk
- * grid is scaled to that point. Unless the params give one, the read-through gap comes
- * from the same reads and FLASH_PROBE_SMALL ones: a request of c bytes taken as a + c / B
- * (a per request, B streaming), a gap is cheaper read than skipped up to a * B bytes. */
+ * grid is scaled to that point. */
 static tl_status calibrate_flash(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio) {
     if (!m->lm.flash || !tl_weight_plan_site_buf_bytes(&m->lm, tl_residency_plan(m->res)))
@@ -48,22 +42,11 @@ static tl_status calibrate_flash(tl_model *m, tl_hw_profile *prof, double *measu
         return TL_OK; /* the budget is spoken for: keep the profile's figure */
     for (int32_t i = 0; i < depth; i++) bufs[i] = buf + (size_t)i * chunk;
     uint64_t cursor = 0, seed = 7;
-    double bps = 0, small_bps = 0;
+    double bps = 0;
     tl_status st = tl_tier_time_reads(t, chunk, depth, (uint64_t)256 << 20, span, 1, &cursor,
                                       &seed, bufs, FLASH_PROBE_S, &bps);
-    const int gap_auto = m->lm.params.flash_gap_bytes == TL_FLASH_GAP_AUTO;
-    if (!st && gap_auto)
-        st = tl_tier_time_reads(t, FLASH_PROBE_SMALL, depth, (uint64_t)64 << 20,
-                                t->size / FLASH_PROBE_SMALL * FLASH_PROBE_SMALL, 1, &cursor,
-                                &seed, bufs, FLASH_PROBE_SMALL_S, &small_bps);
     tl_budget_free(m->lm.budget, buf);
     if (st) return tl_error_wrap(st, "calibrating the disk on the model file");
-    if (gap_auto && bps > 0 && small_bps > 0) {
-        const double c1 = (double)FLASH_PROBE_SMALL, c2 = (double)chunk;
-        const double t1 = c1 / small_bps, t2 = c2 / bps;
-        const double B = t2 > t1 ? (c2 - c1) / (t2 - t1) : 0, a = B > 0 ? t1 - c1 / B : 0;
-        m->lm.flash_gap = a > 0 ? (uint64_t)(a * B < c2 ? a * B : c2) : 0;
-    }
     const double before = tl_profile_read_bps(prof, chunk, depth);
     if (!(bps > 0) || !(before > 0)) return TL_OK;
     *measured_bps = bps;
@@ -71,7 +54,7 @@ static tl_status calibrate_flash(tl_model *m, tl_hw_profile *prof, double *measu
     return tl_profile_set_read_bps(prof, chunk, depth, bps);
 }
 
-static tl_status calibrate_rates(tl_model *m, tl_hw_profile *prof, double *measured_bps,
+tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio) {
     *measured_bps = 0;
     *ratio = 1;
@@ -104,11 +87,6 @@ static tl_status calibrate_rates(tl_model *m, tl_hw_profile *prof, double *measu
         if (tl_prof_chunks[c] >= m->lm.params.io_chunk_bytes)
             for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof->disk_read_bps[c][d] *= *ratio;
     return TL_OK;
-}
-
-tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
-                                 double *ratio) {
-    return calibrate_rates(m, prof, measured_bps, ratio);
 }
 
 /* Resident matrices timed per calibration: enough to stream from DRAM, not from cache. */

@@ -22,9 +22,7 @@
  * model's chunk and depth) are filled and the profile's large-read figures are scaled;
  * with nothing streamed, or less than 8 MiB, ratio stays 1 - unless a flash-layout file's
  * sites are read at their turn: then the model file's random 64 KiB reads at the flash
- * queue's depth are timed and the whole grid scaled to them; with them 16 KiB reads,
- * whose difference sets the read-through gap (m->lm.flash_gap) unless the params give
- * one. */
+ * queue's depth are timed and the whole grid scaled to them. */
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio);
 

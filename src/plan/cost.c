@@ -358,7 +358,7 @@ static void flash_reads(const tl_model *m, const tl_hw_profile *prof, const tl_w
     if (!m->lm.flash) return;
     const tl_tier *from = m->lm.panel_tier ? m->lm.panel_tier : m->lm.tier;
     const double al = from && from->align > 1 ? (double)from->align : 1;
-    const double gap = (double)m->lm.flash_gap;
+    const double gap = (double)m->lm.params.flash_gap_bytes;
     int32_t depth = m->lm.params.io_queue_depth;
     if (depth < TL_FLASH_MIN_QUEUE_DEPTH) depth = TL_FLASH_MIN_QUEUE_DEPTH;
     for (int32_t l = m->lm.stage_first; l < m->lm.stage_end; l++) {

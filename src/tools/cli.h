@@ -46,9 +46,7 @@ int cli_sparsity(const char *flag, const char *s, float *out);
     "                          the share of each matrix's smallest inputs set to zero\n" \
     "                          (default: the file's; 0 = dense)\n" \
     "  --flash-gap SIZE        flash-layout files: needed runs this close are read as\n" \
-    "                          one request, the gap with them (default: what a request\n" \
-    "                          costs by the machine's profile, where the run plans with\n" \
-    "                          one; else 16K)\n" \
+    "                          one request, the gap with them (default 16K)\n" \
     "  --neuron-window K       flash files of ReLU models (stored by neuron): keep the\n" \
     "                          neurons of the last K tokens in memory, within the\n" \
     "                          budget (default: the planner's K; 0 = none)\n" \
