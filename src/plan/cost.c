@@ -26,6 +26,12 @@
  *                    seconds = bytes / read_bps(bytes per request, the flash queue's
  *                    depth), serial like the KV wait: a site's reads wait for its input,
  *                    so nothing overlaps them
+ *   neuron reads   = (a ReLU FFN by neuron, model/neurons.h) the same formula over the
+ *                    neuron runs, with p = the share of neurons the rows' union predicts
+ *                    (the file's calibrated share; for r rows its mean union of r tokens)
+ *                    times the share the neuron window misses (tl_neuron_window_hit)
+ *   neuron compute = the predictor's two products + the neuron runs' product at n rows
+ *                    times the share computed
  *   KV reads       = disk pages seen by the pass * read bytes / read_bps(slot_bytes, depth)
  *                    depth = the IO queue's (weights and KV pages share it); read bytes =
  *                    slot_bytes, or the input rows' slot at a layer that recomputes
