@@ -13,6 +13,7 @@
 # (runs needed / read / reads / GB/s while waited for), and FS/D, FS/F0, bytes FS/D.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/bench_lib.sh
 reps=${1:-3}; ntok=${2:-16}; sp=${3:-0.5}
 bin=build/tierllm
 dir=${TIERLLM_BENCH_DIR:-/tmp/tierllm-bench}
@@ -31,19 +32,11 @@ prompt="Once upon a time there was a little dog who liked to run in the park"
 one() { # one NAME MODEL SPARSITY: decode tok/s, MiB per token, the flash stats line
     "$bin" run -m "$2" -p "$prompt" -n "$ntok" --temp 0 --mem-budget 4G --sparsity "$3" \
         --stats >/dev/null 2>"$tmp/$1.err" || { cat "$tmp/$1.err"; exit 1; }
-    local tps mib
-    tps=$(sed -n 's/.*decode: [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p' "$tmp/$1.err")
-    mib=$(grep '^\[stats\] token [1-9]' "$tmp/$1.err" |
-          sed -n 's/.*disk \([0-9.]*\) MiB.*/\1/p' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-    echo "$tps $mib"
-}
-disk() { # GB/s of 2 GiB of O_DIRECT 1 MiB reads of the model file
-    dd if="$m" of=/dev/null bs=1M count=2048 iflag=direct 2>&1 |
-        sed -n 's/.*copied, \([0-9.]*\) s.*/\1/p' | awk '{printf "%.2f", 2048 * 1048576 / $1 / 1e9}'
+    echo "$(decode_tps "$tmp/$1.err") $(token_mib "$tmp/$1.err")"
 }
 declare -a D F0 FS DB F0B FSB DISK
 for r in $(seq "$reps"); do
-    DISK+=("$(disk)")
+    DISK+=("$(disk_gbps "$m")")
     read -r t b <<<"$(one d "$m" 0)"; D+=("$t"); DB+=("$b")
     read -r t b <<<"$(one f0 "$f" 0)"; F0+=("$t"); F0B+=("$b")
     read -r t b <<<"$(one fs "$f" "$sp")"; FS+=("$t"); FSB+=("$b")

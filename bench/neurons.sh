@@ -20,6 +20,7 @@
 #     position.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/bench_lib.sh
 reps=${1:-3}; ntok=${2:-32}; qtok=${3:-256}
 bin=build/tierllm
 dir=${TIERLLM_BENCH_DIR:-/tmp/tierllm-bench}
@@ -40,19 +41,11 @@ one() { # one NAME MODEL ARGS...: decode tok/s, median MiB per decode token
     local name=$1 model=$2; shift 2
     "$bin" run -m "$model" -f "$tmp/prompt.txt" -n "$ntok" --temp 0 --mem-budget 4G --stats \
         "$@" >/dev/null 2>"$tmp/$name.err" || { cat "$tmp/$name.err"; exit 1; }
-    local tps mib
-    tps=$(sed -n 's/.*decode: [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p' "$tmp/$name.err")
-    mib=$(grep '^\[stats\] token [1-9]' "$tmp/$name.err" |
-          sed -n 's/.*disk \([0-9.]*\) MiB.*/\1/p' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-    echo "$tps $mib"
-}
-disk() { # GB/s of 2 GiB of O_DIRECT 1 MiB reads of the model file
-    dd if="$m" of=/dev/null bs=1M count=2048 iflag=direct 2>&1 |
-        sed -n 's/.*copied, \([0-9.]*\) s.*/\1/p' | awk '{printf "%.2f", 2048 * 1048576 / $1 / 1e9}'
+    echo "$(decode_tps "$tmp/$name.err") $(token_mib "$tmp/$name.err")"
 }
 declare -a D N N0 DB NB N0B DISK
 for r in $(seq "$reps"); do
-    DISK+=("$(disk)")
+    DISK+=("$(disk_gbps "$m")")
     read -r t b <<<"$(one d "$m")"; D+=("$t"); DB+=("$b")
     read -r t b <<<"$(one n "$n")"; N+=("$t"); NB+=("$b")
     read -r t b <<<"$(one n0 "$n" --neuron-window 0)"; N0+=("$t"); N0B+=("$b")

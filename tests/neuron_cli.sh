@@ -17,6 +17,13 @@ py=/usr/bin/python3
 [ -d "$models" ] || fail "models folder $models missing"
 calib=$here/data/calib_stories.txt
 tokens=1,40,7,26,37,43,38,28,26,37,29,31,42,39,31,42,33,40,39,26,33
+by_neuron() { # by_neuron NAME TYPE LAYERS: a ReLU-fied model $tmp/NAME.gguf, and by neuron
+    "$bin" synth --embd 256 --ff 1024 --layers "$3" --heads 4 --kv-heads 2 --ctx 256 \
+        --vocab 512 --act relu --ffn-sparsity 0.9 --type "$2" -o "$tmp/$1.gguf" >/dev/null 2>&1 ||
+        fail "synth relu $2"
+    expect_rc 0 "convert $2 by neuron" "$bin" convert -m "$tmp/$1.gguf" -o "$tmp/${1}n.gguf" \
+        --calib "$calib" --sparsity 0 --uniform --layout flash -c 128
+}
 
 "$bin" synth --embd 256 --ff 1024 --layers 4 --heads 4 --kv-heads 2 --ctx 256 --vocab 512 \
     --act relu --ffn-sparsity 0.9 -o "$tmp/relu.gguf" >/dev/null 2>&1 || fail "synth relu"
@@ -79,21 +86,13 @@ $py -c "import sys; sys.exit(0 if float('${recall:-0}') >= 99.0 else 1)" ||
     fail "held-out recall ${recall:-none}% under 99%"
 
 # Q8_0: gate/up rows and down columns re-quantized along the runs, NumPy reads the same
-"$bin" synth --embd 256 --ff 1024 --layers 2 --heads 4 --kv-heads 2 --ctx 256 --vocab 512 \
-    --act relu --ffn-sparsity 0.9 --type q8_0 -o "$tmp/q8.gguf" >/dev/null 2>&1 ||
-    fail "synth relu q8_0"
-expect_rc 0 "convert q8_0 by neuron" "$bin" convert -m "$tmp/q8.gguf" -o "$tmp/q8n.gguf" \
-    --calib "$calib" --sparsity 0 --uniform --layout flash -c 128
+by_neuron q8 q8_0 2
 $py "$here/ref/compare_logits.py" --tierllm "$bin" --model "$tmp/q8n.gguf" --tokens $tokens ||
     fail "q8_0 neurons against NumPy"
 
 # a K-quant mix gives layers neuron runs of different types (Q6_K down on some): no window
 # (its slots are of one size), the streamed logits still the resident ones
-"$bin" synth --embd 256 --ff 1024 --layers 4 --heads 4 --kv-heads 2 --ctx 256 --vocab 512 \
-    --act relu --ffn-sparsity 0.9 --type q4_k_m -o "$tmp/mix.gguf" >/dev/null 2>&1 ||
-    fail "synth relu q4_k_m"
-expect_rc 0 "convert q4_k_m by neuron" "$bin" convert -m "$tmp/mix.gguf" -o "$tmp/mixn.gguf" \
-    --calib "$calib" --sparsity 0 --uniform --layout flash -c 128
+by_neuron mix q4_k_m 4
 expect_rc 0 "info q4_k_m" "$bin" info -m "$tmp/mixn.gguf" --tensors
 [ "$(grep -c "ffn_neurons" "$tmp/out")" -ge 2 ] && grep "ffn_neurons" "$tmp/out" | grep -q Q6_K &&
     grep "ffn_neurons" "$tmp/out" | grep -q Q4_K || fail "q4_k_m neuron runs: $(grep ffn_neurons "$tmp/out")"

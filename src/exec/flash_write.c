@@ -1,14 +1,12 @@
 /* flash_write.c - site tensors of the flash layout from a row-major GGUF (flash_write.h). */
 #include "exec/flash_write.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include "base/budget.h"
 #include "base/status.h"
+#include "format/file_src.h"
 #include "kernels/kernels.h"
 #include "exec/neuron_calib.h"
 #include "model/flash_layout.h"
@@ -37,7 +35,7 @@ typedef struct out_tensor {
 struct tl_flash_writer {
     const tl_gguf *in;
     const char *in_path;
-    int fd;
+    tl_file_src src;              /* the input, read with pread (format/file_src.h) */
     struct tl_budget *budget;
     const tl_neuron_predictors *np; /* a ReLU FFN stored by neuron: its predictors */
     out_tensor *t;
@@ -155,7 +153,7 @@ tl_status tl_flash_writer_open(const tl_gguf *in, const char *in_path,
     fw->in_path = in_path;
     fw->budget = budget;
     fw->built = -1;
-    fw->fd = -1;
+    fw->src.fd = -1;
     fw->np = np;
     fw->t = calloc((size_t)in->n_tensors + 6 * (size_t)hp->n_layer, sizeof *fw->t);
     tl_status st = fw->t ? TL_OK : tl_error_set(TL_ERR_NOMEM, "out of memory");
@@ -174,8 +172,8 @@ tl_status tl_flash_writer_open(const tl_gguf *in, const char *in_path,
             for (int k = PRED_V; k <= PRED_B; k++) plan_pred(np, l, k, &fw->t[fw->n_t++]);
         }
     }
-    if (!st && (fw->fd = open(in_path, O_RDONLY | O_CLOEXEC)) < 0)
-        st = tl_error_set(TL_ERR_IO, "%s: %s", in_path, strerror(errno));
+    uint64_t size;
+    if (!st) st = tl_file_src_open(in_path, TL_ERR_FORMAT, &fw->src, &size);
     if (st) {
         tl_flash_writer_close(fw);
         return st;
@@ -186,7 +184,7 @@ tl_status tl_flash_writer_open(const tl_gguf *in, const char *in_path,
 
 void tl_flash_writer_close(tl_flash_writer *fw) {
     if (!fw) return;
-    if (fw->fd >= 0) close(fw->fd);
+    tl_file_src_close(&fw->src);
     tl_budget_free(fw->budget, fw->site);
     free(fw->t);
     free(fw);
@@ -237,20 +235,10 @@ tl_status tl_flash_writer_declare(tl_flash_writer *fw, tl_gguf_writer *w) {
     return st;
 }
 
-static tl_status read_at(const tl_flash_writer *fw, uint64_t at, void *dst, size_t len,
+static tl_status read_at(tl_flash_writer *fw, uint64_t at, void *dst, size_t len,
                          const char *name) {
-    for (size_t done = 0; done < len;) {
-        const ssize_t got = pread(fw->fd, (char *)dst + done, len - done, (off_t)(at + done));
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0)
-            return tl_error_set(TL_ERR_IO, "%s: reading tensor '%s': %s", fw->in_path, name,
-                                strerror(errno));
-        if (got == 0)
-            return tl_error_set(TL_ERR_FORMAT, "%s: tensor '%s' ends past the end of the file",
-                                fw->in_path, name);
-        done += (size_t)got;
-    }
-    return TL_OK;
+    tl_status st = tl_file_src_read(&fw->src, at, dst, len);
+    return st ? tl_error_wrap(st, "reading tensor '%s'", name) : TL_OK;
 }
 
 /* A layer's predictor tensor (its values already F16-exact) into fw->site. */

@@ -2,15 +2,13 @@
  * allows (neuron_calib.h). */
 #include "exec/neuron_calib.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include "base/budget.h"
 #include "base/status.h"
+#include "format/file_src.h"
 #include "kernels/kernels.h"
 #include "model/llama.h"
 #include "model/neuron_fit.h"
@@ -19,7 +17,7 @@
 
 /* Input tensor `name` of layer l as f32 [rows][cols] (budget), checked to be that shape;
  * *out NULL and TL_OK when optional and absent. */
-static tl_status read_f32(const tl_gguf *g, int fd, const char *path, int32_t l,
+static tl_status read_f32(const tl_gguf *g, tl_file_src *src, const char *path, int32_t l,
                           const char *name, uint64_t cols, uint64_t rows, int optional,
                           struct tl_budget *budget, float **out) {
     char full[96];
@@ -35,15 +33,8 @@ static tl_status read_f32(const tl_gguf *g, int fd, const char *path, int32_t l,
     tl_status st = tl_budget_alloc(budget, (size_t)t->nbytes, 64, "neuron calibration", &raw);
     if (!st) st = tl_budget_alloc(budget, (size_t)(rows * cols) * sizeof(float), 64,
                                   "neuron calibration", (void **)out);
-    for (size_t done = 0; !st && done < t->nbytes;) {
-        const ssize_t got = pread(fd, (char *)raw + done, (size_t)t->nbytes - done,
-                                  (off_t)(t->offset + done));
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0)
-            st = tl_error_set(got < 0 ? TL_ERR_IO : TL_ERR_FORMAT, "%s: reading tensor '%s': %s",
-                              path, full, got < 0 ? strerror(errno) : "past the end of the file");
-        else done += (size_t)got;
-    }
+    if (!st && (st = tl_file_src_read(src, t->offset, raw, (size_t)t->nbytes)))
+        st = tl_error_wrap(st, "reading tensor '%s'", full);
     if (!st) tl_dequant_row(t->type, raw, *out, (size_t)(rows * cols));
     tl_budget_free(budget, raw);
     if (st) {
@@ -139,11 +130,12 @@ tl_status tl_neuron_calibrate(const tl_gguf *in, const char *in_path,
     out->V = malloc(L * rank * d * sizeof(float));
     out->U = malloc(L * f * rank * sizeof(float));
     out->pb = malloc(L * f * sizeof(float));
-    const int fd = open(in_path, O_RDONLY | O_CLOEXEC);
+    tl_file_src src = {.fd = -1};
+    uint64_t size;
     tl_status st = TL_OK;
     if (!out->V || !out->U || !out->pb) st = tl_error_set(TL_ERR_NOMEM, "out of memory for the "
                                                           "neuron predictors");
-    else if (fd < 0) st = tl_error_set(TL_ERR_IO, "%s: %s", in_path, strerror(errno));
+    else st = tl_file_src_open(in_path, TL_ERR_FORMAT, &src, &size);
     float *Z = NULL, *H = NULL, *mass = NULL, *scratch = NULL, *norm = NULL, *pscratch = NULL;
     uint8_t *mask = NULL;
     int32_t *last = NULL;
@@ -169,7 +161,7 @@ tl_status tl_neuron_calibrate(const tl_gguf *in, const char *in_path,
         const float *Xl = X + l * T * d;
         float *down = NULL, *up = NULL, *act = NULL, *bias = NULL;
         /* each neuron's down column norm */
-        st = read_f32(in, fd, in_path, (int32_t)l, "ffn_down.weight", f, d, 0, budget, &down);
+        st = read_f32(in, &src, in_path, (int32_t)l, "ffn_down.weight", f, d, 0, budget, &down);
         if (!st) {
             for (size_t i = 0; i < f; i++) norm[i] = 0;
             for (size_t r = 0; r < d; r++)
@@ -180,8 +172,8 @@ tl_status tl_neuron_calibrate(const tl_gguf *in, const char *in_path,
         /* H = up's products (gated), then the activation's pre-activations Z */
         if (!st && gated) { /* with up's bias, where the file has one */
             float *up_b = NULL;
-            st = read_f32(in, fd, in_path, (int32_t)l, "ffn_up.bias", f, 1, 1, budget, &up_b);
-            if (!st) st = read_f32(in, fd, in_path, (int32_t)l, "ffn_up.weight", d, f, 0, budget,
+            st = read_f32(in, &src, in_path, (int32_t)l, "ffn_up.bias", f, 1, 1, budget, &up_b);
+            if (!st) st = read_f32(in, &src, in_path, (int32_t)l, "ffn_up.weight", d, f, 0, budget,
                                    &up);
             if (!st) product(Xl, T, d, up, f, up_b, H, scratch);
             tl_budget_free(budget, up);
@@ -189,8 +181,8 @@ tl_status tl_neuron_calibrate(const tl_gguf *in, const char *in_path,
         }
         const char *act_name = gated ? "ffn_gate.weight" : "ffn_up.weight";
         const char *bias_name = gated ? "ffn_gate.bias" : "ffn_up.bias";
-        if (!st) st = read_f32(in, fd, in_path, (int32_t)l, bias_name, f, 1, 1, budget, &bias);
-        if (!st) st = read_f32(in, fd, in_path, (int32_t)l, act_name, d, f, 0, budget, &act);
+        if (!st) st = read_f32(in, &src, in_path, (int32_t)l, bias_name, f, 1, 1, budget, &bias);
+        if (!st) st = read_f32(in, &src, in_path, (int32_t)l, act_name, d, f, 0, budget, &act);
         if (!st) {
             product(Xl, T, d, act, f, bias, Z, scratch);
             double layer_mass = 0;
@@ -239,7 +231,7 @@ tl_status tl_neuron_calibrate(const tl_gguf *in, const char *in_path,
     tl_budget_free(budget, pscratch);
     tl_budget_free(budget, last);
     tl_budget_free(budget, sizes);
-    if (fd >= 0) close(fd);
+    tl_file_src_close(&src);
     if (st) tl_neuron_predictors_free(out);
     return st;
 }
