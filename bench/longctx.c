@@ -4,8 +4,8 @@
  * 128 KiB of f32 KV per position) is written once to the work directory. For each
  * context length the model opens with a memory budget of half the context's KV, one
  * context (KV in tiers by temperature: 256-position window, 16 sink positions, the cache
- * the budget leaves, key bounds kept) is prefilled once, then 32 tokens are decoded
- * under each setting in turn, in this order:
+ * the budget leaves, key bounds kept) is prefilled once, then under each setting in turn
+ * SETTLE_STEPS tokens are decoded unmeasured and 31 measured (--gen 32), in this order:
  *   no cache    exact attention, the DRAM cache off: every disk page is read every step
  *               (the nearest to today's --kv-mem 0 placement: only window and sinks stay)
  *   cache       exact attention through the cache
@@ -14,16 +14,18 @@
  *   select 50%  page selection at a budget of 50% of the pages, through the cache
  *   select 25%  the same at 25%
  * and reports per token: KV bytes read from disk, the cache hit rate measured and as the
- * cache model predicts it (exact settings), the disk bytes the selection read on demand,
- * and tokens per second; the disk's read rate for the same file is measured in the same
- * run (the prefill's reads). Beside the prefill and each setting: the cost model's prediction of the same
+ * cache model predicts it (exact settings), the disk bytes the selection read on demand
+ * and its reads per disk page used against the hit-rate model's forecast, and tokens per
+ * second. Beside the prefill and each setting: the cost model's prediction of the same
  * steps (KV bytes and wall time per token) from the hardware profile (the cached one, or
  * measured first), with its disk rate taken from timed reads of the context's own spill
- * file in the KV prefetch's requests (tl_context_time_disk_reads): once before the
- * setting, and around each block of BLOCK_STEPS steps (each block's plan the mean of its
- * plans at the rates before and after it), since this disk's rate drifts within seconds.
- * Random weights attend nearly uniformly, so selection's
- * quality is not judged here (tests/test_kv_select.c does, on trained weights).
+ * file as the KV prefetch reads it (tl_context_time_disk_reads: its order, its depth, its
+ * frames' footprint, each of which moves a virtual disk's rate), once before the setting
+ * and around each block of BLOCK_STEPS steps (each block's plan the mean of its plans at
+ * the rates before and after it, under selection with the hit-rate model's read forecast
+ * taken before the block), since this disk's rate drifts within seconds. Random weights
+ * attend nearly uniformly, so selection's quality is not judged here
+ * (tests/test_kv_select.c does, on trained weights).
  * Then recompute against load (run_recompute) on a --recompute-ctx context (4096).
  * Usage: bench_longctx [--dir DIR] [--ctx 4096,16384] [--gen 32] [--threads N]
  *                      [--recompute-ctx 4096]
@@ -41,9 +43,16 @@
 #include "kv/kv_cache.h"
 #include "plan/cost.h"
 #include "plan/search.h"
+#include "tier/aio.h"
 
 enum { BLOCK_STEPS = 4 };   /* decode steps between two re-measures of the disk */
+enum { SETTLE_STEPS = 2 };  /* decode steps before a setting is measured */
 #define PROBE_S 0.3         /* seconds a re-measure reads */
+
+/* The depth the KV cache's reads run at (the queue's urgent class): timed and priced there. */
+static int32_t kv_depth(const tl_model_params *mp) {
+    return tl_aio_class_depth(mp->io_queue_depth, TL_AIO_SOON);
+}
 
 static int argmax(const float *v, int n) {
     int b = 0;
@@ -65,10 +74,11 @@ static int32_t *random_prompt(int32_t n, uint64_t x) {
 typedef struct setting { const char *name; int cache; float select; int32_t io_order; } setting;
 
 /* The cost model's prediction of n_gen - 1 decode steps after `len` positions, for the
- * context's placement (or `as`, when given) with this cache and selection share. */
+ * context's placement (or `as`, when given) with this cache and selection share, and the
+ * hit-rate model's read forecast (select_reads, 0: none). */
 static tl_status predict(tl_model *m, const tl_hw_profile *prof, const tl_context *c,
                          int32_t len, int n_gen, int32_t cache, float select,
-                         const tl_kv_params *as, tl_cost *out) {
+                         double select_reads, const tl_kv_params *as, tl_cost *out) {
     const tl_kv_params *kp = as ? as : tl_context_kv_params(c);
     tl_plan_request rq;
     memset(&rq, 0, sizeof rq);
@@ -84,7 +94,17 @@ static tl_status predict(tl_model *m, const tl_hw_profile *prof, const tl_contex
     tl_policy_set_kv(&pol, kp);
     pol.kv_cache_pages = cache;
     pol.kv_select = select;
+    pol.kv_select_reads = (float)select_reads;
     return tl_cost_predict(m, prof, &rq.w, &pol, tl_residency_plan(m->res), out);
+}
+
+/* *out = prof with its disk read rate set to the context's spill file read now, as its
+ * prefetch reads it (*bps). */
+static tl_status time_disk(tl_context *c, const tl_hw_profile *prof, uint64_t slot,
+                           int32_t depth, tl_hw_profile *out, double *bps) {
+    *out = *prof;
+    tl_status st = tl_context_time_disk_reads(c, depth, PROBE_S, bps);
+    return st ? st : tl_profile_set_read_bps(out, slot, depth, *bps);
 }
 
 /* The model with a budget of half the context's f32 KV, and a context with its KV in
@@ -150,7 +170,7 @@ static int run_recompute(const char *path, int32_t n_ctx, int n_gen, int threads
     tl_hw_profile now = *prof;
     const uint64_t slot = tl_kv_read_bytes(kp, 0);
     double disk_bps = 0;
-    if (!st) st = tl_profile_reanchor_disk(&now, kp->spill_dir, slot, mp.io_queue_depth, &disk_bps);
+    if (!st) st = time_disk(c, prof, slot, kv_depth(&mp), &now, &disk_bps);
     const int32_t cand[6] = {0, 1, L / 4, L / 2, 3 * L / 4, L};
     int32_t pick = 0;
     double pick_s = HUGE_VAL;
@@ -160,7 +180,7 @@ static int run_recompute(const char *path, int32_t n_ctx, int n_gen, int threads
         tl_cost cost;
         tl_kv_params q = *kp;
         tl_kv_set_recompute(&q, q.input_dim, cand[i]);
-        if (predict(m, &now, c, (int32_t)s0.tokens, n_gen, kp->cache_pages, 0, &q, &cost))
+        if (predict(m, &now, c, (int32_t)s0.tokens, n_gen, kp->cache_pages, 0, 0, &q, &cost))
             continue;
         /* the planner's rule (plan/search.h): recompute only by a margin */
         const double ranked = cost.decode_s * (cand[i] > 0 ? 1 + TL_PLAN_RECOMPUTE_MARGIN : 1);
@@ -181,14 +201,12 @@ static int run_recompute(const char *path, int32_t n_ctx, int n_gen, int threads
             if ((st = tl_context_set_kv_recompute(c, runs[k]))) break;
             if ((st = tl_decode(c, &tok, 1, logits))) break; /* settles the cache */
             tok = argmax(logits, 512);
-            tl_hw_profile here = *prof;
-            if ((st = tl_profile_reanchor_disk(&here, kp->spill_dir, slot, mp.io_queue_depth,
-                                               &disk_bps)))
-                break;
+            tl_hw_profile here;
+            if ((st = time_disk(c, prof, slot, kv_depth(&mp), &here, &disk_bps))) break;
             tl_context_get_stats(c, &s0);
             tl_cost cost;
             const int have = predict(m, &here, c, (int32_t)s0.tokens, n_gen, kp->cache_pages,
-                                     0, NULL, &cost) == TL_OK;
+                                     0, 0, NULL, &cost) == TL_OK;
             t0 = tl_now();
             for (int i = 0; i < n_gen - 1 && !st; i++) {
                 st = tl_decode(c, &tok, 1, logits);
@@ -251,7 +269,7 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
     printf("  weights: %.1f MiB resident, %.1f MiB streamed per pass\n",
            ws.weights_resident_bytes / 1048576.0, ws.weights_streamed_bytes / 1048576.0);
     /* prefill all but the decoded positions, exact */
-    const int32_t n_prompt = n_ctx - NS * n_gen - 1;
+    const int32_t n_prompt = n_ctx - NS * (n_gen - 1 + SETTLE_STEPS) - 1;
     int32_t *prompt = random_prompt(n_prompt, 12345);
     float *logits = malloc(512 * sizeof *logits);
     tl_context_tune_kv(c, cache_full, 0);
@@ -268,7 +286,7 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
                "busy %.1f s\n", (int)n_prompt, prefill_s, n_prompt / prefill_s,
                (s1.kv_bytes_read - s0.kv_bytes_read) / 1048576.0, s1.io_busy_s - s0.io_busy_s);
         tl_cost pc;
-        if (predict(m, prof, c, n_prompt, 1, cache_full, 0, NULL, &pc) == TL_OK)
+        if (predict(m, prof, c, n_prompt, 1, cache_full, 0, 0, NULL, &pc) == TL_OK)
             printf("  prefill plan: %.1f s (%+.1f%% measured; compute %.1f s, KV read %.0f MiB)\n",
                    pc.prefill_s, 100 * (prefill_s / pc.prefill_s - 1), pc.prefill.compute_s,
                    pc.prefill.kv_read_bytes / 1048576.0);
@@ -279,29 +297,40 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
         const setting *se = &settings[k];
         tl_context_tune_kv(c, se->cache ? cache_full : 0, se->select);
         m->lm.params.io_order = se->io_order;
-        /* one step first: the cache fills and the selection settles */
-        if ((st = tl_decode(c, &tok, 1, logits))) break;
-        tok = argmax(logits, 512);
+        /* settling steps first: the cache fills; and under selection, the heat of the
+         * pages the exact setting before left at 1 falls below the fetch level after two
+         * selections that do not use them (TL_KV_HEAT_KEEP, _FETCH) */
+        for (int i = 0; i < SETTLE_STEPS && !st; i++) {
+            st = tl_decode(c, &tok, 1, logits);
+            tok = argmax(logits, 512);
+        }
+        if (st) break;
         /* the disk of this minute, in the requests the KV prefetch makes: once before
          * the setting (its whole-setting plan), and again after each block of steps; a
          * re-measure that cannot run (too few spare frames) only drops the predictions */
         double disk_bps = 0;
         const int timed =
-            tl_context_time_disk_reads(c, mp.io_queue_depth, PROBE_S, &disk_bps) == TL_OK;
+            tl_context_time_disk_reads(c, kv_depth(&mp), PROBE_S, &disk_bps) == TL_OK;
         const double disk_first = disk_bps;
+        /* under selection, the hit-rate model's forecast of the reads, now and before
+         * each block */
+        double fc = 0;
+        if (se->select > 0 && tl_context_select_read_forecast(c, &fc)) fc = 0;
+        const double fc_first = fc;
         tl_context_get_stats(c, &s0);
         tl_cost cost;
         tl_hw_profile now = *prof;
         const int have_pred =
-            timed && tl_profile_set_read_bps(&now, slot, mp.io_queue_depth, disk_bps) == TL_OK &&
+            timed && tl_profile_set_read_bps(&now, slot, kv_depth(&mp), disk_bps) == TL_OK &&
             predict(m, &now, c, (int32_t)s0.tokens, n_gen, se->cache ? cache_full : 0, se->select,
-                    NULL, &cost) == TL_OK;
+                    fc, NULL, &cost) == TL_OK;
         int have_blocks = timed;
-        double dt = 0, bracketed = 0;
+        double dt = 0, bracketed = 0, bracketed_kv = 0;
         for (int done = 0; done < n_gen - 1 && !st;) {
             const int b = n_gen - 1 - done < BLOCK_STEPS ? n_gen - 1 - done : BLOCK_STEPS;
             tl_run_stats sb;
             tl_context_get_stats(c, &sb);
+            if (se->select > 0 && tl_context_select_read_forecast(c, &fc)) fc = 0;
             t0 = tl_now();
             for (int i = 0; i < b && !st; i++) {
                 st = tl_decode(c, &tok, 1, logits);
@@ -312,16 +341,20 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
             double after = 0;
             if (st) break;
             have_blocks = have_blocks &&
-                          tl_context_time_disk_reads(c, mp.io_queue_depth, PROBE_S, &after) == TL_OK;
+                          tl_context_time_disk_reads(c, kv_depth(&mp), PROBE_S, &after) == TL_OK;
             /* the block's plan: the mean of its plans at the disk before and after it */
             for (int side = 0; side < 2 && have_blocks; side++) {
                 tl_cost bc;
                 now = *prof;
-                have_blocks = tl_profile_set_read_bps(&now, slot, mp.io_queue_depth,
+                have_blocks = tl_profile_set_read_bps(&now, slot, kv_depth(&mp),
                                                       side ? after : disk_bps) == TL_OK &&
                               predict(m, &now, c, (int32_t)sb.tokens, b + 1,
-                                      se->cache ? cache_full : 0, se->select, NULL, &bc) == TL_OK;
-                if (have_blocks) bracketed += bc.decode_s / 2;
+                                      se->cache ? cache_full : 0, se->select, fc, NULL,
+                                      &bc) == TL_OK;
+                if (have_blocks) {
+                    bracketed += bc.decode_s / 2;
+                    bracketed_kv += bc.decode.kv_read_bytes / 2;
+                }
             }
             disk_bps = after;
         }
@@ -344,15 +377,16 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
             const double used = (double)(s1.kv_select_disk_pages - s0.kv_select_disk_pages);
             const double hn = s1.kv_heat_needed - s0.kv_heat_needed;
             printf(" | attended %.1f%% of pages, %.1f pages/token on demand, hit rate %.3f, "
-                   "predicted %.3f",
+                   "predicted %.3f; disk reads per disk page used %.3f, forecast %.3f",
                    100.0 * (double)(s1.kv_select_pages_read - s0.kv_select_pages_read) /
                        (double)(s1.kv_select_pages_total - s0.kv_select_pages_total),
                    dem / n, used > 0 ? 1 - dem / used : 1.0,
-                   hn > 0 ? (s1.kv_heat_ready - s0.kv_heat_ready) / hn : 1.0);
+                   hn > 0 ? (s1.kv_heat_ready - s0.kv_heat_ready) / hn : 1.0,
+                   used > 0 ? rd / used : 0.0, fc_first);
         }
         printf(" | %.2f tok/s | disk busy %.0f%% of the time (disk before: %.2f GB/s in "
                "%llu KiB reads, %d deep)\n", n / dt, 100 * io / dt, disk_first / 1e9,
-               (unsigned long long)(slot >> 10), (int)mp.io_queue_depth);
+               (unsigned long long)(slot >> 10), (int)kv_depth(&mp));
         if (have_pred) {
             const double kv_meas = (double)(s1.kv_bytes_read - s0.kv_bytes_read) / n;
             const double kv_pred = cost.decode.kv_read_bytes / n, t_pred = cost.decode_s / n;
@@ -365,9 +399,13 @@ static int run_ctx(const char *path, int32_t n_ctx, int n_gen, int threads,
                    cost.decode.kv_wait_s / n);
         }
         if (have_blocks)
-            printf("  %-10s plan with the disk re-measured around each block of %d steps: "
-                   "%.3f s/token (%+.1f%% measured)\n", "", BLOCK_STEPS, bracketed / n,
-                   100 * (dt / bracketed - 1));
+            printf("  %-10s plan with the disk re-measured around each block of %d steps%s: "
+                   "%.3f s/token (%+.1f%% measured), KV read %.1f MiB/token (%+.1f%% "
+                   "measured)\n", "", BLOCK_STEPS,
+                   se->select > 0 ? " and the read forecast before it" : "", bracketed / n,
+                   100 * (dt / bracketed - 1), bracketed_kv / n / 1048576.0,
+                   bracketed_kv > 0 ? 100 * ((double)(s1.kv_bytes_read - s0.kv_bytes_read) /
+                                             bracketed_kv - 1) : 0.0);
         else
             printf("  %-10s (no plan: the spill file's re-measure could not run: %s)\n", "",
                    tl_last_error());

@@ -508,6 +508,50 @@ static void test_slot_reuse(void) {
     tl_budget_close(b);
 }
 
+/* The hit-rate model's read forecast, by hand: 10 full pages per layer, all on disk (pct
+ * 0), heat 1 when written. After one selection using pages 0..3 every page still has heat
+ * >= 1/2 (used 1, unused 1/2): all 10 are staged for 4 used, 2.5. After a second one the
+ * unused six have 1/4: 4 staged + 6 x 1/4 expected on demand, for 4 used, 1.375. */
+static void test_select_forecast(void) {
+    tl_kv_params p = base_params(32, 0, 4, 10);
+    p.max_seqs = 1;
+    p.key_bounds = 1;
+    tl_budget *b;
+    CHECK(tl_budget_open(0, &b) == TL_OK);
+    tl_kv *kv;
+    CHECK(tl_kv_open(&p, b, aio, &kv) == TL_OK);
+    double r = -1;
+    CHECK(tl_kv_select_read_forecast(kv, &r) == TL_ERR_INVALID && has("no selection"));
+    int32_t s;
+    CHECK(tl_kv_seq_open(kv, &s) == TL_OK);
+    float k[40 * 20], v[40 * 20];
+    for (int l = 0; l < p.n_layer; l++) {
+        gen_rows(5, l, 0, 40, 20, k, v);
+        CHECK(tl_kv_append(kv, s, l, k, v, 40) == TL_OK);
+    }
+    CHECK(tl_kv_seq_commit(kv, s, 40) == TL_OK);
+    kv_case c;
+    memset(&c, 0, sizeof c);
+    c.p = p;
+    c.kv = kv;
+    snprintf(c.label, sizeof c.label, "read forecast");
+    const int ident = 5;
+    for (int l = 0; l < p.n_layer; l++) verify(&c, &s, &ident, 1, l); /* writes finished */
+    CHECK(c.bad == 0);
+    CHECK(tl_kv_select_read_forecast(kv, &r) == TL_ERR_INVALID);
+    uint8_t sel[10] = {1, 1, 1, 1, 0, 0, 0, 0, 0, 0};
+    const double want[2] = {10.0 / 4, (4 + 6 * 0.25) / 4};
+    for (int round = 0; round < 2; round++) {
+        for (int l = 0; l < p.n_layer; l++) tl_kv_note_selection(kv, s, l, sel, 10);
+        CHECK(tl_kv_select_read_forecast(kv, &r) == TL_OK);
+        CHECK_MSG(fabs(r - want[round]) < 1e-9, "round %d: forecast %g, want %g", round, r,
+                  want[round]);
+    }
+    tl_kv_close(kv);
+    CHECK(tl_budget_used(b) == 0);
+    tl_budget_close(b);
+}
+
 /* Timed reads of the spill file: refused before anything is on disk and for more frames
  * than are spare; afterwards a rate, with the pages, their bytes and the cache's
  * counters unchanged (the reads go through a private queue into spare frames). */
@@ -519,7 +563,8 @@ static void test_time_reads(void) {
     tl_kv *kv;
     CHECK(tl_kv_open(&p, b, aio, &kv) == TL_OK);
     double bps = -1;
-    CHECK(tl_kv_time_disk_reads(kv, 1, 0.01, &bps) == TL_ERR_INVALID && has("0 slots written"));
+    CHECK(tl_kv_time_disk_reads(kv, 1, 0.01, &bps) == TL_ERR_INVALID &&
+          has("0 disk pages to read"));
     kv_case c;
     memset(&c, 0, sizeof c);
     c.p = p;
@@ -732,6 +777,7 @@ int main(void) {
         test_slow_disk();
         test_slot_reuse();
         test_time_reads();
+        test_select_forecast();
         test_enospc();
         test_eio_read();
         test_nomem();

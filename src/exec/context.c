@@ -284,6 +284,11 @@ tl_status tl_context_tune_kv(tl_context *c, int32_t cache_pages, float select_sh
     return TL_OK;
 }
 
+tl_status tl_context_select_read_forecast(const tl_context *c, double *ratio) {
+    if (!c || !c->kv) return tl_error_set(TL_ERR_INVALID, "read forecast: no context KV cache");
+    return tl_kv_select_read_forecast(c->kv, ratio);
+}
+
 tl_status tl_context_set_kv_recompute(tl_context *c, int32_t layers) {
     if (layers > 0 && c->model->lm.flash)
         return tl_error_set(TL_ERR_UNSUPPORTED, "KV recompute needs row-major K and V "

@@ -37,6 +37,9 @@ void tl_engine_unplace(tl_model *m);
  * most what the context opened with) and the page-selection share (0: exact; > 0 only
  * for a context opened with selection). */
 tl_status tl_context_tune_kv(tl_context *c, int32_t cache_pages, float select_share);
+/* Between steps of a selective context: the hit-rate model's forecast of the next step's
+ * disk reads per disk page its selection uses (tl_kv_select_read_forecast). */
+tl_status tl_context_select_read_forecast(const tl_context *c, double *ratio);
 /* Between steps of a context opened with kv_recompute > 0 (its input rows kept): the
  * first `layers` layers recompute K and V from them from now on, the others load. */
 tl_status tl_context_set_kv_recompute(tl_context *c, int32_t layers);

@@ -52,7 +52,10 @@ typedef struct kv_page {
 
 enum { FORM_KV = 0, FORM_X = 1, FORM_BOTH = 2 };
 
-typedef struct kv_sl { int32_t pending, stored, selective; } kv_sl; /* per (seq, layer) */
+typedef struct kv_sl { /* per (seq, layer) */
+    int32_t pending, stored, selective;
+    int32_t used_disk; /* disk pages the last selection used */
+} kv_sl;
 typedef struct kv_seq { int32_t open, len; } kv_seq;
 typedef struct kv_wr { kv_page *pg; uint64_t tag; int32_t seq, layer, page; } kv_wr;
 
@@ -727,7 +730,7 @@ tl_status tl_kv_seq_open(tl_kv *kv, int32_t *seq) {
         if (kv->seqs[s].open) continue;
         kv->seqs[s].open = 1;
         kv->seqs[s].len = 0;
-        for (int32_t l = 0; l < kv->p.n_layer; l++) *sl_at(kv, s, l) = (kv_sl){0, 0, 0};
+        for (int32_t l = 0; l < kv->p.n_layer; l++) *sl_at(kv, s, l) = (kv_sl){0, 0, 0, 0};
         *seq = s;
         return TL_OK;
     }
@@ -738,7 +741,7 @@ void tl_kv_seq_close(tl_kv *kv, int32_t seq) {
     if (!kv || check_seq(kv, seq, "seq close") != TL_OK) return;
     for (int32_t l = 0; l < kv->p.n_layer; l++) {
         for (int32_t i = 0; i < kv->np; i++) page_clear(kv, page_at(kv, seq, l, i), seq, l, i);
-        *sl_at(kv, seq, l) = (kv_sl){0, 0, 0};
+        *sl_at(kv, seq, l) = (kv_sl){0, 0, 0, 0};
     }
     kv->seqs[seq].open = 0;
     kv->seqs[seq].len = 0;
@@ -1112,14 +1115,44 @@ tl_status tl_kv_require(tl_kv *kv, int32_t seq, int32_t layer, const int32_t *pa
 void tl_kv_note_selection(tl_kv *kv, int32_t seq, int32_t layer, const uint8_t *sel,
                           int32_t n) {
     if (!sl_valid(kv, seq, layer, "note selection") || !kv->heat) return;
-    const int32_t stored = sl_at(kv, seq, layer)->stored;
+    kv_sl *sl = sl_at(kv, seq, layer);
     float *h = kv->heat + page_index(kv, seq, layer, 0);
-    for (int32_t i = 0; i < stored; i++) {
+    sl->used_disk = 0;
+    for (int32_t i = 0; i < sl->stored; i++) {
         const int used = i < n && sel[i];
         h[i] = (1 - TL_KV_HEAT_KEEP) * (float)used + TL_KV_HEAT_KEEP * h[i];
-        if (used && page_at(kv, seq, layer, i)->state == PG_DISK) kv->stats.select_disk_pages++;
+        if (used && page_at(kv, seq, layer, i)->state == PG_DISK) sl->used_disk++;
     }
-    sl_at(kv, seq, layer)->selective = 1;
+    kv->stats.select_disk_pages += (uint64_t)sl->used_disk;
+    sl->selective = 1;
+}
+
+tl_status tl_kv_select_read_forecast(const tl_kv *kv, double *ratio) {
+    if (!kv || !ratio) return tl_error_set(TL_ERR_INVALID, "kv read forecast: no cache");
+    double staged = 0, demand = 0, used = 0;
+    for (int32_t s = 0; s < kv->p.max_seqs; s++) {
+        if (!kv->seqs[s].open) continue;
+        const int32_t lo = kv->p.attn_window > 0 ? kv->seqs[s].len + 1 - kv->p.attn_window : 0;
+        for (int32_t l = 0; kv->heat && l < kv->p.n_layer; l++) {
+            const kv_sl *sl = sl_at(kv, s, l);
+            if (!sl->selective) continue;
+            used += sl->used_disk;
+            const float *h = kv->heat + page_index(kv, s, l, 0);
+            for (int32_t i = 0; i < sl->stored; i++) { /* as tl_kv_prefetch decides */
+                const kv_page *pg = page_at(kv, s, l, i);
+                if ((i + 1) * kv->p.page_tokens <= lo || pg->state != PG_DISK ||
+                    (pg->frame && form_serves(kv, l, pg->form)))
+                    continue;
+                if (h[i] >= TL_KV_HEAT_FETCH) staged += 1;
+                else demand += h[i];
+            }
+        }
+    }
+    if (!(used > 0))
+        return tl_error_set(TL_ERR_INVALID, "kv read forecast: no selection has used a disk "
+                            "page yet");
+    *ratio = (staged + demand) / used;
+    return TL_OK;
 }
 
 void tl_kv_forget_selection(tl_kv *kv) {
@@ -1141,19 +1174,60 @@ void tl_kv_set_cache_pages(tl_kv *kv, int32_t pages) {
     }
 }
 
+/* The reads a decode step's prefetch issues, in its order: each layer, each open sequence,
+ * its disk pages from the attention window's start on; *max_pages: the most of one layer. */
+static tl_status step_reads(const tl_kv *kv, uint64_t **offs, uint64_t **lens, size_t *n,
+                            size_t *max_pages) {
+    size_t cap = 0, k = 0;
+    for (int32_t l = 0; l < kv->p.n_layer; l++)
+        for (int32_t s = 0; s < kv->p.max_seqs; s++)
+            if (kv->seqs[s].open) cap += (size_t)sl_at(kv, s, l)->stored;
+    *offs = malloc((cap ? cap : 1) * sizeof **offs);
+    *lens = malloc((cap ? cap : 1) * sizeof **lens);
+    if (!*offs || !*lens) {
+        free(*offs), free(*lens);
+        return tl_error_set(TL_ERR_NOMEM, "kv timed reads: a list of %zu reads", cap);
+    }
+    *max_pages = 0;
+    for (int32_t l = 0; l < kv->p.n_layer; l++) {
+        const size_t first = k;
+        const int x = recomputes(kv, l);
+        for (int32_t s = 0; s < kv->p.max_seqs; s++) {
+            if (!kv->seqs[s].open) continue;
+            const int32_t lo = kv->p.attn_window > 0 ? kv->seqs[s].len + 1 - kv->p.attn_window : 0;
+            for (int32_t i = 0; i < sl_at(kv, s, l)->stored; i++) {
+                const kv_page *pg = page_at(kv, s, l, i);
+                if ((i + 1) * kv->p.page_tokens <= lo || pg->state != PG_DISK) continue;
+                (*offs)[k] = pg->slot * kv->frame_slot + (x ? kv->slot_bytes : 0);
+                (*lens)[k++] = read_bytes(kv, l);
+            }
+        }
+        if (k - first > *max_pages) *max_pages = k - first;
+    }
+    *n = k;
+    return TL_OK;
+}
+
 tl_status tl_kv_time_disk_reads(tl_kv *kv, int depth, double seconds, double *bps) {
     if (!kv || !bps) return tl_error_set(TL_ERR_INVALID, "kv timed reads: no cache");
     tl_status st = sticky(kv);
     if (st != TL_OK) return st;
     if (!(seconds > 0))
         return tl_error_set(TL_ERR_INVALID, "kv timed reads: %g seconds", seconds);
-    if (!kv->tier || kv->next_slot == 0 || depth < 1 || (size_t)depth > kv->n_spare)
-        return tl_error_set(TL_ERR_INVALID, "kv timed reads: %" PRIu64 " slots written, %zu "
-                            "spare frames for depth %d", kv->next_slot, kv->n_spare, depth);
-    uint64_t cursor = 0, seed = 0x4B56 ^ kv->stats.bytes_read;
-    st = tl_tier_time_reads(kv->tier, kv->frame_slot, depth,
-                            (uint64_t)1 << 40, kv->next_slot * kv->frame_slot, 1, &cursor,
-                            &seed, kv->spare + kv->n_spare - depth, seconds, bps);
+    uint64_t *offs = NULL, *lens = NULL;
+    size_t n = 0, max_pages = 0;
+    if (kv->tier && (st = step_reads(kv, &offs, &lens, &n, &max_pages)) != TL_OK) return st;
+    if (n == 0 || depth < 1 || (size_t)depth > kv->n_spare) {
+        free(offs), free(lens);
+        return tl_error_set(TL_ERR_INVALID, "kv timed reads: %zu disk pages to read, %zu "
+                            "spare frames for depth %d", n, kv->n_spare, depth);
+    }
+    /* the frames a step stages at once: a layer's pages and the next layer's prefetch */
+    size_t n_bufs = 2 * max_pages < kv->n_spare ? 2 * max_pages : kv->n_spare;
+    if (n_bufs < (size_t)depth) n_bufs = (size_t)depth;
+    st = tl_tier_time_read_list(kv->tier, offs, lens, n, kv->frame_slot, depth,
+                                kv->spare + kv->n_spare - n_bufs, n_bufs, seconds, bps);
+    free(offs), free(lens);
     return st == TL_OK ? TL_OK : tl_error_wrap(st, "kv timed reads of the spill file");
 }
 

@@ -165,13 +165,15 @@ tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float 
 
 void tl_kv_get_stats(const tl_kv *kv, tl_kv_stats *out);
 
-/* The spill file's read rate now (bytes/s): reads of whole slots (K and V, and the input
- * rows when kept) at random slots among those written, `depth` in flight through a
+/* The spill file's read rate now (bytes/s), as a decode step's prefetch reads it: its
+ * reads (each layer's disk pages from the attention window on, in order), `depth` in
+ * flight, into as many frames as a step stages at once, for about `seconds`, through a
  * private queue of the default backend (the cache's own IO queue is not used, so nothing
- * of it waits), for about `seconds`. The buffers are the cache's
- * spare slot frames, already in the budget: TL_ERR_INVALID when nothing is on disk yet,
- * or fewer than depth frames are spare (call between steps, after a step that read
- * disk pages). Reads only; the cache's state is unchanged. For a prediction that must
+ * of it waits). On a virtual disk the order and the frames' footprint each move the rate
+ * by tens of percent, so random reads into a few buffers overstate it. The buffers are the
+ * cache's spare slot frames, already in the budget: TL_ERR_INVALID when nothing is on
+ * disk yet, or fewer than depth frames are spare (call between steps, after a step that
+ * read disk pages). Reads only; the cache's state is unchanged. For a prediction that must
  * use the disk the engine reads, at the same time (bench_longctx). */
 tl_status tl_kv_time_disk_reads(tl_kv *kv, int depth, double seconds, double *bps);
 
@@ -228,6 +230,12 @@ tl_status tl_kv_require(tl_kv *kv, int32_t seq, int32_t layer, const int32_t *pa
 /* Records which full pages attention used (sel[p] != 0, p < n): their heat is updated. */
 void tl_kv_note_selection(tl_kv *kv, int32_t seq, int32_t layer, const uint8_t *sel,
                           int32_t n);
+/* The hit-rate model's forecast of the next selective step's disk reads, per disk page its
+ * selections use: (the pages the prefetch will stage (heat >= FETCH) + the expected demand
+ * reads (the heat of the pages it will not stage)) / the disk pages the last selections
+ * used, over every selective (seq, layer), cached and in-flight pages not counted. Above
+ * 1 when staged pages go unused. TL_ERR_INVALID before a selection used a disk page. */
+tl_status tl_kv_select_read_forecast(const tl_kv *kv, double *ratio);
 /* Every prefetch stages every disk page again (attention turned exact). */
 void tl_kv_forget_selection(tl_kv *kv);
 /* A new cache size, at most the one the cache opened with (its budget): pages cached

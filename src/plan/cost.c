@@ -33,8 +33,12 @@
  *   neuron compute = the predictor's two products + the neuron runs' product at n rows
  *                    times the share computed
  *   KV reads       = disk pages seen by the pass * read bytes / read_bps(slot_bytes, depth)
- *                    depth = the IO queue's (weights and KV pages share it); read bytes =
- *                    slot_bytes, or the input rows' slot at a layer that recomputes
+ *                    depth = the IO queue's for the KV cache's urgent class (weights and KV
+ *                    pages share the queue; tl_aio_class_depth); read bytes =
+ *                    slot_bytes, or the input rows' slot at a layer that recomputes;
+ *                    under page selection the pages seen are those the selection uses,
+ *                    times kv_select_reads (the hit-rate model's forecast of the reads,
+ *                    unused staged pages and demand reads, per page used)
  *   recompute      = per page read as input rows: the Wk and Wv products of page_tokens
  *                    rows, added to compute
  *   KV writes      = pages filled and homed on disk * (slot_bytes [+ input rows' slot])
@@ -83,6 +87,7 @@
 #include "kernels/kernels.h"
 #include "model/flash_layout.h"
 #include "model/placement.h"
+#include "tier/aio.h"
 #include "tier/tier.h"
 
 #define SLOT_ALIGN ((double)TL_TIER_MAX_ALIGN)
@@ -92,6 +97,11 @@ double tl_cost_matmul(const tl_hw_profile *prof, const tl_weight *w, double n) {
     double macs = n * (double)w->rows * (double)w->cols;
     return tl_profile_matmul_call_s(prof, (int32_t)w->type, n) +
            macs / tl_profile_matmul_macs(prof, (int32_t)w->type, n);
+}
+
+/* The depth the KV cache's reads run at: its prefetch and demand reads are urgent. */
+static int32_t kv_read_depth(const tl_model *m) {
+    return tl_aio_class_depth(m->lm.params.io_queue_depth, TL_AIO_SOON);
 }
 
 static double kv_bits_decode_s(const tl_hw_profile *prof, int32_t bits) {
@@ -503,8 +513,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
     const double rc_share = pol->kv_recompute > 0 ? fmin(pol->kv_recompute, L) / L : 0;
     const double wslot = slot + x_slot, rslot = (1 - rc_share) * slot + rc_share * x_slot;
     const double rc_page_s = rc_share > 0 ? recompute_page_s(m, prof, pt) : 0;
-    const int32_t depth = m->lm.params.io_queue_depth; /* KV pages share the weights' queue */
-    const double kbps = tl_profile_read_bps(prof, (uint64_t)slot, depth);
+    const double kbps = tl_profile_read_bps(prof, (uint64_t)slot, kv_read_depth(m));
     const int streams = layers_bytes > 0;
     const double first_s = streams ? prof->disk_urgent_read_s
                                    : slot / tl_profile_read_bps(prof, (uint64_t)slot, 1);
@@ -595,7 +604,10 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         }
         double read_pages = 0;
         if (need_all > 0) {
-            const double keep = 1 - cache_hits(pol, need_all, disk_all) / need_all;
+            /* the cache serves its share of the pages used, the forecast scales the rest */
+            const double keep = (1 - cache_hits(pol, need_all, disk_all) / need_all) *
+                                (pol->kv_select > 0 && pol->kv_select_reads > 0
+                                     ? pol->kv_select_reads : 1);
             for (int32_t k = 0; k < n_mb; k++) pages[k] *= keep;
             read_pages = need_all * keep;
             kv_read = read_pages * rslot;
@@ -782,7 +794,7 @@ double tl_cost_serve_step(const tl_model *m, const tl_hw_profile *prof,
          * has disk pages; the prompt chunk, the pages its rows push out of the window */
         const double cleave = c > 0 ? fmax(0, floor((at + c) / pt) - keep) - cd : 0;
         kv_write = L * (g * (gd > 0) / (double)pt + cleave) * slot;
-        kbps = tl_profile_read_bps(prof, (uint64_t)slot, m->lm.params.io_queue_depth);
+        kbps = tl_profile_read_bps(prof, (uint64_t)slot, kv_read_depth(m));
     }
     double flash_b, flash_s; /* the step's rows in one product */
     flash_reads(m, prof, plan, g + c, &flash_b, &flash_s);

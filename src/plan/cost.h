@@ -40,6 +40,10 @@ typedef struct tl_policy {
      * kv_cache_pages; kv_select > 0: decode rows attend to that share of their pages */
     int32_t kv_window_pages, kv_sink_pages, kv_cache_pages;
     float kv_select;
+    /* kv_select > 0: disk pages a decode step reads per disk page its selection uses (the
+     * hit-rate model's forecast, tl_kv_select_read_forecast: staged pages left unused and
+     * demand reads); 0 = 1, a prefetch that stages exactly the pages used (no history) */
+    float kv_select_reads;
     /* tiers, 32-bit KV: the first kv_recompute layers read disk pages as input rows and
      * recompute K and V (kv_cache.h); input rows are then written beside K and V */
     int32_t kv_recompute;

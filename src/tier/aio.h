@@ -69,6 +69,9 @@ typedef enum tl_aio_class {
 } tl_aio_class;
 tl_status tl_aio_read_class(tl_aio *q, tl_tier *t, uint64_t offset, void *dst, size_t len,
                             uint64_t tag, tl_aio_class cls);
+/* The chunks a queue of `queue_depth` keeps in flight for a class: the KV cache's reads
+ * (SOON, NOW) run at this depth, not at queue_depth, and are timed and priced at it. */
+int tl_aio_class_depth(int queue_depth, tl_aio_class cls);
 /* Blocks until request `tag` has completed; returns its status (TL_ERR_INVALID for an
  * unknown tag) and forgets it. */
 tl_status tl_aio_wait(tl_aio *q, uint64_t tag);

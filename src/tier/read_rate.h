@@ -21,4 +21,12 @@ tl_status tl_tier_time_reads(tl_tier *t, uint64_t chunk, int depth, uint64_t tot
                              uint64_t span, int scatter, uint64_t *cursor, uint64_t *seed,
                              uint8_t *const *bufs, double max_s, double *bps);
 
+/* The same for a list of reads: request k reads lens[k % n] bytes (max_len when lens is
+ * NULL; none longer than max_len) at offsets[k % n], into bufs[k % n_bufs] (n_bufs >=
+ * depth, max_len bytes each): the order, sizes and memory footprint of a reader whose
+ * rate is wanted (a device's rate here depends on all three), until max_s seconds. */
+tl_status tl_tier_time_read_list(tl_tier *t, const uint64_t *offsets, const uint64_t *lens,
+                                 size_t n, uint64_t max_len, int depth, uint8_t *const *bufs,
+                                 size_t n_bufs, double max_s, double *bps);
+
 #endif
