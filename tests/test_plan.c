@@ -496,7 +496,7 @@ static void tiers_search(const char *path, uint64_t budget, double disk_bps, int
     memset(&rq, 0, sizeof rq);
     rq.single = 1;
     rq.overlap = 1;
-    rq.w = (tl_workload){1500, 40, 1};
+    rq.w = (tl_workload){2000, 40, 1};
     rq.n_ctx = 2048;
     tl_plan_result r;
     const tl_status found = tl_plan_search(m, &prof, &rq, &r);
@@ -535,7 +535,8 @@ static void tiers_search(const char *path, uint64_t budget, double disk_bps, int
             sweep_best);
     /* reading a page's 32 KiB of K and V takes 0.33 ms at 1e8 B/s, recomputing it from
      * its 16 KiB of input rows 2 ms of products at 1e9 MAC/s: load; at 1e6 B/s, the 16
-     * KiB saved take 16 ms: recompute */
+     * KiB saved take 16 ms: recompute, though the input rows of the pages in memory push
+     * weights out to stream (2000 positions: the pages read outweigh them) */
     CHECK_MSG((r.policy.kv_recompute > 0) == (can_recompute && disk_bps < 1e7), "%d layers "
               "recompute at a disk of %.0e B/s", (int)r.policy.kv_recompute, disk_bps);
     if (!run) {

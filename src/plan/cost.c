@@ -56,7 +56,9 @@
  *                    c(k) = micro-batch k's compute at one layer. Small micro-batches with
  *                    their KV on disk wait most: the compute of the micro-batch before
  *                    is too short to hide their page reads.
- *   pass time      = smax(compute' + KV wait, weight + KV reads + KV writes)  with overlap,
+ *   pass time      = max(compute' + KV wait, smax(compute', weight + KV reads + KV writes))
+ *                    with overlap (the wait is stalls on reads, already timed against the
+ *                    compute before them: smax's jitter is between compute and IO),
  *                    smax(a, b) = (a^4 + b^4)^(1/4): max(a, b) when one side dominates
  *                    (within 1.5% once the smaller is at most half the larger), 2^(1/4) =
  *                    1.19 max at exact balance. Compute and IO overlap through a ring of
@@ -432,7 +434,9 @@ static void add_pass(acc *a, const tl_cost_pass *p, int overlap) {
     a->t.kv_write_bytes += kvw_bytes;
     a->t.weight_bytes += p->flash_bytes;
     a->t.weight_read_s += p->flash_s;
-    const double both = overlap_s(compute + wait, io);
+    /* the waits are stalls on reads already timed against the compute before them: the
+     * jitter allowance is between compute and IO, not between a wait and its own reads */
+    const double both = fmax(compute + wait, overlap_s(compute, io));
     a->t.overlapped_s += both;
     a->t.serial_s += compute + wait + io;
     a->wall += overlap ? both : compute + wait + io;
@@ -604,10 +608,11 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         }
         double read_pages = 0;
         if (need_all > 0) {
-            /* the cache serves its share of the pages used, the forecast scales the rest */
-            const double keep = (1 - cache_hits(pol, need_all, disk_all) / need_all) *
-                                (pol->kv_select > 0 && pol->kv_select_reads > 0
-                                     ? pol->kv_select_reads : 1);
+            /* the cache serves its share of the pages used; a selection's read forecast
+             * counts what the cache holds already */
+            const double keep = pol->kv_select > 0 && pol->kv_select_reads > 0
+                                    ? pol->kv_select_reads
+                                    : 1 - cache_hits(pol, need_all, disk_all) / need_all;
             for (int32_t k = 0; k < n_mb; k++) pages[k] *= keep;
             read_pages = need_all * keep;
             kv_read = read_pages * rslot;

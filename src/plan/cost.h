@@ -42,7 +42,8 @@ typedef struct tl_policy {
     float kv_select;
     /* kv_select > 0: disk pages a decode step reads per disk page its selection uses (the
      * hit-rate model's forecast, tl_kv_select_read_forecast: staged pages left unused and
-     * demand reads); 0 = 1, a prefetch that stages exactly the pages used (no history) */
+     * demand reads, cached pages not read); 0: the cache's share of the pages used is
+     * served and the prefetch stages exactly the rest (no history) */
     float kv_select_reads;
     /* tiers, 32-bit KV: the first kv_recompute layers read disk pages as input rows and
      * recompute K and V (kv_cache.h); input rows are then written beside K and V */
@@ -58,7 +59,7 @@ void tl_policy_set_kv(tl_policy *pol, const tl_kv_params *kp);
 typedef struct tl_cost_terms {
     double compute_s, weight_read_s, kv_read_s, kv_write_s;
     double kv_wait_s;         /* compute waiting for KV pages read too late (cost.c) */
-    double overlapped_s;      /* max(compute + KV wait, weight + KV IO) */
+    double overlapped_s;      /* max(compute + KV wait, smax(compute, weight + KV IO)) */
     double serial_s;          /* compute + KV wait + weight + KV IO */
     double weight_bytes, kv_read_bytes, kv_write_bytes;
     double repack_s;          /* of compute_s: repacking streamed weights into panels */
