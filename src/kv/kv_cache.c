@@ -1174,8 +1174,9 @@ void tl_kv_set_cache_pages(tl_kv *kv, int32_t pages) {
     }
 }
 
-/* The reads a decode step's prefetch issues, in its order: each layer, each open sequence,
- * its disk pages from the attention window's start on; *max_pages: the most of one layer. */
+/* The reads an exact decode step's prefetch issues, in its order: each layer, each open
+ * sequence, its disk pages from the attention window's start on that the cache does not
+ * serve; *max_pages: the most of one layer. */
 static tl_status step_reads(const tl_kv *kv, uint64_t **offs, uint64_t **lens, size_t *n,
                             size_t *max_pages) {
     size_t cap = 0, k = 0;
@@ -1197,7 +1198,9 @@ static tl_status step_reads(const tl_kv *kv, uint64_t **offs, uint64_t **lens, s
             const int32_t lo = kv->p.attn_window > 0 ? kv->seqs[s].len + 1 - kv->p.attn_window : 0;
             for (int32_t i = 0; i < sl_at(kv, s, l)->stored; i++) {
                 const kv_page *pg = page_at(kv, s, l, i);
-                if ((i + 1) * kv->p.page_tokens <= lo || pg->state != PG_DISK) continue;
+                if ((i + 1) * kv->p.page_tokens <= lo || pg->state != PG_DISK ||
+                    (pg->frame && form_serves(kv, l, pg->form)))
+                    continue;
                 (*offs)[k] = pg->slot * kv->frame_slot + (x ? kv->slot_bytes : 0);
                 (*lens)[k++] = read_bytes(kv, l);
             }

@@ -165,16 +165,17 @@ tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float 
 
 void tl_kv_get_stats(const tl_kv *kv, tl_kv_stats *out);
 
-/* The spill file's read rate now (bytes/s), as a decode step's prefetch reads it: its
- * reads (each layer's disk pages from the attention window on, in order), `depth` in
- * flight, into as many frames as a step stages at once, for about `seconds`, through a
- * private queue of the default backend (the cache's own IO queue is not used, so nothing
- * of it waits). On a virtual disk the order and the frames' footprint each move the rate
- * by tens of percent, so random reads into a few buffers overstate it. The buffers are the
- * cache's spare slot frames, already in the budget: TL_ERR_INVALID when nothing is on
- * disk yet, or fewer than depth frames are spare (call between steps, after a step that
- * read disk pages). Reads only; the cache's state is unchanged. For a prediction that must
- * use the disk the engine reads, at the same time (bench_longctx). */
+/* The spill file's read rate now (bytes/s), as an exact decode step's prefetch reads it:
+ * its reads (each layer's disk pages from the attention window on that the cache does not
+ * hold, in order), `depth` in flight, into as many frames as a step stages at once, for
+ * about `seconds`, through a private queue of the default backend (the cache's own IO
+ * queue is not used, so nothing of it waits). On a virtual disk the order and the frames'
+ * footprint each move the rate by tens of percent, so random reads into a few buffers
+ * overstate it. The buffers are the cache's spare slot frames, already in the budget:
+ * TL_ERR_INVALID when there is nothing to read, or fewer than depth frames are spare
+ * (call between steps, after a step that read disk pages). Reads only; the cache's state
+ * is unchanged. For a prediction that must use the disk the engine reads, at the same
+ * time (bench_longctx). */
 tl_status tl_kv_time_disk_reads(tl_kv *kv, int depth, double seconds, double *bps);
 
 /* ---- recompute instead of load ----
