@@ -508,6 +508,25 @@ static void test_slot_reuse(void) {
     tl_budget_close(b);
 }
 
+/* One sequence of 40 positions (ten 4-position pages per layer, rows of `ident`) written
+ * to a single-sequence cache; the returned case verifies it. */
+static kv_case one_sequence(tl_kv *kv, const tl_kv_params *p, int ident, const char *label,
+                            int32_t *s) {
+    kv_case c;
+    memset(&c, 0, sizeof c);
+    c.p = *p;
+    c.kv = kv;
+    snprintf(c.label, sizeof c.label, "%s", label);
+    CHECK(tl_kv_seq_open(kv, s) == TL_OK);
+    float k[40 * 20], v[40 * 20];
+    for (int l = 0; l < p->n_layer; l++) {
+        gen_rows(ident, l, 0, 40, 20, k, v);
+        CHECK(tl_kv_append(kv, *s, l, k, v, 40) == TL_OK);
+    }
+    CHECK(tl_kv_seq_commit(kv, *s, 40) == TL_OK);
+    return c;
+}
+
 /* The hit-rate model's read forecast, by hand: 10 full pages per layer, all on disk (pct
  * 0), heat 1 when written. After one selection using pages 0..3 every page still has heat
  * >= 1/2 (used 1, unused 1/2): all 10 are staged for 4 used, 2.5. After a second one the
@@ -523,19 +542,8 @@ static void test_select_forecast(void) {
     double r = -1;
     CHECK(tl_kv_select_read_forecast(kv, &r) == TL_ERR_INVALID && has("no selection"));
     int32_t s;
-    CHECK(tl_kv_seq_open(kv, &s) == TL_OK);
-    float k[40 * 20], v[40 * 20];
-    for (int l = 0; l < p.n_layer; l++) {
-        gen_rows(5, l, 0, 40, 20, k, v);
-        CHECK(tl_kv_append(kv, s, l, k, v, 40) == TL_OK);
-    }
-    CHECK(tl_kv_seq_commit(kv, s, 40) == TL_OK);
-    kv_case c;
-    memset(&c, 0, sizeof c);
-    c.p = p;
-    c.kv = kv;
-    snprintf(c.label, sizeof c.label, "read forecast");
     const int ident = 5;
+    kv_case c = one_sequence(kv, &p, ident, "read forecast", &s);
     /* until every write has finished and left its frame (a page still writing is served
      * from it, and not counted) */
     int ready = 1;
@@ -574,20 +582,9 @@ static void test_time_reads(void) {
     double bps = -1;
     CHECK(tl_kv_time_disk_reads(kv, 1, 0.01, &bps) == TL_ERR_INVALID &&
           has("0 disk pages to read"));
-    kv_case c;
-    memset(&c, 0, sizeof c);
-    c.p = p;
-    c.kv = kv;
-    snprintf(c.label, sizeof c.label, "timed reads");
     int32_t s;
     const int ident = 77;
-    CHECK(tl_kv_seq_open(kv, &s) == TL_OK);
-    float k[40 * 20], v[40 * 20];
-    for (int l = 0; l < p.n_layer; l++) {
-        gen_rows(ident, l, 0, 40, 20, k, v);
-        CHECK(tl_kv_append(kv, s, l, k, v, 40) == TL_OK);
-    }
-    CHECK(tl_kv_seq_commit(kv, s, 40) == TL_OK);
+    kv_case c = one_sequence(kv, &p, ident, "timed reads", &s);
     for (int l = 0; l < p.n_layer; l++) verify(&c, &s, &ident, 1, l); /* frames go spare */
     tl_kv_stats before, after;
     tl_kv_get_stats(kv, &before);

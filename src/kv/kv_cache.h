@@ -169,9 +169,8 @@ void tl_kv_get_stats(const tl_kv *kv, tl_kv_stats *out);
  * its reads (each layer's disk pages from the attention window on that the cache does not
  * hold, in order), `depth` in flight, into as many frames as a step stages at once, for
  * about `seconds`, through a private queue of the default backend (the cache's own IO
- * queue is not used, so nothing of it waits). On a virtual disk the order and the frames'
- * footprint each move the rate by tens of percent, so random reads into a few buffers
- * overstate it. The buffers are the cache's spare slot frames, already in the budget:
+ * queue is not used, so nothing of it waits). A virtual disk's rate depends on the order
+ * and on the frames' footprint, so random reads into a few buffers would overstate it. The buffers are the cache's spare slot frames, already in the budget:
  * TL_ERR_INVALID when there is nothing to read, or fewer than depth frames are spare
  * (call between steps, after a step that read disk pages). Reads only; the cache's state
  * is unchanged. For a prediction that must use the disk the engine reads, at the same

@@ -54,12 +54,12 @@ static tl_aio_req **tag_find(tl_aio *q, uint64_t tag) {
     return pp;
 }
 
-/* Chunks that may be in flight when the head request is carved; none for an ordinary
- * request while urgent chunks are out (0 makes it wait: see the top of the file). */
 int tl_aio_class_depth(int queue_depth, tl_aio_class cls) {
     return cls == TL_AIO_ORDINARY ? queue_depth : queue_depth + TL_AIO_URGENT_SLOTS;
 }
 
+/* Chunks that may be in flight when the head request is carved; none for an ordinary
+ * request while urgent chunks are out (0 makes it wait: see the top of the file). */
 static int depth_for(const tl_aio *q, const tl_aio_req *head) {
     if (head->urgent) return tl_aio_class_depth(q->p.queue_depth, (tl_aio_class)head->urgent);
     return q->inflight_urgent > 0 ? 0 : q->p.queue_depth;
