@@ -14,9 +14,11 @@
  * planned with the right profile, one planned with a profile whose disk bandwidth is
  * doubled and allowed to re-plan between blocks, and the same without re-planning.
  * --case N runs only case N (0-based, in the table's order) and prints its phases.
- * --heldout N --seed S: N configurations drawn at random instead of the table (heldout.c).
+ * --heldout N --seed S: N configurations drawn at random instead of the table (heldout.c);
+ * --decide CAP_S adds the decision half for those whose planned run took <= CAP_S (decide.c);
+ * with --case N only configuration N of the draw runs.
  * Usage: bench_costmodel [--dir DIR] [--profile PATH] [--quick] [--replan] [--only-replan]
- *                        [--case N] [--heldout N --seed S [--keep]]
+ *                        [--case N] [--heldout N --seed S [--keep] [--decide CAP_S]]
  */
 #include <math.h>
 #include <stdio.h>
@@ -45,25 +47,25 @@ typedef struct table_case {
 /* group = (model, budget, regime, workload); each group ends with its auto case */
 static const table_case cases[] = {
     /* TinyLlama Q8_0 (1.1 GiB), 400 MiB: latency */
-    {0, {NULL, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 2, 1, 64}},
-    {0, {NULL, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 1, 0, 64}},
-    {0, {NULL, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 4, 1, 16}},
-    {0, {NULL, 400, 1, 32, 16, 1, 1, 0, 0, 0, 0, 0, 0, 0}},
+    {0, {NULL, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 2, 1, 64, NULL}},
+    {0, {NULL, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 1, 0, 64, NULL}},
+    {0, {NULL, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 4, 1, 16, NULL}},
+    {0, {NULL, 400, 1, 32, 16, 1, 1, 0, 0, 0, 0, 0, 0, 0, NULL}},
     /* TinyLlama Q8_0, 600 MiB: throughput, 32 x (32 + 16) */
-    {0, {NULL, 600, 0, 32, 16, 32, 0, 8, 4, 32, 100, 1, 1, 512}},
-    {0, {NULL, 600, 0, 32, 16, 32, 0, 4, 2, 32, 100, 2, 1, 512}},
-    {0, {NULL, 600, 0, 32, 16, 32, 0, 16, 2, 16, 100, 1, 1, 512}},
-    {0, {NULL, 600, 0, 32, 16, 32, 0, 32, 1, 32, 50, 1, 1, 512}},
-    {0, {NULL, 600, 0, 32, 16, 32, 0, 8, 4, 32, 100, 1, 0, 512}},
-    {0, {NULL, 600, 0, 32, 16, 32, 1, 0, 0, 0, 0, 0, 0, 0}},
+    {0, {NULL, 600, 0, 32, 16, 32, 0, 8, 4, 32, 100, 1, 1, 512, NULL}},
+    {0, {NULL, 600, 0, 32, 16, 32, 0, 4, 2, 32, 100, 2, 1, 512, NULL}},
+    {0, {NULL, 600, 0, 32, 16, 32, 0, 16, 2, 16, 100, 1, 1, 512, NULL}},
+    {0, {NULL, 600, 0, 32, 16, 32, 0, 32, 1, 32, 50, 1, 1, 512, NULL}},
+    {0, {NULL, 600, 0, 32, 16, 32, 0, 8, 4, 32, 100, 1, 0, 512, NULL}},
+    {0, {NULL, 600, 0, 32, 16, 32, 1, 0, 0, 0, 0, 0, 0, 0, NULL}},
     /* Llama-2-7B Q4_0 (3.6 GiB), 2 GiB: latency */
-    {1, {NULL, 2048, 1, 16, 6, 1, 0, 1, 1, 32, 100, 2, 1, 64}},
-    {1, {NULL, 2048, 1, 16, 6, 1, 0, 1, 1, 32, 100, 1, 0, 64}},
-    {1, {NULL, 2048, 1, 16, 6, 1, 1, 0, 0, 0, 0, 0, 0, 0}},
+    {1, {NULL, 2048, 1, 16, 6, 1, 0, 1, 1, 32, 100, 2, 1, 64, NULL}},
+    {1, {NULL, 2048, 1, 16, 6, 1, 0, 1, 1, 32, 100, 1, 0, 64, NULL}},
+    {1, {NULL, 2048, 1, 16, 6, 1, 1, 0, 0, 0, 0, 0, 0, 0, NULL}},
     /* Llama-2-7B Q4_0, 2 GiB: throughput, 16 x (16 + 6) */
-    {1, {NULL, 2048, 0, 16, 6, 16, 0, 4, 2, 32, 100, 1, 1, 512}},
-    {1, {NULL, 2048, 0, 16, 6, 16, 0, 16, 1, 16, 100, 1, 1, 512}},
-    {1, {NULL, 2048, 0, 16, 6, 16, 1, 0, 0, 0, 0, 0, 0, 0}},
+    {1, {NULL, 2048, 0, 16, 6, 16, 0, 4, 2, 32, 100, 1, 1, 512, NULL}},
+    {1, {NULL, 2048, 0, 16, 6, 16, 0, 16, 1, 16, 100, 1, 1, 512, NULL}},
+    {1, {NULL, 2048, 0, 16, 6, 16, 1, 0, 0, 0, 0, 0, 0, 0, NULL}},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -88,7 +90,7 @@ static void replan_experiment(const tl_hw_profile *prof_in) {
     /* throughput regime, 128 prompts: several blocks, so a re-plan has room to pay off */
     char path[640];
     if (!model_path(0, path, sizeof path)) return;
-    bench_case c = {path, 600, 0, 32, 16, 128, 1, 0, 0, 0, 0, 0, 0, 0};
+    bench_case c = {path, 600, 0, 32, 16, 128, 1, 0, 0, 0, 0, 0, 0, 0, NULL};
     /* the right profile: disk figures checked against the model file, now */
     tl_hw_profile right_prof = *prof_in;
     const tl_hw_profile *prof = &right_prof;
@@ -138,6 +140,7 @@ static void replan_experiment(const tl_hw_profile *prof_in) {
 int main(int argc, char **argv) {
     const char *profile_path = NULL;
     int quick = 0, replan = 0, only_replan = 0, only_case = -1, heldout = 0, keep = 0;
+    double decide_cap = 0;
     uint64_t seed = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dir") && i + 1 < argc) snprintf(g_dir, sizeof g_dir, "%s", argv[++i]);
@@ -149,9 +152,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--heldout") && i + 1 < argc) heldout = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--keep")) keep = 1;
+        else if (!strcmp(argv[i], "--decide") && i + 1 < argc) decide_cap = atof(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_costmodel [--dir DIR] [--profile PATH] [--quick] "
-                    "[--replan] [--only-replan] [--case N] [--heldout N --seed S [--keep]]\n");
+                    "[--replan] [--only-replan] [--case N] [--heldout N --seed S [--keep] [--decide CAP_S]]\n");
             return 2;
         }
     }
@@ -175,7 +179,7 @@ int main(int argc, char **argv) {
                     "tune on the seed you report)\n");
             return 2;
         }
-        return heldout_run(heldout, seed, g_dir, &prof, keep);
+        return heldout_run(heldout, seed, g_dir, &prof, keep, decide_cap, only_case);
     }
     if (!only_replan) {
         double err[N_CASES];

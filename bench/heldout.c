@@ -14,8 +14,10 @@
  * |error| and the mean signed error (positive: slower than predicted) of the whole run.
  * Models are synthesized into --dir once per shape (random weights: speed does not depend
  * on the values) and removed after their configuration unless --keep.
- * Not here yet: the decision half (the chosen policy against the next best, naive and
- * random candidates, interleaved, medians of 3).
+ * With --decide CAP, each configuration whose planned run took at most CAP seconds then
+ * runs the decision half (decide.c): the chosen policy against the next two predicted, two
+ * naive and two random ones, interleaved, medians of 3; the summary counts the
+ * configurations whose choice measured within 5% of the fastest candidate.
  */
 #include "heldout.h"
 
@@ -25,6 +27,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "decide.h"
 #include "plan_case.h"
 #include "base/stats.h"
 
@@ -106,19 +109,26 @@ static void summary(const char *label, const result *r, int n, int single) {
            100 * abs_err[k - 1], 100 * sum / k);
 }
 
-int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof, int keep) {
+int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof, int keep,
+                double decide_cap_s, int only) {
     if (n < 1 || n > 256) {
         fprintf(stderr, "error: --heldout takes 1..256 configurations\n");
         return 2;
     }
     draw d = {seed};
     result *res = calloc((size_t)n, sizeof *res);
-    if (!res) return 1;
+    decision *dec = calloc((size_t)n, sizeof *dec);
+    if (!res || !dec) {
+        free(res);
+        free(dec);
+        return 1;
+    }
     printf("\nheld-out draw: %d configurations, seed %llu (error = (measured - predicted) / "
            "measured; positive: the run was slower than predicted)\n", n,
            (unsigned long long)seed);
     for (int i = 0; i < n; i++) {
         config c = draw_config(&d, i);
+        if (only >= 0 && i != only) continue;
         char path[768];
         snprintf(path, sizeof path, "%s/heldout-%llu-%d.gguf", dir, (unsigned long long)seed, i);
         struct stat sb;
@@ -151,8 +161,8 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
                    (unsigned long long)bc.budget_mib, 100 * bc.budget_mib * 1048576.0 / c.model_bytes);
             o = run_case(&bc, prof, 0, 1);
         }
-        if (!keep) unlink(path);
         if (!o.ok) { /* reported, not scored */
+            if (!keep) unlink(path);
             printf("     not run\n");
             continue;
         }
@@ -176,12 +186,48 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
                o.dec_s > 0 ? 100 * (o.dec_s - pc->decode_s) / o.dec_s : 0.0);
         printf("     whole   predicted %7.2f s measured %7.2f s: error %+5.1f%%\n",
                pc->total_s, o.measured_s, 100 * res[i].err);
+        if (!c.single)
+            printf("     bytes   weights predicted %.0f MiB measured %.0f, KV read predicted %.0f "
+                   "MiB measured %.0f; stalls prefill %.2f s (KV %.2f), decode %.2f s (KV %.2f)\n",
+                   (pc->prefill.weight_bytes + pc->decode.weight_bytes) / 1048576.0,
+                   o.weight_bytes_read / 1048576.0,
+                   (pc->prefill.kv_read_bytes + pc->decode.kv_read_bytes) / 1048576.0,
+                   o.kv_bytes_read / 1048576.0, o.pre_stall_s, o.pre_kv_wait_s, o.dec_stall_s,
+                   o.dec_kv_wait_s);
+        if (o.plan.robust_pick)
+            printf("     near tie: the fastest prediction (%.2f s) was passed over; worst case "
+                   "%.2f s against its %.2f s\n", o.plan.nominal_s, o.plan.robust_worst_s,
+                   o.plan.nominal_worst_s);
         fflush(stdout);
+        if (decide_cap_s > 0 && o.measured_s <= decide_cap_s)
+            dec[i] = decide_case(&bc, &o, c.sp.seed ^ 0xdec1de5ull);
+        else if (decide_cap_s > 0)
+            printf("     decision: not run (the planned run took over %.0f s)\n", decide_cap_s);
+        if (!keep) unlink(path);
     }
     printf("\nheld-out summary, seed %llu\n", (unsigned long long)seed);
     summary("run", res, n, 1);
     summary("batch", res, n, 0);
     summary("all", res, n, -1);
+    if (decide_cap_s > 0) {
+        int decided = 0, within = 0, naive = 0;
+        double gain = 0;
+        for (int i = 0; i < n; i++) {
+            if (!dec[i].decided) continue;
+            decided++;
+            within += dec[i].chosen_s <= 1.05 * dec[i].best_s;
+            if (dec[i].naive_s > 0) {
+                naive++;
+                gain += log(dec[i].naive_s / dec[i].chosen_s);
+            }
+        }
+        printf("decision: %d of %d configurations decided (planned run <= %.0f s); the choice "
+               "within 5%% of the fastest candidate in %d (%.0f%%, target >= 90%%)", decided,
+               n, decide_cap_s, within, decided ? 100.0 * within / decided : 0.0);
+        if (naive) printf("; %.2fx the faster naive policy (geometric mean)", exp(gain / naive));
+        printf("\n");
+    }
     free(res);
+    free(dec);
     return 0;
 }

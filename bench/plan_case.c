@@ -19,6 +19,16 @@ void print_policy(const tl_policy *p) {
                p->overlap ? "" : " sync");
 }
 
+tl_plan_request bench_request(const bench_case *c) {
+    tl_plan_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.single = c->single;
+    rq.w = (tl_workload){c->prompt, c->gen, c->seqs};
+    rq.n_ctx = c->prompt + c->gen;
+    rq.overlap = 1;
+    return rq;
+}
+
 /* Plans (or evaluates the given knobs), then runs the workload under that policy. */
 outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
                         int calibrate) {
@@ -34,12 +44,7 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
     }
     tl_hw_profile cal = *prof_in;
     const tl_hw_profile *prof = &cal;
-    tl_plan_request rq;
-    memset(&rq, 0, sizeof rq);
-    rq.single = c->single;
-    rq.w = (tl_workload){c->prompt, c->gen, c->seqs};
-    rq.n_ctx = c->prompt + c->gen;
-    rq.overlap = 1;
+    const tl_plan_request rq = bench_request(c);
     tl_policy fixed = tl_plan_default_policy(m, &rq);
     fixed.gbs = c->gbs;
     fixed.num_gb = c->num_gb;
@@ -48,7 +53,8 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
     fixed.prefetch = c->prefetch;
     fixed.overlap = c->overlap;
     fixed.prefill_rows = c->rows;
-    tl_status st = c->automatic ? tl_plan_search(m, prof, &rq, &o.plan)
+    if (c->policy) fixed = *c->policy;
+    tl_status st = c->automatic ? tl_plan_search_ranked(m, prof, &rq, &o.plan, &o.ranked)
                                 : tl_plan_evaluate(m, prof, &rq.w, &fixed, &o.plan);
     /* place, then time the engine's own streaming and its matrix-vector products over
      * the resident weights (plan/calibrate.h): the disk and the memory as they are now, in
@@ -62,8 +68,12 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
         double bps, ratio;
         if ((st = tl_plan_calibrate_disk(m, &cal, &bps, &ratio))) break;
         if ((st = tl_plan_calibrate_compute(m, &cal, &ratio))) break;
+        const tl_policy *pp = &o.plan.policy;
+        if ((pp->kv_window_pages > 0 || (!pp->single && pp->kv_mem_pct < 100)) &&
+            (st = tl_plan_calibrate_kv_reads(m, &cal, &ratio)))
+            break;
         tl_plan_result again;
-        st = c->automatic ? tl_plan_search(m, prof, &rq, &again)
+        st = c->automatic ? tl_plan_search_ranked(m, prof, &rq, &again, &o.ranked)
                           : tl_plan_evaluate(m, prof, &rq.w, &o.plan.policy, &again);
         if (st) break;
         int same = !memcmp(&again.policy, &o.plan.policy, sizeof again.policy);
@@ -72,6 +82,7 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
         tl_engine_unplace(m); /* auto changed its mind: place the new policy */
     }
     o.disk_bps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
+    o.prof = cal;
     if (st) {
         fprintf(stderr, "error: planning: %s\n", tl_last_error());
         tl_model_close(m);
@@ -119,6 +130,8 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
             o.pre_s = bs.prefill_s, o.dec_s = bs.decode_s;
             o.pre_stall_s = bs.prefill_stall_s, o.dec_stall_s = bs.decode_stall_s;
             o.pre_kv_wait_s = bs.prefill_kv_wait_s, o.dec_kv_wait_s = bs.decode_kv_wait_s;
+            o.kv_bytes_read = (double)bs.kv_bytes_read;
+            o.weight_bytes_read = (double)bs.weight_bytes_read;
             o.measured_tps = bs.generated_tokens / o.measured_s;
             o.replans = rp ? rp->switches : 0;
             if (rp)

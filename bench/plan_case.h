@@ -16,19 +16,25 @@ typedef struct bench_case {
     int prompt, gen, seqs;
     int automatic;         /* 1: the planner's choice; else the knobs below */
     int gbs, num_gb, kv_bits, kv_mem, prefetch, overlap, rows;
+    const tl_policy *policy; /* not automatic: this whole policy instead of the knobs */
 } bench_case;
 
 typedef struct outcome {
     tl_plan_result plan;
+    tl_plan_ranking ranked;  /* automatic: the search's best candidates */
+    tl_hw_profile prof;      /* the profile the plan was made with (after calibration) */
     double measured_s, measured_tps, disk_bps;
     double pre_s, dec_s, pre_stall_s, dec_stall_s; /* measured, by phase */
     double pre_kv_wait_s, dec_kv_wait_s;             /* of the stalls, waiting for KV */
+    double kv_bytes_read, weight_bytes_read;         /* measured, batch only */
     int ok;
     int ran;                /* the workload started (planning and placement succeeded) */
     int32_t replans;
 } outcome;
 
 void print_policy(const tl_policy *p);
+/* The planner's request for the case's workload (its context: prompt + generated). */
+tl_plan_request bench_request(const bench_case *c);
 /* Plans (or evaluates the given knobs), places, calibrates (`calibrate`) and re-plans as
  * the CLI does, then runs the workload under that policy; replan: batch's re-planner. */
 outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan, int calibrate);

@@ -19,6 +19,7 @@
 #include "base/rng.h"
 #include "tierllm.h"
 #include "exec/engine.h"
+#include "plan/calibrate.h"
 #include "plan/search.h"
 #include "plan/replan.h"
 #include "testutil.h"
@@ -408,6 +409,47 @@ static void run_policy(tl_model *m, const tl_plan_request *rq, const tl_plan_res
     free(text);
 }
 
+/* A candidate's key in the ranking, and its worst case (search.h), computed here from
+ * the profile's own scaling, not by the search's code. */
+static double key_of(const tl_plan_result *r) {
+    return r->cost.total_s * (r->policy.kv_recompute > 0 ? 1 + TL_PLAN_RECOMPUTE_MARGIN : 1);
+}
+static double worst_of(tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
+                       const tl_policy *pol) {
+    tl_hw_profile disk = *prof, cpu = *prof;
+    tl_profile_scale_disk(&disk, 1 + TL_PLAN_ERROR_SPREAD);
+    tl_profile_scale_compute(&cpu, 1 + TL_PLAN_ERROR_SPREAD);
+    tl_plan_result a, b;
+    CHECK(tl_plan_evaluate(m, &disk, w, pol, &a) == TL_OK);
+    CHECK(tl_plan_evaluate(m, &cpu, w, pol, &b) == TL_OK);
+    return fmax(a.cost.total_s, b.cost.total_s);
+}
+
+/* The ranking is best first, its policies distinct, the choice among them; the choice is
+ * the fastest, or a near tie whose worst case is no worse than the fastest one's, and no
+ * candidate within the spread has a smaller worst case. */
+static void check_ranking(tl_model *m, const tl_hw_profile *prof, const tl_plan_request *rq,
+                          const tl_plan_result *r, const tl_plan_ranking *rk, int t) {
+    CHECK_MSG(rk->n >= 1 && rk->n <= TL_PLAN_RANKED && rk->chosen >= 0 && rk->chosen < rk->n,
+              "case %d: %d ranked, chosen %d", t, (int)rk->n, (int)rk->chosen);
+    if (rk->n < 1 || rk->chosen < 0 || rk->chosen >= rk->n) return;
+    CHECK(!memcmp(&r->policy, &rk->cand[rk->chosen].policy, sizeof r->policy));
+    CHECK(r->robust_pick == (rk->chosen != 0));
+    for (int i = 1; i < rk->n; i++) {
+        CHECK_MSG(key_of(&rk->cand[i]) >= key_of(&rk->cand[i - 1]) * (1 - 1e-9),
+                  "case %d: rank %d predicted %g before rank %d's %g", t, i - 1,
+                  key_of(&rk->cand[i - 1]), i, key_of(&rk->cand[i]));
+        for (int j = 0; j < i; j++)
+            CHECK(memcmp(&rk->cand[i].policy, &rk->cand[j].policy, sizeof r->policy) != 0);
+    }
+    const double fastest = key_of(&rk->cand[0]);
+    CHECK(key_of(r) <= fastest * (1 + TL_PLAN_ERROR_SPREAD) * (1 + 1e-9));
+    const double chosen_worst = worst_of(m, prof, &rq->w, &r->policy);
+    for (int i = 0; i < rk->n && key_of(&rk->cand[i]) <= fastest * (1 + TL_PLAN_ERROR_SPREAD); i++)
+        CHECK_MSG(chosen_worst <= worst_of(m, prof, &rq->w, &rk->cand[i].policy) * (1 + 1e-9),
+                  "case %d: rank %d's worst case beats the choice's %g", t, i, chosen_worst);
+}
+
 static void property(int cases, int runs) {
     tl_hw_profile prof;
     tl_test_round_profile(&prof);
@@ -441,9 +483,11 @@ static void property(int cases, int runs) {
         rq.overlap = rnd_in(0, 3) != 0;
         rq.allow_lossy_kv = rnd_in(0, 1);
         tl_plan_result r;
-        tl_status st = tl_plan_search(m, &prof, &rq, &r);
+        tl_plan_ranking rk;
+        tl_status st = tl_plan_search_ranked(m, &prof, &rq, &r, &rk);
         if (st == TL_OK) {
             found++;
+            check_ranking(m, &prof, &rq, &r, &rk, t);
             CHECK_MSG(r.mem_bytes <= tl_budget_limit(m->lm.budget), "case %d: dry run %llu > %llu",
                       t, (unsigned long long)r.mem_bytes,
                       (unsigned long long)tl_budget_limit(m->lm.budget));
@@ -565,6 +609,33 @@ static void tiers_search(const char *path, uint64_t budget, double disk_bps, int
     tl_model_close(m);
 }
 
+/* ---- 4. small reads timed again at calibration ----
+ * The profile's small-chunk cells set absurdly slow are timed again on the model file:
+ * they come back at a real disk's rate, every depth of the chunk by one ratio, the urgent
+ * page reads with them; the engine's chunk and larger keep their figures. */
+static void kv_read_calibration(const char *path) {
+    tl_model *m = open_model(path, 64u << 20);
+    if (!m) return;
+    CHECK(tl_engine_place(m, 0) == TL_OK);
+    tl_hw_profile prof;
+    tl_test_round_profile(&prof);
+    for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof.disk_read_bps[0][d] = 1e3 * (d + 1);
+    const tl_hw_profile before = prof;
+    double ratio = 0;
+    CHECK_MSG(tl_plan_calibrate_kv_reads(m, &prof, &ratio) == TL_OK, "%s", tl_last_error());
+    CHECK_MSG(ratio > 100, "64 KiB reads of the model file at %g x 1 kB/s", ratio);
+    for (int d = 0; d < TL_PROF_N_DEPTH; d++)
+        CHECK(close_to(prof.disk_read_bps[0][d], before.disk_read_bps[0][d] * ratio, 1e-9));
+    CHECK(close_to(prof.disk_urgent_read_s, before.disk_urgent_read_s / ratio, 1e-9));
+    CHECK(close_to(prof.disk_urgent_page_s, before.disk_urgent_page_s / ratio, 1e-9));
+    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
+        if (tl_prof_chunks[c] >= m->lm.params.io_chunk_bytes)
+            for (int d = 0; d < TL_PROF_N_DEPTH; d++)
+                CHECK(prof.disk_read_bps[c][d] == before.disk_read_bps[c][d]);
+    tl_engine_unplace(m);
+    tl_model_close(m);
+}
+
 int main(void) {
     char p1[256], p2[256];
     if (!synth("hand", 300, 128, 320, 2, 8, 2, 0, p1, sizeof p1)) return 1;
@@ -595,6 +666,7 @@ int main(void) {
     if (!synth("tiers", 300, 256, 320, 8, 8, 8, 0, p4, sizeof p4)) return 1;
     tiers_search(p4, 24u << 20, 1e8, 1, 1);
     tiers_search(p4, 36u << 20, 1e6, 0, 1); /* input rows kept take room too */
+    kv_read_calibration(p4);
     unlink(p4);
     if (!synth("tiersgqa", 300, 256, 320, 8, 8, 2, 0, p4, sizeof p4)) return 1;
     tiers_search(p4, 10u << 20, 1e6, 1, 0); /* inputs 256 wide, K and V 64 each */

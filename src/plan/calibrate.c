@@ -89,6 +89,39 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     return TL_OK;
 }
 
+#define KV_PROBE_S 0.2
+
+tl_status tl_plan_calibrate_kv_reads(tl_model *m, tl_hw_profile *prof, double *ratio) {
+    *ratio = 1;
+    tl_tier *t = m->lm.tier;
+    const int32_t depth = tl_prof_depths[TL_PROF_N_DEPTH - 1];
+    for (int c = TL_PROF_N_CHUNK - 1; c >= 0; c--) {
+        const uint64_t chunk = tl_prof_chunks[c], span = t->size / chunk * chunk;
+        if (chunk >= m->lm.params.io_chunk_bytes || span < 64 * chunk) continue;
+        uint8_t *buf = NULL, *bufs[64];
+        if (tl_budget_alloc(m->lm.budget, (size_t)(chunk * (uint64_t)depth), TL_TIER_MAX_ALIGN,
+                            "KV read calibration", (void **)&buf)) {
+            tl_error_clear(); /* the budget is spoken for: keep the profile's figures */
+            continue;
+        }
+        for (int32_t i = 0; i < depth; i++) bufs[i] = buf + (size_t)i * chunk;
+        uint64_t cursor = 0, seed = 11 + (uint64_t)c;
+        double bps = 0;
+        tl_status st = tl_tier_time_reads(t, chunk, depth, (uint64_t)256 << 20, span, 1, &cursor,
+                                          &seed, bufs, KV_PROBE_S, &bps);
+        tl_budget_free(m->lm.budget, buf);
+        if (st) return tl_error_wrap(st, "timing small reads of the model file");
+        const double before = prof->disk_read_bps[c][TL_PROF_N_DEPTH - 1];
+        if (!(bps > 0) || !(before > 0)) continue;
+        *ratio = bps / before;
+        for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof->disk_read_bps[c][d] *= *ratio;
+    }
+    /* an urgent page read behind the stream is a small read too */
+    prof->disk_urgent_read_s /= *ratio;
+    prof->disk_urgent_page_s /= *ratio;
+    return TL_OK;
+}
+
 /* Resident matrices timed per calibration: enough to stream from DRAM, not from cache. */
 #define COMPUTE_MIN_BYTES ((uint64_t)128 << 20)
 #define COMPUTE_MAX_BYTES ((uint64_t)384 << 20)

@@ -26,6 +26,16 @@
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio);
 
+/* KV pages on disk are small reads at scattered offsets, and the profile's figures for
+ * them (its chunks below the engine's, timed sequentially when it was measured) drift
+ * apart from the streaming rate on a virtual disk: for a policy that spills KV, those
+ * cells are timed again now on the model file, at random chunk-aligned offsets at the
+ * grid's deepest depth, each for a fraction of a second, and scaled to it (every depth of
+ * that chunk by the same ratio), and the urgent page reads' seconds by the smallest
+ * chunk's ratio (*ratio: measured / profiled rate). Buffers come from the budget (no room:
+ * that chunk is skipped). */
+tl_status tl_plan_calibrate_kv_reads(tl_model *m, tl_hw_profile *prof, double *ratio);
+
 /* The same for compute, whose memory-bound rates drift with the machine's memory
  * bandwidth (on a shared host, within minutes): matrix-vector products over the
  * resident matrices (128-384 MiB of them; with less resident nothing is measured and

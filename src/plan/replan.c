@@ -107,13 +107,17 @@ static int hook(tl_replanner *r, tl_model *m, const tl_batch_stats *s, int32_t p
                 tl_batch_params *bp) {
     if (!r->started) { /* before the first block: one pass of the engine's own streaming */
         r->started = 1;
-        double bps, ratio = 1, cratio = 1;
+        double bps, ratio = 1, cratio = 1, kratio = 1;
         int sw = 0;
         if (tl_plan_calibrate_disk(m, &r->prof, &bps, &ratio) == TL_OK) {
             r->disk_ratio = ratio;
             if (tl_plan_calibrate_compute(m, &r->prof, &cratio)) cratio = 1;
+            if (r->current.policy.kv_mem_pct < 100 &&
+                tl_plan_calibrate_kv_reads(m, &r->prof, &kratio))
+                kratio = 1;
             /* time for time: the profile predicted 1/ratio of what one pass took */
-            if (fabs(1 / ratio - 1) > r->threshold || fabs(cratio - 1) > r->threshold)
+            if (fabs(1 / ratio - 1) > r->threshold || fabs(cratio - 1) > r->threshold ||
+                fabs(1 / kratio - 1) > r->threshold)
                 sw = search_again(r, m, prompts_left, bp, "before the first block", 1 / ratio,
                                   cratio);
         }

@@ -263,10 +263,38 @@ static int better(const tl_plan_result *a, const tl_plan_result *b) {
     return a->cost.total_s < b->cost.total_s * (1 - 1e-9);
 }
 
-/* LP, then exact dry runs and predictions around its KV fraction. */
+/* The candidates so far, best first by key: the prediction, raised by the recompute margin
+ * where a policy recomputes K and V (search.h). A policy offered twice is kept once. */
+typedef struct ranking {
+    tl_plan_result r[TL_PLAN_RANKED];
+    double key[TL_PLAN_RANKED];
+    int n;
+} ranking;
+
+static double rank_key(const tl_plan_result *r) {
+    return r->cost.total_s * (r->policy.kv_recompute > 0 ? 1 + TL_PLAN_RECOMPUTE_MARGIN : 1);
+}
+
+static void offer(ranking *rk, const tl_plan_result *r) {
+    for (int i = 0; i < rk->n; i++)
+        if (!memcmp(&rk->r[i].policy, &r->policy, sizeof r->policy)) return;
+    const double key = rank_key(r);
+    int at = rk->n;
+    while (at > 0 && key < rk->key[at - 1] * (1 - 1e-9)) at--; /* ties: the first offered */
+    if (at >= TL_PLAN_RANKED) return;
+    const int keep = rk->n < TL_PLAN_RANKED ? rk->n : TL_PLAN_RANKED - 1;
+    memmove(&rk->r[at + 1], &rk->r[at], (size_t)(keep - at) * sizeof rk->r[0]);
+    memmove(&rk->key[at + 1], &rk->key[at], (size_t)(keep - at) * sizeof rk->key[0]);
+    rk->r[at] = *r;
+    rk->key[at] = key;
+    rk->n = keep + 1;
+}
+
+/* LP, then exact dry runs and predictions around its KV fraction; the best of them is
+ * offered. */
 static void try_combination(const tl_model *m, const tl_hw_profile *prof,
-                            const tl_workload *w, tl_policy pol, tl_plan_result *best,
-                            int *have, int32_t *lp_solves, int32_t *feasible) {
+                            const tl_workload *w, tl_policy pol, ranking *rk,
+                            int32_t *lp_solves, int32_t *feasible) {
     tl_plan_lp lp;
     if (tl_plan_lp_build(m, prof, w, &pol, &lp)) return;
     double x_w = 1, x_k = 1, obj = 0;
@@ -278,7 +306,9 @@ static void try_combination(const tl_model *m, const tl_hw_profile *prof,
      * memory row binds or x_w = 1, so this is the LP's x_w given the KV choice */
     pol.w_mem_pct = 100;
     int32_t pct = pol.single ? 100 : (int32_t)floor(x_k * 100 + 1e-9);
-    int tried = 0;
+    int tried = 0, have = 0;
+    tl_plan_result best;
+    memset(&best, 0, sizeof best);
     for (int32_t p = pct; p >= 0 && tried < 12; p -= p > pct - 5 ? 1 : 5, tried++) {
         pol.kv_mem_pct = p;
         tl_plan_result r;
@@ -290,23 +320,27 @@ static void try_combination(const tl_model *m, const tl_hw_profile *prof,
         r.lp_objective = obj;
         r.lp_xw = x_w;
         r.lp_xk = x_k;
-        if (!*have || better(&r, best)) {
-            *best = r;
-            *have = 1;
+        if (!have || better(&r, &best)) {
+            best = r;
+            have = 1;
         }
         if (pol.single || p < pct - 2) break;
     }
+    if (have) offer(rk, &best);
 }
 
 tl_status tl_plan_place(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
                         const tl_policy *pol, tl_plan_result *out) {
-    int have = 0;
+    ranking rk;
+    rk.n = 0;
     int32_t solves = 0, feasible = 0;
     memset(out, 0, sizeof *out);
-    try_combination(m, prof, w, *pol, out, &have, &solves, &feasible);
+    try_combination(m, prof, w, *pol, &rk, &solves, &feasible);
+    if (rk.n) *out = rk.r[0];
     /* the LP's fraction is a guide; the dry runs near it may all miss when the LP's memory
      * row is looser than the exact plan: then every 5% from all KV in memory to none */
     tl_status last = TL_OK;
+    int have = rk.n > 0;
     for (int32_t p = 100; !have && p >= 0; p -= 5) {
         tl_policy q = *pol;
         q.w_mem_pct = 100;
@@ -337,8 +371,7 @@ tl_status tl_plan_place(const tl_model *m, const tl_hw_profile *prof, const tl_w
  * alike, so a count decides it, from the bytes saved against the products' time; a count
  * above 0 is taken only when predicted faster than loading by TL_PLAN_RECOMPUTE_MARGIN. */
 static void try_tiers(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
-                      const tl_policy *base, tl_plan_result *best, int *have, int32_t *combos,
-                      int32_t *feasible) {
+                      const tl_policy *base, ranking *rk, int32_t *combos, int32_t *feasible) {
     const int32_t pt = 16;
     tl_context_params cp = tl_context_default_params();
     tl_policy pol = *base;
@@ -381,25 +414,36 @@ static void try_tiers(const tl_model *m, const tl_hw_profile *prof, const tl_wor
                     tl_plan_result res;
                     if (tl_plan_evaluate(m, prof, w, &pol, &res)) continue;
                     (*feasible)++;
-                    /* recompute must win by the margin of the disk term's error
-                     * (plan/search.h) */
-                    tl_plan_result ranked = res;
-                    if (rc[r] > 0) ranked.cost.total_s *= 1 + TL_PLAN_RECOMPUTE_MARGIN;
-                    tl_plan_result cur = *best;
-                    if (*have && cur.policy.kv_recompute > 0)
-                        cur.cost.total_s *= 1 + TL_PLAN_RECOMPUTE_MARGIN;
-                    if (!*have || better(&ranked, &cur)) {
-                        *best = res;
-                        *have = 1;
-                    }
+                    offer(rk, &res); /* recompute ranked with its margin (rank_key) */
                 }
             }
         }
 }
 
+/* A candidate's prediction with every disk read slower by the error spread, or every
+ * compute figure slower by it: the larger (HUGE_VAL if either evaluation fails). */
+static double worst_case_s(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
+                           const tl_policy *pol) {
+    tl_hw_profile slow = *prof;
+    tl_profile_scale_disk(&slow, 1 + TL_PLAN_ERROR_SPREAD);
+    tl_plan_result a, b;
+    if (tl_plan_evaluate(m, &slow, w, pol, &a)) return HUGE_VAL;
+    slow = *prof;
+    tl_profile_scale_compute(&slow, 1 + TL_PLAN_ERROR_SPREAD);
+    if (tl_plan_evaluate(m, &slow, w, pol, &b)) return HUGE_VAL;
+    return a.cost.total_s > b.cost.total_s ? a.cost.total_s : b.cost.total_s;
+}
+
 tl_status tl_plan_search(const tl_model *m, const tl_hw_profile *prof,
                          const tl_plan_request *rq, tl_plan_result *out) {
+    return tl_plan_search_ranked(m, prof, rq, out, NULL);
+}
+
+tl_status tl_plan_search_ranked(const tl_model *m, const tl_hw_profile *prof,
+                                const tl_plan_request *rq, tl_plan_result *out,
+                                tl_plan_ranking *ranked) {
     memset(out, 0, sizeof *out);
+    if (ranked) ranked->n = ranked->chosen = 0;
     const tl_workload *w = &rq->w;
     if (w->prompt_len < 1 || w->gen_len < 1 || w->num_seqs < 1 ||
         (rq->single && w->num_seqs != 1))
@@ -421,10 +465,9 @@ tl_status tl_plan_search(const tl_model *m, const tl_hw_profile *prof,
         bits[n_bits++] = 16;
         if (rq->allow_lossy_kv) { bits[n_bits++] = 8; bits[n_bits++] = 4; }
     }
-    int have = 0;
     int32_t combos = 0, solves = 0, feasible = 0;
-    tl_plan_result best;
-    memset(&best, 0, sizeof best);
+    ranking rk;
+    rk.n = 0;
     if (rq->single) {
         const int32_t nb[6] = {16, 32, 64, 128, 256, 512};
         for (int32_t pf = 1; pf <= 4; pf++)
@@ -434,10 +477,10 @@ tl_status tl_plan_search(const tl_model *m, const tl_hw_profile *prof,
                 pol.prefetch = rq->overlap ? pf : 0;
                 pol.prefill_rows = nb[i] < base.n_ctx ? nb[i] : base.n_ctx;
                 combos++;
-                try_combination(m, prof, w, pol, &best, &have, &solves, &feasible);
+                try_combination(m, prof, w, pol, &rk, &solves, &feasible);
                 if (!rq->overlap) break;
             }
-        if (!have) try_tiers(m, prof, w, &base, &best, &have, &combos, &feasible);
+        if (!rk.n) try_tiers(m, prof, w, &base, &rk, &combos, &feasible);
     } else {
         const int32_t S = w->num_seqs;
         for (int32_t gbs = 1; gbs <= 512; gbs *= 2) {
@@ -460,14 +503,14 @@ tl_status tl_plan_search(const tl_model *m, const tl_hw_profile *prof,
                             pol.prefetch = rq->overlap ? pf : 0;
                             pol.prefill_rows = rows;
                             combos++;
-                            try_combination(m, prof, w, pol, &best, &have, &solves, &feasible);
+                            try_combination(m, prof, w, pol, &rk, &solves, &feasible);
                             if (!rq->overlap && pf == 1) break;
                         }
                 if (ng == max_gb) break;
             }
         }
     }
-    if (!have) {
+    if (!rk.n) {
         /* the minimum to report: the least the search tried (a batch's smallest
          * candidate, not the default policy, whose block and prompt rows may need far more) */
         tl_policy least = base;
@@ -506,7 +549,25 @@ tl_status tl_plan_search(const tl_model *m, const tl_hw_profile *prof,
                             tl_budget_limit(m->lm.budget) / 1048576.0, (int)combos,
                             *msg ? ": " : "", msg);
     }
-    *out = best;
+    /* near ties (TL_PLAN_ERROR_SPREAD): the least worst case */
+    int pick = 0;
+    const double nominal_worst = worst_case_s(m, prof, w, &rk.r[0].policy);
+    double pick_worst = nominal_worst;
+    for (int i = 1; i < rk.n && rk.key[i] <= rk.key[0] * (1 + TL_PLAN_ERROR_SPREAD); i++) {
+        const double wc = worst_case_s(m, prof, w, &rk.r[i].policy);
+        if (wc < pick_worst * (1 - 1e-9)) pick = i, pick_worst = wc;
+    }
+    tl_error_clear();
+    *out = rk.r[pick];
+    out->robust_pick = pick > 0;
+    out->nominal_s = rk.r[0].cost.total_s;
+    out->robust_worst_s = pick_worst;
+    out->nominal_worst_s = nominal_worst;
+    if (ranked) {
+        for (int i = 0; i < rk.n; i++) ranked->cand[i] = rk.r[i];
+        ranked->n = rk.n;
+        ranked->chosen = pick;
+    }
     out->combinations = combos;
     out->lp_solves = solves;
     out->feasible = feasible;

@@ -52,16 +52,43 @@ typedef struct tl_plan_result {
     double lp_objective;     /* the LP's optimum for the chosen combination */
     double lp_xw, lp_xk;
     int32_t combinations, lp_solves, feasible;
+    /* the choice among near ties (TL_PLAN_ERROR_SPREAD): robust_pick 1 when the policy
+     * predicted fastest (nominal_s) was passed over for this one, whose prediction rises
+     * least when the disk or the compute is slower by the spread: its worst case
+     * robust_worst_s against the passed-over one's nominal_worst_s */
+    int32_t robust_pick;
+    double nominal_s, robust_worst_s, nominal_worst_s;
 } tl_plan_result;
+
+/* The search's best candidates, best first: one per combination of the discrete knobs (its
+ * best placement), so the runners-up differ in more than a percent of KV placement. */
+#define TL_PLAN_RANKED 5
+typedef struct tl_plan_ranking {
+    tl_plan_result cand[TL_PLAN_RANKED];
+    int32_t n;
+    int32_t chosen;          /* the index of the search's choice */
+} tl_plan_ranking;
 
 /* KV tiers: layers recompute K and V (tl_policy.kv_recompute) only when predicted faster
  * than loading by this share: the disk term is measured minutes before the run, and a
  * virtual disk's rate drifts in between. */
 #define TL_PLAN_RECOMPUTE_MARGIN 0.05
 
+/* The cost model's held-out error spread: candidates predicted within this share of the
+ * fastest are near ties it cannot order (about the 90th-percentile |error| of
+ * bench_costmodel --heldout). Among them the search takes the one whose prediction is
+ * least sensitive to the uncertain terms: the least worst case of its time with every disk
+ * read, or every product, slower by this share. */
+#define TL_PLAN_ERROR_SPREAD 0.10
+
 /* Searches; TL_ERR_NOMEM (with the minimum) if no candidate fits the model's budget. */
 tl_status tl_plan_search(const tl_model *m, const tl_hw_profile *prof,
                          const tl_plan_request *rq, tl_plan_result *out);
+/* The same, and (ranked may be NULL) the best candidates by prediction, fastest first, the
+ * chosen one among them. */
+tl_status tl_plan_search_ranked(const tl_model *m, const tl_hw_profile *prof,
+                                const tl_plan_request *rq, tl_plan_result *out,
+                                tl_plan_ranking *ranked);
 
 /* The best placement for one given combination of the discrete knobs (pol's gbs, num_gb,
  * KV bits, prefetch, prefill rows, page size, context): as the search does for each of

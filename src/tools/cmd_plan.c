@@ -75,10 +75,11 @@ int tl_cmd_plan(int argc, char **argv) {
     tl_model *m = NULL;
     tl_hw_profile prof;
     tl_plan_result best;
+    tl_plan_ranking ranked;
     tl_status st = tl_model_open(model_path, &mp, &m);
     if (!st) st = cli_profile(m, profile_path, &prof);
     double t0 = tl_now();
-    if (!st) st = tl_plan_search(m, &prof, &rq, &best);
+    if (!st) st = tl_plan_search_ranked(m, &prof, &rq, &best, &ranked);
     double search_s = tl_now() - t0;
     if (st) {
         int rc = cli_fail(st);
@@ -94,6 +95,12 @@ int tl_cmd_plan(int argc, char **argv) {
            "%.2f s\n", (int)best.combinations, (int)best.lp_solves, (int)best.feasible, search_s);
     cli_print_policy(stdout, "chosen", &best);
     cli_print_prediction(stdout, "predicted", &best, &rq.w);
+    if (best.robust_pick)
+        printf("  a near tie: the fastest prediction (%.3f s) is within the cost model's error "
+               "spread (%.0f%%) of this one, whose worst case with the disk or the compute %.0f%% "
+               "slower is %.3f s against that one's %.3f s: chosen as the safer\n",
+               best.nominal_s, 100 * TL_PLAN_ERROR_SPREAD, 100 * TL_PLAN_ERROR_SPREAD,
+               best.robust_worst_s, best.nominal_worst_s);
     print_layer("prefill", &best.cost.prefill_layer);
     print_layer("decode", &best.cost.decode_layer);
     if (best.policy.kv_window_pages > 0)
@@ -103,7 +110,15 @@ int tl_cmd_plan(int argc, char **argv) {
         printf("  LP: resident weights %.0f%%, KV in memory %.0f%%, LP optimum %.3f s\n",
                best.lp_xw * 100, best.lp_xk * 100, best.lp_objective);
 
-    /* the naive alternatives */
+    /* the search's next best, then the naive alternatives */
+    for (int i = 0, k = 0; i < ranked.n; i++)
+        if (i != ranked.chosen) {
+            char label[32];
+            snprintf(label, sizeof label, "runner-up %d", ++k);
+            cli_print_policy(stdout, label, &ranked.cand[i]);
+            cli_print_prediction(stdout, "  predicted", &ranked.cand[i], &rq.w);
+        }
+
     tl_policy dflt = tl_plan_default_policy(m, &rq);
     tl_plan_result alt;
     if (tl_plan_evaluate(m, &prof, &rq.w, &dflt, &alt) == TL_OK && alt.streamed_bytes == 0) {

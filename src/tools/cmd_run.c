@@ -232,10 +232,14 @@ static tl_status plan_run(tl_model *m, const char *prompt, const tl_generate_par
 static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
                              const tl_plan_request *rq, tl_plan_result *chosen,
                              tl_hw_profile *prof) {
-    double bps, ratio, cratio = 1;
+    double bps, ratio, cratio = 1, kratio = 1;
     tl_status st = tl_plan_calibrate_disk(m, prof, &bps, &ratio);
     if (!st) st = tl_plan_calibrate_compute(m, prof, &cratio);
-    if (st || (ratio > 0.8 && ratio < 1.25 && cratio > 0.8 && cratio < 1.25)) return st;
+    if (!st && chosen->policy.kv_window_pages > 0)
+        st = tl_plan_calibrate_kv_reads(m, prof, &kratio);
+    if (st || (ratio > 0.8 && ratio < 1.25 && cratio > 0.8 && cratio < 1.25 && kratio > 0.8 &&
+               kratio < 1.25))
+        return st;
     tl_plan_result next;
     if ((st = tl_plan_search(m, prof, rq, &next))) return st;
     int change = next.policy.prefetch != chosen->policy.prefetch ||
@@ -247,6 +251,11 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
         fprintf(stderr, "policy auto: the model file streams at %.2f GB/s, %.0f%% of the "
                 "profile's figure, and matrix-vector products take %.0f%% of the profile's "
                 "time; re-planned: %s\n", bps / 1e9, ratio * 100, cratio * 100,
+                change ? "new policy" : "policy kept");
+    else if (chosen->policy.kv_window_pages > 0)
+        fprintf(stderr, "policy auto: small scattered reads of the model file (KV pages) run "
+                "at %.0f%% of the profile's figure, and matrix-vector products take %.0f%% of "
+                "its time; re-planned: %s\n", kratio * 100, cratio * 100,
                 change ? "new policy" : "policy kept");
     else /* too little streams through the ring to time */
         fprintf(stderr, "policy auto: matrix-vector products take %.0f%% of the profile's time; "
