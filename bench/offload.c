@@ -93,7 +93,7 @@ static int run(const char *path, uint64_t budget, int overlap, int threads, int 
     double tok_s[64], comp_s[64], io_before = 0, io_after = 0;
     uint64_t io_bytes = 0;
     tl_run_stats a, b;
-    if (!st) st = tl_residency_measure_io(m->res, 0, &io_before, &io_bytes);
+    if (!st) st = tl_residency_measure_io(m->res, 0, NULL, &io_before, &io_bytes);
     for (int i = 0; i < n_tokens && !st; i++) {
         tl_context_get_stats(c, &a);
         int32_t tok = 400 + i;
@@ -103,7 +103,7 @@ static int run(const char *path, uint64_t budget, int overlap, int threads, int 
         comp_s[i] = (b.wall_s - a.wall_s) - (b.stall_s - a.stall_s);
         res->streamed = (double)(b.bytes_read_disk - a.bytes_read_disk);
     }
-    if (!st) st = tl_residency_measure_io(m->res, 0, &io_after, &io_bytes);
+    if (!st) st = tl_residency_measure_io(m->res, 0, NULL, &io_after, &io_bytes);
     if (st) fprintf(stderr, "error: %s\n", tl_last_error());
     if (!st) {
         res->t_tok = tl_median(tok_s, (size_t)n_tokens);

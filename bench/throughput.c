@@ -69,12 +69,12 @@ static int run_point(const char *path, uint64_t budget, point pt, double *out_tp
     double io_before = 0, io_after = 0;
     uint64_t io_bytes = 0;
     tl_residency_stats r0 = {0}, r1 = {0};
-    if (!st) st = tl_residency_measure_io(m->res, 0, &io_before, &io_bytes);
+    if (!st) st = tl_residency_measure_io(m->res, 0, NULL, &io_before, &io_bytes);
     if (!st) tl_residency_get_stats(m->res, &r0);
     if (!st) st = tl_batch_generate(m, &bp, &gp, (const char *const *)prompts, NULL, n, NULL,
                                     NULL, NULL, &bs);
     if (!st) tl_residency_get_stats(m->res, &r1);
-    if (!st) st = tl_residency_measure_io(m->res, 0, &io_after, &io_bytes);
+    if (!st) st = tl_residency_measure_io(m->res, 0, NULL, &io_after, &io_bytes);
     int rc = 0;
     if (st) {
         fprintf(stderr, "error: %s\n", tl_last_error());

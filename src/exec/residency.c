@@ -622,8 +622,8 @@ tl_status tl_residency_embedding(tl_residency *r, int32_t id, float *dst) {
     return TL_OK;
 }
 
-tl_status tl_residency_measure_io(tl_residency *r, uint64_t max_bytes, double *seconds,
-                                  uint64_t *bytes) {
+tl_status tl_residency_measure_io(tl_residency *r, uint64_t max_bytes, int *cursor,
+                                  double *seconds, uint64_t *bytes) {
     *seconds = 0;
     *bytes = 0;
     if (r->error) return sticky(r);
@@ -633,7 +633,11 @@ tl_status tl_residency_measure_io(tl_residency *r, uint64_t max_bytes, double *s
     int unit_of[65], oldest = 0, in_flight = 0; /* slots used round robin, FIFO order */
     uint64_t submitted = 0;
     double t0 = tl_now();
-    for (int u = 0; u <= r->m->hp.n_layer && n_slots > 0 && !st; u++) {
+    const int n_units = r->m->hp.n_layer + 1;
+    const int first = cursor && *cursor > 0 ? *cursor % n_units : 0;
+    int k = 0;
+    for (; k < n_units && n_slots > 0 && !st; k++) {
+        const int u = (first + k) % n_units;
         if (!r->units[u].n_t) continue;
         if (max_bytes && submitted >= max_bytes) break;
         submitted += r->units[u].bytes;
@@ -657,6 +661,7 @@ tl_status tl_residency_measure_io(tl_residency *r, uint64_t max_bytes, double *s
         *bytes += r->units[unit_of[oldest]].bytes;
     }
     *seconds = tl_now() - t0;
+    if (cursor) *cursor = (first + k) % n_units;
     for (int i = 0; i < n_slots; i++) r->slots[i].state = SLOT_EMPTY;
     return st ? fail(r, st) : TL_OK;
 }

@@ -29,10 +29,13 @@ tl_status tl_residency_embedding(tl_residency *r, int32_t id, float *dst);
 
 /* Reads every streamed unit once through the same ring and queue, with nothing else
  * running: the pure IO time of one forward pass (the bound benchmarks compare with).
- * max_bytes > 0 stops submitting units once that many bytes are on their way (the
- * pass's first units: a shorter sample of the same streaming). */
-tl_status tl_residency_measure_io(tl_residency *r, uint64_t max_bytes, double *seconds,
-                                  uint64_t *bytes);
+ * max_bytes > 0 stops submitting units once that many bytes are on their way (a shorter
+ * sample of the same streaming), starting at unit *cursor (NULL: 0) and wrapping; *cursor
+ * is left at the unit after the last one read, so successive samples cover the whole
+ * pass as the engine's cycle does (a host cache serves a region read again just before
+ * faster than the engine, which reads the whole pass, sees). */
+tl_status tl_residency_measure_io(tl_residency *r, uint64_t max_bytes, int *cursor,
+                                  double *seconds, uint64_t *bytes);
 
 typedef struct tl_residency_stats {
     uint64_t passes;  /* forward passes begun */

@@ -66,12 +66,13 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
      * single fast pass pulls it, and every prediction, too short. The cap keeps this a
      * fixed cost of a second or less however much streams. */
     double rate[5];
-    int n = 0;
+    int n = 0, cursor = 0;
     uint64_t total = 0;
     while (n < 5 && (n < 3 || total < ((uint64_t)512 << 20))) {
         double seconds = 0;
         uint64_t bytes = 0;
-        tl_status st = tl_residency_measure_io(m->res, CALIBRATE_PASS_BYTES, &seconds, &bytes);
+        tl_status st = tl_residency_measure_io(m->res, CALIBRATE_PASS_BYTES, &cursor, &seconds,
+                                                 &bytes);
         if (st) return tl_error_wrap(st, "calibrating the disk on the model file");
         if (bytes < ((uint64_t)8 << 20) || seconds <= 0)
             return n ? TL_OK : calibrate_flash(m, prof, measured_bps, ratio);

@@ -6,11 +6,13 @@
  * of ours reproduced the engine's own rate). So once the weights are placed, a few
  * passes of the engine's own streaming are timed with nothing else running (the
  * streamed units, up to 192 MiB of them, read once through the residency ring and IO
- * queue, tl_residency_measure_io; the median pass counts), and the profile's read figures for
- * requests of the engine's chunk size and larger are scaled by measured / profiled
- * bandwidth (smaller requests, KV pages, keep their figures). It costs a few passes of
- * IO (at least 512 MiB) and nothing stays in memory. The caller decides what a large
- * ratio means (re-plan before the first block).
+ * queue, tl_residency_measure_io; each pass starts where the one before stopped, so a model
+ * streaming more than 192 MiB is sampled across its whole pass, not its first units read
+ * again from a warm host cache; the median pass counts), and the profile's read figures
+ * for requests of the engine's chunk size and larger are scaled by measured / profiled
+ * bandwidth (smaller requests, KV pages, have tl_plan_calibrate_kv_reads). It costs a few
+ * passes of IO (at least 512 MiB) and nothing stays in memory. The caller decides what a
+ * large ratio means (re-plan before the first block).
  */
 #ifndef TL_PLAN_CALIBRATE_H
 #define TL_PLAN_CALIBRATE_H
