@@ -155,7 +155,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--decide") && i + 1 < argc) decide_cap = atof(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_costmodel [--dir DIR] [--profile PATH] [--quick] "
-                    "[--replan] [--only-replan] [--case N] [--heldout N --seed S [--keep] [--decide CAP_S]]\n");
+                    "[--replan] [--only-replan] [--case N]\n"
+                    "       [--heldout N --seed S [--keep] [--decide CAP_S]]\n");
             return 2;
         }
     }

@@ -122,22 +122,31 @@ decision decide_case(const bench_case *c, const outcome *planned, uint64_t seed)
     const tl_plan_request rq = bench_request(c);
     const tl_hw_profile *prof = &planned->prof;
     tl_plan_result r;
+    /* the engine's default knobs, placed; the default read-ahead may not fit beside a
+     * tight budget: then one layer ahead */
     tl_policy naive = tl_plan_default_policy(m, &rq);
-    /* the default read-ahead may not fit beside a tight budget: then one layer ahead */
-    if (!tl_plan_place(m, prof, &rq.w, &naive, &r) ||
-        (naive.prefetch = 1, !tl_plan_place(m, prof, &rq.w, &naive, &r)))
-        n = add(cs, n, "naive: defaults", &r);
-    naive.gbs = naive.num_gb = 1;
-    naive.w_mem_pct = 0;
-    naive.kv_mem_pct = 100;
-    if (!tl_plan_evaluate(m, prof, &rq.w, &naive, &r) ||
-        (naive.prefetch = 1, !tl_plan_evaluate(m, prof, &rq.w, &naive, &r))) {
-        n = add(cs, n, "naive: streamed, 1 seq", &r);
-    } else if (!c->single && !tl_plan_place(m, prof, &rq.w, &naive, &r)) {
-        tl_policy q = r.policy; /* the KV placed where it fits, every weight streamed */
-        q.w_mem_pct = 0;
-        if (!tl_plan_evaluate(m, prof, &rq.w, &q, &r)) n = add(cs, n, "naive: streamed, 1 seq", &r);
+    tl_status st = tl_plan_place(m, prof, &rq.w, &naive, &r);
+    if (st) {
+        naive.prefetch = 1;
+        st = tl_plan_place(m, prof, &rq.w, &naive, &r);
     }
+    if (!st) n = add(cs, n, "naive: defaults", &r);
+    /* every weight streamed, one sequence at a time; KV placed where it fits */
+    tl_policy streamed = tl_plan_default_policy(m, &rq);
+    streamed.gbs = streamed.num_gb = 1;
+    streamed.w_mem_pct = 0;
+    streamed.kv_mem_pct = 100;
+    st = tl_plan_evaluate(m, prof, &rq.w, &streamed, &r);
+    if (st) {
+        streamed.prefetch = 1;
+        st = tl_plan_evaluate(m, prof, &rq.w, &streamed, &r);
+    }
+    if (st && !c->single && !tl_plan_place(m, prof, &rq.w, &streamed, &r)) {
+        streamed = r.policy;
+        streamed.w_mem_pct = 0;
+        st = tl_plan_evaluate(m, prof, &rq.w, &streamed, &r);
+    }
+    if (!st) n = add(cs, n, "naive: streamed, 1 seq", &r);
     for (int k = 0; k < 2; k++)
         if (random_policy(m, prof, &rq, &planned->plan.policy, &seed, cs, n, &r))
             n = add(cs, n, k ? "random 2" : "random 1", &r);

@@ -115,6 +115,10 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
         fprintf(stderr, "error: --heldout takes 1..256 configurations\n");
         return 2;
     }
+    if (only >= n) {
+        fprintf(stderr, "error: --case %d: the draw has configurations 0..%d\n", only, n - 1);
+        return 2;
+    }
     draw d = {seed};
     result *res = calloc((size_t)n, sizeof *res);
     decision *dec = calloc((size_t)n, sizeof *dec);

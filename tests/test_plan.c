@@ -634,6 +634,24 @@ static void kv_read_calibration(const char *path) {
                 CHECK(prof.disk_read_bps[c][d] == before.disk_read_bps[c][d]);
     tl_engine_unplace(m);
     tl_model_close(m);
+    /* pages mixed into the stream: a budget that streams most of the weights and leaves
+     * room for the frames; the small cells take the measured rate, the large keep theirs */
+    if (!(m = open_model(path, 10u << 20))) return;
+    CHECK(tl_engine_place(m, 4u << 20) == TL_OK);
+    tl_hw_profile mixed, round;
+    tl_test_round_profile(&round);
+    mixed = round;
+    double kv_bps = 0;
+    CHECK_MSG(tl_plan_calibrate_kv_mix(m, &mixed, 64u << 10, 0.5, &kv_bps) == TL_OK, "%s",
+              tl_last_error());
+    CHECK_MSG(kv_bps > 1e6, "pages beside the stream at %g B/s", kv_bps);
+    CHECK(close_to(tl_profile_read_bps(&mixed, 64u << 10, 24), kv_bps, 1e-6));
+    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
+        if (tl_prof_chunks[c] >= m->lm.params.io_chunk_bytes)
+            for (int d = 0; d < TL_PROF_N_DEPTH; d++)
+                CHECK(mixed.disk_read_bps[c][d] == round.disk_read_bps[c][d]);
+    tl_engine_unplace(m);
+    tl_model_close(m);
 }
 
 int main(void) {

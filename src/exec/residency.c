@@ -22,6 +22,7 @@
 #include "exec/residency.h"
 #include "base/budget.h"
 #include "base/clock.h"
+#include "base/rng.h"
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "kernels/kernels.h"
@@ -622,8 +623,45 @@ tl_status tl_residency_embedding(tl_residency *r, int32_t id, float *dst) {
     return TL_OK;
 }
 
-tl_status tl_residency_measure_io(tl_residency *r, uint64_t max_bytes, int *cursor,
-                                  double *seconds, uint64_t *bytes) {
+/* Small reads mixed into a measured stream (tl_residency_measure_io_mixed): the ones
+ * owed so far are submitted after each unit, urgent, at most n_frames in flight, oldest
+ * waited first. */
+typedef struct mix_state {
+    tl_io_mix *mix;
+    double owed;
+    uint64_t tags[64], seed;
+    int head, n;
+} mix_state;
+
+static tl_status mix_wait_oldest(tl_residency *r, mix_state *ms) {
+    tl_status st = tl_aio_wait(r->m->aio, ms->tags[ms->head]);
+    ms->head = (ms->head + 1) % ms->mix->n_frames;
+    ms->n--;
+    if (!st) ms->mix->read += ms->mix->small_bytes;
+    return st;
+}
+
+static tl_status mix_submit(tl_residency *r, mix_state *ms, uint64_t unit_bytes) {
+    tl_io_mix *x = ms->mix;
+    const uint64_t slots = x->tier->size / x->small_bytes;
+    ms->owed += (double)unit_bytes * x->per_byte;
+    tl_status st = TL_OK;
+    while (!st && ms->owed >= (double)x->small_bytes && slots > 0) {
+        if (ms->n == x->n_frames && (st = mix_wait_oldest(r, ms))) break;
+        const int at = (ms->head + ms->n) % x->n_frames;
+        ms->tags[at] = ++r->next_tag;
+        const uint64_t off = tl_splitmix64(&ms->seed) % slots * x->small_bytes;
+        if ((st = tl_aio_read_urgent(r->m->aio, x->tier, off, x->frames[at],
+                                     (size_t)x->small_bytes, ms->tags[at])))
+            break;
+        ms->n++;
+        ms->owed -= (double)x->small_bytes;
+    }
+    return st;
+}
+
+static tl_status measure(tl_residency *r, uint64_t max_bytes, int *cursor, tl_io_mix *mix,
+                         double *seconds, uint64_t *bytes) {
     *seconds = 0;
     *bytes = 0;
     if (r->error) return sticky(r);
@@ -632,6 +670,7 @@ tl_status tl_residency_measure_io(tl_residency *r, uint64_t max_bytes, int *curs
     tl_status st = TL_OK;
     int unit_of[65], oldest = 0, in_flight = 0; /* slots used round robin, FIFO order */
     uint64_t submitted = 0;
+    mix_state ms = {mix, 0, {0}, 0x6b76ull, 0, 0};
     double t0 = tl_now();
     const int n_units = r->m->hp.n_layer + 1;
     const int first = cursor && *cursor > 0 ? *cursor % n_units : 0;
@@ -653,6 +692,7 @@ tl_status tl_residency_measure_io(tl_residency *r, uint64_t max_bytes, int *curs
             r->slots[i].n_tags = r->units[u].n_e;
             unit_of[i] = u;
             in_flight++;
+            if (mix) st = mix_submit(r, &ms, r->units[u].bytes);
         }
     }
     for (; in_flight > 0; in_flight--, oldest = (oldest + 1) % n_slots) {
@@ -660,10 +700,42 @@ tl_status tl_residency_measure_io(tl_residency *r, uint64_t max_bytes, int *curs
         if (!st) st = w;
         *bytes += r->units[unit_of[oldest]].bytes;
     }
+    while (ms.n > 0) {
+        tl_status w = mix_wait_oldest(r, &ms);
+        if (!st) st = w;
+    }
     *seconds = tl_now() - t0;
     if (cursor) *cursor = (first + k) % n_units;
     for (int i = 0; i < n_slots; i++) r->slots[i].state = SLOT_EMPTY;
     return st ? fail(r, st) : TL_OK;
+}
+
+tl_status tl_residency_measure_io(tl_residency *r, uint64_t max_bytes, int *cursor,
+                                  double *seconds, uint64_t *bytes) {
+    return measure(r, max_bytes, cursor, NULL, seconds, bytes);
+}
+
+tl_status tl_residency_measure_io_mixed(tl_residency *r, uint64_t max_bytes, int *cursor,
+                                        tl_io_mix *mix, double *seconds, uint64_t *bytes) {
+    mix->read = 0;
+    if (mix->n_frames < 1 || mix->n_frames > 64 || mix->small_bytes == 0 ||
+        mix->small_bytes % ALIGN || !(mix->per_byte >= 0))
+        return tl_error_set(TL_ERR_INVALID, "mixed IO measurement: %d frames of %llu bytes, "
+                            "%g small bytes per byte", mix->n_frames,
+                            (unsigned long long)mix->small_bytes, mix->per_byte);
+    return measure(r, max_bytes, cursor, mix, seconds, bytes);
+}
+
+void tl_residency_idle_buffers(tl_residency *r, uint8_t **bufs, int cap, size_t *slot_bytes,
+                               int *n) {
+    *n = 0;
+    *slot_bytes = r->plan.slot_bytes;
+    if (r->error) return;
+    drain(r);
+    for (int i = 0; i < r->plan.n_slots; i++) {
+        r->slots[i].state = SLOT_EMPTY;
+        if (*n < cap && r->slots[i].buf) bufs[(*n)++] = r->slots[i].buf;
+    }
 }
 
 void tl_residency_get_stats(const tl_residency *r, tl_residency_stats *out) {

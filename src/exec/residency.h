@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 #include "model/placement.h"
+#include "tier/tier.h"
 
 typedef struct tl_residency tl_residency;
 
@@ -31,11 +32,33 @@ tl_status tl_residency_embedding(tl_residency *r, int32_t id, float *dst);
  * running: the pure IO time of one forward pass (the bound benchmarks compare with).
  * max_bytes > 0 stops submitting units once that many bytes are on their way (a shorter
  * sample of the same streaming), starting at unit *cursor (NULL: 0) and wrapping; *cursor
- * is left at the unit after the last one read, so successive samples cover the whole
- * pass as the engine's cycle does (a host cache serves a region read again just before
- * faster than the engine, which reads the whole pass, sees). */
+ * is left at the unit after the last one read, so each sample continues where the one
+ * before stopped, as the engine's cycle does, instead of reading the same first units
+ * again from a host cache that has just served them. */
 tl_status tl_residency_measure_io(tl_residency *r, uint64_t max_bytes, int *cursor,
                                   double *seconds, uint64_t *bytes);
+
+/* The same with small reads mixed in, as a KV cache's page reads share the queue with the
+ * stream: after each unit is submitted, the small reads it owes (per_byte small bytes per
+ * streamed byte) go out urgent (TL_AIO_SOON, as the KV prefetch's) at random
+ * small_bytes-aligned offsets of `tier`, at most n_frames in flight; *seconds counts until
+ * every read is done. */
+typedef struct tl_io_mix {
+    tl_tier *tier;
+    uint64_t small_bytes;    /* a multiple of TL_TIER_MAX_ALIGN */
+    double per_byte;
+    uint8_t *const *frames;  /* n_frames (1..64) buffers of small_bytes */
+    int n_frames;
+    uint64_t read;           /* out: small bytes read */
+} tl_io_mix;
+tl_status tl_residency_measure_io_mixed(tl_residency *r, uint64_t max_bytes, int *cursor,
+                                        tl_io_mix *mix, double *seconds, uint64_t *bytes);
+
+/* The ring's slot buffers as scratch while nothing streams (no unit acquired): drains the
+ * ring as tl_residency_measure_io does; bufs[0..*n) of *slot_bytes each (at most cap;
+ * *n 0 when nothing streams) stay valid until the next acquire. */
+void tl_residency_idle_buffers(tl_residency *r, uint8_t **bufs, int cap, size_t *slot_bytes,
+                               int *n);
 
 typedef struct tl_residency_stats {
     uint64_t passes;  /* forward passes begun */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include "exec/model_handle.h"
 #include "plan/cost.h"
+#include "plan/search.h"
 #include "base/budget.h"
 #include "base/clock.h"
 #include "base/stats.h"
@@ -13,6 +14,7 @@
 #include "model/flash_layout.h"
 #include "model/ops.h"
 #include "model/placement.h"
+#include "tier/aio.h"
 #include "tier/read_rate.h"
 #include "tier/tier.h"
 
@@ -60,7 +62,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     *ratio = 1;
     if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating the disk: nothing placed");
     /* several passes (at least 3 and 512 MiB, at most 5), each over the streamed units
-     * up to CALIBRATE_PASS_BYTES: the disk's rate wanders from one pass over the same
+     * up to CALIBRATE_PASS_BYTES from where the pass before stopped: the disk's rate wanders from one pass over the same
      * file to the next, and the median pass is what a run of many passes sees. At least
      * 3, so that one pass cannot decide: of 2 passes the median is their mean, and a
      * single fast pass pulls it, and every prediction, too short. The cap keeps this a
@@ -91,36 +93,129 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
 }
 
 #define KV_PROBE_S 0.2
+#define KV_PROBE_DEPTH 16 /* the grid's deepest point (tl_prof_depths) */
+_Static_assert(KV_PROBE_DEPTH <= 64, "frames array below");
+
+/* depth frames of `chunk` bytes: carved from the idle ring's slot buffers, else from the
+ * budget (*owned set: the caller frees it); 0 when neither has room. */
+static int probe_frames(tl_model *m, uint64_t chunk, uint8_t **frames, uint8_t **owned) {
+    *owned = NULL;
+    uint8_t *slots[8];
+    size_t slot_bytes = 0;
+    int n_slots = 0, k = 0;
+    if (m->res) tl_residency_idle_buffers(m->res, slots, 8, &slot_bytes, &n_slots);
+    for (int i = 0; i < n_slots && k < KV_PROBE_DEPTH; i++)
+        for (uint64_t off = 0; off + chunk <= slot_bytes && k < KV_PROBE_DEPTH; off += chunk)
+            frames[k++] = slots[i] + off;
+    if (k == KV_PROBE_DEPTH) return 1;
+    if (tl_budget_alloc(m->lm.budget, (size_t)(chunk * KV_PROBE_DEPTH), TL_TIER_MAX_ALIGN,
+                        "KV read calibration", (void **)owned)) {
+        tl_error_clear();
+        return 0;
+    }
+    for (int i = 0; i < KV_PROBE_DEPTH; i++) frames[i] = *owned + (size_t)i * chunk;
+    return 1;
+}
 
 tl_status tl_plan_calibrate_kv_reads(tl_model *m, tl_hw_profile *prof, double *ratio) {
-    *ratio = 1;
+    *ratio = 0;
     tl_tier *t = m->lm.tier;
-    const int32_t depth = tl_prof_depths[TL_PROF_N_DEPTH - 1];
-    for (int c = TL_PROF_N_CHUNK - 1; c >= 0; c--) {
+    const int d_top = TL_PROF_N_DEPTH - 1;
+    if (tl_prof_depths[d_top] != KV_PROBE_DEPTH)
+        return tl_error_set(TL_ERR_INVALID, "KV read calibration: the grid's depths changed");
+    double scale[TL_PROF_N_CHUNK];
+    for (int c = 0; c < TL_PROF_N_CHUNK; c++) {
+        scale[c] = 0;
         const uint64_t chunk = tl_prof_chunks[c], span = t->size / chunk * chunk;
         if (chunk >= m->lm.params.io_chunk_bytes || span < 64 * chunk) continue;
-        uint8_t *buf = NULL, *bufs[64];
-        if (tl_budget_alloc(m->lm.budget, (size_t)(chunk * (uint64_t)depth), TL_TIER_MAX_ALIGN,
-                            "KV read calibration", (void **)&buf)) {
-            tl_error_clear(); /* the budget is spoken for: keep the profile's figures */
-            continue;
-        }
-        for (int32_t i = 0; i < depth; i++) bufs[i] = buf + (size_t)i * chunk;
+        uint8_t *frames[KV_PROBE_DEPTH], *owned;
+        if (!probe_frames(m, chunk, frames, &owned)) continue; /* keep the profile's figures */
         uint64_t cursor = 0, seed = 11 + (uint64_t)c;
         double bps = 0;
-        tl_status st = tl_tier_time_reads(t, chunk, depth, (uint64_t)256 << 20, span, 1, &cursor,
-                                          &seed, bufs, KV_PROBE_S, &bps);
-        tl_budget_free(m->lm.budget, buf);
+        tl_status st = tl_tier_time_reads(t, chunk, KV_PROBE_DEPTH, (uint64_t)256 << 20, span, 1,
+                                          &cursor, &seed, frames, KV_PROBE_S, &bps);
+        tl_budget_free(m->lm.budget, owned);
         if (st) return tl_error_wrap(st, "timing small reads of the model file");
-        const double before = prof->disk_read_bps[c][TL_PROF_N_DEPTH - 1];
-        if (!(bps > 0) || !(before > 0)) continue;
-        *ratio = bps / before;
-        for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof->disk_read_bps[c][d] *= *ratio;
+        const double before = prof->disk_read_bps[c][d_top];
+        if (bps > 0 && before > 0) scale[c] = bps / before;
     }
-    /* an urgent page read behind the stream is a small read too */
-    prof->disk_urgent_read_s /= *ratio;
-    prof->disk_urgent_page_s /= *ratio;
+    /* applied once every timing succeeded: a failure leaves the profile as it was */
+    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
+        if (scale[c] > 0)
+            for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof->disk_read_bps[c][d] *= scale[c];
+    if (scale[0] > 0) { /* an urgent page read behind the stream is a small read too */
+        prof->disk_urgent_read_s /= scale[0];
+        prof->disk_urgent_page_s /= scale[0];
+    }
+    *ratio = scale[0];
     return TL_OK;
+}
+
+tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t page_bytes,
+                                   double kv_per_weight_byte, double *kv_bps) {
+    *kv_bps = 0;
+    tl_tier *t = m->lm.tier;
+    const uint64_t chunk = (page_bytes + TL_TIER_MAX_ALIGN - 1) / TL_TIER_MAX_ALIGN *
+                           TL_TIER_MAX_ALIGN;
+    if (!m->res || !(kv_per_weight_byte > 0) || chunk == 0 || t->size < 64 * chunk)
+        return TL_OK;
+    const int32_t depth = tl_aio_class_depth(m->lm.params.io_queue_depth, TL_AIO_SOON);
+    int n_frames = depth < 64 ? depth : 64;
+    uint8_t *buf = NULL, *frames[64];
+    while (n_frames >= 4 && tl_budget_alloc(m->lm.budget, (size_t)(chunk * (uint64_t)n_frames),
+                                            TL_TIER_MAX_ALIGN, "KV mix calibration",
+                                            (void **)&buf))
+        n_frames /= 2;
+    tl_error_clear();
+    if (!buf) return TL_OK; /* the budget is spoken for: not measured */
+    for (int i = 0; i < n_frames; i++) frames[i] = buf + (size_t)i * chunk;
+    /* pairs over the same units, the stream alone then with the pages: the difference is
+     * what the pages cost the stream, per byte of them */
+    double s_per_byte[3];
+    int n = 0, cursor = 0;
+    tl_status st = TL_OK;
+    for (int p = 0; p < 3 && !st; p++) {
+        const int start = cursor;
+        double alone_s = 0, mixed_s = 0;
+        uint64_t alone_b = 0, mixed_b = 0;
+        st = tl_residency_measure_io(m->res, CALIBRATE_PASS_BYTES, &cursor, &alone_s, &alone_b);
+        int again = start;
+        tl_io_mix mix = {t, chunk, kv_per_weight_byte, frames, n_frames, 0};
+        if (!st)
+            st = tl_residency_measure_io_mixed(m->res, CALIBRATE_PASS_BYTES, &again, &mix,
+                                               &mixed_s, &mixed_b);
+        if (st || alone_b < ((uint64_t)8 << 20) || alone_s <= 0 || mix.read == 0) break;
+        const double extra = mixed_s - (double)mixed_b * alone_s / (double)alone_b;
+        s_per_byte[n++] = extra > 0 ? extra / (double)mix.read : 0;
+    }
+    tl_budget_free(m->lm.budget, buf);
+    if (st) return tl_error_wrap(st, "timing KV-sized reads beside the stream");
+    if (n == 0) return TL_OK;
+    const double before = tl_profile_read_bps(prof, chunk, depth);
+    double spb = tl_median(s_per_byte, (size_t)n);
+    /* pages that cost the stream (nearly) nothing: at most ten times the profile's rate */
+    if (spb < 0.1 / before) spb = 0.1 / before;
+    *kv_bps = 1 / spb;
+    const double f = *kv_bps / before;
+    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
+        if (tl_prof_chunks[c] < m->lm.params.io_chunk_bytes)
+            for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof->disk_read_bps[c][d] *= f;
+    return TL_OK;
+}
+
+tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_result *plan,
+                               double *ratio, double *mix_bps) {
+    *ratio = 0;
+    *mix_bps = 0;
+    const tl_policy *pol = &plan->policy;
+    if (!tl_plan_spills_kv(pol)) return TL_OK;
+    tl_status st = tl_plan_calibrate_kv_reads(m, prof, ratio);
+    const tl_cost_terms *dec = &plan->cost.decode;
+    if (st || plan->streamed_bytes == 0 || !(dec->weight_bytes > 0) || !(dec->kv_read_bytes > 0))
+        return st;
+    const uint64_t page = (uint64_t)tl_cost_kv_page_bytes(m, pol->kv_bits, pol->page_tokens);
+    return tl_plan_calibrate_kv_mix(m, prof, page, dec->kv_read_bytes / dec->weight_bytes,
+                                    mix_bps);
 }
 
 /* Resident matrices timed per calibration: enough to stream from DRAM, not from cache. */

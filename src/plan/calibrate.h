@@ -6,18 +6,19 @@
  * of ours reproduced the engine's own rate). So once the weights are placed, a few
  * passes of the engine's own streaming are timed with nothing else running (the
  * streamed units, up to 192 MiB of them, read once through the residency ring and IO
- * queue, tl_residency_measure_io; each pass starts where the one before stopped, so a model
- * streaming more than 192 MiB is sampled across its whole pass, not its first units read
- * again from a warm host cache; the median pass counts), and the profile's read figures
- * for requests of the engine's chunk size and larger are scaled by measured / profiled
- * bandwidth (smaller requests, KV pages, have tl_plan_calibrate_kv_reads). It costs a few
- * passes of IO (at least 512 MiB) and nothing stays in memory. The caller decides what a
- * large ratio means (re-plan before the first block).
+ * queue, tl_residency_measure_io; each pass continues where the one before stopped, not
+ * at the first units again, which a host cache would serve warm; the median pass counts),
+ * and the profile's read figures for requests of the engine's chunk size and larger are
+ * scaled by measured / profiled bandwidth (smaller requests, KV pages, have
+ * tl_plan_calibrate_kv_reads). It costs a few passes of IO (at least 512 MiB) and nothing
+ * stays in memory. The caller decides what a large ratio means (re-plan before the first
+ * block).
  */
 #ifndef TL_PLAN_CALIBRATE_H
 #define TL_PLAN_CALIBRATE_H
 
 #include "plan/profile.h"
+#include "plan/search.h"
 #include "exec/model_handle.h"
 
 /* Needs placed weights (m->res). *measured_bps and *ratio (measured / profiled at the
@@ -34,9 +35,31 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
  * cells are timed again now on the model file, at random chunk-aligned offsets at the
  * grid's deepest depth, each for a fraction of a second, and scaled to it (every depth of
  * that chunk by the same ratio), and the urgent page reads' seconds by the smallest
- * chunk's ratio (*ratio: measured / profiled rate). Buffers come from the budget (no room:
- * that chunk is skipped). */
+ * chunk's ratio (*ratio: its measured / profiled rate; 0 when it was not timed). Its
+ * frames are the idle streaming ring's buffers, else budget memory; with no room a chunk
+ * keeps its figures. Nothing changes unless every timing succeeds. Call with no unit
+ * acquired (between runs, or between blocks). */
 tl_status tl_plan_calibrate_kv_reads(tl_model *m, tl_hw_profile *prof, double *ratio);
+
+/* KV pages read while weights stream share the IO queue with the stream, and on a virtual
+ * disk the mix is slower than the two rates apart: for a policy that does both, passes of
+ * the engine's own streaming (as tl_plan_calibrate_disk's) are timed alone and then over
+ * the same units with reads of page_bytes mixed in, urgent as the KV prefetch's, at
+ * kv_per_weight_byte page bytes per streamed byte (the policy's decode ratio), at random
+ * offsets of the model file; three pairs, the median of (mixed - alone) seconds per page
+ * byte is what a page byte costs, *kv_bps its inverse (at most ten times the profile's
+ * figure), and the profile's cells below the engine's chunk are scaled by that rate over
+ * its figure for pages of page_bytes (exact for pages no larger than the largest of those
+ * chunks; the cost model then adds KV reads to weight reads as before). Frames from the
+ * budget (no room: not measured, *kv_bps 0). */
+tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t page_bytes,
+                                   double kv_per_weight_byte, double *kv_bps);
+
+/* Both, for a planned policy that spills KV (nothing otherwise, both outputs 0): the
+ * small reads, then, when weights stream and decode reads pages, the mix at the plan's
+ * decode ratio of page bytes to weight bytes. */
+tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_result *plan,
+                               double *ratio, double *mix_bps);
 
 /* The same for compute, whose memory-bound rates drift with the machine's memory
  * bandwidth (on a shared host, within minutes): matrix-vector products over the

@@ -37,6 +37,10 @@ uint64_t tl_plan_state_bytes(const tl_model *m, const tl_policy *pol) {
     return tl_batch_budget_bytes(m, &bp);
 }
 
+int tl_plan_spills_kv(const tl_policy *pol) {
+    return pol->kv_window_pages > 0 || (!pol->single && pol->kv_mem_pct < 100);
+}
+
 tl_policy tl_plan_default_policy(const tl_model *m, const tl_plan_request *rq) {
     tl_policy p;
     memset(&p, 0, sizeof p);
@@ -420,18 +424,24 @@ static void try_tiers(const tl_model *m, const tl_hw_profile *prof, const tl_wor
         }
 }
 
-/* A candidate's prediction with every disk read slower by the error spread, or every
- * compute figure slower by it: the larger (HUGE_VAL if either evaluation fails). */
+/* A candidate's prediction with every disk transfer slower by the error spread (reads,
+ * urgent page reads, writes), or every compute figure slower by it: the larger (HUGE_VAL
+ * if either evaluation fails), ranked as the key is (the recompute margin added). */
 static double worst_case_s(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
                            const tl_policy *pol) {
+    const double f = 1 + TL_PLAN_ERROR_SPREAD;
     tl_hw_profile slow = *prof;
-    tl_profile_scale_disk(&slow, 1 + TL_PLAN_ERROR_SPREAD);
+    tl_profile_scale_disk(&slow, f);
+    slow.disk_urgent_read_s *= f;
+    slow.disk_urgent_page_s *= f;
+    slow.disk_write_bps /= f;
     tl_plan_result a, b;
     if (tl_plan_evaluate(m, &slow, w, pol, &a)) return HUGE_VAL;
     slow = *prof;
-    tl_profile_scale_compute(&slow, 1 + TL_PLAN_ERROR_SPREAD);
+    tl_profile_scale_compute(&slow, f);
     if (tl_plan_evaluate(m, &slow, w, pol, &b)) return HUGE_VAL;
-    return a.cost.total_s > b.cost.total_s ? a.cost.total_s : b.cost.total_s;
+    a.cost.total_s = a.cost.total_s > b.cost.total_s ? a.cost.total_s : b.cost.total_s;
+    return rank_key(&a);
 }
 
 tl_status tl_plan_search(const tl_model *m, const tl_hw_profile *prof,
@@ -551,9 +561,10 @@ tl_status tl_plan_search_ranked(const tl_model *m, const tl_hw_profile *prof,
     }
     /* near ties (TL_PLAN_ERROR_SPREAD): the least worst case */
     int pick = 0;
-    const double nominal_worst = worst_case_s(m, prof, w, &rk.r[0].policy);
+    const int ties = rk.n > 1 && rk.key[1] <= rk.key[0] * (1 + TL_PLAN_ERROR_SPREAD);
+    const double nominal_worst = ties ? worst_case_s(m, prof, w, &rk.r[0].policy) : 0;
     double pick_worst = nominal_worst;
-    for (int i = 1; i < rk.n && rk.key[i] <= rk.key[0] * (1 + TL_PLAN_ERROR_SPREAD); i++) {
+    for (int i = 1; ties && i < rk.n && rk.key[i] <= rk.key[0] * (1 + TL_PLAN_ERROR_SPREAD); i++) {
         const double wc = worst_case_s(m, prof, w, &rk.r[i].policy);
         if (wc < pick_worst * (1 - 1e-9)) pick = i, pick_worst = wc;
     }

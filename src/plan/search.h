@@ -55,13 +55,15 @@ typedef struct tl_plan_result {
     /* the choice among near ties (TL_PLAN_ERROR_SPREAD): robust_pick 1 when the policy
      * predicted fastest (nominal_s) was passed over for this one, whose prediction rises
      * least when the disk or the compute is slower by the spread: its worst case
-     * robust_worst_s against the passed-over one's nominal_worst_s */
+     * robust_worst_s against the passed-over one's nominal_worst_s (both 0 when no other
+     * candidate was within the spread) */
     int32_t robust_pick;
     double nominal_s, robust_worst_s, nominal_worst_s;
 } tl_plan_result;
 
-/* The search's best candidates, best first: one per combination of the discrete knobs (its
- * best placement), so the runners-up differ in more than a percent of KV placement. */
+/* The search's best candidates, best first, distinct policies: one per combination of
+ * the batch knobs (its best KV share), so runners-up differ in more than a percent of KV
+ * placement; with the KV in tiers each cache size and recompute count is its own. */
 #define TL_PLAN_RANKED 5
 typedef struct tl_plan_ranking {
     tl_plan_result cand[TL_PLAN_RANKED];
@@ -74,11 +76,11 @@ typedef struct tl_plan_ranking {
  * virtual disk's rate drifts in between. */
 #define TL_PLAN_RECOMPUTE_MARGIN 0.05
 
-/* The cost model's held-out error spread: candidates predicted within this share of the
- * fastest are near ties it cannot order (about the 90th-percentile |error| of
- * bench_costmodel --heldout). Among them the search takes the one whose prediction is
- * least sensitive to the uncertain terms: the least worst case of its time with every disk
- * read, or every product, slower by this share. */
+/* The cost model's error spread: candidates predicted within this share of the fastest
+ * are near ties it cannot order (it stands for the 90th-percentile |error| that
+ * bench_costmodel --heldout measures). Among them the search takes the one whose
+ * prediction is least sensitive to the uncertain terms: the least worst case of its time
+ * with every disk transfer, or every product, slower by this share. */
 #define TL_PLAN_ERROR_SPREAD 0.10
 
 /* Searches; TL_ERR_NOMEM (with the minimum) if no candidate fits the model's budget. */
@@ -110,6 +112,9 @@ void tl_plan_batch_params(const tl_policy *pol, tl_batch_params *bp);
 /* Budget bytes of everything a policy's run holds but the weights (the same functions the
  * engine places with: a batch, a context, or a context with its KV in tiers). */
 uint64_t tl_plan_state_bytes(const tl_model *m, const tl_policy *pol);
+
+/* 1 when the policy homes KV pages on disk (tiers, or a batch's share below 100%). */
+int tl_plan_spills_kv(const tl_policy *pol);
 
 /* The policy a request starts from (the engine's defaults for that regime). */
 tl_policy tl_plan_default_policy(const tl_model *m, const tl_plan_request *rq);

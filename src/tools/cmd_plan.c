@@ -114,7 +114,8 @@ int tl_cmd_plan(int argc, char **argv) {
     for (int i = 0, k = 0; i < ranked.n; i++)
         if (i != ranked.chosen) {
             char label[32];
-            snprintf(label, sizeof label, "runner-up %d", ++k);
+            if (i == 0) snprintf(label, sizeof label, "fastest predicted (passed over)");
+            else snprintf(label, sizeof label, "runner-up %d", ++k);
             cli_print_policy(stdout, label, &ranked.cand[i]);
             cli_print_prediction(stdout, "  predicted", &ranked.cand[i], &rq.w);
         }

@@ -235,10 +235,12 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
     double bps, ratio, cratio = 1, kratio = 1;
     tl_status st = tl_plan_calibrate_disk(m, prof, &bps, &ratio);
     if (!st) st = tl_plan_calibrate_compute(m, prof, &cratio);
-    if (!st && chosen->policy.kv_window_pages > 0)
-        st = tl_plan_calibrate_kv_reads(m, prof, &kratio);
+    double mix_bps = 0;
+    if (!st) st = tl_plan_calibrate_kv(m, prof, chosen, &kratio, &mix_bps);
+    const int kv_timed = kratio > 0;
+    if (!kv_timed) kratio = 1;
     if (st || (ratio > 0.8 && ratio < 1.25 && cratio > 0.8 && cratio < 1.25 && kratio > 0.8 &&
-               kratio < 1.25))
+               kratio < 1.25 && mix_bps == 0))
         return st;
     tl_plan_result next;
     if ((st = tl_plan_search(m, prof, rq, &next))) return st;
@@ -252,14 +254,15 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
                 "profile's figure, and matrix-vector products take %.0f%% of the profile's "
                 "time; re-planned: %s\n", bps / 1e9, ratio * 100, cratio * 100,
                 change ? "new policy" : "policy kept");
-    else if (chosen->policy.kv_window_pages > 0)
-        fprintf(stderr, "policy auto: small scattered reads of the model file (KV pages) run "
-                "at %.0f%% of the profile's figure, and matrix-vector products take %.0f%% of "
-                "its time; re-planned: %s\n", kratio * 100, cratio * 100,
-                change ? "new policy" : "policy kept");
     else /* too little streams through the ring to time */
         fprintf(stderr, "policy auto: matrix-vector products take %.0f%% of the profile's time; "
                 "re-planned: %s\n", cratio * 100, change ? "new policy" : "policy kept");
+    if (kv_timed && (kratio <= 0.8 || kratio >= 1.25))
+        fprintf(stderr, "policy auto: small scattered reads of the model file (KV pages) run "
+                "at %.0f%% of the profile's figure\n", kratio * 100);
+    if (mix_bps > 0)
+        fprintf(stderr, "policy auto: KV pages read beside the stream cost it %.2f GB/s of "
+                "page bytes\n", mix_bps / 1e9);
     *chosen = next;
     if (!change) return TL_OK;
     tl_context_close(*c);
