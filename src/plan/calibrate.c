@@ -143,10 +143,6 @@ tl_status tl_plan_calibrate_kv_reads(tl_model *m, tl_hw_profile *prof, double *r
     for (int c = 0; c < TL_PROF_N_CHUNK; c++)
         if (scale[c] > 0)
             for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof->disk_read_bps[c][d] *= scale[c];
-    if (scale[0] > 0) { /* an urgent page read behind the stream is a small read too */
-        prof->disk_urgent_read_s /= scale[0];
-        prof->disk_urgent_page_s /= scale[0];
-    }
     *ratio = scale[0];
     return TL_OK;
 }

@@ -34,8 +34,9 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
  * apart from the streaming rate on a virtual disk: for a policy that spills KV, those
  * cells are timed again now on the model file, at random chunk-aligned offsets at the
  * grid's deepest depth, each for a fraction of a second, and scaled to it (every depth of
- * that chunk by the same ratio), and the urgent page reads' seconds by the smallest
- * chunk's ratio (*ratio: its measured / profiled rate; 0 when it was not timed). Its
+ * that chunk by the same ratio; *ratio: the smallest chunk's measured / profiled rate, 0
+ * when it was not timed). The urgent page reads' seconds keep the profile's figures: they
+ * are latencies behind the stream, which a throughput ratio does not scale. Its
  * frames are the idle streaming ring's buffers, else budget memory; with no room a chunk
  * keeps its figures. Nothing changes unless every timing succeeds. Call with no unit
  * acquired (between runs, or between blocks). */
