@@ -68,8 +68,8 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
         double bps, ratio;
         if ((st = tl_plan_calibrate_disk(m, &cal, &bps, &ratio))) break;
         if ((st = tl_plan_calibrate_compute(m, &cal, &ratio))) break;
-        double mix_bps;
-        if ((st = tl_plan_calibrate_kv(m, &cal, &o.plan, &ratio, &mix_bps))) break;
+        double mix;
+        if ((st = tl_plan_calibrate_kv(m, &cal, &o.plan, &ratio, &mix))) break;
         tl_plan_result again;
         st = c->automatic ? tl_plan_search_ranked(m, prof, &rq, &again, &o.ranked)
                           : tl_plan_evaluate(m, prof, &rq.w, &o.plan.policy, &again);

@@ -16,6 +16,7 @@
  * fetch_wait has waited them all; a fetch may begin only when the buffer is idle, and its
  * runs stay valid until the next one begins.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -670,10 +671,11 @@ static tl_status measure(tl_residency *r, uint64_t max_bytes, int *cursor, tl_io
     tl_status st = TL_OK;
     int unit_of[65], oldest = 0, in_flight = 0; /* slots used round robin, FIFO order */
     uint64_t submitted = 0;
-    mix_state ms = {mix, 0, {0}, 0x6b76ull, 0, 0};
+    mix_state ms = {mix, 0, {0}, 0, 0, 0};
     double t0 = tl_now();
     const int n_units = r->m->hp.n_layer + 1;
     const int first = cursor && *cursor > 0 ? *cursor % n_units : 0;
+    ms.seed = 0x6b76ull + (uint64_t)first * 0x9e3779b97f4a7c15ull; /* other pages each pass */
     int k = 0;
     for (; k < n_units && n_slots > 0 && !st; k++) {
         const int u = (first + k) % n_units;
@@ -718,8 +720,10 @@ tl_status tl_residency_measure_io(tl_residency *r, uint64_t max_bytes, int *curs
 tl_status tl_residency_measure_io_mixed(tl_residency *r, uint64_t max_bytes, int *cursor,
                                         tl_io_mix *mix, double *seconds, uint64_t *bytes) {
     mix->read = 0;
+    *seconds = 0;
+    *bytes = 0;
     if (mix->n_frames < 1 || mix->n_frames > 64 || mix->small_bytes == 0 ||
-        mix->small_bytes % ALIGN || !(mix->per_byte >= 0))
+        mix->small_bytes % ALIGN || !(mix->per_byte >= 0) || !isfinite(mix->per_byte))
         return tl_error_set(TL_ERR_INVALID, "mixed IO measurement: %d frames of %llu bytes, "
                             "%g small bytes per byte", mix->n_frames,
                             (unsigned long long)mix->small_bytes, mix->per_byte);

@@ -1,6 +1,7 @@
 /* calibrate.c - see calibrate.h. */
 #include "plan/calibrate.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include "exec/model_handle.h"
 #include "plan/cost.h"
@@ -66,7 +67,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
      * file to the next, and the median pass is what a run of many passes sees. At least
      * 3, so that one pass cannot decide: of 2 passes the median is their mean, and a
      * single fast pass pulls it, and every prediction, too short. The cap keeps this a
-     * fixed cost of a second or less however much streams. */
+     * fixed cost however much streams. */
     double rate[5];
     int n = 0, cursor = 0;
     uint64_t total = 0;
@@ -165,44 +166,45 @@ tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t pa
     tl_error_clear();
     if (!buf) return TL_OK; /* the budget is spoken for: not measured */
     for (int i = 0; i < n_frames; i++) frames[i] = buf + (size_t)i * chunk;
-    /* pairs over the same units, the stream alone then with the pages: the difference is
-     * what the pages cost the stream, per byte of them */
+    /* pairs, the stream alone then with the pages, each pass on from where the last one
+     * stopped (a region just read would come back warm): the mixed pass's extra seconds
+     * over the alone pass's per-byte time are what the pages cost the stream; the stream's
+     * share of a pass shrinks with the ratio so that a pass reads a bounded amount */
+    const uint64_t pass = (uint64_t)((double)CALIBRATE_PASS_BYTES / (1 + kv_per_weight_byte));
     double s_per_byte[3];
     int n = 0, cursor = 0;
     tl_status st = TL_OK;
     for (int p = 0; p < 3 && !st; p++) {
-        const int start = cursor;
         double alone_s = 0, mixed_s = 0;
         uint64_t alone_b = 0, mixed_b = 0;
-        st = tl_residency_measure_io(m->res, CALIBRATE_PASS_BYTES, &cursor, &alone_s, &alone_b);
-        int again = start;
+        st = tl_residency_measure_io(m->res, pass, &cursor, &alone_s, &alone_b);
+        if (st || alone_b < ((uint64_t)8 << 20) || alone_s <= 0) break;
         tl_io_mix mix = {t, chunk, kv_per_weight_byte, frames, n_frames, 0};
-        if (!st)
-            st = tl_residency_measure_io_mixed(m->res, CALIBRATE_PASS_BYTES, &again, &mix,
-                                               &mixed_s, &mixed_b);
-        if (st || alone_b < ((uint64_t)8 << 20) || alone_s <= 0 || mix.read == 0) break;
+        st = tl_residency_measure_io_mixed(m->res, pass, &cursor, &mix, &mixed_s, &mixed_b);
+        if (st || mix.read == 0) break;
         const double extra = mixed_s - (double)mixed_b * alone_s / (double)alone_b;
         s_per_byte[n++] = extra > 0 ? extra / (double)mix.read : 0;
     }
     tl_budget_free(m->lm.budget, buf);
     if (st) return tl_error_wrap(st, "timing KV-sized reads beside the stream");
-    if (n == 0) return TL_OK;
     const double before = tl_profile_read_bps(prof, chunk, depth);
-    double spb = tl_median(s_per_byte, (size_t)n);
-    /* pages that cost the stream (nearly) nothing: at most ten times the profile's rate */
-    if (spb < 0.1 / before) spb = 0.1 / before;
-    *kv_bps = 1 / spb;
+    if (n == 0 || !(before > 0)) return TL_OK;
+    const double spb = tl_median(s_per_byte, (size_t)n);
+    *kv_bps = spb > 0 ? 1 / spb : HUGE_VAL;
+    /* only ever dearer: the cost model adds page reads to weight reads, and a mix whose
+     * pages cost the stream less than pages read alone keeps the figures read alone */
     const double f = *kv_bps / before;
-    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
-        if (tl_prof_chunks[c] < m->lm.params.io_chunk_bytes)
-            for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof->disk_read_bps[c][d] *= f;
+    if (f < 1)
+        for (int c = 0; c < TL_PROF_N_CHUNK; c++)
+            if (tl_prof_chunks[c] < m->lm.params.io_chunk_bytes)
+                for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof->disk_read_bps[c][d] *= f;
     return TL_OK;
 }
 
 tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_result *plan,
-                               double *ratio, double *mix_bps) {
+                               double *ratio, double *mix_scale) {
     *ratio = 0;
-    *mix_bps = 0;
+    *mix_scale = 0;
     const tl_policy *pol = &plan->policy;
     if (!tl_plan_spills_kv(pol)) return TL_OK;
     tl_status st = tl_plan_calibrate_kv_reads(m, prof, ratio);
@@ -210,8 +212,13 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
     if (st || plan->streamed_bytes == 0 || !(dec->weight_bytes > 0) || !(dec->kv_read_bytes > 0))
         return st;
     const uint64_t page = (uint64_t)tl_cost_kv_page_bytes(m, pol->kv_bits, pol->page_tokens);
-    return tl_plan_calibrate_kv_mix(m, prof, page, dec->kv_read_bytes / dec->weight_bytes,
-                                    mix_bps);
+    const int32_t depth = tl_aio_class_depth(m->lm.params.io_queue_depth, TL_AIO_SOON);
+    const double before = tl_profile_read_bps(prof, page, depth);
+    double kv_bps = 0;
+    st = tl_plan_calibrate_kv_mix(m, prof, page, dec->kv_read_bytes / dec->weight_bytes, &kv_bps);
+    if (!st && kv_bps > 0 && before > 0)
+        *mix_scale = tl_profile_read_bps(prof, page, depth) / before;
+    return st;
 }
 
 /* Resident matrices timed per calibration: enough to stream from DRAM, not from cache. */

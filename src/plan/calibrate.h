@@ -11,8 +11,8 @@
  * and the profile's read figures for requests of the engine's chunk size and larger are
  * scaled by measured / profiled bandwidth (smaller requests, KV pages, have
  * tl_plan_calibrate_kv_reads). It costs a few passes of IO (at least 512 MiB) and nothing
- * stays in memory. The caller decides what a large ratio means (re-plan before the first
- * block).
+ * stays in memory (a policy with KV pages on disk adds tl_plan_calibrate_kv's reads). The
+ * caller decides what a large ratio means (re-plan before the first block).
  */
 #ifndef TL_PLAN_CALIBRATE_H
 #define TL_PLAN_CALIBRATE_H
@@ -43,24 +43,26 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
 tl_status tl_plan_calibrate_kv_reads(tl_model *m, tl_hw_profile *prof, double *ratio);
 
 /* KV pages read while weights stream share the IO queue with the stream, and on a virtual
- * disk the mix is slower than the two rates apart: for a policy that does both, passes of
- * the engine's own streaming (as tl_plan_calibrate_disk's) are timed alone and then over
- * the same units with reads of page_bytes mixed in, urgent as the KV prefetch's, at
- * kv_per_weight_byte page bytes per streamed byte (the policy's decode ratio), at random
- * offsets of the model file; three pairs, the median of (mixed - alone) seconds per page
- * byte is what a page byte costs, *kv_bps its inverse (at most ten times the profile's
- * figure), and the profile's cells below the engine's chunk are scaled by that rate over
- * its figure for pages of page_bytes (exact for pages no larger than the largest of those
- * chunks; the cost model then adds KV reads to weight reads as before). Frames from the
- * budget (no room: not measured, *kv_bps 0). */
+ * disk the mix can be slower than the two rates apart: for a policy that does both, passes
+ * of the engine's own streaming (as tl_plan_calibrate_disk's, each on from where the last
+ * stopped) are timed alone and then with reads of page_bytes mixed in, urgent as the KV
+ * prefetch's, at kv_per_weight_byte page bytes per streamed byte (the policy's decode
+ * ratio), at random offsets of the model file; three pairs, the median of the mixed pass's
+ * extra seconds per page byte is what a page byte costs the stream, *kv_bps its inverse.
+ * When that is dearer than the profile's figure for pages of page_bytes, the cells below
+ * the engine's chunk are scaled down to it (exact for pages no larger than the largest of
+ * those chunks; the cost model then adds KV reads to weight reads as before); never up.
+ * Each pass streams at most 192 MiB / (1 + ratio). Frames from the budget (no room: not
+ * measured, *kv_bps 0). An IO error is the residency's, as in tl_plan_calibrate_disk. */
 tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t page_bytes,
                                    double kv_per_weight_byte, double *kv_bps);
 
 /* Both, for a planned policy that spills KV (nothing otherwise, both outputs 0): the
- * small reads, then, when weights stream and decode reads pages, the mix at the plan's
- * decode ratio of page bytes to weight bytes. */
+ * small reads (*ratio), then, when weights stream and decode reads pages, the mix at the
+ * plan's decode ratio of page bytes to weight bytes (*mix_scale: the factor it applied to
+ * the page's read rate, 1 when none; 0 when not measured). */
 tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_result *plan,
-                               double *ratio, double *mix_bps);
+                               double *ratio, double *mix_scale);
 
 /* The same for compute, whose memory-bound rates drift with the machine's memory
  * bandwidth (on a shared host, within minutes): matrix-vector products over the

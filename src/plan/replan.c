@@ -112,19 +112,20 @@ static int hook(tl_replanner *r, tl_model *m, const tl_batch_stats *s, int32_t p
         if (tl_plan_calibrate_disk(m, &r->prof, &bps, &ratio) == TL_OK) {
             r->disk_ratio = ratio;
             if (tl_plan_calibrate_compute(m, &r->prof, &cratio)) cratio = 1, tl_error_clear();
-            double mix_bps = 0;
-            if (tl_plan_calibrate_kv(m, &r->prof, &r->current, &kratio, &mix_bps))
+            double mix = 0;
+            if (tl_plan_calibrate_kv(m, &r->prof, &r->current, &kratio, &mix))
                 tl_error_clear();
-            if (mix_bps > 0)
-                logf_(r, "before the first block: KV pages read beside the stream cost it "
-                      "%.2f GB/s of page bytes", mix_bps / 1e9);
+            if (!(mix > 0)) mix = 1; /* not timed */
+            else if (fabs(1 / mix - 1) > r->threshold)
+                logf_(r, "before the first block: KV pages read beside the stream took %.0f%% "
+                      "of the time the profile gives them alone", 100 / mix);
             if (!(kratio > 0)) kratio = 1; /* not timed */
             else if (fabs(1 / kratio - 1) > r->threshold)
                 logf_(r, "before the first block: small scattered reads of the model file (KV "
                       "pages) took %.0f%% of the profile's time", 100 / kratio);
             /* time for time: the profile predicted 1/ratio of what one pass took */
             if (fabs(1 / ratio - 1) > r->threshold || fabs(cratio - 1) > r->threshold ||
-                fabs(1 / kratio - 1) > r->threshold || mix_bps > 0)
+                fabs(1 / kratio - 1) > r->threshold || fabs(1 / mix - 1) > r->threshold)
                 sw = search_again(r, m, prompts_left, bp, "before the first block", 1 / ratio,
                                   cratio);
         }
