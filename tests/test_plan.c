@@ -409,20 +409,26 @@ static void run_policy(tl_model *m, const tl_plan_request *rq, const tl_plan_res
     free(text);
 }
 
-/* A candidate's key in the ranking, and its worst case (search.h), computed here from
- * the profile's own scaling, not by the search's code. */
+/* A candidate's key in the ranking, and its worst case (search.h: every disk transfer or
+ * every compute figure slower by the spread, the recompute margin added), computed here
+ * from the profile's own fields, not by the search's code. */
 static double key_of(const tl_plan_result *r) {
     return r->cost.total_s * (r->policy.kv_recompute > 0 ? 1 + TL_PLAN_RECOMPUTE_MARGIN : 1);
 }
 static double worst_of(tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
                        const tl_policy *pol) {
+    const double f = 1 + TL_PLAN_ERROR_SPREAD;
     tl_hw_profile disk = *prof, cpu = *prof;
-    tl_profile_scale_disk(&disk, 1 + TL_PLAN_ERROR_SPREAD);
-    tl_profile_scale_compute(&cpu, 1 + TL_PLAN_ERROR_SPREAD);
+    tl_profile_scale_disk(&disk, f);
+    disk.disk_urgent_read_s *= f;
+    disk.disk_urgent_page_s *= f;
+    disk.disk_write_bps /= f;
+    tl_profile_scale_compute(&cpu, f);
     tl_plan_result a, b;
     CHECK(tl_plan_evaluate(m, &disk, w, pol, &a) == TL_OK);
     CHECK(tl_plan_evaluate(m, &cpu, w, pol, &b) == TL_OK);
-    return fmax(a.cost.total_s, b.cost.total_s);
+    return fmax(a.cost.total_s, b.cost.total_s) *
+           (pol->kv_recompute > 0 ? 1 + TL_PLAN_RECOMPUTE_MARGIN : 1);
 }
 
 /* The ranking is best first, its policies distinct, the choice among them; the choice is
