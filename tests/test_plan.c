@@ -619,6 +619,15 @@ static void tiers_search(const char *path, uint64_t budget, double disk_bps, int
  * The profile's small-chunk cells set absurdly slow are timed again on the model file:
  * they come back at a real disk's rate, every depth of the chunk by one ratio; the urgent
  * page reads and the engine's chunk and larger keep their figures. */
+/* The grid's cells for the engine's chunk and larger are as they were. */
+static void large_cells_kept(const tl_model *m, const tl_hw_profile *now,
+                             const tl_hw_profile *was) {
+    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
+        if (tl_prof_chunks[c] >= m->lm.params.io_chunk_bytes)
+            for (int d = 0; d < TL_PROF_N_DEPTH; d++)
+                CHECK(now->disk_read_bps[c][d] == was->disk_read_bps[c][d]);
+}
+
 static void kv_read_calibration(const char *path) {
     tl_model *m = open_model(path, 64u << 20);
     if (!m) return;
@@ -634,10 +643,7 @@ static void kv_read_calibration(const char *path) {
         CHECK(close_to(prof.disk_read_bps[0][d], before.disk_read_bps[0][d] * ratio, 1e-9));
     CHECK(prof.disk_urgent_read_s == before.disk_urgent_read_s);
     CHECK(prof.disk_urgent_page_s == before.disk_urgent_page_s);
-    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
-        if (tl_prof_chunks[c] >= m->lm.params.io_chunk_bytes)
-            for (int d = 0; d < TL_PROF_N_DEPTH; d++)
-                CHECK(prof.disk_read_bps[c][d] == before.disk_read_bps[c][d]);
+    large_cells_kept(m, &prof, &before);
     tl_engine_unplace(m);
     tl_model_close(m);
     /* pages mixed into the stream: a budget that streams most of the weights and leaves
@@ -655,10 +661,7 @@ static void kv_read_calibration(const char *path) {
     const int32_t kv_depth = tl_aio_class_depth(m->lm.params.io_queue_depth, TL_AIO_SOON);
     const double alone = tl_profile_read_bps(&round, 64u << 10, kv_depth);
     CHECK(close_to(tl_profile_read_bps(&mixed, 64u << 10, kv_depth), fmin(kv_bps, alone), 1e-6));
-    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
-        if (tl_prof_chunks[c] >= m->lm.params.io_chunk_bytes)
-            for (int d = 0; d < TL_PROF_N_DEPTH; d++)
-                CHECK(mixed.disk_read_bps[c][d] == round.disk_read_bps[c][d]);
+    large_cells_kept(m, &mixed, &round);
     tl_engine_unplace(m);
     tl_model_close(m);
 }

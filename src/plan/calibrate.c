@@ -63,11 +63,11 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     *ratio = 1;
     if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating the disk: nothing placed");
     /* several passes (at least 3 and 512 MiB, at most 5), each over the streamed units
-     * up to CALIBRATE_PASS_BYTES from where the pass before stopped: the disk's rate wanders from one pass over the same
-     * file to the next, and the median pass is what a run of many passes sees. At least
-     * 3, so that one pass cannot decide: of 2 passes the median is their mean, and a
-     * single fast pass pulls it, and every prediction, too short. The cap keeps this a
-     * fixed cost however much streams. */
+     * up to CALIBRATE_PASS_BYTES from where the pass before stopped: the disk's rate
+     * wanders from one pass over the same file to the next, and the median pass is what a
+     * run of many passes sees. At least 3, so that one pass cannot decide: of 2 passes the
+     * median is their mean, and a single fast pass pulls it, and every prediction, too
+     * short. The cap keeps this a fixed cost however much streams. */
     double rate[5];
     int n = 0, cursor = 0;
     uint64_t total = 0;

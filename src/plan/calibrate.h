@@ -51,7 +51,7 @@ tl_status tl_plan_calibrate_kv_reads(tl_model *m, tl_hw_profile *prof, double *r
  * extra seconds per page byte is what a page byte costs the stream, *kv_bps its inverse.
  * When that is dearer than the profile's figure for pages of page_bytes, the cells below
  * the engine's chunk are scaled down to it (exact for pages no larger than the largest of
- * those chunks; the cost model then adds KV reads to weight reads as before); never up.
+ * those chunks; the cost model adds these KV reads to the weight reads); never up.
  * Each pass streams at most 192 MiB / (1 + ratio). Frames from the budget (no room: not
  * measured, *kv_bps 0). An IO error is the residency's, as in tl_plan_calibrate_disk. */
 tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t page_bytes,
