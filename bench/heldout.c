@@ -198,6 +198,9 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
                    (pc->prefill.kv_read_bytes + pc->decode.kv_read_bytes) / 1048576.0,
                    o.kv_bytes_read / 1048576.0, o.pre_stall_s, o.pre_kv_wait_s, o.dec_stall_s,
                    o.dec_kv_wait_s);
+        printf("     calibration (measured / profiled): disk %.2f, compute %.2f, KV pages %.2f, "
+               "page rate beside the stream %.2f\n", o.cal_disk, o.cal_compute, o.cal_kv,
+               o.cal_mix);
         if (o.plan.robust_pick)
             printf("     near tie: the fastest prediction (%.2f s) was passed over; worst case "
                    "%.2f s against its %.2f s\n", o.plan.nominal_s, o.plan.robust_worst_s,
