@@ -109,6 +109,11 @@ static void summary(const char *label, const result *r, int n, int single) {
            100 * abs_err[k - 1], 100 * sum / k);
 }
 
+/* bytes / seconds in GB/s; 0 when nothing was read */
+static double rate_gbs(double bytes, double seconds) {
+    return seconds > 0 ? bytes / seconds / 1e9 : 0;
+}
+
 int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof, int keep,
                 double decide_cap_s, int only) {
     if (n < 1 || n > 256) {
@@ -199,8 +204,10 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
                    o.kv_bytes_read / 1048576.0, o.pre_stall_s, o.pre_kv_wait_s, o.dec_stall_s,
                    o.dec_kv_wait_s);
         printf("     calibration (measured / profiled): disk %.2f, compute %.2f, KV pages %.2f, "
-               "page rate beside the stream %.2f\n", o.cal_disk, o.cal_compute, o.cal_kv,
-               o.cal_mix);
+               "page rate beside the stream %.2f; decode priced at weights %.2f GB/s, KV "
+               "pages %.2f GB/s\n", o.cal_disk, o.cal_compute, o.cal_kv, o.cal_mix,
+               rate_gbs(pc->decode.weight_bytes, pc->decode.weight_read_s),
+               rate_gbs(pc->decode.kv_read_bytes, pc->decode.kv_read_s));
         if (o.plan.robust_pick)
             printf("     near tie: the fastest prediction (%.2f s) was passed over; worst case "
                    "%.2f s against its %.2f s\n", o.plan.nominal_s, o.plan.robust_worst_s,
