@@ -71,8 +71,8 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
         if ((st = tl_plan_calibrate_compute(m, &cal, &ratio))) break;
         o.cal_compute = ratio;
         double mix;
-        if ((st = tl_plan_calibrate_kv(m, &cal, &o.plan, &ratio, &mix))) break;
-        o.cal_kv = ratio, o.cal_mix = mix;
+        if ((st = tl_plan_calibrate_kv(m, &cal, &o.plan, &mix))) break;
+        o.cal_mix = mix;
         tl_plan_result again;
         st = c->automatic ? tl_plan_search_ranked(m, prof, &rq, &again, &o.ranked)
                           : tl_plan_evaluate(m, prof, &rq.w, &o.plan.policy, &again);

@@ -615,41 +615,13 @@ static void tiers_search(const char *path, uint64_t budget, double disk_bps, int
     tl_model_close(m);
 }
 
-/* ---- 4. small reads timed again at calibration ----
- * The profile's small-chunk cells set absurdly slow are timed again on the model file:
- * they come back at a real disk's rate, every depth of the chunk by one ratio; the urgent
- * page reads and the engine's chunk and larger keep their figures. */
-/* The grid's cells for the engine's chunk and larger are as they were. */
-static void large_cells_kept(const tl_model *m, const tl_hw_profile *now,
-                             const tl_hw_profile *was) {
-    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
-        if (tl_prof_chunks[c] >= m->lm.params.io_chunk_bytes)
-            for (int d = 0; d < TL_PROF_N_DEPTH; d++)
-                CHECK(now->disk_read_bps[c][d] == was->disk_read_bps[c][d]);
-}
-
-static void kv_read_calibration(const char *path) {
-    tl_model *m = open_model(path, 64u << 20);
+/* ---- 4. KV pages mixed into the stream at calibration ----
+ * A budget that streams most of the weights and leaves room for the frames: the small
+ * cells take the rate measured beside the stream when it is dearer than the profile's,
+ * the engine's chunk and larger keep theirs, and so do the urgent page reads. */
+static void kv_mix_calibration(const char *path) {
+    tl_model *m = open_model(path, 10u << 20);
     if (!m) return;
-    CHECK(tl_engine_place(m, 0) == TL_OK);
-    tl_hw_profile prof;
-    tl_test_round_profile(&prof);
-    for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof.disk_read_bps[0][d] = 1e3 * (d + 1);
-    const tl_hw_profile before = prof;
-    double ratio = 0;
-    CHECK_MSG(tl_plan_calibrate_kv_reads(m, &prof, &ratio) == TL_OK, "%s", tl_last_error());
-    CHECK_MSG(ratio > 100, "64 KiB reads of the model file at %g x 1 kB/s", ratio);
-    for (int d = 0; d < TL_PROF_N_DEPTH; d++)
-        CHECK(close_to(prof.disk_read_bps[0][d], before.disk_read_bps[0][d] * ratio, 1e-9));
-    CHECK(prof.disk_urgent_read_s == before.disk_urgent_read_s);
-    CHECK(prof.disk_urgent_page_s == before.disk_urgent_page_s);
-    large_cells_kept(m, &prof, &before);
-    tl_engine_unplace(m);
-    tl_model_close(m);
-    /* pages mixed into the stream: a budget that streams most of the weights and leaves
-     * room for the frames; the small cells take the measured rate when it is dearer than
-     * the profile's, the large keep theirs */
-    if (!(m = open_model(path, 10u << 20))) return;
     CHECK(tl_engine_place(m, 4u << 20) == TL_OK);
     tl_hw_profile mixed, round;
     tl_test_round_profile(&round);
@@ -661,7 +633,12 @@ static void kv_read_calibration(const char *path) {
     const int32_t kv_depth = tl_aio_class_depth(m->lm.params.io_queue_depth, TL_AIO_SOON);
     const double alone = tl_profile_read_bps(&round, 64u << 10, kv_depth);
     CHECK(close_to(tl_profile_read_bps(&mixed, 64u << 10, kv_depth), fmin(kv_bps, alone), 1e-6));
-    large_cells_kept(m, &mixed, &round);
+    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
+        if (tl_prof_chunks[c] >= m->lm.params.io_chunk_bytes)
+            for (int d = 0; d < TL_PROF_N_DEPTH; d++)
+                CHECK(mixed.disk_read_bps[c][d] == round.disk_read_bps[c][d]);
+    CHECK(mixed.disk_urgent_read_s == round.disk_urgent_read_s);
+    CHECK(mixed.disk_urgent_page_s == round.disk_urgent_page_s);
     tl_engine_unplace(m);
     tl_model_close(m);
 }
@@ -696,7 +673,7 @@ int main(void) {
     if (!synth("tiers", 300, 256, 320, 8, 8, 8, 0, p4, sizeof p4)) return 1;
     tiers_search(p4, 24u << 20, 1e8, 1, 1);
     tiers_search(p4, 36u << 20, 1e6, 0, 1); /* input rows kept take room too */
-    kv_read_calibration(p4);
+    kv_mix_calibration(p4);
     unlink(p4);
     if (!synth("tiersgqa", 300, 256, 320, 8, 8, 2, 0, p4, sizeof p4)) return 1;
     tiers_search(p4, 10u << 20, 1e6, 1, 0); /* inputs 256 wide, K and V 64 each */

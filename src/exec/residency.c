@@ -730,18 +730,6 @@ tl_status tl_residency_measure_io_mixed(tl_residency *r, uint64_t max_bytes, int
     return measure(r, max_bytes, cursor, mix, seconds, bytes);
 }
 
-void tl_residency_idle_buffers(tl_residency *r, uint8_t **bufs, int cap, size_t *slot_bytes,
-                               int *n) {
-    *n = 0;
-    *slot_bytes = r->plan.slot_bytes;
-    if (r->error) return;
-    drain(r);
-    for (int i = 0; i < r->plan.n_slots; i++) {
-        r->slots[i].state = SLOT_EMPTY;
-        if (*n < cap && r->slots[i].buf) bufs[(*n)++] = r->slots[i].buf;
-    }
-}
-
 void tl_residency_get_stats(const tl_residency *r, tl_residency_stats *out) {
     out->passes = r->passes;
     out->stall_s = r->stall_s;

@@ -54,13 +54,6 @@ typedef struct tl_io_mix {
 tl_status tl_residency_measure_io_mixed(tl_residency *r, uint64_t max_bytes, int *cursor,
                                         tl_io_mix *mix, double *seconds, uint64_t *bytes);
 
-/* The ring's slot buffers as scratch while nothing streams (no unit acquired): drains the
- * ring as tl_residency_measure_io does; bufs[0..*n) of *slot_bytes each (at most cap;
- * *n 0 when nothing streams) are free until the ring is next used (a pass, an acquire, a
- * release, a measurement). */
-void tl_residency_idle_buffers(tl_residency *r, uint8_t **bufs, int cap, size_t *slot_bytes,
-                               int *n);
-
 typedef struct tl_residency_stats {
     uint64_t passes;  /* forward passes begun */
     double stall_s;

@@ -93,61 +93,6 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     return TL_OK;
 }
 
-#define KV_PROBE_S 0.2
-#define KV_PROBE_DEPTH 16 /* the grid's deepest point (tl_prof_depths) */
-_Static_assert(KV_PROBE_DEPTH <= 64, "frames array below");
-
-/* depth frames of `chunk` bytes: carved from the idle ring's slot buffers, else from the
- * budget (*owned set: the caller frees it); 0 when neither has room. */
-static int probe_frames(tl_model *m, uint64_t chunk, uint8_t **frames, uint8_t **owned) {
-    *owned = NULL;
-    uint8_t *slots[8];
-    size_t slot_bytes = 0;
-    int n_slots = 0, k = 0;
-    if (m->res) tl_residency_idle_buffers(m->res, slots, 8, &slot_bytes, &n_slots);
-    for (int i = 0; i < n_slots && k < KV_PROBE_DEPTH; i++)
-        for (uint64_t off = 0; off + chunk <= slot_bytes && k < KV_PROBE_DEPTH; off += chunk)
-            frames[k++] = slots[i] + off;
-    if (k == KV_PROBE_DEPTH) return 1;
-    if (tl_budget_alloc(m->lm.budget, (size_t)(chunk * KV_PROBE_DEPTH), TL_TIER_MAX_ALIGN,
-                        "KV read calibration", (void **)owned)) {
-        tl_error_clear();
-        return 0;
-    }
-    for (int i = 0; i < KV_PROBE_DEPTH; i++) frames[i] = *owned + (size_t)i * chunk;
-    return 1;
-}
-
-tl_status tl_plan_calibrate_kv_reads(tl_model *m, tl_hw_profile *prof, double *ratio) {
-    *ratio = 0;
-    tl_tier *t = m->lm.tier;
-    const int d_top = TL_PROF_N_DEPTH - 1;
-    if (tl_prof_depths[d_top] != KV_PROBE_DEPTH)
-        return tl_error_set(TL_ERR_INVALID, "KV read calibration: the grid's depths changed");
-    double scale[TL_PROF_N_CHUNK];
-    for (int c = 0; c < TL_PROF_N_CHUNK; c++) {
-        scale[c] = 0;
-        const uint64_t chunk = tl_prof_chunks[c], span = t->size / chunk * chunk;
-        if (chunk >= m->lm.params.io_chunk_bytes || span < 64 * chunk) continue;
-        uint8_t *frames[KV_PROBE_DEPTH], *owned;
-        if (!probe_frames(m, chunk, frames, &owned)) continue; /* keep the profile's figures */
-        uint64_t cursor = 0, seed = 11 + (uint64_t)c;
-        double bps = 0;
-        tl_status st = tl_tier_time_reads(t, chunk, KV_PROBE_DEPTH, (uint64_t)256 << 20, span, 1,
-                                          &cursor, &seed, frames, KV_PROBE_S, &bps);
-        tl_budget_free(m->lm.budget, owned);
-        if (st) return tl_error_wrap(st, "timing small reads of the model file");
-        const double before = prof->disk_read_bps[c][d_top];
-        if (bps > 0 && before > 0) scale[c] = bps / before;
-    }
-    /* applied once every timing succeeded: a failure leaves the profile as it was */
-    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
-        if (scale[c] > 0)
-            for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof->disk_read_bps[c][d] *= scale[c];
-    *ratio = scale[0];
-    return TL_OK;
-}
-
 tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t page_bytes,
                                    double kv_per_weight_byte, double *kv_bps) {
     *kv_bps = 0;
@@ -202,20 +147,19 @@ tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t pa
 }
 
 tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_result *plan,
-                               double *ratio, double *mix_scale) {
-    *ratio = 0;
+                               double *mix_scale) {
     *mix_scale = 0;
     const tl_policy *pol = &plan->policy;
-    if (!tl_plan_spills_kv(pol)) return TL_OK;
-    tl_status st = tl_plan_calibrate_kv_reads(m, prof, ratio);
     const tl_cost_terms *dec = &plan->cost.decode;
-    if (st || plan->streamed_bytes == 0 || !(dec->weight_bytes > 0) || !(dec->kv_read_bytes > 0))
-        return st;
+    if (!tl_plan_spills_kv(pol) || plan->streamed_bytes == 0 || !(dec->weight_bytes > 0) ||
+        !(dec->kv_read_bytes > 0))
+        return TL_OK;
     const uint64_t page = (uint64_t)tl_cost_kv_page_bytes(m, pol->kv_bits, pol->page_tokens);
     const int32_t depth = tl_aio_class_depth(m->lm.params.io_queue_depth, TL_AIO_SOON);
     const double before = tl_profile_read_bps(prof, page, depth);
     double kv_bps = 0;
-    st = tl_plan_calibrate_kv_mix(m, prof, page, dec->kv_read_bytes / dec->weight_bytes, &kv_bps);
+    tl_status st = tl_plan_calibrate_kv_mix(m, prof, page, dec->kv_read_bytes / dec->weight_bytes,
+                                            &kv_bps);
     if (!st && kv_bps > 0 && before > 0)
         *mix_scale = tl_profile_read_bps(prof, page, depth) / before;
     return st;

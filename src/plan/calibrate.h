@@ -9,8 +9,8 @@
  * queue, tl_residency_measure_io; each pass continues where the one before stopped, not
  * at the first units again, which a host cache would serve warm; the median pass counts),
  * and the profile's read figures for requests of the engine's chunk size and larger are
- * scaled by measured / profiled bandwidth (smaller requests, KV pages, have
- * tl_plan_calibrate_kv_reads). It costs a few passes of IO (at least 512 MiB) and nothing
+ * scaled by measured / profiled bandwidth (smaller requests, KV pages, keep theirs; see
+ * below). It costs a few passes of IO (at least 512 MiB) and nothing
  * stays in memory (a policy with KV pages on disk adds tl_plan_calibrate_kv's reads). The
  * caller decides what a large ratio means (re-plan before the first block).
  */
@@ -29,18 +29,12 @@
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio);
 
-/* KV pages on disk are small reads at scattered offsets, and the profile's figures for
- * them (its chunks below the engine's, timed sequentially when it was measured) drift
- * apart from the streaming rate on a virtual disk: for a policy that spills KV, those
- * cells are timed again now on the model file, at random chunk-aligned offsets at the
- * grid's deepest depth, each for a fraction of a second, and scaled to it (every depth of
- * that chunk by the same ratio; *ratio: the smallest chunk's measured / profiled rate, 0
- * when it was not timed). The urgent page reads' seconds keep the profile's figures: they
- * are latencies behind the stream, which a throughput ratio does not scale. Its
- * frames are the idle streaming ring's buffers, else budget memory; with no room a chunk
- * keeps its figures. Nothing changes unless every timing succeeds. Call with no unit
- * acquired (between runs, or between blocks). */
-tl_status tl_plan_calibrate_kv_reads(tl_model *m, tl_hw_profile *prof, double *ratio);
+/* KV pages on disk keep the profile's figures for reads of their size (timed on a
+ * scratch file of the disk directory) unless the mix below makes them dearer. Scattered
+ * reads of the model file itself, timed here for a fraction of a second, came back faster
+ * than the profile's figures while the engine's page reads from its spill file ran
+ * slower than them: pricing pages at such a probe made every prediction with pages on
+ * disk optimistic, so none is taken. */
 
 /* KV pages read while weights stream share the IO queue with the stream, and on a virtual
  * disk the mix can be slower than the two rates apart: for a policy that does both, passes
@@ -57,12 +51,11 @@ tl_status tl_plan_calibrate_kv_reads(tl_model *m, tl_hw_profile *prof, double *r
 tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t page_bytes,
                                    double kv_per_weight_byte, double *kv_bps);
 
-/* Both, for a planned policy that spills KV (nothing otherwise, both outputs 0): the
- * small reads (*ratio), then, when weights stream and decode reads pages, the mix at the
- * plan's decode ratio of page bytes to weight bytes (*mix_scale: the factor it applied to
- * the page's read rate, 1 when none; 0 when not measured). */
+/* For a planned policy that spills KV while weights stream and decode reads pages: the
+ * mix at the plan's decode ratio of page bytes to weight bytes (*mix_scale: the factor it
+ * applied to the page's read rate, 1 when none; 0 when not measured). */
 tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_result *plan,
-                               double *ratio, double *mix_scale);
+                               double *mix_scale);
 
 /* The same for compute, whose memory-bound rates drift with the machine's memory
  * bandwidth (on a shared host, within minutes): matrix-vector products over the

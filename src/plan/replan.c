@@ -107,25 +107,21 @@ static int hook(tl_replanner *r, tl_model *m, const tl_batch_stats *s, int32_t p
                 tl_batch_params *bp) {
     if (!r->started) { /* before the first block: one pass of the engine's own streaming */
         r->started = 1;
-        double bps, ratio = 1, cratio = 1, kratio = 1;
+        double bps, ratio = 1, cratio = 1;
         int sw = 0;
         if (tl_plan_calibrate_disk(m, &r->prof, &bps, &ratio) == TL_OK) {
             r->disk_ratio = ratio;
             if (tl_plan_calibrate_compute(m, &r->prof, &cratio)) cratio = 1, tl_error_clear();
             double mix = 0;
-            if (tl_plan_calibrate_kv(m, &r->prof, &r->current, &kratio, &mix))
+            if (tl_plan_calibrate_kv(m, &r->prof, &r->current, &mix))
                 tl_error_clear();
             if (!(mix > 0)) mix = 1; /* not timed */
             else if (fabs(1 / mix - 1) > r->threshold)
                 logf_(r, "before the first block: KV pages read beside the stream took %.0f%% "
                       "of the time the profile gives them alone", 100 / mix);
-            if (!(kratio > 0)) kratio = 1; /* not timed */
-            else if (fabs(1 / kratio - 1) > r->threshold)
-                logf_(r, "before the first block: small scattered reads of the model file (KV "
-                      "pages) took %.0f%% of the profile's time", 100 / kratio);
             /* time for time: the profile predicted 1/ratio of what one pass took */
             if (fabs(1 / ratio - 1) > r->threshold || fabs(cratio - 1) > r->threshold ||
-                fabs(1 / kratio - 1) > r->threshold || fabs(1 / mix - 1) > r->threshold)
+                fabs(1 / mix - 1) > r->threshold)
                 sw = search_again(r, m, prompts_left, bp, "before the first block", 1 / ratio,
                                   cratio);
         }

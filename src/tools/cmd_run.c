@@ -232,16 +232,13 @@ static tl_status plan_run(tl_model *m, const char *prompt, const tl_generate_par
 static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
                              const tl_plan_request *rq, tl_plan_result *chosen,
                              tl_hw_profile *prof) {
-    double bps, ratio, cratio = 1, kratio = 1;
+    double bps, ratio, cratio = 1;
     tl_status st = tl_plan_calibrate_disk(m, prof, &bps, &ratio);
     if (!st) st = tl_plan_calibrate_compute(m, prof, &cratio);
     double mix = 0;
-    if (!st) st = tl_plan_calibrate_kv(m, prof, chosen, &kratio, &mix);
+    if (!st) st = tl_plan_calibrate_kv(m, prof, chosen, &mix);
     if (!(mix > 0)) mix = 1; /* not timed */
-    const int kv_timed = kratio > 0;
-    if (!kv_timed) kratio = 1;
-    if (st || (ratio > 0.8 && ratio < 1.25 && cratio > 0.8 && cratio < 1.25 && kratio > 0.8 &&
-               kratio < 1.25 && mix > 0.8))
+    if (st || (ratio > 0.8 && ratio < 1.25 && cratio > 0.8 && cratio < 1.25 && mix > 0.8))
         return st;
     tl_plan_result next;
     if ((st = tl_plan_search(m, prof, rq, &next))) return st;
@@ -258,9 +255,6 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
     else /* too little streams through the ring to time */
         fprintf(stderr, "policy auto: matrix-vector products take %.0f%% of the profile's time; "
                 "re-planned: %s\n", cratio * 100, change ? "new policy" : "policy kept");
-    if (kv_timed && (kratio <= 0.8 || kratio >= 1.25))
-        fprintf(stderr, "policy auto: small scattered reads of the model file (KV pages) run "
-                "at %.0f%% of the profile's figure\n", kratio * 100);
     if (mix <= 0.8)
         fprintf(stderr, "policy auto: KV pages read beside the stream take %.0f%% of the time "
                 "the profile gives them alone\n", 100 / mix);
