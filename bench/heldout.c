@@ -203,9 +203,10 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
                    (pc->prefill.kv_read_bytes + pc->decode.kv_read_bytes) / 1048576.0,
                    o.kv_bytes_read / 1048576.0, o.pre_stall_s, o.pre_kv_wait_s, o.dec_stall_s,
                    o.dec_kv_wait_s);
-        printf("     calibration (measured / profiled): disk %.2f, compute %.2f, page rate "
-               "beside the stream %.2f; decode priced at weights %.2f GB/s, KV pages %.2f "
-               "GB/s\n", o.cal_disk, o.cal_compute, o.cal_mix,
+        printf("     calibration (measured / profiled): disk %.2f, compute %.2f, products of "
+               "128 rows %.2f, page rate beside the stream %.2f; decode priced at weights "
+               "%.2f GB/s, KV pages %.2f GB/s\n", o.cal_disk, o.cal_compute, o.cal_products,
+               o.cal_mix,
                rate_gbs(pc->decode.weight_bytes, pc->decode.weight_read_s),
                rate_gbs(pc->decode.kv_read_bytes, pc->decode.kv_read_s));
         if (o.plan.robust_pick)

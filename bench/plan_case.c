@@ -70,6 +70,8 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
         o.cal_disk = ratio;
         if ((st = tl_plan_calibrate_compute(m, &cal, &ratio))) break;
         o.cal_compute = ratio;
+        if ((st = tl_plan_calibrate_products(m, &cal, &ratio))) break;
+        o.cal_products = ratio;
         double mix;
         if ((st = tl_plan_calibrate_kv(m, &cal, &o.plan, &mix))) break;
         o.cal_mix = mix;

@@ -31,7 +31,7 @@ typedef struct outcome {
     int ran;                /* the workload started (planning and placement succeeded) */
     int32_t replans;
     /* the first calibration's ratios (plan/calibrate.h; 0: not measured) */
-    double cal_disk, cal_compute, cal_mix;
+    double cal_disk, cal_compute, cal_products, cal_mix;
 } outcome;
 
 void print_policy(const tl_policy *p);

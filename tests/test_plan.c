@@ -643,6 +643,42 @@ static void kv_mix_calibration(const char *path) {
     tl_model_close(m);
 }
 
+/* ---- 5. products of many rows timed at calibration ----
+ * Figures above 4 rows set absurdly slow for the layer's type come back at the machine's
+ * rate, scaled by one ratio from 128 rows on (the ratio's own definition); the matrix-vector
+ * figures, other types and the disk keep theirs. Once with the layer resident, once with it
+ * streamed (read through the ring). */
+static void products_calibration(const char *path, uint64_t budget, uint64_t state) {
+    tl_model *m = open_model(path, budget);
+    if (!m) return;
+    CHECK(tl_engine_place(m, state) == TL_OK);
+    const int ty = (int)m->lm.layers[0].wq.type;
+    tl_hw_profile prof;
+    tl_test_round_profile(&prof);
+    for (int r = 0; r < TL_PROF_N_ROWS; r++)
+        if (tl_prof_rows[r] > 4) prof.matmul_macs[ty][r] = 1e3;
+    const tl_hw_profile before = prof;
+    double ratio = 0;
+    CHECK_MSG(tl_plan_calibrate_products(m, &prof, &ratio) == TL_OK, "%s", tl_last_error());
+    CHECK_MSG(ratio > 0 && ratio < 1e-3, "products of 128 rows at %g of a 1 kMAC/s figure", ratio);
+    for (int t = 0; t < TL_PROF_N_TYPE; t++)
+        for (int r = 0; r < TL_PROF_N_ROWS; r++) {
+            if (t != ty || tl_prof_rows[r] <= 4) {
+                CHECK(prof.matmul_macs[t][r] == before.matmul_macs[t][r]);
+                CHECK(prof.matmul_call_s[t][r] == before.matmul_call_s[t][r]);
+            } else {
+                CHECK(prof.matmul_macs[ty][r] > 1e5);
+            }
+            if (t == ty && tl_prof_rows[r] >= 128)
+                CHECK(close_to(prof.matmul_macs[ty][r], before.matmul_macs[ty][r] / ratio, 1e-9));
+        }
+    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
+        for (int d = 0; d < TL_PROF_N_DEPTH; d++)
+            CHECK(prof.disk_read_bps[c][d] == before.disk_read_bps[c][d]);
+    tl_engine_unplace(m);
+    tl_model_close(m);
+}
+
 int main(void) {
     char p1[256], p2[256];
     if (!synth("hand", 300, 128, 320, 2, 8, 2, 0, p1, sizeof p1)) return 1;
@@ -674,6 +710,8 @@ int main(void) {
     tiers_search(p4, 24u << 20, 1e8, 1, 1);
     tiers_search(p4, 36u << 20, 1e6, 0, 1); /* input rows kept take room too */
     kv_mix_calibration(p4);
+    products_calibration(p4, 64u << 20, 0);         /* resident */
+    products_calibration(p4, 10u << 20, 4u << 20);  /* streamed */
     unlink(p4);
     if (!synth("tiersgqa", 300, 256, 320, 8, 8, 2, 0, p4, sizeof p4)) return 1;
     tiers_search(p4, 10u << 20, 1e6, 1, 0); /* inputs 256 wide, K and V 64 each */

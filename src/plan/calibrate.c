@@ -229,3 +229,99 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
             }
     return TL_OK;
 }
+
+/* The row counts the products are timed at: a decode micro-batch's and a prefill
+ * chunk's; the grid's points between take the ratio interpolated in log(rows). */
+static const int32_t product_rows[2] = {16, 128};
+
+/* Seconds of one pass of a layer's products of n rows over X: the median of 5 samples,
+ * each enough passes to last PRODUCTS_SAMPLE_S (a small layer's pass is too short to time
+ * alone against the clock and the pool's wake-ups). */
+#define PRODUCTS_SAMPLE_S 0.004
+static double layer_products_s(tl_model *m, const tl_weight *const *w, int n_w, const float *X,
+                               size_t n, float *Y, float *scratch, size_t sf) {
+    double t[5];
+    int reps = 1;
+    for (int r = -1; r < 5; r++) { /* r = -1: one pass warms the caches and sizes a sample */
+        const double t0 = tl_now();
+        for (int k = 0; k < reps; k++)
+            for (int i = 0; i < n_w; i++) tl_op_matmul(&m->lm, w[i], X, n, Y, scratch, sf);
+        const double dt = tl_now() - t0;
+        if (r < 0) {
+            reps = dt > 0 && dt < PRODUCTS_SAMPLE_S ? (int)ceil(PRODUCTS_SAMPLE_S / dt) : 1;
+            continue;
+        }
+        t[r] = dt / reps;
+    }
+    return tl_median(t, 5);
+}
+
+tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *ratio) {
+    *ratio = 1;
+    if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating products: nothing placed");
+    const tl_llama_layer *ly = &m->lm.layers[m->lm.stage_first];
+    const tl_weight *all[7] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up,
+                               &ly->w_down};
+    const tl_weight *w[7];
+    int n_w = 0, type = -1;
+    size_t max_rows = 0, max_cols = 0;
+    /* a layer as the cost model prices it: seven products of one type (a flash or neuron
+     * layout, or mixed types, keep the profile's figures) */
+    if (m->lm.flash || ly->neurons.name) return TL_OK;
+    for (int i = 0; i < 7; i++) {
+        if (!all[i]->name) continue;
+        if (type >= 0 && (int)all[i]->type != type) return TL_OK;
+        type = (int)all[i]->type;
+        w[n_w++] = all[i];
+        if (all[i]->rows > max_rows) max_rows = all[i]->rows;
+        if (all[i]->cols > max_cols) max_cols = all[i]->cols;
+    }
+    const int ty = type; /* the profile's types are tl_type's */
+    if (n_w == 0 || ty < 0 || ty >= TL_PROF_N_TYPE) return TL_OK;
+    const size_t N = (size_t)product_rows[1];
+    const size_t threads = (size_t)tl_pool_threads(m->lm.pool);
+    const size_t sf = (tl_matmul_scratch_floats(max_cols, N) + 15) / 16 * 16;
+    float *X = NULL, *Y = NULL, *scratch = NULL;
+    if (tl_budget_calloc(m->lm.budget, N * max_cols * sizeof(float), "products calibration",
+                         (void **)&X) ||
+        tl_budget_calloc(m->lm.budget, N * max_rows * sizeof(float), "products calibration",
+                         (void **)&Y) ||
+        tl_budget_calloc(m->lm.budget, threads * sf * sizeof(float), "products calibration",
+                         (void **)&scratch)) {
+        tl_budget_free(m->lm.budget, X), tl_budget_free(m->lm.budget, Y);
+        tl_budget_free(m->lm.budget, scratch);
+        tl_error_clear();
+        return TL_OK; /* the budget is spoken for: nothing measured */
+    }
+    for (size_t i = 0; i < N * max_cols; i++) X[i] = (float)(i % 17) / 17.0f - 0.5f;
+    /* the layer's weights: resident, or its unit read through the ring as a pass would */
+    const int unit = m->lm.stage_first;
+    tl_status st = tl_residency_begin_pass(m->res, 0);
+    if (!st) st = tl_residency_acquire(m->res, unit);
+    double r[2] = {0, 0};
+    for (int k = 0; k < 2 && !st; k++) {
+        const size_t n = (size_t)product_rows[k];
+        double predicted = 0;
+        for (int i = 0; i < n_w; i++) predicted += tl_cost_matmul(prof, w[i], (double)n);
+        const double measured = layer_products_s(m, w, n_w, X, n, Y, scratch, sf);
+        if (predicted > 0 && measured > 0) r[k] = measured / predicted;
+    }
+    if (!st) tl_residency_release(m->res, unit);
+    tl_budget_free(m->lm.budget, X), tl_budget_free(m->lm.budget, Y);
+    tl_budget_free(m->lm.budget, scratch);
+    if (st) return tl_error_wrap(st, "calibrating products: reading a layer");
+    if (!(r[0] > 0) || !(r[1] > 0)) return TL_OK;
+    *ratio = r[1];
+    /* rows above the matrix-vector kernel's (tl_plan_calibrate_compute has those): the
+     * measured ratio at or beyond the timed counts, interpolated in log(rows) between */
+    const double l0 = log((double)product_rows[0]), l1 = log((double)product_rows[1]);
+    for (int k = 0; k < TL_PROF_N_ROWS; k++) {
+        if (tl_prof_rows[k] <= 4) continue;
+        const double lr = log((double)tl_prof_rows[k]);
+        const double a = lr <= l0 ? 0 : lr >= l1 ? 1 : (lr - l0) / (l1 - l0);
+        const double f = r[0] * (1 - a) + r[1] * a;
+        prof->matmul_macs[ty][k] /= f;
+        prof->matmul_call_s[ty][k] *= f;
+    }
+    return TL_OK;
+}

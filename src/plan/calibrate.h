@@ -66,4 +66,15 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
  * their figures). Its few KiB of buffers come from the budget (none free: skipped). */
 tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ratio);
 
+/* Products of many rows are compute-bound, and their rate depends on the matrices'
+ * shapes, which the profile times at one size: the first layer's products (its seven
+ * matrices, one type) are timed at 16 and 128 rows, the median of 5 samples each, against the
+ * profile's prediction for them, and the profile's figures for that type above 4 rows are
+ * scaled (the ratio at 16 rows up to 16, at 128 from 128, interpolated in log(rows)
+ * between). *ratio: the one at 128 rows (1: nothing measured). The layer's weights are
+ * the resident ones or its unit read through the ring (one unit of IO); inputs and outputs
+ * of 128 rows come from the budget (no room: nothing measured). A flash or neuron layout,
+ * or a layer of mixed types, keeps the profile's figures. Call with no unit acquired. */
+tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *ratio);
+
 #endif

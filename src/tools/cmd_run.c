@@ -232,13 +232,15 @@ static tl_status plan_run(tl_model *m, const char *prompt, const tl_generate_par
 static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
                              const tl_plan_request *rq, tl_plan_result *chosen,
                              tl_hw_profile *prof) {
-    double bps, ratio, cratio = 1;
+    double bps, ratio, cratio = 1, pratio = 1;
     tl_status st = tl_plan_calibrate_disk(m, prof, &bps, &ratio);
     if (!st) st = tl_plan_calibrate_compute(m, prof, &cratio);
+    if (!st) st = tl_plan_calibrate_products(m, prof, &pratio);
     double mix = 0;
     if (!st) st = tl_plan_calibrate_kv(m, prof, chosen, &mix);
     if (!(mix > 0)) mix = 1; /* not timed */
-    if (st || (ratio > 0.8 && ratio < 1.25 && cratio > 0.8 && cratio < 1.25 && mix > 0.8))
+    if (st || (ratio > 0.8 && ratio < 1.25 && cratio > 0.8 && cratio < 1.25 && pratio > 0.8 &&
+               pratio < 1.25 && mix > 0.8))
         return st;
     tl_plan_result next;
     if ((st = tl_plan_search(m, prof, rq, &next))) return st;
@@ -255,6 +257,9 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
     else /* too little streams through the ring to time */
         fprintf(stderr, "policy auto: matrix-vector products take %.0f%% of the profile's time; "
                 "re-planned: %s\n", cratio * 100, change ? "new policy" : "policy kept");
+    if (pratio <= 0.8 || pratio >= 1.25)
+        fprintf(stderr, "policy auto: products of 128 rows take %.0f%% of the profile's time\n",
+                pratio * 100);
     if (mix <= 0.8)
         fprintf(stderr, "policy auto: KV pages read beside the stream take %.0f%% of the time "
                 "the profile gives them alone\n", 100 / mix);
