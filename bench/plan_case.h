@@ -30,7 +30,8 @@ typedef struct outcome {
     int ok;
     int ran;                /* the workload started (planning and placement succeeded) */
     int32_t replans;
-    /* the first calibration's ratios (plan/calibrate.h; 0: not measured) */
+    /* the first calibration's ratios (plan/calibrate.h; disk, compute and products 1
+     * when not measured, the mix 0) */
     double cal_disk, cal_compute, cal_products, cal_mix;
 } outcome;
 

@@ -19,6 +19,8 @@
 #include "base/rng.h"
 #include "tierllm.h"
 #include "exec/engine.h"
+#include "exec/residency.h"
+#include "format/tensor_type.h"
 #include "plan/calibrate.h"
 #include "plan/search.h"
 #include "plan/replan.h"
@@ -645,33 +647,51 @@ static void kv_mix_calibration(const char *path) {
 
 /* ---- 5. products of many rows timed at calibration ----
  * Figures above 4 rows set absurdly slow for the layer's type come back at the machine's
- * rate, scaled by one ratio from 128 rows on (the ratio's own definition); the matrix-vector
- * figures, other types and the disk keep theirs. Once with the layer resident, once with it
- * streamed (read through the ring). */
-static void products_calibration(const char *path, uint64_t budget, uint64_t state) {
+ * rate: the ratio at 16 rows up to 16, the one at 128 from 128, between them in log(rows);
+ * *ratio the one further from 1. The matrix-vector figures, other types and the disk keep
+ * theirs. Resident and streamed (the unit read on its own and unbound after), and for a
+ * quantized type, whose place on the profile's axis is not its tl_type value. */
+static void products_calibration(const char *path, uint64_t budget, uint64_t state, int streams) {
     tl_model *m = open_model(path, budget);
     if (!m) return;
     CHECK(tl_engine_place(m, state) == TL_OK);
-    const int ty = (int)m->lm.layers[0].wq.type;
+    const tl_weight *wq = &m->lm.layers[0].wq;
+    CHECK_MSG(streams == !wq->data, "layer 0 %s", wq->data ? "resident" : "streamed");
+    const int ty = tl_type_index((uint32_t)wq->type);
+    CHECK(ty >= 0);
+    if (ty < 0) return;
     tl_hw_profile prof;
     tl_test_round_profile(&prof);
     for (int r = 0; r < TL_PROF_N_ROWS; r++)
         if (tl_prof_rows[r] > 4) prof.matmul_macs[ty][r] = 1e3;
     const tl_hw_profile before = prof;
+    tl_residency_stats rs0, rs1;
+    tl_residency_get_stats(m->res, &rs0);
     double ratio = 0;
     CHECK_MSG(tl_plan_calibrate_products(m, &prof, &ratio) == TL_OK, "%s", tl_last_error());
-    CHECK_MSG(ratio > 0 && ratio < 1e-3, "products of 128 rows at %g of a 1 kMAC/s figure", ratio);
+    tl_residency_get_stats(m->res, &rs1);
+    CHECK(rs1.passes == rs0.passes && rs1.bytes_read_disk == rs0.bytes_read_disk);
+    CHECK(streams == !wq->data); /* a streamed unit is unbound again */
+    CHECK_MSG(ratio > 0 && ratio < 1e-3, "products at %g of a 1 kMAC/s figure", ratio);
+    double f[TL_PROF_N_ROWS] = {0}, f16 = 0, f128 = 0;
+    for (int r = 0; r < TL_PROF_N_ROWS; r++) {
+        f[r] = before.matmul_macs[ty][r] / prof.matmul_macs[ty][r];
+        if (tl_prof_rows[r] == 16) f16 = f[r];
+        if (tl_prof_rows[r] == 128) f128 = f[r];
+    }
+    CHECK(close_to(ratio, fmin(f16, f128), 1e-9));
+    for (int r = 0; r < TL_PROF_N_ROWS; r++) {
+        const int32_t n = tl_prof_rows[r];
+        if (n <= 4) CHECK(f[r] == 1);
+        else if (n <= 16) CHECK(close_to(f[r], f16, 1e-9));
+        else if (n >= 128) CHECK(close_to(f[r], f128, 1e-9));
+        else CHECK(f[r] >= fmin(f16, f128) * (1 - 1e-9) && f[r] <= fmax(f16, f128) * (1 + 1e-9));
+        if (n > 4) CHECK(close_to(prof.matmul_call_s[ty][r], before.matmul_call_s[ty][r] * f[r], 1e-9));
+    }
     for (int t = 0; t < TL_PROF_N_TYPE; t++)
-        for (int r = 0; r < TL_PROF_N_ROWS; r++) {
-            if (t != ty || tl_prof_rows[r] <= 4) {
-                CHECK(prof.matmul_macs[t][r] == before.matmul_macs[t][r]);
-                CHECK(prof.matmul_call_s[t][r] == before.matmul_call_s[t][r]);
-            } else {
-                CHECK(prof.matmul_macs[ty][r] > 1e5);
-            }
-            if (t == ty && tl_prof_rows[r] >= 128)
-                CHECK(close_to(prof.matmul_macs[ty][r], before.matmul_macs[ty][r] / ratio, 1e-9));
-        }
+        for (int r = 0; r < TL_PROF_N_ROWS && t != ty; r++)
+            CHECK(prof.matmul_macs[t][r] == before.matmul_macs[t][r] &&
+                  prof.matmul_call_s[t][r] == before.matmul_call_s[t][r]);
     for (int c = 0; c < TL_PROF_N_CHUNK; c++)
         for (int d = 0; d < TL_PROF_N_DEPTH; d++)
             CHECK(prof.disk_read_bps[c][d] == before.disk_read_bps[c][d]);
@@ -710,8 +730,11 @@ int main(void) {
     tiers_search(p4, 24u << 20, 1e8, 1, 1);
     tiers_search(p4, 36u << 20, 1e6, 0, 1); /* input rows kept take room too */
     kv_mix_calibration(p4);
-    products_calibration(p4, 64u << 20, 0);         /* resident */
-    products_calibration(p4, 10u << 20, 4u << 20);  /* streamed */
+    products_calibration(p4, 64u << 20, 0, 0);         /* resident */
+    products_calibration(p4, 10u << 20, 4u << 20, 1);  /* streamed */
+    unlink(p4);
+    if (!synth("q8", 300, 256, 320, 2, 8, 2, TL_TYPE_Q8_0, p4, sizeof p4)) return 1;
+    products_calibration(p4, 64u << 20, 0, 0);
     unlink(p4);
     if (!synth("tiersgqa", 300, 256, 320, 8, 8, 2, 0, p4, sizeof p4)) return 1;
     tiers_search(p4, 10u << 20, 1e6, 1, 0); /* inputs 256 wide, K and V 64 each */

@@ -598,6 +598,32 @@ void tl_residency_release(tl_residency *r, int u) {
     if (!r->error) fill(r);
 }
 
+tl_status tl_residency_borrow(tl_residency *r, int u) {
+    if (r->error) return sticky(r);
+    tl_weight_layout *L = &r->units[u];
+    if (!L->n_t) return TL_OK; /* fully resident */
+    drain(r);
+    slot *s = &r->slots[0];
+    tl_status st = submit_layout(r, L, s->buf, s->tags);
+    if (!st) st = wait_tags(r, s->tags, L->n_e);
+    if (st) return fail(r, tl_error_wrap(st, "reading weights of %s", L->t[0].w->name));
+    const double repack_s = r->repack_s; /* outside a pass: not the run's repacking */
+    repack(r, L, s->buf);
+    r->repack_s = repack_s;
+    s->state = SLOT_IN_USE;
+    s->unit = u;
+    point_at(r, L, s->buf);
+    return TL_OK;
+}
+
+void tl_residency_unborrow(tl_residency *r, int u) {
+    tl_weight_layout *L = &r->units[u];
+    if (!L->n_t) return;
+    for (int i = 0; i < L->n_t; i++) L->t[i].w->data = NULL;
+    r->slots[0].state = SLOT_EMPTY;
+    r->slots[0].unit = -1;
+}
+
 tl_status tl_residency_embedding(tl_residency *r, int32_t id, float *dst) {
     tl_llama *m = r->m;
     const tl_weight *w = &m->tok_embd;

@@ -25,6 +25,13 @@ tl_status tl_residency_begin_pass(tl_residency *r, int need_output);
 tl_status tl_residency_acquire(tl_residency *r, int unit);
 /* The pass is done with unit u: its slot may be refilled. */
 void tl_residency_release(tl_residency *r, int unit);
+/* Outside a pass (no unit acquired): unit u's weights read into the ring's first slot and
+ * bound as tl_residency_acquire binds them, with nothing read ahead and no counter of the
+ * run's (passes, bytes, stalls, repacking) touched, for a caller that times work on them
+ * (plan/calibrate.h); whatever the ring held is dropped. tl_residency_unborrow unbinds
+ * them and leaves the ring empty. Nothing to do for a fully resident unit. */
+tl_status tl_residency_borrow(tl_residency *r, int u);
+void tl_residency_unborrow(tl_residency *r, int u);
 /* Writes token `id`'s embedding row as f32 (from memory or one small read). */
 tl_status tl_residency_embedding(tl_residency *r, int32_t id, float *dst);
 

@@ -11,6 +11,7 @@
 #include "base/stats.h"
 #include "base/status.h"
 #include "exec/residency.h"
+#include "format/tensor_type.h"
 #include "kernels/kernels.h"
 #include "model/flash_layout.h"
 #include "model/ops.h"
@@ -234,50 +235,54 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
  * chunk's; the grid's points between take the ratio interpolated in log(rows). */
 static const int32_t product_rows[2] = {16, 128};
 
-/* Seconds of one pass of a layer's products of n rows over X: the median of 5 samples,
+/* Seconds of one pass of a layer's products of n rows over X: the median of the samples,
  * each enough passes to last PRODUCTS_SAMPLE_S (a small layer's pass is too short to time
- * alone against the clock and the pool's wake-ups). */
+ * alone against the clock and the pool's wake-ups); 5 samples, 3 when one pass takes over
+ * PRODUCTS_LONG_S (a large layer: the calibration stays a few tenths of a second). */
 #define PRODUCTS_SAMPLE_S 0.004
+#define PRODUCTS_LONG_S 0.05
 static double layer_products_s(tl_model *m, const tl_weight *const *w, int n_w, const float *X,
                                size_t n, float *Y, float *scratch, size_t sf) {
     double t[5];
-    int reps = 1;
-    for (int r = -1; r < 5; r++) { /* r = -1: one pass warms the caches and sizes a sample */
+    int reps = 1, samples = 5;
+    for (int r = -1; r < samples; r++) { /* -1: one pass warms the caches, sizes a sample */
         const double t0 = tl_now();
         for (int k = 0; k < reps; k++)
             for (int i = 0; i < n_w; i++) tl_op_matmul(&m->lm, w[i], X, n, Y, scratch, sf);
         const double dt = tl_now() - t0;
         if (r < 0) {
             reps = dt > 0 && dt < PRODUCTS_SAMPLE_S ? (int)ceil(PRODUCTS_SAMPLE_S / dt) : 1;
+            if (dt > PRODUCTS_LONG_S) samples = 3;
             continue;
         }
         t[r] = dt / reps;
     }
-    return tl_median(t, 5);
+    return tl_median(t, (size_t)samples);
 }
 
 tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *ratio) {
     *ratio = 1;
     if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating products: nothing placed");
-    const tl_llama_layer *ly = &m->lm.layers[m->lm.stage_first];
+    const int unit = m->lm.stage_first;
+    const tl_llama_layer *ly = &m->lm.layers[unit];
     const tl_weight *all[7] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up,
                                &ly->w_down};
     const tl_weight *w[7];
-    int n_w = 0, type = -1;
+    int n_w = 0, types[7];
     size_t max_rows = 0, max_cols = 0;
-    /* a layer as the cost model prices it: seven products of one type (a flash or neuron
-     * layout, or mixed types, keep the profile's figures) */
+    /* a layer as the cost model prices it: its seven products (a flash or neuron layout
+     * prices its own and keeps the profile's figures) */
     if (m->lm.flash || ly->neurons.name) return TL_OK;
     for (int i = 0; i < 7; i++) {
         if (!all[i]->name) continue;
-        if (type >= 0 && (int)all[i]->type != type) return TL_OK;
-        type = (int)all[i]->type;
+        const int ty = tl_type_index((uint32_t)all[i]->type); /* the profile's type axis */
+        if (ty < 0 || ty >= TL_PROF_N_TYPE) return TL_OK;
+        types[n_w] = ty;
         w[n_w++] = all[i];
         if (all[i]->rows > max_rows) max_rows = all[i]->rows;
         if (all[i]->cols > max_cols) max_cols = all[i]->cols;
     }
-    const int ty = type; /* the profile's types are tl_type's */
-    if (n_w == 0 || ty < 0 || ty >= TL_PROF_N_TYPE) return TL_OK;
+    if (n_w == 0) return TL_OK;
     const size_t N = (size_t)product_rows[1];
     const size_t threads = (size_t)tl_pool_threads(m->lm.pool);
     const size_t sf = (tl_matmul_scratch_floats(max_cols, N) + 15) / 16 * 16;
@@ -294,10 +299,8 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
         return TL_OK; /* the budget is spoken for: nothing measured */
     }
     for (size_t i = 0; i < N * max_cols; i++) X[i] = (float)(i % 17) / 17.0f - 0.5f;
-    /* the layer's weights: resident, or its unit read through the ring as a pass would */
-    const int unit = m->lm.stage_first;
-    tl_status st = tl_residency_begin_pass(m->res, 0);
-    if (!st) st = tl_residency_acquire(m->res, unit);
+    /* the layer's weights: resident, or its unit read into the ring on its own */
+    tl_status st = tl_residency_borrow(m->res, unit);
     double r[2] = {0, 0};
     for (int k = 0; k < 2 && !st; k++) {
         const size_t n = (size_t)product_rows[k];
@@ -306,22 +309,30 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
         const double measured = layer_products_s(m, w, n_w, X, n, Y, scratch, sf);
         if (predicted > 0 && measured > 0) r[k] = measured / predicted;
     }
-    if (!st) tl_residency_release(m->res, unit);
+    if (!st) tl_residency_unborrow(m->res, unit);
     tl_budget_free(m->lm.budget, X), tl_budget_free(m->lm.budget, Y);
     tl_budget_free(m->lm.budget, scratch);
     if (st) return tl_error_wrap(st, "calibrating products: reading a layer");
     if (!(r[0] > 0) || !(r[1] > 0)) return TL_OK;
-    *ratio = r[1];
-    /* rows above the matrix-vector kernel's (tl_plan_calibrate_compute has those): the
-     * measured ratio at or beyond the timed counts, interpolated in log(rows) between */
+    /* the one further from the profile: what a caller's threshold should see */
+    *ratio = fabs(log(r[0])) > fabs(log(r[1])) ? r[0] : r[1];
+    /* rows above the matrix-vector kernel's (tl_plan_calibrate_compute has those), for
+     * every type of the layer (a mix's types share the layer's ratio): the measured ratio
+     * at or beyond the timed counts, interpolated in log(rows) between */
     const double l0 = log((double)product_rows[0]), l1 = log((double)product_rows[1]);
-    for (int k = 0; k < TL_PROF_N_ROWS; k++) {
-        if (tl_prof_rows[k] <= 4) continue;
-        const double lr = log((double)tl_prof_rows[k]);
-        const double a = lr <= l0 ? 0 : lr >= l1 ? 1 : (lr - l0) / (l1 - l0);
-        const double f = r[0] * (1 - a) + r[1] * a;
-        prof->matmul_macs[ty][k] /= f;
-        prof->matmul_call_s[ty][k] *= f;
+    int done[TL_PROF_N_TYPE] = {0};
+    for (int i = 0; i < n_w; i++) {
+        const int ty = types[i];
+        if (done[ty]) continue;
+        done[ty] = 1;
+        for (int k = 0; k < TL_PROF_N_ROWS; k++) {
+            if (tl_prof_rows[k] <= 4) continue;
+            const double lr = log((double)tl_prof_rows[k]);
+            const double a = lr <= l0 ? 0 : lr >= l1 ? 1 : (lr - l0) / (l1 - l0);
+            const double f = r[0] * (1 - a) + r[1] * a;
+            prof->matmul_macs[ty][k] /= f;
+            prof->matmul_call_s[ty][k] *= f;
+        }
     }
     return TL_OK;
 }

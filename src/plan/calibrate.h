@@ -1,4 +1,6 @@
-/* calibrate.h - checking the profile's disk figures against the model file itself.
+/* calibrate.h - checking the profile's figures against the model itself: its file's
+ * streaming, its resident matrices' matrix-vector rate, its first layer's products of many
+ * rows, and what KV pages read beside the stream cost it.
  *
  * The profile measures a temporary file on the disk; the model file may sit on another
  * device or behind another cache (a virtual disk backed by the host's page cache reads
@@ -29,13 +31,6 @@
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio);
 
-/* KV pages on disk keep the profile's figures for reads of their size (timed on a
- * scratch file of the disk directory) unless the mix below makes them dearer. Scattered
- * reads of the model file itself, timed here for a fraction of a second, came back faster
- * than the profile's figures while the engine's page reads from its spill file ran
- * slower than them: pricing pages at such a probe made every prediction with pages on
- * disk optimistic, so none is taken. */
-
 /* KV pages read while weights stream share the IO queue with the stream, and on a virtual
  * disk the mix can be slower than the two rates apart: for a policy that does both, passes
  * of the engine's own streaming (as tl_plan_calibrate_disk's, each on from where the last
@@ -51,7 +46,10 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
 tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t page_bytes,
                                    double kv_per_weight_byte, double *kv_bps);
 
-/* For a planned policy that spills KV while weights stream and decode reads pages: the
+/* KV pages on disk otherwise keep the profile's figures for reads of their size (timed on
+ * a scratch file of the disk directory): scattered reads of the model file, timed for a
+ * fraction of a second, are not how the engine reads its spill file and overstate it.
+ * For a planned policy that spills KV while weights stream and decode reads pages: the
  * mix at the plan's decode ratio of page bytes to weight bytes (*mix_scale: the factor it
  * applied to the page's read rate, 1 when none; 0 when not measured). */
 tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_result *plan,
@@ -71,10 +69,13 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
  * matrices, one type) are timed at 16 and 128 rows, the median of 5 samples each, against the
  * profile's prediction for them, and the profile's figures for that type above 4 rows are
  * scaled (the ratio at 16 rows up to 16, at 128 from 128, interpolated in log(rows)
- * between). *ratio: the one at 128 rows (1: nothing measured). The layer's weights are
- * the resident ones or its unit read through the ring (one unit of IO); inputs and outputs
- * of 128 rows come from the budget (no room: nothing measured). A flash or neuron layout,
- * or a layer of mixed types, keeps the profile's figures. Call with no unit acquired. */
+ * between), for every type the layer holds. *ratio: measured / predicted at whichever of
+ * the two is further from 1 (1: nothing measured). The layer's weights are the resident
+ * ones or its unit read on its own (tl_residency_borrow: one unit of IO, nothing read
+ * ahead, the run's counters untouched); inputs and outputs of 128 rows come from the
+ * budget (no room: nothing measured). It costs about a dozen passes of one layer's
+ * products. A flash or neuron layout keeps the profile's figures. Call with no unit
+ * acquired. */
 tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *ratio);
 
 #endif
