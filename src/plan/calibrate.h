@@ -65,17 +65,16 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
 tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ratio);
 
 /* Products of many rows are compute-bound, and their rate depends on the matrices'
- * shapes, which the profile times at one size: the first layer's products (its seven
- * matrices, one type) are timed at 16 and 128 rows, the median of 5 samples each, against the
- * profile's prediction for them, and the profile's figures for that type above 4 rows are
- * scaled (the ratio at 16 rows up to 16, at 128 from 128, interpolated in log(rows)
- * between), for every type the layer holds. *ratio: measured / predicted at whichever of
- * the two is further from 1 (1: nothing measured). The layer's weights are the resident
- * ones or its unit read on its own (tl_residency_borrow: one unit of IO, nothing read
- * ahead, the run's counters untouched); inputs and outputs of 128 rows come from the
- * budget (no room: nothing measured). It costs about a dozen passes of one layer's
- * products. A flash or neuron layout keeps the profile's figures. Call with no unit
- * acquired. */
+ * shapes, which the profile times at one size: the first layer's seven products are timed
+ * at 16 and 128 rows (the median of 5 samples each, 3 for a layer whose pass is long)
+ * against the profile's prediction for them, and the profile's figures above 4 rows of
+ * every type the layer holds are scaled: by the ratio at 16 rows up to 16, at 128 from
+ * 128, interpolated in log(rows) between. *ratio: measured / predicted at whichever of the
+ * two is further from 1 (1: nothing measured). The layer's weights are the resident ones
+ * or its unit read on its own (tl_residency_borrow: one unit of IO, nothing read ahead,
+ * the run's counters untouched); inputs and outputs of 128 rows come from the budget (no
+ * room: nothing measured). It costs about a dozen passes of one layer's products. A flash
+ * or neuron layout keeps the profile's figures. Call with no unit acquired. */
 tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *ratio);
 
 #endif

@@ -115,8 +115,8 @@ static int hook(tl_replanner *r, tl_model *m, const tl_batch_stats *s, int32_t p
             double pratio = 1;
             if (tl_plan_calibrate_products(m, &r->prof, &pratio)) pratio = 1, tl_error_clear();
             if (fabs(pratio - 1) > r->threshold)
-                logf_(r, "before the first block: products of 128 rows took %.0f%% of the "
-                      "profile's time", 100 * pratio);
+                logf_(r, "before the first block: products of 16 and 128 rows took (the "
+                      "further off) %.0f%% of the profile's time", 100 * pratio);
             double mix = 0;
             if (tl_plan_calibrate_kv(m, &r->prof, &r->current, &mix))
                 tl_error_clear();

@@ -258,8 +258,8 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
         fprintf(stderr, "policy auto: matrix-vector products take %.0f%% of the profile's time; "
                 "re-planned: %s\n", cratio * 100, change ? "new policy" : "policy kept");
     if (pratio <= 0.8 || pratio >= 1.25)
-        fprintf(stderr, "policy auto: products of 128 rows take %.0f%% of the profile's time\n",
-                pratio * 100);
+        fprintf(stderr, "policy auto: products of 16 and 128 rows take (the further off) "
+                "%.0f%% of the profile's time\n", pratio * 100);
     if (mix <= 0.8)
         fprintf(stderr, "policy auto: KV pages read beside the stream take %.0f%% of the time "
                 "the profile gives them alone\n", 100 / mix);
