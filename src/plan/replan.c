@@ -112,11 +112,21 @@ static int hook(tl_replanner *r, tl_model *m, const tl_batch_stats *s, int32_t p
         if (tl_plan_calibrate_disk(m, &r->prof, &bps, &ratio) == TL_OK) {
             r->disk_ratio = ratio;
             if (tl_plan_calibrate_compute(m, &r->prof, &cratio)) cratio = 1, tl_error_clear();
-            double pratio = 1;
+            /* products of many rows: what they change is the plan's predicted time (a
+             * plan that waits on the disk is not moved by its compute's rate) */
+            double pratio = 1, products_effect = 1;
+            tl_plan_result was, now;
+            const int priced = tl_plan_evaluate(m, &r->prof, &r->rq.w, &r->current.policy,
+                                                &was) == TL_OK;
             if (tl_plan_calibrate_products(m, &r->prof, &pratio)) pratio = 1, tl_error_clear();
-            if (fabs(pratio - 1) > r->threshold)
+            if (priced && was.cost.total_s > 0 &&
+                tl_plan_evaluate(m, &r->prof, &r->rq.w, &r->current.policy, &now) == TL_OK)
+                products_effect = now.cost.total_s / was.cost.total_s;
+            tl_error_clear();
+            if (fabs(products_effect - 1) > r->threshold)
                 logf_(r, "before the first block: products of 16 and 128 rows took (the "
-                      "further off) %.0f%% of the profile's time", 100 * pratio);
+                      "further off) %.0f%% of the profile's time, the plan's prediction "
+                      "%.0f%%", 100 * pratio, 100 * products_effect);
             double mix = 0;
             if (tl_plan_calibrate_kv(m, &r->prof, &r->current, &mix))
                 tl_error_clear();
@@ -126,7 +136,7 @@ static int hook(tl_replanner *r, tl_model *m, const tl_batch_stats *s, int32_t p
                       "of the time the profile gives them alone", 100 / mix);
             /* time for time: the profile predicted 1/ratio of what one pass took */
             if (fabs(1 / ratio - 1) > r->threshold || fabs(cratio - 1) > r->threshold ||
-                fabs(pratio - 1) > r->threshold || fabs(1 / mix - 1) > r->threshold)
+                fabs(products_effect - 1) > r->threshold || fabs(1 / mix - 1) > r->threshold)
                 sw = search_again(r, m, prompts_left, bp, "before the first block", 1 / ratio,
                                   cratio);
         }
