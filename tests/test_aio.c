@@ -346,9 +346,9 @@ static void test_urgent(void) {
     spec.latency_s = 0.01;
     tl_tier *slow = fault_mem(&spec, 1 << 20);
     tl_fault_spec hold_spec = {0}, lag_spec = {0};
-    hold_spec.latency_s = 1.0; /* the one thread is busy while all the others are queued
-                                  (a loaded sanitizer build may take tenths of a second to
-                                  queue them) */
+    hold_spec.latency_s = 3.0; /* the one thread is busy while all the others are queued
+                                  (a sanitizer build beside other tests on two cores may
+                                  take over a second to queue them) */
     tl_tier *held = fault_mem(&hold_spec, 1 << 20);
     lag_spec.latency_s = 3.0; /* a read that must not have finished when polled: the one
                                  thread starts it just as the awaited read completes, and a
