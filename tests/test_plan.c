@@ -659,7 +659,10 @@ static void products_calibration(const char *path, uint64_t budget, uint64_t sta
     CHECK_MSG(streams == !wq->data, "layer 0 %s", wq->data ? "resident" : "streamed");
     const int ty = tl_type_index((uint32_t)wq->type);
     CHECK(ty >= 0);
-    if (ty < 0) return;
+    if (ty < 0) {
+        tl_model_close(m);
+        return;
+    }
     tl_hw_profile prof;
     tl_test_round_profile(&prof);
     for (int r = 0; r < TL_PROF_N_ROWS; r++)

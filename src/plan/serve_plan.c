@@ -235,7 +235,7 @@ tl_status tl_serve_plan_calibrated(tl_model *m, tl_hw_profile *prof,
     }
     double products = 1; /* prefill chunks and batched decode steps */
     if (tl_plan_calibrate_products(m, prof, &products)) tl_error_clear(), products = 1;
-    /* both corrected the profile's figures already: plan on them; the placement stays
+    /* each corrected the profile's figures already: plan on them; the placement stays
      * when the plan keeps the scheduler's shape (the same state bytes, so the same weight
      * plan), sparing a second read of the resident weights */
     const tl_sched_params before = out->sched;
