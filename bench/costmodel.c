@@ -18,7 +18,7 @@
  * --decide CAP_S adds the decision half for those whose planned run took <= CAP_S (decide.c);
  * with --case N only configuration N of the draw runs.
  * Usage: bench_costmodel [--dir DIR] [--profile PATH] [--quick] [--replan] [--only-replan]
- *                        [--case N] [--heldout N --seed S [--keep] [--decide CAP_S]]
+ *                        [--case N] [--heldout N --seed S [--keep] [--decide CAP_S] [--list]]
  */
 #include <math.h>
 #include <stdio.h>
@@ -139,7 +139,7 @@ static void replan_experiment(const tl_hw_profile *prof_in) {
 
 int main(int argc, char **argv) {
     const char *profile_path = NULL;
-    int quick = 0, replan = 0, only_replan = 0, only_case = -1, heldout = 0, keep = 0;
+    int quick = 0, replan = 0, only_replan = 0, only_case = -1, heldout = 0, keep = 0, list = 0;
     double decide_cap = 0;
     uint64_t seed = 0;
     for (int i = 1; i < argc; i++) {
@@ -152,14 +152,16 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--heldout") && i + 1 < argc) heldout = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--keep")) keep = 1;
+        else if (!strcmp(argv[i], "--list")) list = 1;
         else if (!strcmp(argv[i], "--decide") && i + 1 < argc) decide_cap = atof(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_costmodel [--dir DIR] [--profile PATH] [--quick] "
                     "[--replan] [--only-replan] [--case N]\n"
-                    "       [--heldout N --seed S [--keep] [--decide CAP_S]]\n");
+                    "       [--heldout N --seed S [--keep] [--decide CAP_S] [--list]]\n");
             return 2;
         }
     }
+    if (heldout && list && seed) return heldout_run(heldout, seed, g_dir, NULL, 0, 0, only_case, 1);
     mkdir(g_dir, 0755);
     tl_hw_profile prof;
     double t0 = tl_now();
@@ -180,7 +182,7 @@ int main(int argc, char **argv) {
                     "tune on the seed you report)\n");
             return 2;
         }
-        return heldout_run(heldout, seed, g_dir, &prof, keep, decide_cap, only_case);
+        return heldout_run(heldout, seed, g_dir, &prof, keep, decide_cap, only_case, 0);
     }
     if (!only_replan) {
         double err[N_CASES];

@@ -13,7 +13,8 @@
  * phase are printed with the prediction's terms, then per regime the median and worst
  * |error| and the mean signed error (positive: slower than predicted) of the whole run.
  * Models are synthesized into --dir once per shape (random weights: speed does not depend
- * on the values) and removed after their configuration unless --keep.
+ * on the values) and removed after their configuration unless --keep. --list prints the
+ * draw and runs nothing.
  * With --decide CAP, each configuration whose planned run took at most CAP seconds then
  * runs the decision half (decide.c): the chosen policy against the next two predicted, two
  * naive and two random ones, interleaved, medians of 3; the summary counts the
@@ -115,7 +116,7 @@ static double rate_gbs(double bytes, double seconds) {
 }
 
 int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof, int keep,
-                double decide_cap_s, int only) {
+                double decide_cap_s, int only, int list_only) {
     if (n < 1 || n > 256) {
         fprintf(stderr, "error: --heldout takes 1..256 configurations\n");
         return 2;
@@ -140,11 +141,6 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
         if (only >= 0 && i != only) continue;
         char path[768];
         snprintf(path, sizeof path, "%s/heldout-%llu-%d.gguf", dir, (unsigned long long)seed, i);
-        struct stat sb;
-        if (stat(path, &sb) != 0 && tl_synth_write(&c.sp, path)) {
-            fprintf(stderr, "error: synth: %s\n", tl_last_error());
-            continue;
-        }
         bench_case bc;
         memset(&bc, 0, sizeof bc);
         bc.path = path;
@@ -161,6 +157,12 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
                100 * c.budget_share, (unsigned long long)bc.budget_mib,
                c.single ? "run  " : "batch", c.prompt, c.gen, c.seqs);
         fflush(stdout);
+        if (list_only) continue;
+        struct stat sb;
+        if (stat(path, &sb) != 0 && tl_synth_write(&c.sp, path)) {
+            fprintf(stderr, "error: synth: %s\n", tl_last_error());
+            continue;
+        }
         outcome o = run_case(&bc, prof, 0, 1);
         /* a budget under the engine's minimum (KV and scratch at this context): raised by
          * half, as a user told the minimum would, at most three times */
@@ -219,6 +221,11 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
         else if (decide_cap_s > 0)
             printf("     decision: not run (the planned run took over %.0f s)\n", decide_cap_s);
         if (!keep) unlink(path);
+    }
+    if (list_only) {
+        free(res);
+        free(dec);
+        return 0;
     }
     printf("\nheld-out summary, seed %llu\n", (unsigned long long)seed);
     summary("run", res, n, 1);

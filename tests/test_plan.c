@@ -86,6 +86,9 @@ static void hand_single(const char *path) {
     const double embd_row = 65536 / 1e9; /* w_mem 0: the embedding streams, a read per row */
     tl_weight_plan plan;
     CHECK(tl_engine_plan_weights(m, tl_context_budget_bytes(m, 16, 4), 1, 1, 0, &plan) == TL_OK);
+    const double unit_s[3] = {(double)tl_weight_plan_unit_bytes(&m->lm, &plan, 0) / 1e9,
+                              (double)tl_weight_plan_unit_bytes(&m->lm, &plan, 1) / 1e9,
+                              (double)tl_weight_plan_unit_bytes(&m->lm, &plan, 2) / 1e9};
     double layer_bytes = (double)tl_weight_plan_unit_bytes(&m->lm, &plan, 0) +
                          (double)tl_weight_plan_unit_bytes(&m->lm, &plan, 1);
     double out_bytes = (double)tl_weight_plan_unit_bytes(&m->lm, &plan, 2);
@@ -97,14 +100,24 @@ static void hand_single(const char *path) {
     double c1 = 2 * (4 * mm_row + 10 * attn_pos + 4 * elem_row + fixed) + 4 * embd_row;
     double c2 = 2 * (4 * mm_row + 26 * attn_pos + 4 * elem_row + fixed) + 4 * embd_row + out_row;
     double io1 = layer_bytes / 1e9, io2 = (layer_bytes + out_bytes) / 1e9;
-    double pre = smax(c1, io1) + smax(c2, io2);
+    /* and never less than the ring allows (2 buffers; the output unit computes its
+     * product, the layers share the rest; the first pass needs no logits) */
+    const double out_mm = 300.0 * 128 / 1e9;
+    const double r_nolog[3] = {unit_s[0], unit_s[1], 0};
+    const double u1[3] = {c1 / 2, c1 / 2, 0};
+    const double u2[3] = {(c2 - out_mm) / 2, (c2 - out_mm) / 2, out_mm}; /* last row only */
+    double pre = fmax(smax(c1, io1), tl_cost_ring_pass_s(u1, r_nolog, 2, 2)) +
+                 fmax(smax(c2, io2), tl_cost_ring_pass_s(u2, unit_s, 2, 2));
     /* decode: 3 passes of one row at positions 8, 9, 10 */
     double dec = 0, dec_compute = 0;
     for (int pos = 8; pos <= 10; pos++) {
         double c = 2 * (mm_row + (pos + 1) * attn_pos + elem_row + fixed) + embd_row + out_row;
+        const double u[3] = {(c - out_mm) / 2, (c - out_mm) / 2, out_mm};
         dec_compute += c;
-        dec += smax(c, io2);
+        dec += fmax(smax(c, io2), tl_cost_ring_pass_s(u, unit_s, 2, 2));
     }
+    /* here the ring decides: the output is read only once its pass has begun */
+    CHECK(dec > smax(dec_compute / 3, io2) * 3 * 1.01);
     CHECK_MSG(close_to(r.cost.prefill_s, pre, 1e-9), "prefill %.9g vs %.9g", r.cost.prefill_s, pre);
     CHECK_MSG(close_to(r.cost.decode_s, dec, 1e-9), "decode %.9g vs %.9g", r.cost.decode_s, dec);
     CHECK(close_to(r.cost.decode.compute_s, dec_compute, 1e-9));
@@ -702,8 +715,33 @@ static void products_calibration(const char *path, uint64_t budget, uint64_t sta
     tl_model_close(m);
 }
 
+/* The ring's pass time against timelines worked by hand (4 layers and the output, one
+ * second of compute each unless said). */
+static void ring_pass(void) {
+    double c[5] = {3, 1, 1, 1, 1}, r[5] = {0, 1, 1, 1, 0};
+    /* layers 1-3 stream (1 s each) after a 3 s resident layer. One buffer: each read waits
+     * for the unit before it to be used: 3 + (1 + 1) * 3 ... = 9 s, against 7 s of
+     * compute */
+    CHECK(fabs(tl_cost_ring_pass_s(c, r, 4, 1) - 9) < 1e-9);
+    /* four buffers: all three read during layer 0: compute-bound */
+    CHECK(fabs(tl_cost_ring_pass_s(c, r, 4, 4) - 7) < 1e-9);
+    /* only the output streams (5 s): read from the pass's start, never ahead of it:
+     * max(4 s of layers, 5 s) + its own 1 s */
+    double c2[5] = {1, 1, 1, 1, 1}, r2[5] = {0, 0, 0, 0, 5};
+    CHECK(fabs(tl_cost_ring_pass_s(c2, r2, 4, 2) - 6) < 1e-9);
+    /* every unit streams at the compute's pace with room to read ahead: max() */
+    double r3[5] = {1, 1, 1, 1, 1};
+    CHECK(fabs(tl_cost_ring_pass_s(c2, r3, 4, 3) - 5) < 1e-9);
+    /* nothing streams, or no buffer */
+    double r0[5] = {0, 0, 0, 0, 0};
+    CHECK(tl_cost_ring_pass_s(c2, r0, 4, 2) == 0);
+    CHECK(tl_cost_ring_pass_s(c2, r3, 4, 0) == 0);
+    CHECK(tl_cost_ring_pass_s(c2, r3, TL_COST_RING_MAX_UNITS, 2) == 0);
+}
+
 int main(void) {
     char p1[256], p2[256];
+    ring_pass();
     if (!synth("hand", 300, 128, 320, 2, 8, 2, 0, p1, sizeof p1)) return 1;
     hand_single(p1);
     hand_batch_spill(p1);

@@ -756,6 +756,35 @@ tl_status tl_residency_measure_io_mixed(tl_residency *r, uint64_t max_bytes, int
     return measure(r, max_bytes, cursor, mix, seconds, bytes);
 }
 
+tl_status tl_residency_measure_passes(tl_residency *r, int n_passes, double *seconds,
+                                      uint64_t *bytes) {
+    *seconds = 0;
+    *bytes = 0;
+    if (r->error) return sticky(r);
+    if (!r->plan.overlap || n_passes < 1) return TL_OK;
+    const int L = r->m->hp.n_layer;
+    /* the run's counters stay the run's */
+    const double stall = r->stall_s, repack = r->repack_s, arrival = r->arrival_repack_s;
+    const uint64_t disk = r->bytes_disk, mem = r->bytes_mem, passes = r->passes;
+    const uint64_t panel = r->streamed_panel_bytes;
+    drain(r);
+    tl_status st = TL_OK;
+    const double t0 = tl_now();
+    for (int p = 0; p < n_passes && !st; p++) {
+        st = tl_residency_begin_pass(r, 1);
+        for (int u = 0; u <= L && !st; u++)
+            if (!(st = tl_residency_acquire(r, u))) tl_residency_release(r, u);
+    }
+    /* the reads' seconds, less the repacking on arrival (the cost model's compute) */
+    *seconds = tl_now() - t0 - (r->repack_s - repack);
+    *bytes = r->bytes_disk - disk;
+    drain(r); /* the next pass's units read ahead: not counted, dropped */
+    r->stall_s = stall, r->repack_s = repack, r->arrival_repack_s = arrival;
+    r->bytes_disk = disk, r->bytes_mem = mem, r->passes = passes;
+    r->streamed_panel_bytes = panel;
+    return st;
+}
+
 void tl_residency_get_stats(const tl_residency *r, tl_residency_stats *out) {
     out->passes = r->passes;
     out->stall_s = r->stall_s;

@@ -21,6 +21,8 @@
 #include "tier/tier.h"
 
 #define CALIBRATE_PASS_BYTES ((uint64_t)192 << 20)
+/* whole passes timed together: at least this many bytes (a few tens of milliseconds) */
+#define CALIBRATE_SAMPLE_BYTES ((uint64_t)64 << 20)
 
 /* Flash layout: requests of the size a streamed site's reads mostly take (whole runs of
  * neighbouring needed channels), timed for at most FLASH_PROBE_S. */
@@ -72,6 +74,22 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     double rate[5];
     int n = 0, cursor = 0;
     uint64_t total = 0;
+    /* a pass that fits in a sample is timed as decode takes it: whole passes through the
+     * ring (tl_residency_measure_passes), whose read-ahead stops at the next pass's layers
+     * and at `prefetch` units; a stream of small units kept back to back reads faster
+     * than that */
+    const uint64_t per_pass = tl_residency_plan(m->res)->streamed_bytes;
+    if (!m->lm.flash && per_pass > 0 && per_pass <= CALIBRATE_PASS_BYTES) {
+        const int n_passes = (int)((CALIBRATE_SAMPLE_BYTES + per_pass - 1) / per_pass);
+        while (n < 5) {
+            double seconds = 0;
+            uint64_t bytes = 0;
+            tl_status st = tl_residency_measure_passes(m->res, n_passes, &seconds, &bytes);
+            if (st) return tl_error_wrap(st, "calibrating the disk on the model file");
+            if (bytes == 0 || seconds <= 0) return TL_OK;
+            rate[n++] = (double)bytes / seconds;
+        }
+    }
     while (n < 5 && (n < 3 || total < ((uint64_t)512 << 20))) {
         double seconds = 0;
         uint64_t bytes = 0;
@@ -238,17 +256,22 @@ static const int32_t product_rows[2] = {16, 128};
 /* Seconds of one pass of a layer's products of n rows over X: the median of the samples,
  * each enough passes to last PRODUCTS_SAMPLE_S (a small layer's pass is too short to time
  * alone against the clock and the pool's wake-ups); 5 samples, 3 when one pass takes over
- * PRODUCTS_LONG_S (a large layer: the calibration stays a few tenths of a second). */
+ * PRODUCTS_LONG_S (a large layer: the calibration stays a few tenths of a second). The
+ * passes take the n_l layers w[0..n_l) in turn (n_w products each), as a forward pass
+ * does: one small layer timed over and over runs from cache, which the run's layers,
+ * each used once per pass, do not. */
 #define PRODUCTS_SAMPLE_S 0.004
 #define PRODUCTS_LONG_S 0.05
-static double layer_products_s(tl_model *m, const tl_weight *const *w, int n_w, const float *X,
-                               size_t n, float *Y, float *scratch, size_t sf) {
+#define PRODUCTS_MAX_LAYERS 32
+#define PRODUCTS_CYCLE_BYTES ((uint64_t)64 << 20) /* layers cycled: until this many bytes */
+static double layer_products_s(tl_model *m, const tl_weight *const (*w)[7], int n_l, int n_w,
+                               const float *X, size_t n, float *Y, float *scratch, size_t sf) {
     double t[5];
-    int reps = 1, samples = 5;
+    int reps = 1, samples = 5, at = 0;
     for (int r = -1; r < samples; r++) { /* -1: one pass warms the caches, sizes a sample */
         const double t0 = tl_now();
-        for (int k = 0; k < reps; k++)
-            for (int i = 0; i < n_w; i++) tl_op_matmul(&m->lm, w[i], X, n, Y, scratch, sf);
+        for (int k = 0; k < reps; k++, at = (at + 1) % n_l)
+            for (int i = 0; i < n_w; i++) tl_op_matmul(&m->lm, w[at][i], X, n, Y, scratch, sf);
         const double dt = tl_now() - t0;
         if (r < 0) {
             reps = dt > 0 && dt < PRODUCTS_SAMPLE_S ? (int)ceil(PRODUCTS_SAMPLE_S / dt) : 1;
@@ -258,6 +281,25 @@ static double layer_products_s(tl_model *m, const tl_weight *const *w, int n_w, 
         t[r] = dt / reps;
     }
     return tl_median(t, (size_t)samples);
+}
+
+/* The products of layer l in the order `all` lists them (names present), if every one is
+ * resident and shaped, typed and laid out as ref's; else 0. */
+static int resident_like(const tl_model *m, int32_t l, const tl_weight *const *ref, int n_w,
+                         const tl_weight **out) {
+    const tl_llama_layer *ly = &m->lm.layers[l];
+    const tl_weight *all[7] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up,
+                               &ly->w_down};
+    int k = 0;
+    for (int i = 0; i < 7; i++) {
+        if (!all[i]->name) continue;
+        if (k == n_w || !all[i]->data || all[i]->type != ref[k]->type ||
+            all[i]->rows != ref[k]->rows || all[i]->cols != ref[k]->cols ||
+            all[i]->panels != ref[k]->panels)
+            return 0;
+        out[k++] = all[i];
+    }
+    return k == n_w;
 }
 
 tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *ratio) {
@@ -299,14 +341,26 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
         return TL_OK; /* the budget is spoken for: nothing measured */
     }
     for (size_t i = 0; i < N * max_cols; i++) X[i] = (float)(i % 17) / 17.0f - 0.5f;
-    /* the layer's weights: resident, or its unit read into the ring on its own */
+    /* the layer's weights: resident, or its unit read into the ring on its own; then the
+     * resident layers shaped as it, in turn */
     tl_status st = tl_residency_borrow(m->res, unit);
+    const tl_weight *cycle[PRODUCTS_MAX_LAYERS][7];
+    int n_l = 1;
+    uint64_t layer_bytes = 0;
+    for (int i = 0; i < n_w; i++) {
+        cycle[0][i] = w[i];
+        layer_bytes += w[i]->file_bytes;
+    }
+    for (int32_t l = unit + 1; !st && l < m->lm.stage_end && n_l < PRODUCTS_MAX_LAYERS &&
+                               layer_bytes * (uint64_t)n_l < PRODUCTS_CYCLE_BYTES; l++)
+        if (resident_like(m, l, w, n_w, cycle[n_l])) n_l++;
     double r[2] = {0, 0};
     for (int k = 0; k < 2 && !st; k++) {
         const size_t n = (size_t)product_rows[k];
         double predicted = 0;
         for (int i = 0; i < n_w; i++) predicted += tl_cost_matmul(prof, w[i], (double)n);
-        const double measured = layer_products_s(m, w, n_w, X, n, Y, scratch, sf);
+        const double measured = layer_products_s(m, (const tl_weight *const (*)[7])cycle, n_l,
+                                                 n_w, X, n, Y, scratch, sf);
         if (predicted > 0 && measured > 0) r[k] = measured / predicted;
     }
     if (!st) tl_residency_unborrow(m->res, unit);

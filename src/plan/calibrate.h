@@ -9,7 +9,9 @@
  * passes of the engine's own streaming are timed with nothing else running (the
  * streamed units, up to 192 MiB of them, read once through the residency ring and IO
  * queue, tl_residency_measure_io; each pass continues where the one before stopped, not
- * at the first units again, which a host cache would serve warm; the median pass counts),
+ * at the first units again, which a host cache would serve warm; the median pass counts;
+ * a model whose streamed units per pass fit in one such sample is timed instead as decode
+ * reads it, whole passes through the ring, tl_residency_measure_passes),
  * and the profile's read figures for requests of the engine's chunk size and larger are
  * scaled by measured / profiled bandwidth (smaller requests, KV pages, keep theirs; see
  * below). It costs a few passes of IO (at least 512 MiB) and nothing
@@ -72,8 +74,10 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
  * 128, interpolated in log(rows) between. *ratio: measured / predicted at whichever of the
  * two is further from 1 (1: nothing measured). The layer's weights are the resident ones
  * or its unit read on its own (tl_residency_borrow: one unit of IO, nothing read ahead,
- * the run's counters untouched); inputs and outputs of 128 rows come from the budget (no
- * room: nothing measured). It costs about a dozen passes of one layer's products. A flash
+ * the run's counters untouched); the passes then go round the resident layers shaped as
+ * it (up to 64 MiB of them), as a forward pass takes its layers, so a small layer is not
+ * timed from a cache the run does not give it. Inputs and outputs of 128 rows come from
+ * the budget (no room: nothing measured). It costs about a dozen passes of products. A flash
  * or neuron layout keeps the profile's figures. Call with no unit acquired. */
 tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *ratio);
 

@@ -180,6 +180,64 @@ static double ring_layer_bytes(const tl_model *m, const tl_weight_plan *plan) {
     return b;
 }
 
+/* The residency ring (exec/residency.c) in steady state: how long one pass takes when unit
+ * u (layers 0..U-1, then the output, U) computes c[u] seconds and, when r[u] > 0, is
+ * streamed and read in r[u] seconds. The ring has n_slots buffers; a read is issued as soon
+ * as a buffer is empty, in the order of the pass's streamed units and, once the pass has
+ * begun, of the next pass's streamed layers (not its output: whether that pass needs
+ * logits is not known yet); the disk serves one read at a time in issue order; a unit
+ * computes once its read is done and frees its buffer when it has. So a pass whose
+ * streamed units bunch together waits for them even while the compute of its resident
+ * units could have hidden their reads, had the ring had room to read that far ahead.
+ * Three passes from an empty ring; the last one's time. */
+double tl_cost_ring_pass_s(const double *c, const double *r, int32_t U, int n_slots) {
+    int32_t seq[TL_COST_RING_MAX_UNITS], n_seq = 0;  /* streamed units of one pass, in order */
+    if (U < 0 || U >= TL_COST_RING_MAX_UNITS) return 0;
+    for (int32_t u = 0; u <= U; u++)
+        if (r[u] > 0) seq[n_seq++] = u;
+    if (n_seq == 0 || n_slots < 1) return 0;
+    enum { PASSES = 3 };
+    double done[PASSES * TL_COST_RING_MAX_UNITS]; /* read done, by issue index */
+    double now = 0, disk = 0, start = 0;
+    int issued = 0, used = 0, busy = 0; /* reads issued; units acquired; buffers held */
+    for (int p = 0; p < PASSES; p++) {
+        start = now;
+        for (int32_t u = 0; u <= U; u++) {
+            /* issue while a buffer is empty: this pass's units, then the next's layers */
+            for (;;) {
+                const int ip = issued / n_seq, iu = seq[issued % n_seq];
+                if (busy == n_slots || ip >= PASSES || ip > p + 1 || (ip == p + 1 && iu == U))
+                    break;
+                disk = (disk > now ? disk : now) + r[iu];
+                done[issued++] = disk;
+                busy++;
+            }
+            if (r[u] > 0) {
+                if (done[used] > now) now = done[used];
+                used++;
+            }
+            now += c[u];
+            if (r[u] > 0) busy--;
+        }
+    }
+    return now - start;
+}
+
+/* tl_cost_ring_pass_s for a pass of `compute` seconds whose output unit takes out_s of them
+ * (< 0: the pass needs no logits, so the output is neither computed nor read), the rest
+ * shared equally by the layers; r holds every unit's read time and is left as it was. */
+static double ring_time(double *c, double *r, int32_t U, int n_slots, double compute,
+                        double out_s) {
+    const double r_out = r[U];
+    const double layer = (compute - (out_s > 0 ? out_s : 0)) / U;
+    for (int32_t u = 0; u < U; u++) c[u] = layer > 0 ? layer : 0;
+    c[U] = out_s > 0 ? out_s : 0;
+    if (out_s < 0) r[U] = 0;
+    const double t = tl_cost_ring_pass_s(c, r, U, n_slots);
+    r[U] = r_out;
+    return t;
+}
+
 /* Seconds of layer l's 7 matmuls of `rows` rows. The search prices thousands of passes
  * of identical layers, so results are remembered by (rows, the layer's weight types and
  * shapes) in a few slots (memo may be NULL). */
@@ -436,7 +494,8 @@ static void add_pass(acc *a, const tl_cost_pass *p, int overlap) {
     a->t.weight_read_s += p->flash_s;
     /* the waits are stalls on reads already timed against the compute before them: the
      * jitter allowance is between compute and IO, not between a wait and its own reads */
-    const double both = fmax(compute + wait, overlap_s(compute, io));
+    /* ... and never shorter than the ring lets it be (plus the waits it does not see) */
+    const double both = fmax(fmax(compute + wait, overlap_s(compute, io)), p->ring_s + wait);
     a->t.overlapped_s += both;
     a->t.serial_s += compute + wait + io;
     a->wall += overlap ? both : compute + wait + io;
@@ -509,6 +568,14 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
     double layers_repack = 0, out_repack = unit_repack_s(m, prof, plan, U);
     for (int32_t l = 0; l < U; l++) layers_repack += unit_repack_s(m, prof, plan, l);
     const double wbps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
+    /* the ring's overlap (tl_cost_ring_pass_s): each unit's read time, when the whole model is
+     * this process's and its streamed units go through the ring */
+    double ring_r[TL_COST_RING_MAX_UNITS], ring_c[TL_COST_RING_MAX_UNITS];
+    const int ring = plan->overlap && plan->n_slots > 0 && !m->lm.flash && U < TL_COST_RING_MAX_UNITS &&
+                     L == U && layers_bytes + out_bytes > 0;
+    for (int32_t u = 0; ring && u <= U; u++)
+        ring_r[u] = tl_weight_plan_unit_bytes(&m->lm, plan, u) / wbps;
+    const tl_weight *out_w = m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output;
     const double page = tl_cost_kv_page_bytes(m, pol->kv_bits, pt);
     const double slot = ceil(page / SLOT_ALIGN) * SLOT_ALIGN;
     /* recompute: input rows written beside K and V; layers that recompute read them */
@@ -581,7 +648,11 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                           kv_read, kv_write, wbps, kbps, wr_bps, 1, slow,
                           pass_kv_wait(m, prof, pol->kv_bits, rows, block, ctx, stored, pages,
                                        n_mb, first_s, page_s), read_pages, read_pages,
-                          layers_repack + (last ? out_repack : 0), flash_b, flash_s};
+                          layers_repack + (last ? out_repack : 0), flash_b, flash_s,
+                          ring ? ring_time(ring_c, ring_r, U, plan->n_slots, c,
+                                           last ? tl_cost_matmul(prof, out_w, logit_rows) +
+                                                      out_repack : -1)
+                               : 0};
         fn(user, &p);
     }
     /* decode: gen_len - 1 steps, step j feeds position P + j - 1 of every sequence */
@@ -633,7 +704,10 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                           wbps, kbps, wr_bps, 1, slow,
                           pass_kv_wait(m, prof, pol->kv_bits, rows, 1, ctx, stored, pages,
                                        n_mb, first_s, page_s), need_all, read_pages,
-                          layers_repack + out_repack, flash_b, flash_s};
+                          layers_repack + out_repack, flash_b, flash_s,
+                          ring ? ring_time(ring_c, ring_r, U, plan->n_slots, c,
+                                           tl_cost_matmul(prof, out_w, n_seqs) + out_repack)
+                               : 0};
         fn(user, &p);
     }
 }

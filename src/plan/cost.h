@@ -97,6 +97,9 @@ typedef struct tl_cost_pass {
     /* flash layout: bytes of the streamed sites' runs the pass reads at their turn, and the
      * seconds they take (serial, like kv_wait_s: nothing overlaps them) */
     double flash_bytes, flash_s;
+    /* the pass as the residency ring lets its reads and compute overlap
+     * (tl_cost_ring_pass_s; 0: not modelled): a lower bound on its overlapped time */
+    double ring_s;
 } tl_cost_pass;
 typedef void (*tl_cost_pass_fn)(void *user, const tl_cost_pass *p);
 
@@ -121,6 +124,12 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
                             const int32_t *rows, const double *ctx_sum,
                             const double *stored_sum, int32_t n_mb, double attn_block,
                             int32_t logit_rows, int embd_resident, double *slowdown);
+/* The residency ring in steady state: seconds of one decode pass whose unit u (layers
+ * 0..U-1, the output U; U < TL_COST_RING_MAX_UNITS, else 0) computes c[u] seconds and, when
+ * r[u] > 0, is streamed and read in r[u] seconds, through n_slots buffers (cost.c says
+ * how reads are issued); 0 when nothing streams. */
+#define TL_COST_RING_MAX_UNITS 1025
+double tl_cost_ring_pass_s(const double *c, const double *r, int32_t U, int n_slots);
 /* Seconds of one matrix product of `n` rows with weight w. */
 double tl_cost_matmul(const tl_hw_profile *prof, const tl_weight *w, double n);
 
