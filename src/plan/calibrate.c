@@ -22,7 +22,8 @@
 
 #define CALIBRATE_PASS_BYTES ((uint64_t)192 << 20)
 /* whole passes timed together: at least this many bytes (a few tens of milliseconds) */
-#define CALIBRATE_SAMPLE_BYTES ((uint64_t)64 << 20)
+#define CALIBRATE_SAMPLE_BYTES ((uint64_t)32 << 20)
+#define CALIBRATE_SAMPLES_S 0.25
 
 /* Flash layout: requests of the size a streamed site's reads mostly take (whole runs of
  * neighbouring needed channels), timed for at most FLASH_PROBE_S. */
@@ -81,16 +82,19 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     const uint64_t per_pass = tl_residency_plan(m->res)->streamed_bytes;
     if (!m->lm.flash && per_pass > 0 && per_pass <= CALIBRATE_PASS_BYTES) {
         const int n_passes = (int)((CALIBRATE_SAMPLE_BYTES + per_pass - 1) / per_pass);
-        while (n < 5) {
+        double spent = 0; /* 3 samples, 5 while they stay short (a slow build: fewer) */
+        while (n < 3 || (n < 5 && spent < CALIBRATE_SAMPLES_S)) {
             double seconds = 0;
             uint64_t bytes = 0;
+            const double t0 = tl_now();
             tl_status st = tl_residency_measure_passes(m->res, n_passes, &seconds, &bytes);
             if (st) return tl_error_wrap(st, "calibrating the disk on the model file");
             if (bytes == 0 || seconds <= 0) return TL_OK;
             rate[n++] = (double)bytes / seconds;
+            spent += tl_now() - t0;
         }
     }
-    while (n < 5 && (n < 3 || total < ((uint64_t)512 << 20))) {
+    while (n == 0 || (total > 0 && n < 5 && (n < 3 || total < ((uint64_t)512 << 20)))) {
         double seconds = 0;
         uint64_t bytes = 0;
         tl_status st = tl_residency_measure_io(m->res, CALIBRATE_PASS_BYTES, &cursor, &seconds,
