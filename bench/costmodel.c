@@ -161,7 +161,11 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (heldout && list && seed) return heldout_run(heldout, seed, g_dir, NULL, 0, 0, only_case, 1);
+    if (list && !(heldout && seed)) {
+        fprintf(stderr, "error: --list prints a held-out draw: give --heldout N --seed S\n");
+        return 2;
+    }
+    if (list) return heldout_run(heldout, seed, g_dir, NULL, 0, 0, only_case, 1);
     mkdir(g_dir, 0755);
     tl_hw_profile prof;
     double t0 = tl_now();

@@ -719,9 +719,9 @@ static void products_calibration(const char *path, uint64_t budget, uint64_t sta
  * second of compute each unless said). */
 static void ring_pass(void) {
     double c[5] = {3, 1, 1, 1, 1}, r[5] = {0, 1, 1, 1, 0};
-    /* layers 1-3 stream (1 s each) after a 3 s resident layer. One buffer: each read waits
-     * for the unit before it to be used: 3 + (1 + 1) * 3 ... = 9 s, against 7 s of
-     * compute */
+    /* layers 1-3 stream (1 s each) after a 3 s resident layer. One buffer: layer 1's
+     * read runs during the previous pass's output, each later read waits for the unit
+     * before it to be used: 3 + 1 + (1 + 1) + (1 + 1) + 1 = 9 s, against 7 s of compute */
     CHECK(fabs(tl_cost_ring_pass_s(c, r, 4, 1) - 9) < 1e-9);
     /* four buffers: all three read during layer 0: compute-bound */
     CHECK(fabs(tl_cost_ring_pass_s(c, r, 4, 4) - 7) < 1e-9);

@@ -81,6 +81,7 @@ struct tl_residency {
     double flash_fetch_s;
     tl_neuron_window window; /* a FFN by neuron: the plan's neuron window (model/neurons.h) */
     void *window_block;
+    int measuring;          /* tl_residency_measure_passes: units arrive, nothing computes */
 };
 
 /* ---- the manager ---- */
@@ -579,6 +580,7 @@ tl_status tl_residency_acquire(tl_residency *r, int u) {
     }
     s->state = SLOT_IN_USE;
     r->bytes_disk += L->bytes;
+    if (r->measuring) return TL_OK; /* tl_residency_measure_passes: nothing will compute */
     const double t_repack = r->repack_s;
     r->streamed_panel_bytes += repack(r, L, s->buf);
     r->arrival_repack_s += r->repack_s - t_repack;
@@ -764,24 +766,23 @@ tl_status tl_residency_measure_passes(tl_residency *r, int n_passes, double *sec
     if (!r->plan.overlap || n_passes < 1) return TL_OK;
     const int L = r->m->hp.n_layer;
     /* the run's counters stay the run's */
-    const double stall = r->stall_s, repack = r->repack_s, arrival = r->arrival_repack_s;
+    const double stall = r->stall_s;
     const uint64_t disk = r->bytes_disk, mem = r->bytes_mem, passes = r->passes;
-    const uint64_t panel = r->streamed_panel_bytes;
     drain(r);
     tl_status st = TL_OK;
+    r->measuring = 1; /* units arrive and are let go: no repacking, nothing bound */
     const double t0 = tl_now();
     for (int p = 0; p < n_passes && !st; p++) {
         st = tl_residency_begin_pass(r, 1);
         for (int u = 0; u <= L && !st; u++)
             if (!(st = tl_residency_acquire(r, u))) tl_residency_release(r, u);
     }
-    /* the reads' seconds, less the repacking on arrival (the cost model's compute) */
-    *seconds = tl_now() - t0 - (r->repack_s - repack);
+    *seconds = tl_now() - t0;
     *bytes = r->bytes_disk - disk;
+    r->measuring = 0;
     drain(r); /* the next pass's units read ahead: not counted, dropped */
-    r->stall_s = stall, r->repack_s = repack, r->arrival_repack_s = arrival;
+    r->stall_s = stall;
     r->bytes_disk = disk, r->bytes_mem = mem, r->passes = passes;
-    r->streamed_panel_bytes = panel;
     return st;
 }
 

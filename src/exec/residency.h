@@ -45,15 +45,6 @@ tl_status tl_residency_embedding(tl_residency *r, int32_t id, float *dst);
 tl_status tl_residency_measure_io(tl_residency *r, uint64_t max_bytes, int *cursor,
                                   double *seconds, uint64_t *bytes);
 
-/* Runs n_passes forward passes' streaming as decode takes it, with nothing computing:
- * each pass begun (logits needed), every unit acquired and released in order, so the
- * ring reads ahead exactly as in a run (prefetch units at most, the next pass's layers
- * while the last units are used). *seconds: the passes' wall time less the repacking on
- * arrival; *bytes: what they read. The run's counters are left as they were and the ring
- * empty. A plan without overlap measures nothing. Call with no unit acquired. */
-tl_status tl_residency_measure_passes(tl_residency *r, int n_passes, double *seconds,
-                                      uint64_t *bytes);
-
 /* The same with small reads mixed in, as a KV cache's page reads share the queue with the
  * stream: after each unit is submitted, the small reads it owes (per_byte small bytes per
  * streamed byte) go out urgent (TL_AIO_SOON, as the KV prefetch's) at random
@@ -69,6 +60,15 @@ typedef struct tl_io_mix {
 } tl_io_mix;
 tl_status tl_residency_measure_io_mixed(tl_residency *r, uint64_t max_bytes, int *cursor,
                                         tl_io_mix *mix, double *seconds, uint64_t *bytes);
+
+/* Runs n_passes forward passes' streaming as decode takes it, with nothing computing:
+ * each pass begun (logits needed), every unit acquired and released in order, so the
+ * ring reads ahead as in a run (into every empty buffer, up to the next pass's layers);
+ * units are neither repacked nor bound. *seconds: the passes' wall time; *bytes: what
+ * they read. The run's counters are left as they were and the ring empty. A plan
+ * without overlap measures nothing. Call with no unit acquired. */
+tl_status tl_residency_measure_passes(tl_residency *r, int n_passes, double *seconds,
+                                      uint64_t *bytes);
 
 typedef struct tl_residency_stats {
     uint64_t passes;  /* forward passes begun */

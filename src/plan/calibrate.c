@@ -21,7 +21,7 @@
 #include "tier/tier.h"
 
 #define CALIBRATE_PASS_BYTES ((uint64_t)192 << 20)
-/* whole passes timed together: at least this many bytes (a few tens of milliseconds) */
+/* whole passes timed together: at least this many bytes */
 #define CALIBRATE_SAMPLE_BYTES ((uint64_t)32 << 20)
 #define CALIBRATE_SAMPLES_S 0.25
 
@@ -77,10 +77,15 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     uint64_t total = 0;
     /* a pass that fits in a sample is timed as decode takes it: whole passes through the
      * ring (tl_residency_measure_passes), whose read-ahead stops at the next pass's layers
-     * and at `prefetch` units; a stream of small units kept back to back reads faster
-     * than that */
-    const uint64_t per_pass = tl_residency_plan(m->res)->streamed_bytes;
-    if (!m->lm.flash && per_pass > 0 && per_pass <= CALIBRATE_PASS_BYTES) {
+     * and at the ring's buffers; a stream of small units kept back to back reads faster
+     * than that. Not a pass too small to fill the queue once (its time is mostly the
+     * latency of one read, no rate to scale every large read by) */
+    const tl_weight_plan *wp = tl_residency_plan(m->res);
+    const uint64_t per_pass = wp->streamed_bytes;
+    const uint64_t queue_bytes = (uint64_t)m->lm.params.io_chunk_bytes *
+                                 (uint64_t)m->lm.params.io_queue_depth;
+    if (!m->lm.flash && wp->overlap && per_pass >= queue_bytes &&
+        per_pass <= CALIBRATE_PASS_BYTES) {
         const int n_passes = (int)((CALIBRATE_SAMPLE_BYTES + per_pass - 1) / per_pass);
         double spent = 0; /* 3 samples, 5 while they stay short (a slow build: fewer) */
         while (n < 3 || (n < 5 && spent < CALIBRATE_SAMPLES_S)) {
@@ -89,7 +94,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
             const double t0 = tl_now();
             tl_status st = tl_residency_measure_passes(m->res, n_passes, &seconds, &bytes);
             if (st) return tl_error_wrap(st, "calibrating the disk on the model file");
-            if (bytes == 0 || seconds <= 0) return TL_OK;
+            if (bytes == 0 || seconds <= 0) break;
             rate[n++] = (double)bytes / seconds;
             spent += tl_now() - t0;
         }

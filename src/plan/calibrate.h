@@ -10,11 +10,12 @@
  * streamed units, up to 192 MiB of them, read once through the residency ring and IO
  * queue, tl_residency_measure_io; each pass continues where the one before stopped, not
  * at the first units again, which a host cache would serve warm; the median pass counts;
- * a model whose streamed units per pass fit in one such sample is timed instead as decode
- * reads it, whole passes through the ring, tl_residency_measure_passes),
- * and the profile's read figures for requests of the engine's chunk size and larger are
- * scaled by measured / profiled bandwidth (smaller requests, KV pages, keep theirs; see
- * below). It costs a few passes of IO (at least 512 MiB) and nothing
+ * a model that streams between one queue's worth (chunk x depth) and 192 MiB per pass,
+ * with overlap, is timed instead as decode reads it: samples of whole passes through the
+ * ring, at least 32 MiB each, tl_residency_measure_passes), and the profile's read figures
+ * for requests of the engine's chunk size and larger are scaled by measured / profiled
+ * bandwidth (smaller requests, KV pages, keep theirs; see below). It costs a few hundred
+ * MiB of IO (at least 512 MiB of sampled stream, or 3-5 samples of passes) and nothing
  * stays in memory (a policy with KV pages on disk adds tl_plan_calibrate_kv's reads). The
  * caller decides what a large ratio means (re-plan before the first block).
  */
@@ -27,7 +28,8 @@
 
 /* Needs placed weights (m->res). *measured_bps and *ratio (measured / profiled at the
  * model's chunk and depth) are filled and the profile's large-read figures are scaled;
- * with nothing streamed, or less than 8 MiB, ratio stays 1 - unless a flash-layout file's
+ * with nothing streamed, or less than one queue's worth per pass (chunk x depth), ratio
+ * stays 1 - unless a flash-layout file's
  * sites are read at their turn: then the model file's random 64 KiB reads at the flash
  * queue's depth are timed and the whole grid scaled to them. */
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,

@@ -56,7 +56,8 @@
  *                    c(k) = micro-batch k's compute at one layer. Small micro-batches with
  *                    their KV on disk wait most: the compute of the micro-batch before
  *                    is too short to hide their page reads.
- *   pass time      = max(compute' + KV wait, smax(compute', weight + KV reads + KV writes))
+ *   pass time      = max(compute' + KV wait, smax(compute', weight + KV reads + KV writes),
+ *                        ring + KV wait)
  *                    with overlap (the wait is stalls on reads, already timed against the
  *                    compute before them: smax's jitter is between compute and IO),
  *                    smax(a, b) = (a^4 + b^4)^(1/4): max(a, b) when one side dominates
@@ -73,6 +74,11 @@
  *                    compute that runs while the disk streams is s times slower
  *                    (s = the profile's slowdowns, io_slowdown_matvec for products of
  *                    <= 4 rows and io_compute_slowdown for the rest, weighted by time)
+ *                    and ring = tl_cost_ring_pass_s: the pass as the residency ring's
+ *                    buffers let its weight reads run ahead of the compute (each streamed
+ *                    unit read in its bytes / read_bps(io_chunk, io_depth), the disk one
+ *                    read at a time; the layers share the compute less the output's
+ *                    product and each streamed unit's repacking, which it keeps)
  *                  = compute + KV wait + weight + KV reads + KV writes   without overlap
  * One pass of the engine reads every streamed layer once (and the output when any row
  * needs logits), whatever the number of micro-batches: the block schedule's reuse.
@@ -196,41 +202,46 @@ double tl_cost_ring_pass_s(const double *c, const double *r, int32_t U, int n_sl
     for (int32_t u = 0; u <= U; u++)
         if (r[u] > 0) seq[n_seq++] = u;
     if (n_seq == 0 || n_slots < 1) return 0;
-    enum { PASSES = 3 };
-    double done[PASSES * TL_COST_RING_MAX_UNITS]; /* read done, by issue index */
+    /* at most n_slots reads are outstanding (issued, not yet used), and never more than
+     * two passes' worth: the times they are done, in a ring of RING_MAX_SLOTS */
+    enum { PASSES = 3, RING_MAX_SLOTS = 128 };
+    if (n_slots > 2 * n_seq) n_slots = 2 * n_seq;
+    if (n_slots > RING_MAX_SLOTS) n_slots = RING_MAX_SLOTS;
+    double done[RING_MAX_SLOTS];
     double now = 0, disk = 0, start = 0;
-    int issued = 0, used = 0, busy = 0; /* reads issued; units acquired; buffers held */
+    int issued = 0, used = 0; /* reads issued; units acquired (issued - used: buffers held) */
     for (int p = 0; p < PASSES; p++) {
         start = now;
         for (int32_t u = 0; u <= U; u++) {
             /* issue while a buffer is empty: this pass's units, then the next's layers */
             for (;;) {
                 const int ip = issued / n_seq, iu = seq[issued % n_seq];
-                if (busy == n_slots || ip >= PASSES || ip > p + 1 || (ip == p + 1 && iu == U))
+                if (issued - used == n_slots || ip >= PASSES || ip > p + 1 ||
+                    (ip == p + 1 && iu == U))
                     break;
                 disk = (disk > now ? disk : now) + r[iu];
-                done[issued++] = disk;
-                busy++;
+                done[issued++ % RING_MAX_SLOTS] = disk;
             }
-            if (r[u] > 0) {
-                if (done[used] > now) now = done[used];
-                used++;
-            }
+            if (r[u] > 0 && done[used % RING_MAX_SLOTS] > now) now = done[used % RING_MAX_SLOTS];
             now += c[u];
-            if (r[u] > 0) busy--;
+            if (r[u] > 0) used++; /* its buffer is free once it has computed */
         }
     }
     return now - start;
 }
 
 /* tl_cost_ring_pass_s for a pass of `compute` seconds whose output unit takes out_s of them
- * (< 0: the pass needs no logits, so the output is neither computed nor read), the rest
- * shared equally by the layers; r holds every unit's read time and is left as it was. */
-static double ring_time(double *c, double *r, int32_t U, int n_slots, double compute,
-                        double out_s) {
+ * (< 0: the pass needs no logits, so the output is neither computed nor read) and each
+ * unit u its repacking on arrival rep[u] (streamed units; out_s includes the output's),
+ * the rest shared equally by the layers; r holds every unit's read time and is left as it
+ * was. */
+static double ring_time(double *c, double *r, const double *rep, int32_t U, int n_slots,
+                        double compute, double out_s) {
+    if (U < 1) return 0;
     const double r_out = r[U];
-    const double layer = (compute - (out_s > 0 ? out_s : 0)) / U;
-    for (int32_t u = 0; u < U; u++) c[u] = layer > 0 ? layer : 0;
+    double rest = compute - (out_s > 0 ? out_s : 0);
+    for (int32_t u = 0; u < U; u++) rest -= rep[u];
+    for (int32_t u = 0; u < U; u++) c[u] = (rest > 0 ? rest / U : 0) + rep[u];
     c[U] = out_s > 0 ? out_s : 0;
     if (out_s < 0) r[U] = 0;
     const double t = tl_cost_ring_pass_s(c, r, U, n_slots);
@@ -571,10 +582,13 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
     /* the ring's overlap (tl_cost_ring_pass_s): each unit's read time, when the whole model is
      * this process's and its streamed units go through the ring */
     double ring_r[TL_COST_RING_MAX_UNITS], ring_c[TL_COST_RING_MAX_UNITS];
-    const int ring = plan->overlap && plan->n_slots > 0 && !m->lm.flash && U < TL_COST_RING_MAX_UNITS &&
-                     L == U && layers_bytes + out_bytes > 0;
-    for (int32_t u = 0; ring && u <= U; u++)
+    double ring_rep[TL_COST_RING_MAX_UNITS];
+    const int ring = plan->overlap && plan->n_slots > 0 && !m->lm.flash &&
+                     U < TL_COST_RING_MAX_UNITS && U > 0 && L == U && layers_bytes + out_bytes > 0;
+    for (int32_t u = 0; ring && u <= U; u++) {
         ring_r[u] = tl_weight_plan_unit_bytes(&m->lm, plan, u) / wbps;
+        ring_rep[u] = unit_repack_s(m, prof, plan, u);
+    }
     const tl_weight *out_w = m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output;
     const double page = tl_cost_kv_page_bytes(m, pol->kv_bits, pt);
     const double slot = ceil(page / SLOT_ALIGN) * SLOT_ALIGN;
@@ -649,7 +663,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                           pass_kv_wait(m, prof, pol->kv_bits, rows, block, ctx, stored, pages,
                                        n_mb, first_s, page_s), read_pages, read_pages,
                           layers_repack + (last ? out_repack : 0), flash_b, flash_s,
-                          ring ? ring_time(ring_c, ring_r, U, plan->n_slots, c,
+                          ring ? ring_time(ring_c, ring_r, ring_rep, U, plan->n_slots, c,
                                            last ? tl_cost_matmul(prof, out_w, logit_rows) +
                                                       out_repack : -1)
                                : 0};
@@ -705,7 +719,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                           pass_kv_wait(m, prof, pol->kv_bits, rows, 1, ctx, stored, pages,
                                        n_mb, first_s, page_s), need_all, read_pages,
                           layers_repack + out_repack, flash_b, flash_s,
-                          ring ? ring_time(ring_c, ring_r, U, plan->n_slots, c,
+                          ring ? ring_time(ring_c, ring_r, ring_rep, U, plan->n_slots, c,
                                            tl_cost_matmul(prof, out_w, n_seqs) + out_repack)
                                : 0};
         fn(user, &p);

@@ -467,8 +467,8 @@ tl_status tl__profile_measure_attention(int32_t threads, const char *dir, tl_hw_
     double a = 0, b = 0, mm_s = -1; /* f32 KV; stored formats are timed by kv_decode */
     double s_block = 0;
     if (!times || !logits) st = tl_error_set(TL_ERR_NOMEM, "attention profile: out of memory");
-    /* each run AT_RUNS times, the medians kept: this VM's compute rate wanders by a
-     * third over seconds, and one run's slope falls wherever the wander put it; no new
+    /* each run AT_RUNS times, the medians kept: a shared machine's compute rate wanders
+     * over seconds, and one run's slope falls wherever the wander put it; no new
      * repeat once they have taken AT_RUN_S (a slow machine, a sanitizer build) */
     double ra[AT_RUNS], rb[AT_RUNS], rs[AT_RUNS];
     const double t_runs = tl_now();

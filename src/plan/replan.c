@@ -109,7 +109,7 @@ static int hook(tl_replanner *r, tl_model *m, const tl_batch_stats *s, int32_t p
         r->started = 1;
         double bps, ratio = 1, cratio = 1;
         int sw = 0;
-        if (tl_plan_calibrate_disk(m, &r->prof, &bps, &ratio) == TL_OK) {
+        if (!r->no_calibration && tl_plan_calibrate_disk(m, &r->prof, &bps, &ratio) == TL_OK) {
             r->disk_ratio = ratio;
             if (tl_plan_calibrate_compute(m, &r->prof, &cratio)) cratio = 1, tl_error_clear();
             /* products of many rows: what they change is the plan's predicted time (a

@@ -32,6 +32,7 @@ typedef struct tl_replanner {
     tl_aio_stats aio_prev;
     int32_t prompts_at_block;    /* prompts left when the block started */
     int32_t started;             /* the pre-run calibration has been done */
+    int32_t no_calibration;      /* 1: none before the first block (blocks' figures only) */
     double disk_ratio;           /* model file streaming / profile, measured before block 1 */
     int32_t checks, replans, switches;
     double last_io_ratio, last_compute_ratio; /* measured / predicted, last block */
