@@ -14,8 +14,7 @@
  * |error| and the mean signed error (positive: slower than predicted) of the whole run.
  * Models are synthesized into --dir once per shape (random weights: speed does not depend
  * on the values), written out to the disk before they are planned, and removed after
- * their configuration unless --keep. --list prints the
- * draw and runs nothing.
+ * their configuration unless --keep. --list prints the draw and runs nothing.
  * With --decide CAP, each configuration whose planned run took at most CAP seconds then
  * runs the decision half (decide.c): the chosen policy against the next two predicted, two
  * naive and two random ones, interleaved, medians of 3; the summary counts the
