@@ -715,6 +715,34 @@ static void products_calibration(const char *path, uint64_t budget, uint64_t sta
     tl_model_close(m);
 }
 
+/* The engine's streaming timed as decode reads it: whole passes, every streamed unit once
+ * per pass (the output too: logits are needed), the run's counters untouched, the streamed
+ * weights unbound again. */
+static void measure_passes(const char *path, uint64_t budget, uint64_t state) {
+    tl_model *m = open_model(path, budget);
+    if (!m) return;
+    CHECK(tl_engine_place(m, state) == TL_OK);
+    const tl_weight_plan *wp = tl_residency_plan(m->res);
+    CHECK(wp->overlap && wp->streamed_bytes > 0);
+    uint64_t per_pass = 0;
+    for (int32_t u = 0; u <= m->lm.hp.n_layer; u++)
+        per_pass += tl_weight_plan_unit_bytes(&m->lm, wp, u);
+    tl_residency_stats rs0, rs1;
+    tl_residency_get_stats(m->res, &rs0);
+    double s = 0;
+    uint64_t b = 0;
+    CHECK_MSG(tl_residency_measure_passes(m->res, 3, &s, &b) == TL_OK, "%s", tl_last_error());
+    CHECK_MSG(b == 3 * per_pass, "read %llu bytes, 3 passes of %llu", (unsigned long long)b,
+              (unsigned long long)per_pass);
+    CHECK(s > 0);
+    tl_residency_get_stats(m->res, &rs1);
+    CHECK(rs1.passes == rs0.passes && rs1.bytes_read_disk == rs0.bytes_read_disk &&
+          rs1.stall_s == rs0.stall_s && rs1.streamed_panel_bytes == rs0.streamed_panel_bytes);
+    for (int32_t l = 0; l < m->lm.hp.n_layer; l++)
+        if (tl_weight_plan_unit_bytes(&m->lm, wp, l) > 0) CHECK(!m->lm.layers[l].w_down.data);
+    tl_model_close(m);
+}
+
 /* The ring's pass time against timelines worked by hand (4 layers and the output, one
  * second of compute each unless said). */
 static void ring_pass(void) {
@@ -773,6 +801,7 @@ int main(void) {
     kv_mix_calibration(p4);
     products_calibration(p4, 64u << 20, 0, 0);         /* resident */
     products_calibration(p4, 10u << 20, 4u << 20, 1);  /* streamed */
+    measure_passes(p4, 10u << 20, 4u << 20);
     unlink(p4);
     if (!synth("q8", 300, 256, 320, 2, 8, 2, TL_TYPE_Q8_0, p4, sizeof p4)) return 1;
     products_calibration(p4, 64u << 20, 0, 0);
