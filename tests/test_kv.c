@@ -132,6 +132,25 @@ static void verify(kv_case *c, const int32_t *seqs, const int *idents, int n, in
             int want = vis - pg * P < P ? vis - pg * P : P;
             CHECK(rows == want);
             int stored = (pg + 1) * P <= len; /* full at the last commit */
+            /* each kv head's own view: the same values as its columns of the page's */
+            const int H = c->p.head_dim;
+            float *hs = malloc(sizeof(float) * 2 * (size_t)P * (size_t)H);
+            for (int h = 0; hs && h * H < D && rows == want; h++) {
+                const float *hk = NULL, *hv = NULL;
+                size_t ld = 0;
+                int32_t hrows = -1;
+                tl_kv_touch_head(kv, seqs[j], layer, pg + 1, h, h & 1); /* a hint: no effect */
+                st = tl_kv_view_head(kv, seqs[j], layer, pg, h, hs, &hk, &hv, &ld, &hrows);
+                CHECK_MSG(st == TL_OK && hrows == rows, "%s: head %d view of page %d: %s",
+                          c->label, h, pg, st ? tl_last_error() : "rows differ");
+                int same = st == TL_OK && (ld == (size_t)D || ld == (size_t)H);
+                for (int r = 0; same && r < rows; r++)
+                    same = !memcmp(hk + r * ld, k + (size_t)r * D + h * H, sizeof(float) * H) &&
+                           !memcmp(hv + r * ld, v + (size_t)r * D + h * H, sizeof(float) * H);
+                CHECK_MSG(same, "%s: head %d of page %d differs from the page's view", c->label,
+                          h, pg);
+            }
+            free(hs);
             for (int r = 0; r < rows && r < want; r++) {
                 check_row(c, k + (size_t)r * D, idents[j], layer, pg * P + r, 0, stored);
                 check_row(c, v + (size_t)r * D, idents[j], layer, pg * P + r, 1, stored);
@@ -758,6 +777,17 @@ static void test_bad_calls(void) {
     int32_t rows;
     CHECK(tl_kv_view(kv, s, 1, 0, NULL, &kk, &vv, &rows) == TL_ERR_INVALID);
     CHECK(tl_kv_view(kv, s, 0, 0, NULL, &kk, &vv, &rows) == TL_OK && rows == 2);
+    size_t ld;
+    CHECK(tl_kv_view_head(kv, s, 0, 0, 2, NULL, &kk, &vv, &ld, &rows) == TL_ERR_INVALID &&
+          has("kv head 2"));
+    CHECK(tl_kv_view_head(kv, s, 0, 0, -1, NULL, &kk, &vv, &ld, &rows) == TL_ERR_INVALID);
+    CHECK(tl_kv_view_head(kv, s, 0, 0, 1, NULL, &kk, &vv, &ld, &rows) == TL_OK && rows == 2 &&
+          ld == 20);
+    CHECK(tl_kv_view_head(kv, s, 1, 0, 0, NULL, &kk, &vv, &ld, &rows) == TL_ERR_INVALID);
+    tl_kv_touch_head(kv, s, 0, 9, 0, 0); /* past the end, bad head, bad sequence: no-ops */
+    tl_kv_touch_head(kv, s, 0, 0, 5, 1);
+    tl_kv_touch_head(kv, 7, 0, 0, 0, 0);
+    tl_kv_touch_head(NULL, s, 0, 0, 0, 0);
     CHECK(tl_kv_prefetch(kv, &s2, 1, 0) == TL_ERR_INVALID);
     tl_kv_set_spill_fault(kv, NULL); /* no spill file: no-op */
     tl_kv_close(kv);

@@ -189,6 +189,76 @@ static void hand_attn_block(const char *path) {
     tl_model_close(m);
 }
 
+/* Grouped-query attention: a group of g query heads per kv head costs
+ * c(1) + (c(G) - c(1)) (1 - 1/g) / (1 - 1/G) per MAC, c(1) from the multi-head figures and
+ * c(G) from the grouped ones (G = TL_PROF_GQA_GROUP), each through its own block line;
+ * a profile without grouped figures prices every group as multi-head. g4 and g2: the
+ * 2-layer, 8 x 16 model with 2 and 4 kv heads; 16 rows in one block, 1000 positions. */
+static void hand_attn_group(const char *g4, const char *g2) {
+    tl_hw_profile mha, gqa;
+    tl_test_round_profile(&mha); /* 2e-9 per MAC, blocks too, no grouped figures */
+    gqa = mha;
+    gqa.attn_gqa_s_per_mac = 1e-9, gqa.attn_gqa_block_s_per_mac = 0.25e-9;
+    const double B = TL_ATTN_BLOCK_MAX_ROWS;
+    const double c4_row = 1e-9, c4_blk = 0.25e-9, c1 = 2e-9; /* per MAC */
+    const char *paths[2] = {g4, g2};
+    const double x[2] = {1, (1 - 1 / 2.0) / (1 - 1 / (double)TL_PROF_GQA_GROUP)};
+    for (int k = 0; k < 2; k++) {
+        tl_model *m = open_model(paths[k], 64u << 20);
+        if (!m) return;
+        const int32_t rows[1] = {16};
+        const double ctx[1] = {1000}, stored[1] = {0};
+        const double macs = 1000 * 2 * 128; /* positions x layers x n_head * head_dim */
+        double t1 = tl_cost_pass_compute(m, &mha, 32, rows, ctx, stored, 1, B, 0, 1, NULL);
+        double tg = tl_cost_pass_compute(m, &gqa, 32, rows, ctx, stored, 1, B, 0, 1, NULL);
+        double t1r = tl_cost_pass_compute(m, &mha, 32, rows, ctx, stored, 1, 1, 0, 1, NULL);
+        double tgr = tl_cost_pass_compute(m, &gqa, 32, rows, ctx, stored, 1, 1, 0, 1, NULL);
+        CHECK_MSG(close_to(t1 - tg, macs * (c1 - c4_blk) * x[k], 1e-9),
+                  "group %d, blocks of %g: saves %.9g vs %.9g", k ? 2 : 4, B, t1 - tg,
+                  macs * (c1 - c4_blk) * x[k]);
+        CHECK_MSG(close_to(t1r - tgr, macs * (c1 - c4_row) * x[k], 1e-9),
+                  "group %d, single rows: saves %.9g vs %.9g", k ? 2 : 4, t1r - tgr,
+                  macs * (c1 - c4_row) * x[k]);
+        tl_model_close(m);
+    }
+}
+
+/* KV beyond the caches: a pass whose attention reads W bytes of KV (all layers, all
+ * micro-batches, a block reading each position once) pays attn_mem_s_per_byte per byte
+ * read times (W - attn_cache_bytes) / (attn_mem_bytes - attn_cache_bytes), clamped to
+ * [0, 1]. Model: 2 layers, kv_dim 2 x 16 = 32; f32 KV is 2 x 32 x 4 = 256 bytes per
+ * position and layer. */
+static void hand_kv_mem(const char *path) {
+    tl_model *m = open_model(path, 64u << 20);
+    if (!m) return;
+    tl_hw_profile base, mem;
+    tl_test_round_profile(&base);
+    mem = base;
+    mem.attn_cache_bytes = 128000, mem.attn_mem_bytes = 1024000, mem.attn_mem_s_per_byte = 1e-9;
+    const int32_t one[2] = {1, 1}, blk[1] = {16};
+    const double c1[2] = {500, 500}, s0[2] = {0, 0}, c16[1] = {16 * 1000.0};
+    /* decode, two micro-batches of one row seeing 500 positions: W = 2 x 2 x 500 x 256 */
+    double w = 2 * 2 * 500 * 256.0, share = (w - 128000) / (1024000 - 128000);
+    double t0 = tl_cost_pass_compute(m, &base, 32, one, c1, s0, 2, 1, 0, 1, NULL);
+    double t1 = tl_cost_pass_compute(m, &mem, 32, one, c1, s0, 2, 1, 0, 1, NULL);
+    CHECK_MSG(close_to(t1 - t0, share * 1e-9 * w, 1e-9), "decode: %.9g vs %.9g", t1 - t0,
+              share * 1e-9 * w);
+    /* a block of 16 rows reads each position once: W = 2 x 1000 x 256, below the cache */
+    t0 = tl_cost_pass_compute(m, &base, 32, blk, c16, s0, 1, 16, 0, 1, NULL);
+    t1 = tl_cost_pass_compute(m, &mem, 32, blk, c16, s0, 1, 16, 0, 1, NULL);
+    w = 2 * 1000 * 256.0, share = (w - 128000) / (1024000 - 128000);
+    CHECK_MSG(close_to(t1 - t0, share * 1e-9 * w, 1e-9), "block: %.9g vs %.9g", t1 - t0,
+              share * 1e-9 * w);
+    /* 8-bit pages (codes and 8 bytes per 64 values), 2 x 8000 positions: beyond attn_mem_bytes */
+    const double c2k[2] = {8000, 8000};
+    t0 = tl_cost_pass_compute(m, &base, 8, one, c2k, c2k, 2, 1, 0, 1, NULL);
+    t1 = tl_cost_pass_compute(m, &mem, 8, one, c2k, c2k, 2, 1, 0, 1, NULL);
+    w = 2 * 2 * 8000 * 2 * 32 * (1 + 8.0 / 64);
+    CHECK(w > 1024000);
+    CHECK_MSG(close_to(t1 - t0, 1e-9 * w, 1e-9), "8-bit: %.9g vs %.9g", t1 - t0, 1e-9 * w);
+    tl_model_close(m);
+}
+
 /* The weight plan spreads its resident parts evenly over the layers (the reader then
  * streams during every resident layer's compute): for every budget, k resident parts of
  * a kind out of L sit at the layers l with floor((l+1)k/L) > floor(lk/L). */
@@ -257,8 +327,9 @@ static void hand_batch_spill(const char *path) {
     CHECK(close_to(r.cost.decode.kv_read_s, kv_read / 1e9, 1e-12));
     CHECK(close_to(r.cost.decode.kv_write_s, kv_write / 5e8, 1e-12));
     CHECK(r.cost.prefill_passes == 2 && r.cost.decode_passes == 29);
-    /* 16-bit KV: decoding stored pages costs 2 * n_kv * kv_dim * b per position in a full
-     * page committed before the step (open pages are f32), per row and layer */
+    /* 16-bit KV: decoding stored pages costs 2 * kv_dim * b per position in a full page
+     * committed before the step (open pages are f32), per block and layer: each kv head's
+     * job decodes its own columns */
     {
         tl_hw_profile p16 = prof;
         p16.attn_decode_s[1] = 1e-9;
@@ -270,7 +341,7 @@ static void hand_batch_spill(const char *path) {
         CHECK(tl_plan_evaluate(m, &p16, &w, &q, &r32) == TL_OK);
         q.kv_bits = 16;
         CHECK(tl_plan_evaluate(m, &p16, &w, &q, &r16) == TL_OK);
-        const double per_pos = 2.0 * 2 * 32 * 1e-9 * L;
+        const double per_pos = 2.0 * 32 * 1e-9 * L;
         /* step 2: 8 rows per sequence, 2 full pages, decoded once per block of 8 rows */
         double pre = 4 * 8 * 32 * per_pos / 8;
         double dec = 0;
@@ -775,6 +846,11 @@ int main(void) {
     hand_batch_spill(p1);
     hand_slowdown(p1);
     hand_attn_block(p1);
+    char pg2[256];
+    if (!synth("group2", 300, 128, 320, 2, 8, 4, 0, pg2, sizeof pg2)) return 1;
+    hand_attn_group(p1, pg2);
+    hand_kv_mem(p1);
+    unlink(pg2);
     char p3[256];
     if (!synth("spread", 300, 128, 320, 8, 8, 2, 0, p3, sizeof p3)) return 1;
     spread_placement(p3);

@@ -43,6 +43,11 @@ static void fill(tl_hw_profile *p) {
     for (int t = 0; t < TL_PROF_N_TYPE; t++) p->repack_bps[t] = t >= 3 ? 3e10 / (t + 1) : 0;
     p->attn_s_per_mac = 4.38e-10 / 3.0;
     p->attn_block_s_per_mac = 1.21e-10 / 7.0;
+    p->attn_gqa_s_per_mac = 3.3e-10 / 7.0;
+    p->attn_gqa_block_s_per_mac = 1.1e-10 / 3.0;
+    p->attn_cache_bytes = 16777216;
+    p->attn_mem_bytes = 2.6e8 / 3.0;
+    p->attn_mem_s_per_byte = 0; /* may be 0 */
     p->attn_decode_s[0] = 0;
     p->attn_decode_s[1] = 2.1e-9 / 3.0;
     p->attn_decode_s[2] = 1.5e-9;
@@ -65,6 +70,10 @@ static int same(const tl_hw_profile *a, const tl_hw_profile *b) {
            !memcmp(a->repack_bps, b->repack_bps, sizeof a->repack_bps) &&
            a->attn_s_per_mac == b->attn_s_per_mac &&
            a->attn_block_s_per_mac == b->attn_block_s_per_mac &&
+           a->attn_gqa_s_per_mac == b->attn_gqa_s_per_mac &&
+           a->attn_gqa_block_s_per_mac == b->attn_gqa_block_s_per_mac &&
+           a->attn_cache_bytes == b->attn_cache_bytes && a->attn_mem_bytes == b->attn_mem_bytes &&
+           a->attn_mem_s_per_byte == b->attn_mem_s_per_byte &&
            !memcmp(a->attn_decode_s, b->attn_decode_s, sizeof a->attn_decode_s) &&
            a->elementwise_s == b->elementwise_s && a->layer_fixed_s == b->layer_fixed_s &&
            a->io_compute_slowdown == b->io_compute_slowdown &&
@@ -227,6 +236,11 @@ static void test_hostile(void) {
     expect_bad_value(text, "attn_s_per_mac", NULL, "missing");
     expect_bad_value(text, "attn_block_s_per_mac", NULL, "missing");
     expect_bad_value(text, "attn_block_s_per_mac", "0", "zero");
+    expect_bad_value(text, "attn_gqa_s_per_mac", NULL, "missing");
+    expect_bad_value(text, "attn_gqa_block_s_per_mac", "0", "zero");
+    expect_bad_value(text, "attn_mem_bytes", "0", "zero");
+    expect_bad_value(text, "attn_mem_s_per_byte", "-1e-12", "negative");
+    expect_bad_value(text, "attn_cache_bytes", NULL, "missing");
     expect_bad_value(text, "mem_read_bps", "-1", "negative");
     expect_bad_value(text, "mem_read_bps", "0", "zero rate");
     expect_bad_value(text, "mem_read_bps", "NaN", "NaN");
@@ -245,7 +259,8 @@ static void test_hostile(void) {
     expect_bad_value(text, "types", "[0, 1, 30, 8]", "short grid");
     expect_bad_value(text, "n_threads", "2.5", "fractional");
     expect_bad_value(text, "n_threads", "0", "zero threads");
-    expect_bad_value(text, "tierllm_profile_version", "9", "future version");
+    expect_bad_value(text, "tierllm_profile_version", "10", "future version");
+    expect_bad_value(text, "tierllm_profile_version", "8", "old version (no grouped attention)");
     expect_bad_value(text, "tierllm_profile_version", "7", "old version (5 kernel types)");
     expect_bad_value(text, "tierllm_profile_version", "6", "old version (rates on rows, no repack_bps)");
     expect_bad_value(text, "tierllm_profile_version", "5", "old version (int8 GEMM from 33 rows)");

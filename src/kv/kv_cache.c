@@ -407,23 +407,6 @@ static void encode_page(const tl_kv *kv, const float *f32, uint8_t *out) {
     }
 }
 
-/* Decodes n K rows and n V rows of a stored page into scratch (K at 0, V at P * D). */
-static void decode_page(const tl_kv *kv, const uint8_t *in, int32_t n, float *scratch) {
-    size_t D = (size_t)kv->p.kv_dim, P = (size_t)kv->p.page_tokens;
-    for (int half = 0; half < 2; half++) {
-        for (size_t r = 0; r < (size_t)n; r++) {
-            const uint8_t *src = in + (half * P + r) * kv->row_bytes;
-            float *x = scratch + half * P * D + r * D;
-            if (kv->p.bits == 16) {
-                const uint16_t *h = (const uint16_t *)(const void *)src;
-                for (size_t j = 0; j < D; j++) x[j] = tl_f16_to_f32(h[j]);
-            } else {
-                tl_kv_dequant_row(src, kv->p.kv_dim, kv->group, kv->p.bits, x);
-            }
-        }
-    }
-}
-
 /* ---- the DRAM cache of disk pages ---- */
 
 /* A disk page's frame (a finished write buffer or a read staging frame) is no longer
@@ -971,38 +954,114 @@ static tl_status view_source(tl_kv *kv, int32_t seq, int32_t layer, int32_t page
     return TL_OK;
 }
 
-tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float *scratch,
-                     const float **k, const float **v, int32_t *n) {
-    if (!kv || !k || !v || !n) return tl_error_set(TL_ERR_INVALID, "kv view: null argument");
+/* Decodes columns [col, col + width) of n stored K rows and n V rows into scratch, rows
+ * width apart (K at 0, V at page_tokens * width): quantization groups never straddle a
+ * head (quant_group), so a head's columns, or a whole row's, are whole groups. */
+static void decode_cols(const tl_kv *kv, const uint8_t *in, int32_t n, int32_t col,
+                        int32_t width, float *scratch) {
+    const size_t W = (size_t)width, P = (size_t)kv->p.page_tokens;
+    const size_t off = kv->p.bits == 16 ? (size_t)col * 2
+                                        : tl_kv_quant_row_bytes(col, kv->group, kv->p.bits);
+    for (int half = 0; half < 2; half++) {
+        for (size_t r = 0; r < (size_t)n; r++) {
+            const uint8_t *src = in + (half * P + r) * kv->row_bytes + off;
+            float *x = scratch + half * P * W + r * W;
+            if (kv->p.bits == 16) {
+                const uint16_t *h = (const uint16_t *)(const void *)src;
+                for (size_t j = 0; j < W; j++) x[j] = tl_f16_to_f32(h[j]);
+            } else {
+                tl_kv_dequant_row(src, width, kv->group, kv->p.bits, x);
+            }
+        }
+    }
+}
+
+/* Views of columns [col, col + width) of a page: into the page for f32 (rows kv_dim
+ * apart), else decoded into scratch (rows width apart). */
+static tl_status view_cols(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, int32_t col,
+                           int32_t width, float *scratch, const float **k, const float **v,
+                           size_t *ld, int32_t *n) {
     kv_page *pg;
     const uint8_t *src;
     int32_t rows;
     int form;
     tl_status st = view_source(kv, seq, layer, page, "view", &pg, &src, &rows, &form);
     if (st != TL_OK) return st;
-    const int32_t P = kv->p.page_tokens;
-    if (!src) { /* open: f32 rows in its frame */
-        const float *f = (const float *)(const void *)pg->frame;
-        *k = f;
-        *v = f + (size_t)P * (size_t)kv->p.kv_dim;
-        *n = rows;
-        return TL_OK;
-    }
-    if (form == FORM_X)
+    const size_t P = (size_t)kv->p.page_tokens, D = (size_t)kv->p.kv_dim;
+    if (src && form == FORM_X)
         return tl_error_set(TL_ERR_INVALID, "kv view: page %d of sequence %d layer %d holds "
-                            "input rows only (recompute it: tl_kv_page_inputs)", (int)page, (int)seq,
-                            (int)layer);
-    if (kv->p.bits == 32) {
-        *k = (const float *)(const void *)src;
-        *v = *k + (size_t)P * (size_t)kv->p.kv_dim;
+                            "input rows only (recompute it: tl_kv_page_inputs)", (int)page,
+                            (int)seq, (int)layer);
+    if (!src || kv->p.bits == 32) { /* f32 rows: the open frame, or the stored page */
+        const float *f = (const float *)(const void *)(src ? src : pg->frame);
+        *k = f + col;
+        *v = f + P * D + col;
+        *ld = D;
     } else {
         if (!scratch) return tl_error_set(TL_ERR_INVALID, "kv view: no scratch buffer");
-        decode_page(kv, src, rows, scratch);
+        decode_cols(kv, src, rows, col, width, scratch);
         *k = scratch;
-        *v = scratch + (size_t)P * (size_t)kv->p.kv_dim;
+        *v = scratch + P * (size_t)width;
+        *ld = (size_t)width;
     }
     *n = rows;
     return TL_OK;
+}
+
+tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float *scratch,
+                     const float **k, const float **v, int32_t *n) {
+    if (!kv || !k || !v || !n) return tl_error_set(TL_ERR_INVALID, "kv view: null argument");
+    size_t ld;
+    return view_cols(kv, seq, layer, page, 0, kv->p.kv_dim, scratch, k, v, &ld, n);
+}
+
+tl_status tl_kv_view_head(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, int32_t head,
+                          float *scratch, const float **k, const float **v, size_t *ld,
+                          int32_t *n) {
+    if (!kv || !k || !v || !ld || !n)
+        return tl_error_set(TL_ERR_INVALID, "kv view: null argument");
+    const int32_t H = kv->p.head_dim;
+    if (head < 0 || H <= 0 || (int64_t)(head + 1) * H > kv->p.kv_dim)
+        return tl_error_set(TL_ERR_INVALID, "kv view: kv head %d of a %d-wide row of "
+                            "%d-wide heads", (int)head, (int)kv->p.kv_dim, (int)H);
+    return view_cols(kv, seq, layer, page, head * H, H, scratch, k, v, ld, n);
+}
+
+void tl_kv_touch_head(const tl_kv *kv, int32_t seq, int32_t layer, int32_t page,
+                      int32_t head, int values) {
+    if (!kv || seq < 0 || seq >= kv->p.max_seqs || layer < 0 || layer >= kv->p.n_layer ||
+        page < 0 || head < 0)
+        return;
+    const int32_t P = kv->p.page_tokens, H = kv->p.head_dim;
+    const int32_t vis = tl_kv_visible(kv, seq, layer);
+    if ((int64_t)page * P >= vis || (int64_t)(head + 1) * H > kv->p.kv_dim) return;
+    const int32_t rows = vis - page * P < P ? vis - page * P : P;
+    const kv_page *pg = page_at(kv, seq, layer, page);
+    const uint8_t *src;
+    size_t rb, off, len;
+    if (pg->state == PG_OPEN) {
+        src = pg->frame, rb = (size_t)kv->p.kv_dim * 4;
+    } else if (pg->state == PG_MEM) {
+        src = pg->frame, rb = kv->row_bytes;
+    } else if (pg->state == PG_DISK && pg->stage && !pg->reading && pg->sform == FORM_KV) {
+        src = pg->stage, rb = kv->row_bytes;
+    } else if (pg->state == PG_DISK && (pg->pinned || pg->cached) && pg->form != FORM_X) {
+        src = pg->frame, rb = kv->row_bytes;
+    } else {
+        return;
+    }
+    if (!src) return;
+    if (rb == (size_t)kv->p.kv_dim * 4) { /* f32 */
+        off = (size_t)head * H * 4, len = (size_t)H * 4;
+    } else if (kv->p.bits == 16) {
+        off = (size_t)head * H * 2, len = (size_t)H * 2;
+    } else {
+        off = tl_kv_quant_row_bytes(head * H, kv->group, kv->p.bits);
+        len = tl_kv_quant_row_bytes(H, kv->group, kv->p.bits);
+    }
+    const uint8_t *base = src + (values ? (size_t)P * rb : 0) + off;
+    for (int32_t r = 0; r < rows; r++)
+        for (size_t b = 0; b < len; b += 64) __builtin_prefetch(base + (size_t)r * rb + b);
 }
 
 int tl_kv_page_inputs(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, const float **x,

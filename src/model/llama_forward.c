@@ -315,6 +315,11 @@ static void recompute_pages(tl_llama *m, tl_llama_scratch *s, struct tl_kv *kv, 
     }
 }
 
+/* Pages ahead of the one being read whose head slice attention asks the CPU to fetch: a
+ * head's slice of a page is rows a kv row apart, whose lines the hardware prefetchers do
+ * not follow from one page to the next. */
+enum { TOUCH_AHEAD = 2 };
+
 /* Block b of rows (consecutive rows of one sequence, positions ascending), kv head g: the
  * `group` query heads that share kv head g. Each page is viewed once for the whole block
  * and its K (then V) slice serves every row of the block while it is in L1; each row's
@@ -338,7 +343,7 @@ static void attn_task(void *arg, int task, int thread) {
     const uint8_t *sel = r1 - r0 == 1 && s->sel_block && s->row_selective[r0]
                              ? s->sel + (size_t)r0 * (size_t)s->max_pages : NULL;
     const int measure = sel && s->select.measure;
-    const int32_t P = s->page_tokens, kvd = n_kv * hd;
+    const int32_t P = s->page_tokens;
     /* a sliding window hides positions before pos - n_swa + 1: pages wholly before the
      * block's first row's window are not read (their scores are masked below) */
     const int32_t lo_block = hp->n_swa > 0 && j->rows->pos[r0] + 1 > hp->n_swa
@@ -359,7 +364,9 @@ static void attn_task(void *arg, int task, int thread) {
             continue;
         }
         const float *V;
-        tl_status st = tl_kv_view(j->kv, seq, j->layer, p, page_buf, &K, &V, &n);
+        size_t ld;
+        tl_kv_touch_head(j->kv, seq, j->layer, p + TOUCH_AHEAD, g, 0);
+        tl_status st = tl_kv_view_head(j->kv, seq, j->layer, p, g, page_buf, &K, &V, &ld, &n);
         if (st || n <= 0) {
             attn_fail(j, st ? st : TL_ERR_INVALID);
             return;
@@ -370,8 +377,8 @@ static void attn_task(void *arg, int task, int thread) {
             const int32_t cnt = n < pos + 1 - t0 ? n : pos + 1 - t0;
             const float *q = j->q + (size_t)r * qd + (size_t)g * group * hd;
             (fast ? tl_attn_scores_fast : tl_attn_scores_ref)(
-                q, (size_t)group, (size_t)hd, K + (size_t)g * hd, (size_t)kvd, (size_t)cnt,
-                scale, scores + (size_t)(r - r0) * row_scores + t0, max_ctx);
+                q, (size_t)group, (size_t)hd, K, ld, (size_t)cnt, scale,
+                scores + (size_t)(r - r0) * row_scores + t0, max_ctx);
         }
         t0 += n;
     }
@@ -405,7 +412,10 @@ static void attn_task(void *arg, int task, int thread) {
             continue;
         }
         const float *K;
-        if (tl_kv_view(j->kv, seq, j->layer, p, page_buf, &K, &V, &n) || n <= 0) return;
+        size_t ld;
+        tl_kv_touch_head(j->kv, seq, j->layer, p + TOUCH_AHEAD, g, 1);
+        if (tl_kv_view_head(j->kv, seq, j->layer, p, g, page_buf, &K, &V, &ld, &n) || n <= 0)
+            return;
         for (int32_t r = r0; r < r1; r++) {
             const int32_t pos = j->rows->pos[r];
             if (pos < t0) continue;
@@ -413,7 +423,7 @@ static void attn_task(void *arg, int task, int thread) {
             float *out = j->out + (size_t)r * qd + (size_t)g * group * hd;
             (fast ? tl_attn_values_fast : tl_attn_values_ref)(
                 out, (size_t)group, (size_t)hd, scores + (size_t)(r - r0) * row_scores + t0,
-                max_ctx, V + (size_t)g * hd, (size_t)kvd, (size_t)cnt);
+                max_ctx, V, ld, (size_t)cnt);
         }
         t0 += n;
     }

@@ -118,16 +118,30 @@ static double kv_bits_decode_s(const tl_hw_profile *prof, int32_t bits) {
     return 0;
 }
 
-/* Seconds per MAC of attention for rows taken in blocks of `block` rows (llama.h): a
+/* Seconds per MAC of attention for rows taken in blocks of `block` rows (llama.h), from
+ * the profile's two points b = 1 and b = TL_ATTN_BLOCK_MAX_ROWS of one head grouping: a
  * part every row pays (the arithmetic) and a part the block shares (reading K and V),
- * c(b) = shared / b + own, through the profile's two points b = 1 and
- * b = TL_ATTN_BLOCK_MAX_ROWS. */
-static double attn_s_per_mac(const tl_hw_profile *prof, double block) {
-    const double s1 = prof->attn_s_per_mac, B = TL_ATTN_BLOCK_MAX_ROWS;
-    double sb = prof->attn_block_s_per_mac > 0 ? prof->attn_block_s_per_mac : s1;
-    if (sb > s1) sb = s1;
+ * c(b) = shared / b + own. */
+static double attn_block_line(double s1, double sb, double block) {
+    const double B = TL_ATTN_BLOCK_MAX_ROWS;
+    if (sb <= 0 || sb > s1) sb = s1;
     const double shared = (s1 - sb) * B / (B - 1), own = s1 - shared;
     return own + shared / (block > 1 ? block : 1);
+}
+
+/* The same for query heads sharing each kv head in groups of `group`: the group shares
+ * its job's page views and reads, so the cost is linear in 1/group through the profile's
+ * multi-head (1) and grouped (TL_PROF_GQA_GROUP) figures, never below the FMA bound
+ * (QK and AV: 4 FLOPs per MAC of the profile's count). A profile without the grouped
+ * figures prices every grouping as multi-head. */
+static double attn_s_per_mac(const tl_hw_profile *prof, double block, double group) {
+    const double c1 = attn_block_line(prof->attn_s_per_mac, prof->attn_block_s_per_mac, block);
+    if (group <= 1 || prof->attn_gqa_s_per_mac <= 0) return c1;
+    const double cg = attn_block_line(prof->attn_gqa_s_per_mac, prof->attn_gqa_block_s_per_mac,
+                                      block);
+    const double G = TL_PROF_GQA_GROUP, x = (1 - 1 / group) / (1 - 1 / G);
+    const double c = c1 + (cg - c1) * x, fma = prof->fma_flops > 0 ? 4.0 / prof->fma_flops : 0;
+    return c > fma ? c : fma;
 }
 
 /* Flash layout: the share of a site's channels a product of `rows` rows needs (non-zero
@@ -297,6 +311,39 @@ static double layer_matmul_s(const tl_model *m, const tl_hw_profile *prof, int32
     return mm;
 }
 
+/* Bytes of a KV element as stored at `bits` (quantized: the codes and a group's min and
+ * scale, 8 bytes per 64 values). */
+static double kv_elem_bytes(int32_t bits) {
+    return bits >= 16 ? bits / 8.0 : bits / 8.0 + 8.0 / 64;
+}
+
+/* KV bytes one layer's attention reads for a micro-batch whose rows see ctx positions, of
+ * which `stored` in stored pages (open pages are f32), taking rows in blocks of `block`
+ * (a block reads each position once). */
+static double mb_kv_bytes(const tl_model *m, int32_t kv_bits, double ctx, double stored,
+                          double block) {
+    const double kvd = (double)m->lm.hp.n_head_kv * m->lm.hp.head_dim;
+    const double open = ctx > stored ? ctx - stored : 0;
+    return 2 * kvd * (open * 4 + stored * kv_elem_bytes(kv_bits)) / (block > 1 ? block : 1);
+}
+
+/* Seconds per KV byte the attention of a pass pays beyond the profile's in-cache rates:
+ * the pass reads W bytes of KV (every layer of the stage, every micro-batch) before it
+ * reads any of them again, so the caches hold less of it the larger W is; the profile's
+ * extra (attn_mem_s_per_byte at attn_mem_bytes) is scaled linearly in W from none at
+ * attn_cache_bytes, flat beyond attn_mem_bytes. */
+static double pass_kv_mem_s_per_byte(const tl_model *m, const tl_hw_profile *prof,
+                                     int32_t kv_bits, const double *ctx, const double *stored,
+                                     int32_t n_mb, double block) {
+    const double lo = prof->attn_cache_bytes, hi = prof->attn_mem_bytes;
+    if (!(prof->attn_mem_s_per_byte > 0) || !(hi > lo)) return 0;
+    double w = 0;
+    for (int32_t k = 0; k < n_mb; k++) w += mb_kv_bytes(m, kv_bits, ctx[k], stored[k], block);
+    w *= m->lm.stage_end - m->lm.stage_first;
+    const double share = w <= lo ? 0 : w >= hi ? 1 : (w - lo) / (hi - lo);
+    return share * prof->attn_mem_s_per_byte;
+}
+
 /* One micro-batch of `rows` rows at layer l, attention taking them in blocks of `block`
  * rows (1 in decode): its 7 matmuls, attention over ctx visible positions of which
  * `stored` in stored pages (decoded once per block), element-wise work and the per-layer
@@ -304,18 +351,23 @@ static double layer_matmul_s(const tl_model *m, const tl_hw_profile *prof, int32
  * products have <= 4 rows (they slow down differently while the disk streams). */
 static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int32_t l,
                                int32_t kv_bits, int32_t rows, double block, double ctx,
-                               double stored, double *matvec, mm_memo *mo) {
+                               double stored, double mem_s_per_byte, double *matvec,
+                               mm_memo *mo) {
     const tl_llama_hparams *hp = &m->lm.hp;
     const double d = hp->n_embd, f = hp->n_ff, hd = hp->head_dim;
     const double kvd = (double)hp->n_head_kv * hd;
     const double b = block > 1 ? block : 1;
-    const double attn_per_pos = hp->n_head * hd * attn_s_per_mac(prof, b);
-    const double decode_per_pos = 2.0 * hp->n_head_kv * kvd * kv_bits_decode_s(prof, kv_bits) / b;
+    const double attn_per_pos =
+        hp->n_head * hd * attn_s_per_mac(prof, b, (double)hp->n_head / hp->n_head_kv);
+    /* each kv head's job decodes its own columns of a stored page, K and V, once a block */
+    const double decode_per_pos = 2.0 * kvd * kv_bits_decode_s(prof, kv_bits) / b;
     if (matvec) *matvec = 0;
     if (rows <= 0) return 0;
     const double mm = layer_matmul_s(m, prof, l, rows, mo);
     if (matvec && rows <= 4) *matvec = mm;
-    return mm + ctx * attn_per_pos + stored * decode_per_pos +
+    const double kv_mem = mem_s_per_byte > 0
+                              ? mem_s_per_byte * mb_kv_bytes(m, kv_bits, ctx, stored, b) : 0;
+    return mm + ctx * attn_per_pos + stored * decode_per_pos + kv_mem +
            rows * (4 * d + 3 * f) * prof->elementwise_s + prof->layer_fixed_s;
 }
 
@@ -330,13 +382,15 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
     memo_init(&mo);
     double layer_t = 0, layer_mv = 0; /* a layer shaped as the one before costs the same */
     const int32_t first = m->lm.stage_first; /* a pipeline stage computes its layers only */
+    const double mem = pass_kv_mem_s_per_byte(m, prof, kv_bits, ctx_sum, stored_sum, n_mb,
+                                              attn_block);
     for (int32_t l = first; l < m->lm.stage_end; l++) {
         if (l == first || !same_shapes(m, l, l - 1)) {
             layer_t = layer_mv = 0;
             for (int32_t k = 0; k < n_mb; k++) {
                 double mv;
                 layer_t += mb_layer_compute(m, prof, l, kv_bits, rows[k], attn_block, ctx_sum[k],
-                                            stored_sum[k], &mv, &mo);
+                                            stored_sum[k], mem, &mv, &mo);
                 layer_mv += mv;
             }
         }
@@ -525,14 +579,15 @@ static double pass_kv_wait(const tl_model *m, const tl_hw_profile *prof, int32_t
     memo_init(&mo);
     for (int32_t k = 0; k < n_mb; k++) any |= pages[k] > 0;
     if (!any) return 0;
+    const double mem = pass_kv_mem_s_per_byte(m, prof, kv_bits, ctx, stored, n_mb, block);
     for (int32_t l = m->lm.stage_first; l < m->lm.stage_end; l++)
         for (int32_t k = 0; k < n_mb; k++) {
             if (rows[k] <= 0) continue;
             double read = pages[k] > 0 ? first_s + (pages[k] - 1) * page_s : 0;
             if (prev >= 0 && read > prev) wait += read - prev;
             else if (prev < 0) wait += read; /* the pass's first read: nothing to hide it */
-            prev = mb_layer_compute(m, prof, l, kv_bits, rows[k], block, ctx[k], stored[k], NULL,
-                                    &mo);
+            prev = mb_layer_compute(m, prof, l, kv_bits, rows[k], block, ctx[k], stored[k], mem,
+                                    NULL, &mo);
         }
     return wait;
 }

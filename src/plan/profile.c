@@ -31,13 +31,15 @@ const int32_t tl_prof_depths[TL_PROF_N_DEPTH] = {1, 4, 16};
 const int32_t tl_prof_rows[TL_PROF_N_ROWS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
 const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS] = {32, 16, 8, 4};
 
-#define PROFILE_VERSION 8 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
+#define PROFILE_VERSION 9 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
                             * huge-page memory, as the weights (2 read them on 4 KiB pages,
                             * which understates the rates); 4: attn_block_s_per_mac; 5: the
                             * Q8_0/Q4_0 GEMM on int8 dot products (4 timed the f32 one); 6:
                             * that GEMM from 9 rows, with vector packing; 7: Q8_0/Q4_0 rates
                             * on weights in panels, repack_bps; 8: rates of Q4_1, Q5_0, Q5_1
-                            * and the K-quants */
+                            * and the K-quants; 9: attn_gqa_s_per_mac,
+                            * attn_gqa_block_s_per_mac, attn_cache_bytes,
+                            * attn_mem_bytes, attn_mem_s_per_byte */
 #define PROFILE_MAX_BYTES ((size_t)1 << 20)
 /* The longest grid axis (types or rows): an axis is copied whole into a buffer this long. */
 #define AXIS_MAX ((int)TL_PROF_N_TYPE > (int)TL_PROF_N_ROWS ? (int)TL_PROF_N_TYPE : (int)TL_PROF_N_ROWS)
@@ -163,6 +165,11 @@ static const pfield fields[] = {
     {"kv_bits", F_AXIS_I32, R_POS, 0, TL_PROF_N_KVBITS, 0, tl_prof_kvbits},
     {"attn_decode_s", F_VEC, R_NONNEG, OFF(attn_decode_s), TL_PROF_N_KVBITS, 0, NULL},
     {"attn_block_s_per_mac", F_NUM, R_POS, OFF(attn_block_s_per_mac), 1, 0, NULL},
+    {"attn_gqa_s_per_mac", F_NUM, R_POS, OFF(attn_gqa_s_per_mac), 1, 0, NULL},
+    {"attn_gqa_block_s_per_mac", F_NUM, R_POS, OFF(attn_gqa_block_s_per_mac), 1, 0, NULL},
+    {"attn_cache_bytes", F_NUM, R_POS, OFF(attn_cache_bytes), 1, 0, NULL},
+    {"attn_mem_bytes", F_NUM, R_POS, OFF(attn_mem_bytes), 1, 0, NULL},
+    {"attn_mem_s_per_byte", F_NUM, R_NONNEG, OFF(attn_mem_s_per_byte), 1, 0, NULL},
     {"elementwise_s", F_NUM, R_POS, OFF(elementwise_s), 1, 0, NULL},
     {"layer_fixed_s", F_NUM, R_NONNEG, OFF(layer_fixed_s), 1, 0, NULL},
     {"io_compute_slowdown", F_NUM, R_POS, OFF(io_compute_slowdown), 1, 0, NULL},
@@ -546,6 +553,9 @@ void tl_profile_scale_compute(tl_hw_profile *p, double time_ratio) {
         }
     p->attn_s_per_mac *= time_ratio;
     p->attn_block_s_per_mac *= time_ratio;
+    p->attn_gqa_s_per_mac *= time_ratio;
+    p->attn_gqa_block_s_per_mac *= time_ratio;
+    p->attn_mem_s_per_byte *= time_ratio;
     for (int k = 0; k < TL_PROF_N_KVBITS; k++) p->attn_decode_s[k] *= time_ratio;
     p->elementwise_s *= time_ratio;
     p->layer_fixed_s *= time_ratio;

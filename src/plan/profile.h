@@ -24,7 +24,8 @@ enum {
     TL_PROF_N_DEPTH = 3,  /*            queue depths 1, 4, 16 */
     TL_PROF_N_TYPE = TL_N_TYPES, /* kernel types, in tl_type_table's order */
     TL_PROF_N_ROWS = 10,  /* rows per matmul: 1, 2, 4, ..., 512 */
-    TL_PROF_N_KVBITS = 4  /* KV storage: 32, 16, 8, 4 bits */
+    TL_PROF_N_KVBITS = 4, /* KV storage: 32, 16, 8, 4 bits */
+    TL_PROF_GQA_GROUP = 4 /* query heads per kv head of the grouped attention figures */
 };
 
 #define TL_PROF_URGENT_BYTES ((uint64_t)32 << 10) /* the urgent read's size (a KV page) */
@@ -66,7 +67,7 @@ typedef struct tl_hw_profile {
 
     /* attention: seconds per (row x visible position x query head x head_dim) with f32
      * KV, and seconds per K or V element decoded from a stored page, by KV bits (0 for
-     * 32 bits; the attention decodes a whole page, K and V, once per row and kv head) */
+     * 32 bits; each kv head's job decodes its columns of a page, K and V, once a block) */
     double attn_s_per_mac;
     double attn_decode_s[TL_PROF_N_KVBITS];
     /* the same per-MAC seconds when TL_ATTN_BLOCK_MAX_ROWS rows of one sequence (a prompt
@@ -74,6 +75,18 @@ typedef struct tl_hw_profile {
      * amortized over the block. The cost model splits a row's cost into a part every row
      * pays and a part the block shares, from these two points. */
     double attn_block_s_per_mac;
+    /* the same two figures on a model whose query heads share each kv head in groups of
+     * TL_PROF_GQA_GROUP: one kv head's job computes its whole group from one view of each
+     * page, so the group shares the page's reads and the job's fixed work. The cost model
+     * takes a group of g as c(g) = c(1) + (c(G) - c(1)) (1 - 1/g) / (1 - 1/G). */
+    double attn_gqa_s_per_mac;
+    double attn_gqa_block_s_per_mac;
+    /* attention whose KV outgrows the caches: the figures above are measured with about
+     * attn_cache_bytes of KV read per token, in the caches; a token of a deep model whose
+     * attention reads attn_mem_bytes of KV pays attn_mem_s_per_byte more per byte read.
+     * The cost model scales that extra linearly in the KV bytes a pass reads, from none at
+     * attn_cache_bytes to all of it at attn_mem_bytes, flat beyond. */
+    double attn_cache_bytes, attn_mem_bytes, attn_mem_s_per_byte;
 
     /* element-wise work of a layer (rmsnorm, rope, swiglu, residual adds), seconds per
      * element of one row (the cost model counts 4*n_embd + 3*n_ff elements per row) */

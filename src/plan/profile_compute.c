@@ -433,7 +433,8 @@ static tl_status attention_block_run(tl_model *m, int32_t n_pos, double *s_block
     return st;
 }
 
-/* The tiny model the attention stage decodes with. */
+/* The tiny model the attention stage decodes with: multi-head (a kv head per query head);
+ * the grouped-query runs use the same model with n_head / TL_PROF_GQA_GROUP kv heads. */
 void tl__profile_attention_model(tl_synth_params *sp) {
     memset(sp, 0, sizeof *sp);
     sp->n_vocab = 512, sp->n_embd = 512, sp->n_ff = 1024, sp->n_layer = 4;
@@ -441,31 +442,42 @@ void tl__profile_attention_model(tl_synth_params *sp) {
     sp->weight_type = TL_TYPE_F32, sp->rope_base = 10000.0f, sp->seed = 1;
 }
 
-tl_status tl__profile_measure_attention(int32_t threads, const char *dir, tl_hw_profile *p,
-                                        tl__profile_progress progress, void *user) {
-    tl_synth_params sp;
-    tl__profile_attention_model(&sp);
-    const double hd = sp.n_embd / sp.n_head, kvd = sp.n_head_kv * hd, L = sp.n_layer;
+/* Writes the synthetic model sp to a temporary file in dir and opens it (resident, as
+ * the budget is unlimited); the file is unlinked at once, so it cannot outlive the
+ * process. */
+static tl_status open_synth_model(const tl_synth_params *sp, int32_t threads, const char *dir,
+                                  const char *kind, tl__profile_progress progress, void *user,
+                                  tl_model **m) {
     char path[600];
     if (!temp_name(dir, "gguf", path, sizeof path))
         return tl_error_set(TL_ERR_INVALID, "attention profile: directory name too long");
-    tl__profile_say(progress, user, "attention: writing a %d-layer synthetic model to %s",
-                    sp.n_layer, dir);
-    tl_status st = tl_synth_write(&sp, path);
+    tl__profile_say(progress, user, "attention: writing a %d-layer %s synthetic model to %s",
+                    sp->n_layer, kind, dir);
+    tl_status st = tl_synth_write(sp, path);
     if (st != TL_OK) {
         unlink(path);
         return tl_error_wrap(st, "attention profile");
     }
     tl_model_params mp = tl_model_default_params();
     mp.n_threads = threads;
-    tl_model *m = NULL;
-    st = tl_model_open(path, &mp, &m);
+    st = tl_model_open(path, &mp, m);
     unlink(path); /* the model holds its file open */
-    if (st != TL_OK) return tl_error_wrap(st, "attention profile");
+    return st == TL_OK ? TL_OK : tl_error_wrap(st, "attention profile");
+}
+
+/* The attention runs on the model `sp` describes, written to dir: AT_RUNS times token by
+ * token (line a + b * position per token) and in blocks (s_block per MAC), the medians
+ * kept (a may be NULL); *mm_s (when given) gets the model's matrix products per token. */
+static tl_status attention_model_runs(const tl_synth_params *sp, int32_t threads,
+                                      const char *dir, tl__profile_progress progress,
+                                      void *user, double *a, double *b, double *s_block,
+                                      double *mm_s) {
+    const char *kind = sp->n_head_kv == sp->n_head ? "multi-head" : "grouped";
+    tl_model *m = NULL;
+    tl_status st = open_synth_model(sp, threads, dir, kind, progress, user, &m);
+    if (st != TL_OK) return st;
     double *times = malloc(TL__PROF_AT_POS * sizeof *times);
-    float *logits = malloc((size_t)sp.n_vocab * sizeof *logits);
-    double a = 0, b = 0, mm_s = -1; /* f32 KV; stored formats are timed by kv_decode */
-    double s_block = 0;
+    float *logits = malloc((size_t)sp->n_vocab * sizeof *logits);
     if (!times || !logits) st = tl_error_set(TL_ERR_NOMEM, "attention profile: out of memory");
     /* each run AT_RUNS times, the medians kept: a shared machine's compute rate wanders
      * over seconds, and one run's slope falls wherever the wander put it; no new
@@ -474,46 +486,140 @@ tl_status tl__profile_measure_attention(int32_t threads, const char *dir, tl_hw_
     const double t_runs = tl_now();
     int runs = 0;
     for (int r = 0; r < AT_RUNS && st == TL_OK && tl_now() - t_runs < AT_RUN_S; r++) {
-        tl__profile_say(progress, user, "attention: %d positions with 32-bit KV (%d of %d)",
-                        TL__PROF_AT_POS, r + 1, AT_RUNS);
+        tl__profile_say(progress, user, "attention, %s: %d positions with 32-bit KV (%d of "
+                        "%d)", kind, TL__PROF_AT_POS, r + 1, AT_RUNS);
         st = attention_run(m, 32, TL__PROF_AT_POS, logits, times, &ra[r], &rb[r],
-                           r == 0 ? &mm_s : NULL);
+                           r == 0 ? mm_s : NULL);
         if (st == TL_OK) {
-            tl__profile_say(progress, user, "attention: %d positions in blocks of %d rows "
-                            "(%d of %d)", TL__PROF_AT_BLOCK_POS, TL_ATTN_BLOCK_MAX_ROWS, r + 1,
-                            AT_RUNS);
+            tl__profile_say(progress, user, "attention, %s: %d positions in blocks of %d "
+                            "rows (%d of %d)", kind, TL__PROF_AT_BLOCK_POS,
+                            TL_ATTN_BLOCK_MAX_ROWS, r + 1, AT_RUNS);
             st = attention_block_run(m, TL__PROF_AT_BLOCK_POS, &rs[r]);
         }
         runs += st == TL_OK;
     }
     if (st == TL_OK) {
-        a = tl_median(ra, (size_t)runs);
-        b = tl_median(rb, (size_t)runs);
-        s_block = tl_median(rs, (size_t)runs);
+        if (a) *a = tl_median(ra, (size_t)runs);
+        *b = tl_median(rb, (size_t)runs);
+        *s_block = tl_median(rs, (size_t)runs);
     }
     tl_model_close(m);
     free(times);
     free(logits);
-    if (st != TL_OK) return tl_error_wrap(st, "attention profile");
+    return st == TL_OK ? TL_OK : tl_error_wrap(st, "attention profile");
+}
 
-    /* seconds per visible position per layer */
-    double s32 = b / L;
-    if (s32 > 0) {
-        p->attn_s_per_mac = s32 / (sp.n_head * hd);
-    } else { /* noise swamped the slope: fall back to the FMA bound (QK and AV: 4 FLOPs) */
+/* Seconds per MAC from a token-by-token slope b (per position, all layers) and a block
+ * run's s_block: the FMA bound where noise swamped the slope; blocks share the reads,
+ * never the arithmetic, so a block's rate lies between the single row's and the FMA
+ * bound (noise outside it is clamped). */
+static void attention_rates(const tl_synth_params *sp, const tl_hw_profile *p, double b,
+                            double s_block, tl__profile_progress progress, void *user,
+                            double *row_s, double *block_s) {
+    const double fma_bound = 4.0 / p->fma_flops, hd = sp->n_embd / sp->n_head;
+    if (b > 0) {
+        *row_s = b / sp->n_layer / (sp->n_head * hd);
+    } else {
         tl__profile_say(progress, user, "attention: no measurable slope; using the FMA bound");
-        p->attn_s_per_mac = 4.0 / p->fma_flops;
+        *row_s = fma_bound;
     }
-    /* blocks share the reads, never the arithmetic: a block's rate lies between the
-     * single row's and the FMA bound (noise outside it is clamped) */
     if (s_block <= 0) {
         tl__profile_say(progress, user, "attention blocks: no measurable slope; using the "
                         "single-row rate");
-        s_block = p->attn_s_per_mac;
+        s_block = *row_s;
     }
-    const double fma_bound = 4.0 / p->fma_flops;
-    p->attn_block_s_per_mac = fmin(p->attn_s_per_mac, fmax(s_block, fma_bound));
+    *block_s = fmin(*row_s, fmax(s_block, fma_bound));
+}
+
+void tl__profile_attention_deep_model(tl_synth_params *sp) {
+    tl__profile_attention_model(sp);
+    sp->n_layer = TL__PROF_AT_DEEP_LAYERS, sp->n_ff = 128, sp->n_ctx = TL__PROF_AT_DEEP_POS;
+    sp->weight_type = TL_TYPE_Q4_0;
+}
+
+/* KV beyond the caches: the deep model decoded one token at a time near position 0 and
+ * again near TL__PROF_AT_DEEP_POS (prefilled in blocks between), where its attention
+ * reads *bytes of f32 KV per token. A token at position p costs t0 + p * c(W): every
+ * token reads all its positions, at the rate its working set W allows. With the
+ * in-cache cost per position c_in (the token-by-token slope of the small model, per
+ * layer), t0 = t_lo - p_lo * c_in and c(W_big) = (t_hi - t0) / p_hi; *s_per_byte gets
+ * (c(W_big) - c_in) per KV byte read (0 when the difference drowns in noise). */
+static tl_status attention_deep_run(int32_t threads, const char *dir, double c_in_layer,
+                                    tl__profile_progress progress, void *user,
+                                    double *s_per_byte, double *bytes) {
+    enum { N = 48, SKIP = 16, ROWS = TL_ATTN_BLOCK_MAX_ROWS };
+    tl_synth_params sp;
+    tl__profile_attention_deep_model(&sp);
+    const int32_t P = TL__PROF_AT_DEEP_POS - 16; /* positions in the context, a margin kept */
+    const double kv_pos = 2.0 * sp.n_layer * sp.n_head_kv * (sp.n_embd / sp.n_head) * 4;
+    tl_model *m = NULL;
+    tl_status st = open_synth_model(&sp, threads, dir, "deep", progress, user, &m);
+    if (st != TL_OK) return st;
+    tl_context *c = NULL;
+    st = open_context(m, P, ROWS, 32, &c);
+    double lo[N], hi[N];
+    int32_t pos = 0;
+    tl__profile_say(progress, user, "attention beyond the caches: %d layers to position %d",
+                    sp.n_layer, (int)P);
+    for (int i = 0; i < N && st == TL_OK; i++, pos++) {
+        int32_t tok = 1 + pos % 500;
+        double t0 = tl_now();
+        st = tl_decode(c, &tok, 1, NULL);
+        lo[i] = tl_now() - t0;
+    }
+    while (st == TL_OK && pos + ROWS <= P - N) { /* the prefix, in blocks */
+        int32_t toks[ROWS];
+        for (int32_t r = 0; r < ROWS; r++) toks[r] = 1 + (pos + r) % 500;
+        st = tl_decode(c, toks, ROWS, NULL);
+        pos += ROWS;
+    }
+    const int32_t hi_pos0 = pos;
+    for (int i = 0; i < N && st == TL_OK; i++, pos++) {
+        int32_t tok = 1 + pos % 500;
+        double t0 = tl_now();
+        st = tl_decode(c, &tok, 1, NULL);
+        hi[i] = tl_now() - t0;
+    }
+    tl_context_close(c);
+    tl_model_close(m);
+    if (st != TL_OK) return tl_error_wrap(st, "attention profile (beyond the caches)");
+    /* medians past SKIP tokens (the switch from blocks to single rows), at the mean
+     * position of those tokens */
+    const double p_lo = SKIP + 0.5 * (N - SKIP - 1), p_hi = hi_pos0 + SKIP + 0.5 * (N - SKIP - 1);
+    const double t_lo = tl_median(lo + SKIP, N - SKIP), t_hi = tl_median(hi + SKIP, N - SKIP);
+    const double c_in = c_in_layer * sp.n_layer;
+    const double t0 = t_lo - p_lo * c_in, c_big = (t_hi - t0) / p_hi;
+    *bytes = p_hi * kv_pos;
+    *s_per_byte = c_big > c_in ? (c_big - c_in) / kv_pos : 0;
+    return TL_OK;
+}
+
+tl_status tl__profile_measure_attention(int32_t threads, const char *dir, tl_hw_profile *p,
+                                        tl__profile_progress progress, void *user) {
+    tl_synth_params sp, gq;
+    tl__profile_attention_model(&sp);
+    gq = sp;
+    gq.n_head_kv = sp.n_head / TL_PROF_GQA_GROUP;
+    const double hd = sp.n_embd / sp.n_head, kvd = sp.n_head_kv * hd, L = sp.n_layer;
+    double a = 0, b = 0, s_block = 0, mm_s = -1; /* f32 KV; stored formats: kv_decode */
+    double gb = 0, g_block = 0;
+    tl_status st = attention_model_runs(&sp, threads, dir, progress, user, &a, &b, &s_block,
+                                        &mm_s);
+    if (st == TL_OK)
+        st = attention_model_runs(&gq, threads, dir, progress, user, NULL, &gb, &g_block,
+                                  NULL);
+    if (st != TL_OK) return st;
+    attention_rates(&sp, p, b, s_block, progress, user, &p->attn_s_per_mac,
+                    &p->attn_block_s_per_mac);
+    attention_rates(&gq, p, gb, g_block, progress, user, &p->attn_gqa_s_per_mac,
+                    &p->attn_gqa_block_s_per_mac);
     st = measure_kv_decode(p);
+    if (st != TL_OK) return st;
+    /* the small model's KV per token at its mean position: what the figures above
+     * were measured with, in the caches */
+    p->attn_cache_bytes = 0.5 * TL__PROF_AT_POS * 2.0 * L * kvd * 4;
+    st = attention_deep_run(threads, dir, p->attn_s_per_mac * sp.n_head * hd, progress, user,
+                            &p->attn_mem_s_per_byte, &p->attn_mem_bytes);
     if (st != TL_OK) return st;
     /* intercept: one token at position 0, less its matrix-product work (timed on the
      * model's own weights, as warm as in the loop - the streamed F32 rate would overstate

@@ -29,6 +29,11 @@ enum { TL__PROF_URGENT_BATCH = 8 };
  * prefills in blocks (more: a prefill is fast, and the slope needs a longer run) */
 #define TL__PROF_AT_POS 1024
 #define TL__PROF_AT_BLOCK_POS 2016
+/* the deep model of the attention stage (KV beyond the caches): the attention model's
+ * layers, TL__PROF_AT_DEEP_LAYERS of them, decoded up to TL__PROF_AT_DEEP_POS positions,
+ * where its f32 KV is 64 x 1024 x 4 KiB = 256 MiB */
+#define TL__PROF_AT_DEEP_LAYERS 64
+#define TL__PROF_AT_DEEP_POS 1024
 
 typedef void (*tl__profile_progress)(void *user, const char *line);
 
@@ -63,10 +68,11 @@ tl_status tl__profile_measure_matmul(tl_pool *pool, tl_hw_profile *p,
                                      tl__profile_progress progress, void *user);
 /* The element-wise stage: p->elementwise_s. */
 tl_status tl__profile_measure_elementwise(tl_hw_profile *p);
-/* The tiny model the attention stage decodes with. */
+/* The tiny model the attention stage decodes with, and its deep model. */
 void tl__profile_attention_model(tl_synth_params *sp);
-/* The attention stage: p->attn_s_per_mac, p->attn_block_s_per_mac, p->attn_decode_s and
- * p->layer_fixed_s, from a synthetic model written to dir. Reads p->fma_flops,
+void tl__profile_attention_deep_model(tl_synth_params *sp);
+/* The attention stage: p->attn_s_per_mac, p->attn_block_s_per_mac, their grouped-query
+ * pair, p->attn_decode_s, the beyond-the-caches figures and p->layer_fixed_s, from a synthetic model written to dir. Reads p->fma_flops,
  * p->matmul_macs and p->elementwise_s, so it runs after those stages. */
 tl_status tl__profile_measure_attention(int32_t threads, const char *dir, tl_hw_profile *p,
                                         tl__profile_progress progress, void *user);

@@ -75,6 +75,11 @@ static void print_summary(const tl_hw_profile *p) {
     printf("attention:     %.3f ns per (position x head x head_dim), f32 KV; %.3f ns in "
            "blocks of %d rows\n", p->attn_s_per_mac * 1e9, p->attn_block_s_per_mac * 1e9,
            TL_ATTN_BLOCK_MAX_ROWS);
+    printf("  grouped %d:  %.3f ns, %.3f ns in blocks (query heads per kv head)\n",
+           TL_PROF_GQA_GROUP, p->attn_gqa_s_per_mac * 1e9, p->attn_gqa_block_s_per_mac * 1e9);
+    printf("  beyond the caches: +%.4f ns per KV byte read with %.0f MiB read per token "
+           "(in the caches: %.0f MiB)\n", p->attn_mem_s_per_byte * 1e9,
+           p->attn_mem_bytes / 1048576.0, p->attn_cache_bytes / 1048576.0);
     printf("  KV decode:   ");
     for (int k = 1; k < TL_PROF_N_KVBITS; k++)
         printf("%s%d-bit %.3f ns", k > 1 ? ", " : "", (int)tl_prof_kvbits[k],
