@@ -5,8 +5,8 @@
  * FFN 2-3.5x, heads of 64 or 128 dims, multi-head or grouped KV, Q8_0, Q4_0, F16 or Q4_K,
  * vocabulary 8000 or 32000, at most 1.1 GB; shrunk by layers until it is), a budget of 20-100%
  * of the model (under 80%, so weights stream, for two configurations in four: one run and
- * one batch of each four; raised by half, up to three times, while it is under the
- * engine's minimum for the workload), the regime (run or batch, alternating), a prompt length up to 4096 (log-uniform from 16), 8-64 generated
+ * one batch of each four; raised to the minimum a refusal states, else by half, up to
+ * three times, while it is under the engine's minimum for the workload), the regime (run or batch, alternating), a prompt length up to 4096 (log-uniform from 16), 8-64 generated
  * tokens and, for batch, 4-64 prompts (fewer when they would pass 8192 prompt tokens in
  * all, down to 4). Each is planned with --policy auto as the CLI plans
  * it (placement, calibration, re-plan) and run; the prediction and the measurement of each
@@ -127,6 +127,18 @@ static double rate_gbs(double bytes, double seconds) {
     return seconds > 0 ? bytes / seconds / 1e9 : 0;
 }
 
+/* The least "minimum is X MiB" a planning refusal states, or 0. */
+static double stated_minimum_mib(const char *msg) {
+    double best = 0;
+    for (const char *p = msg; p && (p = strstr(p, "minimum is ")) != NULL; p++) {
+        double v;
+        if (sscanf(p + strlen("minimum is "), "%lf MiB", &v) == 1 && v > 0 &&
+            (best == 0 || v < best))
+            best = v;
+    }
+    return best;
+}
+
 int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof, int keep,
                 double decide_cap_s, int only, int list_only) {
     if (n < 1 || n > 256) {
@@ -177,10 +189,15 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
         }
         settle(path);
         outcome o = run_case(&bc, prof, 0, 1);
-        /* a budget under the engine's minimum (KV and scratch at this context): raised by
-         * half, as a user told the minimum would, at most three times */
+        /* a budget under the engine's minimum (KV and scratch at this context): raised, as
+         * a user told the minimum would, to the least minimum the refusal states (with the
+         * KV cache in tiers or not), else by half; at most three times */
         for (int tries = 0; !o.ok && !o.ran && tries < 3; tries++) {
-            bc.budget_mib += bc.budget_mib / 2 + 1;
+            const double stated = stated_minimum_mib(o.error);
+            if (stated > (double)bc.budget_mib)
+                bc.budget_mib = (unsigned long long)ceil(stated * 1.02);
+            else
+                bc.budget_mib += bc.budget_mib / 2 + 1;
             printf("     budget raised to %llu MiB (%.0f%% of the model)\n",
                    (unsigned long long)bc.budget_mib, 100 * bc.budget_mib * 1048576.0 / c.model_bytes);
             o = run_case(&bc, prof, 0, 1);

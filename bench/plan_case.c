@@ -88,7 +88,8 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
     o.disk_bps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
     o.prof = cal;
     if (st) {
-        fprintf(stderr, "error: planning: %s\n", tl_last_error());
+        snprintf(o.error, sizeof o.error, "%s", tl_last_error());
+        fprintf(stderr, "error: planning: %s\n", o.error);
         tl_model_close(m);
         return o;
     }

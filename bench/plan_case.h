@@ -33,6 +33,7 @@ typedef struct outcome {
     /* the first calibration's ratios (plan/calibrate.h; disk, compute and products 1
      * when not measured, the mix 0) */
     double cal_disk, cal_compute, cal_products, cal_mix;
+    char error[1024];       /* why it did not run (planning or placement refused it), or "" */
 } outcome;
 
 void print_policy(const tl_policy *p);
