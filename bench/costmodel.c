@@ -47,25 +47,25 @@ typedef struct table_case {
 /* group = (model, budget, regime, workload); each group ends with its auto case */
 static const table_case cases[] = {
     /* TinyLlama Q8_0 (1.1 GiB), 400 MiB: latency */
-    {0, {NULL, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 2, 1, 64, NULL}},
-    {0, {NULL, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 1, 0, 64, NULL}},
-    {0, {NULL, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 4, 1, 16, NULL}},
-    {0, {NULL, 400, 1, 32, 16, 1, 1, 0, 0, 0, 0, 0, 0, 0, NULL}},
+    {0, {NULL, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 2, 1, 64, NULL, 0}},
+    {0, {NULL, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 1, 0, 64, NULL, 0}},
+    {0, {NULL, 400, 1, 32, 16, 1, 0, 1, 1, 32, 100, 4, 1, 16, NULL, 0}},
+    {0, {NULL, 400, 1, 32, 16, 1, 1, 0, 0, 0, 0, 0, 0, 0, NULL, 0}},
     /* TinyLlama Q8_0, 600 MiB: throughput, 32 x (32 + 16) */
-    {0, {NULL, 600, 0, 32, 16, 32, 0, 8, 4, 32, 100, 1, 1, 512, NULL}},
-    {0, {NULL, 600, 0, 32, 16, 32, 0, 4, 2, 32, 100, 2, 1, 512, NULL}},
-    {0, {NULL, 600, 0, 32, 16, 32, 0, 16, 2, 16, 100, 1, 1, 512, NULL}},
-    {0, {NULL, 600, 0, 32, 16, 32, 0, 32, 1, 32, 50, 1, 1, 512, NULL}},
-    {0, {NULL, 600, 0, 32, 16, 32, 0, 8, 4, 32, 100, 1, 0, 512, NULL}},
-    {0, {NULL, 600, 0, 32, 16, 32, 1, 0, 0, 0, 0, 0, 0, 0, NULL}},
+    {0, {NULL, 600, 0, 32, 16, 32, 0, 8, 4, 32, 100, 1, 1, 512, NULL, 0}},
+    {0, {NULL, 600, 0, 32, 16, 32, 0, 4, 2, 32, 100, 2, 1, 512, NULL, 0}},
+    {0, {NULL, 600, 0, 32, 16, 32, 0, 16, 2, 16, 100, 1, 1, 512, NULL, 0}},
+    {0, {NULL, 600, 0, 32, 16, 32, 0, 32, 1, 32, 50, 1, 1, 512, NULL, 0}},
+    {0, {NULL, 600, 0, 32, 16, 32, 0, 8, 4, 32, 100, 1, 0, 512, NULL, 0}},
+    {0, {NULL, 600, 0, 32, 16, 32, 1, 0, 0, 0, 0, 0, 0, 0, NULL, 0}},
     /* Llama-2-7B Q4_0 (3.6 GiB), 2 GiB: latency */
-    {1, {NULL, 2048, 1, 16, 6, 1, 0, 1, 1, 32, 100, 2, 1, 64, NULL}},
-    {1, {NULL, 2048, 1, 16, 6, 1, 0, 1, 1, 32, 100, 1, 0, 64, NULL}},
-    {1, {NULL, 2048, 1, 16, 6, 1, 1, 0, 0, 0, 0, 0, 0, 0, NULL}},
+    {1, {NULL, 2048, 1, 16, 6, 1, 0, 1, 1, 32, 100, 2, 1, 64, NULL, 0}},
+    {1, {NULL, 2048, 1, 16, 6, 1, 0, 1, 1, 32, 100, 1, 0, 64, NULL, 0}},
+    {1, {NULL, 2048, 1, 16, 6, 1, 1, 0, 0, 0, 0, 0, 0, 0, NULL, 0}},
     /* Llama-2-7B Q4_0, 2 GiB: throughput, 16 x (16 + 6) */
-    {1, {NULL, 2048, 0, 16, 6, 16, 0, 4, 2, 32, 100, 1, 1, 512, NULL}},
-    {1, {NULL, 2048, 0, 16, 6, 16, 0, 16, 1, 16, 100, 1, 1, 512, NULL}},
-    {1, {NULL, 2048, 0, 16, 6, 16, 1, 0, 0, 0, 0, 0, 0, 0, NULL}},
+    {1, {NULL, 2048, 0, 16, 6, 16, 0, 4, 2, 32, 100, 1, 1, 512, NULL, 0}},
+    {1, {NULL, 2048, 0, 16, 6, 16, 0, 16, 1, 16, 100, 1, 1, 512, NULL, 0}},
+    {1, {NULL, 2048, 0, 16, 6, 16, 1, 0, 0, 0, 0, 0, 0, 0, NULL, 0}},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -90,7 +90,7 @@ static void replan_experiment(const tl_hw_profile *prof_in) {
     /* throughput regime, 128 prompts: several blocks, so a re-plan has room to pay off */
     char path[640];
     if (!model_path(0, path, sizeof path)) return;
-    bench_case c = {path, 600, 0, 32, 16, 128, 1, 0, 0, 0, 0, 0, 0, 0, NULL};
+    bench_case c = {path, 600, 0, 32, 16, 128, 1, 0, 0, 0, 0, 0, 0, 0, NULL, 0};
     /* the right profile: disk figures checked against the model file, now */
     tl_hw_profile right_prof = *prof_in;
     const tl_hw_profile *prof = &right_prof;

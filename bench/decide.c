@@ -160,6 +160,7 @@ decision decide_case(const bench_case *c, const outcome *planned, uint64_t seed)
             if (cd->failed || (round > 0 && cd->predicted_s > ONCE_ABOVE * chosen_pred)) continue;
             bench_case bc = *c;
             bc.automatic = 0;
+            bc.max_predicted_s = 0; /* every candidate runs, however long */
             bc.policy = &cd->pol;
             outcome o = run_case(&bc, prof, 0, 0);
             if (!o.ok) {

@@ -6,7 +6,8 @@
  * vocabulary 8000 or 32000, at most 1.1 GB; shrunk by layers until it is), a budget of 20-100%
  * of the model (under 80%, so weights stream, for two configurations in four: one run and
  * one batch of each four; raised to the minimum a refusal states, else by half, up to
- * three times, while it is under the engine's minimum for the workload), the regime (run or batch, alternating), a prompt length up to 4096 (log-uniform from 16), 8-64 generated
+ * four times, while it is under the engine's minimum for the workload or the plan is
+ * predicted to take over 150 s), the regime (run or batch, alternating), a prompt length up to 4096 (log-uniform from 16), 8-64 generated
  * tokens and, for batch, 4-64 prompts (fewer when they would pass 8192 prompt tokens in
  * all, down to 4). Each is planned with --policy auto as the CLI plans
  * it (placement, calibration, re-plan) and run; the prediction and the measurement of each
@@ -127,6 +128,8 @@ static double rate_gbs(double bytes, double seconds) {
     return seconds > 0 ? bytes / seconds / 1e9 : 0;
 }
 
+#define MAX_PREDICTED_S 150.0 /* a longer plan has its budget raised rather than run */
+
 /* The least "minimum is X MiB" a planning refusal states, or 0. */
 static double stated_minimum_mib(const char *msg) {
     double best = 0;
@@ -191,10 +194,16 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
         outcome o = run_case(&bc, prof, 0, 1);
         /* a budget under the engine's minimum (KV and scratch at this context): raised, as
          * a user told the minimum would, to the least minimum the refusal states (with the
-         * KV cache in tiers or not), else by half; at most three times */
-        for (int tries = 0; !o.ok && !o.ran && tries < 3; tries++) {
+         * KV cache in tiers or not), else by half; a plan predicted to take longer than
+         * MAX_PREDICTED_S (a budget at the minimum can mean one prompt token per pass of
+         * streamed weights): raised by half; at most four times */
+        bc.max_predicted_s = MAX_PREDICTED_S;
+        for (int tries = 0; !o.ok && !o.ran && tries < 4; tries++) {
             const double stated = stated_minimum_mib(o.error);
-            if (stated > (double)bc.budget_mib)
+            if (o.too_long)
+                printf("     predicted %.0f s, more than %.0f s\n", o.plan.cost.total_s,
+                       MAX_PREDICTED_S);
+            if (!o.too_long && stated > (double)bc.budget_mib)
                 bc.budget_mib = (unsigned long long)ceil(stated * 1.02);
             else
                 bc.budget_mib += bc.budget_mib / 2 + 1;

@@ -93,6 +93,11 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
         tl_model_close(m);
         return o;
     }
+    if (c->max_predicted_s > 0 && o.plan.cost.total_s > c->max_predicted_s) {
+        o.too_long = 1;
+        tl_model_close(m);
+        return o;
+    }
     const tl_policy *pol = &o.plan.policy;
     tl_generate_params gp = tl_generate_default_params();
     gp.n_predict = c->gen;

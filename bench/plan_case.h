@@ -17,6 +17,7 @@ typedef struct bench_case {
     int automatic;         /* 1: the planner's choice; else the knobs below */
     int gbs, num_gb, kv_bits, kv_mem, prefetch, overlap, rows;
     const tl_policy *policy; /* not automatic: this whole policy instead of the knobs */
+    double max_predicted_s;  /* > 0: a plan predicted longer than this is not run */
 } bench_case;
 
 typedef struct outcome {
@@ -29,6 +30,7 @@ typedef struct outcome {
     double kv_bytes_read, weight_bytes_read;         /* measured, batch only */
     int ok;
     int ran;                /* the workload started (planning and placement succeeded) */
+    int too_long;           /* planned, but predicted longer than max_predicted_s: not run */
     int32_t replans;
     /* the first calibration's ratios (plan/calibrate.h; disk, compute and products 1
      * when not measured, the mix 0) */
