@@ -191,13 +191,13 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
             continue;
         }
         settle(path);
+        bc.max_predicted_s = MAX_PREDICTED_S;
         outcome o = run_case(&bc, prof, 0, 1);
         /* a budget under the engine's minimum (KV and scratch at this context): raised, as
          * a user told the minimum would, to the least minimum the refusal states (with the
          * KV cache in tiers or not), else by half; a plan predicted to take longer than
          * MAX_PREDICTED_S (a budget at the minimum can mean one prompt token per pass of
          * streamed weights): raised by half; at most four times */
-        bc.max_predicted_s = MAX_PREDICTED_S;
         for (int tries = 0; !o.ok && !o.ran && tries < 4; tries++) {
             const double stated = stated_minimum_mib(o.error);
             if (o.too_long)

@@ -132,24 +132,28 @@ static void verify(kv_case *c, const int32_t *seqs, const int *idents, int n, in
             int want = vis - pg * P < P ? vis - pg * P : P;
             CHECK(rows == want);
             int stored = (pg + 1) * P <= len; /* full at the last commit */
-            /* each kv head's own view: the same values as its columns of the page's */
+            /* each kv head's own views: the same values as its columns of the page's, rows
+             * kv_dim apart in an f32 page, head_dim apart when decoded */
             const int H = c->p.head_dim;
-            float *hs = malloc(sizeof(float) * 2 * (size_t)P * (size_t)H);
-            for (int h = 0; hs && h * H < D && rows == want; h++) {
-                const float *hk = NULL, *hv = NULL;
-                size_t ld = 0;
-                int32_t hrows = -1;
-                tl_kv_touch_head(kv, seqs[j], layer, pg + 1, h, h & 1); /* a hint: no effect */
-                st = tl_kv_view_head(kv, seqs[j], layer, pg, h, hs, &hk, &hv, &ld, &hrows);
-                CHECK_MSG(st == TL_OK && hrows == rows, "%s: head %d view of page %d: %s",
-                          c->label, h, pg, st ? tl_last_error() : "rows differ");
-                int same = st == TL_OK && (ld == (size_t)D || ld == (size_t)H);
-                for (int r = 0; same && r < rows; r++)
-                    same = !memcmp(hk + r * ld, k + (size_t)r * D + h * H, sizeof(float) * H) &&
-                           !memcmp(hv + r * ld, v + (size_t)r * D + h * H, sizeof(float) * H);
-                CHECK_MSG(same, "%s: head %d of page %d differs from the page's view", c->label,
-                          h, pg);
-            }
+            const size_t want_ld = c->p.bits == 32 || !stored ? (size_t)D : (size_t)H;
+            float *hs = malloc(sizeof(float) * (size_t)P * (size_t)H);
+            for (int h = 0; hs && h * H < D && rows == want; h++)
+                for (int half = 0; half < 2; half++) {
+                    const float *hx = NULL, *full = half ? v : k;
+                    size_t ld = 0;
+                    int32_t hrows = -1;
+                    tl_kv_touch_head(kv, seqs[j], layer, pg + 1, h, half); /* a hint only */
+                    st = tl_kv_view_head(kv, seqs[j], layer, pg, h, half, hs, &hx, &ld, &hrows);
+                    CHECK_MSG(st == TL_OK && hrows == rows && ld == want_ld,
+                              "%s: head %d %s view of page %d: %s (ld %zu)", c->label, h,
+                              half ? "V" : "K", pg, st ? tl_last_error() : "rows or ld", ld);
+                    int same = st == TL_OK && ld == want_ld;
+                    for (int r = 0; same && r < rows; r++)
+                        same = !memcmp(hx + r * ld, full + (size_t)r * D + h * H,
+                                       sizeof(float) * H);
+                    CHECK_MSG(same, "%s: head %d %s of page %d differs from the page's view",
+                              c->label, h, half ? "V" : "K", pg);
+                }
             free(hs);
             for (int r = 0; r < rows && r < want; r++) {
                 check_row(c, k + (size_t)r * D, idents[j], layer, pg * P + r, 0, stored);
@@ -205,7 +209,8 @@ static uint64_t run_case(int bits, place pl, int P) {
     kv_case c;
     memset(&c, 0, sizeof c);
     const int pct = pl.temperature ? 0 : pl.pct;
-    c.p = base_params(bits, pct, P, P == 16 ? 64 : 10); /* groups of 64; of head_dim */
+    /* groups of 64 (one, then two per head); of head_dim */
+    c.p = base_params(bits, pct, P, P == 16 ? 64 : P == 3 ? 128 : 10);
     c.p.placement = pl.temperature ? TL_KV_TEMPERATURE : TL_KV_SPREAD;
     c.p.sink_pages = pl.sinks;
     c.p.window_pages = pl.window;
@@ -778,12 +783,12 @@ static void test_bad_calls(void) {
     CHECK(tl_kv_view(kv, s, 1, 0, NULL, &kk, &vv, &rows) == TL_ERR_INVALID);
     CHECK(tl_kv_view(kv, s, 0, 0, NULL, &kk, &vv, &rows) == TL_OK && rows == 2);
     size_t ld;
-    CHECK(tl_kv_view_head(kv, s, 0, 0, 2, NULL, &kk, &vv, &ld, &rows) == TL_ERR_INVALID &&
+    CHECK(tl_kv_view_head(kv, s, 0, 0, 2, 0, NULL, &kk, &ld, &rows) == TL_ERR_INVALID &&
           has("kv head 2"));
-    CHECK(tl_kv_view_head(kv, s, 0, 0, -1, NULL, &kk, &vv, &ld, &rows) == TL_ERR_INVALID);
-    CHECK(tl_kv_view_head(kv, s, 0, 0, 1, NULL, &kk, &vv, &ld, &rows) == TL_OK && rows == 2 &&
+    CHECK(tl_kv_view_head(kv, s, 0, 0, -1, 1, NULL, &kk, &ld, &rows) == TL_ERR_INVALID);
+    CHECK(tl_kv_view_head(kv, s, 0, 0, 1, 1, NULL, &kk, &ld, &rows) == TL_OK && rows == 2 &&
           ld == 20);
-    CHECK(tl_kv_view_head(kv, s, 1, 0, 0, NULL, &kk, &vv, &ld, &rows) == TL_ERR_INVALID);
+    CHECK(tl_kv_view_head(kv, s, 1, 0, 0, 0, NULL, &kk, &ld, &rows) == TL_ERR_INVALID);
     tl_kv_touch_head(kv, s, 0, 9, 0, 0); /* past the end, bad head, bad sequence: no-ops */
     tl_kv_touch_head(kv, s, 0, 0, 5, 1);
     tl_kv_touch_head(kv, 7, 0, 0, 0, 0);

@@ -243,17 +243,18 @@ static void hand_kv_mem(const char *path) {
     double t1 = tl_cost_pass_compute(m, &mem, 32, one, c1, s0, 2, 1, 0, 1, NULL);
     CHECK_MSG(close_to(t1 - t0, share * 1e-9 * w, 1e-9), "decode: %.9g vs %.9g", t1 - t0,
               share * 1e-9 * w);
-    /* a block of 16 rows reads each position once: W = 2 x 1000 x 256, below the cache */
+    /* a block of 16 rows reads each position once: W = 2 x 1000 x 256 */
     t0 = tl_cost_pass_compute(m, &base, 32, blk, c16, s0, 1, 16, 0, 1, NULL);
     t1 = tl_cost_pass_compute(m, &mem, 32, blk, c16, s0, 1, 16, 0, 1, NULL);
     w = 2 * 1000 * 256.0, share = (w - 128000) / (1024000 - 128000);
     CHECK_MSG(close_to(t1 - t0, share * 1e-9 * w, 1e-9), "block: %.9g vs %.9g", t1 - t0,
               share * 1e-9 * w);
-    /* 8-bit pages (codes and 8 bytes per 64 values), 2 x 8000 positions: beyond attn_mem_bytes */
+    /* 8-bit pages, 2 x 8000 positions: beyond attn_mem_bytes. Groups never straddle a
+     * head, so a head of 16 is one group: 16 codes and 8 bytes of min and scale */
     const double c2k[2] = {8000, 8000};
     t0 = tl_cost_pass_compute(m, &base, 8, one, c2k, c2k, 2, 1, 0, 1, NULL);
     t1 = tl_cost_pass_compute(m, &mem, 8, one, c2k, c2k, 2, 1, 0, 1, NULL);
-    w = 2 * 2 * 8000 * 2 * 32 * (1 + 8.0 / 64);
+    w = 2 * 2 * 8000 * 2 * 32 * (1 + 8.0 / 16);
     CHECK(w > 1024000);
     CHECK_MSG(close_to(t1 - t0, 1e-9 * w, 1e-9), "8-bit: %.9g vs %.9g", t1 - t0, 1e-9 * w);
     tl_model_close(m);

@@ -920,6 +920,23 @@ void tl_kv_release(tl_kv *kv, const int32_t *seqs, int32_t n_seqs, int32_t layer
 }
 
 /* The bytes of a viewable page (NULL for an open page), and its visible rows. */
+/* The bytes a view of page pg would read and their form: *src NULL when the page is not
+ * viewable now (on disk and not staged or pinned); an open page's are its f32 frame. No
+ * error is set: tl_kv_touch_head calls it from worker threads for a hint. */
+static const uint8_t *page_bytes_now(const kv_page *pg, int *form) {
+    *form = FORM_KV;
+    if (pg->state == PG_OPEN || pg->state == PG_MEM) return pg->frame;
+    if (pg->state == PG_DISK && pg->stage && !pg->reading) {
+        *form = pg->sform;
+        return pg->stage;
+    }
+    if (pg->state == PG_DISK && (pg->pinned || pg->cached)) {
+        *form = pg->form;
+        return pg->frame;
+    }
+    return NULL;
+}
+
 static tl_status view_source(tl_kv *kv, int32_t seq, int32_t layer, int32_t page,
                              const char *what, kv_page **pgp, const uint8_t **src,
                              int32_t *rows, int *form) {
@@ -936,16 +953,9 @@ static tl_status view_source(tl_kv *kv, int32_t seq, int32_t layer, int32_t page
     *pgp = pg;
     *src = NULL;
     *form = FORM_KV;
-    if (pg->state == PG_OPEN) return TL_OK;
-    if (pg->state == PG_MEM) {
-        *src = pg->frame;
-    } else if (pg->state == PG_DISK && pg->stage && !pg->reading) {
-        *src = pg->stage;
-        *form = pg->sform;
-    } else if (pg->state == PG_DISK && (pg->pinned || pg->cached)) {
-        *src = pg->frame;
-        *form = pg->form;
-    } else {
+    if (pg->state == PG_OPEN) return TL_OK; /* its f32 frame: *src stays NULL */
+    *src = page_bytes_now(pg, form);
+    if (!*src) {
         return tl_error_set(TL_ERR_INVALID,
                             "kv %s: page %d of sequence %d layer %d is on disk and %s "
                             "(tl_kv_prefetch and tl_kv_wait first)", what, (int)page, (int)seq,
@@ -954,18 +964,19 @@ static tl_status view_source(tl_kv *kv, int32_t seq, int32_t layer, int32_t page
     return TL_OK;
 }
 
-/* Decodes columns [col, col + width) of n stored K rows and n V rows into scratch, rows
- * width apart (K at 0, V at page_tokens * width): quantization groups never straddle a
- * head (quant_group), so a head's columns, or a whole row's, are whole groups. */
+/* Decodes columns [col, col + width) of n stored rows of the halves [h0, h1) of a page
+ * (0: K, 1: V) into scratch, rows width apart, half h at (h - h0) * page_tokens * width:
+ * quantization groups never straddle a head (quant_group), so a head's columns, or a
+ * whole row's, are whole groups. */
 static void decode_cols(const tl_kv *kv, const uint8_t *in, int32_t n, int32_t col,
-                        int32_t width, float *scratch) {
+                        int32_t width, int h0, int h1, float *scratch) {
     const size_t W = (size_t)width, P = (size_t)kv->p.page_tokens;
     const size_t off = kv->p.bits == 16 ? (size_t)col * 2
                                         : tl_kv_quant_row_bytes(col, kv->group, kv->p.bits);
-    for (int half = 0; half < 2; half++) {
+    for (int half = h0; half < h1; half++) {
         for (size_t r = 0; r < (size_t)n; r++) {
             const uint8_t *src = in + (half * P + r) * kv->row_bytes + off;
-            float *x = scratch + half * P * W + r * W;
+            float *x = scratch + (size_t)(half - h0) * P * W + r * W;
             if (kv->p.bits == 16) {
                 const uint16_t *h = (const uint16_t *)(const void *)src;
                 for (size_t j = 0; j < W; j++) x[j] = tl_f16_to_f32(h[j]);
@@ -976,11 +987,12 @@ static void decode_cols(const tl_kv *kv, const uint8_t *in, int32_t n, int32_t c
     }
 }
 
-/* Views of columns [col, col + width) of a page: into the page for f32 (rows kv_dim
- * apart), else decoded into scratch (rows width apart). */
+/* Views of columns [col, col + width) of the halves [h0, h1) of a page (0: K, 1: V): into
+ * the page for f32 (rows kv_dim apart), else decoded into scratch (rows width apart); *x
+ * gets half h0, and with both halves *v gets V. */
 static tl_status view_cols(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, int32_t col,
-                           int32_t width, float *scratch, const float **k, const float **v,
-                           size_t *ld, int32_t *n) {
+                           int32_t width, int h0, int h1, float *scratch, const float **x,
+                           const float **v, size_t *ld, int32_t *n) {
     kv_page *pg;
     const uint8_t *src;
     int32_t rows;
@@ -994,14 +1006,14 @@ static tl_status view_cols(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, 
                             (int)seq, (int)layer);
     if (!src || kv->p.bits == 32) { /* f32 rows: the open frame, or the stored page */
         const float *f = (const float *)(const void *)(src ? src : pg->frame);
-        *k = f + col;
-        *v = f + P * D + col;
+        *x = f + (size_t)h0 * P * D + col;
+        if (v) *v = f + P * D + col;
         *ld = D;
     } else {
         if (!scratch) return tl_error_set(TL_ERR_INVALID, "kv view: no scratch buffer");
-        decode_cols(kv, src, rows, col, width, scratch);
-        *k = scratch;
-        *v = scratch + P * (size_t)width;
+        decode_cols(kv, src, rows, col, width, h0, h1, scratch);
+        *x = scratch;
+        if (v) *v = scratch + P * (size_t)width;
         *ld = (size_t)width;
     }
     *n = rows;
@@ -1012,46 +1024,38 @@ tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float 
                      const float **k, const float **v, int32_t *n) {
     if (!kv || !k || !v || !n) return tl_error_set(TL_ERR_INVALID, "kv view: null argument");
     size_t ld;
-    return view_cols(kv, seq, layer, page, 0, kv->p.kv_dim, scratch, k, v, &ld, n);
+    return view_cols(kv, seq, layer, page, 0, kv->p.kv_dim, 0, 2, scratch, k, v, &ld, n);
 }
 
 tl_status tl_kv_view_head(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, int32_t head,
-                          float *scratch, const float **k, const float **v, size_t *ld,
+                          int values, float *scratch, const float **x, size_t *ld,
                           int32_t *n) {
-    if (!kv || !k || !v || !ld || !n)
-        return tl_error_set(TL_ERR_INVALID, "kv view: null argument");
+    if (!kv || !x || !ld || !n) return tl_error_set(TL_ERR_INVALID, "kv view: null argument");
     const int32_t H = kv->p.head_dim;
-    if (head < 0 || H <= 0 || (int64_t)(head + 1) * H > kv->p.kv_dim)
+    if (head < 0 || H <= 0 || ((int64_t)head + 1) * H > kv->p.kv_dim)
         return tl_error_set(TL_ERR_INVALID, "kv view: kv head %d of a %d-wide row of "
                             "%d-wide heads", (int)head, (int)kv->p.kv_dim, (int)H);
-    return view_cols(kv, seq, layer, page, head * H, H, scratch, k, v, ld, n);
+    const int h = values ? 1 : 0;
+    return view_cols(kv, seq, layer, page, head * H, H, h, h + 1, scratch, x, NULL, ld, n);
 }
 
 void tl_kv_touch_head(const tl_kv *kv, int32_t seq, int32_t layer, int32_t page,
                       int32_t head, int values) {
-    if (!kv || seq < 0 || seq >= kv->p.max_seqs || layer < 0 || layer >= kv->p.n_layer ||
-        page < 0 || head < 0)
+    if (!kv || seq < 0 || seq >= kv->p.max_seqs || !kv->seqs[seq].open || layer < 0 ||
+        layer >= kv->p.n_layer || page < 0 || head < 0)
         return;
     const int32_t P = kv->p.page_tokens, H = kv->p.head_dim;
-    const int32_t vis = tl_kv_visible(kv, seq, layer);
-    if ((int64_t)page * P >= vis || (int64_t)(head + 1) * H > kv->p.kv_dim) return;
+    const int32_t vis = kv->seqs[seq].len + sl_at(kv, seq, layer)->pending;
+    if ((int64_t)page * P >= vis || ((int64_t)head + 1) * H > kv->p.kv_dim) return;
     const int32_t rows = vis - page * P < P ? vis - page * P : P;
     const kv_page *pg = page_at(kv, seq, layer, page);
-    const uint8_t *src;
-    size_t rb, off, len;
-    if (pg->state == PG_OPEN) {
-        src = pg->frame, rb = (size_t)kv->p.kv_dim * 4;
-    } else if (pg->state == PG_MEM) {
-        src = pg->frame, rb = kv->row_bytes;
-    } else if (pg->state == PG_DISK && pg->stage && !pg->reading && pg->sform == FORM_KV) {
-        src = pg->stage, rb = kv->row_bytes;
-    } else if (pg->state == PG_DISK && (pg->pinned || pg->cached) && pg->form != FORM_X) {
-        src = pg->frame, rb = kv->row_bytes;
-    } else {
-        return;
-    }
-    if (!src) return;
-    if (rb == (size_t)kv->p.kv_dim * 4) { /* f32 */
+    int form;
+    const uint8_t *src = page_bytes_now(pg, &form);
+    if (!src || form == FORM_X) return;
+    const int f32 = pg->state == PG_OPEN || kv->p.bits == 32;
+    const size_t rb = f32 ? (size_t)kv->p.kv_dim * 4 : kv->row_bytes;
+    size_t off, len;
+    if (f32) {
         off = (size_t)head * H * 4, len = (size_t)H * 4;
     } else if (kv->p.bits == 16) {
         off = (size_t)head * H * 2, len = (size_t)H * 2;
@@ -1060,8 +1064,11 @@ void tl_kv_touch_head(const tl_kv *kv, int32_t seq, int32_t layer, int32_t page,
         len = tl_kv_quant_row_bytes(H, kv->group, kv->p.bits);
     }
     const uint8_t *base = src + (values ? (size_t)P * rb : 0) + off;
-    for (int32_t r = 0; r < rows; r++)
-        for (size_t b = 0; b < len; b += 64) __builtin_prefetch(base + (size_t)r * rb + b);
+    for (int32_t r = 0; r < rows; r++) { /* every line of [row + 0, row + len) */
+        const uintptr_t a = (uintptr_t)(base + (size_t)r * rb), end = a + len;
+        for (uintptr_t l = a & ~(uintptr_t)63; l < end; l += 64)
+            __builtin_prefetch((const void *)l);
+    }
 }
 
 int tl_kv_page_inputs(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, const float **x,

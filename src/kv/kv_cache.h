@@ -163,18 +163,19 @@ int32_t tl_kv_visible(const tl_kv *kv, int32_t seq, int32_t layer);
 tl_status tl_kv_view(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, float *scratch,
                      const float **k, const float **v, int32_t *n);
 
-/* The same for kv head `head` alone (head_dim columns from head * head_dim): f32 pages
- * give pointers into the page, rows *ld = kv_dim floats apart; stored formats decode only
- * that head's columns into `scratch` (2 * page_tokens * head_dim floats), rows
- * *ld = head_dim apart. Attention reads one kv head per job, so decoding the whole page
- * there would do its work n_kv_heads times. */
+/* One kv head's K (values 0) or V (values 1) rows of a page: head_dim columns from
+ * head * head_dim. f32 pages give a pointer into the page, rows *ld = kv_dim floats
+ * apart; stored formats decode only those columns into `scratch` (page_tokens * head_dim
+ * floats), rows *ld = head_dim apart. Attention reads one kv head per job, K for the
+ * scores and then V for the sum, so decoding whole pages there would do the work
+ * 2 * n_kv_heads times. */
 tl_status tl_kv_view_head(tl_kv *kv, int32_t seq, int32_t layer, int32_t page, int32_t head,
-                          float *scratch, const float **k, const float **v, size_t *ld,
+                          int values, float *scratch, const float **x, size_t *ld,
                           int32_t *n);
 /* A hint, nothing else: asks the CPU to bring the bytes tl_kv_view_head would read for
  * the K (values 0) or V (values 1) rows of that head into the cache. Does nothing for a
- * page that is not viewable or arguments out of range; no error, no state changed (safe
- * beside views from other threads). */
+ * page that is not viewable or arguments out of range; sets no error and changes no
+ * state, so worker threads may call it beside views while no thread changes the cache. */
 void tl_kv_touch_head(const tl_kv *kv, int32_t seq, int32_t layer, int32_t page,
                       int32_t head, int values);
 

@@ -72,8 +72,10 @@ static size_t scratch_table(const tl_llama *m, tl_llama_scratch *s, int32_t max_
     }
     const size_t block = (size_t)tl_llama_attn_block_rows(hp, max_ctx);
     s->attn_rows = (int32_t)(block < nr ? block : nr);
+    /* per thread: the block's scores, and one kv head's K or V columns of a stored page
+     * decoded (tl_kv_view_head) */
     s->attn_floats = (size_t)s->attn_rows * group * (size_t)max_ctx +
-                     2 * (size_t)page_tokens * kvd;
+                     (size_t)page_tokens * (size_t)hp->head_dim;
     size_t n = 0;
     t[n++] = (scratch_buf){&s->xn, nr * (d > qd ? d : qd), "activations"};
     t[n++] = (scratch_buf){&s->q, nr * qd, "activations"};
@@ -363,10 +365,9 @@ static void attn_task(void *arg, int task, int thread) {
             t0 += P;
             continue;
         }
-        const float *V;
         size_t ld;
         tl_kv_touch_head(j->kv, seq, j->layer, p + TOUCH_AHEAD, g, 0);
-        tl_status st = tl_kv_view_head(j->kv, seq, j->layer, p, g, page_buf, &K, &V, &ld, &n);
+        tl_status st = tl_kv_view_head(j->kv, seq, j->layer, p, g, 0, page_buf, &K, &ld, &n);
         if (st || n <= 0) {
             attn_fail(j, st ? st : TL_ERR_INVALID);
             return;
@@ -411,10 +412,9 @@ static void attn_task(void *arg, int task, int thread) {
             t0 += P;
             continue;
         }
-        const float *K;
         size_t ld;
         tl_kv_touch_head(j->kv, seq, j->layer, p + TOUCH_AHEAD, g, 1);
-        if (tl_kv_view_head(j->kv, seq, j->layer, p, g, page_buf, &K, &V, &ld, &n) || n <= 0)
+        if (tl_kv_view_head(j->kv, seq, j->layer, p, g, 1, page_buf, &V, &ld, &n) || n <= 0)
             return;
         for (int32_t r = r0; r < r1; r++) {
             const int32_t pos = j->rows->pos[r];

@@ -2,10 +2,18 @@
  *
  *   matmul(w, n)   = call(type(w), n) + n * rows(w) * cols(w) / macs(type(w), n)
  *                    the profile's measured per-call cost and rate
- *   attention(row) = ctx * n_head * head_dim * a + stored * 2 * n_kv * kv_dim * b[bits]
+ *   attention(row) = ctx * n_head * head_dim * a(g, blk) + stored * 2 * kv_dim * b[bits] / blk
+ *                    + kv_bytes * m(W) / blk
  *                    ctx = positions the row sees, stored = those in full pages committed
- *                    before the step (open pages are f32); a, b[bits] from the profile
- *                    (b: decoding a stored page, K and V, once per (row, kv head))
+ *                    before the step (open pages are f32), blk = rows per attention block
+ *                    (1 in decode); a from the profile's multi-head and grouped-query
+ *                    figures, per block (own + shared / blk) and linear in 1 / g for g
+ *                    query heads per kv head; b[bits]: decoding a stored element (each kv
+ *                    head's job decodes its K columns, then its V columns, once a block);
+ *                    kv_bytes = the KV bytes the row reads at the layer (as stored), m(W)
+ *                    = the profile's extra seconds per KV byte beyond the caches, times
+ *                    (W - attn_cache_bytes) / (attn_mem_bytes - attn_cache_bytes) clamped
+ *                    to [0, 1], W = the KV bytes the whole pass reads
  *   elementwise    = rows * (4 * n_embd + 3 * n_ff) * e            norms, rope, swiglu, adds
  *   layer compute  = sum over micro-batches k of [ sum of its 7 matmuls at n = rows_k
  *                    + attention of its rows + elementwise + fixed ]
@@ -137,8 +145,9 @@ static double attn_block_line(double s1, double sb, double block) {
 static double attn_s_per_mac(const tl_hw_profile *prof, double block, double group) {
     const double c1 = attn_block_line(prof->attn_s_per_mac, prof->attn_block_s_per_mac, block);
     if (group <= 1 || prof->attn_gqa_s_per_mac <= 0) return c1;
-    const double cg = attn_block_line(prof->attn_gqa_s_per_mac, prof->attn_gqa_block_s_per_mac,
-                                      block);
+    double cg = attn_block_line(prof->attn_gqa_s_per_mac, prof->attn_gqa_block_s_per_mac,
+                                block);
+    if (cg > c1) cg = c1; /* sharing a kv head never costs more (noise in the profile) */
     const double G = TL_PROF_GQA_GROUP, x = (1 - 1 / group) / (1 - 1 / G);
     const double c = c1 + (cg - c1) * x, fma = prof->fma_flops > 0 ? 4.0 / prof->fma_flops : 0;
     return c > fma ? c : fma;
@@ -311,12 +320,6 @@ static double layer_matmul_s(const tl_model *m, const tl_hw_profile *prof, int32
     return mm;
 }
 
-/* Bytes of a KV element as stored at `bits` (quantized: the codes and a group's min and
- * scale, 8 bytes per 64 values). */
-static double kv_elem_bytes(int32_t bits) {
-    return bits >= 16 ? bits / 8.0 : bits / 8.0 + 8.0 / 64;
-}
-
 /* KV bytes one layer's attention reads for a micro-batch whose rows see ctx positions, of
  * which `stored` in stored pages (open pages are f32), taking rows in blocks of `block`
  * (a block reads each position once). */
@@ -324,7 +327,9 @@ static double mb_kv_bytes(const tl_model *m, int32_t kv_bits, double ctx, double
                           double block) {
     const double kvd = (double)m->lm.hp.n_head_kv * m->lm.hp.head_dim;
     const double open = ctx > stored ? ctx - stored : 0;
-    return 2 * kvd * (open * 4 + stored * kv_elem_bytes(kv_bits)) / (block > 1 ? block : 1);
+    /* a stored position: K and V rows as tl_cost_kv_page_bytes counts them */
+    const double stored_pos = tl_cost_kv_page_bytes(m, kv_bits, 1);
+    return (2 * kvd * open * 4 + stored * stored_pos) / (block > 1 ? block : 1);
 }
 
 /* Seconds per KV byte the attention of a pass pays beyond the profile's in-cache rates:
@@ -359,7 +364,8 @@ static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int
     const double b = block > 1 ? block : 1;
     const double attn_per_pos =
         hp->n_head * hd * attn_s_per_mac(prof, b, (double)hp->n_head / hp->n_head_kv);
-    /* each kv head's job decodes its own columns of a stored page, K and V, once a block */
+    /* each kv head's job decodes its own K columns of a stored page for the scores, then
+     * its V columns for the sum, once a block */
     const double decode_per_pos = 2.0 * kvd * kv_bits_decode_s(prof, kv_bits) / b;
     if (matvec) *matvec = 0;
     if (rows <= 0) return 0;

@@ -555,7 +555,9 @@ void tl_profile_scale_compute(tl_hw_profile *p, double time_ratio) {
     p->attn_block_s_per_mac *= time_ratio;
     p->attn_gqa_s_per_mac *= time_ratio;
     p->attn_gqa_block_s_per_mac *= time_ratio;
-    p->attn_mem_s_per_byte *= time_ratio;
+    p->attn_mem_s_per_byte *= time_ratio; /* memory stalls: the compute calibration times
+                                              * products over resident weights, bound by
+                                              * the same memory */
     for (int k = 0; k < TL_PROF_N_KVBITS; k++) p->attn_decode_s[k] *= time_ratio;
     p->elementwise_s *= time_ratio;
     p->layer_fixed_s *= time_ratio;

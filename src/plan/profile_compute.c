@@ -6,15 +6,18 @@
  * weights from DRAM as decode does; a second, smaller matrix separates the fixed cost of a
  * call from its rate. Weights are in the layout the engine computes them in (32-row
  * panels where the CPU wants them, kernels.h), and the repacking into panels that
- * streamed weights take on arrival is timed over the same copies. element-wise: swiglu and rmsnorm over a buffer beyond the caches.
+ * streamed weights take on arrival is timed over the same copies.
+ * element-wise: swiglu and rmsnorm over a buffer beyond the caches.
  * attention: token-by-token decode of a tiny synthetic model with f32 KV; a robust line
  * through per-window medians of the per-token times gives the cost per visible position,
  * its intercept (less the matrix products and element-wise work) the fixed cost per
  * layer; the same model prefilled in chunks of one attention block (TL_ATTN_BLOCK_MAX_ROWS
- * rows) gives the per-position cost when a block shares the reads; stored KV formats are
- * costed by timing their row decoding directly. The
- * synthetic model's file is unlinked as soon as it is open, so it cannot outlive the
- * process.
+ * rows) gives the per-position cost when a block shares the reads. Both again on the
+ * model with a kv head per TL_PROF_GQA_GROUP query heads (grouped-query attention shares
+ * a kv head's reads across its group). A deep model of the same layers, decoded far
+ * enough that its KV outgrows the caches, gives the extra cost per KV byte read there.
+ * Stored KV formats are costed by timing their row decoding directly. Each synthetic
+ * model's file is unlinked as soon as it is open, so it cannot outlive the process.
  */
 #include <math.h>
 #include <stdio.h>
@@ -346,11 +349,12 @@ static tl_status attention_run(tl_model *m, int32_t kv_bits, int32_t n_pos, floa
     return fit_line(wx, wy, (size_t)nw, a, b);
 }
 
-/* Decoding stored KV pages into f32 (kv_cache.c's decode_page: f16 conversion or
- * group-wise dequantization, a row of kv_dim at a time): seconds per element, timed
- * directly on rows of 4096 values (a 7B model's kv_dim), single-threaded as it runs. */
+/* Decoding stored KV pages into f32 (kv_cache.c's decode_cols: f16 conversion or
+ * group-wise dequantization, one kv head's columns of a row at a time): seconds per
+ * element, timed directly on rows of 128 values (a 7B model's head_dim),
+ * single-threaded as it runs. */
 static tl_status measure_kv_decode(tl_hw_profile *p) {
-    const int32_t D = 4096, rows = 256;
+    const int32_t D = 128, rows = 8192;
     float *x = malloc((size_t)D * sizeof *x), *y = malloc((size_t)D * sizeof *y);
     uint8_t *in = malloc((size_t)rows * D * 2);
     if (!x || !y || !in) {

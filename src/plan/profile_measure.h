@@ -72,8 +72,9 @@ tl_status tl__profile_measure_elementwise(tl_hw_profile *p);
 void tl__profile_attention_model(tl_synth_params *sp);
 void tl__profile_attention_deep_model(tl_synth_params *sp);
 /* The attention stage: p->attn_s_per_mac, p->attn_block_s_per_mac, their grouped-query
- * pair, p->attn_decode_s, the beyond-the-caches figures and p->layer_fixed_s, from a synthetic model written to dir. Reads p->fma_flops,
- * p->matmul_macs and p->elementwise_s, so it runs after those stages. */
+ * pair, p->attn_decode_s, the beyond-the-caches figures and p->layer_fixed_s, from
+ * synthetic models written to dir. Reads p->fma_flops, p->matmul_macs and
+ * p->elementwise_s, so it runs after those stages. */
 tl_status tl__profile_measure_attention(int32_t threads, const char *dir, tl_hw_profile *p,
                                         tl__profile_progress progress, void *user);
 
