@@ -24,7 +24,7 @@
 #define TL__PROF_MM_COLS 2048
 #define TL__PROF_MM_MIN_BYTES ((size_t)96 << 20) /* weights cycled per type: beyond the LLC */
 /* urgent reads timed together in one batch (a micro-batch's KV pages) */
-enum { TL__PROF_URGENT_BATCH = 8 };
+enum { TL__PROF_URGENT_BATCH = 32 };
 /* positions the attention stage decodes at most (its KV and time buffers), and those it
  * prefills in blocks (more: a prefill is fast, and the slope needs a longer run) */
 #define TL__PROF_AT_POS 1024
