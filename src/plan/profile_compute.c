@@ -589,7 +589,8 @@ static tl_status attention_deep_run(int32_t threads, const char *dir, double c_i
     if (st != TL_OK) return tl_error_wrap(st, "attention profile (beyond the caches)");
     /* medians past SKIP tokens (the switch from blocks to single rows), at the mean
      * position of those tokens */
-    const double p_lo = SKIP + 0.5 * (N - SKIP - 1), p_hi = hi_pos0 + SKIP + 0.5 * (N - SKIP - 1);
+    const double p_lo = SKIP + 0.5 * (N - SKIP - 1);
+    const double p_hi = hi_pos0 + SKIP + 0.5 * (N - SKIP - 1);
     const double t_lo = tl_median(lo + SKIP, N - SKIP), t_hi = tl_median(hi + SKIP, N - SKIP);
     const double c_in = c_in_layer * sp.n_layer;
     const double t0 = t_lo - p_lo * c_in, c_big = (t_hi - t0) / p_hi;
