@@ -12,7 +12,8 @@
  * all, down to 4). Each is planned with --policy auto as the CLI plans
  * it (placement, calibration, re-plan) and run; the prediction and the measurement of each
  * phase are printed with the prediction's terms, then per regime the median and worst
- * |error| and the mean signed error (positive: slower than predicted) of the whole run.
+ * |error| and the mean signed error (positive: slower than predicted) of the whole run; a
+ * run under 30 s is planned and run three times and scored by the median of its errors.
  * Models are synthesized into --dir once per shape (random weights: speed does not depend
  * on the values), written out to the disk before they are planned, and removed after
  * their configuration unless --keep. --list prints the draw and runs nothing.
@@ -130,6 +131,44 @@ static double rate_gbs(double bytes, double seconds) {
 
 #define MAX_PREDICTED_S 150.0 /* a longer plan has its budget raised rather than run */
 
+#define REPEAT_UNDER_S 30.0 /* a shorter run is planned and run REPEATS times */
+#define REPEATS 3
+
+static double whole_error(const outcome *o) {
+    return (o->measured_s - o->plan.cost.total_s) / o->measured_s;
+}
+
+/* A run shorter than REPEAT_UNDER_S is in the range where this VM's run-to-run spread is
+ * of the size of the error scored: it is planned (calibration included) and run twice
+ * more, and the run of the median whole error stands in *o. */
+static void repeat_median(const bench_case *bc, const tl_hw_profile *prof, outcome *o) {
+    outcome *runs = malloc(REPEATS * sizeof *runs);
+    if (!runs) return;
+    runs[0] = *o;
+    int n = 1;
+    for (int r = 1; r < REPEATS; r++) {
+        runs[n] = run_case(bc, prof, 0, 1);
+        if (runs[n].ok) n++;
+    }
+    int order[REPEATS];
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = 1; i < n; i++) /* insertion sort by whole error */
+        for (int j = i; j > 0 && whole_error(&runs[order[j]]) < whole_error(&runs[order[j - 1]]);
+             j--) {
+            const int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    printf("     %d runs (under %.0f s each: median of repeats), whole errors (predicted / "
+           "measured s)", n, REPEAT_UNDER_S);
+    for (int i = 0; i < n; i++)
+        printf(" %+.1f%% (%.2f/%.2f)", 100 * whole_error(&runs[i]), runs[i].plan.cost.total_s,
+               runs[i].measured_s);
+    printf("; the median's details follow\n");
+    *o = runs[order[n / 2]];
+    free(runs);
+}
+
 /* The least "minimum is X MiB" a planning refusal states, or 0. */
 static double stated_minimum_mib(const char *msg) {
     double best = 0;
@@ -216,10 +255,11 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
             printf("     not run\n");
             continue;
         }
+        if (o.measured_s < REPEAT_UNDER_S) repeat_median(&bc, prof, &o);
         const tl_cost *pc = &o.plan.cost;
         const tl_policy *pol = &o.plan.policy;
         const int kv_disk = pol->single ? pol->kv_window_pages > 0 : pol->kv_mem_pct < 100;
-        res[i] = (result){(o.measured_s - pc->total_s) / o.measured_s, c.single, 1};
+        res[i] = (result){whole_error(&o), c.single, 1};
         printf("     policy ");
         print_policy(pol);
         printf(" | weights %s, KV %s\n", o.plan.streamed_bytes > 0 ? "streamed" : "resident",
