@@ -353,6 +353,24 @@ static void hand_batch_spill(const char *path) {
         CHECK_MSG(close_to(r16.cost.decode.compute_s - r32.cost.decode.compute_s, dec, 1e-6),
                   "decode decode %.9g vs %.9g", r16.cost.decode.compute_s - r32.cost.decode.compute_s,
                   dec);
+        /* the jobs run on the threads (the profile times the decoding on one): 2 kv heads
+         * x 2 blocks per micro-batch (prefill: 16 rows in blocks of 8; decode: 2 rows) */
+        for (int32_t threads = 2; threads <= 8; threads *= 2) {
+            p16.n_threads = threads;
+            const double par = threads < 4 ? threads : 4;
+            q.kv_bits = 32;
+            CHECK(tl_plan_evaluate(m, &p16, &w, &q, &r32) == TL_OK);
+            q.kv_bits = 16;
+            CHECK(tl_plan_evaluate(m, &p16, &w, &q, &r16) == TL_OK);
+            CHECK_MSG(close_to(r16.cost.prefill.compute_s - r32.cost.prefill.compute_s,
+                               pre / par, 1e-6), "%d threads: prefill decode %.9g vs %.9g",
+                      (int)threads, r16.cost.prefill.compute_s - r32.cost.prefill.compute_s,
+                      pre / par);
+            CHECK_MSG(close_to(r16.cost.decode.compute_s - r32.cost.decode.compute_s,
+                               dec / par, 1e-6), "%d threads: decode decode %.9g vs %.9g",
+                      (int)threads, r16.cost.decode.compute_s - r32.cost.decode.compute_s,
+                      dec / par);
+        }
     }
     /* one block: the streamed layers are read once per pass, not once per micro-batch */
     CHECK(close_to(r.cost.decode.weight_bytes, 29.0 * (double)r.streamed_bytes, 1e-12));

@@ -2,14 +2,16 @@
  *
  *   matmul(w, n)   = call(type(w), n) + n * rows(w) * cols(w) / macs(type(w), n)
  *                    the profile's measured per-call cost and rate
- *   attention(row) = ctx * n_head * head_dim * a(g, blk) + stored * 2 * kv_dim * b[bits] / blk
+ *   attention(row) = ctx * n_head * head_dim * a(g, blk)
+ *                    + stored * 2 * kv_dim * b[bits] / (blk * min(threads, jobs))
  *                    + kv_bytes * m(W) / blk
  *                    ctx = positions the row sees, stored = those in full pages committed
  *                    before the step (open pages are f32), blk = rows per attention block
  *                    (1 in decode); a from the profile's multi-head and grouped-query
  *                    figures, per block (own + shared / blk) and linear in 1 / g for g
- *                    query heads per kv head; b[bits]: decoding a stored element (each kv
- *                    head's job decodes its K columns, then its V columns, once a block);
+ *                    query heads per kv head; b[bits]: decoding a stored element, timed
+ *                    on one thread (each kv head's job decodes its K columns, then its V
+ *                    columns, once a block; jobs = blocks * n_head_kv share the threads);
  *                    kv_bytes = the KV bytes the row reads at the layer (as stored), m(W)
  *                    = the profile's extra seconds per KV byte beyond the caches, times
  *                    (W - attn_cache_bytes) / (attn_mem_bytes - attn_cache_bytes) clamped
@@ -365,8 +367,11 @@ static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int
     const double attn_per_pos =
         hp->n_head * hd * attn_s_per_mac(prof, b, (double)hp->n_head / hp->n_head_kv);
     /* each kv head's job decodes its own K columns of a stored page for the scores, then
-     * its V columns for the sum, once a block */
-    const double decode_per_pos = 2.0 * kvd * kv_bits_decode_s(prof, kv_bits) / b;
+     * its V columns for the sum, once a block; the jobs (a block's kv heads) run on the
+     * threads, and the profile times the decoding on one */
+    const double jobs = ceil(rows / b) * hp->n_head_kv;
+    const double par = fmax(1, fmin(prof->n_threads, jobs));
+    const double decode_per_pos = 2.0 * kvd * kv_bits_decode_s(prof, kv_bits) / b / par;
     if (matvec) *matvec = 0;
     if (rows <= 0) return 0;
     const double mm = layer_matmul_s(m, prof, l, rows, mo);
