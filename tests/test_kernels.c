@@ -773,6 +773,29 @@ static void test_attention(void) {
         }
 }
 
+/* 16-bit KV rows: every f16 bit pattern (in a row whose length leaves a scalar tail),
+ * the fast conversion bit for bit as the reference's, a NaN as a NaN; nothing beyond n
+ * written. */
+static void test_f16_rows(void) {
+    enum { N = 65536 + 5 };
+    static uint16_t h[N];
+    static float a[N + 1], b[N + 1];
+    for (size_t i = 0; i < N; i++) h[i] = (uint16_t)(i * 40503u);
+    for (size_t i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+    a[N] = b[N] = 7.0f;
+    tl_f16_row_to_f32_ref(h, a, N);
+    tl_f16_row_to_f32_fast(h, b, N);
+    int bad = 0;
+    for (size_t i = 0; i < N; i++) {
+        uint32_t ua, ub;
+        memcpy(&ua, &a[i], 4);
+        memcpy(&ub, &b[i], 4);
+        if (isnan(a[i]) ? !isnan(b[i]) : ua != ub) bad++;
+    }
+    CHECK_MSG(bad == 0 && a[N] == 7.0f && b[N] == 7.0f, "f16 rows: %d differ", bad);
+    CHECK(a[0x3c00] == 1.0f && a[0xc000] == -2.0f && a[0x0001] == 0x1p-24f && isinf(a[0x7c00]));
+}
+
 static void test_elementwise(void) {
     static const size_t ns[] = {1, 7, 8, 9, 31, 100, 5632};
     enum { MAXN = 5632 + 1 };
@@ -844,6 +867,7 @@ int main(void) {
     test_vector();
     test_attention();
     test_elementwise();
+    test_f16_rows();
     test_matmul();
     test_panels();
     test_batch_invariance();

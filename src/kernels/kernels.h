@@ -278,5 +278,10 @@ void tl_swiglu_fast(float *gate, const float *up, size_t n);
 /* x[i] = e^(x[i] - max x) / sum_j e^(x[j] - max x), n >= 1 (attention's softmax). */
 void tl_softmax_ref(float *x, size_t n);
 void tl_softmax_fast(float *x, size_t n);
+/* dst[i] = the f16 value src[i], i < n (16-bit KV rows decoded for attention). Both are
+ * exact: the fast one's conversion instruction gives every finite and infinite value bit
+ * for bit as the reference does, and a NaN as a NaN (its quiet bit set). */
+void tl_f16_row_to_f32_ref(const uint16_t *src, float *dst, size_t n);
+void tl_f16_row_to_f32_fast(const uint16_t *src, float *dst, size_t n);
 
 #endif

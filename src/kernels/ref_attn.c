@@ -2,6 +2,7 @@
  * definition x86_attn.c is tested against. Dot products in double, as ref_matmul.c. */
 #include <math.h>
 #include "kernels/kernels.h"
+#include "format/tensor_type.h"
 
 void tl_attn_scores_ref(const float *q, size_t group, size_t hd, const float *K, size_t ldk,
                         size_t n, float scale, float *scores, size_t lds) {
@@ -32,4 +33,8 @@ void tl_softmax_ref(float *x, size_t n) {
         sum += x[t];
     }
     for (size_t t = 0; t < n; t++) x[t] /= sum;
+}
+
+void tl_f16_row_to_f32_ref(const uint16_t *src, float *dst, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = tl_f16_to_f32(src[i]);
 }

@@ -34,6 +34,7 @@
 #include "format/tensor_type.h"
 #include "kv/kv_cache.h"
 #include "base/clock.h"
+#include "kernels/kernels.h"
 #include "tier/read_rate.h"
 #include "tier/tier.h"
 
@@ -977,9 +978,8 @@ static void decode_cols(const tl_kv *kv, const uint8_t *in, int32_t n, int32_t c
         for (size_t r = 0; r < (size_t)n; r++) {
             const uint8_t *src = in + (half * P + r) * kv->row_bytes + off;
             float *x = scratch + (size_t)(half - h0) * P * W + r * W;
-            if (kv->p.bits == 16) {
-                const uint16_t *h = (const uint16_t *)(const void *)src;
-                for (size_t j = 0; j < W; j++) x[j] = tl_f16_to_f32(h[j]);
+            if (kv->p.bits == 16) { /* exact, as tl_f16_to_f32 (kernels.h) */
+                tl_f16_row_to_f32_fast((const uint16_t *)(const void *)src, x, W);
             } else {
                 tl_kv_dequant_row(src, width, kv->group, kv->p.bits, x);
             }

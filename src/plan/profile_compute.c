@@ -380,8 +380,7 @@ static tl_status measure_kv_decode(tl_hw_profile *p) {
             double t0 = tl_now();
             for (int32_t r = 0; r < rows; r++) {
                 if (bits == 16) {
-                    const uint16_t *h = (const uint16_t *)(const void *)(in + r * rb);
-                    for (int32_t j = 0; j < D; j++) y[j] = tl_f16_to_f32(h[j]);
+                    tl_f16_row_to_f32_fast((const uint16_t *)(const void *)(in + r * rb), y, D);
                 } else {
                     tl_kv_dequant_row(in + r * rb, D, 64, bits, y);
                 }
