@@ -313,6 +313,32 @@ static void tiers(void) {
             ss.window_pages = 0; /* all in memory: no KV IO */
             tl_cost_serve_step(m, &prof, &r.wplan, &ss, &t);
             CHECK(t.kv_read_bytes == 0 && t.kv_write_bytes == 0);
+            /* 16-bit KV: decoding stored pages is shared by the threads, one job per
+             * attention block and kv head; the step's blocks are its 3 generating rows
+             * and the 32-row prompt chunk's 2 (its mean block would count 2.4) */
+            {
+                tl_model_desc md;
+                CHECK(tl_model_describe(m, &md) == TL_OK);
+                tl_hw_profile p1 = prof, pn = prof;
+                p1.attn_decode_s[0] = pn.attn_decode_s[0] = 0; /* f32: nothing to decode */
+                p1.attn_decode_s[1] = pn.attn_decode_s[1] = 1e-9;
+                p1.attn_mem_s_per_byte = pn.attn_mem_s_per_byte = 0;
+                p1.n_threads = 1;
+                pn.n_threads = 64;
+                double d[2];
+                for (int i = 0; i < 2; i++) {
+                    tl_cost_terms t32, t16;
+                    ss.kv_bits = 32;
+                    tl_cost_serve_step(m, i ? &pn : &p1, &r.wplan, &ss, &t32);
+                    ss.kv_bits = 16;
+                    tl_cost_serve_step(m, i ? &pn : &p1, &r.wplan, &ss, &t16);
+                    d[i] = t16.compute_s - t32.compute_s;
+                }
+                const double jobs = 5.0 * md.n_head_kv;
+                CHECK_MSG(d[1] > 0 && fabs(d[0] / d[1] - (jobs < 64 ? jobs : 64)) < 1e-6,
+                          "serve step's KV decoding on %g jobs: %.9g / %.9g", jobs, d[0], d[1]);
+                ss.kv_bits = 32;
+            }
             tl_serve_replanner_free(&r);
         }
         opens_as_planned(m, &win, budget, "with a window");

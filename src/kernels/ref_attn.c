@@ -1,8 +1,8 @@
-/* ref_attn.c - scalar reference of the attention and SwiGLU kernels (kernels.h): the
- * definition x86_attn.c is tested against. Dot products in double, as ref_matmul.c. */
+/* ref_attn.c - scalar reference of the attention and SwiGLU kernels and of the 16-bit KV
+ * row conversion (kernels.h): the definition x86_attn.c is tested against. Dot products
+ * in double, as ref_matmul.c. */
 #include <math.h>
 #include "kernels/kernels.h"
-#include "format/tensor_type.h"
 
 void tl_attn_scores_ref(const float *q, size_t group, size_t hd, const float *K, size_t ldk,
                         size_t n, float scale, float *scores, size_t lds) {

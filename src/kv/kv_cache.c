@@ -978,7 +978,7 @@ static void decode_cols(const tl_kv *kv, const uint8_t *in, int32_t n, int32_t c
         for (size_t r = 0; r < (size_t)n; r++) {
             const uint8_t *src = in + (half * P + r) * kv->row_bytes + off;
             float *x = scratch + (size_t)(half - h0) * P * W + r * W;
-            if (kv->p.bits == 16) { /* exact, as tl_f16_to_f32 (kernels.h) */
+            if (kv->p.bits == 16) { /* exact: kernels.h */
                 tl_f16_row_to_f32_fast((const uint16_t *)(const void *)src, x, W);
             } else {
                 tl_kv_dequant_row(src, width, kv->group, kv->p.bits, x);

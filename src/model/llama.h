@@ -137,7 +137,9 @@ struct tl_llama {
                                    panel_copy.h); NULL: none, weights come from `tier` */
     struct tl_aio *aio;        /* every weight read goes through this queue */
     tl_model_params params;
-    int use_reference;         /* 1: scalar reference kernels everywhere */
+    int use_reference;         /* 1: scalar reference kernels everywhere (16-bit KV pages
+                                  excepted: kv_cache.c decodes them with the fast
+                                  conversion in both modes, which is exact) */
     /* The layers this process computes, [stage_first, stage_end): all of them unless the
      * params name a pipeline stage. Matrices of other layers, and the embedding and
      * classifier a stage does not use, are absent (name NULL): never placed, read or

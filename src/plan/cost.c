@@ -354,12 +354,14 @@ static double pass_kv_mem_s_per_byte(const tl_model *m, const tl_hw_profile *pro
 /* One micro-batch of `rows` rows at layer l, attention taking them in blocks of `block`
  * rows (1 in decode): its 7 matmuls, attention over ctx visible positions of which
  * `stored` in stored pages (decoded once per block), element-wise work and the per-layer
- * fixed cost. *matvec: the matmuls' part when the
+ * fixed cost; `blocks`: its attention blocks (<= 0: rows / block, rounded; a step that
+ * mixes generating rows and a prompt chunk gives its own, as its mean block undercounts
+ * them). *matvec: the matmuls' part when the
  * products have <= 4 rows (they slow down differently while the disk streams). */
 static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int32_t l,
-                               int32_t kv_bits, int32_t rows, double block, double ctx,
-                               double stored, double mem_s_per_byte, double *matvec,
-                               mm_memo *mo) {
+                               int32_t kv_bits, int32_t rows, double block, double blocks,
+                               double ctx, double stored, double mem_s_per_byte,
+                               double *matvec, mm_memo *mo) {
     const tl_llama_hparams *hp = &m->lm.hp;
     const double d = hp->n_embd, f = hp->n_ff, hd = hp->head_dim;
     const double kvd = (double)hp->n_head_kv * hd;
@@ -369,7 +371,7 @@ static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int
     /* each kv head's job decodes its own K columns of a stored page for the scores, then
      * its V columns for the sum, once a block; the jobs (a block's kv heads) run on the
      * threads, and the profile times the decoding on one */
-    const double jobs = ceil(rows / b) * hp->n_head_kv;
+    const double jobs = (blocks > 0 ? blocks : round(rows / b)) * hp->n_head_kv;
     const double par = fmax(1, fmin(prof->n_threads, jobs));
     const double decode_per_pos = 2.0 * kvd * kv_bits_decode_s(prof, kv_bits) / b / par;
     if (matvec) *matvec = 0;
@@ -382,10 +384,12 @@ static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int
            rows * (4 * d + 3 * f) * prof->elementwise_s + prof->layer_fixed_s;
 }
 
-double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
-                            const int32_t *rows, const double *ctx_sum,
-                            const double *stored_sum, int32_t n_mb, double attn_block,
-                            int32_t logit_rows, int embd_resident, double *slowdown) {
+/* tl_cost_pass_compute, with the attention blocks of a single micro-batch given (blocks >
+ * 0) or derived from its rows (0). */
+static double pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
+                           const int32_t *rows, const double *ctx_sum, const double *stored_sum,
+                           int32_t n_mb, double attn_block, double blocks, int32_t logit_rows,
+                           int embd_resident, double *slowdown) {
     const tl_llama_hparams *hp = &m->lm.hp;
     const double d = hp->n_embd;
     double t = 0, all_rows = 0, t_matvec = 0;
@@ -400,8 +404,9 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
             layer_t = layer_mv = 0;
             for (int32_t k = 0; k < n_mb; k++) {
                 double mv;
-                layer_t += mb_layer_compute(m, prof, l, kv_bits, rows[k], attn_block, ctx_sum[k],
-                                            stored_sum[k], mem, &mv, &mo);
+                layer_t += mb_layer_compute(m, prof, l, kv_bits, rows[k], attn_block,
+                                            n_mb == 1 ? blocks : 0, ctx_sum[k], stored_sum[k],
+                                            mem, &mv, &mo);
                 layer_mv += mv;
             }
         }
@@ -425,6 +430,14 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
         *slowdown = t > 0 ? (t_matvec * sv + (t - t_matvec) * sm) / t : sm;
     }
     return t;
+}
+
+double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
+                            const int32_t *rows, const double *ctx_sum,
+                            const double *stored_sum, int32_t n_mb, double attn_block,
+                            int32_t logit_rows, int embd_resident, double *slowdown) {
+    return pass_compute(m, prof, kv_bits, rows, ctx_sum, stored_sum, n_mb, attn_block, 0,
+                        logit_rows, embd_resident, slowdown);
 }
 
 double tl_cost_kv_page_bytes(const tl_model *m, int32_t kv_bits, int32_t page_tokens) {
@@ -597,7 +610,7 @@ static double pass_kv_wait(const tl_model *m, const tl_hw_profile *prof, int32_t
             double read = pages[k] > 0 ? first_s + (pages[k] - 1) * page_s : 0;
             if (prev >= 0 && read > prev) wait += read - prev;
             else if (prev < 0) wait += read; /* the pass's first read: nothing to hide it */
-            prev = mb_layer_compute(m, prof, l, kv_bits, rows[k], block, ctx[k], stored[k], mem,
+            prev = mb_layer_compute(m, prof, l, kv_bits, rows[k], block, 0, ctx[k], stored[k], mem,
                                     NULL, &mo);
         }
     return wait;
@@ -938,8 +951,10 @@ double tl_cost_serve_step(const tl_model *m, const tl_hw_profile *prof,
     const double block = (g * 1.0 + c * cblock) / (g + c);
     const int32_t logit_rows = g + (c > 0);
     double slow = 1;
-    const double compute = tl_cost_pass_compute(m, prof, s->kv_bits, rows, ctx, stored, 1, block,
-                                                logit_rows, plan->embd_resident, &slow) +
+    /* each generating row is a block of its own; the prompt chunk's rows fill its blocks */
+    const double blocks = g + (c > 0 ? ceil((double)c / cap) : 0);
+    const double compute = pass_compute(m, prof, s->kv_bits, rows, ctx, stored, 1, block, blocks,
+                                        logit_rows, plan->embd_resident, &slow) +
                            layers_repack + out_repack;
     const double wbps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
     double kv_read = 0, kv_write = 0, kbps = 1;
