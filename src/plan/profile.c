@@ -31,7 +31,7 @@ const int32_t tl_prof_depths[TL_PROF_N_DEPTH] = {1, 4, 16};
 const int32_t tl_prof_rows[TL_PROF_N_ROWS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
 const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS] = {32, 16, 8, 4};
 
-#define PROFILE_VERSION 10 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
+#define PROFILE_VERSION 11 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
                             * huge-page memory, as the weights (2 read them on 4 KiB pages,
                             * which understates the rates); 4: attn_block_s_per_mac; 5: the
                             * Q8_0/Q4_0 GEMM on int8 dot products (4 timed the f32 one); 6:
@@ -41,7 +41,12 @@ const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS] = {32, 16, 8, 4};
                             * attn_gqa_block_s_per_mac, attn_cache_bytes,
                             * attn_mem_bytes, attn_mem_s_per_byte; 10: attn_decode_s
                             * of 16-bit KV by the F16C row conversion (9 timed the
-                            * scalar one the engine no longer runs) */
+                            * scalar one the engine no longer runs); 11: the slowdowns
+                            * while the disk streams on weights in panels, the
+                            * compute-bound one at 128 rows (10: 32 rows on the file's
+                            * row layout, a kernel the engine does not run), with the
+                            * disk read as the residency reads it (10: a chunk at a
+                            * time, KV-sized urgent reads between) */
 #define PROFILE_MAX_BYTES ((size_t)1 << 20)
 /* The longest grid axis (types or rows): an axis is copied whole into a buffer this long. */
 #define AXIS_MAX ((int)TL_PROF_N_TYPE > (int)TL_PROF_N_ROWS ? (int)TL_PROF_N_TYPE : (int)TL_PROF_N_ROWS)

@@ -95,8 +95,9 @@ typedef struct tl_hw_profile {
     double layer_fixed_s;
     /* compute time while the disk streams at full speed / compute time alone (>= 1):
      * DMA and interrupts take memory bandwidth and cycles from the kernels. Measured on
-     * matrix products of 32 rows (compute-bound) and of 1 and 4 rows (memory-bound,
-     * hit harder): io_slowdown_matvec applies to products of at most 4 rows */
+     * matrix products of 128 rows (compute-bound, as prefill's) and of 1 and 4 rows
+     * (memory-bound, hit harder), on weights laid out as the engine keeps them:
+     * io_slowdown_matvec applies to products of at most 4 rows */
     double io_compute_slowdown;
     double io_slowdown_matvec;
 } tl_hw_profile;

@@ -74,20 +74,6 @@ uint8_t *tl__profile_weight_copies(tl_type type, size_t R, size_t C, size_t copi
     return W;
 }
 
-/* Median seconds of tl_op_matmul of n rows over W (cycling `copies` matrices of mb). */
-double tl__profile_time_matmul(tl_llama *mm, tl_weight *w, const uint8_t *W, size_t copies,
-                               size_t mb, const float *X, size_t n, float *Y, float *scratch,
-                               size_t sf, int reps) {
-    double t[16];
-    for (int r = -1; r < reps; r++) {
-        w->data = W + (size_t)(r + 1) % copies * mb;
-        double t0 = tl_now();
-        tl_op_matmul(mm, w, X, n, Y, scratch, sf);
-        if (r >= 0) t[r] = tl_now() - t0;
-    }
-    return tl_median(t, (size_t)reps);
-}
-
 /* ---- matmul ---- */
 
 /* Repacking copies into panels over the pool (each thread a share of the panels, with its
@@ -106,9 +92,8 @@ static void repack_task(void *arg, int task, int thread) {
                          j->tmp + (size_t)thread * j->tmp_bytes);
 }
 
-/* Repacks every copy in place (so they hold panels), timing each: the median bytes/s. */
-static double repack_copies(tl_pool *pool, tl_type type, uint8_t *W, size_t R, size_t C,
-                            size_t copies, tl_status *st) {
+double tl__profile_repack_copies(tl_pool *pool, tl_type type, uint8_t *W, size_t R, size_t C,
+                                 size_t copies, tl_status *st) {
     const size_t threads = (size_t)tl_pool_threads(pool), mb = R * tl_type_row_bytes(type, C);
     repack_job j = {type, NULL, R, C, threads, NULL, tl_panels_tmp_bytes(type, C)};
     j.tmp = malloc(threads * j.tmp_bytes);
@@ -171,7 +156,8 @@ tl_status tl__profile_measure_matmul(tl_pool *pool, tl_hw_profile *p,
         w.cols = C;
         /* the first Rs rows of panels are panels: both sizes share the repacked copies */
         w.panels = tl_panels_wanted(type, R) && tl_panels_wanted(type, Rs);
-        p->repack_bps[ti] = w.panels ? repack_copies(pool, type, W, R, C, copies, &st) : 0;
+        p->repack_bps[ti] =
+            w.panels ? tl__profile_repack_copies(pool, type, W, R, C, copies, &st) : 0;
         if (st) {
             free(W);
             break;

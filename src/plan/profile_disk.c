@@ -109,6 +109,32 @@ tl_status tl__profile_disk_urgent(tl_tier *t, uint8_t *bufs, atomic_int *stop, d
     return st;
 }
 
+uint64_t tl__profile_reader_bytes(void) {
+    const tl_aio_params ap = tl_aio_default_params();
+    const uint64_t urgent = (uint64_t)ap.queue_depth * ap.chunk_bytes +
+                            TL__PROF_URGENT_BATCH * TL_PROF_URGENT_BYTES;
+    return urgent > 2 * TL__PROF_STREAM_UNIT ? urgent : 2 * TL__PROF_STREAM_UNIT;
+}
+
+tl_status tl__profile_disk_stream(tl_tier *t, uint8_t *bufs, atomic_int *stop) {
+    tl_aio_params ap = tl_aio_default_params();
+    tl_aio *q;
+    tl_status st = tl_aio_open(&ap, &q);
+    if (st != TL_OK) return st;
+    const uint64_t unit = TL__PROF_STREAM_UNIT, span = DISK_FILE_BYTES / unit * unit;
+    uint64_t sub = 0, done = 0, cursor = 0;
+    while (st == TL_OK && !atomic_load_explicit(stop, memory_order_relaxed)) {
+        while (st == TL_OK && sub - done < 2) {
+            st = tl_aio_read(q, t, cursor, bufs + (sub % 2) * unit, unit, sub);
+            cursor = (cursor + unit) % span;
+            sub += st == TL_OK;
+        }
+        if (st == TL_OK) st = tl_aio_wait(q, done++);
+    }
+    tl_aio_close(q); /* waits for what is still in flight */
+    return st;
+}
+
 tl_status tl__profile_measure_disk(const char *dir, tl_hw_profile *p,
                                    tl__profile_progress progress, void *user,
                                    tl_tier **keep) {

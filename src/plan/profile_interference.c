@@ -1,9 +1,9 @@
 /* profile_interference.c - the interference stage of the hardware profile
  * (profile_measure.h): the kernels and the disk at once, as the engine runs them.
  *
- * A reader thread streams the disk stage's file like the engine's weights
- * (tl__profile_disk_urgent) while the measuring thread times Q8_0 matmuls; rounds of
- * "alone" then "with the reader" alternate so drift cancels. Two results: how much slower
+ * A reader thread streams the disk stage's file like the engine's weights while the
+ * measuring thread times Q8_0 matmuls; rounds of "alone", "with the reader" and "with the
+ * reader timing urgent reads" alternate so drift cancels. Two results: how much slower
  * the kernels are while the disk streams (io_slowdown_matvec, io_compute_slowdown, never
  * below 1), and the urgent read times (disk_urgent_read_s / _page_s), which only mean
  * what the cost model assumes when measured behind a weight stream with every core busy.
@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 #include "plan/profile_measure.h"
+#include "base/clock.h"
 #include "base/rng.h"
 #include "base/stats.h"
 #include "base/status.h"
@@ -27,13 +28,16 @@
 #include "tier/tier.h"
 
 enum { URGENT_SAMPLES = 128 };
-/* The streaming thread: reads as the engine streams weights, timing urgent reads on
- * the way (tl__profile_disk_urgent), until stop. */
+/* The reading thread: streams as the residency does (tl__profile_disk_stream), or as the
+ * weights stream with urgent reads timed on the way (tl__profile_disk_urgent), until
+ * stop. */
 typedef struct reader {
     tl_tier *t;
+    int urgent;      /* which of the two */
     atomic_int stop; /* set by the measuring thread; only a flag, the results are read
                         after pthread_join, which orders them */
-    uint8_t *buf; /* queue depth default chunks + TL__PROF_URGENT_BATCH pages */
+    uint8_t *buf; /* queue depth default chunks + TL__PROF_URGENT_BATCH pages, and at
+                     least two stream units */
     tl_status st;
     double lat1[URGENT_SAMPLES], latn[URGENT_SAMPLES];
     int n1, nn;
@@ -41,24 +45,66 @@ typedef struct reader {
 
 static void *reader_main(void *arg) {
     reader *r = arg;
-    r->st = tl__profile_disk_urgent(r->t, r->buf, &r->stop, r->lat1, &r->n1, r->latn,
-                                    &r->nn, URGENT_SAMPLES);
+    r->st = r->urgent ? tl__profile_disk_urgent(r->t, r->buf, &r->stop, r->lat1, &r->n1,
+                                                r->latn, &r->nn, URGENT_SAMPLES)
+                      : tl__profile_disk_stream(r->t, r->buf, &r->stop);
     return NULL;
 }
 
-/* How much slower the kernels run while the disk streams at full speed (DMA and
- * interrupts share the memory and the cores): Q8_0 matmuls of 1, 4 and 32 rows, alone and
- * with a reader thread keeping 8 MiB in flight, alternating to cancel drift. The reader
- * also times urgent reads, so disk_urgent_read_s / _page_s are measured as the engine
- * meets them: behind the chunks already in flight (the IO queue starts no new weight
- * chunk while an urgent read is out, tier/aio.c), with every core computing; a batch of
- * several pages is timed too, since a micro-batch submits its pages together and they
- * wait behind the same chunks. With no sample (a disk too slow to reach the first one),
- * the disk grid's figures stand in. */
+/* Calls of each product per phase: whole phases are timed, not their median call, since
+ * the disk's interrupts and the IO thread's wake-ups land on some calls and not others,
+ * and a run pays for all of them. */
+#define PHASE_CALLS 24
+
+/* The three products' times (PHASE_CALLS calls each, after one to warm up, cycling the
+ * copies), added to sum[]; with the reader running (started, given time to ramp up,
+ * stopped) when rd is not NULL. */
+static tl_status time_products(tl_llama *mm, tl_weight *w, const uint8_t *W, size_t copies,
+                               size_t mb, const float *X, const size_t *ns, float *Y,
+                               float *scratch, size_t sf, reader *rd, double *sum) {
+    pthread_t th;
+    if (rd) {
+        atomic_store_explicit(&rd->stop, 0, memory_order_relaxed);
+        if (pthread_create(&th, NULL, reader_main, rd) != 0)
+            return tl_error_set(TL_ERR_IO, "interference profile: cannot start a thread");
+        struct timespec ts = {0, 50 * 1000 * 1000}; /* let the reads ramp up */
+        nanosleep(&ts, NULL);
+    }
+    for (int i = 0; i < 3; i++) {
+        double t0 = 0;
+        for (int r = -1; r < PHASE_CALLS; r++) {
+            if (r == 0) t0 = tl_now();
+            w->data = (uint8_t *)W + (size_t)(r + 1) % copies * mb;
+            tl_op_matmul(mm, w, X, ns[i], Y, scratch, sf);
+        }
+        sum[i] += tl_now() - t0;
+    }
+    if (!rd) return TL_OK;
+    atomic_store_explicit(&rd->stop, 1, memory_order_relaxed);
+    pthread_join(th, NULL);
+    return rd->st;
+}
+
+/* How much slower the kernels run while the disk streams at full speed (DMA, interrupts
+ * and the IO thread share the memory and the cores): Q8_0 matmuls of 1, 4 and
+ * TL__PROF_SLOWDOWN_ROWS rows, alone and with a reader thread streaming as the residency
+ * streams weights (tl__profile_disk_stream: whole units, the IO queue's chunks in
+ * flight), alternating to cancel drift. The weights are in panels where the engine keeps
+ * them so (tl_panels_wanted), as resident and streamed-and-repacked weights are: the
+ * kernel, and how hard it leans on memory, is then the engine's own.
+ * A third phase of each round reads as the weights stream with urgent reads timed on the
+ * way (tl__profile_disk_urgent), the products running meanwhile, so disk_urgent_read_s /
+ * _page_s are measured as the engine meets them: behind the chunks already in flight (the
+ * IO queue starts no new weight chunk while an urgent read is out, tier/aio.c), with every
+ * core computing; a batch of several pages is timed too, since a micro-batch submits its
+ * pages together and they wait behind the same chunks. Its products are not counted in
+ * the slowdowns: a reader that wakes for every chunk and page costs the cores more than
+ * the residency's streaming does. With no sample (a disk too slow to reach the first
+ * one), the disk grid's figures stand in. */
 tl_status tl__profile_measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *p,
                                            tl__profile_progress progress, void *user) {
     tl__profile_say(progress, user, "compute while the disk streams");
-    const size_t R = TL__PROF_MM_ROWS, C = TL__PROF_MM_COLS, n_max = 32;
+    const size_t R = TL__PROF_MM_ROWS, C = TL__PROF_MM_COLS, n_max = TL__PROF_SLOWDOWN_ROWS;
     const size_t threads = (size_t)tl_pool_threads(pool);
     const tl_type type = TL_TYPE_Q8_0;
     const size_t mb = R * tl_type_row_bytes(type, C);
@@ -68,12 +114,10 @@ tl_status tl__profile_measure_interference(tl_pool *pool, tl_tier *t, tl_hw_prof
     float *Y = aligned_alloc(64, n_max * R * sizeof(float));
     float *scratch = aligned_alloc(64, threads * sf * sizeof(float));
     float *row = malloc(C * sizeof(float));
-    tl_aio_params dp = tl_aio_default_params();
     reader *rd = calloc(1, sizeof *rd);
     if (rd) {
         rd->t = t;
-        rd->buf = aligned_alloc(TL_TIER_MAX_ALIGN, (size_t)dp.queue_depth * dp.chunk_bytes +
-                                          TL__PROF_URGENT_BATCH * TL_PROF_URGENT_BYTES);
+        rd->buf = aligned_alloc(TL_TIER_MAX_ALIGN, tl__profile_reader_bytes());
     }
     uint64_t seed = 11;
     uint8_t *W = row ? tl__profile_weight_copies(type, R, C, copies, row, &seed) : NULL;
@@ -91,27 +135,19 @@ tl_status tl__profile_measure_interference(tl_pool *pool, tl_tier *t, tl_hw_prof
     w.type = w.file_type = type;
     w.rows = R;
     w.cols = C;
+    w.panels = tl_panels_wanted(type, R);
+    if (w.panels && (tl__profile_repack_copies(pool, type, W, R, C, copies, &st), st))
+        goto done;
     const size_t ns[3] = {1, 4, n_max};
-    double alone[3] = {0, 0, 0}, busy[3] = {0, 0, 0};
-    for (int round = 0; round < 3; round++) {
-        for (int i = 0; i < 3; i++)
-            alone[i] += tl__profile_time_matmul(&mm, &w, W, copies, mb, X, ns[i], Y, scratch,
-                                                sf, 9);
-        pthread_t th;
-        atomic_store_explicit(&rd->stop, 0, memory_order_relaxed);
-        if (pthread_create(&th, NULL, reader_main, rd) != 0) {
-            st = tl_error_set(TL_ERR_IO, "interference profile: cannot start a thread");
-            goto done;
-        }
-        struct timespec ts = {0, 50 * 1000 * 1000}; /* let the reads ramp up */
-        nanosleep(&ts, NULL);
-        for (int i = 0; i < 3; i++)
-            busy[i] += tl__profile_time_matmul(&mm, &w, W, copies, mb, X, ns[i], Y, scratch,
-                                               sf, 9);
-        atomic_store_explicit(&rd->stop, 1, memory_order_relaxed);
-        pthread_join(th, NULL);
-        if ((st = rd->st)) goto done;
+    double alone[3] = {0, 0, 0}, busy[3] = {0, 0, 0}, unused[3] = {0, 0, 0};
+    for (int round = 0; round < 5 && !st; round++) {
+        st = time_products(&mm, &w, W, copies, mb, X, ns, Y, scratch, sf, NULL, alone);
+        rd->urgent = 0;
+        if (!st) st = time_products(&mm, &w, W, copies, mb, X, ns, Y, scratch, sf, rd, busy);
+        rd->urgent = 1;
+        if (!st) st = time_products(&mm, &w, W, copies, mb, X, ns, Y, scratch, sf, rd, unused);
     }
+    if (st) goto done;
     const double page = (double)TL_PROF_URGENT_BYTES;
     p->disk_urgent_read_s = rd->n1 ? tl_median(rd->lat1, (size_t)rd->n1)
                                    : page / tl_profile_read_bps(p, TL_PROF_URGENT_BYTES, 1);

@@ -51,7 +51,10 @@ static uint64_t matmul_stage_bytes(tl_type type, uint64_t threads, size_t n) {
     const uint64_t mb = R * tl_type_row_bytes(type, C);
     const uint64_t copies = TL__PROF_MM_MIN_BYTES / mb + 1;
     const uint64_t sf = (tl_matmul_scratch_floats(C, n) + 15) / 16 * 16;
-    return huge_round(copies * mb) + ((uint64_t)n * C + (uint64_t)n * R + threads * sf + C) * 4;
+    /* the repacking's one-panel temporary per thread (tl__profile_repack_copies) */
+    const uint64_t repack_tmp = threads * tl_panels_tmp_bytes(type, C);
+    return huge_round(copies * mb) + ((uint64_t)n * C + (uint64_t)n * R + threads * sf + C) * 4 +
+           repack_tmp;
 }
 
 uint64_t tl_profile_measure_bytes(int32_t n_threads) {
@@ -63,11 +66,10 @@ uint64_t tl_profile_measure_bytes(int32_t n_threads) {
     for (int t = 0; t < TL_PROF_N_TYPE; t++)
         STAGE(matmul_stage_bytes(tl_type_table[t].type, threads,
                                  (size_t)tl_prof_rows[TL_PROF_N_ROWS - 1]));
-    /* interference: Q8_0 copies up to 32 rows, and the reader's chunks and pages */
-    tl_aio_params ap = tl_aio_default_params();
-    STAGE(matmul_stage_bytes(TL_TYPE_Q8_0, threads, 32) +
-          (uint64_t)ap.queue_depth * ap.chunk_bytes +
-          TL__PROF_URGENT_BATCH * TL_PROF_URGENT_BYTES);
+    /* interference: Q8_0 copies up to TL__PROF_SLOWDOWN_ROWS rows, and the reader's
+     * buffer */
+    STAGE(matmul_stage_bytes(TL_TYPE_Q8_0, threads, TL__PROF_SLOWDOWN_ROWS) +
+          tl__profile_reader_bytes());
     /* attention: the model's weights (resident), its f32 KV, and a margin for the
      * context's activations, logits and the file writer's chunk */
     tl_synth_params sp;

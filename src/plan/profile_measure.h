@@ -23,6 +23,11 @@
 #define TL__PROF_MM_ROWS 8192
 #define TL__PROF_MM_COLS 2048
 #define TL__PROF_MM_MIN_BYTES ((size_t)96 << 20) /* weights cycled per type: beyond the LLC */
+/* rows of the products the interference stage times as prefill's (compute-bound) */
+#define TL__PROF_SLOWDOWN_ROWS 128
+/* the interference stage's stream: requests this large (a streamed layer's unit), two at
+ * once */
+#define TL__PROF_STREAM_UNIT ((uint64_t)16 << 20)
 /* urgent reads timed together in one batch (a micro-batch's KV pages) */
 enum { TL__PROF_URGENT_BATCH = 32 };
 /* positions the attention stage decodes at most (its KV and time buffers), and those it
@@ -52,17 +57,26 @@ tl_status tl__profile_measure_disk(const char *dir, tl_hw_profile *p,
 tl_status tl__profile_disk_urgent(tl_tier *t, uint8_t *bufs, atomic_int *stop, double *lat1,
                                   int *n1, double *latn, int *nn, int cap);
 
+/* The buffer a reading thread of the interference stage needs for either of the two
+ * below. */
+uint64_t tl__profile_reader_bytes(void);
+/* Streams t as the residency reads streamed weights: requests of TL__PROF_STREAM_UNIT
+ * (a unit the IO queue splits into its chunks), two in flight, each waited for whole,
+ * until *stop is set. bufs holds 2 x TL__PROF_STREAM_UNIT. */
+tl_status tl__profile_disk_stream(tl_tier *t, uint8_t *bufs, atomic_int *stop);
+
 /* ---- compute (profile_compute.c) ---- */
 
 /* `copies` back-to-back copies of one R x C matrix of random weights in `type`, in memory
  * like the engine's weights; `row` is C floats of scratch. NULL when out of memory. */
 uint8_t *tl__profile_weight_copies(tl_type type, size_t R, size_t C, size_t copies,
                                    float *row, uint64_t *seed);
-/* Median seconds of `reps` (at most 16) tl_op_matmul calls of n rows over W, cycling
- * `copies` matrices of mb bytes, after one warm-up call. */
-double tl__profile_time_matmul(tl_llama *mm, tl_weight *w, const uint8_t *W, size_t copies,
-                               size_t mb, const float *X, size_t n, float *Y, float *scratch,
-                               size_t sf, int reps);
+/* Repacks each of the copies in place into panels over the pool, as the residency does
+ * with a streamed unit on arrival, timing each: the median bytes per second (0 and *st
+ * set when out of memory). Each thread takes a one-panel temporary
+ * (tl_panels_tmp_bytes). */
+double tl__profile_repack_copies(tl_pool *pool, tl_type type, uint8_t *W, size_t R, size_t C,
+                                 size_t copies, tl_status *st);
 /* The matmul stage: p->matmul_macs and p->matmul_call_s for every type and row count. */
 tl_status tl__profile_measure_matmul(tl_pool *pool, tl_hw_profile *p,
                                      tl__profile_progress progress, void *user);
