@@ -70,17 +70,20 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
 
 /* Products of many rows are compute-bound, and their rate depends on the matrices'
  * shapes, which the profile times at one size: the first layer's seven products are timed
- * at 16 and 128 rows (the median of 5 samples each, 3 for a layer whose pass is long)
- * against the profile's prediction for them, and the profile's figures above 4 rows of
- * every type the layer holds are scaled: by the ratio at 16 rows up to 16, at 128 from
- * 128, interpolated in log(rows) between. *ratio: measured / predicted at whichever of the
+ * at 16 and 128 rows (the median of 5 samples each, 3 for a layer whose pass is long;
+ * two rounds of both, a third when those two differ by more than 5%, and the lowest
+ * ratio of each row count kept: a round that meets a slow spell of the machine measures
+ * the spell, not the shape) against the profile's prediction for them, and the profile's
+ * figures above 4 rows of every type the layer holds are scaled: by the ratio at 16 rows
+ * up to 16, at 128 from 128, interpolated in log(rows) between. *ratio: measured / predicted at whichever of the
  * two is further from 1 (1: nothing measured). The layer's weights are the resident ones
  * or its unit read on its own (tl_residency_borrow: one unit of IO, nothing read ahead,
  * the run's counters untouched); the passes then go round the resident layers shaped as
  * it (up to 64 MiB of them), as a forward pass takes its layers, so a small layer is not
  * timed from a cache the run does not give it. Inputs and outputs of 128 rows come from
- * the budget (no room: nothing measured). It costs about a dozen passes of products. A flash
- * or neuron layout keeps the profile's figures. Call with no unit acquired. */
+ * the budget (no room: nothing measured). It costs two or three dozen passes of
+ * products. A flash or neuron layout keeps the profile's figures. Call with no unit
+ * acquired. */
 tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *ratio);
 
 #endif
