@@ -260,7 +260,8 @@ static void test_hostile(void) {
     expect_bad_value(text, "n_threads", "2.5", "fractional");
     expect_bad_value(text, "n_threads", "0", "zero threads");
     expect_bad_value(text, "tierllm_profile_version", "12", "future version");
-    expect_bad_value(text, "tierllm_profile_version", "10", "old version (slowdowns on row-layout weights)");
+    expect_bad_value(text, "tierllm_profile_version", "10",
+                     "old version (slowdowns on row-layout weights)");
     expect_bad_value(text, "tierllm_profile_version", "9", "old version (scalar f16 KV decoding)");
     expect_bad_value(text, "tierllm_profile_version", "8", "old version (no grouped attention)");
     expect_bad_value(text, "tierllm_profile_version", "7", "old version (5 kernel types)");

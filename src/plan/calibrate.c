@@ -273,15 +273,7 @@ static const int32_t product_rows[2] = {16, 128};
 #define PRODUCTS_LONG_S 0.05
 #define PRODUCTS_MAX_LAYERS 32
 #define PRODUCTS_CYCLE_BYTES ((uint64_t)64 << 20) /* layers cycled: until this many bytes */
-#define PRODUCTS_ROUNDS 3
-#define PRODUCTS_AGREE 0.05 /* two rounds this close (relative) need no third */
 
-static int agree(const double *a, const double *b) {
-    for (int k = 0; k < 2; k++)
-        if (!(a[k] > 0) || !(b[k] > 0) || fabs(a[k] - b[k]) > PRODUCTS_AGREE * fmin(a[k], b[k]))
-            return 0;
-    return 1;
-}
 static double layer_products_s(tl_model *m, const tl_weight *const (*w)[7], int n_l, int n_w,
                                const float *X, size_t n, float *Y, float *scratch, size_t sf) {
     double t[5];
@@ -299,6 +291,20 @@ static double layer_products_s(tl_model *m, const tl_weight *const (*w)[7], int 
         t[r] = dt / reps;
     }
     return tl_median(t, (size_t)samples);
+}
+
+/* Rounds of the calibration's timings: two, and a third when those disagree. */
+#define PRODUCTS_ROUNDS 3
+#define PRODUCTS_AGREE 0.05 /* two rounds this close (relative) need no third */
+
+/* 1 when two rounds' ratios at both row counts are within PRODUCTS_AGREE of each other
+ * (a ratio not measured, 0, agrees only with another 0: another round would not measure
+ * it either). */
+static int agree(const double *a, const double *b) {
+    for (int k = 0; k < 2; k++)
+        if (fabs(a[k] - b[k]) > PRODUCTS_AGREE * fmin(a[k], b[k]) || (a[k] > 0) != (b[k] > 0))
+            return 0;
+    return 1;
 }
 
 /* The products of layer l in the order `all` lists them (names present), if every one is
@@ -374,17 +380,18 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
         if (resident_like(m, l, w, n_w, cycle[n_l])) n_l++;
     /* rounds of both row counts, the lower ratio of each kept: the shape's rate is what
      * is measured, and a round that meets a slow spell of the machine (another process,
-     * the host taking the core, for a few hundred milliseconds) is not it; a third round
-     * only when the first two disagree */
-    double r[2] = {0, 0}, round_r[PRODUCTS_ROUNDS][2];
+     * the host taking the core) is not it; a third round only when the first two
+     * disagree */
+    double r[2] = {0, 0}, round_r[PRODUCTS_ROUNDS][2], predicted[2] = {0, 0};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < n_w; i++)
+            predicted[k] += tl_cost_matmul(prof, w[i], (double)product_rows[k]);
     for (int q = 0; q < PRODUCTS_ROUNDS && !st; q++) {
         for (int k = 0; k < 2; k++) {
             const size_t n = (size_t)product_rows[k];
-            double predicted = 0;
-            for (int i = 0; i < n_w; i++) predicted += tl_cost_matmul(prof, w[i], (double)n);
             const double measured = layer_products_s(m, (const tl_weight *const (*)[7])cycle,
                                                      n_l, n_w, X, n, Y, scratch, sf);
-            round_r[q][k] = predicted > 0 && measured > 0 ? measured / predicted : 0;
+            round_r[q][k] = predicted[k] > 0 && measured > 0 ? measured / predicted[k] : 0;
             if (round_r[q][k] > 0 && (!(r[k] > 0) || round_r[q][k] < r[k])) r[k] = round_r[q][k];
         }
         if (q == 1 && agree(round_r[0], round_r[1])) break;

@@ -75,8 +75,8 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
  * ratio of each row count kept: a round that meets a slow spell of the machine measures
  * the spell, not the shape) against the profile's prediction for them, and the profile's
  * figures above 4 rows of every type the layer holds are scaled: by the ratio at 16 rows
- * up to 16, at 128 from 128, interpolated in log(rows) between. *ratio: measured / predicted at whichever of the
- * two is further from 1 (1: nothing measured). The layer's weights are the resident ones
+ * up to 16, at 128 from 128, interpolated in log(rows) between. *ratio: measured /
+ * predicted at whichever of the two is further from 1 (1: nothing measured). The layer's weights are the resident ones
  * or its unit read on its own (tl_residency_borrow: one unit of IO, nothing read ahead,
  * the run's counters untouched); the passes then go round the resident layers shaped as
  * it (up to 64 MiB of them), as a forward pass takes its layers, so a small layer is not

@@ -37,7 +37,6 @@
 #include "exec/model_handle.h"
 #include "model/ops.h"
 
-#define MM_SMALL_ROWS 1024 /* the second size: separates per-call cost from the rate */
 
 /* tiny model for the attention fit: up to TL__PROF_AT_POS positions decoded with f32 KV,
  * and with stored (decoded) KV, whose cost grows faster with the position */
@@ -146,9 +145,9 @@ tl_status tl__profile_measure_matmul(tl_pool *pool, tl_hw_profile *p,
                               copies * mb >> 20, tl_type_name(type));
             break;
         }
-        /* a second, smaller matrix (MM_SMALL_ROWS of the same rows): two sizes separate
-         * the per-call cost (dispatch, chunking) from the per-MAC rate */
-        const size_t Rs = MM_SMALL_ROWS, mbs = Rs * rb;
+        /* a second, smaller matrix (TL__PROF_MM_SMALL_ROWS of the same rows): two sizes
+         * separate the per-call cost (dispatch, chunking) from the per-MAC rate */
+        const size_t Rs = TL__PROF_MM_SMALL_ROWS, mbs = Rs * rb;
         tl_weight w, ws;
         memset(&w, 0, sizeof w);
         w.type = w.file_type = type;

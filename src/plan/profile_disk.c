@@ -7,7 +7,7 @@
  * each setting reads on from where the one before stopped, wrapping at the end of the
  * file. The file has no name, so a measurement that is killed leaves nothing behind; it
  * stays open for the interference stage, which streams it again through
- * tl__profile_disk_urgent.
+ * tl__profile_disk_stream, and through tl__profile_disk_urgent to time urgent reads.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -115,6 +115,8 @@ uint64_t tl__profile_reader_bytes(void) {
                             TL__PROF_URGENT_BATCH * TL_PROF_URGENT_BYTES;
     return urgent > 2 * TL__PROF_STREAM_UNIT ? urgent : 2 * TL__PROF_STREAM_UNIT;
 }
+
+_Static_assert(DISK_FILE_BYTES >= 2 * TL__PROF_STREAM_UNIT, "the stream wraps within the file");
 
 tl_status tl__profile_disk_stream(tl_tier *t, uint8_t *bufs, atomic_int *stop) {
     tl_aio_params ap = tl_aio_default_params();

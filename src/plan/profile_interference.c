@@ -24,7 +24,6 @@
 #include "kernels/kernels.h"
 #include "format/tensor_type.h"
 #include "model/ops.h"
-#include "tier/aio.h"
 #include "tier/tier.h"
 
 enum { URGENT_SAMPLES = 128 };
@@ -36,8 +35,7 @@ typedef struct reader {
     int urgent;      /* which of the two */
     atomic_int stop; /* set by the measuring thread; only a flag, the results are read
                         after pthread_join, which orders them */
-    uint8_t *buf; /* queue depth default chunks + TL__PROF_URGENT_BATCH pages, and at
-                     least two stream units */
+    uint8_t *buf; /* tl__profile_reader_bytes(): room for either reading */
     tl_status st;
     double lat1[URGENT_SAMPLES], latn[URGENT_SAMPLES];
     int n1, nn;
@@ -53,15 +51,19 @@ static void *reader_main(void *arg) {
 
 /* Calls of each product per phase: whole phases are timed, not their median call, since
  * the disk's interrupts and the IO thread's wake-ups land on some calls and not others,
- * and a run pays for all of them. */
+ * and a run pays for all of them. The urgent reads' phase only keeps the cores busy while
+ * its reads are timed, with fewer calls. Rounds alternate the phases so drift cancels. */
 #define PHASE_CALLS 24
+#define URGENT_PHASE_CALLS 8
+#define ROUNDS 5
 
-/* The three products' times (PHASE_CALLS calls each, after one to warm up, cycling the
+/* The three products' times (`calls` calls each, after one to warm up, cycling the
  * copies), added to sum[]; with the reader running (started, given time to ramp up,
  * stopped) when rd is not NULL. */
 static tl_status time_products(tl_llama *mm, tl_weight *w, const uint8_t *W, size_t copies,
                                size_t mb, const float *X, const size_t *ns, float *Y,
-                               float *scratch, size_t sf, reader *rd, double *sum) {
+                               float *scratch, size_t sf, int calls, reader *rd,
+                               double *sum) {
     pthread_t th;
     if (rd) {
         atomic_store_explicit(&rd->stop, 0, memory_order_relaxed);
@@ -72,9 +74,9 @@ static tl_status time_products(tl_llama *mm, tl_weight *w, const uint8_t *W, siz
     }
     for (int i = 0; i < 3; i++) {
         double t0 = 0;
-        for (int r = -1; r < PHASE_CALLS; r++) {
+        for (int r = -1; r < calls; r++) {
             if (r == 0) t0 = tl_now();
-            w->data = (uint8_t *)W + (size_t)(r + 1) % copies * mb;
+            w->data = W + (size_t)(r + 1) % copies * mb;
             tl_op_matmul(mm, w, X, ns[i], Y, scratch, sf);
         }
         sum[i] += tl_now() - t0;
@@ -136,16 +138,23 @@ tl_status tl__profile_measure_interference(tl_pool *pool, tl_tier *t, tl_hw_prof
     w.rows = R;
     w.cols = C;
     w.panels = tl_panels_wanted(type, R);
-    if (w.panels && (tl__profile_repack_copies(pool, type, W, R, C, copies, &st), st))
-        goto done;
+    if (w.panels) {
+        tl__profile_repack_copies(pool, type, W, R, C, copies, &st);
+        if (st) goto done;
+    }
     const size_t ns[3] = {1, 4, n_max};
     double alone[3] = {0, 0, 0}, busy[3] = {0, 0, 0}, unused[3] = {0, 0, 0};
-    for (int round = 0; round < 5 && !st; round++) {
-        st = time_products(&mm, &w, W, copies, mb, X, ns, Y, scratch, sf, NULL, alone);
+    for (int round = 0; round < ROUNDS && !st; round++) {
+        st = time_products(&mm, &w, W, copies, mb, X, ns, Y, scratch, sf, PHASE_CALLS, NULL,
+                           alone);
         rd->urgent = 0;
-        if (!st) st = time_products(&mm, &w, W, copies, mb, X, ns, Y, scratch, sf, rd, busy);
+        if (!st)
+            st = time_products(&mm, &w, W, copies, mb, X, ns, Y, scratch, sf, PHASE_CALLS, rd,
+                               busy);
         rd->urgent = 1;
-        if (!st) st = time_products(&mm, &w, W, copies, mb, X, ns, Y, scratch, sf, rd, unused);
+        if (!st)
+            st = time_products(&mm, &w, W, copies, mb, X, ns, Y, scratch, sf,
+                               URGENT_PHASE_CALLS, rd, unused);
     }
     if (st) goto done;
     const double page = (double)TL_PROF_URGENT_BYTES;

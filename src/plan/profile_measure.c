@@ -30,7 +30,6 @@
 #include "kernels/kernels.h"
 #include "kernels/probe.h"
 #include "format/tensor_type.h"
-#include "tier/aio.h"
 #include "tier/tier.h"
 
 #define PROBE_MAX_BYTES ((uint64_t)1 << 30)   /* the memory probe's buffer ... */
@@ -45,14 +44,14 @@ static uint64_t huge_round(uint64_t b) { /* what tl_probe_buffer faults in */
 
 /* Bytes of matrix copies, activations and scratch of one matmul stage
  * (tl__profile_measure_matmul, tl__profile_measure_interference): `copies` of an R x C
- * matrix of `type`, products of up to n rows. */
-static uint64_t matmul_stage_bytes(tl_type type, uint64_t threads, size_t n) {
+ * matrix of `type`, products of up to n rows, repacked into panels when `panels`. */
+static uint64_t matmul_stage_bytes(tl_type type, uint64_t threads, size_t n, int panels) {
     const uint64_t R = TL__PROF_MM_ROWS, C = TL__PROF_MM_COLS;
     const uint64_t mb = R * tl_type_row_bytes(type, C);
     const uint64_t copies = TL__PROF_MM_MIN_BYTES / mb + 1;
     const uint64_t sf = (tl_matmul_scratch_floats(C, n) + 15) / 16 * 16;
     /* the repacking's one-panel temporary per thread (tl__profile_repack_copies) */
-    const uint64_t repack_tmp = threads * tl_panels_tmp_bytes(type, C);
+    const uint64_t repack_tmp = panels ? threads * tl_panels_tmp_bytes(type, C) : 0;
     return huge_round(copies * mb) + ((uint64_t)n * C + (uint64_t)n * R + threads * sf + C) * 4 +
            repack_tmp;
 }
@@ -65,10 +64,14 @@ uint64_t tl_profile_measure_bytes(int32_t n_threads) {
     STAGE(tl_prof_chunks[TL_PROF_N_CHUNK - 1] * (uint64_t)tl_prof_depths[TL_PROF_N_DEPTH - 1]);
     for (int t = 0; t < TL_PROF_N_TYPE; t++)
         STAGE(matmul_stage_bytes(tl_type_table[t].type, threads,
-                                 (size_t)tl_prof_rows[TL_PROF_N_ROWS - 1]));
+                                 (size_t)tl_prof_rows[TL_PROF_N_ROWS - 1],
+                                 tl_panels_wanted(tl_type_table[t].type, TL__PROF_MM_ROWS) &&
+                                     tl_panels_wanted(tl_type_table[t].type,
+                                                      TL__PROF_MM_SMALL_ROWS)));
     /* interference: Q8_0 copies up to TL__PROF_SLOWDOWN_ROWS rows, and the reader's
      * buffer */
-    STAGE(matmul_stage_bytes(TL_TYPE_Q8_0, threads, TL__PROF_SLOWDOWN_ROWS) +
+    STAGE(matmul_stage_bytes(TL_TYPE_Q8_0, threads, TL__PROF_SLOWDOWN_ROWS,
+                             tl_panels_wanted(TL_TYPE_Q8_0, TL__PROF_MM_ROWS)) +
           tl__profile_reader_bytes());
     /* attention: the model's weights (resident), its f32 KV, and a margin for the
      * context's activations, logits and the file writer's chunk */

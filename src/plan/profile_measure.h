@@ -22,6 +22,7 @@
 /* matmul stages: R x C matrices, copies cycled until they exceed the last-level cache */
 #define TL__PROF_MM_ROWS 8192
 #define TL__PROF_MM_COLS 2048
+#define TL__PROF_MM_SMALL_ROWS 1024 /* the second size: separates per-call cost from the rate */
 #define TL__PROF_MM_MIN_BYTES ((size_t)96 << 20) /* weights cycled per type: beyond the LLC */
 /* rows of the products the interference stage times as prefill's (compute-bound) */
 #define TL__PROF_SLOWDOWN_ROWS 128
@@ -57,8 +58,8 @@ tl_status tl__profile_measure_disk(const char *dir, tl_hw_profile *p,
 tl_status tl__profile_disk_urgent(tl_tier *t, uint8_t *bufs, atomic_int *stop, double *lat1,
                                   int *n1, double *latn, int *nn, int cap);
 
-/* The buffer a reading thread of the interference stage needs for either of the two
- * below. */
+/* The buffer a reading thread of the interference stage needs, for
+ * tl__profile_disk_urgent above or tl__profile_disk_stream below. */
 uint64_t tl__profile_reader_bytes(void);
 /* Streams t as the residency reads streamed weights: requests of TL__PROF_STREAM_UNIT
  * (a unit the IO queue splits into its chunks), two in flight, each waited for whole,
