@@ -748,6 +748,30 @@ static void kv_mix_calibration(const char *path) {
     tl_model_close(m);
 }
 
+/* The calibration's rounds (calibrate.h): the lowest measured ratio of each row count is
+ * kept; two rounds that agree within 5% end it, else a third does; an unmeasured ratio
+ * (0) agrees only with another. */
+static void products_rounds(void) {
+    double r[2] = {0, 0};
+    const double agreeing[2][2] = {{1.0, 0.95}, {1.02, 0.96}};
+    CHECK(!tl_plan_products_round(agreeing, 0, r) && r[0] == 1.0 && r[1] == 0.95);
+    CHECK(tl_plan_products_round(agreeing, 1, r) && r[0] == 1.0 && r[1] == 0.95);
+    /* a slow spell in the first round at 128 rows: the second disagrees, the third ends */
+    double s[2] = {0, 0};
+    const double spell[3][2] = {{1.0, 1.8}, {1.01, 0.96}, {1.1, 1.2}};
+    CHECK(!tl_plan_products_round(spell, 0, s));
+    CHECK(!tl_plan_products_round(spell, 1, s) && s[0] == 1.0 && s[1] == 0.96);
+    CHECK(tl_plan_products_round(spell, 2, s) && s[0] == 1.0 && s[1] == 0.96);
+    double z[2] = {0, 0};
+    const double zero[2][2] = {{0, 1.0}, {0, 1.01}};
+    CHECK(!tl_plan_products_round(zero, 0, z));
+    CHECK(tl_plan_products_round(zero, 1, z) && z[0] == 0 && z[1] == 1.0);
+    double h[2] = {0, 0};
+    const double half[2][2] = {{0, 1.0}, {0.9, 1.0}};
+    CHECK(!tl_plan_products_round(half, 0, h));
+    CHECK(!tl_plan_products_round(half, 1, h) && h[0] == 0.9 && h[1] == 1.0);
+}
+
 /* ---- 5. products of many rows timed at calibration ----
  * Figures above 4 rows set absurdly slow for the layer's type come back at the machine's
  * rate: the ratio at 16 rows up to 16, the one at 128 from 128, between them in log(rows);
@@ -864,6 +888,7 @@ int main(void) {
     hand_single(p1);
     hand_batch_spill(p1);
     hand_slowdown(p1);
+    products_rounds();
     hand_attn_block(p1);
     char pg2[256];
     if (!synth("group2", 300, 128, 320, 2, 8, 4, 0, pg2, sizeof pg2)) return 1;

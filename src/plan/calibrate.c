@@ -293,9 +293,8 @@ static double layer_products_s(tl_model *m, const tl_weight *const (*w)[7], int 
     return tl_median(t, (size_t)samples);
 }
 
-/* Rounds of the calibration's timings: two, and a third when those disagree. */
-#define PRODUCTS_ROUNDS 3
-#define PRODUCTS_AGREE 0.05 /* two rounds this close (relative) need no third */
+/* Two rounds this close (relative) need no third. */
+#define PRODUCTS_AGREE 0.05
 
 /* 1 when two rounds' ratios at both row counts are within PRODUCTS_AGREE of each other
  * (a ratio not measured, 0, agrees only with another 0: another round would not measure
@@ -305,6 +304,12 @@ static int agree(const double *a, const double *b) {
         if (fabs(a[k] - b[k]) > PRODUCTS_AGREE * fmin(a[k], b[k]) || (a[k] > 0) != (b[k] > 0))
             return 0;
     return 1;
+}
+
+int tl_plan_products_round(const double (*round_r)[2], int q, double *r) {
+    for (int k = 0; k < 2; k++)
+        if (round_r[q][k] > 0 && (!(r[k] > 0) || round_r[q][k] < r[k])) r[k] = round_r[q][k];
+    return q + 1 >= TL_PLAN_PRODUCTS_ROUNDS || (q == 1 && agree(round_r[0], round_r[1]));
 }
 
 /* The products of layer l in the order `all` lists them (names present), if every one is
@@ -382,19 +387,18 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
      * is measured, and a round that meets a slow spell of the machine (another process,
      * the host taking the core) is not it; a third round only when the first two
      * disagree */
-    double r[2] = {0, 0}, round_r[PRODUCTS_ROUNDS][2], predicted[2] = {0, 0};
+    double r[2] = {0, 0}, round_r[TL_PLAN_PRODUCTS_ROUNDS][2], predicted[2] = {0, 0};
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < n_w; i++)
             predicted[k] += tl_cost_matmul(prof, w[i], (double)product_rows[k]);
-    for (int q = 0; q < PRODUCTS_ROUNDS && !st; q++) {
+    for (int q = 0; q < TL_PLAN_PRODUCTS_ROUNDS && !st; q++) {
         for (int k = 0; k < 2; k++) {
             const size_t n = (size_t)product_rows[k];
             const double measured = layer_products_s(m, (const tl_weight *const (*)[7])cycle,
                                                      n_l, n_w, X, n, Y, scratch, sf);
             round_r[q][k] = predicted[k] > 0 && measured > 0 ? measured / predicted[k] : 0;
-            if (round_r[q][k] > 0 && (!(r[k] > 0) || round_r[q][k] < r[k])) r[k] = round_r[q][k];
         }
-        if (q == 1 && agree(round_r[0], round_r[1])) break;
+        if (tl_plan_products_round((const double (*)[2])round_r, q, r)) break;
     }
     if (!st) tl_residency_unborrow(m->res, unit);
     tl_budget_free(m->lm.budget, X), tl_budget_free(m->lm.budget, Y);

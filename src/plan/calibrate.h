@@ -86,4 +86,11 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
  * acquired. */
 tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *ratio);
 
+/* Its rounds: round_r[q] holds round q's ratios at 16 and 128 rows (0: not measured).
+ * Folds them into r[2] (the lowest measured ratio of each row count so far; start at
+ * {0, 0}) and returns 1 when no further round is wanted: after the second when the two
+ * agree within 5% at both counts, else after the TL_PLAN_PRODUCTS_ROUNDS-th. */
+#define TL_PLAN_PRODUCTS_ROUNDS 3
+int tl_plan_products_round(const double (*round_r)[2], int q, double *r);
+
 #endif
