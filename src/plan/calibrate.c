@@ -293,15 +293,13 @@ static double layer_products_s(tl_model *m, const tl_weight *const (*w)[7], int 
     return tl_median(t, (size_t)samples);
 }
 
-/* Two rounds this close (relative) need no third. */
-#define PRODUCTS_AGREE 0.05
-
-/* 1 when two rounds' ratios at both row counts are within PRODUCTS_AGREE of each other
- * (a ratio not measured, 0, agrees only with another 0: another round would not measure
- * it either). */
+/* 1 when two rounds' ratios at both row counts are within TL_PLAN_PRODUCTS_AGREE of each
+ * other (a ratio not measured, 0, agrees only with another 0: another round would not
+ * measure it either). */
 static int agree(const double *a, const double *b) {
     for (int k = 0; k < 2; k++)
-        if (fabs(a[k] - b[k]) > PRODUCTS_AGREE * fmin(a[k], b[k]) || (a[k] > 0) != (b[k] > 0))
+        if (fabs(a[k] - b[k]) > TL_PLAN_PRODUCTS_AGREE * fmin(a[k], b[k]) ||
+            (a[k] > 0) != (b[k] > 0))
             return 0;
     return 1;
 }

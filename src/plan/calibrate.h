@@ -68,29 +68,30 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
  * their figures). Its few KiB of buffers come from the budget (none free: skipped). */
 tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ratio);
 
-/* Products of many rows are compute-bound, and their rate depends on the matrices'
- * shapes, which the profile times at one size: the first layer's seven products are timed
- * at 16 and 128 rows (the median of 5 samples each, 3 for a layer whose pass is long;
- * two rounds of both, a third when those two differ by more than 5%, and the lowest
- * ratio of each row count kept: a round that meets a slow spell of the machine measures
- * the spell, not the shape) against the profile's prediction for them, and the profile's
- * figures above 4 rows of every type the layer holds are scaled: by the ratio at 16 rows
- * up to 16, at 128 from 128, interpolated in log(rows) between. *ratio: measured /
- * predicted at whichever of the two is further from 1 (1: nothing measured). The layer's weights are the resident ones
+/* Products of many rows are compute-bound, and their rate depends on the matrices' shapes,
+ * which the profile times at one size: the first layer's seven products are timed at 16
+ * and 128 rows (the median of 5 samples each, 3 for a layer whose pass is long; two rounds
+ * of both, a third when those two differ by more than 5%, and the lowest ratio of each row
+ * count kept: a round that meets a slow spell of the machine measures the spell, not the
+ * shape) against the profile's prediction for them, and the profile's figures above 4 rows
+ * of every type the layer holds are scaled: by the ratio at 16 rows up to 16, at 128 from
+ * 128, interpolated in log(rows) between. *ratio: measured / predicted at whichever of the
+ * two is further from 1 (1: nothing measured). The layer's weights are the resident ones
  * or its unit read on its own (tl_residency_borrow: one unit of IO, nothing read ahead,
- * the run's counters untouched); the passes then go round the resident layers shaped as
- * it (up to 64 MiB of them), as a forward pass takes its layers, so a small layer is not
+ * the run's counters untouched); the passes then go round the resident layers shaped as it
+ * (up to 64 MiB of them), as a forward pass takes its layers, so a small layer is not
  * timed from a cache the run does not give it. Inputs and outputs of 128 rows come from
- * the budget (no room: nothing measured). It costs two or three dozen passes of
- * products. A flash or neuron layout keeps the profile's figures. Call with no unit
- * acquired. */
+ * the budget (no room: nothing measured). It costs two or three dozen passes of products.
+ * A flash or neuron layout keeps the profile's figures. Call with no unit acquired. */
 tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *ratio);
 
 /* Its rounds: round_r[q] holds round q's ratios at 16 and 128 rows (0: not measured).
  * Folds them into r[2] (the lowest measured ratio of each row count so far; start at
  * {0, 0}) and returns 1 when no further round is wanted: after the second when the two
- * agree within 5% at both counts, else after the TL_PLAN_PRODUCTS_ROUNDS-th. */
+ * agree within TL_PLAN_PRODUCTS_AGREE (relative) at both counts, else after the
+ * TL_PLAN_PRODUCTS_ROUNDS-th. */
 #define TL_PLAN_PRODUCTS_ROUNDS 3
+#define TL_PLAN_PRODUCTS_AGREE 0.05
 int tl_plan_products_round(const double (*round_r)[2], int q, double *r);
 
 #endif

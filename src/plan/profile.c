@@ -45,9 +45,8 @@ const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS] = {32, 16, 8, 4};
                             * while the disk streams on weights in panels, the
                             * compute-bound one at 128 rows (10: 32 rows on the file's
                             * row layout, which the engine does not run where it keeps
-                            * panels), with the
-                            * disk read as the residency reads it (10: a chunk at a
-                            * time, KV-sized urgent reads between) */
+                            * panels), with the disk read as the residency reads it
+                            * (10: a chunk at a time, KV-sized urgent reads between) */
 #define PROFILE_MAX_BYTES ((size_t)1 << 20)
 /* The longest grid axis (types or rows): an axis is copied whole into a buffer this long. */
 #define AXIS_MAX ((int)TL_PROF_N_TYPE > (int)TL_PROF_N_ROWS ? (int)TL_PROF_N_TYPE : (int)TL_PROF_N_ROWS)

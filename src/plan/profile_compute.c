@@ -37,7 +37,6 @@
 #include "exec/model_handle.h"
 #include "model/ops.h"
 
-
 /* tiny model for the attention fit: up to TL__PROF_AT_POS positions decoded with f32 KV,
  * and with stored (decoded) KV, whose cost grows faster with the position */
 #define AT_RUNS 3 /* each attention run is repeated, the medians kept */
