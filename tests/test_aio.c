@@ -10,6 +10,7 @@
  * in the urgent slots when ordinary chunks fill the
  * queue. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 #include "base/rng.h"
 #include "base/clock.h"
@@ -339,22 +340,54 @@ static void test_order_poll_close(tl_aio_backend b) {
     free(buf);
 }
 
+/* A tier whose reads wait until the test opens its gate, then read the memory tier it
+ * wraps: a read that must still be in flight (or not yet started) when the test looks
+ * stays so however slowly a sanitizer build beside other tests runs. */
+typedef struct gated {
+    tl_tier base;
+    tl_tier *inner;
+    atomic_int open;
+} gated;
+
+static tl_status gated_read(tl_tier *t, uint64_t offset, void *dst, size_t len, size_t *done) {
+    gated *g = (gated *)t;
+    const struct timespec ms = {0, 1000 * 1000};
+    while (!atomic_load(&g->open)) nanosleep(&ms, NULL);
+    return g->inner->ops->read_at(g->inner, offset, dst, len, done);
+}
+static tl_status gated_write(tl_tier *t, uint64_t offset, const void *src, size_t len,
+                             size_t *done) {
+    (void)t, (void)offset, (void)src, (void)len, (void)done;
+    return TL_ERR_IO;
+}
+static void gated_close(tl_tier *t) {
+    tl_tier_close(((gated *)t)->inner);
+    free(t);
+}
+static const tl_tier_ops gated_ops = {gated_read, gated_write, gated_close};
+
+/* A gated copy of the test pattern (tk_fill, seed 1) of `size` bytes, its gate shut. */
+static tl_tier *gated_mem(uint64_t size) {
+    gated *g = calloc(1, sizeof *g);
+    CHECK(g != NULL);
+    if (!g) return NULL;
+    CHECK(tl_tier_mem_open(size, &g->inner) == TL_OK);
+    tk_fill(tl_tier_mem_data(g->inner), 0, (size_t)size, 1);
+    g->base = (tl_tier){&gated_ops, "gated", size, 1, -1, 0};
+    atomic_init(&g->open, 0);
+    return &g->base;
+}
+static void gate_open(tl_tier *t) { atomic_store(&((gated *)t)->open, 1); }
+
 /* Urgent reads (tl_aio_read_urgent) and the read classes (tl_aio_read_class) on a slow
  * tier (10 ms per call, 4 KiB chunks). */
 static void test_urgent(void) {
     tl_fault_spec spec = {0};
     spec.latency_s = 0.01;
     tl_tier *slow = fault_mem(&spec, 1 << 20);
-    tl_fault_spec hold_spec = {0}, lag_spec = {0};
-    hold_spec.latency_s = 3.0; /* the one thread is busy while all the others are queued
-                                  (a sanitizer build beside other tests on two cores may
-                                  take over a second to queue them) */
-    tl_tier *held = fault_mem(&hold_spec, 1 << 20);
-    lag_spec.latency_s = 3.0; /* a read that must not have finished when polled: the one
-                                 thread starts it just as the awaited read completes, and a
-                                 sanitizer build beside other tests on two cores may take
-                                 more than half a second to poll */
-    tl_tier *lag = fault_mem(&lag_spec, 1 << 20);
+    /* held: the one thread is busy on it until every other read is queued; lag: a read
+     * the one thread starts just as the awaited one completes, not finished when polled */
+    tl_tier *held = gated_mem(1 << 20), *lag = gated_mem(1 << 20);
     uint8_t *buf = tk_alloc(1 << 20);
 
     /* one thread, depth 1: the urgent ones run next, in their order, then the rest */
@@ -366,20 +399,27 @@ static void test_urgent(void) {
     CHECK(tl_aio_read_urgent(q, slow, 8 * 4096, buf + 8 * 4096, 4096, 10) == TL_OK);
     CHECK(tl_aio_read(q, lag, 9 * 4096, buf + 9 * 4096, 4096, 11) == TL_OK);
     CHECK(tl_aio_read_urgent(q, slow, 10 * 4096, buf + 10 * 4096, 4096, 12) == TL_OK);
+    gate_open(held);
     CHECK(tl_aio_wait(q, 12) == TL_OK);
     CHECK(tl_aio_poll(q, 10) == 1); /* urgent, submitted first */
     for (uint64_t t = 2; t <= 4; t++) CHECK_MSG(tl_aio_poll(q, t) == 0, "tag %d done", (int)t);
     CHECK(tl_aio_poll(q, 11) == 0);
+    gate_open(lag);
     for (uint64_t t = 1; t <= 11; t++) /* 12 was waited for */
         if (t <= 4 || t >= 10) CHECK(tl_aio_wait(q, t) == TL_OK);
     CHECK(tk_mismatch(buf, 0, 4 * 4096, 1) < 0 && tk_mismatch(buf + 8 * 4096, 8 * 4096, 3 * 4096, 1) < 0);
     tl_aio_close(q);
+    tl_tier_close(held);
+    tl_tier_close(lag);
 
     /* classes: a read needed now goes ahead of queued urgent ones (each class in its own
-     * order), urgent ones ahead of ordinary ones; a bad class is refused */
+     * order), urgent ones ahead of ordinary ones; a bad class is refused. last: the
+     * ordinary read, still queued or in flight once the urgent ones are done */
+    tl_tier *last = gated_mem(1 << 20);
+    held = gated_mem(1 << 20), lag = gated_mem(1 << 20);
     q = open_q(TL_AIO_POOL, 4096, 1, 1);
     CHECK(tl_aio_read(q, held, 0, buf, 4096, 1) == TL_OK); /* in flight */
-    CHECK(tl_aio_read(q, lag, 4096, buf + 4096, 4096, 2) == TL_OK);
+    CHECK(tl_aio_read(q, last, 4096, buf + 4096, 4096, 2) == TL_OK);
     CHECK(tl_aio_read_class(q, lag, 2 * 4096, buf + 2 * 4096, 4096, 3, TL_AIO_SOON) == TL_OK);
     CHECK(tl_aio_read_class(q, lag, 3 * 4096, buf + 3 * 4096, 4096, 4, TL_AIO_SOON) == TL_OK);
     CHECK(tl_aio_read_class(q, slow, 4 * 4096, buf + 4 * 4096, 4096, 5, TL_AIO_NOW) == TL_OK);
@@ -387,17 +427,21 @@ static void test_urgent(void) {
     CHECK(tl_aio_read_class(q, slow, 6 * 4096, buf + 6 * 4096, 4096, 7, TL_AIO_SOON) == TL_OK);
     CHECK(tl_aio_read_class(q, slow, 0, buf, 4096, 8, (tl_aio_class)3) == TL_ERR_INVALID);
     CHECK(tl_aio_read_class(q, slow, 0, buf, 4096, 8, (tl_aio_class)-1) == TL_ERR_INVALID);
+    gate_open(held);
     CHECK(tl_aio_wait(q, 6) == TL_OK); /* the second read needed now */
     CHECK(tl_aio_poll(q, 5) == 1);
     for (uint64_t t = 2; t <= 4; t++) CHECK_MSG(tl_aio_poll(q, t) == 0, "tag %d done", (int)t);
     CHECK(tl_aio_poll(q, 7) == 0);
+    gate_open(lag);
     CHECK(tl_aio_wait(q, 7) == TL_OK); /* the last urgent one: the others urgent are done */
     CHECK(tl_aio_poll(q, 3) == 1 && tl_aio_poll(q, 4) == 1 && tl_aio_poll(q, 2) == 0);
+    gate_open(last);
     for (uint64_t t = 1; t <= 5; t++) CHECK(tl_aio_wait(q, t) == TL_OK);
     CHECK(tk_mismatch(buf, 0, 7 * 4096, 1) < 0);
     tl_aio_close(q);
     tl_tier_close(held);
     tl_tier_close(lag);
+    tl_tier_close(last);
 
     /* depth 1 with threads for the urgent slots: an urgent read does not wait for the
      * ordinary chunk in flight (0.5 s) */
