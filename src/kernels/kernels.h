@@ -216,7 +216,7 @@ int tl__matmul_fast_isa(tl__isa isa, tl_type type, const void *W, size_t k, size
  *        tl_matmul_ref over the row-major transpose bit for bit for F32/F16/BF16 weights.
  *   fast: f32 accumulation (FMA), agrees with the reference to float rounding. Each
  *        output is one FMA chain over chan in its order from +0, y = fma(x, w, y)
- *        (Q8_0/Q4_0: fma(d*x rounded to f32, q, y)), so for finite weights the result
+ *        with w the exact weight (Q8_0/Q4_0: d*q, exact in f32), so for finite weights the result
  *        does not depend on n, on how [o0, o1) is split between calls or on the
  *        instruction set.
  * Threads may run disjoint [o0, o1) at once, each with its own scratch. */
@@ -239,7 +239,7 @@ int tl__colmat_fast_isa(tl__isa isa, tl_type type, const void *W, size_t run_ele
                         size_t ldx, size_t n, float *Y, size_t ldy, float *scratch);
 /* Internal: the 512-bit inner kernels of tl_colmat_fast (x86avx512_colmat.c; called only
  * when tl__cpu_has_avx512vnni). runs: Y[r*ldy + o] = fma(x[r*ldxg + g], w_g(o), ...) for
- * g < G (8 or 1) in order, r < N (<= 4), o < len (Q8_0/Q4_0: fma(d*x, q, ...)), run[g]
+ * g < G (8 or 1) in order, r < N (<= 4), o < len (Q8_0/Q4_0: w = d*q), run[g]
  * at a slice's first element (F32/F16/BF16/Q8_0/Q4_0; len a multiple of 32 for the Q
  * types); meanwhile the npf slices pf[] are prefetched at the same offsets.
  * strip: Y[r*ldy + j] = fma chain over c < kc of xp[r*ldxp + c] * strip[c*32 + j] for

@@ -3,9 +3,10 @@
  * x86avx512_colmat.c where the CPU has them and TIERLLM_ISA does not cap them away.
  *
  * Arithmetic: each output is one f32 FMA chain over the selected channels in the order of
- * chan, from y = +0: y = fma(x, w, y) with w exact, except for Q8_0/Q4_0, where
- * y = fma(d*x, q, y) with d*x rounded to f32 once per block and q the integer quant
- * (Q4_0: nibble - 8), a multiply per element saved. Both paths below, on both instruction
+ * chan, from y = +0: y = fma(x, w, y) with w the weight exactly (Q8_0/Q4_0: w = d*q, the
+ * f16 scale times the integer quant, a product of at most 11 + 8 significant bits, exact
+ * in f32, so the weight can be decoded once into a GEMM panel and every row multiplies
+ * x as given). Both paths below, on both instruction
  * sets, run that same chain, so the result does not depend on n, on the split of [o0, o1)
  * or on the set (for finite weights: n = 1 skips channels whose x is 0, which add +-0
  * elsewhere).
@@ -23,13 +24,14 @@
  *    each slice into scratch and add it.
  *  - GEMM (prefill, larger batches): k is the channel list. For each block of up to
  *    ROW_BLOCK rows, tile of TILE outputs and chunk of KC channels, the chunk's slices are
- *    decoded once into a panel of NR-wide strips (L2: w, or q with the blocks' d beside),
- *    and the rows' x of the chunk gathered (xp) and, per 32-block, scaled by its d (xs);
- *    a register micro-kernel (MR rows x NR outputs) adds a strip (L1) into Y, which the
- *    first chunk overwrites. A block's Y tile stays in L2 across the chunks. Streaming
+ *    decoded once into a panel of NR-wide strips of w (L2) and the rows' x of the chunk
+ *    gathered (xp; a run of consecutive channels copied whole); a register micro-kernel
+ *    (MR rows x NR outputs) adds a strip (L1) into Y, which the first chunk overwrites.
+ *    Rows are cut into blocks of equal size, so every block decodes the panels for as
+ *    many rows as the next. A block's Y tile stays in L2 across the chunks. Streaming
  *    costs about as much at STREAM_MAX_N rows (its passes' arithmetic grows with n; the
  *    GEMM decodes the weights once).
- * Scratch holds the panel, the scales, one dequantized slice, xp and xs; there is no
+ * Scratch holds the panel, one dequantized slice and xp; there is no
  * global state, so threads with disjoint [o0, o1), each with its own scratch, may run at
  * once.
  */
@@ -44,8 +46,8 @@
 #define STREAM_ROWS_AVX2 2
 #define TILE1 4096      /* streaming: outputs x rows per tile (a 16 KiB accumulator) */
 #define GROUP 8         /* streaming: runs summed per pass over the accumulator */
-#define TILE 256        /* GEMM: outputs per tile (a multiple of 32) */
-#define KC 64           /* GEMM: channels per panel */
+#define TILE 512        /* GEMM: outputs per tile (a multiple of 32) */
+#define KC 128          /* GEMM: channels per panel */
 #define ROW_BLOCK 256   /* GEMM: rows per block */
 #define MR 6            /* AVX2 micro-tile: 6 rows x 16 outputs, 12 accumulators */
 #define NR 16
@@ -56,11 +58,9 @@ static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 /* Outputs of one GEMM tile for a call over `outs` outputs (a multiple of 32). */
 static size_t tile_width(size_t outs) { return min_sz((outs + 31) / 32 * 32, TILE); }
 
-/* The GEMM's scratch: panel (KC x t), the blocks' scales (t/32 x KC), one dequantized
- * slice (t), xp and xs (rows x KC each); more than streaming's one slice. */
-static size_t rows_scratch(size_t t, size_t rows) {
-    return KC * t + t / 32 * KC + t + 2 * rows * KC;
-}
+/* The GEMM's scratch: panel (KC x t), one dequantized slice (t), xp (rows x KC); more
+ * than streaming's one slice. */
+static size_t rows_scratch(size_t t, size_t rows) { return KC * t + t + rows * KC; }
 
 size_t tl_colmat_scratch_floats(size_t outs, size_t n) {
     size_t f = min_sz((outs + 31) / 32 * 32, TILE1); /* streaming: one dequantized slice */
@@ -68,31 +68,30 @@ size_t tl_colmat_scratch_floats(size_t outs, size_t n) {
     return (f + 15) / 16 * 16; /* whole cache lines: per-thread slices stay aligned */
 }
 
-/* 1 for the types decoded in registers; 1 for those of them with a block scale. */
+/* 1 for the types decoded in registers. */
 static int simd_type(tl_type type) {
     return type == TL_TYPE_F32 || type == TL_TYPE_F16 || type == TL_TYPE_BF16 ||
            type == TL_TYPE_Q8_0 || type == TL_TYPE_Q4_0;
 }
-static ALWAYS_INLINE int scaled_type(tl_type type) {
-    return type == TL_TYPE_Q8_0 || type == TL_TYPE_Q4_0;
-}
 
-/* The 32 values of a block or float slice at p the chain multiplies: w for the float
- * types, the integer quants q for Q8_0 and Q4_0 (nibble - 8, as int8 before widening). */
+/* The 32 weights of a block or float slice at p the chain multiplies: w for the float
+ * types, d*q for Q8_0 and Q4_0 (q the integer quant, nibble - 8 for Q4_0). */
 static ALWAYS_INLINE void values32(tl_type type, const uint8_t *p, __m256 w[4]) {
     if (type == TL_TYPE_Q8_0) {
+        const __m256 d = _mm256_set1_ps(load_f16_scale(p));
         UNROLL
         for (int q = 0; q < 4; q++)
-            w[q] = i8x8_to_ps(_mm_loadl_epi64((const __m128i *)(p + 2 + 8 * q)));
+            w[q] = _mm256_mul_ps(d, i8x8_to_ps(_mm_loadl_epi64((const __m128i *)(p + 2 + 8 * q))));
     } else if (type == TL_TYPE_Q4_0) {
         /* byte j: element j in its low nibble, j + 16 in its high one */
         const __m128i v = loadu128(p + 2), m = _mm_set1_epi8(0x0f), e8 = _mm_set1_epi8(8);
         const __m128i lo = _mm_sub_epi8(_mm_and_si128(v, m), e8);
         const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), m), e8);
-        w[0] = i8x8_to_ps(lo);
-        w[1] = i8x8_to_ps(_mm_srli_si128(lo, 8));
-        w[2] = i8x8_to_ps(hi);
-        w[3] = i8x8_to_ps(_mm_srli_si128(hi, 8));
+        const __m256 d = _mm256_set1_ps(load_f16_scale(p));
+        w[0] = _mm256_mul_ps(d, i8x8_to_ps(lo));
+        w[1] = _mm256_mul_ps(d, i8x8_to_ps(_mm_srli_si128(lo, 8)));
+        w[2] = _mm256_mul_ps(d, i8x8_to_ps(hi));
+        w[3] = _mm256_mul_ps(d, i8x8_to_ps(_mm_srli_si128(hi, 8)));
     } else {
         dequant32(type, p, w);
     }
@@ -191,14 +190,11 @@ static ALWAYS_INLINE void runs(tl_type type, const int G, const int N, const uin
         for (int g = 0; g < G; g++) {
             __m256 w[4];
             values32(type, run[g] + b, w);
-            const float dw = scaled_type(type) ? load_f16_scale(run[g] + b) : 1.0f;
-            const __m256 d = _mm256_set1_ps(dw);
             UNROLL
             for (int r = 0; r < N; r++) {
                 const __m256 xv = _mm256_broadcast_ss(x + r * ldxg + g);
-                const __m256 s = scaled_type(type) ? _mm256_mul_ps(d, xv) : xv;
                 UNROLL
-                for (int q = 0; q < 4; q++) acc[r][q] = _mm256_fmadd_ps(s, w[q], acc[r][q]);
+                for (int q = 0; q < 4; q++) acc[r][q] = _mm256_fmadd_ps(xv, w[q], acc[r][q]);
             }
         }
         UNROLL
@@ -358,11 +354,10 @@ static void colmat_stream(tl__isa isa, tl_type type, const uint8_t *W, size_t ru
 
 /* Decodes elements [t0, t0 + tw) of the runs of chan[0..kc) (off: the bytes before t0)
  * into panel: element o of channel c at panel[(o / nr) * kc * nr + c * nr + o % nr], zeros
- * up to a whole strip; for Q8_0/Q4_0 the quants, with block b's d at dsc[b * KC + c].
- * tmp: tw floats. */
+ * up to a whole strip. tmp: tw floats. */
 static ALWAYS_INLINE void pack_runs(tl_type type, const size_t nr, const uint8_t *W,
                                     size_t run_bytes, const int32_t *chan, size_t kc, size_t off,
-                                    size_t tw, float *panel, float *dsc, float *tmp) {
+                                    size_t tw, float *panel, float *tmp) {
     const size_t es = tl_type_block_bytes(type), wpad = (tw + nr - 1) / nr * nr;
     const size_t sstep = kc * nr;
     for (size_t c = 0; c < kc; c++) {
@@ -373,7 +368,6 @@ static ALWAYS_INLINE void pack_runs(tl_type type, const size_t nr, const uint8_t
             for (; o + 32 <= tw; o += 32, p += bytes32(type)) {
                 __m256 w[4];
                 values32(type, p, w);
-                if (scaled_type(type)) dsc[o / 32 * KC + c] = load_f16_scale(p);
                 UNROLL
                 for (size_t q = 0; q < 4; q++) {
                     const size_t e = o + 8 * q;
@@ -393,13 +387,12 @@ static ALWAYS_INLINE void pack_runs(tl_type type, const size_t nr, const uint8_t
 }
 
 #define PACK(T)                                                                          \
-    if (nr == NR) pack_runs(T, NR, W, run_bytes, chan, kc, off, tw, panel, dsc, tmp);    \
-    else pack_runs(T, NR512, W, run_bytes, chan, kc, off, tw, panel, dsc, tmp);          \
+    if (nr == NR) pack_runs(T, NR, W, run_bytes, chan, kc, off, tw, panel, tmp);         \
+    else pack_runs(T, NR512, W, run_bytes, chan, kc, off, tw, panel, tmp);               \
     return;
 
 static void pack_panel(tl_type type, const uint8_t *W, size_t run_bytes, const int32_t *chan,
-                       size_t kc, size_t t0, size_t tw, size_t nr, float *panel, float *dsc,
-                       float *tmp) {
+                       size_t kc, size_t t0, size_t tw, size_t nr, float *panel, float *tmp) {
     const size_t off = tl_type_row_bytes(type, t0);
     switch (type) {
     case TL_TYPE_F32: PACK(TL_TYPE_F32)
@@ -411,23 +404,10 @@ static void pack_panel(tl_type type, const uint8_t *W, size_t run_bytes, const i
     }
 }
 
-/* xs[r*KC + c] = d[c] * xp[r*KC + c]: the rows' x times a 32-block's scales. */
-static void scale_x(const float *xp, const float *d, size_t rows, size_t kc, float *xs) {
-    for (size_t r = 0; r < rows; r++) {
-        const float *x = xp + r * KC;
-        float *o = xs + r * KC;
-        size_t c = 0;
-        for (; c + 8 <= kc; c += 8)
-            _mm256_storeu_ps(o + c,
-                             _mm256_mul_ps(_mm256_loadu_ps(d + c), _mm256_loadu_ps(x + c)));
-        for (; c < kc; c++) o[c] = d[c] * x[c];
-    }
-}
-
-/* C[r*ldc + 0..15] = fma chain over c < kc of xs[r*ldxs + c] * strip[c*16 + 0..15], r < M,
+/* C[r*ldc + 0..15] = fma chain over c < kc of xp[r*ldxp + c] * strip[c*16 + 0..15], r < M,
  * from C's values (add) or +0. */
-static ALWAYS_INLINE void ukernel(const int M, size_t kc, const float *strip, const float *xs,
-                                  size_t ldxs, float *C, size_t ldc, int add) {
+static ALWAYS_INLINE void ukernel(const int M, size_t kc, const float *strip, const float *xp,
+                                  size_t ldxp, float *C, size_t ldc, int add) {
     __m256 acc[MR][2];
     UNROLL
     for (int r = 0; r < M; r++) {
@@ -440,7 +420,7 @@ static ALWAYS_INLINE void ukernel(const int M, size_t kc, const float *strip, co
         const __m256 b1 = _mm256_loadu_ps(strip + c * NR + 8);
         UNROLL
         for (int r = 0; r < M; r++) {
-            const __m256 a = _mm256_broadcast_ss(xs + r * ldxs + c);
+            const __m256 a = _mm256_broadcast_ss(xp + r * ldxp + c);
             acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
             acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
         }
@@ -452,34 +432,49 @@ static ALWAYS_INLINE void ukernel(const int M, size_t kc, const float *strip, co
     }
 }
 
-static void ukernel_any(size_t m, size_t kc, const float *strip, const float *xs, size_t ldxs,
+static void ukernel_any(size_t m, size_t kc, const float *strip, const float *xp, size_t ldxp,
                         float *C, size_t ldc, int add) {
     switch (m) {
-    case 6: ukernel(6, kc, strip, xs, ldxs, C, ldc, add); break;
-    case 5: ukernel(5, kc, strip, xs, ldxs, C, ldc, add); break;
-    case 4: ukernel(4, kc, strip, xs, ldxs, C, ldc, add); break;
-    case 3: ukernel(3, kc, strip, xs, ldxs, C, ldc, add); break;
-    case 2: ukernel(2, kc, strip, xs, ldxs, C, ldc, add); break;
-    default: ukernel(1, kc, strip, xs, ldxs, C, ldc, add); break;
+    case 6: ukernel(6, kc, strip, xp, ldxp, C, ldc, add); break;
+    case 5: ukernel(5, kc, strip, xp, ldxp, C, ldc, add); break;
+    case 4: ukernel(4, kc, strip, xp, ldxp, C, ldc, add); break;
+    case 3: ukernel(3, kc, strip, xp, ldxp, C, ldc, add); break;
+    case 2: ukernel(2, kc, strip, xp, ldxp, C, ldc, add); break;
+    default: ukernel(1, kc, strip, xp, ldxp, C, ldc, add); break;
     }
 }
 
 /* One strip for m rows: Y[r*ldy + j], j < nj (<= NR); a partial strip goes through a
  * tile holding Y's values, so its chain is the same. */
-static void strip_avx2(const float *strip, size_t kc, const float *xs, size_t ldxs, size_t m,
+static void strip_avx2(const float *strip, size_t kc, const float *xp, size_t ldxp, size_t m,
                        float *Y, size_t ldy, size_t nj, int add) {
     for (size_t i0 = 0, t = 0; i0 < m; i0 += tl__tile_rows(m, t++, MR)) {
         const size_t mt = tl__tile_rows(m, t, MR);
         if (nj == NR) {
-            ukernel_any(mt, kc, strip, xs + i0 * ldxs, ldxs, Y + i0 * ldy, ldy, add);
+            ukernel_any(mt, kc, strip, xp + i0 * ldxp, ldxp, Y + i0 * ldy, ldy, add);
             continue;
         }
         float tile[MR * NR] = {0};
         for (size_t r = 0; r < mt && add; r++)
             memcpy(tile + r * NR, Y + (i0 + r) * ldy, nj * sizeof(float));
-        ukernel_any(mt, kc, strip, xs + i0 * ldxs, ldxs, tile, NR, add);
+        ukernel_any(mt, kc, strip, xp + i0 * ldxp, ldxp, tile, NR, add);
         for (size_t r = 0; r < mt; r++)
             memcpy(Y + (i0 + r) * ldy, tile + r * NR, nj * sizeof(float));
+    }
+}
+
+/* xp[r*KC + c] = X[r*ldx + chan[c]], r < rows, c < kc: a run of consecutive channels is
+ * copied whole. */
+static void gather_x(const float *X, size_t ldx, size_t rows, const int32_t *chan, size_t kc,
+                     float *xp) {
+    size_t run = 1;
+    while (run < kc && chan[run] == chan[run - 1] + 1) run++;
+    const int contiguous = run == kc;
+    for (size_t r = 0; r < rows; r++) {
+        const float *xr = X + r * ldx;
+        if (contiguous) memcpy(xp + r * KC, xr + chan[0], kc * sizeof(float));
+        else
+            for (size_t c = 0; c < kc; c++) xp[r * KC + c] = xr[chan[c]];
     }
 }
 
@@ -492,37 +487,30 @@ static void colmat_rows(tl__isa isa, tl_type type, const uint8_t *W, size_t run_
 #else
     const size_t nr = NR;
 #endif
-    float *panel = scratch, *dsc = panel + KC * tmax, *tmp = dsc + tmax / 32 * KC;
-    float *xp = tmp + tmax, *xs = xp + min_sz(n, ROW_BLOCK) * KC;
-    for (size_t i0 = 0; i0 < n; i0 += ROW_BLOCK) {
-        const size_t rows = min_sz(n - i0, ROW_BLOCK);
+    float *panel = scratch, *tmp = panel + KC * tmax, *xp = tmp + tmax;
+    /* blocks of equal rows (each block decodes every panel once: no short last block) */
+    const size_t blocks = (n + ROW_BLOCK - 1) / ROW_BLOCK, per = (n + blocks - 1) / blocks;
+    for (size_t i0 = 0; i0 < n; i0 += per) {
+        const size_t rows = min_sz(n - i0, per);
         for (size_t t0 = o0; t0 < o1; t0 += TILE) {
             const size_t tw = min_sz(o1 - t0, TILE);
             for (size_t r = 0; r < rows && nc == 0; r++)
                 memset(Y + (i0 + r) * ldy + t0, 0, tw * sizeof(float));
             for (size_t c0 = 0; c0 < nc; c0 += KC) {
                 const size_t kc = min_sz(nc - c0, KC);
-                for (size_t r = 0; r < rows; r++) {
-                    const float *xr = X + (i0 + r) * ldx;
-                    for (size_t c = 0; c < kc; c++) xp[r * KC + c] = xr[chan[c0 + c]];
-                }
-                pack_panel(type, W, run_bytes, chan + c0, kc, t0, tw, nr, panel, dsc, tmp);
-                const float *xa = xp; /* the x each strip multiplies: xp, or xs for its block */
+                gather_x(X + i0 * ldx, ldx, rows, chan + c0, kc, xp);
+                pack_panel(type, W, run_bytes, chan + c0, kc, t0, tw, nr, panel, tmp);
                 for (size_t s = 0; s * nr < tw; s++) {
-                    if (scaled_type(type) && s * nr % 32 == 0) { /* a new 32-block: d*x */
-                        scale_x(xp, dsc + s * nr / 32 * KC, rows, kc, xs);
-                        xa = xs;
-                    }
                     const float *strip = panel + s * kc * nr;
                     float *ys = Y + i0 * ldy + t0 + s * nr;
                     const size_t nj = min_sz(nr, tw - s * nr);
 #ifdef TL_HAVE_AVX512VNNI
                     if (isa == TL_ISA_AVX512VNNI) {
-                        tl__colmat_strip_avx512(strip, kc, xa, KC, rows, ys, ldy, nj, c0 > 0);
+                        tl__colmat_strip_avx512(strip, kc, xp, KC, rows, ys, ldy, nj, c0 > 0);
                         continue;
                     }
 #endif
-                    strip_avx2(strip, kc, xa, KC, rows, ys, ldy, nj, c0 > 0);
+                    strip_avx2(strip, kc, xp, KC, rows, ys, ldy, nj, c0 > 0);
                 }
             }
         }

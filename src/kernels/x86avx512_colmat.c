@@ -5,7 +5,7 @@
  * AVX-512 flags only when the compiler supports them (TL_HAVE_AVX512VNNI); called only
  * after the run-time check (x86_cpu.c).
  *
- * Arithmetic: x86_colmat.c's, lane for lane (y = fma(x, w, y), or fma(d*x, q, y) for
+ * Arithmetic: x86_colmat.c's, lane for lane (y = fma(x, w, y), w = d*q exact for
  * Q8_0/Q4_0, per channel in order), so both instruction sets give the same bits. The
  * float types' tails use masked loads and stores, which never touch the elements masked
  * off.
@@ -19,8 +19,8 @@
 #define MR 8          /* micro-tile: 8 rows x 32 outputs, 16 accumulators */
 #define NR 32
 
-/* The 32 values at p the chain multiplies (x86_colmat.c), in two registers: w for the float
- * types, the integer quants for Q8_0 and Q4_0 (nibble - 8). */
+/* The 32 values at p in two registers: w for the float types, the integer quants for Q8_0
+ * and Q4_0 (nibble - 8; the caller multiplies them by the block's d). */
 static ALWAYS_INLINE void values32_512(tl_type type, const uint8_t *p, __m512 w[2]) {
     switch (type) {
     case TL_TYPE_F32:
@@ -65,7 +65,7 @@ static ALWAYS_INLINE __m512 load16_masked(tl_type type, const uint8_t *p, __mmas
     }
 }
 
-/* y[r*ldy + o] = fma(x[r*ldxg + g] (times the block's d), values, ...) for g < G in order,
+/* y[r*ldy + o] = fma(x[r*ldxg + g], w, ...) for g < G in order,
  * r < N, o < len (x86_colmat.c's runs(), lane for lane). */
 static ALWAYS_INLINE void runs(tl_type type, const int G, const int N, const uint8_t *const *run,
                                const float *x, size_t ldxg, size_t len, float *y, size_t ldy,
@@ -88,13 +88,16 @@ static ALWAYS_INLINE void runs(tl_type type, const int G, const int N, const uin
         for (int g = 0; g < G; g++) {
             __m512 w[2];
             values32_512(type, run[g] + b, w);
-            const __m512 d = _mm512_set1_ps(scaled ? load_f16_scale(run[g] + b) : 1.0f);
+            if (scaled) { /* w = d*q, exact (module comment of x86_colmat.c) */
+                const __m512 d = _mm512_set1_ps(load_f16_scale(run[g] + b));
+                w[0] = _mm512_mul_ps(d, w[0]);
+                w[1] = _mm512_mul_ps(d, w[1]);
+            }
             UNROLL
             for (int r = 0; r < N; r++) {
                 const __m512 xv = _mm512_set1_ps(x[r * ldxg + g]);
-                const __m512 s = scaled ? _mm512_mul_ps(d, xv) : xv;
-                acc[r][0] = _mm512_fmadd_ps(s, w[0], acc[r][0]);
-                acc[r][1] = _mm512_fmadd_ps(s, w[1], acc[r][1]);
+                acc[r][0] = _mm512_fmadd_ps(xv, w[0], acc[r][0]);
+                acc[r][1] = _mm512_fmadd_ps(xv, w[1], acc[r][1]);
             }
         }
         UNROLL
