@@ -14,11 +14,13 @@ expect_err() { # expect_err DESCRIPTION WORDS CMD...: exit 1 and the message has
     grep -q -- "$words" "$tmp/err" || fail "$what: message lacks '$words': $(head -c 300 "$tmp/err")"
 }
 need_profile() { # need_profile TIERLLM: a script whose runs plan at small budgets needs this
-    # machine's saved profile; measure it once, under a lock, when no earlier test has
+    # machine's saved profile; measure it once, under a lock, when no earlier test has (or
+    # the saved one is of a version this build does not read)
     local dir=${XDG_CACHE_HOME:-$HOME/.cache}/tierllm
     mkdir -p "$dir" || return 1
+    local saved="$dir/profile-t$(getconf _NPROCESSORS_ONLN).json"
     (
         flock 9
-        [ -f "$dir/profile-t$(getconf _NPROCESSORS_ONLN).json" ] || "$1" profile >/dev/null 2>&1
+        "$1" profile --show "$saved" >/dev/null 2>&1 || "$1" profile >/dev/null 2>&1
     ) 9>"$dir/.tests-profile.lock" || fail "could not measure this machine's profile"
 }

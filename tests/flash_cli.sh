@@ -13,6 +13,7 @@ bin=$1; models=$2
 here=$(dirname "$0")
 py=/usr/bin/python3
 . "$here/cli_lib.sh"
+need_profile "$bin" # the streamed runs below plan at budgets too small to measure one
 calib=$here/data/calib_stories.txt
 heldout=$here/data/heldout_story.txt
 f32=$models/stories260K.gguf

@@ -14,6 +14,7 @@ bin=$1; models=$2
 here=$(dirname "$0")
 py=/usr/bin/python3
 . "$here/cli_lib.sh"
+need_profile "$bin" # the streamed runs below plan at budgets too small to measure one
 [ -d "$models" ] || fail "models folder $models missing"
 calib=$here/data/calib_stories.txt
 tokens=1,40,7,26,37,43,38,28,26,37,29,31,42,39,31,42,33,40,39,26,33

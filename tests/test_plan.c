@@ -135,8 +135,10 @@ static void hand_single(const char *path) {
     tl_model_close(m);
 }
 
-/* The slowdown while the disk streams, by product size: products of <= 4 rows use
- * io_slowdown_matvec, the rest io_compute_slowdown, weighted by their time. */
+/* The slowdown while the disk streams, by kind of work: products of <= 4 rows use
+ * io_slowdown_matvec, attention io_slowdown_attn, the rest io_compute_slowdown, weighted
+ * by their time. The round profile prices attention at 2e-9 s per MAC, no cache term:
+ * 2 layers x 8 heads x 16 dims per visible position. */
 static void hand_slowdown(const char *path) {
     tl_model *m = open_model(path, 64u << 20);
     if (!m) return;
@@ -144,15 +146,23 @@ static void hand_slowdown(const char *path) {
     tl_test_round_profile(&prof);
     prof.io_slowdown_matvec = 1.6;
     prof.io_compute_slowdown = 1.1;
+    prof.io_slowdown_attn = 1.3;
     const double mm_row = 2 * (128.0 * 128 + 32 * 128 + 32 * 128 + 128 * 128 + 3 * 320 * 128) / 1e9;
     const int32_t rows[3] = {1, 4, 64};
-    const double ctx[3] = {0, 0, 0}, stored[3] = {0, 0, 0};
+    const double none[3] = {0, 0, 0};
     double s = 0;
-    double t = tl_cost_pass_compute(m, &prof, 32, rows, ctx, stored, 3, 1, 0, 1, &s);
+    double t = tl_cost_pass_compute(m, &prof, 32, rows, none, none, 3, 1, 0, 1, &s);
     const double tv = 5 * mm_row; /* the 1- and 4-row products */
-    const double expect = (tv * 1.6 + (t - tv) * 1.1) / t;
+    double expect = (tv * 1.6 + (t - tv) * 1.1) / t;
     CHECK_MSG(close_to(s, expect, 1e-12), "slowdown %.12g vs %.12g", s, expect);
     CHECK(t > tv + 64 * mm_row * (1 - 1e-12));
+    const double ctx[3] = {0, 0, 3000}; /* the 64 rows see 3000 positions in all */
+    double sa = 0;
+    double ta = tl_cost_pass_compute(m, &prof, 32, rows, ctx, none, 3, 1, 0, 1, &sa);
+    const double at = 3000 * 2 * 8 * 16 * 2e-9;
+    CHECK_MSG(close_to(ta - t, at, 1e-9), "attention %.12g vs %.12g", ta - t, at);
+    expect = (tv * 1.6 + at * 1.3 + (ta - tv - at) * 1.1) / ta;
+    CHECK_MSG(close_to(sa, expect, 1e-12), "slowdown with attention %.12g vs %.12g", sa, expect);
     tl_model_close(m);
 }
 

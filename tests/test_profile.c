@@ -55,6 +55,7 @@ static void fill(tl_hw_profile *p) {
     p->elementwise_s = 1.5e-9 / 7.0;
     p->io_compute_slowdown = 1.25 + 1e-12;
     p->io_slowdown_matvec = 1.5 / 7.0 + 1;
+    p->io_slowdown_attn = 1.0 / 3.0 + 1;
     p->layer_fixed_s = 0; /* may be 0 */
 }
 
@@ -77,7 +78,8 @@ static int same(const tl_hw_profile *a, const tl_hw_profile *b) {
            !memcmp(a->attn_decode_s, b->attn_decode_s, sizeof a->attn_decode_s) &&
            a->elementwise_s == b->elementwise_s && a->layer_fixed_s == b->layer_fixed_s &&
            a->io_compute_slowdown == b->io_compute_slowdown &&
-           a->io_slowdown_matvec == b->io_slowdown_matvec;
+           a->io_slowdown_matvec == b->io_slowdown_matvec &&
+           a->io_slowdown_attn == b->io_slowdown_attn;
 }
 
 static char *slurp(const char *p, size_t *n) {
@@ -259,7 +261,9 @@ static void test_hostile(void) {
     expect_bad_value(text, "types", "[0, 1, 30, 8]", "short grid");
     expect_bad_value(text, "n_threads", "2.5", "fractional");
     expect_bad_value(text, "n_threads", "0", "zero threads");
-    expect_bad_value(text, "tierllm_profile_version", "12", "future version");
+    expect_bad_value(text, "tierllm_profile_version", "13", "future version");
+    expect_bad_value(text, "tierllm_profile_version", "11",
+                     "old version (no slowdown of attention)");
     expect_bad_value(text, "tierllm_profile_version", "10",
                      "old version (slowdowns on row-layout weights)");
     expect_bad_value(text, "tierllm_profile_version", "9", "old version (scalar f16 KV decoding)");

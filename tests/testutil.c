@@ -80,4 +80,5 @@ void tl_test_round_profile(tl_hw_profile *p) {
     p->layer_fixed_s = 1e-5;
     p->io_compute_slowdown = 1;
     p->io_slowdown_matvec = 1;
+    p->io_slowdown_attn = 1;
 }

@@ -83,7 +83,8 @@
  *                    compute' = compute + (s - 1) * min(IO, compute): the part of the
  *                    compute that runs while the disk streams is s times slower
  *                    (s = the profile's slowdowns, io_slowdown_matvec for products of
- *                    <= 4 rows and io_compute_slowdown for the rest, weighted by time)
+ *                    <= 4 rows, io_slowdown_attn for attention and io_compute_slowdown
+ *                    for the rest, weighted by time)
  *                    and ring = tl_cost_ring_pass_s: the pass as the residency ring's
  *                    buffers let its weight reads run ahead of the compute (each streamed
  *                    unit read in its bytes / read_bps(io_chunk, io_depth), the disk one
@@ -357,11 +358,12 @@ static double pass_kv_mem_s_per_byte(const tl_model *m, const tl_hw_profile *pro
  * fixed cost; `blocks`: its attention blocks (<= 0: rows / block, rounded; a step that
  * mixes generating rows and a prompt chunk gives its own, as its mean block undercounts
  * them). *matvec: the matmuls' part when the
- * products have <= 4 rows (they slow down differently while the disk streams). */
+ * products have <= 4 rows, *attn: the attention's part (each slows down differently while
+ * the disk streams). */
 static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int32_t l,
                                int32_t kv_bits, int32_t rows, double block, double blocks,
                                double ctx, double stored, double mem_s_per_byte,
-                               double *matvec, mm_memo *mo) {
+                               double *matvec, double *attn, mm_memo *mo) {
     const tl_llama_hparams *hp = &m->lm.hp;
     const double d = hp->n_embd, f = hp->n_ff, hd = hp->head_dim;
     const double kvd = (double)hp->n_head_kv * hd;
@@ -375,13 +377,15 @@ static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int
     const double par = fmax(1, fmin(prof->n_threads, jobs));
     const double decode_per_pos = 2.0 * kvd * kv_bits_decode_s(prof, kv_bits) / b / par;
     if (matvec) *matvec = 0;
+    if (attn) *attn = 0;
     if (rows <= 0) return 0;
     const double mm = layer_matmul_s(m, prof, l, rows, mo);
     if (matvec && rows <= 4) *matvec = mm;
     const double kv_mem = mem_s_per_byte > 0
                               ? mem_s_per_byte * mb_kv_bytes(m, kv_bits, ctx, stored, b) : 0;
-    return mm + ctx * attn_per_pos + stored * decode_per_pos + kv_mem +
-           rows * (4 * d + 3 * f) * prof->elementwise_s + prof->layer_fixed_s;
+    const double at = ctx * attn_per_pos + stored * decode_per_pos + kv_mem;
+    if (attn) *attn = at;
+    return mm + at + rows * (4 * d + 3 * f) * prof->elementwise_s + prof->layer_fixed_s;
 }
 
 /* tl_cost_pass_compute, with the attention blocks of a single micro-batch given (blocks >
@@ -392,26 +396,29 @@ static double pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t
                            int embd_resident, double *slowdown) {
     const tl_llama_hparams *hp = &m->lm.hp;
     const double d = hp->n_embd;
-    double t = 0, all_rows = 0, t_matvec = 0;
+    double t = 0, all_rows = 0, t_matvec = 0, t_attn = 0;
     mm_memo mo;
     memo_init(&mo);
-    double layer_t = 0, layer_mv = 0; /* a layer shaped as the one before costs the same */
+    /* a layer shaped as the one before costs the same */
+    double layer_t = 0, layer_mv = 0, layer_at = 0;
     const int32_t first = m->lm.stage_first; /* a pipeline stage computes its layers only */
     const double mem = pass_kv_mem_s_per_byte(m, prof, kv_bits, ctx_sum, stored_sum, n_mb,
                                               attn_block);
     for (int32_t l = first; l < m->lm.stage_end; l++) {
         if (l == first || !same_shapes(m, l, l - 1)) {
-            layer_t = layer_mv = 0;
+            layer_t = layer_mv = layer_at = 0;
             for (int32_t k = 0; k < n_mb; k++) {
-                double mv;
+                double mv, at;
                 layer_t += mb_layer_compute(m, prof, l, kv_bits, rows[k], attn_block,
                                             n_mb == 1 ? blocks : 0, ctx_sum[k], stored_sum[k],
-                                            mem, &mv, &mo);
+                                            mem, &mv, &at, &mo);
                 layer_mv += mv;
+                layer_at += at;
             }
         }
         t += layer_t;
         t_matvec += layer_mv;
+        t_attn += layer_at;
     }
     for (int32_t k = 0; k < n_mb; k++) all_rows += rows[k] > 0 ? rows[k] : 0;
     /* embedding: a copy per row when resident, else one small synchronous read per row
@@ -427,7 +434,9 @@ static double pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t
     if (slowdown) { /* the time-weighted slowdown while the disk streams */
         double sm = prof->io_compute_slowdown > 1 ? prof->io_compute_slowdown : 1;
         double sv = prof->io_slowdown_matvec > 1 ? prof->io_slowdown_matvec : 1;
-        *slowdown = t > 0 ? (t_matvec * sv + (t - t_matvec) * sm) / t : sm;
+        double sa = prof->io_slowdown_attn > 1 ? prof->io_slowdown_attn : 1;
+        *slowdown = t > 0 ? (t_matvec * sv + t_attn * sa + (t - t_matvec - t_attn) * sm) / t
+                          : sm;
     }
     return t;
 }
@@ -611,7 +620,7 @@ static double pass_kv_wait(const tl_model *m, const tl_hw_profile *prof, int32_t
             if (prev >= 0 && read > prev) wait += read - prev;
             else if (prev < 0) wait += read; /* the pass's first read: nothing to hide it */
             prev = mb_layer_compute(m, prof, l, kv_bits, rows[k], block, 0, ctx[k], stored[k], mem,
-                                    NULL, &mo);
+                                    NULL, NULL, &mo);
         }
     return wait;
 }

@@ -119,7 +119,7 @@ tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl
  * (`stored_sum[k]` of them in stored pages that must be decoded), attention taking a
  * sequence's rows in blocks of `attn_block` rows on average (1 in decode; llama.h),
  * `logit_rows` rows needing logits; without any IO. *slowdown (may be NULL) gets the
- * factor this compute slows by while the disk streams (the profile's two, time-weighted). */
+ * factor this compute slows by while the disk streams (the profile's three, time-weighted). */
 double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
                             const int32_t *rows, const double *ctx_sum,
                             const double *stored_sum, int32_t n_mb, double attn_block,

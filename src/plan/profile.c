@@ -31,7 +31,7 @@ const int32_t tl_prof_depths[TL_PROF_N_DEPTH] = {1, 4, 16};
 const int32_t tl_prof_rows[TL_PROF_N_ROWS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
 const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS] = {32, 16, 8, 4};
 
-#define PROFILE_VERSION 11 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
+#define PROFILE_VERSION 12 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
                             * huge-page memory, as the weights (2 read them on 4 KiB pages,
                             * which understates the rates); 4: attn_block_s_per_mac; 5: the
                             * Q8_0/Q4_0 GEMM on int8 dot products (4 timed the f32 one); 6:
@@ -46,7 +46,8 @@ const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS] = {32, 16, 8, 4};
                             * compute-bound one at 128 rows (10: 32 rows on the file's
                             * row layout, which the engine does not run where it keeps
                             * panels), with the disk read as the residency reads it
-                            * (10: a chunk at a time, KV-sized urgent reads between) */
+                            * (10: a chunk at a time, KV-sized urgent reads between); 12:
+                            * io_slowdown_attn */
 #define PROFILE_MAX_BYTES ((size_t)1 << 20)
 /* The longest grid axis (types or rows): an axis is copied whole into a buffer this long. */
 #define AXIS_MAX ((int)TL_PROF_N_TYPE > (int)TL_PROF_N_ROWS ? (int)TL_PROF_N_TYPE : (int)TL_PROF_N_ROWS)
@@ -181,6 +182,7 @@ static const pfield fields[] = {
     {"layer_fixed_s", F_NUM, R_NONNEG, OFF(layer_fixed_s), 1, 0, NULL},
     {"io_compute_slowdown", F_NUM, R_POS, OFF(io_compute_slowdown), 1, 0, NULL},
     {"io_slowdown_matvec", F_NUM, R_POS, OFF(io_slowdown_matvec), 1, 0, NULL},
+    {"io_slowdown_attn", F_NUM, R_POS, OFF(io_slowdown_attn), 1, 0, NULL},
 };
 #undef OFF
 enum { N_FIELDS = sizeof fields / sizeof fields[0] };

@@ -97,9 +97,11 @@ typedef struct tl_hw_profile {
      * DMA and interrupts take memory bandwidth and cycles from the kernels. Measured on
      * matrix products of 128 rows (compute-bound, as prefill's) and of 1 and 4 rows
      * (memory-bound, hit harder), on weights laid out as the engine keeps them:
-     * io_slowdown_matvec applies to products of at most 4 rows */
+     * io_slowdown_matvec applies to products of at most 4 rows; io_slowdown_attn to
+     * attention (measured on a block of rows over K and V beyond the caches) */
     double io_compute_slowdown;
     double io_slowdown_matvec;
+    double io_slowdown_attn;
 } tl_hw_profile;
 
 /* The machine key of this machine for `n_threads` compute threads. */

@@ -2,11 +2,12 @@
  * (profile_measure.h): the kernels and the disk at once, as the engine runs them.
  *
  * A reader thread streams the disk stage's file like the engine's weights while the
- * measuring thread times Q8_0 matmuls; rounds of "alone", "with the reader" and "with the
- * reader timing urgent reads" alternate so drift cancels. Two results: how much slower
- * the kernels are while the disk streams (io_slowdown_matvec, io_compute_slowdown, never
- * below 1), and the urgent read times (disk_urgent_read_s / _page_s), which only mean
- * what the cost model assumes when measured behind a weight stream with every core busy.
+ * measuring thread times Q8_0 matmuls and a block of attention; rounds of "alone", "with
+ * the reader" and "with the reader timing urgent reads" alternate so drift cancels. Two
+ * results: how much slower the kernels are while the disk streams (io_slowdown_matvec,
+ * io_compute_slowdown, io_slowdown_attn, never below 1), and the urgent read times
+ * (disk_urgent_read_s / _page_s), which only mean what the cost model assumes when
+ * measured behind a weight stream with every core busy.
  * The reader shares one atomic stop flag with the measuring thread; its results are read
  * only after pthread_join.
  */
@@ -57,13 +58,54 @@ static void *reader_main(void *arg) {
 #define URGENT_PHASE_CALLS 8
 #define ROUNDS 5
 
-/* The three products' times (`calls` calls each, after one to warm up, cycling the
- * copies), added to sum[]; with the reader running (started, given time to ramp up,
- * stopped) when rd is not NULL. */
+/* The attention timed: a block of ATTN_ROWS query rows over ATTN_POS positions, as
+ * prefill's blocks of a long prompt take them: ATTN_KV_HEADS kv heads of ATTN_HD, each
+ * shared by ATTN_GROUP query heads, one job per kv head on the pool (the engine's jobs).
+ * Its f32 K and V rows lie in ATTN_COPIES copies taken in turn, more bytes than the
+ * caches hold, as a long context's layers are. */
+#define ATTN_ROWS 16
+#define ATTN_POS 2048
+#define ATTN_KV_HEADS 4
+#define ATTN_GROUP 4
+#define ATTN_HD 64
+#define ATTN_COPIES 8
+
+typedef struct attn_job {
+    const float *Q;    /* [ATTN_ROWS][ATTN_KV_HEADS * ATTN_GROUP][ATTN_HD] */
+    const float *K, *V; /* this call's copy: [ATTN_POS][ATTN_KV_HEADS * ATTN_HD] each */
+    float *scores;     /* per thread: [ATTN_GROUP][ATTN_POS] */
+    float *out;        /* [ATTN_ROWS][ATTN_KV_HEADS * ATTN_GROUP][ATTN_HD] */
+} attn_job;
+
+static void attn_task(void *arg, int task, int thread) {
+    const attn_job *j = arg;
+    const size_t kvd = ATTN_KV_HEADS * ATTN_HD, qd = ATTN_GROUP * kvd;
+    float *sc = j->scores + (size_t)thread * ATTN_GROUP * ATTN_POS;
+    const float scale = 0.125f; /* 1 / sqrt(ATTN_HD) */
+    for (size_t r = 0; r < ATTN_ROWS; r++) {
+        const size_t q0 = r * qd + (size_t)task * ATTN_GROUP * ATTN_HD;
+        tl_attn_scores_fast(j->Q + q0, ATTN_GROUP, ATTN_HD, j->K + (size_t)task * ATTN_HD, kvd,
+                            ATTN_POS, scale, sc, ATTN_POS);
+        for (size_t h = 0; h < ATTN_GROUP; h++) tl_softmax_fast(sc + h * ATTN_POS, ATTN_POS);
+        memset(j->out + q0, 0, ATTN_GROUP * ATTN_HD * sizeof(float));
+        tl_attn_values_fast(j->out + q0, ATTN_GROUP, ATTN_HD, sc, ATTN_POS,
+                            j->V + (size_t)task * ATTN_HD, kvd, ATTN_POS);
+    }
+}
+
+/* Floats of each part of the attention's memory. */
+enum {
+    ATTN_Q_FLOATS = ATTN_ROWS * ATTN_KV_HEADS * ATTN_GROUP * ATTN_HD,
+    ATTN_KV_FLOATS = ATTN_POS * ATTN_KV_HEADS * ATTN_HD
+};
+
+/* The three products' times and the attention's (`calls` calls each, after one to warm
+ * up, cycling the copies), added to sum[0..3]; with the reader running (started, given
+ * time to ramp up, stopped) when rd is not NULL. kv: the attention's K and V copies. */
 static tl_status time_products(tl_llama *mm, tl_weight *w, const uint8_t *W, size_t copies,
                                size_t mb, const float *X, const size_t *ns, float *Y,
-                               float *scratch, size_t sf, int calls, reader *rd,
-                               double *sum) {
+                               float *scratch, size_t sf, attn_job *aj, const float *kv,
+                               int calls, reader *rd, double *sum) {
     pthread_t th;
     if (rd) {
         atomic_store_explicit(&rd->stop, 0, memory_order_relaxed);
@@ -81,6 +123,14 @@ static tl_status time_products(tl_llama *mm, tl_weight *w, const uint8_t *W, siz
         }
         sum[i] += tl_now() - t0;
     }
+    double t0 = 0;
+    for (int r = -1; r < calls; r++) {
+        if (r == 0) t0 = tl_now();
+        const float *copy = kv + (size_t)(r + 1) % ATTN_COPIES * 2 * ATTN_KV_FLOATS;
+        aj->K = copy, aj->V = copy + ATTN_KV_FLOATS;
+        tl_pool_run(mm->pool, ATTN_KV_HEADS, attn_task, aj);
+    }
+    sum[3] += tl_now() - t0;
     if (!rd) return TL_OK;
     atomic_store_explicit(&rd->stop, 1, memory_order_relaxed);
     pthread_join(th, NULL);
@@ -89,11 +139,13 @@ static tl_status time_products(tl_llama *mm, tl_weight *w, const uint8_t *W, siz
 
 /* How much slower the kernels run while the disk streams at full speed (DMA, interrupts
  * and the IO thread share the memory and the cores): Q8_0 matmuls of 1, 4 and
- * TL__PROF_SLOWDOWN_ROWS rows, alone and with a reader thread streaming as the residency
- * streams weights (tl__profile_disk_stream: whole units, the IO queue's chunks in
- * flight), alternating to cancel drift. The weights are in panels where the engine keeps
- * them so (tl_panels_wanted), as resident and streamed-and-repacked weights are: the
- * kernel, and how hard it leans on memory, is then the engine's own.
+ * TL__PROF_SLOWDOWN_ROWS rows, and a block of attention over K and V beyond the caches
+ * (its own figure: it leans on memory differently from the products), alone and with a
+ * reader thread streaming as the residency streams weights (tl__profile_disk_stream:
+ * whole units, the IO queue's chunks in flight), alternating to cancel drift. The
+ * weights are in panels where the engine keeps them so (tl_panels_wanted), as resident
+ * and streamed-and-repacked weights are: the kernel, and how hard it leans on memory, is
+ * then the engine's own.
  * A third phase of each round reads as the weights stream with urgent reads timed on the
  * way (tl__profile_disk_urgent), the products running meanwhile, so disk_urgent_read_s /
  * _page_s are measured as the engine meets them: behind the chunks already in flight (the
@@ -116,6 +168,9 @@ tl_status tl__profile_measure_interference(tl_pool *pool, tl_tier *t, tl_hw_prof
     float *Y = aligned_alloc(64, n_max * R * sizeof(float));
     float *scratch = aligned_alloc(64, threads * sf * sizeof(float));
     float *row = malloc(C * sizeof(float));
+    float *aq = aligned_alloc(64, 2 * ATTN_Q_FLOATS * sizeof(float));
+    float *akv = aligned_alloc(64, (size_t)ATTN_COPIES * 2 * ATTN_KV_FLOATS * sizeof(float));
+    float *asc = aligned_alloc(64, threads * ATTN_GROUP * ATTN_POS * sizeof(float));
     reader *rd = calloc(1, sizeof *rd);
     if (rd) {
         rd->t = t;
@@ -124,11 +179,15 @@ tl_status tl__profile_measure_interference(tl_pool *pool, tl_tier *t, tl_hw_prof
     uint64_t seed = 11;
     uint8_t *W = row ? tl__profile_weight_copies(type, R, C, copies, row, &seed) : NULL;
     tl_status st = TL_OK;
-    if (!W || !X || !Y || !scratch || !row || !rd || !rd->buf) {
+    if (!W || !X || !Y || !scratch || !row || !rd || !rd->buf || !aq || !akv || !asc) {
         st = tl_error_set(TL_ERR_NOMEM, "interference profile: out of memory");
         goto done;
     }
     for (size_t i = 0; i < n_max * C; i++) X[i] = tl_rand_sym(&seed);
+    for (size_t i = 0; i < ATTN_Q_FLOATS; i++) aq[i] = tl_rand_sym(&seed);
+    for (size_t i = 0; i < (size_t)ATTN_COPIES * 2 * ATTN_KV_FLOATS; i++)
+        akv[i] = tl_rand_sym(&seed);
+    attn_job aj = {aq, NULL, NULL, asc, aq + ATTN_Q_FLOATS};
     tl_llama mm;
     memset(&mm, 0, sizeof mm);
     mm.pool = pool;
@@ -143,17 +202,17 @@ tl_status tl__profile_measure_interference(tl_pool *pool, tl_tier *t, tl_hw_prof
         if (st) goto done;
     }
     const size_t ns[3] = {1, 4, n_max};
-    double alone[3] = {0, 0, 0}, busy[3] = {0, 0, 0}, unused[3] = {0, 0, 0};
+    double alone[4] = {0, 0, 0, 0}, busy[4] = {0, 0, 0, 0}, unused[4] = {0, 0, 0, 0};
     for (int round = 0; round < ROUNDS && !st; round++) {
-        st = time_products(&mm, &w, W, copies, mb, X, ns, Y, scratch, sf, PHASE_CALLS, NULL,
-                           alone);
+        st = time_products(&mm, &w, W, copies, mb, X, ns, Y, scratch, sf, &aj, akv,
+                           PHASE_CALLS, NULL, alone);
         rd->urgent = 0;
         if (!st)
-            st = time_products(&mm, &w, W, copies, mb, X, ns, Y, scratch, sf, PHASE_CALLS, rd,
-                               busy);
+            st = time_products(&mm, &w, W, copies, mb, X, ns, Y, scratch, sf, &aj, akv,
+                               PHASE_CALLS, rd, busy);
         rd->urgent = 1;
         if (!st)
-            st = time_products(&mm, &w, W, copies, mb, X, ns, Y, scratch, sf,
+            st = time_products(&mm, &w, W, copies, mb, X, ns, Y, scratch, sf, &aj, akv,
                                URGENT_PHASE_CALLS, rd, unused);
     }
     if (st) goto done;
@@ -168,7 +227,12 @@ tl_status tl__profile_measure_interference(tl_pool *pool, tl_tier *t, tl_hw_prof
     double mv = 0.5 * (busy[0] / alone[0] + busy[1] / alone[1]), mm_ = busy[2] / alone[2];
     p->io_slowdown_matvec = mv > 1 ? mv : 1;
     p->io_compute_slowdown = mm_ > 1 ? mm_ : 1;
+    const double at = busy[3] / alone[3];
+    p->io_slowdown_attn = at > 1 ? at : 1;
 done:
+    free(aq);
+    free(akv);
+    free(asc);
     free(W);
     free(X);
     free(Y);

@@ -95,7 +95,8 @@ tl_status tl__profile_measure_attention(int32_t threads, const char *dir, tl_hw_
 
 /* ---- compute while the disk streams (profile_interference.c) ---- */
 
-/* The interference stage: p->io_slowdown_matvec, p->io_compute_slowdown and the urgent
+/* The interference stage: p->io_slowdown_matvec, p->io_compute_slowdown,
+ * p->io_slowdown_attn and the urgent
  * read times p->disk_urgent_read_s / _page_s, reading t (the disk stage's file). Reads
  * p->disk_read_bps, so it runs after the disk stage. */
 tl_status tl__profile_measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *p,
