@@ -867,6 +867,42 @@ static void measure_passes(const char *path, uint64_t budget, uint64_t state) {
     tl_model_close(m);
 }
 
+/* A token embedding left on disk: the disk calibration times its row reads
+ * (prof.embd_row_s > 0, the run's counters untouched) and a pass's compute prices each row
+ * at that figure instead of the grid's 64 KiB read; one in memory is not timed. */
+static void embedding_calibration(const char *path, uint64_t budget, uint64_t state,
+                                  int on_disk) {
+    tl_model *m = open_model(path, budget);
+    if (!m) return;
+    CHECK(tl_engine_place(m, state) == TL_OK);
+    CHECK_MSG((m->lm.tok_embd.data == NULL) == on_disk, "embedding %s",
+              on_disk ? "resident" : "on disk");
+    tl_hw_profile prof;
+    tl_test_round_profile(&prof);
+    prof.embd_row_s = 1; /* whatever was there before is replaced */
+    tl_residency_stats rs0, rs1;
+    tl_residency_get_stats(m->res, &rs0);
+    double bps = 0, ratio = 0;
+    CHECK_MSG(tl_plan_calibrate_disk(m, &prof, &bps, &ratio) == TL_OK, "%s", tl_last_error());
+    tl_residency_get_stats(m->res, &rs1);
+    CHECK(rs1.bytes_read_disk == rs0.bytes_read_disk && rs1.stall_s == rs0.stall_s);
+    if (!on_disk) {
+        CHECK(prof.embd_row_s == 0);
+        tl_model_close(m);
+        return;
+    }
+    CHECK_MSG(prof.embd_row_s > 0 && prof.embd_row_s < 1, "embd_row_s %g", prof.embd_row_s);
+    const int32_t rows[1] = {10};
+    const double none[1] = {0};
+    tl_test_round_profile(&prof);
+    const double grid = tl_cost_pass_compute(m, &prof, 32, rows, none, none, 1, 1, 0, 0, NULL);
+    prof.embd_row_s = 1e-3;
+    const double cal = tl_cost_pass_compute(m, &prof, 32, rows, none, none, 1, 1, 0, 0, NULL);
+    CHECK_MSG(close_to(cal - grid, 10 * (1e-3 - 65536 / 1e9), 1e-9), "rows priced %.9g",
+              cal - grid);
+    tl_model_close(m);
+}
+
 /* The ring's pass time against timelines worked by hand (4 layers and the output, one
  * second of compute each unless said). */
 static void ring_pass(void) {
@@ -932,6 +968,8 @@ int main(void) {
     products_calibration(p4, 64u << 20, 0, 0);         /* resident */
     products_calibration(p4, 10u << 20, 4u << 20, 1);  /* streamed */
     measure_passes(p4, 10u << 20, 4u << 20);
+    embedding_calibration(p4, 10u << 20, 4u << 20, 1);
+    embedding_calibration(p4, 64u << 20, 0, 0);
     unlink(p4);
     if (!synth("q8", 300, 256, 320, 2, 8, 2, TL_TYPE_Q8_0, p4, sizeof p4)) return 1;
     products_calibration(p4, 64u << 20, 0, 0);

@@ -24,6 +24,7 @@
 #include "base/budget.h"
 #include "base/clock.h"
 #include "base/rng.h"
+#include "base/stats.h"
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "kernels/kernels.h"
@@ -756,6 +757,28 @@ tl_status tl_residency_measure_io_mixed(tl_residency *r, uint64_t max_bytes, int
                             "%g small bytes per byte", mix->n_frames,
                             (unsigned long long)mix->small_bytes, mix->per_byte);
     return measure(r, max_bytes, cursor, mix, seconds, bytes);
+}
+
+tl_status tl_residency_measure_embedding(tl_residency *r, int n, float *dst, double *median_s) {
+    *median_s = 0;
+    const tl_weight *w = &r->m->tok_embd;
+    if (w->data || !w->name || n < 1) return TL_OK;
+    enum { MAX_SAMPLES = 64 };
+    double t[MAX_SAMPLES];
+    if (n > MAX_SAMPLES) n = MAX_SAMPLES;
+    const double stall = r->stall_s;
+    const uint64_t disk = r->bytes_disk;
+    tl_status st = TL_OK;
+    for (int i = 0; i < n && !st; i++) {
+        /* ids spread over the vocabulary (a stride coprime to most sizes), never adjacent */
+        const int32_t id = (int32_t)(((uint64_t)i * 7919 + 17) % (uint64_t)w->rows);
+        const double t0 = tl_now();
+        st = tl_residency_embedding(r, id, dst);
+        t[i] = tl_now() - t0;
+    }
+    r->stall_s = stall, r->bytes_disk = disk;
+    if (!st) *median_s = tl_median(t, (size_t)n);
+    return st;
 }
 
 tl_status tl_residency_measure_passes(tl_residency *r, int n_passes, double *seconds,

@@ -61,6 +61,12 @@ typedef struct tl_io_mix {
 tl_status tl_residency_measure_io_mixed(tl_residency *r, uint64_t max_bytes, int *cursor,
                                         tl_io_mix *mix, double *seconds, uint64_t *bytes);
 
+/* Reads n rows of a token embedding that is not resident, as tl_residency_embedding
+ * reads them (one urgent read each, waited for at once), at ids spread over the
+ * vocabulary, into dst (n_embd floats); *median_s: the median read. The run's counters
+ * are left as they were. An embedding in memory measures nothing (*median_s 0). */
+tl_status tl_residency_measure_embedding(tl_residency *r, int n, float *dst, double *median_s);
+
 /* Runs n_passes forward passes' streaming as decode takes it, with nothing computing:
  * each pass begun (logits needed), every unit acquired and released in order, so the
  * ring reads ahead as in a run (into every empty buffer, up to the next pass's layers);

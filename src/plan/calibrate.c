@@ -61,11 +61,34 @@ static tl_status calibrate_flash(tl_model *m, tl_hw_profile *prof, double *measu
     return tl_profile_set_read_bps(prof, chunk, depth, bps);
 }
 
+/* A token embedding left on disk is read a row at a time (an urgent read, waited for at
+ * once) as each pass begins: the latency of a small read, which the disk grid's cells,
+ * scaled for streams or for KV pages beside them, do not give. EMBD_SAMPLES rows are
+ * timed; no room in the budget for one row: not measured. */
+#define EMBD_SAMPLES 32
+static tl_status calibrate_embedding(tl_model *m, tl_hw_profile *prof) {
+    prof->embd_row_s = 0;
+    const tl_weight *w = &m->lm.tok_embd;
+    if (w->data || !w->name) return TL_OK;
+    float *row;
+    if (tl_budget_alloc(m->lm.budget, (size_t)w->cols * sizeof(float), 64, "embedding row",
+                        (void **)&row))
+        return TL_OK;
+    double s = 0;
+    tl_status st = tl_residency_measure_embedding(m->res, EMBD_SAMPLES, row, &s);
+    tl_budget_free(m->lm.budget, row);
+    if (st) return tl_error_wrap(st, "calibrating the embedding's reads");
+    prof->embd_row_s = s;
+    return TL_OK;
+}
+
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio) {
     *measured_bps = 0;
     *ratio = 1;
     if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating the disk: nothing placed");
+    tl_status est = calibrate_embedding(m, prof);
+    if (est) return est;
     /* several passes (at least 3 and 512 MiB, at most 5), each over the streamed units
      * up to CALIBRATE_PASS_BYTES from where the pass before stopped: the disk's rate
      * wanders from one pass over the same file to the next, and the median pass is what a

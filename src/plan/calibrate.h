@@ -31,7 +31,9 @@
  * with nothing streamed, or less than one queue's worth per pass (chunk x depth), ratio
  * stays 1 - unless a flash-layout file's
  * sites are read at their turn: then the model file's random 64 KiB reads at the flash
- * queue's depth are timed and the whole grid scaled to them. */
+ * queue's depth are timed and the whole grid scaled to them. A token embedding left on
+ * disk has its row reads timed too (prof->embd_row_s, the median of 32; 0 when it is in
+ * memory). */
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio);
 

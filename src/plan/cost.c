@@ -421,10 +421,12 @@ static double pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t
         t_attn += layer_at;
     }
     for (int32_t k = 0; k < n_mb; k++) all_rows += rows[k] > 0 ? rows[k] : 0;
-    /* embedding: a copy per row when resident, else one small synchronous read per row
-     * (the first stage's work); the logits (the last stage's) */
+    /* embedding: a copy per row when resident, else one small synchronous read per row,
+     * as calibrated (embd_row_s) or a 64 KiB read at depth 1 (the first stage's work); the
+     * logits (the last stage's) */
     if (first > 0) {
     } else if (embd_resident) t += all_rows * d * prof->elementwise_s;
+    else if (prof->embd_row_s > 0) t += all_rows * prof->embd_row_s; /* calibrated */
     else t += all_rows * 65536.0 / tl_profile_read_bps(prof, 65536, 1);
     if (logit_rows > 0 && m->lm.stage_end == hp->n_layer) {
         const tl_weight *out = m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output;

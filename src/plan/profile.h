@@ -102,6 +102,10 @@ typedef struct tl_hw_profile {
     double io_compute_slowdown;
     double io_slowdown_matvec;
     double io_slowdown_attn;
+    /* not saved, 0 in a loaded profile: set by the disk calibration (plan/calibrate.h)
+     * when the token embedding is read a row at a time from the model file, the median
+     * seconds of one row's read; 0 prices it from the disk grid */
+    double embd_row_s;
 } tl_hw_profile;
 
 /* The machine key of this machine for `n_threads` compute threads. */
