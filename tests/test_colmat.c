@@ -273,10 +273,10 @@ static void test_products(void) {
                 flash_free(&f);
             }
         /* beyond the fast kernel's tiles: wider runs than its n = 1 tile, more rows than
-         * its row block, more channels than one panel */
+         * its row block, more channels than one panel, more outputs than one GEMM tile */
         static const struct { size_t re32, rek, nchan, n; } big[] = {
-            {2144, 2304, 7, 1}, {2144, 2304, 7, 2}, {96, 256, 130, 260}};
-        for (size_t bi = 0; bi < 3 && fails < 5; bi++) {
+            {2144, 2304, 7, 1}, {2144, 2304, 7, 2}, {96, 256, 130, 260}, {1056, 1024, 7, 17}};
+        for (size_t bi = 0; bi < sizeof big / sizeof big[0] && fails < 5; bi++) {
             const size_t re = k_type ? big[bi].rek : big[bi].re32, nchan = big[bi].nchan;
             flash f = flash_make(type, re, nchan);
             int32_t *chan = malloc(nchan * sizeof(int32_t));
@@ -331,7 +331,7 @@ static void test_matches_matmul(void) {
 }
 
 /* The fast paths use the exact weights: one channel with x = 1 gives back its run,
- * dequantized, exactly (y = fma(1, w, +0) = w; Q8_0/Q4_0: fma(d*1, q, +0) = d*q), for
+ * dequantized, exactly (y = fma(1, w, +0) = w; Q8_0/Q4_0: w = d*q, exact), for
  * one row and for a batch; random blocks, so every quant value and scale layout occurs. */
 static void test_exact_weights(void) {
     for (size_t ti = 0; ti < N_TYPES; ti++) {

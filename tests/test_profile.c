@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include "base/rng.h"
 #include "base/clock.h"
+#include "base/stats.h"
 #include "plan/profile.h"
 #include "testutil.h"
 
@@ -146,6 +147,17 @@ static void expect_bad_value(const char *text, const char *key, const char *valu
     free(bad);
 }
 
+/* tl_quantile (the urgent reads' statistic): linear between the sorted values. */
+static void test_quantile(void) {
+    double v[4] = {4, 1, 3, 2};
+    CHECK(tl_quantile(v, 4, 0.25) == 1.75);
+    CHECK(tl_quantile(v, 4, 0) == 1 && tl_quantile(v, 4, 1) == 4);
+    double w[4] = {4, 1, 3, 2};
+    CHECK(tl_quantile(v, 4, 0.5) == tl_median(w, 4));
+    double one = 7;
+    CHECK(tl_quantile(&one, 1, 0.25) == 7);
+}
+
 static void test_round_trip(void) {
     tl_hw_profile p, q;
     fill(&p);
@@ -153,6 +165,12 @@ static void test_round_trip(void) {
     memset(&q, 0xAB, sizeof q);
     CHECK_MSG(tl_profile_load(path, &q) == TL_OK, "%s", tl_last_error());
     CHECK(same(&p, &q));
+    /* a calibration's embedding figure is this run's, never saved */
+    p.embd_row_s = 1e-4;
+    CHECK(tl_profile_save(&p, path) == TL_OK);
+    memset(&q, 0xAB, sizeof q);
+    CHECK(tl_profile_load(path, &q) == TL_OK && same(&p, &q) && q.embd_row_s == 0);
+    p.embd_row_s = 0;
     /* saving again replaces the file in place; no temporary files are left */
     p.fma_flops *= 2;
     CHECK(tl_profile_save(&p, path) == TL_OK);
@@ -440,6 +458,7 @@ int main(void) {
     }
     snprintf(path, sizeof path, "%s/sub/deeper/profile.json", dir);
     snprintf(tmp, sizeof tmp, "%s/t.json", dir);
+    test_quantile();
     test_round_trip();
     test_lookup();
     test_hostile();

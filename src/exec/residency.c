@@ -770,7 +770,7 @@ tl_status tl_residency_measure_embedding(tl_residency *r, int n, float *dst, dou
     const uint64_t disk = r->bytes_disk;
     tl_status st = TL_OK;
     for (int i = 0; i < n && !st; i++) {
-        /* ids spread over the vocabulary (a stride coprime to most sizes), never adjacent */
+        /* ids spread over the vocabulary (a large prime stride), rarely adjacent */
         const int32_t id = (int32_t)(((uint64_t)i * 7919 + 17) % (uint64_t)w->rows);
         const double t0 = tl_now();
         st = tl_residency_embedding(r, id, dst);

@@ -27,8 +27,9 @@
  *    decoded once into a panel of NR-wide strips of w (L2) and the rows' x of the chunk
  *    gathered (xp; a run of consecutive channels copied whole); a register micro-kernel
  *    (MR rows x NR outputs) adds a strip (L1) into Y, which the first chunk overwrites.
- *    Rows are cut into blocks of equal size, so every block decodes the panels for as
- *    many rows as the next. A block's Y tile stays in L2 across the chunks. Streaming
+ *    Rows are cut into blocks of near-equal size (no short last block decoding every
+ *    panel for a few rows). A block's Y tile is reused across the chunks from L2 where
+ *    L2 holds it beside the panel. Streaming
  *    costs about as much at STREAM_MAX_N rows (its passes' arithmetic grows with n; the
  *    GEMM decodes the weights once).
  * Scratch holds the panel, one dequantized slice and xp; there is no
@@ -72,29 +73,6 @@ size_t tl_colmat_scratch_floats(size_t outs, size_t n) {
 static int simd_type(tl_type type) {
     return type == TL_TYPE_F32 || type == TL_TYPE_F16 || type == TL_TYPE_BF16 ||
            type == TL_TYPE_Q8_0 || type == TL_TYPE_Q4_0;
-}
-
-/* The 32 weights of a block or float slice at p the chain multiplies: w for the float
- * types, d*q for Q8_0 and Q4_0 (q the integer quant, nibble - 8 for Q4_0). */
-static ALWAYS_INLINE void values32(tl_type type, const uint8_t *p, __m256 w[4]) {
-    if (type == TL_TYPE_Q8_0) {
-        const __m256 d = _mm256_set1_ps(load_f16_scale(p));
-        UNROLL
-        for (int q = 0; q < 4; q++)
-            w[q] = _mm256_mul_ps(d, i8x8_to_ps(_mm_loadl_epi64((const __m128i *)(p + 2 + 8 * q))));
-    } else if (type == TL_TYPE_Q4_0) {
-        /* byte j: element j in its low nibble, j + 16 in its high one */
-        const __m128i v = loadu128(p + 2), m = _mm_set1_epi8(0x0f), e8 = _mm_set1_epi8(8);
-        const __m128i lo = _mm_sub_epi8(_mm_and_si128(v, m), e8);
-        const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), m), e8);
-        const __m256 d = _mm256_set1_ps(load_f16_scale(p));
-        w[0] = _mm256_mul_ps(d, i8x8_to_ps(lo));
-        w[1] = _mm256_mul_ps(d, i8x8_to_ps(_mm_srli_si128(lo, 8)));
-        w[2] = _mm256_mul_ps(d, i8x8_to_ps(hi));
-        w[3] = _mm256_mul_ps(d, i8x8_to_ps(_mm_srli_si128(hi, 8)));
-    } else {
-        dequant32(type, p, w);
-    }
 }
 
 /* ---- the K-quants' slices ----
@@ -189,7 +167,7 @@ static ALWAYS_INLINE void runs(tl_type type, const int G, const int N, const uin
         UNROLL
         for (int g = 0; g < G; g++) {
             __m256 w[4];
-            values32(type, run[g] + b, w);
+            dequant32(type, run[g] + b, w);
             UNROLL
             for (int r = 0; r < N; r++) {
                 const __m256 xv = _mm256_broadcast_ss(x + r * ldxg + g);
@@ -367,7 +345,7 @@ static ALWAYS_INLINE void pack_runs(tl_type type, const size_t nr, const uint8_t
         if (simd_type(type)) {
             for (; o + 32 <= tw; o += 32, p += bytes32(type)) {
                 __m256 w[4];
-                values32(type, p, w);
+                dequant32(type, p, w);
                 UNROLL
                 for (size_t q = 0; q < 4; q++) {
                     const size_t e = o + 8 * q;

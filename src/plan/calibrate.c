@@ -72,8 +72,10 @@ static tl_status calibrate_embedding(tl_model *m, tl_hw_profile *prof) {
     if (w->data || !w->name) return TL_OK;
     float *row;
     if (tl_budget_alloc(m->lm.budget, (size_t)w->cols * sizeof(float), 64, "embedding row",
-                        (void **)&row))
+                        (void **)&row)) {
+        tl_error_clear(); /* no room: not measured, not an error */
         return TL_OK;
+    }
     double s = 0;
     tl_status st = tl_residency_measure_embedding(m->res, EMBD_SAMPLES, row, &s);
     tl_budget_free(m->lm.budget, row);

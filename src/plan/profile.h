@@ -51,7 +51,8 @@ typedef struct tl_hw_profile {
     /* seconds for an urgent read of TL_PROF_URGENT_BYTES (a KV page) while the IO queue's
      * default chunks stream at its default depth and every core computes (mostly waiting
      * for the device to serve the chunks already in flight), and the seconds each further
-     * page read with it adds (from batches of TL__PROF_URGENT_BATCH) */
+     * page read with it adds (from batches of TL__PROF_URGENT_BATCH); lower quartiles of
+     * the samples (profile_interference.c) */
     double disk_urgent_read_s, disk_urgent_page_s;
 
     /* tl_op_matmul through the thread pool: MACs/s by [type][rows] on matrices larger

@@ -28,6 +28,12 @@
 #include "tier/tier.h"
 
 enum { URGENT_SAMPLES = 128 };
+/* The urgent reads' figure: their lower quartile, not the median. On a virtual disk their
+ * latency has two modes, the slow one in bursts, most of all as a stream starts; every
+ * phase here restarts the reader, while a run's stream starts once and runs on, so the
+ * bursts weigh more in the samples than in a run, and the median lands in either mode
+ * from one profile to the next. */
+#define URGENT_QUANTILE 0.25
 /* The reading thread: streams as the residency does (tl__profile_disk_stream), or as the
  * weights stream with urgent reads timed on the way (tl__profile_disk_urgent), until
  * stop. */
@@ -58,38 +64,43 @@ static void *reader_main(void *arg) {
 #define URGENT_PHASE_CALLS 8
 #define ROUNDS 5
 
-/* The attention timed: a block of ATTN_ROWS query rows over ATTN_POS positions, as
+/* The attention timed: blocks of ATTN_ROWS query rows over ATTN_POS positions, as
  * prefill's blocks of a long prompt take them: ATTN_KV_HEADS kv heads of ATTN_HD, each
- * shared by ATTN_GROUP query heads, one job per kv head on the pool (the engine's jobs).
- * Its f32 K and V rows lie in ATTN_COPIES copies taken in turn, more bytes than the
- * caches hold, as a long context's layers are. */
+ * shared by ATTN_GROUP query heads, one job per block and kv head on the pool (the
+ * engine's jobs), as many blocks as it takes to give every thread a job. Their f32 K and
+ * V rows lie in ATTN_COPIES copies taken in turn, as many bytes as the products' weight
+ * copies (beyond the caches), as a long context's layers are. */
 #define ATTN_ROWS 16
 #define ATTN_POS 2048
 #define ATTN_KV_HEADS 4
 #define ATTN_GROUP 4
 #define ATTN_HD 64
-#define ATTN_COPIES 8
+#define ATTN_COPIES \
+    ((int)(TL__PROF_MM_MIN_BYTES / (2 * sizeof(float) * ATTN_POS * ATTN_KV_HEADS * ATTN_HD)))
 
 typedef struct attn_job {
-    const float *Q;    /* [ATTN_ROWS][ATTN_KV_HEADS * ATTN_GROUP][ATTN_HD] */
+    const float *Q;    /* [ATTN_ROWS][ATTN_KV_HEADS * ATTN_GROUP][ATTN_HD], every block's */
     const float *K, *V; /* this call's copy: [ATTN_POS][ATTN_KV_HEADS * ATTN_HD] each */
     float *scores;     /* per thread: [ATTN_GROUP][ATTN_POS] */
-    float *out;        /* [ATTN_ROWS][ATTN_KV_HEADS * ATTN_GROUP][ATTN_HD] */
+    float *out;        /* per block: [ATTN_ROWS][ATTN_KV_HEADS * ATTN_GROUP][ATTN_HD] */
+    int blocks;
 } attn_job;
 
 static void attn_task(void *arg, int task, int thread) {
     const attn_job *j = arg;
     const size_t kvd = ATTN_KV_HEADS * ATTN_HD, qd = ATTN_GROUP * kvd;
+    const size_t head = (size_t)task % ATTN_KV_HEADS, block = (size_t)task / ATTN_KV_HEADS;
     float *sc = j->scores + (size_t)thread * ATTN_GROUP * ATTN_POS;
+    float *out = j->out + block * ATTN_ROWS * qd;
     const float scale = 0.125f; /* 1 / sqrt(ATTN_HD) */
     for (size_t r = 0; r < ATTN_ROWS; r++) {
-        const size_t q0 = r * qd + (size_t)task * ATTN_GROUP * ATTN_HD;
-        tl_attn_scores_fast(j->Q + q0, ATTN_GROUP, ATTN_HD, j->K + (size_t)task * ATTN_HD, kvd,
+        const size_t q0 = r * qd + head * ATTN_GROUP * ATTN_HD;
+        tl_attn_scores_fast(j->Q + q0, ATTN_GROUP, ATTN_HD, j->K + head * ATTN_HD, kvd,
                             ATTN_POS, scale, sc, ATTN_POS);
         for (size_t h = 0; h < ATTN_GROUP; h++) tl_softmax_fast(sc + h * ATTN_POS, ATTN_POS);
-        memset(j->out + q0, 0, ATTN_GROUP * ATTN_HD * sizeof(float));
-        tl_attn_values_fast(j->out + q0, ATTN_GROUP, ATTN_HD, sc, ATTN_POS,
-                            j->V + (size_t)task * ATTN_HD, kvd, ATTN_POS);
+        memset(out + q0, 0, ATTN_GROUP * ATTN_HD * sizeof(float));
+        tl_attn_values_fast(out + q0, ATTN_GROUP, ATTN_HD, sc, ATTN_POS, j->V + head * ATTN_HD,
+                            kvd, ATTN_POS);
     }
 }
 
@@ -98,6 +109,12 @@ enum {
     ATTN_Q_FLOATS = ATTN_ROWS * ATTN_KV_HEADS * ATTN_GROUP * ATTN_HD,
     ATTN_KV_FLOATS = ATTN_POS * ATTN_KV_HEADS * ATTN_HD
 };
+
+uint64_t tl__profile_interference_attn_bytes(uint64_t threads) {
+    const uint64_t blocks = (threads + ATTN_KV_HEADS - 1) / ATTN_KV_HEADS;
+    return ((1 + blocks) * ATTN_Q_FLOATS + (uint64_t)ATTN_COPIES * 2 * ATTN_KV_FLOATS +
+            threads * ATTN_GROUP * ATTN_POS) * sizeof(float);
+}
 
 /* The three products' times and the attention's (`calls` calls each, after one to warm
  * up, cycling the copies), added to sum[0..3]; with the reader running (started, given
@@ -128,7 +145,7 @@ static tl_status time_products(tl_llama *mm, tl_weight *w, const uint8_t *W, siz
         if (r == 0) t0 = tl_now();
         const float *copy = kv + (size_t)(r + 1) % ATTN_COPIES * 2 * ATTN_KV_FLOATS;
         aj->K = copy, aj->V = copy + ATTN_KV_FLOATS;
-        tl_pool_run(mm->pool, ATTN_KV_HEADS, attn_task, aj);
+        tl_pool_run(mm->pool, aj->blocks * ATTN_KV_HEADS, attn_task, aj);
     }
     sum[3] += tl_now() - t0;
     if (!rd) return TL_OK;
@@ -168,7 +185,8 @@ tl_status tl__profile_measure_interference(tl_pool *pool, tl_tier *t, tl_hw_prof
     float *Y = aligned_alloc(64, n_max * R * sizeof(float));
     float *scratch = aligned_alloc(64, threads * sf * sizeof(float));
     float *row = malloc(C * sizeof(float));
-    float *aq = aligned_alloc(64, 2 * ATTN_Q_FLOATS * sizeof(float));
+    const int ablocks = (int)((threads + ATTN_KV_HEADS - 1) / ATTN_KV_HEADS);
+    float *aq = aligned_alloc(64, (1 + (size_t)ablocks) * ATTN_Q_FLOATS * sizeof(float));
     float *akv = aligned_alloc(64, (size_t)ATTN_COPIES * 2 * ATTN_KV_FLOATS * sizeof(float));
     float *asc = aligned_alloc(64, threads * ATTN_GROUP * ATTN_POS * sizeof(float));
     reader *rd = calloc(1, sizeof *rd);
@@ -187,7 +205,7 @@ tl_status tl__profile_measure_interference(tl_pool *pool, tl_tier *t, tl_hw_prof
     for (size_t i = 0; i < ATTN_Q_FLOATS; i++) aq[i] = tl_rand_sym(&seed);
     for (size_t i = 0; i < (size_t)ATTN_COPIES * 2 * ATTN_KV_FLOATS; i++)
         akv[i] = tl_rand_sym(&seed);
-    attn_job aj = {aq, NULL, NULL, asc, aq + ATTN_Q_FLOATS};
+    attn_job aj = {aq, NULL, NULL, asc, aq + ATTN_Q_FLOATS, ablocks};
     tl_llama mm;
     memset(&mm, 0, sizeof mm);
     mm.pool = pool;
@@ -217,9 +235,10 @@ tl_status tl__profile_measure_interference(tl_pool *pool, tl_tier *t, tl_hw_prof
     }
     if (st) goto done;
     const double page = (double)TL_PROF_URGENT_BYTES;
-    p->disk_urgent_read_s = rd->n1 ? tl_median(rd->lat1, (size_t)rd->n1)
+    p->disk_urgent_read_s = rd->n1 ? tl_quantile(rd->lat1, (size_t)rd->n1, URGENT_QUANTILE)
                                    : page / tl_profile_read_bps(p, TL_PROF_URGENT_BYTES, 1);
-    double more = rd->nn ? (tl_median(rd->latn, (size_t)rd->nn) - p->disk_urgent_read_s) /
+    double more = rd->nn ? (tl_quantile(rd->latn, (size_t)rd->nn, URGENT_QUANTILE) -
+                            p->disk_urgent_read_s) /
                                (TL__PROF_URGENT_BATCH - 1)
                          : page / tl_profile_read_bps(p, TL_PROF_URGENT_BYTES, 16);
     p->disk_urgent_page_s = more > 0 ? more : 1e-9;

@@ -68,11 +68,11 @@ uint64_t tl_profile_measure_bytes(int32_t n_threads) {
                                  tl_panels_wanted(tl_type_table[t].type, TL__PROF_MM_ROWS) &&
                                      tl_panels_wanted(tl_type_table[t].type,
                                                       TL__PROF_MM_SMALL_ROWS)));
-    /* interference: Q8_0 copies up to TL__PROF_SLOWDOWN_ROWS rows, and the reader's
-     * buffer */
+    /* interference: Q8_0 copies up to TL__PROF_SLOWDOWN_ROWS rows, the attention's K and V,
+     * and the reader's buffer */
     STAGE(matmul_stage_bytes(TL_TYPE_Q8_0, threads, TL__PROF_SLOWDOWN_ROWS,
                              tl_panels_wanted(TL_TYPE_Q8_0, TL__PROF_MM_ROWS)) +
-          tl__profile_reader_bytes());
+          tl__profile_interference_attn_bytes(threads) + tl__profile_reader_bytes());
     /* attention: the model's weights (resident), its f32 KV, and a margin for the
      * context's activations, logits and the file writer's chunk */
     tl_synth_params sp;

@@ -101,5 +101,7 @@ tl_status tl__profile_measure_attention(int32_t threads, const char *dir, tl_hw_
  * p->disk_read_bps, so it runs after the disk stage. */
 tl_status tl__profile_measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *p,
                                            tl__profile_progress progress, void *user);
+/* The bytes its attention takes beside the products' (`threads` compute threads). */
+uint64_t tl__profile_interference_attn_bytes(uint64_t threads);
 
 #endif
