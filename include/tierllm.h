@@ -195,9 +195,11 @@ typedef struct tl_run_stats {
     double weights_arrival_repack_s; /* repacking streamed weights on arrival, since reset */
     /* flash-layout files: streamed matrices read only the runs of their non-zero input
      * channels - those runs' bytes, the bytes read (aligned, small gaps read through), the
-     * bytes a dense pass would read, read requests, and seconds waited for them */
+     * bytes a dense pass would read, read requests; seconds from each fetch's start to
+     * its last read's wait (reads and the product's compute overlap), and seconds the
+     * product waited for reads */
     uint64_t flash_bytes_needed, flash_bytes_read, flash_bytes_dense, flash_reads;
-    double flash_fetch_s;
+    double flash_fetch_s, flash_stall_s;
     /* a ReLU FFN stored by neuron: neurons computed (predicted) and all, summed over
      * layers and passes; the neuron window's k, slots per layer, neurons looked up in it
      * and found; measuring (neuron_measure), the active neurons' output mass predicted,

@@ -7,7 +7,8 @@
  *     over the row-major transpose bit for bit;
  *  3. tl_colmat_fast (and each instruction set's path) against the reference to float
  *     rounding, plus the invariances kernels.h states: the same bits on every set, for a
- *     row alone or in a batch, and for [o0, o1) split in two; nc = 0 gives zeros; outputs
+ *     row alone or in a batch, for [o0, o1) split in two, and for chan cut into
+ *     consecutive parts, a call each (tl_colmat_fast_add); nc = 0 gives zeros; outputs
  *     outside the range and scratch past tl_colmat_scratch_floats are never written; one
  *     channel with x = 1 gives back the dequantized run exactly (every type); the scratch
  *     size never decreases with the range or the rows.
@@ -224,6 +225,26 @@ static int check_product(const flash *f, const int32_t *chan, size_t nc, size_t 
             CHECK_MSG(bad == 0, "%s: split at %zu differs in %zu outputs", what, mid, bad);
             fails += bad != 0;
         }
+    }
+    /* chan cut into up to four consecutive parts, a call each (tl_colmat_fast_add after
+     * the first, as a product that starts on the runs already read): the same bits */
+    if (nc > 1) {
+        fill_sentinel(yi, n * ldy);
+        size_t c0 = 0, parts = 0;
+        while (c0 < nc) {
+            size_t len = 1 + rng_below(nc - c0);
+            if (++parts == 4) len = nc - c0;
+            if (c0 == 0)
+                tl_colmat_fast(f->type, f->W, f->run_elems, chan, len, o0, o1, X, ldx, n, yi,
+                               ldy, scratch);
+            else
+                tl_colmat_fast_add(f->type, f->W, f->run_elems, chan + c0, len, o0, o1, X, ldx,
+                                   n, yi, ldy, scratch);
+            c0 += len;
+        }
+        bad = bits_differ(yi, yf, n, ldy);
+        CHECK_MSG(bad == 0, "%s: chan in %zu parts differs in %zu outputs", what, parts, bad);
+        fails += bad != 0;
     }
     st->cases++;
     free(X), free(yn), free(yr), free(yf), free(yi), free(scratch);

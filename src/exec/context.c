@@ -363,6 +363,7 @@ tl_status tl_context_get_stats(const tl_context *c, tl_run_stats *out) {
     out->flash_bytes_dense = rs.flash_bytes_dense - c->res_base.flash_bytes_dense;
     out->flash_reads = rs.flash_reads - c->res_base.flash_reads;
     out->flash_fetch_s = rs.flash_fetch_s - c->res_base.flash_fetch_s;
+    out->flash_stall_s = rs.flash_stall_s - c->res_base.flash_stall_s;
     out->neurons_used = c->scratch.neurons_used;
     out->neurons_total = c->scratch.neurons_total;
     out->neuron_window_k = rs.window_k;

@@ -12,11 +12,14 @@
  * Reads are widened to the tier's alignment (O_DIRECT): a tensor's data pointer is its
  * tl_weight_extent's buffer plus the offset of the tensor inside the widened tl_weight_extent.
  * Flash layout: a layer's streamed site tensors are not in the ring. The one site buffer
- * is idle, or fetching (fetch_runs queued the reads of one tensor's needed runs) until
- * fetch_wait has waited them all; a fetch may begin only when the buffer is idle, and its
- * runs stay valid until the next one begins.
+ * is idle, or fetching (fetch_runs queued the reads of one tensor's needed runs, in the
+ * order of its channels) until fetch_wait has waited them all; the product may wait for
+ * them a part at a time (fetch_wait(upto): the reads of the first upto channels) and
+ * multiply what has arrived meanwhile. A fetch may begin only when the buffer is idle,
+ * and its runs stay valid until the next one begins.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +31,7 @@
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "kernels/kernels.h"
+#include "model/flash_layout.h"
 #include "tier/aio.h"
 #include "tier/tier.h"
 
@@ -74,12 +78,14 @@ struct tl_residency {
     /* flash layout: streamed site tensors, read run by run at their use (fetch_runs) */
     uint8_t *site_buf;      /* the largest streamed site tensor, aligned */
     uint64_t *site_tags;    /* one per run at most */
+    uint32_t *site_chan_end;/* [i]: read i and those before it hold chan[0..site_chan_end[i]) */
     size_t site_tags_cap, site_n_tags; /* reads of the fetch in flight (0: none) */
+    size_t site_waited;     /* of those, the first ones waited for */
     const tl_weight *site_w;
     double site_t0;
     uint64_t flash_gap;     /* a gap between needed runs this small is read through */
     uint64_t flash_needed, flash_read, flash_dense, flash_reads;
-    double flash_fetch_s;
+    double flash_fetch_s, flash_stall_s;
     tl_neuron_window window; /* a FFN by neuron: the plan's neuron window (model/neurons.h) */
     void *window_block;
     int measuring;          /* tl_residency_measure_passes: units arrive, nothing computes */
@@ -269,8 +275,10 @@ static tl_status load_residents(tl_residency *r, const tl_weight_plan *plan) {
 /* ---- flash layout: the runs a site's non-zero inputs need (model/flash_layout.h) ----
  * Runs of needed channels are read into the site buffer at their offset in the tensor,
  * widened to the tier's alignment; two reads whose gap is at most flash_gap bytes become
- * one (reading the gap costs less than a request). Every read is urgent: compute waits
- * for all of them (fetch_wait) before the product. */
+ * one (reading the gap costs less than a request) unless it would pass 1 /
+ * TL_FLASH_FETCH_PARTS of the tensor (so the product's parts have reads of their own).
+ * Every read is urgent: the product waits for them in their order, a part at a time
+ * (fetch_wait). */
 static tl_status fetch_runs(void *user, const tl_weight *w, const int32_t *chan, size_t nc,
                             const uint8_t **base) {
     tl_residency *r = user;
@@ -281,6 +289,7 @@ static tl_status fetch_runs(void *user, const tl_weight *w, const int32_t *chan,
     tl_tier *from = r->m->panel_tier ? r->m->panel_tier : r->m->tier;
     const uint64_t al = from->align > 1 ? from->align : 1;
     const uint64_t run = tl_type_row_bytes(w->type, w->cols), t0 = align_down(w->file_offset);
+    const uint64_t longest = w->file_bytes / TL_FLASH_FETCH_PARTS;
     *base = r->site_buf + (w->file_offset - t0);
     if (nc > r->site_tags_cap)
         return fail(r, tl_error_set(TL_ERR_INVALID, "%zu runs of %s asked for, %zu exist", nc,
@@ -295,7 +304,8 @@ static tl_status fetch_runs(void *user, const tl_weight *w, const int32_t *chan,
             const uint64_t off = w->file_offset + (uint64_t)chan[i] * run;
             ca = off / al * al;
             cb = (off + run + al - 1) / al * al;
-            if (b && (ca <= b || ca - b <= r->flash_gap)) { /* close enough: one read */
+            /* overlapping (widened to the alignment), or close enough and not too long */
+            if (b && (ca < b || (ca - b <= r->flash_gap && cb - a <= longest))) {
                 if (cb > b) b = cb;
                 continue;
             }
@@ -304,7 +314,10 @@ static tl_status fetch_runs(void *user, const tl_weight *w, const int32_t *chan,
             const uint64_t tag = ++r->next_tag;
             st = tl_aio_read_class(r->m->aio, from, a, r->site_buf + (a - t0), (size_t)(b - a),
                                    tag, TL_AIO_NOW);
-            if (!st) r->site_tags[r->site_n_tags++] = tag, bytes += b - a;
+            if (!st) {
+                r->site_chan_end[r->site_n_tags] = (uint32_t)i;
+                r->site_tags[r->site_n_tags++] = tag, bytes += b - a;
+            }
         }
         a = ca, b = cb;
     }
@@ -324,14 +337,27 @@ static tl_status fetch_runs(void *user, const tl_weight *w, const int32_t *chan,
     return TL_OK;
 }
 
-static tl_status fetch_wait(void *user) {
+static tl_status fetch_wait(void *user, size_t upto) {
     tl_residency *r = user;
     const double t_start = tl_now();
-    tl_status st = wait_tags(r, r->site_tags, (int)r->site_n_tags);
-    r->site_n_tags = 0;
+    size_t k = r->site_waited; /* reads [site_waited, k) hold a channel below upto */
+    while (k < r->site_n_tags && (k ? r->site_chan_end[k - 1] : 0) < upto) k++;
+    tl_status st = wait_tags(r, r->site_tags + r->site_waited, (int)(k - r->site_waited));
+    if (st) { /* the rest still write into the buffer: wait them out too */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", tl_last_error());
+        wait_tags(r, r->site_tags + k, (int)(r->site_n_tags - k));
+        tl_error_set(st, "%s", msg);
+        k = r->site_n_tags;
+    }
+    r->site_waited = k;
     const double now = tl_now();
     r->stall_s += now - t_start;
-    r->flash_fetch_s += now - r->site_t0;
+    r->flash_stall_s += now - t_start;
+    if (k == r->site_n_tags) {
+        if (k) r->flash_fetch_s += now - r->site_t0;
+        r->site_n_tags = r->site_waited = 0;
+    }
     if (st) return fail(r, tl_error_wrap(st, "reading runs of %s", r->site_w->name));
     return r->error ? sticky(r) : TL_OK;
 }
@@ -341,13 +367,18 @@ static tl_status open_flash(tl_residency *r, const tl_weight_plan *plan) {
     tl_llama *m = r->m;
     const uint64_t bytes = tl_weight_plan_site_buf_bytes(m, plan);
     if (!bytes) return TL_OK;
-    const size_t tag_bytes = (size_t)tl_weight_site_tags_bytes(m) - 64;
+    const size_t tag_bytes = (size_t)tl_weight_site_tags_bytes(m) - 64,
+                 per_read = sizeof *r->site_tags + sizeof *r->site_chan_end;
     tl_status st = tl_budget_alloc(m->budget, (size_t)bytes, ALIGN, "flash site buffer",
                                    (void **)&r->site_buf);
+    /* touched now: a read into pages never touched waits for their faults (on a VM,
+     * markedly), which would slow the first pass and the disk calibration's reads */
+    if (!st) memset(r->site_buf, 0, (size_t)bytes);
     if (!st) st = tl_budget_alloc(m->budget, tag_bytes, 64, "flash read tags",
                                   (void **)&r->site_tags);
     if (st) return st;
-    r->site_tags_cap = tag_bytes / sizeof *r->site_tags;
+    r->site_tags_cap = tag_bytes / per_read;
+    r->site_chan_end = (uint32_t *)(r->site_tags + r->site_tags_cap);
     r->flash_gap = m->params.flash_gap_bytes;
     m->fetch_runs = fetch_runs;
     m->fetch_wait = fetch_wait;
@@ -436,6 +467,7 @@ tl_status tl_residency_open(tl_llama *m, const tl_weight_plan *plan, tl_residenc
     for (int i = 0; i < plan->n_slots && !st; i++) {
         st = tl_budget_alloc(m->budget, plan->slot_bytes, ALIGN, "layer buffer",
                              (void **)&r->slots[i].buf);
+        if (!st) memset(r->slots[i].buf, 0, plan->slot_bytes); /* faults now (open_flash) */
         r->slots[i].state = SLOT_EMPTY;
         r->slots[i].unit = -1;
     }
@@ -759,6 +791,46 @@ tl_status tl_residency_measure_io_mixed(tl_residency *r, uint64_t max_bytes, int
     return measure(r, max_bytes, cursor, mix, seconds, bytes);
 }
 
+tl_status tl_residency_measure_flash(tl_residency *r, tl_flash_share_fn share, void *user,
+                                     double max_s, int32_t *chan, double *seconds,
+                                     uint64_t *bytes, uint64_t *reads) {
+    *seconds = 0;
+    *bytes = *reads = 0;
+    if (r->error) return sticky(r);
+    tl_llama *m = r->m;
+    if (!r->site_buf || m->fetch_runs != fetch_runs) return TL_OK;
+    /* the run's counters stay the run's */
+    const double stall = r->stall_s, fetch_s = r->flash_fetch_s, fstall = r->flash_stall_s;
+    const uint64_t disk = r->bytes_disk, f_read = r->flash_read, f_need = r->flash_needed;
+    const uint64_t f_dense = r->flash_dense, f_reads = r->flash_reads;
+    uint64_t seed = 0x5eed0f1a5b7e5ull;
+    tl_status st = TL_OK;
+    const double t_start = tl_now();
+    for (int32_t l = m->stage_first; l < m->stage_end && !st; l++) {
+        if (*seconds > 0 && tl_now() - t_start >= max_s) break;
+        for (int s = 0; s < TL_SITE_COUNT && !st; s++) {
+            const tl_weight *w = &m->layers[l].site[s];
+            if (!w->name || w->data) continue;
+            const double p = share(user, l, s);
+            size_t nc = 0;
+            for (uint64_t c = 0; c < w->rows; c++)
+                if ((double)(tl_splitmix64(&seed) >> 11) * 0x1p-53 < p) chan[nc++] = (int32_t)c;
+            const uint64_t before = r->flash_read, n_before = r->flash_reads;
+            const double t0 = tl_now();
+            const uint8_t *base;
+            st = fetch_runs(r, w, chan, nc, &base);
+            if (!st) st = fetch_wait(r, SIZE_MAX);
+            *seconds += tl_now() - t0;
+            *bytes += r->flash_read - before;
+            *reads += r->flash_reads - n_before;
+        }
+    }
+    r->stall_s = stall, r->flash_fetch_s = fetch_s, r->flash_stall_s = fstall;
+    r->bytes_disk = disk, r->flash_read = f_read, r->flash_needed = f_need;
+    r->flash_dense = f_dense, r->flash_reads = f_reads;
+    return st;
+}
+
 tl_status tl_residency_measure_embedding(tl_residency *r, int n, float *dst, double *median_s) {
     *median_s = 0;
     const tl_weight *w = &r->m->tok_embd;
@@ -823,6 +895,7 @@ void tl_residency_get_stats(const tl_residency *r, tl_residency_stats *out) {
     out->flash_bytes_dense = r->flash_dense;
     out->flash_reads = r->flash_reads;
     out->flash_fetch_s = r->flash_fetch_s;
+    out->flash_stall_s = r->flash_stall_s;
     out->window_k = r->window_block ? r->window.k : 0;
     out->window_slots = r->window_block ? r->window.capacity : 0;
     out->window_lookups = r->window_block ? r->window.lookups : 0;

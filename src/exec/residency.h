@@ -61,6 +61,18 @@ typedef struct tl_io_mix {
 tl_status tl_residency_measure_io_mixed(tl_residency *r, uint64_t max_bytes, int *cursor,
                                         tl_io_mix *mix, double *seconds, uint64_t *bytes);
 
+/* Flash layout: reads the needed runs of streamed site tensors as a pass would, each
+ * channel of layer l's site s needed with probability share(user, l, s) (drawn from a fixed
+ * seed into chan, which holds the widest site's channels), through fetch_runs and
+ * fetch_wait with nothing computing, site after site from the first layer until max_s has
+ * passed or every streamed site was read once. *seconds: the fetches' time; *bytes,
+ * *reads: what they read, in how many requests. The run's counters are left as they
+ * were. Nothing streamed in the flash layout: nothing measured (all 0). */
+typedef double (*tl_flash_share_fn)(void *user, int32_t layer, int site);
+tl_status tl_residency_measure_flash(tl_residency *r, tl_flash_share_fn share, void *user,
+                                     double max_s, int32_t *chan, double *seconds,
+                                     uint64_t *bytes, uint64_t *reads);
+
 /* Reads n rows of a token embedding that is not resident, as tl_residency_embedding
  * reads them (one urgent read each, waited for at once), at ids spread over the
  * vocabulary, into dst (n_embd floats); *median_s: the median read. The run's counters
@@ -87,9 +99,10 @@ typedef struct tl_residency_stats {
     double repack_s, arrival_repack_s; /* all repacking; of it, streamed weights on arrival */
     /* flash layout: runs read at their use - the needed runs' bytes, the bytes read
      * (widened to the alignment, gaps read through), the site tensors' whole bytes (as if
-     * every run were needed), requests, and the time waited for them */
+     * every run were needed), requests, the time from each fetch's start to its last
+     * read's wait, and the time compute waited for them */
     uint64_t flash_bytes_needed, flash_bytes_read, flash_bytes_dense, flash_reads;
-    double flash_fetch_s;
+    double flash_fetch_s, flash_stall_s;
     /* the neuron window (model/neurons.h): its k and slots per layer, neurons looked up
      * in it and found */
     int32_t window_k;

@@ -232,6 +232,12 @@ size_t tl_colmat_scratch_floats(size_t outs, size_t n);
 void tl_colmat_fast(tl_type type, const void *W, size_t run_elems, const int32_t *chan,
                     size_t nc, size_t o0, size_t o1, const float *X, size_t ldx, size_t n,
                     float *Y, size_t ldy, float *scratch);
+/* tl_colmat_fast continuing each output's chain from Y's value instead of +0: calls over
+ * consecutive parts of a channel list, the first by tl_colmat_fast, give the bits of one
+ * call over the whole list (a product can start on the runs that have arrived). */
+void tl_colmat_fast_add(tl_type type, const void *W, size_t run_elems, const int32_t *chan,
+                        size_t nc, size_t o0, size_t o1, const float *X, size_t ldx, size_t n,
+                        float *Y, size_t ldy, float *scratch);
 /* Internal, for tests: tl_colmat_fast on one instruction set; returns 0, computing
  * nothing, when this CPU or build lacks it (AVX-VNNI has no kernel of its own: AVX2's). */
 int tl__colmat_fast_isa(tl__isa isa, tl_type type, const void *W, size_t run_elems,

@@ -3,12 +3,13 @@
  * x86avx512_colmat.c where the CPU has them and TIERLLM_ISA does not cap them away.
  *
  * Arithmetic: each output is one f32 FMA chain over the selected channels in the order of
- * chan, from y = +0: y = fma(x, w, y) with w the weight exactly (Q8_0/Q4_0: w = d*q, the
- * f16 scale times the integer quant, a product of at most 11 + 8 significant bits, exact
- * in f32, so the weight can be decoded once into a GEMM panel and every row multiplies
- * x as given). Both paths below, on both instruction
- * sets, run that same chain, so the result does not depend on n, on the split of [o0, o1)
- * or on the set (for finite weights: n = 1 skips channels whose x is 0, which add +-0
+ * chan, from y = +0 (tl_colmat_fast_add: from Y's value, so consecutive parts of chan in
+ * as many calls make the same chain): y = fma(x, w, y) with w the weight exactly
+ * (Q8_0/Q4_0: w = d*q, the f16 scale times the integer quant, a product of at most
+ * 11 + 8 significant bits, exact in f32, so the weight can be decoded once into a GEMM
+ * panel and every row multiplies x as given). Both paths below, on both instruction sets,
+ * run that same chain, so the result does not depend on n, on the split of [o0, o1) or
+ * on the set (for finite weights: n = 1 skips channels whose x is 0, which add +-0
  * elsewhere).
  *  - streaming (decode, memory-bound; n <= STREAM_MAX_N, the float and Q8_0/Q4_0 types,
  *    and every type at n = 1): passes of up to STREAM_ROWS rows (AVX2: STREAM_ROWS_AVX2,
@@ -281,10 +282,11 @@ static size_t stream_rows(tl__isa isa) {
 /* One pass: n <= stream_rows(isa) rows, Y's tiles of n x tile outputs (<= TILE1 floats). */
 static void colmat_stream(tl__isa isa, tl_type type, const uint8_t *W, size_t run_elems,
                           const int32_t *chan, size_t nc, size_t o0, size_t o1, const float *X,
-                          size_t ldx, size_t n, float *Y, size_t ldy, float *scratch) {
+                          size_t ldx, size_t n, float *Y, size_t ldy, float *scratch, int add) {
     const size_t run_bytes = tl_type_row_bytes(type, run_elems);
     const size_t tile = TILE1 / n / TL_QK_K * TL_QK_K; /* whole blocks of every type */
-    for (size_t r = 0; r < n; r++) memset(Y + r * ldy + o0, 0, (o1 - o0) * sizeof(float));
+    for (size_t r = 0; r < n && !add; r++)
+        memset(Y + r * ldy + o0, 0, (o1 - o0) * sizeof(float));
     walker wk = {X, ldx, n, tile, 0, o0, o1, 0};
     group cur, nxt;
     walk_next(type, W, run_bytes, chan, nc, &wk, &cur);
@@ -458,7 +460,7 @@ static void gather_x(const float *X, size_t ldx, size_t rows, const int32_t *cha
 
 static void colmat_rows(tl__isa isa, tl_type type, const uint8_t *W, size_t run_elems,
                         const int32_t *chan, size_t nc, size_t o0, size_t o1, const float *X,
-                        size_t ldx, size_t n, float *Y, size_t ldy, float *scratch) {
+                        size_t ldx, size_t n, float *Y, size_t ldy, float *scratch, int add) {
     const size_t run_bytes = tl_type_row_bytes(type, run_elems), tmax = tile_width(o1 - o0);
 #ifdef TL_HAVE_AVX512VNNI
     const size_t nr = isa == TL_ISA_AVX512VNNI ? NR512 : NR;
@@ -472,7 +474,7 @@ static void colmat_rows(tl__isa isa, tl_type type, const uint8_t *W, size_t run_
         const size_t rows = min_sz(n - i0, per);
         for (size_t t0 = o0; t0 < o1; t0 += TILE) {
             const size_t tw = min_sz(o1 - t0, TILE);
-            for (size_t r = 0; r < rows && nc == 0; r++)
+            for (size_t r = 0; r < rows && nc == 0 && !add; r++)
                 memset(Y + (i0 + r) * ldy + t0, 0, tw * sizeof(float));
             for (size_t c0 = 0; c0 < nc; c0 += KC) {
                 const size_t kc = min_sz(nc - c0, KC);
@@ -484,11 +486,12 @@ static void colmat_rows(tl__isa isa, tl_type type, const uint8_t *W, size_t run_
                     const size_t nj = min_sz(nr, tw - s * nr);
 #ifdef TL_HAVE_AVX512VNNI
                     if (isa == TL_ISA_AVX512VNNI) {
-                        tl__colmat_strip_avx512(strip, kc, xp, KC, rows, ys, ldy, nj, c0 > 0);
+                        tl__colmat_strip_avx512(strip, kc, xp, KC, rows, ys, ldy, nj,
+                                                c0 > 0 || add);
                         continue;
                     }
 #endif
-                    strip_avx2(strip, kc, xp, KC, rows, ys, ldy, nj, c0 > 0);
+                    strip_avx2(strip, kc, xp, KC, rows, ys, ldy, nj, c0 > 0 || add);
                 }
             }
         }
@@ -499,23 +502,31 @@ static void colmat_rows(tl__isa isa, tl_type type, const uint8_t *W, size_t run_
 
 static void colmat(tl__isa isa, tl_type type, const void *W, size_t run_elems,
                    const int32_t *chan, size_t nc, size_t o0, size_t o1, const float *X,
-                   size_t ldx, size_t n, float *Y, size_t ldy, float *scratch) {
+                   size_t ldx, size_t n, float *Y, size_t ldy, float *scratch, int add) {
     if (o0 >= o1 || n == 0) return;
     if (n > (simd_type(type) ? STREAM_MAX_N : 1)) {
-        colmat_rows(isa, type, W, run_elems, chan, nc, o0, o1, X, ldx, n, Y, ldy, scratch);
+        colmat_rows(isa, type, W, run_elems, chan, nc, o0, o1, X, ldx, n, Y, ldy, scratch,
+                    add);
         return;
     }
     const size_t mr = stream_rows(isa);
     for (size_t i0 = 0, t = 0; i0 < n; i0 += tl__tile_rows(n, t++, mr))
         colmat_stream(isa, type, W, run_elems, chan, nc, o0, o1, X + i0 * ldx, ldx,
-                      tl__tile_rows(n, t, mr), Y + i0 * ldy, ldy, scratch);
+                      tl__tile_rows(n, t, mr), Y + i0 * ldy, ldy, scratch, add);
 }
 
 void tl_colmat_fast(tl_type type, const void *W, size_t run_elems, const int32_t *chan,
                     size_t nc, size_t o0, size_t o1, const float *X, size_t ldx, size_t n,
                     float *Y, size_t ldy, float *scratch) {
     colmat(tl__cpu_widest_isa(), type, W, run_elems, chan, nc, o0, o1, X, ldx, n, Y, ldy,
-           scratch);
+           scratch, 0);
+}
+
+void tl_colmat_fast_add(tl_type type, const void *W, size_t run_elems, const int32_t *chan,
+                        size_t nc, size_t o0, size_t o1, const float *X, size_t ldx, size_t n,
+                        float *Y, size_t ldy, float *scratch) {
+    colmat(tl__cpu_widest_isa(), type, W, run_elems, chan, nc, o0, o1, X, ldx, n, Y, ldy,
+           scratch, 1);
 }
 
 int tl__colmat_fast_isa(tl__isa isa, tl_type type, const void *W, size_t run_elems,
@@ -524,6 +535,6 @@ int tl__colmat_fast_isa(tl__isa isa, tl_type type, const void *W, size_t run_ele
     if ((isa == TL_ISA_AVXVNNI && !tl__cpu_has_avxvnni()) ||
         (isa == TL_ISA_AVX512VNNI && !tl__cpu_has_avx512vnni()))
         return 0;
-    colmat(isa, type, W, run_elems, chan, nc, o0, o1, X, ldx, n, Y, ldy, scratch);
+    colmat(isa, type, W, run_elems, chan, nc, o0, o1, X, ldx, n, Y, ldy, scratch, 0);
     return 1;
 }

@@ -42,6 +42,14 @@
 /* The IO queue depth a flash-layout file's reads get at least: its streamed sites are read
  * as many requests of a few KiB, which a disk serves faster the deeper its queue. */
 #define TL_FLASH_MIN_QUEUE_DEPTH 32
+/* A streamed site's product is taken in up to this many consecutive parts of its channel
+ * list, each as soon as its runs have arrived (model/ops_runs.c), none of fewer than
+ * TL_FLASH_MIN_PART_CHANNELS channels: only the last part's compute waits alone, and each
+ * part costs a round of the thread pool. Its reads are cut so that no request is longer
+ * than 1 / TL_FLASH_FETCH_PARTS of the tensor: a part does not wait for one read that also
+ * holds the runs of all the parts after it. */
+#define TL_FLASH_FETCH_PARTS 8
+#define TL_FLASH_MIN_PART_CHANNELS 64
 
 struct tl_llama_hparams;
 

@@ -119,11 +119,13 @@ struct tl_llama {
     tl_neuron_window *window;  /* the neuron window, when placed (exec/); NULL: none */
     /* Flash layout, a site tensor that is not resident (data NULL): fetch_runs starts
      * reading the runs of channels chan[0..nc) (ascending) to *base + c * run bytes, where
-     * they stay until the next fetch_runs; fetch_wait waits until all have arrived (exec/
-     * reads them; both set when weights are placed). */
+     * they stay until the next fetch_runs; fetch_wait(upto) waits until the runs of
+     * chan[0..upto) have arrived, and with upto >= nc until all have (then the next fetch
+     * may begin; after an error it has waited for all). exec/ reads them; both are set
+     * when weights are placed. */
     tl_status (*fetch_runs)(void *user, const tl_weight *w, const int32_t *chan, size_t nc,
                             const uint8_t **base);
-    tl_status (*fetch_wait)(void *user);
+    tl_status (*fetch_wait)(void *user, size_t upto);
     void *fetch_user;
     tl_weight **all;           /* every weight, in tl_llama_weights' order (walks over all) */
     size_t n_all;

@@ -37,11 +37,13 @@ tl_status tl_op_runs_product(tl_llama *m, const tl_weight *w, const float *X, si
 
 /* The product of tl_op_runs_product once the runs are in memory: parts start `first`
  * elements into each run, run chan[t] lies at base + chan[t] * run bytes, and X's rows
- * are ldx apart, indexed by chan. */
+ * are ldx apart, indexed by chan. add: each output's chain goes on from Ys' values (the
+ * product over the channels before chan[0]; kernels.h, tl_colmat_fast_add), else from 0;
+ * the reference (m->use_reference) has no such chain and must take every channel at once. */
 void tl_op_runs_multiply(tl_llama *m, const tl_weight *w, const uint8_t *base, size_t first,
                          const int32_t *chan, size_t nc, const float *X, size_t ldx, size_t n,
                          float *const *Ys, const size_t *lens, size_t nparts, float *scratch,
-                         size_t scratch_floats);
+                         size_t scratch_floats, int add);
 
 /* The FFN of a layer stored by neuron (model/neurons.h), on the n rows xn[n][n_embd] it
  * takes: y[n][n_embd] = sum over the predicted neurons (the union of the rows') of

@@ -22,6 +22,7 @@
 #include "model/ops.h"
 
 #include <math.h>
+#include <stdint.h>
 #include "base/status.h"
 #include "kernels/kernels.h"
 #include "model/flash_layout.h"
@@ -180,14 +181,14 @@ tl_status tl_op_neuron_ffn(tl_llama *m, tl_llama_scratch *s, int32_t l, const fl
         for (size_t k = 0; k < n_miss; k++) missed[k] = chan[miss[k]];
         const uint8_t *read = NULL; /* (none missed: a fetch of nothing, counted) */
         st = m->fetch_runs(m->fetch_user, w, missed, n_miss, &read);
-        if (!st) st = m->fetch_wait(m->fetch_user);
+        if (!st) st = m->fetch_wait(m->fetch_user, SIZE_MAX);
         if (st) return st;
         tl_neuron_window_fill(win, l, chan, idx, miss, n_miss, read, run_bytes);
         base = tl_neuron_window_slots(win, l);
         ldh = win->capacity;
     } else {
         st = m->fetch_runs(m->fetch_user, w, chan, nc, &base);
-        if (!st) st = m->fetch_wait(m->fetch_user);
+        if (!st) st = m->fetch_wait(m->fetch_user, SIZE_MAX);
         if (st) return st;
         for (size_t t = 0; t < nc; t++) idx[t] = chan[t];
         if (win && !measure && m->params.neuron_predict && one_sequence)
@@ -217,6 +218,6 @@ tl_status tl_op_neuron_ffn(tl_llama *m, tl_llama_scratch *s, int32_t l, const fl
     const size_t len = d;
     float *const Ys[1] = {y};
     tl_op_runs_multiply(m, w, base, (nparts - 1) * d, idx, nc, s->gate, ldh, n, Ys, &len, 1,
-                        s->mm_scratch, s->mm_scratch_floats);
+                        s->mm_scratch, s->mm_scratch_floats, 0);
     return TL_OK;
 }

@@ -2,16 +2,22 @@
  * over the model's pool.
  *
  * The channels needed are those non-zero in some row (batched rows read the union of
- * their channels); a resident tensor is multiplied where it lies, a streamed one has those
- * runs read first (m->fetch_runs, exec/). Each part's outputs are cut into block-aligned
- * pieces, a few per thread but none narrower than MIN_PIECE; every output is one sum over
- * the same channels in ascending order, so a result does not depend on the threads or on
- * who computed which piece.
+ * their channels); a resident tensor is multiplied where it lies. A streamed one has those
+ * runs read (m->fetch_runs, exec/) and is multiplied in up to TL_FLASH_FETCH_PARTS consecutive
+ * parts of the channel list, each as soon as its runs have arrived while the later ones
+ * are still read: every output's chain goes on from part to part (tl_colmat_fast_add),
+ * so the bits are those of one product over all channels, and only the last part's
+ * compute waits alone (plan/cost.c prices it so). Each part's outputs are cut into
+ * block-aligned pieces, a few per thread but none narrower than MIN_PIECE; every output is
+ * one sum over the same channels in ascending order, so a result does not depend on the
+ * threads or on who computed which piece.
  */
 #include "model/ops.h"
 
+#include <stdint.h>
 #include "base/status.h"
 #include "kernels/kernels.h"
+#include "model/flash_layout.h"
 
 #define PIECES_PER_THREAD 4
 #define MAX_PIECES 256
@@ -32,7 +38,7 @@ typedef struct runs_job {
     size_t part_off[TL_MATMUL_MULTI_MAX]; /* a part's first output in the run */
     float *scratch;
     size_t scratch_floats;
-    int reference;
+    int reference, add;
 } runs_job;
 
 /* A piece [o0, o1) of part p, in the part's own coordinates: the runs seen from the part's
@@ -46,6 +52,9 @@ static void runs_task(void *arg, int task, int thread) {
     if (j->reference)
         tl_colmat_ref(j->w->type, W, j->w->cols, j->chan, j->nc, o0, o1, j->X, j->ldx,
                       j->n, j->Ys[p], j->lens[p]);
+    else if (j->add)
+        tl_colmat_fast_add(j->w->type, W, j->w->cols, j->chan, j->nc, o0, o1, j->X, j->ldx,
+                           j->n, j->Ys[p], j->lens[p], scratch);
     else
         tl_colmat_fast(j->w->type, W, j->w->cols, j->chan, j->nc, o0, o1, j->X, j->ldx,
                        j->n, j->Ys[p], j->lens[p], scratch);
@@ -62,26 +71,36 @@ tl_status tl_op_runs_product(tl_llama *m, const tl_weight *w, const float *X, si
         if (r < n) chan[nc++] = (int32_t)c;
     }
     const uint8_t *base = w->data;
-    if (!base) {
-        if (!m->fetch_runs)
-            return tl_error_set(TL_ERR_INVALID, "%s is neither in memory nor readable by runs",
-                                w->name);
-        tl_status st = m->fetch_runs(m->fetch_user, w, chan, nc, &base);
-        if (!st) st = m->fetch_wait(m->fetch_user);
-        if (st) return st;
+    if (base) {
+        tl_op_runs_multiply(m, w, base, 0, chan, nc, X, channels, n, Ys, lens, nparts, scratch,
+                            scratch_floats, 0);
+        return TL_OK;
     }
-    tl_op_runs_multiply(m, w, base, 0, chan, nc, X, channels, n, Ys, lens, nparts, scratch,
-                        scratch_floats);
-    return TL_OK;
+    if (!m->fetch_runs)
+        return tl_error_set(TL_ERR_INVALID, "%s is neither in memory nor readable by runs",
+                            w->name);
+    tl_status st = m->fetch_runs(m->fetch_user, w, chan, nc, &base);
+    if (st) return st;
+    size_t part = m->use_reference ? nc : (nc + TL_FLASH_FETCH_PARTS - 1) / TL_FLASH_FETCH_PARTS;
+    if (part < TL_FLASH_MIN_PART_CHANNELS) part = TL_FLASH_MIN_PART_CHANNELS;
+    size_t c0 = 0;
+    do {
+        const size_t c1 = nc - c0 > part ? c0 + part : nc;
+        if ((st = m->fetch_wait(m->fetch_user, c1))) return st; /* waited out on error */
+        tl_op_runs_multiply(m, w, base, 0, chan + c0, c1 - c0, X, channels, n, Ys, lens,
+                            nparts, scratch, scratch_floats, c0 > 0);
+        c0 = c1;
+    } while (c0 < nc);
+    return m->fetch_wait(m->fetch_user, SIZE_MAX);
 }
 
 void tl_op_runs_multiply(tl_llama *m, const tl_weight *w, const uint8_t *base, size_t first,
                          const int32_t *chan, size_t nc, const float *X, size_t ldx, size_t n,
                          float *const *Ys, const size_t *lens, size_t nparts, float *scratch,
-                         size_t scratch_floats) {
+                         size_t scratch_floats, int add) {
     runs_job j = {.w = w, .base = base, .X = X, .ldx = ldx, .n = n, .Ys = Ys, .lens = lens,
                   .scratch = scratch, .scratch_floats = scratch_floats,
-                  .reference = m->use_reference};
+                  .reference = m->use_reference, .add = add};
     const size_t threads = (size_t)tl_pool_threads(m->pool);
     const size_t block = tl_type_block_elems(w->type);
     size_t total = first, tasks = 0;

@@ -176,7 +176,7 @@ uint64_t tl_weight_site_tags_bytes(const tl_llama *m) {
             if (m->layers[l].site[s].rows > most) most = m->layers[l].site[s].rows;
         if (m->layers[l].neurons.rows > most) most = m->layers[l].neurons.rows;
     }
-    return (uint64_t)most * sizeof(uint64_t) + 64;
+    return (uint64_t)most * (sizeof(uint64_t) + sizeof(uint32_t)) + 64; /* tag, channel end */
 }
 
 size_t tl_neuron_run_bytes(const tl_llama *m) {

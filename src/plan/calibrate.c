@@ -8,6 +8,7 @@
 #include "plan/search.h"
 #include "base/budget.h"
 #include "base/clock.h"
+#include "base/rng.h"
 #include "base/stats.h"
 #include "base/status.h"
 #include "exec/residency.h"
@@ -25,40 +26,49 @@
 #define CALIBRATE_SAMPLE_BYTES ((uint64_t)32 << 20)
 #define CALIBRATE_SAMPLES_S 0.25
 
-/* Flash layout: requests of the size a streamed site's reads mostly take (whole runs of
- * neighbouring needed channels), timed for at most FLASH_PROBE_S. */
-#define FLASH_PROBE_CHUNK ((uint64_t)64 << 10)
+/* Flash layout: streamed sites' reads are timed for at least FLASH_PROBE_S. */
 #define FLASH_PROBE_S 0.5
 
+static double decode_share(void *user, int32_t layer, int site) {
+    return tl_cost_flash_need_share(user, layer, site, 1);
+}
+
 /* A flash file whose streamed sites are read at their turn, with (nearly) nothing in the
- * ring: the model file's own reads, at random chunk-aligned offsets, FLASH_PROBE_CHUNK at
- * the flash queue's depth, into budget buffers (none free: not measured). The whole disk
- * grid is scaled to that point. */
+ * ring: the sites' runs read as a decode step reads them (tl_residency_measure_flash, each
+ * channel needed at the share the cost model prices; the engine's gap, cuts and queue),
+ * into the site buffer. Such requests lie a few runs apart, where a random read of the
+ * same size would not, and the disk serves the two at different rates. The whole disk
+ * grid is scaled so that its figure at their mean size is the rate measured. No room in
+ * the budget for the channel list: not measured. */
 static tl_status calibrate_flash(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio) {
     if (!m->lm.flash || !tl_weight_plan_site_buf_bytes(&m->lm, tl_residency_plan(m->res)))
         return TL_OK;
-    tl_tier *t = m->lm.tier;
     const int32_t depth = m->lm.params.io_queue_depth > TL_FLASH_MIN_QUEUE_DEPTH
                               ? m->lm.params.io_queue_depth : TL_FLASH_MIN_QUEUE_DEPTH;
-    const uint64_t chunk = FLASH_PROBE_CHUNK, span = t->size / chunk * chunk;
-    if (span < 64 * chunk || depth > 64) return TL_OK;
-    uint8_t *buf = NULL, *bufs[64];
-    if (tl_budget_alloc(m->lm.budget, (size_t)(chunk * (uint64_t)depth), TL_TIER_MAX_ALIGN,
-                        "disk calibration", (void **)&buf))
-        return TL_OK; /* the budget is spoken for: keep the profile's figure */
-    for (int32_t i = 0; i < depth; i++) bufs[i] = buf + (size_t)i * chunk;
-    uint64_t cursor = 0, seed = 7;
-    double bps = 0;
-    tl_status st = tl_tier_time_reads(t, chunk, depth, (uint64_t)256 << 20, span, 1, &cursor,
-                                      &seed, bufs, FLASH_PROBE_S, &bps);
-    tl_budget_free(m->lm.budget, buf);
+    uint64_t widest = 0;
+    for (int32_t l = m->lm.stage_first; l < m->lm.stage_end; l++)
+        for (int s = 0; s < TL_SITE_COUNT; s++)
+            if (m->lm.layers[l].site[s].rows > widest) widest = m->lm.layers[l].site[s].rows;
+    int32_t *chan;
+    if (tl_budget_alloc(m->lm.budget, (size_t)widest * sizeof *chan, 64,
+                        "flash read calibration", (void **)&chan)) {
+        tl_error_clear(); /* no room: not measured, not an error */
+        return TL_OK;
+    }
+    double seconds = 0;
+    uint64_t bytes = 0, reads = 0;
+    tl_status st = tl_residency_measure_flash(m->res, decode_share, m, FLASH_PROBE_S, chan,
+                                              &seconds, &bytes, &reads);
+    tl_budget_free(m->lm.budget, chan);
     if (st) return tl_error_wrap(st, "calibrating the disk on the model file");
-    const double before = tl_profile_read_bps(prof, chunk, depth);
+    if (!reads || !(seconds > 0)) return TL_OK;
+    const double bps = (double)bytes / seconds, before =
+        tl_profile_read_bps(prof, bytes / reads, depth);
     if (!(bps > 0) || !(before > 0)) return TL_OK;
     *measured_bps = bps;
     *ratio = bps / before;
-    return tl_profile_set_read_bps(prof, chunk, depth, bps);
+    return tl_profile_set_read_bps(prof, bytes / reads, depth, bps);
 }
 
 /* A token embedding left on disk is read a row at a time (an urgent read, waited for at
@@ -222,11 +232,48 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
 #define COMPUTE_MIN_BYTES ((uint64_t)128 << 20)
 #define COMPUTE_MAX_BYTES ((uint64_t)384 << 20)
 
-static double matvec_pass(tl_model *m, tl_weight *const *use, size_t n, const float *X, float *Y,
-                          float *scratch, size_t sf) {
-    double t0 = tl_now();
-    for (size_t i = 0; i < n; i++) tl_op_matmul(&m->lm, use[i], X, 1, Y, scratch, sf);
-    return tl_now() - t0;
+/* A flash-layout site tensor's channels a decode step multiplies: each kept at the share
+ * the cost model prices (tl_cost_flash_need_share), drawn from a seed of its own, into
+ * chan; returns their count. */
+static size_t decode_channels(const tl_model *m, const tl_weight *w, int32_t *chan) {
+    double p = 1;
+    for (int32_t l = m->lm.stage_first; l < m->lm.stage_end; l++)
+        for (int s = 0; s < TL_SITE_COUNT; s++)
+            if (&m->lm.layers[l].site[s] == w) p = tl_cost_flash_need_share(m, l, s, 1);
+    uint64_t seed = w->file_offset;
+    size_t nc = 0;
+    for (uint64_t c = 0; c < w->rows; c++)
+        if ((double)(tl_splitmix64(&seed) >> 11) * 0x1p-53 < p) chan[nc++] = (int32_t)c;
+    return nc;
+}
+
+/* One pass over the matrices, each as decode multiplies it: a flash-layout site tensor by
+ * column products over the channels a decode step needs (decode_channels; *predicted, when
+ * not NULL, gets the cost model's price, the dense product's times the share), the
+ * others by the matrix-vector kernel. The products' time, without choosing channels. */
+static double matvec_pass(tl_model *m, const tl_hw_profile *prof, tl_weight *const *use,
+                          size_t n, const float *X, float *Y, int32_t *chan, float *scratch,
+                          size_t sf, double *predicted) {
+    double t = 0;
+    for (size_t i = 0; i < n; i++) {
+        const tl_weight *w = use[i];
+        double share = 1;
+        if (w->runs) {
+            const size_t len = w->cols, nc = decode_channels(m, w, chan);
+            float *const Ys[1] = {Y};
+            share = (double)nc / (double)w->rows;
+            const double t0 = tl_now();
+            tl_op_runs_multiply(&m->lm, w, w->data, 0, chan, nc, X, w->rows, 1, Ys, &len, 1,
+                                scratch, sf, 0);
+            t += tl_now() - t0;
+        } else {
+            const double t0 = tl_now();
+            tl_op_matmul(&m->lm, w, X, 1, Y, scratch, sf);
+            t += tl_now() - t0;
+        }
+        if (predicted) *predicted += tl_cost_matmul(prof, w, 1) * share;
+    }
+    return t;
 }
 
 tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ratio) {
@@ -249,23 +296,33 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
         return TL_OK;
     }
     const size_t threads = (size_t)tl_pool_threads(m->lm.pool);
-    const size_t sf = (tl_matmul_scratch_floats(max_cols, 1) + 15) / 16 * 16;
+    /* a site tensor's rows are its channels, its columns its outputs: every buffer sized
+     * for the wider of the two */
+    const size_t wide = max_rows > max_cols ? max_rows : max_cols;
+    size_t sf = tl_matmul_scratch_floats(max_cols, 1);
+    if (tl_colmat_scratch_floats(wide, 1) > sf) sf = tl_colmat_scratch_floats(wide, 1);
+    sf = (sf + 15) / 16 * 16;
     float *X = NULL, *Y = NULL, *scratch = NULL;
+    int32_t *chan = NULL;
     /* from the budget like everything else; if it has no room, nothing is measured */
-    if (tl_budget_calloc(m->lm.budget, max_cols * sizeof(float), "compute calibration", (void **)&X) ||
-        tl_budget_calloc(m->lm.budget, max_rows * sizeof(float), "compute calibration", (void **)&Y) ||
+    if (tl_budget_calloc(m->lm.budget, wide * sizeof(float), "compute calibration", (void **)&X) ||
+        tl_budget_calloc(m->lm.budget, wide * sizeof(float), "compute calibration", (void **)&Y) ||
         tl_budget_calloc(m->lm.budget, threads * sf * sizeof(float), "compute calibration",
-                         (void **)&scratch)) {
+                         (void **)&scratch) ||
+        tl_budget_alloc(m->lm.budget, wide * sizeof *chan, 64, "compute calibration",
+                        (void **)&chan)) {
         tl_budget_free(m->lm.budget, X), tl_budget_free(m->lm.budget, Y);
         tl_budget_free(m->lm.budget, scratch);
         tl_error_clear();
         free(use);
         return TL_OK;
     }
+    for (size_t c = 0; c < wide; c++) X[c] = 1.0f; /* no zero for column products to skip */
     double predicted = 0, t[3];
-    for (size_t i = 0; i < n; i++) predicted += tl_cost_matmul(prof, use[i], 1);
-    for (int r = 0; r < 3; r++) t[r] = matvec_pass(m, use, n, X, Y, scratch, sf);
+    for (int r = 0; r < 3; r++)
+        t[r] = matvec_pass(m, prof, use, n, X, Y, chan, scratch, sf, r ? NULL : &predicted);
     tl_budget_free(m->lm.budget, X), tl_budget_free(m->lm.budget, Y), tl_budget_free(m->lm.budget, scratch);
+    tl_budget_free(m->lm.budget, chan);
     free(use);
     const double measured = tl_median(t, 3);
     if (predicted <= 0 || measured <= 0) return TL_OK;

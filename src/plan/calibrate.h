@@ -30,8 +30,10 @@
  * model's chunk and depth) are filled and the profile's large-read figures are scaled;
  * with nothing streamed, or less than one queue's worth per pass (chunk x depth), ratio
  * stays 1 - unless a flash-layout file's
- * sites are read at their turn: then the model file's random 64 KiB reads at the flash
- * queue's depth are timed and the whole grid scaled to them. A token embedding left on
+ * sites are read at their turn: then the streamed sites' runs are read as a decode step
+ * reads them (each channel at the share the cost model prices, through the engine's own
+ * fetch) for at least half a second, and the whole grid is scaled so that its figure at
+ * their mean request is the rate measured. A token embedding left on
  * disk has its row reads timed too (prof->embd_row_s, the median of 32; 0 when it is in
  * memory). */
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
@@ -64,7 +66,9 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
 /* The same for compute, whose memory-bound rates drift with the machine's memory
  * bandwidth (on a shared host, within minutes): matrix-vector products over the
  * resident matrices (128-384 MiB of them; with less resident nothing is measured and
- * *ratio stays 1) are timed, median of 3 passes, against the profile's prediction for
+ * *ratio stays 1; a flash-layout site tensor by column products over the channels a
+ * decode step needs, drawn at the share the cost model prices, and priced as it prices
+ * them) are timed, median of 3 passes, against the profile's prediction for
  * them, and *ratio = measured / predicted scales the profile's rates for products of up
  * to 4 rows (memory-bound; larger products re-read their weights from cache and keep
  * their figures). Its few KiB of buffers come from the budget (none free: skipped). */

@@ -33,9 +33,14 @@
  *                    in such stretches, q = 1 - p), requests = C p q^(kmax + 1) + 1, plus
  *                    the alignment (one tier block a request); a pass of several
  *                    micro-batches reads each one's runs;
- *                    seconds = bytes / read_bps(bytes per request, the flash queue's
- *                    depth), serial like the KV wait: a site's reads wait for its input,
- *                    so nothing overlaps them
+ *                    requests at least K' bytes / the tensor's bytes, K' =
+ *                    TL_FLASH_FETCH_PARTS (no request is longer than 1 / K' of it);
+ *                    seconds R = bytes / read_bps(bytes per request, the flash queue's
+ *                    depth); compute waits for them like the KV wait (a site's reads
+ *                    wait for its input), but its product C (at the rows' need share)
+ *                    runs in K = ceil(C p / max(ceil(C p / K'), min part)) parts of the
+ *                    channels, each once its runs arrived: the site takes max(R + C / K,
+ *                    R / K + C), so the wait is max(R - C (1 - 1 / K), R / K)
  *   neuron reads   = (a ReLU FFN by neuron, model/neurons.h) the same formula over the
  *                    neuron runs, with p = the share of neurons the rows' union predicts
  *                    (the file's calibrated share; for r rows its mean union of r tokens)
@@ -176,6 +181,10 @@ static double site_zero_share(const tl_model *m, int32_t l, int s) {
         if (zeros > level) level = zeros;
     }
     return level;
+}
+
+double tl_cost_flash_need_share(const tl_model *m, int32_t l, int site, double rows) {
+    return flash_need_share(site_zero_share(m, l, site), rows);
 }
 
 /* A FFN by neuron (model/neurons.h): the share of a layer's neurons a product of `rows`
@@ -526,11 +535,11 @@ static double cache_hits(const tl_policy *pol, double need, double disk) {
     return need >= disk ? (c < disk ? c : disk) : need * (c < disk ? c / disk : 1.0);
 }
 
-/* Flash layout: the bytes and seconds of one pass's site reads (formula at the top), for
- * passes of `rows` rows per product. */
+/* Flash layout: the bytes, seconds and compute's wait of one pass's site reads (formula at
+ * the top), for passes of `rows` rows per product. */
 static void flash_reads(const tl_model *m, const tl_hw_profile *prof, const tl_weight_plan *plan,
-                        double rows, double *bytes, double *seconds) {
-    *bytes = *seconds = 0;
+                        double rows, double *bytes, double *seconds, double *wait) {
+    *bytes = *seconds = *wait = 0;
     if (!m->lm.flash) return;
     const tl_tier *from = m->lm.panel_tier ? m->lm.panel_tier : m->lm.tier;
     const double al = from && from->align > 1 ? (double)from->align : 1;
@@ -552,10 +561,25 @@ static void flash_reads(const tl_model *m, const tl_hw_profile *prof, const tl_w
             const double K = floor(gap / R);
             /* sum_{k=1..K} k p^2 q^(k-1), in closed form */
             const double f = 1 - (K + 1) * pow(q, K) + K * pow(q, K + 1);
-            const double req = p > 0 ? C * p * pow(q, K + 1) + 1 : 0;
+            double req = p > 0 ? C * p * pow(q, K + 1) + 1 : 0;
+            const double cut = ceil(C * R * (p + q * f) / (C * R / TL_FLASH_FETCH_PARTS));
+            if (p > 0 && req < cut) req = cut;
             const double b = C * R * (p + q * f) + req * al;
             *bytes += b;
-            if (req > 0) *seconds += b / tl_profile_read_bps(prof, (uint64_t)(b / req), depth);
+            if (req <= 0) continue;
+            const double s = b / tl_profile_read_bps(prof, (uint64_t)(b / req), depth);
+            *seconds += s;
+            if (w == &m->lm.layers[l].neurons) { /* read whole before its product */
+                *wait += s;
+                continue;
+            }
+            tl_weight wc = *w; /* the product as layer_matmul_s prices it */
+            if (rows > TL_COLMAT_STREAM_MAX_N) wc.type = TL_TYPE_F32;
+            const double c = tl_cost_matmul(prof, &wc, rows) * p;
+            const double nc = C * p, per = fmax(ceil(nc / TL_FLASH_FETCH_PARTS),
+                                                TL_FLASH_MIN_PART_CHANNELS);
+            const double parts = fmax(1, ceil(nc / per));
+            *wait += fmax(s - c * (1 - 1 / parts), s / parts);
         }
     }
 }
@@ -578,8 +602,8 @@ static void add_pass(acc *a, const tl_cost_pass *p, int overlap) {
     const double kvr_bytes = p->kv_read_bytes, kvw_bytes = p->kv_write_bytes;
     double wr = wbytes / p->weight_bps, kr = kvr_bytes / p->kv_read_bps;
     double kw = kvw_bytes / p->kv_write_bps;
-    /* flash reads wait for their site's input: serial, like the KV wait */
-    double io = wr + kr + kw, wait = p->kv_wait_s + p->flash_s;
+    /* flash reads wait for their site's input: the wait is like the KV wait */
+    double io = wr + kr + kw, wait = p->kv_wait_s + p->flash_wait_s;
     if (overlap && p->io_slowdown > 1) compute += (p->io_slowdown - 1) * (io < compute ? io : compute);
     a->t.compute_s += compute;
     a->t.repack_s += p->repack_s;
@@ -742,17 +766,17 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         c += layers_repack + (last ? out_repack : 0);
         /* pages read as input rows are recomputed once before attention */
         c += read_pages * rc_share * rc_page_s;
-        double flash_b = 0, flash_s = 0; /* one product takes a micro-batch's rows */
+        double flash_b = 0, flash_s = 0, flash_w = 0; /* a product: a micro-batch's rows */
         for (int32_t k = 0; k < n_mb; k++) {
-            double b, t;
-            flash_reads(m, prof, plan, rows[k], &b, &t);
-            flash_b += b, flash_s += t;
+            double b, t, wt;
+            flash_reads(m, prof, plan, rows[k], &b, &t, &wt);
+            flash_b += b, flash_s += t, flash_w += wt;
         }
         tl_cost_pass p = {1, block_index, fed / chunk, c, layers_bytes + (last ? out_bytes : 0),
                           kv_read, kv_write, wbps, kbps, wr_bps, 1, slow,
                           pass_kv_wait(m, prof, pol->kv_bits, rows, block, ctx, stored, pages,
                                        n_mb, first_s, page_s), read_pages, read_pages,
-                          layers_repack + (last ? out_repack : 0), flash_b, flash_s,
+                          layers_repack + (last ? out_repack : 0), flash_b, flash_s, flash_w,
                           ring ? ring_time(ring_c, ring_r, ring_rep, U, plan->n_slots, c,
                                            last ? tl_cost_matmul(prof, out_w, logit_rows) +
                                                       out_repack : -1)
@@ -798,17 +822,17 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                    layers_repack + out_repack;
         /* pages read as input rows are recomputed (cached ones hold K and V: written) */
         c += read_pages * rc_share * rc_page_s;
-        double flash_b = 0, flash_s = 0;
+        double flash_b = 0, flash_s = 0, flash_w = 0;
         for (int32_t k = 0; k < n_mb; k++) {
-            double b, t;
-            flash_reads(m, prof, plan, rows[k], &b, &t);
-            flash_b += b, flash_s += t;
+            double b, t, wt;
+            flash_reads(m, prof, plan, rows[k], &b, &t, &wt);
+            flash_b += b, flash_s += t, flash_w += wt;
         }
         tl_cost_pass p = {0, block_index, j - 1, c, layers_bytes + out_bytes, kv_read, kv_write,
                           wbps, kbps, wr_bps, 1, slow,
                           pass_kv_wait(m, prof, pol->kv_bits, rows, 1, ctx, stored, pages,
                                        n_mb, first_s, page_s), need_all, read_pages,
-                          layers_repack + out_repack, flash_b, flash_s,
+                          layers_repack + out_repack, flash_b, flash_s, flash_w,
                           ring ? ring_time(ring_c, ring_r, ring_rep, U, plan->n_slots, c,
                                            tl_cost_matmul(prof, out_w, n_seqs) + out_repack)
                                : 0};
@@ -981,10 +1005,10 @@ double tl_cost_serve_step(const tl_model *m, const tl_hw_profile *prof,
         kv_write = L * (g * (gd > 0) / (double)pt + cleave) * slot;
         kbps = tl_profile_read_bps(prof, (uint64_t)slot, kv_read_depth(m));
     }
-    double flash_b, flash_s; /* the step's rows in one product */
-    flash_reads(m, prof, plan, g + c, &flash_b, &flash_s);
+    double flash_b, flash_s, flash_w; /* the step's rows in one product */
+    flash_reads(m, prof, plan, g + c, &flash_b, &flash_s, &flash_w);
     const tl_cost_pass p = {.prefill = c > 0, .compute_s = compute,
-                            .flash_bytes = flash_b, .flash_s = flash_s,
+                            .flash_bytes = flash_b, .flash_s = flash_s, .flash_wait_s = flash_w,
                             .weight_bytes = layers_bytes + out_bytes, .weight_bps = wbps,
                             .kv_read_bytes = kv_read, .kv_write_bytes = kv_write,
                             .kv_read_bps = kbps, .kv_write_bps = prof->disk_write_bps > 0

@@ -94,9 +94,10 @@ typedef struct tl_cost_pass {
     double kv_pages_needed;   /* disk pages the pass's attention uses (read or cached) */
     double kv_pages_read;     /* of those, read from disk */
     double repack_s;          /* of compute_s: repacking streamed weights into panels */
-    /* flash layout: bytes of the streamed sites' runs the pass reads at their turn, and the
-     * seconds they take (serial, like kv_wait_s: nothing overlaps them) */
-    double flash_bytes, flash_s;
+    /* flash layout: bytes of the streamed sites' runs the pass reads at their turn, the
+     * seconds they take, and of those the seconds compute waits (like kv_wait_s: a
+     * site's reads wait for its input; its product overlaps them but for the last part) */
+    double flash_bytes, flash_s, flash_wait_s;
     /* the pass as the residency ring lets its reads and compute overlap
      * (tl_cost_ring_pass_s; 0: not modelled): a lower bound on its overlapped time */
     double ring_s;
@@ -107,6 +108,10 @@ typedef void (*tl_cost_pass_fn)(void *user, const tl_cost_pass *p);
 tl_status tl_cost_walk(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
                        const tl_policy *pol, const tl_weight_plan *plan, tl_cost_pass_fn fn,
                        void *user);
+
+/* Flash layout: the share of layer l's site `site` channels that a product of `rows` rows
+ * needs, as the flash reads below are priced (non-zero in some row). */
+double tl_cost_flash_need_share(const tl_model *m, int32_t l, int site, double rows);
 
 /* Predicts the workload under the policy with weight plan `plan`. TL_ERR_INVALID for
  * an inconsistent workload/policy (message names it). */

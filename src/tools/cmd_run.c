@@ -599,14 +599,15 @@ int tl_cmd_run(int argc, char **argv) {
                              (int)depth);
                 }
                 fprintf(stderr, "[stats] flash layout, per forward pass: runs needed %.1f MiB, "
-                        "read %.1f MiB (%.0f%% of dense %.1f MiB) in %.0f reads, %.2f GB/s while "
-                        "waited for%s | sparsity reached %.1f%%\n",
+                        "read %.1f MiB (%.0f%% of dense %.1f MiB) in %.0f reads, %.2f GB/s from "
+                        "start to arrival%s, compute waited %.3f s | sparsity reached %.1f%%\n",
                         t.flash_bytes_needed / passes / 1048576.0,
                         t.flash_bytes_read / passes / 1048576.0,
                         100.0 * (double)t.flash_bytes_read / (double)t.flash_bytes_dense,
                         t.flash_bytes_dense / passes / 1048576.0, t.flash_reads / passes,
                         t.flash_fetch_s > 0 ? t.flash_bytes_read / t.flash_fetch_s / 1e9 : 0.0,
-                        profiled, seen > 0 ? 100.0 * zeroed / seen : 0.0);
+                        profiled, t.flash_stall_s / passes,
+                        seen > 0 ? 100.0 * zeroed / seen : 0.0);
             }
             if (t.neurons_total) {
                 fprintf(stderr, "[stats] FFN by neuron: %.2f%% of the neurons predicted and "
