@@ -10,7 +10,7 @@
 # Each `run -n TOKENS` (default 16) in turn, REPS rounds (default 3); the disk's rate in the
 # same minutes (dd, O_DIRECT, 1 MiB blocks over the model file) before each round. Prints
 # each round and the medians: decode tok/s, MiB read per token, the flash line of --stats
-# (runs needed / read / reads / GB/s from start to arrival, compute waited), and FS/D,
+# (runs needed / read / reads / GB/s from start to last wait, compute waited), and FS/D,
 # FS/F0, bytes FS/D.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -80,7 +80,8 @@ typedef struct tl_model_params {
     float sparsity;
     /* Flash-layout files (`tierllm convert --layout flash`): when a streamed matrix reads
      * only the runs of its non-zero input channels, two needed runs at most this many
-     * bytes apart are read as one request, the gap with them (default 16 KiB). */
+     * bytes apart are read as one request, the gap with them (default 16 KiB), unless
+     * the request would pass an eighth of the tensor (TL_FLASH_FETCH_PARTS). */
     uint64_t flash_gap_bytes;
     /* Flash-layout files of ReLU models, whose FFN is stored by neuron with a predictor of
      * the active neurons (model/flash_layout.h):

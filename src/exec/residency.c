@@ -276,7 +276,9 @@ static tl_status load_residents(tl_residency *r, const tl_weight_plan *plan) {
  * Runs of needed channels are read into the site buffer at their offset in the tensor,
  * widened to the tier's alignment; two reads whose gap is at most flash_gap bytes become
  * one (reading the gap costs less than a request) unless it would pass 1 /
- * TL_FLASH_FETCH_PARTS of the tensor (so the product's parts have reads of their own).
+ * TL_FLASH_FETCH_PARTS of the tensor (so the product's parts have reads of their own);
+ * runs whose widened ends overlap are then cut at the alignment, the next read taking
+ * the rest.
  * Every read is urgent: the product waits for them in their order, a part at a time
  * (fetch_wait). */
 static tl_status fetch_runs(void *user, const tl_weight *w, const int32_t *chan, size_t nc,
@@ -304,11 +306,13 @@ static tl_status fetch_runs(void *user, const tl_weight *w, const int32_t *chan,
             const uint64_t off = w->file_offset + (uint64_t)chan[i] * run;
             ca = off / al * al;
             cb = (off + run + al - 1) / al * al;
-            /* overlapping (widened to the alignment), or close enough and not too long */
-            if (b && (ca < b || (ca - b <= r->flash_gap && cb - a <= longest))) {
-                if (cb > b) b = cb;
+            if (b && cb <= b) continue; /* inside the read being widened */
+            /* overlapping it (widened to the alignment) or close enough, and not too long */
+            if (b && (ca < b || ca - b <= r->flash_gap) && cb - a <= longest) {
+                b = cb;
                 continue;
             }
+            if (b && ca < b) ca = b; /* too long: the next read takes the rest of this run */
         }
         if (b) {
             const uint64_t tag = ++r->next_tag;
@@ -359,6 +363,10 @@ static tl_status fetch_wait(void *user, size_t upto) {
         r->site_n_tags = r->site_waited = 0;
     }
     if (st) return fail(r, tl_error_wrap(st, "reading runs of %s", r->site_w->name));
+    if (r->error && r->site_n_tags) { /* failed elsewhere: no read left in the buffer */
+        wait_tags(r, r->site_tags + k, (int)(r->site_n_tags - k));
+        r->site_n_tags = r->site_waited = 0;
+    }
     return r->error ? sticky(r) : TL_OK;
 }
 
@@ -467,7 +475,8 @@ tl_status tl_residency_open(tl_llama *m, const tl_weight_plan *plan, tl_residenc
     for (int i = 0; i < plan->n_slots && !st; i++) {
         st = tl_budget_alloc(m->budget, plan->slot_bytes, ALIGN, "layer buffer",
                              (void **)&r->slots[i].buf);
-        if (!st) memset(r->slots[i].buf, 0, plan->slot_bytes); /* faults now (open_flash) */
+        /* touched now, as the site buffer (open_flash), for every model that streams */
+        if (!st) memset(r->slots[i].buf, 0, plan->slot_bytes);
         r->slots[i].state = SLOT_EMPTY;
         r->slots[i].unit = -1;
     }
@@ -508,7 +517,7 @@ void tl_residency_close(tl_residency *r) {
         if (r->site_n_tags) { /* a fetch not waited for: its reads end before the buffer */
             char msg[512];
             snprintf(msg, sizeof msg, "%s", tl_last_error());
-            wait_tags(r, r->site_tags, (int)r->site_n_tags);
+            wait_tags(r, r->site_tags + r->site_waited, (int)(r->site_n_tags - r->site_waited));
             tl_error_set(TL_OK, "%s", msg);
         }
         r->m->fetch_runs = NULL, r->m->fetch_wait = NULL, r->m->fetch_user = NULL;

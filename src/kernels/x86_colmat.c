@@ -27,7 +27,8 @@
  *    ROW_BLOCK rows, tile of TILE outputs and chunk of KC channels, the chunk's slices are
  *    decoded once into a panel of NR-wide strips of w (L2) and the rows' x of the chunk
  *    gathered (xp; a run of consecutive channels copied whole); a register micro-kernel
- *    (MR rows x NR outputs) adds a strip (L1) into Y, which the first chunk overwrites.
+ *    (MR rows x NR outputs) adds a strip (L1) into Y, which the first chunk overwrites
+ *    (tl_colmat_fast_add: adds to).
  *    Rows are cut into blocks of near-equal size (no short last block decoding every
  *    panel for a few rows). A block's Y tile is reused across the chunks from L2 where
  *    L2 holds it beside the panel. Streaming

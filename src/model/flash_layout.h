@@ -43,13 +43,21 @@
  * as many requests of a few KiB, which a disk serves faster the deeper its queue. */
 #define TL_FLASH_MIN_QUEUE_DEPTH 32
 /* A streamed site's product is taken in up to this many consecutive parts of its channel
- * list, each as soon as its runs have arrived (model/ops_runs.c), none of fewer than
- * TL_FLASH_MIN_PART_CHANNELS channels: only the last part's compute waits alone, and each
- * part costs a round of the thread pool. Its reads are cut so that no request is longer
- * than 1 / TL_FLASH_FETCH_PARTS of the tensor: a part does not wait for one read that also
- * holds the runs of all the parts after it. */
+ * list, each as soon as its runs have arrived (model/ops_runs.c), each a multiple of
+ * TL_FLASH_PART_CHANNELS channels (the GEMM's panel depth, so a part of many rows fills
+ * its panels): only the last part's compute waits alone, and each part costs a round of
+ * the thread pool. Its reads are cut so that no request is much longer than 1 /
+ * TL_FLASH_FETCH_PARTS of the tensor: a part does not wait for one read that also holds
+ * the runs of all the parts after it. */
 #define TL_FLASH_FETCH_PARTS 8
-#define TL_FLASH_MIN_PART_CHANNELS 64
+#define TL_FLASH_PART_CHANNELS 128
+
+/* Channels per part of a product over nc channels (the last part may be shorter). */
+static inline size_t tl_flash_part_channels(size_t nc) {
+    const size_t q = TL_FLASH_PART_CHANNELS, per = (nc + TL_FLASH_FETCH_PARTS - 1) /
+                                                      TL_FLASH_FETCH_PARTS;
+    return per <= q ? q : (per + q - 1) / q * q;
+}
 
 struct tl_llama_hparams;
 

@@ -81,8 +81,7 @@ tl_status tl_op_runs_product(tl_llama *m, const tl_weight *w, const float *X, si
                             w->name);
     tl_status st = m->fetch_runs(m->fetch_user, w, chan, nc, &base);
     if (st) return st;
-    size_t part = m->use_reference ? nc : (nc + TL_FLASH_FETCH_PARTS - 1) / TL_FLASH_FETCH_PARTS;
-    if (part < TL_FLASH_MIN_PART_CHANNELS) part = TL_FLASH_MIN_PART_CHANNELS;
+    const size_t part = m->use_reference ? nc : tl_flash_part_channels(nc);
     size_t c0 = 0;
     do {
         const size_t c1 = nc - c0 > part ? c0 + part : nc;

@@ -49,7 +49,8 @@ uint64_t tl_weight_plan_unit_bytes(const tl_llama *m, const tl_weight_plan *p, i
  * through the ring but at their use, only the runs the step's inputs need, into one
  * buffer of this many bytes (the largest streamed site tensor, aligned); 0: none. */
 uint64_t tl_weight_plan_site_buf_bytes(const tl_llama *m, const tl_weight_plan *p);
-/* Budget bytes of the read tags beside that buffer (one per run of the widest site). */
+/* Budget bytes of the read tags beside that buffer: a tag and a channel end per read, one
+ * read per run of the widest site at most. */
 uint64_t tl_weight_site_tags_bytes(const tl_llama *m);
 /* A FFN by neuron: the bytes of every layer's neuron runs, one size for all the stage's
  * layers (the neuron window's slots); 0 when they differ (a K-quant mix giving layers

@@ -26,7 +26,8 @@
 #define CALIBRATE_SAMPLE_BYTES ((uint64_t)32 << 20)
 #define CALIBRATE_SAMPLES_S 0.25
 
-/* Flash layout: streamed sites' reads are timed for at least FLASH_PROBE_S. */
+/* Flash layout: streamed sites' reads are timed for about FLASH_PROBE_S (or one pass over
+ * them, if shorter). */
 #define FLASH_PROBE_S 0.5
 
 static double decode_share(void *user, int32_t layer, int site) {
@@ -232,14 +233,19 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
 #define COMPUTE_MIN_BYTES ((uint64_t)128 << 20)
 #define COMPUTE_MAX_BYTES ((uint64_t)384 << 20)
 
-/* A flash-layout site tensor's channels a decode step multiplies: each kept at the share
- * the cost model prices (tl_cost_flash_need_share), drawn from a seed of its own, into
- * chan; returns their count. */
-static size_t decode_channels(const tl_model *m, const tl_weight *w, int32_t *chan) {
-    double p = 1;
+/* The share of a flash-layout site tensor's channels a decode step needs, as the cost
+ * model prices it (tl_cost_flash_need_share); -1 when w is no site tensor. */
+static double decode_share_of(const tl_model *m, const tl_weight *w) {
     for (int32_t l = m->lm.stage_first; l < m->lm.stage_end; l++)
         for (int s = 0; s < TL_SITE_COUNT; s++)
-            if (&m->lm.layers[l].site[s] == w) p = tl_cost_flash_need_share(m, l, s, 1);
+            if (&m->lm.layers[l].site[s] == w) return tl_cost_flash_need_share(m, l, s, 1);
+    return -1;
+}
+
+/* A site tensor's channels a decode step multiplies: each kept at decode_share_of's
+ * share, drawn from a seed of its own, into chan; returns their count. */
+static size_t decode_channels(const tl_model *m, const tl_weight *w, int32_t *chan) {
+    const double p = decode_share_of(m, w);
     uint64_t seed = w->file_offset;
     size_t nc = 0;
     for (uint64_t c = 0; c < w->rows; c++)
@@ -251,7 +257,7 @@ static size_t decode_channels(const tl_model *m, const tl_weight *w, int32_t *ch
  * column products over the channels a decode step needs (decode_channels; *predicted, when
  * not NULL, gets the cost model's price, the dense product's times the share), the
  * others by the matrix-vector kernel. The products' time, without choosing channels. */
-static double matvec_pass(tl_model *m, const tl_hw_profile *prof, tl_weight *const *use,
+static double decode_products_pass(tl_model *m, const tl_hw_profile *prof, tl_weight *const *use,
                           size_t n, const float *X, float *Y, int32_t *chan, float *scratch,
                           size_t sf, double *predicted) {
     double t = 0;
@@ -286,6 +292,7 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
     for (size_t i = 0; i < m->lm.n_all && bytes < COMPUTE_MAX_BYTES; i++) {
         tl_weight *w = all[i];
         if (!w->data || w->convert || w->rows < 2 || w->cols < 2 || w == &m->lm.tok_embd) continue;
+        if (w->runs && decode_share_of(m, w) < 0) continue; /* a FFN by neuron: its own op */
         use[n++] = w;
         bytes += tl_type_row_bytes(w->type, w->cols) * w->rows;
         if (w->rows > max_rows) max_rows = w->rows;
@@ -320,7 +327,8 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
     for (size_t c = 0; c < wide; c++) X[c] = 1.0f; /* no zero for column products to skip */
     double predicted = 0, t[3];
     for (int r = 0; r < 3; r++)
-        t[r] = matvec_pass(m, prof, use, n, X, Y, chan, scratch, sf, r ? NULL : &predicted);
+        t[r] = decode_products_pass(m, prof, use, n, X, Y, chan, scratch, sf,
+                                    r ? NULL : &predicted);
     tl_budget_free(m->lm.budget, X), tl_budget_free(m->lm.budget, Y), tl_budget_free(m->lm.budget, scratch);
     tl_budget_free(m->lm.budget, chan);
     free(use);

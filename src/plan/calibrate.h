@@ -32,7 +32,7 @@
  * stays 1 - unless a flash-layout file's
  * sites are read at their turn: then the streamed sites' runs are read as a decode step
  * reads them (each channel at the share the cost model prices, through the engine's own
- * fetch) for at least half a second, and the whole grid is scaled so that its figure at
+ * fetch) for about half a second, and the whole grid is scaled so that its figure at
  * their mean request is the rate measured. A token embedding left on
  * disk has its row reads timed too (prof->embd_row_s, the median of 32; 0 when it is in
  * memory). */

@@ -26,21 +26,25 @@
  *   flash reads    = (flash layout) per streamed site tensor, its runs a pass needs: each
  *                    of C channels needed with probability p = 1 - z^rows, z the site's
  *                    level or the share of its calibration inputs that were exactly zero
- *                    if more (a ReLU's), each row's channels independent; needed runs of R bytes read, with each stretch
+ *                    if more (a ReLU's), each row's channels independent; needed runs of
+ *                    R bytes read, with each stretch
  *                    of k <= kmax = gap / R unneeded runs between two needed ones read
  *                    through: bytes = C R (p + (1 - p) f), f = sum_{k <= kmax} k p^2 q^(k-1)
  *                    = 1 - (kmax + 1) q^kmax + kmax q^(kmax + 1) (the share of unneeded runs
  *                    in such stretches, q = 1 - p), requests = C p q^(kmax + 1) + 1, plus
  *                    the alignment (one tier block a request); a pass of several
  *                    micro-batches reads each one's runs;
- *                    requests at least K' bytes / the tensor's bytes, K' =
- *                    TL_FLASH_FETCH_PARTS (no request is longer than 1 / K' of it);
- *                    seconds R = bytes / read_bps(bytes per request, the flash queue's
+ *                    requests at least K' (p + (1 - p) f), K' = TL_FLASH_FETCH_PARTS (no
+ *                    request is much longer than 1 / K' of the tensor);
+ *                    seconds T_r = bytes / read_bps(bytes per request, the flash queue's
  *                    depth); compute waits for them like the KV wait (a site's reads
- *                    wait for its input), but its product C (at the rows' need share)
- *                    runs in K = ceil(C p / max(ceil(C p / K'), min part)) parts of the
- *                    channels, each once its runs arrived: the site takes max(R + C / K,
- *                    R / K + C), so the wait is max(R - C (1 - 1 / K), R / K)
+ *                    wait for its input), but its product, T_c at the rows' need share,
+ *                    runs in K parts of the needed channels (tl_flash_part_channels),
+ *                    each once its runs arrived; the first arrives after
+ *                    T_1 = T_r max(1 / K, min(1, depth x min(request, chunk) / bytes))
+ *                    (no sooner than the requests the queue serves together), so the
+ *                    site takes max(T_1 + T_c, T_r + T_c / K) and compute waits
+ *                    max(T_1, T_r - T_c (1 - 1 / K))
  *   neuron reads   = (a ReLU FFN by neuron, model/neurons.h) the same formula over the
  *                    neuron runs, with p = the share of neurons the rows' union predicts
  *                    (the file's calibrated share; for r rows its mean union of r tokens)
@@ -71,8 +75,8 @@
  *                    c(k) = micro-batch k's compute at one layer. Small micro-batches with
  *                    their KV on disk wait most: the compute of the micro-batch before
  *                    is too short to hide their page reads.
- *   pass time      = max(compute' + KV wait, smax(compute', weight + KV reads + KV writes),
- *                        ring + KV wait)
+ *   pass time      = max(compute' + wait, smax(compute', weight + KV reads + KV writes),
+ *                        ring + wait), wait = KV wait + the flash reads' wait,
  *                    with overlap (the wait is stalls on reads, already timed against the
  *                    compute before them: smax's jitter is between compute and IO),
  *                    smax(a, b) = (a^4 + b^4)^(1/4): max(a, b) when one side dominates
@@ -562,7 +566,7 @@ static void flash_reads(const tl_model *m, const tl_hw_profile *prof, const tl_w
             /* sum_{k=1..K} k p^2 q^(k-1), in closed form */
             const double f = 1 - (K + 1) * pow(q, K) + K * pow(q, K + 1);
             double req = p > 0 ? C * p * pow(q, K + 1) + 1 : 0;
-            const double cut = ceil(C * R * (p + q * f) / (C * R / TL_FLASH_FETCH_PARTS));
+            const double cut = ceil(TL_FLASH_FETCH_PARTS * (p + q * f)); /* reads cut at 1/K' */
             if (p > 0 && req < cut) req = cut;
             const double b = C * R * (p + q * f) + req * al;
             *bytes += b;
@@ -576,10 +580,14 @@ static void flash_reads(const tl_model *m, const tl_hw_profile *prof, const tl_w
             tl_weight wc = *w; /* the product as layer_matmul_s prices it */
             if (rows > TL_COLMAT_STREAM_MAX_N) wc.type = TL_TYPE_F32;
             const double c = tl_cost_matmul(prof, &wc, rows) * p;
-            const double nc = C * p, per = fmax(ceil(nc / TL_FLASH_FETCH_PARTS),
-                                                TL_FLASH_MIN_PART_CHANNELS);
-            const double parts = fmax(1, ceil(nc / per));
-            *wait += fmax(s - c * (1 - 1 / parts), s / parts);
+            const double nc = C * p;
+            const double parts = fmax(1, ceil(nc / (double)tl_flash_part_channels(
+                                                       (size_t)ceil(nc))));
+            /* the first part's runs: 1 / parts of the reads, but no sooner than the
+             * requests the queue serves together (the flash depth, each at most a chunk) */
+            const double together = depth * fmin(b / req, (double)m->lm.params.io_chunk_bytes);
+            const double first = s * fmax(1 / parts, fmin(1, together / b));
+            *wait += fmax(s - c * (1 - 1 / parts), first);
         }
     }
 }

@@ -110,7 +110,7 @@ tl_status tl_cost_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                        void *user);
 
 /* Flash layout: the share of layer l's site `site` channels that a product of `rows` rows
- * needs, as the flash reads below are priced (non-zero in some row). */
+ * needs, as cost.c prices the site's reads and product (non-zero in some row). */
 double tl_cost_flash_need_share(const tl_model *m, int32_t l, int site, double rows);
 
 /* Predicts the workload under the policy with weight plan `plan`. TL_ERR_INVALID for

@@ -127,7 +127,9 @@ static void lp_pass(void *user, const tl_cost_pass *p) {
         if (g) lp->slow = g;
         double *h = realloc(lp->kvwait, (size_t)cap * sizeof *h);
         if (h) lp->kvwait = h;
-        if (!c || !d || !e || !f || !g || !h) {
+        double *fw = realloc(lp->fwait, (size_t)cap * sizeof *fw);
+        if (fw) lp->fwait = fw;
+        if (!c || !d || !e || !f || !g || !h || !fw) {
             b->st = tl_error_set(TL_ERR_NOMEM, "out of memory");
             return;
         }
@@ -140,7 +142,8 @@ static void lp_pass(void *user, const tl_cost_pass *p) {
     lp->kv[lp->n] = p->count * (p->kv_read_bytes / p->kv_read_bps +
                                 p->kv_write_bytes / p->kv_write_bps);
     lp->slow[lp->n] = p->io_slowdown > 1 ? p->io_slowdown : 1;
-    lp->kvwait[lp->n] = p->count * (p->kv_wait_s + p->flash_s); /* both serial */
+    lp->kvwait[lp->n] = p->count * p->kv_wait_s; /* serial, as the flash wait */
+    lp->fwait[lp->n] = p->count * p->flash_wait_s;
     lp->n++;
 }
 
@@ -151,6 +154,7 @@ void tl_plan_lp_free(tl_plan_lp *lp) {
     free(lp->kv);
     free(lp->slow);
     free(lp->kvwait);
+    free(lp->fwait);
     memset(lp, 0, sizeof *lp);
 }
 
@@ -198,7 +202,7 @@ double tl_plan_lp_eval(const tl_plan_lp *lp, double x_w, double x_k) {
     double t = 0;
     for (int32_t i = 0; i < lp->n; i++) {
         double io = (1 - x_w) * lp->wread[i] + (1 - x_k) * lp->kv[i];
-        double wait = (1 - x_k) * lp->kvwait[i];
+        double wait = (1 - x_k) * lp->kvwait[i] + (1 - x_w) * lp->fwait[i];
         double c = lp->compute[i] + wait + (lp->slow[i] - 1) * io;
         t += lp->overlap ? (c > io ? c : io) : lp->compute[i] + wait + io;
     }
@@ -217,22 +221,25 @@ tl_status tl_plan_lp_solve(const tl_plan_lp *plp, double *x_w, double *x_k, doub
     for (int i = 0; i < n && !st; i++) {
         const int idx[3] = {2 + i, 0, 1};
         const double val[3] = {1, plp->wread[i], plp->kv[i]};
-        const double wait = plp->kvwait[i];
+        const double wait = plp->kvwait[i], fw = plp->fwait[i];
         if (plp->overlap) {
-            /* t >= IO and t >= C + W (1 - x_k) + (s - 1) IO, W the KV wait */
+            /* t >= IO and t >= C + W (1 - x_k) + F (1 - x_w) + (s - 1) IO, W the KV wait,
+             * F the flash reads' */
             const double s1 = plp->slow[i] - 1;
-            const double val2[3] = {1, s1 * plp->wread[i], s1 * plp->kv[i] + wait};
+            const double val2[3] = {1, s1 * plp->wread[i] + fw, s1 * plp->kv[i] + wait};
             tl_lp_set_col(lp, 2 + i, plp->compute[i], TL_LP_INF, 1);
             st = tl_lp_add_row(lp, 3, idx, val, plp->wread[i] + plp->kv[i], TL_LP_INF);
-            if (!st && (s1 > 0 || wait > 0))
+            if (!st && (s1 > 0 || wait > 0 || fw > 0))
                 st = tl_lp_add_row(lp, 3, idx, val2,
-                                   plp->compute[i] + wait + s1 * (plp->wread[i] + plp->kv[i]),
+                                   plp->compute[i] + wait + fw +
+                                       s1 * (plp->wread[i] + plp->kv[i]),
                                    TL_LP_INF);
         } else {
-            const double val3[3] = {1, plp->wread[i], plp->kv[i] + wait};
+            const double val3[3] = {1, plp->wread[i] + fw, plp->kv[i] + wait};
             tl_lp_set_col(lp, 2 + i, 0, TL_LP_INF, 1);
             st = tl_lp_add_row(lp, 3, idx, val3,
-                               plp->compute[i] + wait + plp->wread[i] + plp->kv[i], TL_LP_INF);
+                               plp->compute[i] + wait + fw + plp->wread[i] + plp->kv[i],
+                               TL_LP_INF);
         }
     }
     const int midx[2] = {0, 1};

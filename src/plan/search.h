@@ -125,6 +125,8 @@ typedef struct tl_plan_lp {
     int32_t n;                         /* pass classes */
     double *count, *compute, *wread, *kv, *slow;
     double *kvwait;                    /* KV wait with all KV on disk, ~ (1 - x_k) */
+    double *fwait;                     /* flash reads' wait with all weights streamed,
+                                        * ~ (1 - x_w) */
     double base, r_w, r_k, budget;
     int overlap, kv_free;              /* kv_free: x_k is a variable (KV may spill) */
 } tl_plan_lp;

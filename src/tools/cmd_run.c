@@ -600,7 +600,7 @@ int tl_cmd_run(int argc, char **argv) {
                 }
                 fprintf(stderr, "[stats] flash layout, per forward pass: runs needed %.1f MiB, "
                         "read %.1f MiB (%.0f%% of dense %.1f MiB) in %.0f reads, %.2f GB/s from "
-                        "start to arrival%s, compute waited %.3f s | sparsity reached %.1f%%\n",
+                        "start to last wait%s, compute waited %.3f s | sparsity reached %.1f%%\n",
                         t.flash_bytes_needed / passes / 1048576.0,
                         t.flash_bytes_read / passes / 1048576.0,
                         100.0 * (double)t.flash_bytes_read / (double)t.flash_bytes_dense,
