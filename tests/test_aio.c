@@ -347,11 +347,13 @@ typedef struct gated {
     tl_tier base;
     tl_tier *inner;
     atomic_int open;
+    atomic_int entered; /* reads begun */
 } gated;
 
 static tl_status gated_read(tl_tier *t, uint64_t offset, void *dst, size_t len, size_t *done) {
     gated *g = (gated *)t;
     const struct timespec ms = {0, 1000 * 1000};
+    atomic_fetch_add(&g->entered, 1);
     while (!atomic_load(&g->open)) nanosleep(&ms, NULL);
     return g->inner->ops->read_at(g->inner, offset, dst, len, done);
 }
@@ -375,9 +377,16 @@ static tl_tier *gated_mem(uint64_t size) {
     tk_fill(tl_tier_mem_data(g->inner), 0, (size_t)size, 1);
     g->base = (tl_tier){&gated_ops, "gated", size, 1, -1, 0};
     atomic_init(&g->open, 0);
+    atomic_init(&g->entered, 0);
     return &g->base;
 }
 static void gate_open(tl_tier *t) { atomic_store(&((gated *)t)->open, 1); }
+/* Returns once a read has begun on t: the queue's thread is then busy on it, and reads
+ * queued after it cannot overtake it (one queued before the thread took it would). */
+static void gate_wait_entered(tl_tier *t) {
+    const struct timespec ms = {0, 1000 * 1000};
+    while (!atomic_load(&((gated *)t)->entered)) nanosleep(&ms, NULL);
+}
 
 /* Urgent reads (tl_aio_read_urgent) and the read classes (tl_aio_read_class) on a slow
  * tier (10 ms per call, 4 KiB chunks). */
@@ -392,7 +401,8 @@ static void test_urgent(void) {
 
     /* one thread, depth 1: the urgent ones run next, in their order, then the rest */
     tl_aio *q = open_q(TL_AIO_POOL, 4096, 1, 1);
-    CHECK(tl_aio_read(q, held, 0, buf, 4096, 1) == TL_OK); /* in flight */
+    CHECK(tl_aio_read(q, held, 0, buf, 4096, 1) == TL_OK);
+    gate_wait_entered(held); /* in flight */
     for (int i = 0; i < 3; i++)
         CHECK(tl_aio_read(q, lag, (uint64_t)(1 + i) * 4096, buf + (1 + i) * 4096, 4096, 2 + i) ==
               TL_OK);
@@ -418,7 +428,8 @@ static void test_urgent(void) {
     tl_tier *last = gated_mem(1 << 20);
     held = gated_mem(1 << 20), lag = gated_mem(1 << 20);
     q = open_q(TL_AIO_POOL, 4096, 1, 1);
-    CHECK(tl_aio_read(q, held, 0, buf, 4096, 1) == TL_OK); /* in flight */
+    CHECK(tl_aio_read(q, held, 0, buf, 4096, 1) == TL_OK);
+    gate_wait_entered(held); /* in flight */
     CHECK(tl_aio_read(q, last, 4096, buf + 4096, 4096, 2) == TL_OK);
     CHECK(tl_aio_read_class(q, lag, 2 * 4096, buf + 2 * 4096, 4096, 3, TL_AIO_SOON) == TL_OK);
     CHECK(tl_aio_read_class(q, lag, 3 * 4096, buf + 3 * 4096, 4096, 4, TL_AIO_SOON) == TL_OK);

@@ -203,6 +203,31 @@ typedef struct part_load {
     uint64_t tags[TL_WEIGHT_UNIT_MAX];
 } part_load;
 
+/* The buffers every pass reads into (the ring's slots, the flash site buffer) are touched
+ * when allocated: a read into pages never touched faults them in the thread that submits
+ * it (with huge pages advised, compacting memory to find them), which would slow the
+ * first pass and the disk calibration's samples. The pool's threads touch a buffer
+ * TOUCH_PIECE at a time. */
+#define TOUCH_PIECE ((size_t)2 << 20)
+
+typedef struct touch_job {
+    uint8_t *buf;
+    size_t bytes;
+} touch_job;
+
+static void touch_task(void *arg, int task, int thread) {
+    const touch_job *j = arg;
+    (void)thread;
+    const size_t at = (size_t)task * TOUCH_PIECE;
+    memset(j->buf + at, 0, j->bytes - at < TOUCH_PIECE ? j->bytes - at : TOUCH_PIECE);
+}
+
+static void touch(tl_residency *r, uint8_t *buf, size_t bytes) {
+    touch_job j = {buf, bytes};
+    if (bytes)
+        tl_pool_run(r->m->pool, (int)((bytes + TOUCH_PIECE - 1) / TOUCH_PIECE), touch_task, &j);
+}
+
 /* Allocates a resident part's budget buffer and queues its reads. */
 static tl_status start_part(tl_residency *r, tl_weight *const *ws, int n, part_load *p) {
     tl_weight_layout_build(&p->L, ws, n);
@@ -379,9 +404,7 @@ static tl_status open_flash(tl_residency *r, const tl_weight_plan *plan) {
                  per_read = sizeof *r->site_tags + sizeof *r->site_chan_end;
     tl_status st = tl_budget_alloc(m->budget, (size_t)bytes, ALIGN, "flash site buffer",
                                    (void **)&r->site_buf);
-    /* touched now: a read into pages never touched waits for their faults (on a VM,
-     * markedly), which would slow the first pass and the disk calibration's reads */
-    if (!st) memset(r->site_buf, 0, (size_t)bytes);
+    if (!st) touch(r, r->site_buf, (size_t)bytes);
     if (!st) st = tl_budget_alloc(m->budget, tag_bytes, 64, "flash read tags",
                                   (void **)&r->site_tags);
     if (st) return st;
@@ -475,8 +498,7 @@ tl_status tl_residency_open(tl_llama *m, const tl_weight_plan *plan, tl_residenc
     for (int i = 0; i < plan->n_slots && !st; i++) {
         st = tl_budget_alloc(m->budget, plan->slot_bytes, ALIGN, "layer buffer",
                              (void **)&r->slots[i].buf);
-        /* touched now, as the site buffer (open_flash), for every model that streams */
-        if (!st) memset(r->slots[i].buf, 0, plan->slot_bytes);
+        if (!st) touch(r, r->slots[i].buf, plan->slot_bytes);
         r->slots[i].state = SLOT_EMPTY;
         r->slots[i].unit = -1;
     }

@@ -3,14 +3,15 @@
  *
  * The channels needed are those non-zero in some row (batched rows read the union of
  * their channels); a resident tensor is multiplied where it lies. A streamed one has those
- * runs read (m->fetch_runs, exec/) and is multiplied in up to TL_FLASH_FETCH_PARTS consecutive
- * parts of the channel list, each as soon as its runs have arrived while the later ones
- * are still read: every output's chain goes on from part to part (tl_colmat_fast_add),
- * so the bits are those of one product over all channels, and only the last part's
- * compute waits alone (plan/cost.c prices it so). Each part's outputs are cut into
- * block-aligned pieces, a few per thread but none narrower than MIN_PIECE; every output is
- * one sum over the same channels in ascending order, so a result does not depend on the
- * threads or on who computed which piece.
+ * runs read (m->fetch_runs, exec/) and is multiplied in up to TL_FLASH_FETCH_PARTS
+ * consecutive stretches of the channel list, each as soon as its runs have arrived while
+ * the later ones are still read: every output's chain goes on from stretch to stretch
+ * (tl_colmat_fast_add), so the bits are those of one product over all channels, and only
+ * the last stretch's compute waits alone (plan/cost.c prices it so). The outputs of each
+ * part (the matrices side by side in a run) are cut into block-aligned pieces, a few per
+ * thread but none narrower than MIN_PIECE; every output is one sum over the same channels
+ * in ascending order, so a result does not depend on the threads or on who computed which
+ * piece.
  */
 #include "model/ops.h"
 
@@ -81,10 +82,10 @@ tl_status tl_op_runs_product(tl_llama *m, const tl_weight *w, const float *X, si
                             w->name);
     tl_status st = m->fetch_runs(m->fetch_user, w, chan, nc, &base);
     if (st) return st;
-    const size_t part = m->use_reference ? nc : tl_flash_part_channels(nc);
+    const size_t stretch = m->use_reference ? nc : tl_flash_part_channels(nc);
     size_t c0 = 0;
     do {
-        const size_t c1 = nc - c0 > part ? c0 + part : nc;
+        const size_t c1 = nc - c0 > stretch ? c0 + stretch : nc;
         if ((st = m->fetch_wait(m->fetch_user, c1))) return st; /* waited out on error */
         tl_op_runs_multiply(m, w, base, 0, chan + c0, c1 - c0, X, channels, n, Ys, lens,
                             nparts, scratch, scratch_floats, c0 > 0);
