@@ -257,9 +257,10 @@ static size_t decode_channels(const tl_model *m, const tl_weight *w, int32_t *ch
  * column products over the channels a decode step needs (decode_channels; *predicted, when
  * not NULL, gets the cost model's price, the dense product's times the share), the
  * others by the matrix-vector kernel. The products' time, without choosing channels. */
-static double decode_products_pass(tl_model *m, const tl_hw_profile *prof, tl_weight *const *use,
-                          size_t n, const float *X, float *Y, int32_t *chan, float *scratch,
-                          size_t sf, double *predicted) {
+static double decode_products_pass(tl_model *m, const tl_hw_profile *prof,
+                                   tl_weight *const *use, size_t n, const float *X, float *Y,
+                                   int32_t *chan, float *scratch, size_t sf,
+                                   double *predicted) {
     double t = 0;
     for (size_t i = 0; i < n; i++) {
         const tl_weight *w = use[i];
