@@ -842,10 +842,7 @@ tl_status tl_residency_measure_flash(tl_residency *r, tl_flash_share_fn share, v
         for (int s = 0; s < TL_SITE_COUNT && !st; s++) {
             const tl_weight *w = &m->layers[l].site[s];
             if (!w->name || w->data) continue;
-            const double p = share(user, l, s);
-            size_t nc = 0;
-            for (uint64_t c = 0; c < w->rows; c++)
-                if ((double)(tl_splitmix64(&seed) >> 11) * 0x1p-53 < p) chan[nc++] = (int32_t)c;
+            const size_t nc = tl_flash_draw_channels(w->rows, share(user, l, s), &seed, chan);
             const uint64_t before = r->flash_read, n_before = r->flash_reads;
             const double t0 = tl_now();
             const uint8_t *base;

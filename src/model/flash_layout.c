@@ -2,6 +2,7 @@
 #include "model/flash_layout.h"
 
 #include <string.h>
+#include "base/rng.h"
 #include "base/status.h"
 #include "model/llama.h"
 
@@ -89,4 +90,11 @@ tl_status tl_flash_layout_detect(const tl_gguf *g, int *is_flash, const char *wh
                             ver->v.u == TL_FLASH_LAYOUT_VERSION_NEURONS ? "without" : "with");
     *is_flash = 1;
     return TL_OK;
+}
+
+size_t tl_flash_draw_channels(uint64_t rows, double p, uint64_t *seed, int32_t *chan) {
+    size_t nc = 0;
+    for (uint64_t c = 0; c < rows; c++)
+        if ((double)(tl_splitmix64(seed) >> 11) * 0x1p-53 < p) chan[nc++] = (int32_t)c;
+    return nc;
 }

@@ -52,6 +52,10 @@
 #define TL_FLASH_FETCH_PARTS 8
 #define TL_FLASH_PART_CHANNELS 128
 
+/* A product's channels as a calibration draws them: each of channels 0 .. rows - 1 kept
+ * with probability p (independently, from *seed), ascending into chan; returns the count. */
+size_t tl_flash_draw_channels(uint64_t rows, double p, uint64_t *seed, int32_t *chan);
+
 /* Channels per part of a product over nc channels (the last part may be shorter). */
 static inline size_t tl_flash_part_channels(size_t nc) {
     const size_t q = TL_FLASH_PART_CHANNELS, per = (nc + TL_FLASH_FETCH_PARTS - 1) /

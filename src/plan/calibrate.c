@@ -8,7 +8,6 @@
 #include "plan/search.h"
 #include "base/budget.h"
 #include "base/clock.h"
-#include "base/rng.h"
 #include "base/stats.h"
 #include "base/status.h"
 #include "exec/residency.h"
@@ -245,12 +244,8 @@ static double decode_share_of(const tl_model *m, const tl_weight *w) {
 /* A site tensor's channels a decode step multiplies: each kept at decode_share_of's
  * share, drawn from a seed of its own, into chan; returns their count. */
 static size_t decode_channels(const tl_model *m, const tl_weight *w, int32_t *chan) {
-    const double p = decode_share_of(m, w);
     uint64_t seed = w->file_offset;
-    size_t nc = 0;
-    for (uint64_t c = 0; c < w->rows; c++)
-        if ((double)(tl_splitmix64(&seed) >> 11) * 0x1p-53 < p) chan[nc++] = (int32_t)c;
-    return nc;
+    return tl_flash_draw_channels(w->rows, decode_share_of(m, w), &seed, chan);
 }
 
 /* One pass over the matrices, each as decode multiplies it: a flash-layout site tensor by
