@@ -855,7 +855,7 @@ static void measure_passes(const char *path, uint64_t budget, uint64_t state) {
     tl_residency_get_stats(m->res, &rs0);
     double s = 0;
     uint64_t b = 0;
-    CHECK_MSG(tl_residency_measure_passes(m->res, 3, &s, &b) == TL_OK, "%s", tl_last_error());
+    CHECK_MSG(tl_residency_measure_passes(m->res, 3, 0, &s, &b) == TL_OK, "%s", tl_last_error());
     CHECK_MSG(b == 3 * per_pass, "read %llu bytes, 3 passes of %llu", (unsigned long long)b,
               (unsigned long long)per_pass);
     CHECK(s > 0);
@@ -920,6 +920,11 @@ static void ring_pass(void) {
     /* every unit streams at the compute's pace with room to read ahead: max() */
     double r3[5] = {1, 1, 1, 1, 1};
     CHECK(fabs(tl_cost_ring_pass_s(c2, r3, 4, 3) - 5) < 1e-9);
+    /* the same from an empty ring: the first read is hidden by nothing (1 s), then disk and
+     * compute keep pace, one second a unit: 1 + 5, and 1 + 10 for two passes */
+    CHECK(fabs(tl_cost_ring_run_s(c2, r3, 4, 3, 1) - 6) < 1e-9);
+    CHECK(fabs(tl_cost_ring_run_s(c2, r3, 4, 3, 2) - 11) < 1e-9);
+    CHECK(tl_cost_ring_run_s(c2, r3, 4, 3, 0) == 0);
     /* nothing streams, or no buffer */
     double r0[5] = {0, 0, 0, 0, 0};
     CHECK(tl_cost_ring_pass_s(c2, r0, 4, 2) == 0);

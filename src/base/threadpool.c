@@ -7,7 +7,8 @@
  * `done` reaches n_tasks: it never waits for a worker that has not joined (on a busy
  * machine the caller simply does the work itself). Workers spin briefly on `generation`
  * before sleeping on a condition variable, because a decode step issues hundreds of
- * short runs and a futex wake-up per run would cost more than the work.
+ * short runs and a futex wake-up per run would cost more than the work. With yield on,
+ * each thread that took part in a run calls sched_yield() once after it (tl_pool_set_yield).
  */
 #include <pthread.h>
 #include <sched.h>
@@ -32,6 +33,7 @@ struct tl_pool {
     _Atomic uint64_t claim; /* gen (24 bits) | n_tasks (20) | next index (20) */
     atomic_int done;
     atomic_int stop;
+    atomic_int yield; /* tl_pool_set_yield */
     tl_pool_fn fn;
     void *arg;
 };
@@ -58,6 +60,7 @@ static void drain(tl_pool *p, unsigned gen, int thread) {
             continue; /* w was reloaded */
         p->fn(p->arg, (int)idx, thread);
         atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+
         w = atomic_load_explicit(&p->claim, memory_order_acquire);
     }
 }
@@ -84,6 +87,7 @@ static void *worker_main(void *arg) {
         if (atomic_load(&p->stop)) return NULL;
         seen = gen;
         drain(p, gen, w->index);
+        if (atomic_load_explicit(&p->yield, memory_order_relaxed)) sched_yield();
     }
 }
 tl_status tl_pool_open(int n_threads, tl_pool **out) {
@@ -136,6 +140,7 @@ void tl_pool_run(tl_pool *p, int n_tasks, tl_pool_fn fn, void *arg) {
     if (n_tasks <= 0) return;
     if (p->n_threads == 1 || n_tasks == 1 || (unsigned)n_tasks > MAX_TASKS) {
         for (int t = 0; t < n_tasks; t++) fn(arg, t, 0);
+        if (atomic_load_explicit(&p->yield, memory_order_relaxed)) sched_yield();
         return;
     }
     p->fn = fn;
@@ -153,4 +158,10 @@ void tl_pool_run(tl_pool *p, int n_tasks, tl_pool_fn fn, void *arg) {
         if (++spins < SPIN_ITERS) cpu_relax();
         else sched_yield();
     }
+    if (atomic_load_explicit(&p->yield, memory_order_relaxed)) sched_yield();
+}
+
+void tl_pool_set_yield(tl_pool *pool, int on) {
+    if (!pool) return;
+    atomic_store_explicit(&pool->yield, on != 0, memory_order_relaxed);
 }

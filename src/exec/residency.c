@@ -503,6 +503,9 @@ tl_status tl_residency_open(tl_llama *m, const tl_weight_plan *plan, tl_residenc
         r->slots[i].unit = -1;
     }
     if (st) goto fail;
+    /* weights read while the pool computes: the IO thread gets a core between the pool's
+     * runs, not only after the scheduler's slice (threadpool.h) */
+    if (plan->streamed_bytes || m->flash) tl_pool_set_yield(m->pool, 1);
     *out = r;
     return TL_OK;
 fail:
@@ -530,6 +533,7 @@ static void drain(tl_residency *r) {
 void tl_residency_close(tl_residency *r) {
     if (!r) return;
     drain(r);
+    tl_pool_set_yield(r->m->pool, 0);
     /* every weight pointer points into buffers freed below: clear them, so a placement
      * that follows (re-planning) starts from "nothing resident", not from stale memory */
     for (size_t i = 0; i < r->m->n_all; i++) r->m->all[i]->data = NULL, r->m->all[i]->panels = 0;
@@ -881,8 +885,16 @@ tl_status tl_residency_measure_embedding(tl_residency *r, int n, float *dst, dou
     return st;
 }
 
-tl_status tl_residency_measure_passes(tl_residency *r, int n_passes, double *seconds,
-                                      uint64_t *bytes) {
+/* Every pool thread busy until the time *arg (tl_residency_measure_passes's hold). */
+static void hold_task(void *arg, int task, int thread) {
+    (void)task, (void)thread;
+    const double until = *(const double *)arg;
+    while (tl_now() < until) {
+    }
+}
+
+tl_status tl_residency_measure_passes(tl_residency *r, int n_passes, double hold_s,
+                                      double *seconds, uint64_t *bytes) {
     *seconds = 0;
     *bytes = 0;
     if (r->error) return sticky(r);
@@ -898,7 +910,13 @@ tl_status tl_residency_measure_passes(tl_residency *r, int n_passes, double *sec
     for (int p = 0; p < n_passes && !st; p++) {
         st = tl_residency_begin_pass(r, 1);
         for (int u = 0; u <= L && !st; u++)
-            if (!(st = tl_residency_acquire(r, u))) tl_residency_release(r, u);
+            if (!(st = tl_residency_acquire(r, u))) {
+                if (hold_s > 0 && r->units[u].n_t) {
+                    double until = tl_now() + hold_s;
+                    tl_pool_run(r->m->pool, tl_pool_threads(r->m->pool), hold_task, &until);
+                }
+                tl_residency_release(r, u);
+            }
     }
     *seconds = tl_now() - t0;
     *bytes = r->bytes_disk - disk;

@@ -79,13 +79,16 @@ tl_status tl_residency_measure_flash(tl_residency *r, tl_flash_share_fn share, v
  * are left as they were. An embedding in memory measures nothing (*median_s 0). */
 tl_status tl_residency_measure_embedding(tl_residency *r, int n, float *dst, double *median_s);
 
-/* Runs n_passes forward passes' streaming as decode takes it, with nothing computing:
- * each pass begun (logits needed), every unit acquired and released in order, so the
- * ring reads ahead as in a run (into every empty buffer, up to the next pass's layers);
- * units are neither repacked nor bound. *seconds: the passes' wall time; *bytes: what
- * they read. The run's counters are left as they were and the ring empty. A plan
- * without overlap measures nothing. Call with no unit acquired. */
-tl_status tl_residency_measure_passes(tl_residency *r, int n_passes, double *seconds,
+/* Runs n_passes forward passes' streaming as decode takes it: each pass begun (logits
+ * needed), every unit acquired and released in order, so the ring reads ahead as in a run
+ * (into every empty buffer, up to the next pass's layers); units are neither repacked nor
+ * bound. hold_s 0: nothing computes, each unit is let go at once; > 0: each streamed unit
+ * is held that long with every pool thread busy (spinning), as a decode step's products
+ * keep the cores busy before the unit's buffer is free again. *seconds: the passes' wall
+ * time; *bytes: what they read. The run's counters are left as they were and the ring
+ * empty. A plan without overlap measures nothing. Call with no unit acquired. */
+tl_status tl_residency_measure_passes(tl_residency *r, int n_passes, double hold_s,
+                                      double *seconds,
                                       uint64_t *bytes);
 
 typedef struct tl_residency_stats {

@@ -127,7 +127,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
             double seconds = 0;
             uint64_t bytes = 0;
             const double t0 = tl_now();
-            tl_status st = tl_residency_measure_passes(m->res, n_passes, &seconds, &bytes);
+            tl_status st = tl_residency_measure_passes(m->res, n_passes, 0, &seconds, &bytes);
             if (st) return tl_error_wrap(st, "calibrating the disk on the model file");
             if (bytes == 0 || seconds <= 0) break;
             rate[n++] = (double)bytes / seconds;

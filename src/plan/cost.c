@@ -234,28 +234,30 @@ static double ring_layer_bytes(const tl_model *m, const tl_weight_plan *plan) {
  * computes once its read is done and frees its buffer when it has. So a pass whose
  * streamed units bunch together waits for them even while the compute of its resident
  * units could have hidden their reads, had the ring had room to read that far ahead.
- * Three passes from an empty ring; the last one's time. */
-double tl_cost_ring_pass_s(const double *c, const double *r, int32_t U, int n_slots) {
+ * `passes` passes from an empty ring: the last one's seconds (tl_cost_ring_pass_s: of three,
+ * the steady state), or (total) all of them (tl_cost_ring_run_s). */
+static double ring_sim(const double *c, const double *r, int32_t U, int n_slots, int passes,
+                       int total) {
     int32_t seq[TL_COST_RING_MAX_UNITS], n_seq = 0;  /* streamed units of one pass, in order */
     if (U < 0 || U >= TL_COST_RING_MAX_UNITS) return 0;
     for (int32_t u = 0; u <= U; u++)
         if (r[u] > 0) seq[n_seq++] = u;
-    if (n_seq == 0 || n_slots < 1) return 0;
+    if (n_seq == 0 || n_slots < 1 || passes < 1) return 0;
     /* at most n_slots reads are outstanding (issued, not yet used), and never more than
      * two passes' worth: the times they are done, in a ring of RING_MAX_SLOTS */
-    enum { PASSES = 3, RING_MAX_SLOTS = 128 };
+    enum { RING_MAX_SLOTS = 128 };
     if (n_slots > 2 * n_seq) n_slots = 2 * n_seq;
     if (n_slots > RING_MAX_SLOTS) n_slots = RING_MAX_SLOTS;
     double done[RING_MAX_SLOTS];
     double now = 0, disk = 0, start = 0;
     int issued = 0, used = 0; /* reads issued; units acquired (issued - used: buffers held) */
-    for (int p = 0; p < PASSES; p++) {
+    for (int p = 0; p < passes; p++) {
         start = now;
         for (int32_t u = 0; u <= U; u++) {
             /* issue while a buffer is empty: this pass's units, then the next's layers */
             for (;;) {
                 const int ip = issued / n_seq, iu = seq[issued % n_seq];
-                if (issued - used == n_slots || ip >= PASSES || ip > p + 1 ||
+                if (issued - used == n_slots || ip >= passes || ip > p + 1 ||
                     (ip == p + 1 && iu == U))
                     break;
                 disk = (disk > now ? disk : now) + r[iu];
@@ -266,7 +268,16 @@ double tl_cost_ring_pass_s(const double *c, const double *r, int32_t U, int n_sl
             if (r[u] > 0) used++; /* its buffer is free once it has computed */
         }
     }
-    return now - start;
+    return total ? now : now - start;
+}
+
+double tl_cost_ring_pass_s(const double *c, const double *r, int32_t U, int n_slots) {
+    return ring_sim(c, r, U, n_slots, 3, 0);
+}
+
+double tl_cost_ring_run_s(const double *c, const double *r, int32_t U, int n_slots,
+                          int n_passes) {
+    return ring_sim(c, r, U, n_slots, n_passes, 1);
 }
 
 /* tl_cost_ring_pass_s for a pass of `compute` seconds whose output unit takes out_s of them

@@ -135,6 +135,10 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
  * how reads are issued); 0 when nothing streams. */
 #define TL_COST_RING_MAX_UNITS 1025
 double tl_cost_ring_pass_s(const double *c, const double *r, int32_t U, int n_slots);
+/* The same ring from empty: seconds of n_passes passes in all (the first one's reads
+ * hidden by nothing), as tl_residency_measure_passes times them; 0 as above. */
+double tl_cost_ring_run_s(const double *c, const double *r, int32_t U, int n_slots,
+                          int n_passes);
 /* Seconds of one matrix product of `n` rows with weight w. */
 double tl_cost_matmul(const tl_hw_profile *prof, const tl_weight *w, double n);
 

@@ -1,0 +1,151 @@
+/* ring_hold.c - bench_ring_hold: the residency ring's reads while the cores compute,
+ * against the cost model's ring (bench, not a test; issue "Planner truth").
+ *
+ * bench_ring_hold -m MODEL --mem-budget MIB [--profile PATH] [--holds US,US,...] [--pairs N]
+ *
+ * The model is planned for a short run at the budget (weights streamed where they do not
+ * fit) and placed. For each hold h: N pairs, interleaved so the disk's drift reaches both,
+ * of ring passes timed with nothing computing (tl_residency_measure_passes, hold 0) and
+ * with every streamed unit held h with every pool thread busy, as decode's products keep
+ * the cores busy. The rate of the first gives each unit's read time; the cost model's ring
+ * from empty (tl_cost_ring_run_s) with those reads and h per streamed unit predicts the
+ * second. Printed per hold, the medians over the pairs: measured / predicted, and the
+ * measured excess per streamed unit held (seconds the model misses each time a unit's
+ * compute occupies the cores).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tierllm.h"
+#include "base/stats.h"
+#include "exec/engine.h"
+#include "exec/model_handle.h"
+#include "exec/residency.h"
+#include "model/placement.h"
+#include "plan/cost.h"
+#include "plan/profile.h"
+#include "plan/replan.h"
+#include "plan/search.h"
+
+#define MAX_HOLDS 16
+#define MAX_PAIRS 64
+#define PASS_BYTES ((uint64_t)32 << 20) /* passes per sample: at least this many bytes */
+
+static int parse_holds(const char *s, double *us) {
+    int n = 0;
+    while (*s && n < MAX_HOLDS) {
+        char *end;
+        us[n] = strtod(s, &end);
+        if (end == s || us[n] <= 0) return -1;
+        n++;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+int main(int argc, char **argv) {
+    const char *path = NULL, *profile_path = NULL;
+    uint64_t budget_mib = 0;
+    double holds_us[MAX_HOLDS] = {250, 500, 1000, 2000};
+    int n_holds = 4, pairs = 20;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
+        else if (!strcmp(argv[i], "--mem-budget") && i + 1 < argc)
+            budget_mib = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile_path = argv[++i];
+        else if (!strcmp(argv[i], "--holds") && i + 1 < argc)
+            n_holds = parse_holds(argv[++i], holds_us);
+        else if (!strcmp(argv[i], "--pairs") && i + 1 < argc) pairs = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s -m MODEL --mem-budget MIB [--profile PATH] "
+                    "[--holds US,US,...] [--pairs N]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (!path || !budget_mib || n_holds < 1 || pairs < 1 || pairs > MAX_PAIRS) {
+        fprintf(stderr, "error: give -m MODEL and --mem-budget MIB; --holds: positive "
+                "microseconds, at most %d; --pairs 1..%d\n", MAX_HOLDS, MAX_PAIRS);
+        return 2;
+    }
+    tl_hw_profile prof;
+    tl_status st = profile_path ? tl_profile_load(profile_path, &prof)
+                                : tl_profile_measure(2, "/tmp", 0, NULL, NULL, &prof);
+    if (st) {
+        fprintf(stderr, "error: profile: %s\n", tl_last_error());
+        return 1;
+    }
+    tl_model_params mp = tl_model_default_params();
+    mp.mem_budget = budget_mib << 20;
+    mp.n_threads = prof.n_threads;
+    tl_model *m;
+    if (tl_model_open(path, &mp, &m)) {
+        fprintf(stderr, "error: %s\n", tl_last_error());
+        return 1;
+    }
+    tl_plan_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.single = 1;
+    rq.w = (tl_workload){32, 32, 1};
+    rq.n_ctx = 64;
+    rq.overlap = 1;
+    tl_plan_result plan;
+    if ((st = tl_plan_search(m, &prof, &rq, &plan)) == TL_OK) {
+        tl_plan_apply(&plan.policy, m, NULL);
+        st = tl_engine_place(m, tl_plan_state_bytes(m, &plan.policy));
+    }
+    if (st) {
+        fprintf(stderr, "error: %s\n", tl_last_error());
+        tl_model_close(m);
+        return 1;
+    }
+    const tl_weight_plan *wp = tl_residency_plan(m->res);
+    const int32_t U = m->lm.hp.n_layer;
+    int streamed = 0;
+    for (int32_t u = 0; u <= U; u++) streamed += tl_weight_plan_unit_bytes(&m->lm, wp, u) > 0;
+    if (!wp->overlap || !wp->streamed_bytes || U >= TL_COST_RING_MAX_UNITS) {
+        fprintf(stderr, "error: nothing streams through the ring at %llu MiB\n",
+                (unsigned long long)budget_mib);
+        tl_model_close(m);
+        return 1;
+    }
+    const int n_passes = (int)((PASS_BYTES + wp->streamed_bytes - 1) / wp->streamed_bytes);
+    printf("%s at %llu MiB: %d of %d units streamed, %.1f MiB per pass, %d buffers, %d "
+           "passes per sample, %d pairs per hold\n", path, (unsigned long long)budget_mib,
+           streamed, (int)U + 1, (double)wp->streamed_bytes / 1048576, (int)wp->n_slots,
+           n_passes, pairs);
+    double *c = calloc((size_t)U + 1, sizeof *c), *r = calloc((size_t)U + 1, sizeof *r);
+    for (int h = 0; h < n_holds && c && r; h++) {
+        const double hold = holds_us[h] * 1e-6;
+        double ratio[MAX_PAIRS], excess[MAX_PAIRS], alone_bps[MAX_PAIRS];
+        for (int k = 0; k < pairs && !st; k++) {
+            double s0 = 0, s1 = 0;
+            uint64_t b0 = 0, b1 = 0;
+            st = tl_residency_measure_passes(m->res, n_passes, 0, &s0, &b0);
+            if (!st) st = tl_residency_measure_passes(m->res, n_passes, hold, &s1, &b1);
+            if (st || !(s0 > 0) || !b0) break;
+            const double bps = (double)b0 / s0;
+            for (int32_t u = 0; u <= U; u++) {
+                const uint64_t ub = tl_weight_plan_unit_bytes(&m->lm, wp, u);
+                r[u] = (double)ub / bps;
+                c[u] = ub ? hold : 0;
+            }
+            const double model = tl_cost_ring_run_s(c, r, U, wp->n_slots, n_passes);
+            alone_bps[k] = bps;
+            ratio[k] = s1 / model;
+            excess[k] = (s1 - model) / ((double)n_passes * streamed);
+        }
+        if (st) break;
+        printf("hold %6.0f us: alone %.2f GB/s | held measured / model %.3f | excess per held "
+               "unit %+.0f us (model's unit read %.0f us)\n", holds_us[h],
+               tl_median(alone_bps, (size_t)pairs) / 1e9, tl_median(ratio, (size_t)pairs),
+               tl_median(excess, (size_t)pairs) * 1e6,
+               (double)wp->streamed_bytes / streamed / tl_median(alone_bps, (size_t)pairs) *
+                   1e6);
+        fflush(stdout);
+    }
+    free(c), free(r);
+    if (st) fprintf(stderr, "error: %s\n", tl_last_error());
+    tl_model_close(m);
+    return st ? 1 : 0;
+}
