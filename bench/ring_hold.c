@@ -2,14 +2,18 @@
  * against the cost model's ring (bench, not a test; issue "Planner truth").
  *
  * bench_ring_hold -m MODEL --mem-budget MIB [--profile PATH] [--holds US,US,...] [--pairs N]
+ *                 [--rows N]
  *
  * The model is planned for a short run at the budget (weights streamed where they do not
  * fit) and placed. For each hold h: N pairs, interleaved so the disk's drift reaches both,
- * of ring passes timed with nothing computing (tl_residency_measure_passes, hold 0) and
- * with every streamed unit held h with every pool thread busy, as decode's products keep
- * the cores busy. The rate of the first gives each unit's read time; the cost model's ring
- * from empty (tl_cost_ring_run_s) with those reads and h per streamed unit predicts the
- * second. Printed per hold, the medians over the pairs: measured / predicted, and the
+ * of ring passes timed with nothing computing (tl_residency_measure_passes without a hold)
+ * and with every streamed unit held about h while the cores compute: with --rows 0 (the
+ * default) every pool thread spins for h; with --rows N > 0, products of N rows with a
+ * resident matrix of the model (the largest, its own type and layout) run on the pool
+ * until h has passed, as prefill's or decode's products keep the cores busy, between runs
+ * as the engine's do. The rate of the first gives each unit's read time; the cost model's
+ * ring from empty (tl_cost_ring_run_s) with those reads and the time each unit was actually
+ * held predicts the second. Printed per hold, the medians over the pairs: measured / predicted, and the
  * measured excess per streamed unit held (seconds the model misses each time a unit's
  * compute occupies the cores).
  */
@@ -22,15 +26,48 @@
 #include "exec/engine.h"
 #include "exec/model_handle.h"
 #include "exec/residency.h"
+#include "model/ops.h"
 #include "model/placement.h"
+#include "base/clock.h"
+#include "kernels/kernels.h"
 #include "plan/cost.h"
 #include "plan/profile.h"
 #include "plan/replan.h"
 #include "plan/search.h"
 
 #define MAX_HOLDS 16
+#define MAX_UNITS 4096
 #define MAX_PAIRS 64
 #define PASS_BYTES ((uint64_t)32 << 20) /* passes per sample: at least this many bytes */
+
+typedef struct hold_ctx {
+    tl_model *m;
+    double hold_s;
+    const tl_weight *w; /* the products' matrix (rows > 0) */
+    size_t rows;
+    float *X, *Y, *scratch;
+    size_t sf;
+    double held[MAX_UNITS]; /* seconds unit u was held in the last measurement */
+} hold_ctx;
+
+static void spin_task(void *arg, int task, int thread) {
+    (void)task, (void)thread;
+    const double until = *(const double *)arg;
+    while (tl_now() < until) {
+    }
+}
+
+/* tl_residency_hold_fn: the cores busy for about hold_s */
+static void hold(void *user, int unit) {
+    hold_ctx *h = user;
+    const double t0 = tl_now(), until = t0 + h->hold_s;
+    if (!h->rows) tl_pool_run(h->m->lm.pool, tl_pool_threads(h->m->lm.pool), spin_task,
+                             (void *)&until);
+    else
+        do tl_op_matmul(&h->m->lm, h->w, h->X, h->rows, h->Y, h->scratch, h->sf);
+        while (tl_now() < until);
+    h->held[unit] = tl_now() - t0;
+}
 
 static int parse_holds(const char *s, double *us) {
     int n = 0;
@@ -49,6 +86,7 @@ int main(int argc, char **argv) {
     uint64_t budget_mib = 0;
     double holds_us[MAX_HOLDS] = {250, 500, 1000, 2000};
     int n_holds = 4, pairs = 20;
+    size_t rows = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "--mem-budget") && i + 1 < argc)
@@ -57,9 +95,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--holds") && i + 1 < argc)
             n_holds = parse_holds(argv[++i], holds_us);
         else if (!strcmp(argv[i], "--pairs") && i + 1 < argc) pairs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rows") && i + 1 < argc) rows = strtoull(argv[++i], NULL, 10);
         else {
             fprintf(stderr, "usage: %s -m MODEL --mem-budget MIB [--profile PATH] "
-                    "[--holds US,US,...] [--pairs N]\n", argv[0]);
+                    "[--holds US,US,...] [--pairs N] [--rows N]\n", argv[0]);
             return 2;
         }
     }
@@ -103,7 +142,7 @@ int main(int argc, char **argv) {
     const int32_t U = m->lm.hp.n_layer;
     int streamed = 0;
     for (int32_t u = 0; u <= U; u++) streamed += tl_weight_plan_unit_bytes(&m->lm, wp, u) > 0;
-    if (!wp->overlap || !wp->streamed_bytes || U >= TL_COST_RING_MAX_UNITS) {
+    if (!wp->overlap || !wp->streamed_bytes || U >= TL_COST_RING_MAX_UNITS || U >= MAX_UNITS) {
         fprintf(stderr, "error: nothing streams through the ring at %llu MiB\n",
                 (unsigned long long)budget_mib);
         tl_model_close(m);
@@ -114,21 +153,51 @@ int main(int argc, char **argv) {
            "passes per sample, %d pairs per hold\n", path, (unsigned long long)budget_mib,
            streamed, (int)U + 1, (double)wp->streamed_bytes / 1048576, (int)wp->n_slots,
            n_passes, pairs);
+    hold_ctx hc;
+    memset(&hc, 0, sizeof hc);
+    hc.m = m;
+    hc.rows = rows;
+    for (size_t i = 0; i < m->lm.n_all && rows; i++) {
+        const tl_weight *w = m->lm.all[i];
+        if (w->data && !w->convert && !w->runs && w->rows > 1 && w != &m->lm.tok_embd &&
+            (!hc.w || w->rows * w->cols > hc.w->rows * hc.w->cols))
+            hc.w = w;
+    }
+    if (rows && !hc.w) {
+        fprintf(stderr, "error: no resident matrix to multiply at %llu MiB\n",
+                (unsigned long long)budget_mib);
+        tl_model_close(m);
+        return 1;
+    }
+    if (rows) {
+        const size_t threads = (size_t)tl_pool_threads(m->lm.pool);
+        hc.sf = (tl_matmul_scratch_floats(hc.w->cols, rows) + 15) / 16 * 16;
+        hc.X = calloc(rows * hc.w->cols, sizeof(float));
+        hc.Y = calloc(rows * hc.w->rows, sizeof(float));
+        hc.scratch = aligned_alloc(64, threads * hc.sf * sizeof(float));
+        for (size_t i = 0; hc.X && i < rows * hc.w->cols; i++) hc.X[i] = (float)(i % 7) - 3;
+        printf("holds: products of %zu rows with %s (%zu x %zu)\n", rows, hc.w->name,
+               hc.w->rows, hc.w->cols);
+    } else {
+        printf("holds: every pool thread spinning\n");
+    }
     double *c = calloc((size_t)U + 1, sizeof *c), *r = calloc((size_t)U + 1, sizeof *r);
+    if (rows && (!hc.X || !hc.Y || !hc.scratch)) free(c), c = NULL;
     for (int h = 0; h < n_holds && c && r; h++) {
-        const double hold = holds_us[h] * 1e-6;
+        hc.hold_s = holds_us[h] * 1e-6;
         double ratio[MAX_PAIRS], excess[MAX_PAIRS], alone_bps[MAX_PAIRS];
         for (int k = 0; k < pairs && !st; k++) {
             double s0 = 0, s1 = 0;
             uint64_t b0 = 0, b1 = 0;
-            st = tl_residency_measure_passes(m->res, n_passes, 0, &s0, &b0);
-            if (!st) st = tl_residency_measure_passes(m->res, n_passes, hold, &s1, &b1);
+            st = tl_residency_measure_passes(m->res, n_passes, NULL, NULL, &s0, &b0);
+            memset(hc.held, 0, sizeof hc.held);
+            if (!st) st = tl_residency_measure_passes(m->res, n_passes, hold, &hc, &s1, &b1);
             if (st || !(s0 > 0) || !b0) break;
             const double bps = (double)b0 / s0;
             for (int32_t u = 0; u <= U; u++) {
                 const uint64_t ub = tl_weight_plan_unit_bytes(&m->lm, wp, u);
                 r[u] = (double)ub / bps;
-                c[u] = ub ? hold : 0;
+                c[u] = hc.held[u]; /* the last pass's hold of each unit stands for all */
             }
             const double model = tl_cost_ring_run_s(c, r, U, wp->n_slots, n_passes);
             alone_bps[k] = bps;
@@ -144,7 +213,7 @@ int main(int argc, char **argv) {
                    1e6);
         fflush(stdout);
     }
-    free(c), free(r);
+    free(c), free(r), free(hc.X), free(hc.Y), free(hc.scratch);
     if (st) fprintf(stderr, "error: %s\n", tl_last_error());
     tl_model_close(m);
     return st ? 1 : 0;

@@ -855,7 +855,8 @@ static void measure_passes(const char *path, uint64_t budget, uint64_t state) {
     tl_residency_get_stats(m->res, &rs0);
     double s = 0;
     uint64_t b = 0;
-    CHECK_MSG(tl_residency_measure_passes(m->res, 3, 0, &s, &b) == TL_OK, "%s", tl_last_error());
+    CHECK_MSG(tl_residency_measure_passes(m->res, 3, NULL, NULL, &s, &b) == TL_OK, "%s",
+              tl_last_error());
     CHECK_MSG(b == 3 * per_pass, "read %llu bytes, 3 passes of %llu", (unsigned long long)b,
               (unsigned long long)per_pass);
     CHECK(s > 0);

@@ -885,16 +885,9 @@ tl_status tl_residency_measure_embedding(tl_residency *r, int n, float *dst, dou
     return st;
 }
 
-/* Every pool thread busy until the time *arg (tl_residency_measure_passes's hold). */
-static void hold_task(void *arg, int task, int thread) {
-    (void)task, (void)thread;
-    const double until = *(const double *)arg;
-    while (tl_now() < until) {
-    }
-}
-
-tl_status tl_residency_measure_passes(tl_residency *r, int n_passes, double hold_s,
-                                      double *seconds, uint64_t *bytes) {
+tl_status tl_residency_measure_passes(tl_residency *r, int n_passes,
+                                      tl_residency_hold_fn hold, void *user, double *seconds,
+                                      uint64_t *bytes) {
     *seconds = 0;
     *bytes = 0;
     if (r->error) return sticky(r);
@@ -911,10 +904,7 @@ tl_status tl_residency_measure_passes(tl_residency *r, int n_passes, double hold
         st = tl_residency_begin_pass(r, 1);
         for (int u = 0; u <= L && !st; u++)
             if (!(st = tl_residency_acquire(r, u))) {
-                if (hold_s > 0 && r->units[u].n_t) {
-                    double until = tl_now() + hold_s;
-                    tl_pool_run(r->m->pool, tl_pool_threads(r->m->pool), hold_task, &until);
-                }
+                if (hold && r->units[u].n_t) hold(user, u);
                 tl_residency_release(r, u);
             }
     }

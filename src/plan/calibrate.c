@@ -2,6 +2,7 @@
 #include "plan/calibrate.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include "exec/model_handle.h"
 #include "plan/cost.h"
@@ -127,7 +128,8 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
             double seconds = 0;
             uint64_t bytes = 0;
             const double t0 = tl_now();
-            tl_status st = tl_residency_measure_passes(m->res, n_passes, 0, &seconds, &bytes);
+            tl_status st =
+                tl_residency_measure_passes(m->res, n_passes, NULL, NULL, &seconds, &bytes);
             if (st) return tl_error_wrap(st, "calibrating the disk on the model file");
             if (bytes == 0 || seconds <= 0) break;
             rate[n++] = (double)bytes / seconds;
@@ -231,6 +233,10 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
 /* Resident matrices timed per calibration: enough to stream from DRAM, not from cache. */
 #define COMPUTE_MIN_BYTES ((uint64_t)128 << 20)
 #define COMPUTE_MAX_BYTES ((uint64_t)384 << 20)
+/* Less than COMPUTE_MIN_BYTES resident: the whole model's products are timed in pass
+ * order (small_model_products) when at most this many bytes stream per pass (each is read
+ * three times) */
+#define SMALL_MODEL_STREAM_BYTES ((uint64_t)64 << 20)
 
 /* The share of a flash-layout site tensor's channels a decode step needs, as the cost
  * model prices it (tl_cost_flash_need_share); -1 when w is no site tensor. */
@@ -278,6 +284,114 @@ static double decode_products_pass(tl_model *m, const tl_hw_profile *prof,
     return t;
 }
 
+/* X [n][cols], Y [n][rows] and every pool thread's scratch for products of n rows, zeroed,
+ * from the budget; *sf: each thread's scratch floats. 0 when the budget has no room (then
+ * nothing is measured, which is not an error), 1 when allocated (free_products frees). */
+static int product_buffers(tl_model *m, size_t n, size_t rows, size_t cols, const char *what,
+                           float **X, float **Y, float **scratch, size_t *sf) {
+    const size_t threads = (size_t)tl_pool_threads(m->lm.pool);
+    *sf = (tl_matmul_scratch_floats(cols, n) + 15) / 16 * 16;
+    *X = *Y = *scratch = NULL;
+    if (tl_budget_calloc(m->lm.budget, n * cols * sizeof(float), what, (void **)X) ||
+        tl_budget_calloc(m->lm.budget, n * rows * sizeof(float), what, (void **)Y) ||
+        tl_budget_calloc(m->lm.budget, threads * *sf * sizeof(float), what, (void **)scratch)) {
+        tl_budget_free(m->lm.budget, *X), tl_budget_free(m->lm.budget, *Y);
+        tl_budget_free(m->lm.budget, *scratch);
+        tl_error_clear();
+        return 0;
+    }
+    return 1;
+}
+
+static void free_products(tl_model *m, float *X, float *Y, float *scratch) {
+    tl_budget_free(m->lm.budget, X), tl_budget_free(m->lm.budget, Y);
+    tl_budget_free(m->lm.budget, scratch);
+}
+
+/* Every pool thread in a task at once: the pool awake, as a run's products find it. */
+typedef struct pool_barrier { atomic_int arrived; int n; } pool_barrier;
+static void barrier_task(void *arg, int task, int thread) {
+    (void)task, (void)thread;
+    pool_barrier *b = arg;
+    atomic_fetch_add(&b->arrived, 1);
+    while (atomic_load(&b->arrived) < b->n) {
+    }
+}
+
+/* A small model's decode products in pass order (units 0..n_layer: each layer's products,
+ * then the output's), each streamed unit first read into the ring on its own (borrowed, not
+ * timed), as a pass meets them: where the model's weights fit in the caches they are
+ * multiplied from there, which the profile's figures, timed beyond the caches, do not know.
+ * *measured: the median of 3 passes' products; *predicted: the profile's price of one. A
+ * flash or neuron layout, or a unit the budget cannot borrow: nothing measured (0). */
+static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, double *measured,
+                                      double *predicted) {
+    *measured = *predicted = 0;
+    const int32_t L = m->lm.hp.n_layer;
+    if (m->lm.flash || m->lm.stage_first != 0 || m->lm.stage_end != L) return TL_OK;
+    const tl_weight *out = m->lm.tied_output ? NULL : &m->lm.output;
+    size_t max_rows = out ? out->rows : 0, max_cols = out ? out->cols : 0;
+    for (int32_t l = 0; l < L; l++) {
+        tl_weight *ws[8];
+        if (m->lm.layers[l].neurons.name) return TL_OK;
+        for (int part = 0; part < 2; part++) {
+            const int n = tl_llama_layer_matrices(&m->lm.layers[l], part, ws);
+            for (int i = 0; i < n; i++) {
+                if (ws[i]->rows > max_rows) max_rows = ws[i]->rows;
+                if (ws[i]->cols > max_cols) max_cols = ws[i]->cols;
+            }
+        }
+    }
+    const size_t threads = (size_t)tl_pool_threads(m->lm.pool);
+    float *X, *Y, *scratch;
+    size_t sf;
+    if (!product_buffers(m, 1, max_rows, max_cols, "compute calibration", &X, &Y, &scratch, &sf))
+        return TL_OK;
+    for (size_t c = 0; c < max_cols; c++) X[c] = 1.0f;
+    double t[3] = {0, 0, 0}, price = 0;
+    tl_status st = TL_OK;
+    for (int pass = 0; pass < 3 && !st; pass++)
+        for (int32_t u = 0; u <= L && !st; u++) {
+            tl_weight *ws[8];
+            int n = 0;
+            if (u < L) {
+                n = tl_llama_layer_matrices(&m->lm.layers[u], 0, ws);
+                n += tl_llama_layer_matrices(&m->lm.layers[u], 1, ws + n);
+            } else if (out) {
+                ws[n++] = (tl_weight *)out;
+            }
+            if (!n || (st = tl_residency_borrow(m->res, u))) continue;
+            /* the read left the pool's threads asleep; a run's products, read ahead,
+             * find them awake */
+            pool_barrier b = {0, (int)threads};
+            tl_pool_run(m->lm.pool, (int)threads, barrier_task, &b);
+            for (int i = 0; i < n; i++) {
+                const double t0 = tl_now();
+                tl_op_matmul(&m->lm, ws[i], X, 1, Y, scratch, sf);
+                t[pass] += tl_now() - t0;
+                if (!pass) price += tl_cost_matmul(prof, ws[i], 1);
+            }
+            tl_residency_unborrow(m->res, u);
+        }
+    free_products(m, X, Y, scratch);
+    if (st) return tl_error_wrap(st, "calibrating compute: reading a layer");
+    *measured = tl_median(t, 3);
+    *predicted = price;
+    return TL_OK;
+}
+
+/* The memory-bound products (up to 4 rows, the matrix-vector kernel on one group) follow
+ * ratio; larger ones re-read their weights from cache, so a ratio measured on streamed
+ * 1-row products does not carry over, and they keep their figures. */
+static void scale_matvec(tl_hw_profile *prof, double ratio) {
+    for (int ty = 0; ty < TL_PROF_N_TYPE; ty++)
+        for (int r = 0; r < TL_PROF_N_ROWS; r++)
+            if (tl_prof_rows[r] <= 4) {
+                prof->matmul_macs[ty][r] /= ratio;
+                prof->matmul_call_s[ty][r] *= ratio;
+            }
+}
+
 tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ratio) {
     *ratio = 1;
     if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating compute: nothing placed");
@@ -294,8 +408,14 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
         if (w->rows > max_rows) max_rows = w->rows;
         if (w->cols > max_cols) max_cols = w->cols;
     }
-    if (bytes < COMPUTE_MIN_BYTES) { /* too little resident to measure */
+    if (bytes < COMPUTE_MIN_BYTES) { /* too little resident to stream from DRAM */
         free(use);
+        if (tl_residency_plan(m->res)->streamed_bytes > SMALL_MODEL_STREAM_BYTES) return TL_OK;
+        double measured, predicted;
+        tl_status st = small_model_products(m, prof, &measured, &predicted);
+        if (st || !(measured > 0) || !(predicted > 0)) return st;
+        *ratio = measured / predicted;
+        scale_matvec(prof, *ratio);
         return TL_OK;
     }
     const size_t threads = (size_t)tl_pool_threads(m->lm.pool);
@@ -331,16 +451,7 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
     const double measured = tl_median(t, 3);
     if (predicted <= 0 || measured <= 0) return TL_OK;
     *ratio = measured / predicted;
-    /* the memory-bound products (up to 4 rows, the matrix-vector kernel on one group)
-     * follow the measurement; larger ones re-read their weights from cache, so a ratio
-     * measured on streamed 1-row products does not carry over, and they keep their
-     * figures */
-    for (int ty = 0; ty < TL_PROF_N_TYPE; ty++)
-        for (int r = 0; r < TL_PROF_N_ROWS; r++)
-            if (tl_prof_rows[r] <= 4) {
-                prof->matmul_macs[ty][r] /= *ratio;
-                prof->matmul_call_s[ty][r] *= *ratio;
-            }
+    scale_matvec(prof, *ratio);
     return TL_OK;
 }
 
@@ -439,20 +550,11 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
     }
     if (n_w == 0) return TL_OK;
     const size_t N = (size_t)product_rows[1];
-    const size_t threads = (size_t)tl_pool_threads(m->lm.pool);
-    const size_t sf = (tl_matmul_scratch_floats(max_cols, N) + 15) / 16 * 16;
-    float *X = NULL, *Y = NULL, *scratch = NULL;
-    if (tl_budget_calloc(m->lm.budget, N * max_cols * sizeof(float), "products calibration",
-                         (void **)&X) ||
-        tl_budget_calloc(m->lm.budget, N * max_rows * sizeof(float), "products calibration",
-                         (void **)&Y) ||
-        tl_budget_calloc(m->lm.budget, threads * sf * sizeof(float), "products calibration",
-                         (void **)&scratch)) {
-        tl_budget_free(m->lm.budget, X), tl_budget_free(m->lm.budget, Y);
-        tl_budget_free(m->lm.budget, scratch);
-        tl_error_clear();
+    float *X, *Y, *scratch;
+    size_t sf;
+    if (!product_buffers(m, N, max_rows, max_cols, "products calibration", &X, &Y, &scratch,
+                         &sf))
         return TL_OK; /* the budget is spoken for: nothing measured */
-    }
     for (size_t i = 0; i < N * max_cols; i++) X[i] = (float)(i % 17) / 17.0f - 0.5f;
     /* the layer's weights: resident, or its unit read into the ring on its own; then the
      * resident layers shaped as it, in turn */
@@ -485,8 +587,7 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
         if (tl_plan_products_round((const double (*)[2])round_r, q, r)) break;
     }
     if (!st) tl_residency_unborrow(m->res, unit);
-    tl_budget_free(m->lm.budget, X), tl_budget_free(m->lm.budget, Y);
-    tl_budget_free(m->lm.budget, scratch);
+    free_products(m, X, Y, scratch);
     if (st) return tl_error_wrap(st, "calibrating products: reading a layer");
     if (!(r[0] > 0) || !(r[1] > 0)) return TL_OK;
     /* the one further from the profile: what a caller's threshold should see */
