@@ -14,8 +14,8 @@
  * as the engine's do. The rate of the first gives each unit's read time; the cost model's
  * ring from empty (tl_cost_ring_run_s) with those reads and the time each unit was actually
  * held predicts the second. Printed per hold, the medians over the pairs: measured /
- * predicted, and the measured excess per streamed unit held (seconds the model misses each time a unit's
- * compute occupies the cores).
+ * predicted, and the measured excess per streamed unit held (seconds the model misses each
+ * time a unit's compute occupies the cores).
  */
 #include <math.h>
 #include <stdio.h>
