@@ -114,14 +114,13 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     /* a pass that fits in a sample is timed as decode takes it: whole passes through the
      * ring (tl_residency_measure_passes), whose read-ahead stops at the next pass's layers
      * and at the ring's buffers; a stream of small units kept back to back reads faster
-     * than that. Not a pass too small to fill the queue once (its time is mostly the
-     * latency of one read, no rate to scale every large read by) */
+     * than that. A pass too small to fill the queue once is timed so too, many to a
+     * sample: its time is mostly its few reads' latency, from wherever the file is (a
+     * small file is often in a cache the profile's own file was not), and the rate it
+     * gives is the one every pass of this plan reads at */
     const tl_weight_plan *wp = tl_residency_plan(m->res);
     const uint64_t per_pass = wp->streamed_bytes;
-    const uint64_t queue_bytes = (uint64_t)m->lm.params.io_chunk_bytes *
-                                 (uint64_t)m->lm.params.io_queue_depth;
-    if (!m->lm.flash && wp->overlap && per_pass >= queue_bytes &&
-        per_pass <= CALIBRATE_PASS_BYTES) {
+    if (!m->lm.flash && wp->overlap && per_pass > 0 && per_pass <= CALIBRATE_PASS_BYTES) {
         const int n_passes = (int)((CALIBRATE_SAMPLE_BYTES + per_pass - 1) / per_pass);
         double spent = 0; /* 3 samples, 5 while they stay short (a slow build: fewer) */
         while (n < 3 || (n < 5 && spent < CALIBRATE_SAMPLES_S)) {
@@ -237,6 +236,7 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
  * order (small_model_products) when at most this many bytes stream per pass (each is read
  * three times) */
 #define SMALL_MODEL_STREAM_BYTES ((uint64_t)64 << 20)
+#define SMALL_MODEL_PASSES 3
 
 /* The share of a flash-layout site tensor's channels a decode step needs, as the cost
  * model prices it (tl_cost_flash_need_share); -1 when w is no site tensor. */
@@ -322,8 +322,9 @@ static void barrier_task(void *arg, int task, int thread) {
  * then the output's), each streamed unit first read into the ring on its own (borrowed, not
  * timed), as a pass meets them: where the model's weights fit in the caches they are
  * multiplied from there, which the profile's figures, timed beyond the caches, do not know.
- * *measured: the median of 3 passes' products; *predicted: the profile's price of one. A
- * flash or neuron layout, or a unit the budget cannot borrow: nothing measured (0). */
+ * *measured: the products' time in one pass (each its fastest of SMALL_MODEL_PASSES);
+ * *predicted: the profile's price of one pass. A flash or neuron layout, or no room in the
+ * budget for the buffers: nothing measured (0). */
 static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, double *measured,
                                       double *predicted) {
     *measured = *predicted = 0;
@@ -347,11 +348,18 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, do
     size_t sf;
     if (!product_buffers(m, 1, max_rows, max_cols, "compute calibration", &X, &Y, &scratch, &sf))
         return TL_OK;
+    /* each product's fastest of the passes: a product that meets a slow spell of the
+     * machine (the host taking a core, another thread's burst) is not its rate, and a
+     * few such spells in a pass of a few hundred microseconds would be most of it */
+    double *best = malloc(((size_t)L * 8 + 1) * sizeof *best), price = 0;
+    if (!best) {
+        free_products(m, X, Y, scratch);
+        return TL_OK; /* nothing measured */
+    }
     for (size_t c = 0; c < max_cols; c++) X[c] = 1.0f;
-    double t[3] = {0, 0, 0}, price = 0;
     tl_status st = TL_OK;
-    for (int pass = 0; pass < 3 && !st; pass++)
-        for (int32_t u = 0; u <= L && !st; u++) {
+    for (int pass = 0; pass < SMALL_MODEL_PASSES && !st; pass++)
+        for (int32_t u = 0, k = 0; u <= L && !st; u++) {
             tl_weight *ws[8];
             int n = 0;
             if (u < L) {
@@ -365,17 +373,30 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, do
              * find them awake */
             pool_barrier b = {0, (int)threads};
             tl_pool_run(m->lm.pool, (int)threads, barrier_task, &b);
-            for (int i = 0; i < n; i++) {
+            for (int i = 0; i < n; i++, k++) {
                 const double t0 = tl_now();
                 tl_op_matmul(&m->lm, ws[i], X, 1, Y, scratch, sf);
-                t[pass] += tl_now() - t0;
+                const double dt = tl_now() - t0;
                 if (!pass) price += tl_cost_matmul(prof, ws[i], 1);
+                if (!pass || dt < best[k]) best[k] = dt;
             }
             tl_residency_unborrow(m->res, u);
         }
     free_products(m, X, Y, scratch);
-    if (st) return tl_error_wrap(st, "calibrating compute: reading a layer");
-    *measured = tl_median(t, 3);
+    if (st) {
+        free(best);
+        return tl_error_wrap(st, "calibrating compute: reading a layer");
+    }
+    double sum = 0;
+    for (int32_t u = 0, k = 0; u <= L; u++) {
+        tl_weight *ws[8];
+        int n = u < L ? tl_llama_layer_matrices(&m->lm.layers[u], 0, ws) +
+                            tl_llama_layer_matrices(&m->lm.layers[u], 1, ws)
+                      : out != NULL;
+        for (int i = 0; i < n; i++) sum += best[k++];
+    }
+    free(best);
+    *measured = sum;
     *predicted = price;
     return TL_OK;
 }
