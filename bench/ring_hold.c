@@ -23,6 +23,7 @@
 #include <string.h>
 #include "tierllm.h"
 #include "base/stats.h"
+#include "base/status.h"
 #include "exec/engine.h"
 #include "exec/model_handle.h"
 #include "exec/residency.h"
@@ -182,35 +183,42 @@ int main(int argc, char **argv) {
         printf("holds: every pool thread spinning\n");
     }
     double *c = calloc((size_t)U + 1, sizeof *c), *r = calloc((size_t)U + 1, sizeof *r);
-    if (rows && (!hc.X || !hc.Y || !hc.scratch)) free(c), c = NULL;
-    for (int h = 0; h < n_holds && c && r; h++) {
+    if (!c || !r || (rows && (!hc.X || !hc.Y || !hc.scratch)))
+        st = tl_error_set(TL_ERR_NOMEM, "out of memory");
+    for (int h = 0; h < n_holds && !st; h++) {
         hc.hold_s = holds_us[h] * 1e-6;
         double ratio[MAX_PAIRS], excess[MAX_PAIRS], alone_bps[MAX_PAIRS];
-        for (int k = 0; k < pairs && !st; k++) {
+        int k = 0; /* pairs measured */
+        for (; k < pairs && !st; k++) {
             double s0 = 0, s1 = 0;
             uint64_t b0 = 0, b1 = 0;
             st = tl_residency_measure_passes(m->res, n_passes, NULL, NULL, &s0, &b0);
             memset(hc.held, 0, sizeof hc.held);
             if (!st) st = tl_residency_measure_passes(m->res, n_passes, hold, &hc, &s1, &b1);
-            if (st || !(s0 > 0) || !b0) break;
+            if (!st && (!(s0 > 0) || !b0 || !(s1 > 0)))
+                st = tl_error_set(TL_ERR_IO, "a sample read nothing or took no time");
+            if (st) break;
             const double bps = (double)b0 / s0;
             for (int32_t u = 0; u <= U; u++) {
                 const uint64_t ub = tl_weight_plan_unit_bytes(&m->lm, wp, u);
                 r[u] = (double)ub / bps;
                 c[u] = hc.held[u]; /* the last pass's hold of each unit stands for all */
             }
-            const double model = tl_cost_ring_run_s(c, r, U, wp->n_slots, n_passes);
+            const double model = tl_cost_ring_run_s(c, r, U, wp->n_slots, n_passes, 0);
+            if (!(model > 0)) {
+                st = tl_error_set(TL_ERR_INVALID, "the ring model gives no time");
+                break;
+            }
             alone_bps[k] = bps;
             ratio[k] = s1 / model;
             excess[k] = (s1 - model) / ((double)n_passes * streamed);
         }
         if (st) break;
+        const double alone = tl_median(alone_bps, (size_t)k);
         printf("hold %6.0f us: alone %.2f GB/s | held measured / model %.3f | excess per held "
-               "unit %+.0f us (model's unit read %.0f us)\n", holds_us[h],
-               tl_median(alone_bps, (size_t)pairs) / 1e9, tl_median(ratio, (size_t)pairs),
-               tl_median(excess, (size_t)pairs) * 1e6,
-               (double)wp->streamed_bytes / streamed / tl_median(alone_bps, (size_t)pairs) *
-                   1e6);
+               "unit %+.0f us (model's unit read %.0f us)\n", holds_us[h], alone / 1e9,
+               tl_median(ratio, (size_t)k), tl_median(excess, (size_t)k) * 1e6,
+               (double)wp->streamed_bytes / streamed / alone * 1e6);
         fflush(stdout);
     }
     free(c), free(r), free(hc.X), free(hc.Y), free(hc.scratch);

@@ -106,15 +106,18 @@ static void hand_single(const char *path) {
     const double r_nolog[3] = {unit_s[0], unit_s[1], 0};
     const double u1[3] = {c1 / 2, c1 / 2, 0};
     const double u2[3] = {(c2 - out_mm) / 2, (c2 - out_mm) / 2, out_mm}; /* last row only */
-    double pre = fmax(smax(c1, io1), tl_cost_ring_pass_s(u1, r_nolog, 2, 2)) +
-                 fmax(smax(c2, io2), tl_cost_ring_pass_s(u2, unit_s, 2, 2));
+    /* the embedding streams: each pass's first row read waits for the reads in flight,
+     * at most the IO queue's (1 MiB x 8 at the profile's 1 GB/s) */
+    const double embd_wait = 8.0 * 1048576 / 1e9;
+    double pre = fmax(smax(c1, io1), tl_cost_ring_pass_s(u1, r_nolog, 2, 2, embd_wait)) +
+                 fmax(smax(c2, io2), tl_cost_ring_pass_s(u2, unit_s, 2, 2, embd_wait));
     /* decode: 3 passes of one row at positions 8, 9, 10 */
     double dec = 0, dec_compute = 0;
     for (int pos = 8; pos <= 10; pos++) {
         double c = 2 * (mm_row + (pos + 1) * attn_pos + elem_row + fixed) + embd_row + out_row;
         const double u[3] = {(c - out_mm) / 2, (c - out_mm) / 2, out_mm};
         dec_compute += c;
-        dec += fmax(smax(c, io2), tl_cost_ring_pass_s(u, unit_s, 2, 2));
+        dec += fmax(smax(c, io2), tl_cost_ring_pass_s(u, unit_s, 2, 2, embd_wait));
     }
     /* here the ring decides: the output is read only once its pass has begun */
     CHECK(dec > smax(dec_compute / 3, io2) * 3 * 1.01);
@@ -911,26 +914,34 @@ static void ring_pass(void) {
     /* layers 1-3 stream (1 s each) after a 3 s resident layer. One buffer: layer 1's
      * read runs during the previous pass's output, each later read waits for the unit
      * before it to be used: 3 + 1 + (1 + 1) + (1 + 1) + 1 = 9 s, against 7 s of compute */
-    CHECK(fabs(tl_cost_ring_pass_s(c, r, 4, 1) - 9) < 1e-9);
+    CHECK(fabs(tl_cost_ring_pass_s(c, r, 4, 1, 0) - 9) < 1e-9);
     /* four buffers: all three read during layer 0: compute-bound */
-    CHECK(fabs(tl_cost_ring_pass_s(c, r, 4, 4) - 7) < 1e-9);
+    CHECK(fabs(tl_cost_ring_pass_s(c, r, 4, 4, 0) - 7) < 1e-9);
     /* only the output streams (5 s): read from the pass's start, never ahead of it:
      * max(4 s of layers, 5 s) + its own 1 s */
     double c2[5] = {1, 1, 1, 1, 1}, r2[5] = {0, 0, 0, 0, 5};
-    CHECK(fabs(tl_cost_ring_pass_s(c2, r2, 4, 2) - 6) < 1e-9);
+    CHECK(fabs(tl_cost_ring_pass_s(c2, r2, 4, 2, 0) - 6) < 1e-9);
     /* every unit streams at the compute's pace with room to read ahead: max() */
     double r3[5] = {1, 1, 1, 1, 1};
-    CHECK(fabs(tl_cost_ring_pass_s(c2, r3, 4, 3) - 5) < 1e-9);
+    CHECK(fabs(tl_cost_ring_pass_s(c2, r3, 4, 3, 0) - 5) < 1e-9);
     /* the same from an empty ring: the first read is hidden by nothing (1 s), then disk and
      * compute keep pace, one second a unit: 1 + 5, and 1 + 10 for two passes */
-    CHECK(fabs(tl_cost_ring_run_s(c2, r3, 4, 3, 1) - 6) < 1e-9);
-    CHECK(fabs(tl_cost_ring_run_s(c2, r3, 4, 3, 2) - 11) < 1e-9);
-    CHECK(tl_cost_ring_run_s(c2, r3, 4, 3, 0) == 0);
+    CHECK(fabs(tl_cost_ring_run_s(c2, r3, 4, 3, 1, 0) - 6) < 1e-9);
+    CHECK(fabs(tl_cost_ring_run_s(c2, r3, 4, 3, 2, 0) - 11) < 1e-9);
+    CHECK(tl_cost_ring_run_s(c2, r3, 4, 3, 0, 0) == 0);
+    /* an urgent read begins each pass: in the steady state the disk is a read (1 s) ahead
+     * when the pass begins, so it waits start_wait, or that second when start_wait is
+     * longer; from empty, behind all three reads issued at once, up to start_wait */
+    CHECK(fabs(tl_cost_ring_pass_s(c2, r3, 4, 3, 0.5) - 5.5) < 1e-9);
+    CHECK(fabs(tl_cost_ring_pass_s(c2, r3, 4, 3, 3) - 6) < 1e-9);
+    CHECK(fabs(tl_cost_ring_run_s(c2, r3, 4, 3, 1, 3) - 8) < 1e-9);
+    /* one buffer: the reads never run ahead of the pass's start, nothing to wait for */
+    CHECK(fabs(tl_cost_ring_pass_s(c, r, 4, 1, 2) - 9) < 1e-9);
     /* nothing streams, or no buffer */
     double r0[5] = {0, 0, 0, 0, 0};
-    CHECK(tl_cost_ring_pass_s(c2, r0, 4, 2) == 0);
-    CHECK(tl_cost_ring_pass_s(c2, r3, 4, 0) == 0);
-    CHECK(tl_cost_ring_pass_s(c2, r3, TL_COST_RING_MAX_UNITS, 2) == 0);
+    CHECK(tl_cost_ring_pass_s(c2, r0, 4, 2, 0) == 0);
+    CHECK(tl_cost_ring_pass_s(c2, r3, 4, 0, 0) == 0);
+    CHECK(tl_cost_ring_pass_s(c2, r3, TL_COST_RING_MAX_UNITS, 2, 0) == 0);
 }
 
 int main(void) {

@@ -158,17 +158,17 @@ static void replanner(const char *path, const collect *ref, int before_first) {
     CHECK_MSG(st == TL_OK, "%s", tl_last_error());
     for (int i = 0; i < rp.n_log; i++) fprintf(stderr, "replan: %s\n", rp.log[i]);
     /* without the calibration, a finished block's reads corrected the profile (with it,
-     * either step may: this model streams too little per pass to be timed before) */
+     * the passes and products timed before the first block may have done so already) */
     if (!before_first)
         CHECK_MSG(rp.checks >= 1 && rp.n_log >= 1 && !strncmp(rp.log[0], "after block", 11),
                   "first re-plan: %s", rp.n_log ? rp.log[0] : "none");
     CHECK_MSG(rp.replans >= 1, "replans %d", (int)rp.replans);
     CHECK(rp.n_log >= 1);
-    /* without the calibration, the corrected profile's disk is faster than the wrong one;
-     * with it, this small model's products were timed (plan/calibrate.c) and priced anew,
-     * and the policy that follows may read nothing more to correct the disk with */
-    if (!before_first) CHECK(rp.prof.disk_read_bps[2][1] > 1e6 * 1.2);
-    else CHECK(rp.prof.matmul_macs[0][0] != 1e9); /* every type's 1-row rate is rescaled */
+    /* the corrected profile's disk is faster than the wrong one: from a finished block's
+     * reads, or from the passes timed before the first block, which with this small model
+     * also timed its products (plan/calibrate.c) and rescaled every type's 1-row rate */
+    CHECK(rp.prof.disk_read_bps[2][1] > 1e6 * 1.2);
+    if (before_first) CHECK(rp.prof.matmul_macs[0][0] != 1e9);
     CHECK(bs.replans == rp.switches);
     for (int p = 0; p < N_PROMPTS; p++)
         CHECK_MSG(got.n[p] == N_GEN && !memcmp(got.tokens[p], ref->tokens[p], sizeof got.tokens[p]),

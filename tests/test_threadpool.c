@@ -1,7 +1,7 @@
 /* test_threadpool.c - every task runs exactly once per run, thread ids are in range,
  * many short back-to-back runs never lose or repeat a task, and a pool whose worker
- * starts late still completes (the start-up race that once deadlocked); all of it with the
- * pool yielding after each run too (tl_pool_set_yield), switched on and off between runs. */
+ * starts late still completes (the start-up race that once deadlocked); the runs with the
+ * pool yielding after each run too (tl_pool_set_yield), switched off and on between them. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include "base/threadpool.h"
@@ -23,7 +23,7 @@ int main(void) {
         atomic_int hits[257];
         job j = {hits, threads, 0};
         for (int run = 0; run < 3000; run++) {
-            if (run % 500 == 0) tl_pool_set_yield(p, (run / 500) % 2); /* on, off, ... */
+            if (run % 500 == 0) tl_pool_set_yield(p, (run / 500) % 2); /* off, on, ... */
             int n = 1 + (run * 37) % 257;
             for (int i = 0; i < n; i++) atomic_store(&hits[i], 0);
             tl_pool_run(p, n, task, &j);

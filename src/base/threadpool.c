@@ -8,7 +8,7 @@
  * machine the caller simply does the work itself). Workers spin briefly on `generation`
  * before sleeping on a condition variable, because a decode step issues hundreds of
  * short runs and a futex wake-up per run would cost more than the work. With yield on,
- * each thread that took part in a run calls sched_yield() once after it (tl_pool_set_yield).
+ * each thread that woke for a run calls sched_yield() once after it (tl_pool_set_yield).
  */
 #include <pthread.h>
 #include <sched.h>
@@ -60,7 +60,6 @@ static void drain(tl_pool *p, unsigned gen, int thread) {
             continue; /* w was reloaded */
         p->fn(p->arg, (int)idx, thread);
         atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
-
         w = atomic_load_explicit(&p->claim, memory_order_acquire);
     }
 }

@@ -17,7 +17,7 @@ tl_status tl_pool_open(int n_threads, tl_pool **out);
 void tl_pool_close(tl_pool *pool);
 int tl_pool_threads(const tl_pool *pool);
 void tl_pool_run(tl_pool *pool, int n_tasks, tl_pool_fn fn, void *arg);
-/* on: after each run every thread that took part offers its core once (sched_yield), so
+/* on: after each run every thread that woke for it offers its core once (sched_yield), so
  * a thread that is ready but has no core gets one between runs rather than after the
  * scheduler's slice. Off by default. For a process whose IO thread retires and issues
  * reads while the pool computes on every core (weights streamed): a read that is done

@@ -83,10 +83,11 @@ tl_status tl_residency_measure_embedding(tl_residency *r, int n, float *dst, dou
  * needed), every unit acquired and released in order, so the ring reads ahead as in a run
  * (into every empty buffer, up to the next pass's layers); units are neither repacked nor
  * bound. hold NULL: nothing computes, each unit is let go at once; else hold(user, u) runs
- * once each streamed unit u has arrived, before its buffer is let go (what a step computes
- * meanwhile). *seconds: the passes' wall time; *bytes: what they read. The run's counters
- * are left as they were and the ring empty. A plan without overlap measures nothing. Call
- * with no unit acquired. */
+ * once each streamed unit u has arrived, before its buffer is let go: work standing for
+ * what a step computes meanwhile, which cannot use u's weights (they are not bound).
+ * *seconds: the passes' wall time; *bytes: what they read. The run's counters are left as
+ * they were and the ring empty. A plan without overlap measures nothing. Call with no unit
+ * acquired. */
 typedef void (*tl_residency_hold_fn)(void *user, int unit);
 tl_status tl_residency_measure_passes(tl_residency *r, int n_passes,
                                       tl_residency_hold_fn hold, void *user, double *seconds,

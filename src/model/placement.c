@@ -361,8 +361,15 @@ static tl_status plan_make(const tl_llama *m, uint64_t budget, int prefetch, int
     p->output_resident = p->embd_resident = 0;
     /* greedy in value order: attention of each layer, the output, FFN of each layer,
      * the embedding (with a tied output: both at once). An item that does not fit is
-     * skipped and later, smaller ones are still tried. */
-    for (int item = 0; item < 2 * L + 2; item++) {
+     * skipped and later, smaller ones are still tried. An embedding smaller than one IO
+     * queue (chunk x depth) goes first: a step's row read, urgent, still waits for the
+     * chunks the queue already has in flight, up to a queue's worth, where the same bytes
+     * of a layer save only their own read. */
+    const uint64_t queue_bytes = (uint64_t)m->params.io_chunk_bytes *
+                                 (uint64_t)m->params.io_queue_depth;
+    const int embd_first = m->tok_embd.name && m->tok_embd.file_bytes < queue_bytes;
+    for (int step = 0; step < 2 * L + 2; step++) {
+        const int item = !embd_first ? step : step == 0 ? 2 * L + 1 : step - 1;
         uint8_t one = 0, *flag = &one;
         if (item < L) flag = &p->attn_resident[item];
         else if (item > L && item <= 2 * L) flag = &p->ffn_resident[item - L - 1];

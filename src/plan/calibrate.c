@@ -2,6 +2,7 @@
 #include "plan/calibrate.h"
 
 #include <math.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include "exec/model_handle.h"
@@ -314,8 +315,8 @@ static void barrier_task(void *arg, int task, int thread) {
     (void)task, (void)thread;
     pool_barrier *b = arg;
     atomic_fetch_add(&b->arrived, 1);
-    while (atomic_load(&b->arrived) < b->n) {
-    }
+    /* a thread still asleep needs a core to wake on: give it one */
+    while (atomic_load(&b->arrived) < b->n) sched_yield();
 }
 
 /* A small model's decode products in pass order (units 0..n_layer: each layer's products,
@@ -333,7 +334,7 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, do
     const tl_weight *out = m->lm.tied_output ? NULL : &m->lm.output;
     size_t max_rows = out ? out->rows : 0, max_cols = out ? out->cols : 0;
     for (int32_t l = 0; l < L; l++) {
-        tl_weight *ws[8];
+        tl_weight *ws[TL_WEIGHT_UNIT_MAX];
         if (m->lm.layers[l].neurons.name) return TL_OK;
         for (int part = 0; part < 2; part++) {
             const int n = tl_llama_layer_matrices(&m->lm.layers[l], part, ws);
@@ -350,8 +351,9 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, do
         return TL_OK;
     /* each product's fastest of the passes: a product that meets a slow spell of the
      * machine (the host taking a core, another thread's burst) is not its rate, and a
-     * few such spells in a pass of a few hundred microseconds would be most of it */
-    double *best = malloc(((size_t)L * 8 + 1) * sizeof *best), price = 0;
+     * small model's whole pass is short enough for a few such spells to be most of it */
+    double *best = malloc(((size_t)L * TL_WEIGHT_UNIT_MAX + 1) * sizeof *best);
+    double price = 0;
     if (!best) {
         free_products(m, X, Y, scratch);
         return TL_OK; /* nothing measured */
@@ -360,7 +362,7 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, do
     tl_status st = TL_OK;
     for (int pass = 0; pass < SMALL_MODEL_PASSES && !st; pass++)
         for (int32_t u = 0, k = 0; u <= L && !st; u++) {
-            tl_weight *ws[8];
+            tl_weight *ws[TL_WEIGHT_UNIT_MAX];
             int n = 0;
             if (u < L) {
                 n = tl_llama_layer_matrices(&m->lm.layers[u], 0, ws);
@@ -369,8 +371,8 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, do
                 ws[n++] = (tl_weight *)out;
             }
             if (!n || (st = tl_residency_borrow(m->res, u))) continue;
-            /* the read left the pool's threads asleep; a run's products, read ahead,
-             * find them awake */
+            /* a borrowed unit's read may have left the pool's threads asleep; a run's
+             * products, read ahead, find them awake */
             pool_barrier b = {0, (int)threads};
             tl_pool_run(m->lm.pool, (int)threads, barrier_task, &b);
             for (int i = 0; i < n; i++, k++) {
@@ -389,7 +391,7 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, do
     }
     double sum = 0;
     for (int32_t u = 0, k = 0; u <= L; u++) {
-        tl_weight *ws[8];
+        tl_weight *ws[TL_WEIGHT_UNIT_MAX];
         int n = u < L ? tl_llama_layer_matrices(&m->lm.layers[u], 0, ws) +
                             tl_llama_layer_matrices(&m->lm.layers[u], 1, ws)
                       : out != NULL;

@@ -10,9 +10,12 @@
  * streamed units, up to 192 MiB of them, read once through the residency ring and IO
  * queue, tl_residency_measure_io; each pass continues where the one before stopped, not
  * at the first units again, which a host cache would serve warm; the median pass counts;
- * a model that streams between one queue's worth (chunk x depth) and 192 MiB per pass,
- * with overlap, is timed instead as decode reads it: samples of whole passes through the
- * ring, at least 32 MiB each, tl_residency_measure_passes), and the profile's read figures
+ * a model that streams up to 192 MiB per pass, with overlap, is timed instead as decode
+ * reads it: samples of whole passes through the ring, at least 32 MiB each,
+ * tl_residency_measure_passes; a pass below one queue's worth (chunk x depth) too, many to a
+ * sample, its rate then mostly its few reads' latency, which the large-read figures then
+ * give every plan of this model, also one that would stream more at full depth and is so
+ * priced slower than it reads), and the profile's read figures
  * for requests of the engine's chunk size and larger are scaled by measured / profiled
  * bandwidth (smaller requests, KV pages, keep theirs; see below). It costs a few hundred
  * MiB of IO (at least 512 MiB of sampled stream, or 3-5 samples of passes) and nothing
@@ -28,8 +31,7 @@
 
 /* Needs placed weights (m->res). *measured_bps and *ratio (measured / profiled at the
  * model's chunk and depth) are filled and the profile's large-read figures are scaled;
- * with nothing streamed, or less than one queue's worth per pass (chunk x depth), ratio
- * stays 1 - unless a flash-layout file's
+ * with nothing streamed ratio stays 1 - unless a flash-layout file's
  * sites are read at their turn: then the streamed sites' runs are read as a decode step
  * reads them (each channel at the share the cost model prices, through the engine's own
  * fetch) for about half a second, and the whole grid is scaled so that its figure at
@@ -65,13 +67,18 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
 
 /* The same for compute, whose memory-bound rates drift with the machine's memory
  * bandwidth (on a shared host, within minutes): matrix-vector products over the
- * resident matrices (128-384 MiB of them; with less resident nothing is measured and
- * *ratio stays 1; a flash-layout site tensor by column products over the channels a
- * decode step needs, drawn at the share the cost model prices, and priced as it prices
- * them) are timed, median of 3 passes, against the profile's prediction for
- * them, and *ratio = measured / predicted scales the profile's rates for products of up
- * to 4 rows (memory-bound; larger products re-read their weights from cache and keep
- * their figures). Its few KiB of buffers come from the budget (none free: skipped). */
+ * resident matrices (128-384 MiB of them; a flash-layout site tensor by column products
+ * over the channels a decode step needs, drawn at the share the cost model prices, and
+ * priced as it prices them) are timed, median of 3 passes, against the profile's
+ * prediction for them, and *ratio = measured / predicted scales the profile's rates for
+ * products of up to 4 rows (memory-bound; larger products re-read their weights from cache
+ * and keep their figures). With less resident, a model that streams at most 64 MiB per
+ * pass (and has neither flash nor neuron layout) is timed whole instead: every unit's
+ * 1-row products in pass order, a streamed unit first borrowed into the ring
+ * (tl_residency_borrow), each product's fastest of 3 passes: a small model's weights are
+ * multiplied from the caches, which the profile's figures do not know; otherwise *ratio
+ * stays 1. Call with no unit acquired; an IO error reading a unit is the residency's, as
+ * in tl_plan_calibrate_disk. Its buffers come from the budget (none free: skipped). */
 tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ratio);
 
 /* Products of many rows are compute-bound, and their rate depends on the matrices' shapes,

@@ -235,9 +235,11 @@ static double ring_layer_bytes(const tl_model *m, const tl_weight_plan *plan) {
  * streamed units bunch together waits for them even while the compute of its resident
  * units could have hidden their reads, had the ring had room to read that far ahead.
  * `passes` passes from an empty ring: the last one's seconds (tl_cost_ring_pass_s: of three,
- * the steady state), or (total) all of them (tl_cost_ring_run_s). */
+ * the steady state), or (total) all of them (tl_cost_ring_run_s). start_wait > 0: each pass
+ * begins with an urgent read (a token embedding's row on disk), which waits for the reads
+ * the disk has in flight, at most start_wait seconds of them (the IO queue's depth). */
 static double ring_sim(const double *c, const double *r, int32_t U, int n_slots, int passes,
-                       int total) {
+                       int total, double start_wait) {
     int32_t seq[TL_COST_RING_MAX_UNITS], n_seq = 0;  /* streamed units of one pass, in order */
     if (U < 0 || U >= TL_COST_RING_MAX_UNITS) return 0;
     for (int32_t u = 0; u <= U; u++)
@@ -263,6 +265,9 @@ static double ring_sim(const double *c, const double *r, int32_t U, int n_slots,
                 disk = (disk > now ? disk : now) + r[iu];
                 done[issued++ % RING_MAX_SLOTS] = disk;
             }
+            /* the pass's first urgent read waits for the reads in flight, up to
+             * start_wait of them */
+            if (u == 0 && start_wait > 0 && disk > now) now += fmin(disk - now, start_wait);
             if (r[u] > 0 && done[used % RING_MAX_SLOTS] > now) now = done[used % RING_MAX_SLOTS];
             now += c[u];
             if (r[u] > 0) used++; /* its buffer is free once it has computed */
@@ -271,13 +276,14 @@ static double ring_sim(const double *c, const double *r, int32_t U, int n_slots,
     return total ? now : now - start;
 }
 
-double tl_cost_ring_pass_s(const double *c, const double *r, int32_t U, int n_slots) {
-    return ring_sim(c, r, U, n_slots, 3, 0);
+double tl_cost_ring_pass_s(const double *c, const double *r, int32_t U, int n_slots,
+                           double start_wait) {
+    return ring_sim(c, r, U, n_slots, 3, 0, start_wait);
 }
 
 double tl_cost_ring_run_s(const double *c, const double *r, int32_t U, int n_slots,
-                          int n_passes) {
-    return ring_sim(c, r, U, n_slots, n_passes, 1);
+                          int n_passes, double start_wait) {
+    return ring_sim(c, r, U, n_slots, n_passes, 1, start_wait);
 }
 
 /* tl_cost_ring_pass_s for a pass of `compute` seconds whose output unit takes out_s of them
@@ -286,7 +292,7 @@ double tl_cost_ring_run_s(const double *c, const double *r, int32_t U, int n_slo
  * the rest shared equally by the layers; r holds every unit's read time and is left as it
  * was. */
 static double ring_time(double *c, double *r, const double *rep, int32_t U, int n_slots,
-                        double compute, double out_s) {
+                        double compute, double out_s, double start_wait) {
     if (U < 1) return 0;
     const double r_out = r[U];
     double rest = compute - (out_s > 0 ? out_s : 0);
@@ -294,7 +300,7 @@ static double ring_time(double *c, double *r, const double *rep, int32_t U, int 
     for (int32_t u = 0; u < U; u++) c[u] = (rest > 0 ? rest / U : 0) + rep[u];
     c[U] = out_s > 0 ? out_s : 0;
     if (out_s < 0) r[U] = 0;
-    const double t = tl_cost_ring_pass_s(c, r, U, n_slots);
+    const double t = tl_cost_ring_pass_s(c, r, U, n_slots, start_wait);
     r[U] = r_out;
     return t;
 }
@@ -722,6 +728,12 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         ring_r[u] = tl_weight_plan_unit_bytes(&m->lm, plan, u) / wbps;
         ring_rep[u] = unit_repack_s(m, prof, plan, u);
     }
+    /* a token embedding on disk: each pass's first row read waits for the chunks in
+     * flight, at most the IO queue's (chunk x depth) */
+    const double embd_wait = !plan->embd_resident && m->lm.tok_embd.name
+                                 ? (double)m->lm.params.io_chunk_bytes *
+                                       (double)m->lm.params.io_queue_depth / wbps
+                                 : 0;
     const tl_weight *out_w = m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output;
     const double page = tl_cost_kv_page_bytes(m, pol->kv_bits, pt);
     const double slot = ceil(page / SLOT_ALIGN) * SLOT_ALIGN;
@@ -798,7 +810,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                           layers_repack + (last ? out_repack : 0), flash_b, flash_s, flash_w,
                           ring ? ring_time(ring_c, ring_r, ring_rep, U, plan->n_slots, c,
                                            last ? tl_cost_matmul(prof, out_w, logit_rows) +
-                                                      out_repack : -1)
+                                                      out_repack : -1,
+                                           embd_wait)
                                : 0};
         fn(user, &p);
     }
@@ -853,7 +866,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                                        n_mb, first_s, page_s), need_all, read_pages,
                           layers_repack + out_repack, flash_b, flash_s, flash_w,
                           ring ? ring_time(ring_c, ring_r, ring_rep, U, plan->n_slots, c,
-                                           tl_cost_matmul(prof, out_w, n_seqs) + out_repack)
+                                           tl_cost_matmul(prof, out_w, n_seqs) + out_repack,
+                                           embd_wait)
                                : 0};
         fn(user, &p);
     }

@@ -132,13 +132,16 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
 /* The residency ring in steady state: seconds of one decode pass whose unit u (layers
  * 0..U-1, the output U; U < TL_COST_RING_MAX_UNITS, else 0) computes c[u] seconds and, when
  * r[u] > 0, is streamed and read in r[u] seconds, through n_slots buffers (cost.c says
- * how reads are issued); 0 when nothing streams. */
+ * how reads are issued); 0 when nothing streams. start_wait > 0: the pass begins with an
+ * urgent read (a token embedding's row on disk) that waits for the reads in flight, at
+ * most start_wait seconds of them (the IO queue's chunk x depth at the disk's rate). */
 #define TL_COST_RING_MAX_UNITS 1025
-double tl_cost_ring_pass_s(const double *c, const double *r, int32_t U, int n_slots);
+double tl_cost_ring_pass_s(const double *c, const double *r, int32_t U, int n_slots,
+                           double start_wait);
 /* The same ring from empty: seconds of n_passes passes in all (the first one's reads
  * hidden by nothing), as tl_residency_measure_passes times them; 0 as above. */
 double tl_cost_ring_run_s(const double *c, const double *r, int32_t U, int n_slots,
-                          int n_passes);
+                          int n_passes, double start_wait);
 /* Seconds of one matrix product of `n` rows with weight w. */
 double tl_cost_matmul(const tl_hw_profile *prof, const tl_weight *w, double n);
 
