@@ -874,6 +874,36 @@ static void measure_passes(const char *path, uint64_t budget, uint64_t state) {
 /* A token embedding left on disk: the disk calibration times its row reads
  * (prof.embd_row_s > 0, the run's counters untouched) and a pass's compute prices each row
  * at that figure instead of the grid's 64 KiB read; one in memory is not timed. */
+/* An embedding smaller than one IO queue is placed before any layer (placement.c): at
+ * every budget from lo to hi (256 KiB steps) where some layer parts are resident and some
+ * stream, it is resident (smaller than a part here), also where the parts placed first
+ * would leave no room for it. */
+static void embedding_first(const char *path, uint64_t lo, uint64_t hi, uint64_t state) {
+    int streaming = 0;
+    for (uint64_t budget = lo; budget <= hi; budget += 256u << 10) {
+        tl_model *m = open_model(path, budget);
+        if (!m) return;
+        CHECK(m->lm.tok_embd.file_bytes <
+              (uint64_t)m->lm.params.io_chunk_bytes * (uint64_t)m->lm.params.io_queue_depth);
+        tl_weight_plan plan;
+        if (tl_engine_plan_weights(m, state, 1, 1, 100, &plan) == TL_OK) {
+            int streamed = 0, parts = 2 * m->lm.hp.n_layer;
+            for (int32_t l = 0; l < m->lm.hp.n_layer; l++)
+                streamed += !plan.attn_resident[l] + !plan.ffn_resident[l];
+            const int mixed = streamed > 0 && streamed < parts;
+            streaming += mixed;
+            CHECK_MSG(!mixed || plan.embd_resident, "budget %llu: %d of %d layer parts "
+                      "streamed, the embedding on disk", (unsigned long long)budget, streamed,
+                      parts);
+            tl_weight_plan_free(&plan);
+        } else {
+            /* below the minimum: nothing to check */
+        }
+        tl_model_close(m);
+    }
+    CHECK(streaming > 0);
+}
+
 static void embedding_calibration(const char *path, uint64_t budget, uint64_t state,
                                   int on_disk) {
     tl_model *m = open_model(path, budget);
@@ -986,6 +1016,7 @@ int main(void) {
     products_calibration(p4, 10u << 20, 4u << 20, 1);  /* streamed */
     measure_passes(p4, 10u << 20, 4u << 20);
     embedding_calibration(p4, 10u << 20, 4u << 20, 1);
+    embedding_first(p4, 8u << 20, 20u << 20, 4u << 20);
     embedding_calibration(p4, 64u << 20, 0, 0);
     unlink(p4);
     if (!synth("q8", 300, 256, 320, 2, 8, 2, TL_TYPE_Q8_0, p4, sizeof p4)) return 1;

@@ -360,8 +360,9 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, do
     }
     for (size_t c = 0; c < max_cols; c++) X[c] = 1.0f;
     tl_status st = TL_OK;
+    int32_t n_products = 0;
     for (int pass = 0; pass < SMALL_MODEL_PASSES && !st; pass++)
-        for (int32_t u = 0, k = 0; u <= L && !st; u++) {
+        for (int32_t u = 0, k = 0; u <= L && !st; u++, n_products = k) {
             tl_weight *ws[TL_WEIGHT_UNIT_MAX];
             int n = 0;
             if (u < L) {
@@ -390,13 +391,7 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, do
         return tl_error_wrap(st, "calibrating compute: reading a layer");
     }
     double sum = 0;
-    for (int32_t u = 0, k = 0; u <= L; u++) {
-        tl_weight *ws[TL_WEIGHT_UNIT_MAX];
-        int n = u < L ? tl_llama_layer_matrices(&m->lm.layers[u], 0, ws) +
-                            tl_llama_layer_matrices(&m->lm.layers[u], 1, ws)
-                      : out != NULL;
-        for (int i = 0; i < n; i++) sum += best[k++];
-    }
+    for (int32_t k = 0; k < n_products; k++) sum += best[k];
     free(best);
     *measured = sum;
     *predicted = price;
