@@ -7,6 +7,7 @@
 #include "prompt.h"
 #include "exec/engine.h"
 #include "plan/calibrate.h"
+#include "base/status.h"
 #include "plan/replan.h"
 
 void print_policy(const tl_policy *p) {
@@ -87,6 +88,15 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
     }
     o.disk_bps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
     o.prof = cal;
+    o.total_no_ring_s = o.plan.cost.total_s;
+    if (!st && cal.ring_unit_delay_s > 0) {
+        tl_hw_profile off = cal;
+        off.ring_unit_delay_s = 0;
+        tl_plan_result without;
+        if (tl_plan_evaluate(m, &off, &rq.w, &o.plan.policy, &without) == TL_OK)
+            o.total_no_ring_s = without.cost.total_s;
+        tl_error_clear();
+    }
     if (st) {
         snprintf(o.error, sizeof o.error, "%s", tl_last_error());
         fprintf(stderr, "error: planning: %s\n", o.error);

@@ -35,6 +35,9 @@ typedef struct outcome {
     /* the first calibration's ratios (plan/calibrate.h; disk, compute and products 1
      * when not measured, the mix 0) */
     double cal_disk, cal_compute, cal_products, cal_mix;
+    /* the plan's whole prediction with the calibration's ring delay left out (the term's
+     * ablation; = plan.cost.total_s when none was measured) */
+    double total_no_ring_s;
     char error[1024];       /* why it did not run (planning or placement refused it), or "" */
 } outcome;
 

@@ -974,9 +974,34 @@ static void ring_pass(void) {
     CHECK(tl_cost_ring_pass_s(c2, r3, TL_COST_RING_MAX_UNITS, 2, 0) == 0);
 }
 
+/* The delay per streamed read that the ring calibration fits, against a timeline worked
+ * by hand: the first case above from an empty ring, one buffer. Layer 1's read (1 + d)
+ * hides under layer 0's 3 s; layer 2's and 3's each start when the unit before is used,
+ * so the run is 3 + 1 + (1 + d + 1) + (1 + d + 1) + 1 = 9 + 2d (d < 2). */
+static void ring_delay_fit(void) {
+    const double c[5] = {3, 1, 1, 1, 1}, r[5] = {0, 1, 1, 1, 0};
+    CHECK(fabs(tl_cost_ring_run_s(c, r, 4, 1, 1, 0) - 9) < 1e-9);
+    double d = tl_cost_ring_fit_delay(c, r, 4, 1, 1, 9.4);
+    CHECK_MSG(fabs(d - 0.2) < 1e-6, "fitted %.9g, want 0.2", d);
+    d = tl_cost_ring_fit_delay(c, r, 4, 1, 1, 10);
+    CHECK_MSG(fabs(d - 0.5) < 1e-6, "fitted %.9g, want 0.5", d);
+    /* over two passes (the second one's first read issued ahead, under the first one's
+     * output): the time of reads of 1.3 s gives back a delay of 0.3 s */
+    const double r2[5] = {0, 1.3, 1.3, 1.3, 0};
+    const double two = tl_cost_ring_run_s(c, r2, 4, 1, 2, 0);
+    d = tl_cost_ring_fit_delay(c, r, 4, 1, 2, two);
+    CHECK_MSG(fabs(d - 0.3) < 1e-6, "fitted %.9g over two passes, want 0.3", d);
+    /* the held sample no slower than the model: no delay; nothing streams: none */
+    CHECK(tl_cost_ring_fit_delay(c, r, 4, 1, 1, 8.5) == 0);
+    CHECK(tl_cost_ring_fit_delay(c, r, 4, 1, 1, 9) == 0);
+    const double r0[5] = {0, 0, 0, 0, 0};
+    CHECK(tl_cost_ring_fit_delay(c, r0, 4, 1, 1, 20) == 0);
+}
+
 int main(void) {
     char p1[256], p2[256];
     ring_pass();
+    ring_delay_fit();
     if (!synth("hand", 300, 128, 320, 2, 8, 2, 0, p1, sizeof p1)) return 1;
     hand_single(p1);
     hand_batch_spill(p1);

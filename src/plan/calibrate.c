@@ -155,7 +155,8 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     for (int c = 0; c < TL_PROF_N_CHUNK; c++)
         if (tl_prof_chunks[c] >= m->lm.params.io_chunk_bytes)
             for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof->disk_read_bps[c][d] *= *ratio;
-    return TL_OK;
+    double delay = 0;
+    return tl_plan_calibrate_ring(m, prof, &delay);
 }
 
 tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t page_bytes,

@@ -41,6 +41,18 @@
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio);
 
+/* The ring's reads while the cores compute (calibrate_ring.c; tl_plan_calibrate_disk calls
+ * it last): for a model whose streamed units, up to 192 MiB a pass, go through the ring
+ * with overlap, seven pairs of ring samples of at least 32 MiB, alone and with each
+ * streamed unit held while the pool multiplies one row of a resident matrix for about the
+ * profile's price of that unit's decode products. *delay_s and prof->ring_unit_delay_s get
+ * the median over the pairs of the delay per streamed read that makes the ring model take
+ * the held sample's time (tl_cost_ring_fit_delay; a pair's figure swings with the disk's
+ * drift between its two samples, hence several); the cost model adds it to every streamed
+ * unit's read. 0 when not measured (nothing resident to multiply, no room in the budget
+ * for the vectors, another kind of plan). An IO error is the residency's. */
+tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, double *delay_s);
+
 /* KV pages read while weights stream share the IO queue with the stream, and on a virtual
  * disk the mix can be slower than the two rates apart: for a policy that does both, passes
  * of the engine's own streaming (as tl_plan_calibrate_disk's, each on from where the last

@@ -286,6 +286,26 @@ double tl_cost_ring_run_s(const double *c, const double *r, int32_t U, int n_slo
     return ring_sim(c, r, U, n_slots, n_passes, 1, start_wait);
 }
 
+double tl_cost_ring_fit_delay(const double *c, const double *r, int32_t U, int n_slots,
+                              int n_passes, double measured_s) {
+    if (U < 0 || U >= TL_COST_RING_MAX_UNITS || !(measured_s > 0)) return 0;
+    double rd[TL_COST_RING_MAX_UNITS];
+    int32_t streamed = 0;
+    for (int32_t u = 0; u <= U; u++) streamed += r[u] > 0;
+    const double at0 = ring_sim(c, r, U, n_slots, n_passes, 1, 0);
+    if (!streamed || !(at0 > 0) || at0 >= measured_s) return 0;
+    /* the ring's time grows with d, by at least d per streamed read of a pass that waits
+     * on the disk; at hi the reads alone already take measured_s */
+    double lo = 0, hi = measured_s / ((double)streamed * n_passes);
+    for (int it = 0; it < 50; it++) {
+        const double d = 0.5 * (lo + hi);
+        for (int32_t u = 0; u <= U; u++) rd[u] = r[u] > 0 ? r[u] + d : 0;
+        if (ring_sim(c, rd, U, n_slots, n_passes, 1, 0) < measured_s) lo = d;
+        else hi = d;
+    }
+    return 0.5 * (lo + hi);
+}
+
 /* tl_cost_ring_pass_s for a pass of `compute` seconds whose output unit takes out_s of them
  * (< 0: the pass needs no logits, so the output is neither computed nor read) and each
  * unit u its repacking on arrival rep[u] (streamed units; out_s includes the output's),
@@ -726,6 +746,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                      U < TL_COST_RING_MAX_UNITS && U > 0 && L == U && layers_bytes + out_bytes > 0;
     for (int32_t u = 0; ring && u <= U; u++) {
         ring_r[u] = tl_weight_plan_unit_bytes(&m->lm, plan, u) / wbps;
+        /* a streamed unit's read waits longer while the cores compute (calibrated) */
+        if (ring_r[u] > 0 && prof->ring_unit_delay_s > 0) ring_r[u] += prof->ring_unit_delay_s;
         ring_rep[u] = unit_repack_s(m, prof, plan, u);
     }
     /* a token embedding on disk: each pass's first row read waits for the chunks in

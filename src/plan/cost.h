@@ -142,6 +142,12 @@ double tl_cost_ring_pass_s(const double *c, const double *r, int32_t U, int n_sl
  * hidden by nothing), as tl_residency_measure_passes times them; 0 as above. */
 double tl_cost_ring_run_s(const double *c, const double *r, int32_t U, int n_slots,
                           int n_passes, double start_wait);
+/* The delay d >= 0 per streamed unit (r[u] > 0) such that the ring from empty with every
+ * streamed unit's read taking r[u] + d gives `measured_s` (tl_cost_ring_run_s, no start
+ * wait): what a calibration's held passes show beyond the ring's own overlap. 0 when the
+ * ring at d = 0 already takes measured_s or longer, or when nothing streams. */
+double tl_cost_ring_fit_delay(const double *c, const double *r, int32_t U, int n_slots,
+                              int n_passes, double measured_s);
 /* Seconds of one matrix product of `n` rows with weight w. */
 double tl_cost_matmul(const tl_hw_profile *prof, const tl_weight *w, double n);
 

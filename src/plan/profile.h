@@ -107,6 +107,11 @@ typedef struct tl_hw_profile {
      * when the token embedding is read a row at a time from the model file, the median
      * seconds of one row's read; 0 prices it from the disk grid */
     double embd_row_s;
+    /* not saved, 0 in a loaded profile: set by the disk calibration (plan/calibrate.h)
+     * for a model whose streamed units pass through the ring: the seconds each streamed
+     * unit's read takes beyond the ring's overlap when the cores compute while it is in
+     * flight (the IO thread waiting for a core to retire and issue reads) */
+    double ring_unit_delay_s;
 } tl_hw_profile;
 
 /* The machine key of this machine for `n_threads` compute threads. */

@@ -139,6 +139,10 @@ static int hook(tl_replanner *r, tl_model *m, const tl_batch_stats *s, int32_t p
                 fabs(products_effect - 1) > r->threshold || fabs(1 / mix - 1) > r->threshold)
                 sw = search_again(r, m, prompts_left, bp, "before the first block", 1 / ratio,
                                   cratio);
+            else if (tl_plan_evaluate(m, &r->prof, &r->rq.w, &r->current.policy, &now) ==
+                     TL_OK)
+                r->current.cost = now.cost; /* the policy stays, priced as calibrated */
+            tl_error_clear();
         }
         r->prev = *s;
         tl_aio_get_stats(m->lm.aio, &r->aio_prev);

@@ -239,9 +239,17 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
     double mix = 0;
     if (!st) st = tl_plan_calibrate_kv(m, prof, chosen, &mix);
     if (!(mix > 0)) mix = 1; /* not timed */
-    if (st || (ratio > 0.8 && ratio < 1.25 && cratio > 0.8 && cratio < 1.25 && pratio > 0.8 &&
-               pratio < 1.25 && mix > 0.8))
-        return st;
+    if (st) return st;
+    if (ratio > 0.8 && ratio < 1.25 && cratio > 0.8 && cratio < 1.25 && pratio > 0.8 &&
+        pratio < 1.25 && mix > 0.8) {
+        /* the policy stays; its prediction is the calibrated profile's, as printed beside
+         * the run's measurement */
+        tl_plan_result again;
+        if (tl_plan_evaluate(m, prof, &rq->w, &chosen->policy, &again) == TL_OK)
+            chosen->cost = again.cost;
+        tl_error_clear();
+        return TL_OK;
+    }
     tl_plan_result next;
     if ((st = tl_plan_search(m, prof, rq, &next))) return st;
     int change = next.policy.prefetch != chosen->policy.prefetch ||

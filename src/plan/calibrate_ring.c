@@ -1,0 +1,143 @@
+/* calibrate_ring.c - the ring's reads while the cores compute (tl_plan_calibrate_ring,
+ * calibrate.h).
+ *
+ * The ring model (cost.c, ring_sim) overlaps each streamed unit's read with the compute of
+ * the units before it, at the rate the disk calibration measured with nothing computing.
+ * On a machine whose cores are all taken by the pool's threads, the IO thread that retires
+ * a unit's chunks and issues the next ones waits for a core, so each read is late by some
+ * time the rate alone does not show. This measures it as decode meets it: pairs of ring
+ * samples, one alone and one with every streamed unit held while the pool multiplies one
+ * row (a resident matrix of the model, standing for the unit's own products, whose weights
+ * a hold cannot use), each unit about as long as the profile prices its decode products.
+ * The pair's alone sample gives each unit's read time; the delay per streamed read that
+ * makes the ring model (with the holds as measured) take the held sample's time is the
+ * pair's figure (tl_cost_ring_fit_delay); the median of the pairs is kept. Alone and held
+ * alternate so the disk's drift reaches both.
+ */
+#include "plan/calibrate.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include "base/budget.h"
+#include "base/clock.h"
+#include "base/stats.h"
+#include "base/status.h"
+#include "base/threadpool.h"
+#include "exec/residency.h"
+#include "kernels/kernels.h"
+#include "model/ops.h"
+#include "model/placement.h"
+#include "plan/cost.h"
+
+#define RING_PAIRS 7
+#define RING_SAMPLE_BYTES ((uint64_t)32 << 20) /* whole passes per sample: this many bytes */
+#define RING_MAX_PASS_BYTES ((uint64_t)192 << 20)
+
+typedef struct hold_ctx {
+    tl_model *m;
+    const tl_weight *w; /* the resident matrix the holds multiply */
+    float *X, *Y, *scratch;
+    size_t sf;
+    const double *target; /* seconds to hold each unit */
+    double *held;         /* seconds each unit was held, in the last pass */
+} hold_ctx;
+
+/* tl_residency_hold_fn: one-row products until the unit's target has passed (at least
+ * one), on the pool as decode runs them */
+static void hold(void *user, int unit) {
+    hold_ctx *h = user;
+    const double t0 = tl_now(), until = t0 + h->target[unit];
+    do tl_op_matmul(&h->m->lm, h->w, h->X, 1, h->Y, h->scratch, h->sf);
+    while (tl_now() < until);
+    h->held[unit] = tl_now() - t0;
+}
+
+/* The largest resident matrix the row kernels multiply as they are (not the embedding,
+ * which is looked up, nor a flash or converted one); NULL if none. */
+static const tl_weight *hold_matrix(const tl_model *m) {
+    const tl_weight *best = NULL;
+    for (size_t i = 0; i < m->lm.n_all; i++) {
+        const tl_weight *w = m->lm.all[i];
+        if (w->data && !w->convert && !w->runs && w->rows > 1 && w != &m->lm.tok_embd &&
+            (!best || w->rows * w->cols > best->rows * best->cols))
+            best = w;
+    }
+    return best;
+}
+
+/* The profile's price of unit u's decode products (a layer's matrices, or the output) */
+static double unit_products_s(const tl_model *m, const tl_hw_profile *prof, int32_t u) {
+    double s = 0;
+    if (u < m->lm.hp.n_layer) {
+        tl_weight *ws[2 * TL_WEIGHT_UNIT_MAX];
+        int n = tl_llama_layer_matrices(&m->lm.layers[u], 0, ws);
+        n += tl_llama_layer_matrices(&m->lm.layers[u], 1, ws + n);
+        for (int i = 0; i < n; i++) s += tl_cost_matmul(prof, ws[i], 1);
+    } else {
+        const tl_weight *out = m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output;
+        s = tl_cost_matmul(prof, out, 1);
+    }
+    return s;
+}
+
+tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, double *delay_s) {
+    *delay_s = 0;
+    prof->ring_unit_delay_s = 0;
+    if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating the ring: nothing placed");
+    const tl_weight_plan *wp = tl_residency_plan(m->res);
+    const int32_t U = m->lm.hp.n_layer;
+    if (m->lm.flash || !wp->overlap || wp->streamed_bytes == 0 ||
+        wp->streamed_bytes > RING_MAX_PASS_BYTES || U >= TL_COST_RING_MAX_UNITS ||
+        m->lm.stage_first != 0 || m->lm.stage_end != U)
+        return TL_OK;
+    const tl_weight *w = hold_matrix(m);
+    if (!w) return TL_OK; /* nothing resident to compute with: not measured */
+    const size_t threads = (size_t)tl_pool_threads(m->lm.pool);
+    hold_ctx h = {.m = m, .w = w};
+    h.sf = (tl_matmul_scratch_floats(w->cols, 1) + 15) / 16 * 16;
+    double *arr = calloc(4 * ((size_t)U + 1), sizeof *arr);
+    if (!arr) return tl_error_set(TL_ERR_NOMEM, "calibrating the ring: out of memory");
+    double *target = arr, *held = arr + U + 1, *c = arr + 2 * (U + 1), *r = arr + 3 * (U + 1);
+    if (tl_budget_calloc(m->lm.budget, w->cols * sizeof(float), "ring calibration",
+                         (void **)&h.X) ||
+        tl_budget_calloc(m->lm.budget, w->rows * sizeof(float), "ring calibration",
+                         (void **)&h.Y) ||
+        tl_budget_calloc(m->lm.budget, threads * h.sf * sizeof(float), "ring calibration",
+                         (void **)&h.scratch)) {
+        tl_budget_free(m->lm.budget, h.X), tl_budget_free(m->lm.budget, h.Y);
+        tl_budget_free(m->lm.budget, h.scratch);
+        free(arr);
+        tl_error_clear();
+        return TL_OK; /* the budget is spoken for: not measured */
+    }
+    for (size_t i = 0; i < w->cols; i++) h.X[i] = (float)(i % 7) - 3;
+    for (int32_t u = 0; u <= U; u++) target[u] = unit_products_s(m, prof, u);
+    h.target = target;
+    h.held = held;
+    const int n_passes = (int)((RING_SAMPLE_BYTES + wp->streamed_bytes - 1) / wp->streamed_bytes);
+    double fit[RING_PAIRS];
+    int n = 0;
+    tl_status st = TL_OK;
+    for (int k = 0; k < RING_PAIRS && !st; k++) {
+        double s0 = 0, s1 = 0;
+        uint64_t b0 = 0, b1 = 0;
+        memset(held, 0, ((size_t)U + 1) * sizeof *held);
+        st = tl_residency_measure_passes(m->res, n_passes, NULL, NULL, &s0, &b0);
+        if (!st) st = tl_residency_measure_passes(m->res, n_passes, hold, &h, &s1, &b1);
+        if (st || !(s0 > 0) || b0 == 0 || !(s1 > 0)) continue;
+        const double bps = (double)b0 / s0;
+        for (int32_t u = 0; u <= U; u++) {
+            r[u] = (double)tl_weight_plan_unit_bytes(&m->lm, wp, u) / bps;
+            c[u] = held[u]; /* the last pass's hold of each unit stands for all */
+        }
+        fit[n++] = tl_cost_ring_fit_delay(c, r, U, (int)wp->n_slots, n_passes, s1);
+    }
+    tl_budget_free(m->lm.budget, h.X), tl_budget_free(m->lm.budget, h.Y);
+    tl_budget_free(m->lm.budget, h.scratch);
+    free(arr);
+    if (st) return tl_error_wrap(st, "calibrating the ring on the model file");
+    if (n == 0) return TL_OK;
+    *delay_s = tl_median(fit, (size_t)n);
+    prof->ring_unit_delay_s = *delay_s;
+    return TL_OK;
+}
