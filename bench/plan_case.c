@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "prompt.h"
+#include "base/status.h"
 #include "exec/engine.h"
 #include "plan/calibrate.h"
-#include "base/status.h"
 #include "plan/replan.h"
 
 void print_policy(const tl_policy *p) {
@@ -74,6 +74,8 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
         o.cal_compute = ratio;
         if ((st = tl_plan_calibrate_products(m, &cal, &ratio))) break;
         o.cal_products = ratio;
+        double delay;
+        if ((st = tl_plan_calibrate_ring(m, &cal, &delay))) break;
         double mix;
         if ((st = tl_plan_calibrate_kv(m, &cal, &o.plan, &mix))) break;
         o.cal_mix = mix;
@@ -89,12 +91,13 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
     o.disk_bps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
     o.prof = cal;
     o.total_no_ring_s = o.plan.cost.total_s;
-    if (!st && cal.ring_unit_delay_s > 0) {
+    if (!st && cal.ring_unit_delay_s > 0) { /* the same policy priced with and without */
         tl_hw_profile off = cal;
         off.ring_unit_delay_s = 0;
-        tl_plan_result without;
-        if (tl_plan_evaluate(m, &off, &rq.w, &o.plan.policy, &without) == TL_OK)
-            o.total_no_ring_s = without.cost.total_s;
+        tl_plan_result with, without;
+        if (tl_plan_evaluate(m, &cal, &rq.w, &o.plan.policy, &with) == TL_OK &&
+            tl_plan_evaluate(m, &off, &rq.w, &o.plan.policy, &without) == TL_OK)
+            o.total_no_ring_s = o.plan.cost.total_s - with.cost.total_s + without.cost.total_s;
         tl_error_clear();
     }
     if (st) {

@@ -129,6 +129,26 @@ static void hand_single(const char *path) {
     CHECK(r.cost.prefill_passes == 2 && r.cost.decode_passes == 3);
     CHECK(close_to(r.cost.decode_layer.compute_s, dec_compute / 6, 1e-9));
     CHECK(close_to(r.cost.decode.serial_s, dec_compute + 3 * io2, 1e-9));
+    /* a calibrated ring delay lengthens every streamed unit's read in the ring (only
+     * there: the IO term stays the bytes' time) */
+    {
+        const double delay = 2e-4;
+        tl_hw_profile slow = prof;
+        slow.ring_unit_delay_s = delay;
+        tl_plan_result rd;
+        CHECK(tl_plan_evaluate(m, &slow, &w, &pol, &rd) == TL_OK);
+        const double unit_d[3] = {unit_s[0] + delay, unit_s[1] + delay, unit_s[2] + delay};
+        double dec_d = 0;
+        for (int pos = 8; pos <= 10; pos++) {
+            double c = 2 * (mm_row + (pos + 1) * attn_pos + elem_row + fixed) + embd_row + out_row;
+            const double u[3] = {(c - out_mm) / 2, (c - out_mm) / 2, out_mm};
+            dec_d += fmax(smax(c, io2), tl_cost_ring_pass_s(u, unit_d, 2, 2, embd_wait));
+        }
+        CHECK(dec_d > dec * 1.001);
+        CHECK_MSG(close_to(rd.cost.decode_s, dec_d, 1e-9), "decode with the delay %.9g vs %.9g",
+                  rd.cost.decode_s, dec_d);
+        CHECK(close_to(rd.cost.decode.weight_read_s, r.cost.decode.weight_read_s, 1e-12));
+    }
     /* without overlap the pass is the sum */
     pol.overlap = 0;
     pol.prefetch = 0;
@@ -996,6 +1016,13 @@ static void ring_delay_fit(void) {
     CHECK(tl_cost_ring_fit_delay(c, r, 4, 1, 1, 9) == 0);
     const double r0[5] = {0, 0, 0, 0, 0};
     CHECK(tl_cost_ring_fit_delay(c, r0, 4, 1, 1, 20) == 0);
+    /* reads of 0.5 s under units of 3 s with room to read ahead: only the first read waits
+     * (0.5 + 15 s from empty), a delay moves the ring by a fifth of the reads' delays, and
+     * a held sample's excess there cannot be told from noise: -1 */
+    const double c3[5] = {3, 3, 3, 3, 3}, r3[5] = {0.5, 0.5, 0.5, 0.5, 0.5};
+    CHECK(fabs(tl_cost_ring_run_s(c3, r3, 4, 4, 1, 0) - 15.5) < 1e-9);
+    CHECK(tl_cost_ring_fit_delay(c3, r3, 4, 4, 1, 16) == -1);
+    CHECK(tl_cost_ring_fit_delay(c3, r3, 4, 4, 1, 15) == -1);
 }
 
 int main(void) {

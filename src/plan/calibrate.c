@@ -100,6 +100,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
                                  double *ratio) {
     *measured_bps = 0;
     *ratio = 1;
+    prof->ring_unit_delay_s = 0; /* tl_plan_calibrate_ring's, for these rates */
     if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating the disk: nothing placed");
     tl_status est = calibrate_embedding(m, prof);
     if (est) return est;
@@ -155,8 +156,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     for (int c = 0; c < TL_PROF_N_CHUNK; c++)
         if (tl_prof_chunks[c] >= m->lm.params.io_chunk_bytes)
             for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof->disk_read_bps[c][d] *= *ratio;
-    double delay = 0;
-    return tl_plan_calibrate_ring(m, prof, &delay);
+    return TL_OK;
 }
 
 tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t page_bytes,
@@ -286,11 +286,8 @@ static double decode_products_pass(tl_model *m, const tl_hw_profile *prof,
     return t;
 }
 
-/* X [n][cols], Y [n][rows] and every pool thread's scratch for products of n rows, zeroed,
- * from the budget; *sf: each thread's scratch floats. 0 when the budget has no room (then
- * nothing is measured, which is not an error), 1 when allocated (free_products frees). */
-static int product_buffers(tl_model *m, size_t n, size_t rows, size_t cols, const char *what,
-                           float **X, float **Y, float **scratch, size_t *sf) {
+int tl__calibrate_buffers(tl_model *m, size_t n, size_t rows, size_t cols, const char *what,
+                          float **X, float **Y, float **scratch, size_t *sf) {
     const size_t threads = (size_t)tl_pool_threads(m->lm.pool);
     *sf = (tl_matmul_scratch_floats(cols, n) + 15) / 16 * 16;
     *X = *Y = *scratch = NULL;
@@ -305,7 +302,7 @@ static int product_buffers(tl_model *m, size_t n, size_t rows, size_t cols, cons
     return 1;
 }
 
-static void free_products(tl_model *m, float *X, float *Y, float *scratch) {
+void tl__calibrate_free(tl_model *m, float *X, float *Y, float *scratch) {
     tl_budget_free(m->lm.budget, X), tl_budget_free(m->lm.budget, Y);
     tl_budget_free(m->lm.budget, scratch);
 }
@@ -348,7 +345,8 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, do
     const size_t threads = (size_t)tl_pool_threads(m->lm.pool);
     float *X, *Y, *scratch;
     size_t sf;
-    if (!product_buffers(m, 1, max_rows, max_cols, "compute calibration", &X, &Y, &scratch, &sf))
+    if (!tl__calibrate_buffers(m, 1, max_rows, max_cols, "compute calibration", &X, &Y,
+                               &scratch, &sf))
         return TL_OK;
     /* each product's fastest of the passes: a product that meets a slow spell of the
      * machine (the host taking a core, another thread's burst) is not its rate, and a
@@ -356,7 +354,7 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, do
     double *best = malloc(((size_t)L * TL_WEIGHT_UNIT_MAX + 1) * sizeof *best);
     double price = 0;
     if (!best) {
-        free_products(m, X, Y, scratch);
+        tl__calibrate_free(m, X, Y, scratch);
         return TL_OK; /* nothing measured */
     }
     for (size_t c = 0; c < max_cols; c++) X[c] = 1.0f;
@@ -386,7 +384,7 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, do
             }
             tl_residency_unborrow(m->res, u);
         }
-    free_products(m, X, Y, scratch);
+    tl__calibrate_free(m, X, Y, scratch);
     if (st) {
         free(best);
         return tl_error_wrap(st, "calibrating compute: reading a layer");
@@ -571,8 +569,8 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
     const size_t N = (size_t)product_rows[1];
     float *X, *Y, *scratch;
     size_t sf;
-    if (!product_buffers(m, N, max_rows, max_cols, "products calibration", &X, &Y, &scratch,
-                         &sf))
+    if (!tl__calibrate_buffers(m, N, max_rows, max_cols, "products calibration", &X, &Y,
+                               &scratch, &sf))
         return TL_OK; /* the budget is spoken for: nothing measured */
     for (size_t i = 0; i < N * max_cols; i++) X[i] = (float)(i % 17) / 17.0f - 0.5f;
     /* the layer's weights: resident, or its unit read into the ring on its own; then the
@@ -606,7 +604,7 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
         if (tl_plan_products_round((const double (*)[2])round_r, q, r)) break;
     }
     if (!st) tl_residency_unborrow(m->res, unit);
-    free_products(m, X, Y, scratch);
+    tl__calibrate_free(m, X, Y, scratch);
     if (st) return tl_error_wrap(st, "calibrating products: reading a layer");
     if (!(r[0] > 0) || !(r[1] > 0)) return TL_OK;
     /* the one further from the profile: what a caller's threshold should see */

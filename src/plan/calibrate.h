@@ -41,15 +41,17 @@
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio);
 
-/* The ring's reads while the cores compute (calibrate_ring.c; tl_plan_calibrate_disk calls
- * it last): for a model whose streamed units, up to 192 MiB a pass, go through the ring
- * with overlap, seven pairs of ring samples of at least 32 MiB, alone and with each
+/* The ring's reads while the cores compute (calibrate_ring.c; after tl_plan_calibrate_disk,
+ * _compute and _products, whose figures it uses): for a model whose streamed units, up to
+ * 192 MiB a pass, go through the ring with overlap, up to seven pairs (at least three,
+ * no further one past half a second) of ring samples of at least 32 MiB, alone and with each
  * streamed unit held while the pool multiplies one row of a resident matrix for about the
  * profile's price of that unit's decode products. *delay_s and prof->ring_unit_delay_s get
  * the median over the pairs of the delay per streamed read that makes the ring model take
  * the held sample's time (tl_cost_ring_fit_delay; a pair's figure swings with the disk's
- * drift between its two samples, hence several); the cost model adds it to every streamed
- * unit's read. 0 when not measured (nothing resident to multiply, no room in the budget
+ * drift between its two samples, hence several; one whose holds hid the reads is dropped);
+ * the cost model adds it to every streamed unit's read. tl_plan_calibrate_disk sets it to
+ * 0 first. 0 when not measured (nothing resident to multiply, no room in the budget
  * for the vectors, another kind of plan). An IO error is the residency's. */
 tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, double *delay_s);
 
@@ -118,5 +120,13 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
 #define TL_PLAN_PRODUCTS_ROUNDS 3
 #define TL_PLAN_PRODUCTS_AGREE 0.05
 int tl_plan_products_round(const double (*round_r)[2], int q, double *r);
+
+/* Internal to the calibrations (calibrate*.c): X [n][cols], Y [n][rows] and every pool
+ * thread's scratch for products of n rows, zeroed, from the budget; *sf: each thread's
+ * scratch floats. 0 when the budget has no room (then nothing is measured, which is not an
+ * error), 1 when allocated (tl__calibrate_free frees). */
+int tl__calibrate_buffers(tl_model *m, size_t n, size_t rows, size_t cols, const char *what,
+                          float **X, float **Y, float **scratch, size_t *sf);
+void tl__calibrate_free(tl_model *m, float *X, float *Y, float *scratch);
 
 #endif

@@ -12,13 +12,14 @@
  * The pair's alone sample gives each unit's read time; the delay per streamed read that
  * makes the ring model (with the holds as measured) take the held sample's time is the
  * pair's figure (tl_cost_ring_fit_delay); the median of the pairs is kept. Alone and held
- * alternate so the disk's drift reaches both.
+ * alternate so the disk's drift reaches both. A pair whose holds hid most reads cannot tell
+ * a delay from the disk's noise and is dropped; so the holds multiply a matrix whose one
+ * row costs no more than the shortest unit's target, so that each ends near it.
  */
 #include "plan/calibrate.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include "base/budget.h"
 #include "base/clock.h"
 #include "base/stats.h"
 #include "base/status.h"
@@ -30,6 +31,8 @@
 #include "plan/cost.h"
 
 #define RING_PAIRS 7
+#define RING_MIN_PAIRS 3
+#define RING_SAMPLES_S 0.5 /* past this, no further pair once RING_MIN_PAIRS are in */
 #define RING_SAMPLE_BYTES ((uint64_t)32 << 20) /* whole passes per sample: this many bytes */
 #define RING_MAX_PASS_BYTES ((uint64_t)192 << 20)
 
@@ -52,32 +55,28 @@ static void hold(void *user, int unit) {
     h->held[unit] = tl_now() - t0;
 }
 
-/* The largest resident matrix the row kernels multiply as they are (not the embedding,
- * which is looked up, nor a flash or converted one); NULL if none. */
-static const tl_weight *hold_matrix(const tl_model *m) {
-    const tl_weight *best = NULL;
+/* The resident matrix the holds multiply (the row kernels' kind: not the embedding, which
+ * is looked up, nor a flash or converted one): the dearest whose one-row product the
+ * profile prices at most `fit` seconds, so a hold can end near its target; else the
+ * cheapest. NULL if none. */
+static const tl_weight *hold_matrix(const tl_model *m, const tl_hw_profile *prof, double fit) {
+    const tl_weight *under = NULL, *cheapest = NULL;
+    double under_s = 0, cheapest_s = 0;
     for (size_t i = 0; i < m->lm.n_all; i++) {
         const tl_weight *w = m->lm.all[i];
-        if (w->data && !w->convert && !w->runs && w->rows > 1 && w != &m->lm.tok_embd &&
-            (!best || w->rows * w->cols > best->rows * best->cols))
-            best = w;
+        if (!w->data || w->convert || w->runs || w->rows <= 1 || w == &m->lm.tok_embd)
+            continue;
+        const double s = tl_cost_matmul(prof, w, 1);
+        if (s <= fit && (!under || s > under_s)) under = w, under_s = s;
+        if (!cheapest || s < cheapest_s) cheapest = w, cheapest_s = s;
     }
-    return best;
+    return under ? under : cheapest;
 }
 
-/* The profile's price of unit u's decode products (a layer's matrices, or the output) */
+/* The profile's price of unit u's decode products, as a pass prices them */
 static double unit_products_s(const tl_model *m, const tl_hw_profile *prof, int32_t u) {
-    double s = 0;
-    if (u < m->lm.hp.n_layer) {
-        tl_weight *ws[2 * TL_WEIGHT_UNIT_MAX];
-        int n = tl_llama_layer_matrices(&m->lm.layers[u], 0, ws);
-        n += tl_llama_layer_matrices(&m->lm.layers[u], 1, ws + n);
-        for (int i = 0; i < n; i++) s += tl_cost_matmul(prof, ws[i], 1);
-    } else {
-        const tl_weight *out = m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output;
-        s = tl_cost_matmul(prof, out, 1);
-    }
-    return s;
+    if (u < m->lm.hp.n_layer) return tl_cost_layer_products_s(m, prof, u, 1);
+    return tl_cost_matmul(prof, m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output, 1);
 }
 
 tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, double *delay_s) {
@@ -90,35 +89,30 @@ tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, double *delay
         wp->streamed_bytes > RING_MAX_PASS_BYTES || U >= TL_COST_RING_MAX_UNITS ||
         m->lm.stage_first != 0 || m->lm.stage_end != U)
         return TL_OK;
-    const tl_weight *w = hold_matrix(m);
-    if (!w) return TL_OK; /* nothing resident to compute with: not measured */
-    const size_t threads = (size_t)tl_pool_threads(m->lm.pool);
-    hold_ctx h = {.m = m, .w = w};
-    h.sf = (tl_matmul_scratch_floats(w->cols, 1) + 15) / 16 * 16;
     double *arr = calloc(4 * ((size_t)U + 1), sizeof *arr);
     if (!arr) return tl_error_set(TL_ERR_NOMEM, "calibrating the ring: out of memory");
     double *target = arr, *held = arr + U + 1, *c = arr + 2 * (U + 1), *r = arr + 3 * (U + 1);
-    if (tl_budget_calloc(m->lm.budget, w->cols * sizeof(float), "ring calibration",
-                         (void **)&h.X) ||
-        tl_budget_calloc(m->lm.budget, w->rows * sizeof(float), "ring calibration",
-                         (void **)&h.Y) ||
-        tl_budget_calloc(m->lm.budget, threads * h.sf * sizeof(float), "ring calibration",
-                         (void **)&h.scratch)) {
-        tl_budget_free(m->lm.budget, h.X), tl_budget_free(m->lm.budget, h.Y);
-        tl_budget_free(m->lm.budget, h.scratch);
+    double fit_s = 0; /* the shortest streamed unit's target */
+    for (int32_t u = 0; u <= U; u++) {
+        target[u] = unit_products_s(m, prof, u);
+        if (tl_weight_plan_unit_bytes(&m->lm, wp, u) > 0 && (fit_s == 0 || target[u] < fit_s))
+            fit_s = target[u];
+    }
+    const tl_weight *w = hold_matrix(m, prof, fit_s);
+    hold_ctx h = {.m = m, .w = w, .target = target, .held = held};
+    if (!w || !tl__calibrate_buffers(m, 1, w->rows, w->cols, "ring calibration", &h.X, &h.Y,
+                                     &h.scratch, &h.sf)) {
         free(arr);
-        tl_error_clear();
-        return TL_OK; /* the budget is spoken for: not measured */
+        return TL_OK; /* nothing resident to compute with, or no room: not measured */
     }
     for (size_t i = 0; i < w->cols; i++) h.X[i] = (float)(i % 7) - 3;
-    for (int32_t u = 0; u <= U; u++) target[u] = unit_products_s(m, prof, u);
-    h.target = target;
-    h.held = held;
     const int n_passes = (int)((RING_SAMPLE_BYTES + wp->streamed_bytes - 1) / wp->streamed_bytes);
     double fit[RING_PAIRS];
     int n = 0;
     tl_status st = TL_OK;
+    const double t0 = tl_now();
     for (int k = 0; k < RING_PAIRS && !st; k++) {
+        if (k >= RING_MIN_PAIRS && tl_now() - t0 > RING_SAMPLES_S) break;
         double s0 = 0, s1 = 0;
         uint64_t b0 = 0, b1 = 0;
         memset(held, 0, ((size_t)U + 1) * sizeof *held);
@@ -130,10 +124,10 @@ tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, double *delay
             r[u] = (double)tl_weight_plan_unit_bytes(&m->lm, wp, u) / bps;
             c[u] = held[u]; /* the last pass's hold of each unit stands for all */
         }
-        fit[n++] = tl_cost_ring_fit_delay(c, r, U, (int)wp->n_slots, n_passes, s1);
+        const double d = tl_cost_ring_fit_delay(c, r, U, (int)wp->n_slots, n_passes, s1);
+        if (d >= 0) fit[n++] = d; /* < 0: the holds hid the reads, the pair cannot tell */
     }
-    tl_budget_free(m->lm.budget, h.X), tl_budget_free(m->lm.budget, h.Y);
-    tl_budget_free(m->lm.budget, h.scratch);
+    tl__calibrate_free(m, h.X, h.Y, h.scratch);
     free(arr);
     if (st) return tl_error_wrap(st, "calibrating the ring on the model file");
     if (n == 0) return TL_OK;

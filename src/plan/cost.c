@@ -286,24 +286,42 @@ double tl_cost_ring_run_s(const double *c, const double *r, int32_t U, int n_slo
     return ring_sim(c, r, U, n_slots, n_passes, 1, start_wait);
 }
 
+/* The ring from empty with every streamed read d longer */
+static double ring_delayed(const double *c, const double *r, double *rd, int32_t U,
+                           int n_slots, int n_passes, double d) {
+    for (int32_t u = 0; u <= U; u++) rd[u] = r[u] > 0 ? r[u] + d : 0;
+    return ring_sim(c, rd, U, n_slots, n_passes, 1, 0);
+}
+
 double tl_cost_ring_fit_delay(const double *c, const double *r, int32_t U, int n_slots,
                               int n_passes, double measured_s) {
-    if (U < 0 || U >= TL_COST_RING_MAX_UNITS || !(measured_s > 0)) return 0;
-    double rd[TL_COST_RING_MAX_UNITS];
+    if (U < 0 || U >= TL_COST_RING_MAX_UNITS || !(measured_s > 0) || n_passes < 1) return 0;
+    double rd[TL_COST_RING_MAX_UNITS], mean_r = 0;
     int32_t streamed = 0;
-    for (int32_t u = 0; u <= U; u++) streamed += r[u] > 0;
+    for (int32_t u = 0; u <= U; u++)
+        if (r[u] > 0) streamed++, mean_r += r[u];
+    if (!streamed) return 0;
+    mean_r /= streamed;
+    const double reads = (double)streamed * n_passes; /* streamed reads in the sample */
     const double at0 = ring_sim(c, r, U, n_slots, n_passes, 1, 0);
-    if (!streamed || !(at0 > 0) || at0 >= measured_s) return 0;
-    /* the ring's time grows with d, by at least d per streamed read of a pass that waits
-     * on the disk; at hi the reads alone already take measured_s */
-    double lo = 0, hi = measured_s / ((double)streamed * n_passes);
-    for (int it = 0; it < 50; it++) {
-        const double d = 0.5 * (lo + hi);
-        for (int32_t u = 0; u <= U; u++) rd[u] = r[u] > 0 ? r[u] + d : 0;
-        if (ring_sim(c, rd, U, n_slots, n_passes, 1, 0) < measured_s) lo = d;
-        else hi = d;
+    if (!(at0 > 0)) return 0;
+    double d = 0;
+    if (at0 < measured_s) {
+        /* the ring's time grows with d; at hi the reads alone take measured_s */
+        double lo = 0, hi = measured_s / reads;
+        for (int it = 0; it < 50; it++) {
+            const double mid = 0.5 * (lo + hi);
+            if (ring_delayed(c, r, rd, U, n_slots, n_passes, mid) < measured_s) lo = mid;
+            else hi = mid;
+        }
+        d = 0.5 * (lo + hi);
     }
-    return 0.5 * (lo + hi);
+    /* where compute hides most reads the ring's time hardly moves with d, and the
+     * sample's noise would fit as a large d (or none): that sample cannot tell */
+    const double step = 0.1 * mean_r;
+    const double grow = ring_delayed(c, r, rd, U, n_slots, n_passes, d + step) -
+                        ring_delayed(c, r, rd, U, n_slots, n_passes, d);
+    return grow < 0.5 * reads * step ? -1 : d;
 }
 
 /* tl_cost_ring_pass_s for a pass of `compute` seconds whose output unit takes out_s of them
@@ -371,6 +389,11 @@ static double layer_matmul_s(const tl_model *m, const tl_hw_profile *prof, int32
         mo->next = (mo->next + 1) % MM_MEMO;
     }
     return mm;
+}
+
+double tl_cost_layer_products_s(const tl_model *m, const tl_hw_profile *prof, int32_t l,
+                                int32_t rows) {
+    return layer_matmul_s(m, prof, l, rows, NULL);
 }
 
 /* KV bytes one layer's attention reads for a micro-batch whose rows see ctx positions, of

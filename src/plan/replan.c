@@ -84,7 +84,10 @@ static int search_again(tl_replanner *r, tl_model *m, int32_t prompts_left,
           (int)next.policy.gbs, (int)next.policy.num_gb, (int)next.policy.prefill_rows,
           (int)next.policy.kv_bits, (int)next.policy.kv_mem_pct,
           (int)next.policy.prefetch, next.cost.tokens_per_s);
-    if (!change) return 0;
+    if (!change) {
+        if (r->checks == 0) r->calibrated = next.cost, r->has_calibrated = 1;
+        return 0;
+    }
     r->switches++;
     r->current = next;
     tl_plan_apply(&next.policy, m, bp);
@@ -119,6 +122,8 @@ static int hook(tl_replanner *r, tl_model *m, const tl_batch_stats *s, int32_t p
             const int priced = tl_plan_evaluate(m, &r->prof, &r->rq.w, &r->current.policy,
                                                 &was) == TL_OK;
             if (tl_plan_calibrate_products(m, &r->prof, &pratio)) pratio = 1, tl_error_clear();
+            double delay = 0; /* the ring's reads beside compute: in the plan's price */
+            if (tl_plan_calibrate_ring(m, &r->prof, &delay)) tl_error_clear();
             if (priced && was.cost.total_s > 0 &&
                 tl_plan_evaluate(m, &r->prof, &r->rq.w, &r->current.policy, &now) == TL_OK)
                 products_effect = now.cost.total_s / was.cost.total_s;
@@ -126,7 +131,8 @@ static int hook(tl_replanner *r, tl_model *m, const tl_batch_stats *s, int32_t p
             if (fabs(products_effect - 1) > r->threshold)
                 logf_(r, "before the first block: products of 16 and 128 rows took (the "
                       "further off) %.0f%% of the profile's time, the plan's prediction "
-                      "%.0f%%", 100 * pratio, 100 * products_effect);
+                      "%.0f%% (with the ring's reads %.0f us later each beside compute)",
+                      100 * pratio, 100 * products_effect, 1e6 * delay);
             double mix = 0;
             if (tl_plan_calibrate_kv(m, &r->prof, &r->current, &mix))
                 tl_error_clear();
@@ -141,7 +147,7 @@ static int hook(tl_replanner *r, tl_model *m, const tl_batch_stats *s, int32_t p
                                   cratio);
             else if (tl_plan_evaluate(m, &r->prof, &r->rq.w, &r->current.policy, &now) ==
                      TL_OK)
-                r->current.cost = now.cost; /* the policy stays, priced as calibrated */
+                r->calibrated = now.cost, r->has_calibrated = 1; /* the policy stays */
             tl_error_clear();
         }
         r->prev = *s;

@@ -34,6 +34,10 @@ typedef struct tl_replanner {
     int32_t started;             /* the pre-run calibration has been done */
     int32_t no_calibration;      /* 1: none before the first block (blocks' figures only) */
     double disk_ratio;           /* model file streaming / profile, measured before block 1 */
+    /* the whole run's prediction with the profile calibrated before block 1, when the
+     * policy stayed then (has_calibrated); a switch then puts it in current */
+    tl_cost calibrated;
+    int32_t has_calibrated;
     int32_t checks, replans, switches;
     double last_io_ratio, last_compute_ratio; /* measured / predicted, last block */
     double hook_s;               /* wall seconds in the hook: calibration, checks, searches */

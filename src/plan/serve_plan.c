@@ -235,11 +235,13 @@ tl_status tl_serve_plan_calibrated(tl_model *m, tl_hw_profile *prof,
     }
     double products = 1; /* prefill chunks and batched decode steps */
     if (tl_plan_calibrate_products(m, prof, &products)) tl_error_clear(), products = 1;
+    double delay = 0; /* the ring's reads beside compute */
+    if (tl_plan_calibrate_ring(m, prof, &delay)) tl_error_clear(), delay = 0;
     /* each corrected the profile's figures already: plan on them; the placement stays
      * when the plan keeps the scheduler's shape (the same state bytes, so the same weight
      * plan), sparing a second read of the resident weights */
     const tl_sched_params before = out->sched;
-    if (*disk_ratio != 1 || *compute_ratio != 1 || products != 1)
+    if (*disk_ratio != 1 || *compute_ratio != 1 || products != 1 || delay > 0)
         st = tl_serve_plan_search(m, prof, rq, out);
     if (st || tl_sched_budget_bytes(m, &out->sched) != tl_sched_budget_bytes(m, &before))
         tl_engine_unplace(m);

@@ -287,9 +287,11 @@ static tl_status weights_from_copy(tl_model *m, int mode, const tl_plan_result *
 static void print_plan_stats(const tl_plan_request *rq, const tl_plan_result *chosen,
                              const tl_replanner *rp, const tl_batch_stats *bs) {
     /* the policy that ran: re-planned before the first block, the new one covers the
-     * whole run; re-planned later, the first prediction is what the run is compared with */
+     * whole run; else the first policy's prediction is what the run is compared with, as
+     * priced on the calibration before the first block when there was one */
     const int whole = rp && rp->switches > 0 && rp->checks == 0;
-    const tl_cost *c = whole ? &rp->current.cost : &chosen->cost;
+    const tl_cost *c = whole ? &rp->current.cost
+                             : rp && rp->has_calibrated ? &rp->calibrated : &chosen->cost;
     if (whole) cli_print_policy(stderr, "[plan] policy that ran", &rp->current);
     cli_measured pre = cli_measured_none(), dec = cli_measured_none(), all = cli_measured_none();
     pre.wall_s = bs->prefill_s;

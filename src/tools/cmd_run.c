@@ -236,6 +236,8 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
     tl_status st = tl_plan_calibrate_disk(m, prof, &bps, &ratio);
     if (!st) st = tl_plan_calibrate_compute(m, prof, &cratio);
     if (!st) st = tl_plan_calibrate_products(m, prof, &pratio);
+    double delay = 0;
+    if (!st) st = tl_plan_calibrate_ring(m, prof, &delay);
     double mix = 0;
     if (!st) st = tl_plan_calibrate_kv(m, prof, chosen, &mix);
     if (!(mix > 0)) mix = 1; /* not timed */
