@@ -796,6 +796,36 @@ static void test_f16_rows(void) {
     CHECK(a[0x3c00] == 1.0f && a[0xc000] == -2.0f && a[0x0001] == 0x1p-24f && isinf(a[0x7c00]));
 }
 
+/* 16-bit KV rows stored: f32 values over the whole range (subnormal halves, ties at both
+ * parities, overflow, infinities, NaN), the fast rounding bit for bit as the reference's,
+ * a NaN as a NaN; nothing beyond n written. */
+static void test_f16_store_rows(void) {
+    enum { N = 200000 + 3 };
+    static float x[N];
+    static uint16_t a[N + 1], b[N + 1];
+    uint32_t s = 12345;
+    for (size_t i = 0; i < N; i++) {
+        s = s * 1664525u + 1013904223u;
+        uint32_t u = s;
+        if (i % 4 == 1) u = (u & 0x80000000u) | (0x33000000u + (u & 0x0fffffffu) % 0x0c800000u);
+        if (i % 4 == 2) u = (u & 0x80001fffu) | 0x3f800000u | ((u >> 13) & 0x7fe000u);
+        if (i % 8 == 3) u = (u & 0xffffe000u) | 0x1000u; /* a tie */
+        memcpy(&x[i], &u, 4);
+    }
+    const float special[] = {0.0f, -0.0f, 65504.0f, 65519.0f, 65520.0f, 1e9f, INFINITY,
+                             -INFINITY, NAN, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-14f};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) x[i * 7] = special[i];
+    a[N] = b[N] = 7;
+    tl_f32_row_to_f16_ref(x, a, N);
+    tl_f32_row_to_f16_fast(x, b, N);
+    int bad = 0;
+    for (size_t i = 0; i < N; i++)
+        if (isnan(x[i]) ? !isnan(tl_f16_to_f32(b[i])) : a[i] != b[i]) bad++;
+    CHECK_MSG(bad == 0 && a[N] == 7 && b[N] == 7, "f16 stores: %d differ", bad);
+    CHECK(a[0] == 0 && a[14] == 0x7bff && a[28] == 0x7c00 && a[42] == 0x7c00 && a[49] == 0xfc00 &&
+          a[63] == 1);
+}
+
 static void test_elementwise(void) {
     static const size_t ns[] = {1, 7, 8, 9, 31, 100, 5632};
     enum { MAXN = 5632 + 1 };
@@ -868,6 +898,7 @@ int main(void) {
     test_attention();
     test_elementwise();
     test_f16_rows();
+    test_f16_store_rows();
     test_matmul();
     test_panels();
     test_batch_invariance();

@@ -189,6 +189,28 @@ static void hand_slowdown(const char *path) {
     tl_model_close(m);
 }
 
+/* Storing KV: every row of every layer stores 2 * kv_dim values (hand_single's model: 2
+ * layers, kv_dim 32) at the profile's figure for the format, and nothing else moves. */
+static void hand_kv_store(const char *path) {
+    tl_model *m = open_model(path, 64u << 20);
+    if (!m) return;
+    tl_hw_profile base, kv;
+    tl_test_round_profile(&base);
+    kv = base;
+    for (int k = 0; k < TL_PROF_N_KVBITS; k++) kv.kv_store_s[k] = (k + 1) * 1e-9;
+    const int32_t rows[3] = {1, 4, 64};
+    const double none[3] = {0, 0, 0};
+    for (int k = 0; k < TL_PROF_N_KVBITS; k++) {
+        const int32_t bits = tl_prof_kvbits[k];
+        const double t0 = tl_cost_pass_compute(m, &base, bits, rows, none, none, 3, 1, 0, 1, NULL);
+        const double t1 = tl_cost_pass_compute(m, &kv, bits, rows, none, none, 3, 1, 0, 1, NULL);
+        const double expect = 69.0 * 2 * 2 * 32 * (k + 1) * 1e-9;
+        CHECK_MSG(close_to(t1 - t0, expect, 1e-9), "kv store at %d bits: %.12g vs %.12g",
+                  (int)bits, t1 - t0, expect);
+    }
+    tl_model_close(m);
+}
+
 /* Attention in blocks (llama.h): a row's per-MAC cost is own + shared / b for blocks of b
  * rows, through the profile's points b = 1 (attn_s_per_mac) and b = TL_ATTN_BLOCK_MAX_ROWS
  * (attn_block_s_per_mac); decode rows are blocks of one. Longhand on hand_single's plan:
@@ -1033,6 +1055,7 @@ int main(void) {
     hand_single(p1);
     hand_batch_spill(p1);
     hand_slowdown(p1);
+    hand_kv_store(p1);
     products_rounds();
     hand_attn_block(p1);
     char pg2[256];

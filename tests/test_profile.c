@@ -54,6 +54,7 @@ static void fill(tl_hw_profile *p) {
     p->attn_decode_s[2] = 1.5e-9;
     p->attn_decode_s[3] = 1.7e-9 + 1e-25;
     p->elementwise_s = 1.5e-9 / 7.0;
+    for (int k = 0; k < TL_PROF_N_KVBITS; k++) p->kv_store_s[k] = (k + 1.5) * 1e-9 / 3.0;
     p->io_compute_slowdown = 1.25 + 1e-12;
     p->io_slowdown_matvec = 1.5 / 7.0 + 1;
     p->io_slowdown_attn = 1.0 / 3.0 + 1;
@@ -78,6 +79,7 @@ static int same(const tl_hw_profile *a, const tl_hw_profile *b) {
            a->attn_mem_s_per_byte == b->attn_mem_s_per_byte &&
            !memcmp(a->attn_decode_s, b->attn_decode_s, sizeof a->attn_decode_s) &&
            a->elementwise_s == b->elementwise_s && a->layer_fixed_s == b->layer_fixed_s &&
+           !memcmp(a->kv_store_s, b->kv_store_s, sizeof a->kv_store_s) &&
            a->io_compute_slowdown == b->io_compute_slowdown &&
            a->io_slowdown_matvec == b->io_slowdown_matvec &&
            a->io_slowdown_attn == b->io_slowdown_attn;
@@ -279,7 +281,9 @@ static void test_hostile(void) {
     expect_bad_value(text, "types", "[0, 1, 30, 8]", "short grid");
     expect_bad_value(text, "n_threads", "2.5", "fractional");
     expect_bad_value(text, "n_threads", "0", "zero threads");
-    expect_bad_value(text, "tierllm_profile_version", "13", "future version");
+    expect_bad_value(text, "tierllm_profile_version", "14", "future version");
+    expect_bad_value(text, "tierllm_profile_version", "12", "old version (no kv_store_s)");
+    expect_bad_value(text, "kv_store_s", "[1, 1, 1, 0]", "zero element");
     expect_bad_value(text, "tierllm_profile_version", "11",
                      "old version (no slowdown of attention)");
     expect_bad_value(text, "tierllm_profile_version", "10",

@@ -289,5 +289,10 @@ void tl_softmax_fast(float *x, size_t n);
  * for bit as the reference does, and a NaN as a NaN (its quiet bit set). */
 void tl_f16_row_to_f32_ref(const uint16_t *src, float *dst, size_t n);
 void tl_f16_row_to_f32_fast(const uint16_t *src, float *dst, size_t n);
+/* dst[i] = src[i] rounded to f16 (to nearest even; overflow to infinity), i < n (16-bit KV
+ * rows stored). The fast one's conversion instruction rounds every finite and infinite
+ * value bit for bit as the reference does, and a NaN to a NaN. */
+void tl_f32_row_to_f16_ref(const float *src, uint16_t *dst, size_t n);
+void tl_f32_row_to_f16_fast(const float *src, uint16_t *dst, size_t n);
 
 #endif

@@ -38,3 +38,7 @@ void tl_softmax_ref(float *x, size_t n) {
 void tl_f16_row_to_f32_ref(const uint16_t *src, float *dst, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = tl_f16_to_f32(src[i]);
 }
+
+void tl_f32_row_to_f16_ref(const float *src, uint16_t *dst, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = tl_f32_to_f16(src[i]);
+}

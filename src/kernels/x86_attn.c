@@ -158,3 +158,12 @@ void tl_f16_row_to_f32_fast(const uint16_t *src, float *dst, size_t n) {
     }
     tl_f16_row_to_f32_ref(src + i, dst + i, n - i);
 }
+
+void tl_f32_row_to_f16_fast(const float *src, uint16_t *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128((__m128i *)(void *)(dst + i), h);
+    }
+    tl_f32_row_to_f16_ref(src + i, dst + i, n - i);
+}

@@ -400,8 +400,7 @@ static void encode_page(const tl_kv *kv, const float *f32, uint8_t *out) {
         if (kv->p.bits == 32) {
             memcpy(o, x, D * sizeof(float));
         } else if (kv->p.bits == 16) {
-            uint16_t *h = (uint16_t *)(void *)o;
-            for (size_t j = 0; j < D; j++) h[j] = tl_f32_to_f16(x[j]);
+            tl_f32_row_to_f16_fast(x, (uint16_t *)(void *)o, D);
         } else {
             tl_kv_quant_row(x, kv->p.kv_dim, kv->group, kv->p.bits, o);
         }

@@ -269,6 +269,26 @@ static void rope(const tl_llama *m, float *x, int n_heads, int32_t pos) {
                m->rope_freqs.name ? m->rope_freqs.data : m->rope_divisors);
 }
 
+/* RoPE of n rows of q (n_head heads each) and k (n_head_kv heads), each row at its
+ * position: the frequencies once, each row's angles once for its q and its k. */
+static void rope_rows(const tl_llama *m, const tl_llama_rows *rows, float *q, float *k) {
+    const tl_llama_hparams *hp = &m->hp;
+    if (hp->pos_learned) return;
+    const size_t qd = (size_t)hp->n_head * hp->head_dim;
+    const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim;
+    const float *div = m->rope_freqs.name ? m->rope_freqs.data : m->rope_divisors;
+    double freq[2048]; /* rope_dim <= head_dim <= 4096 (the loader's bound) */
+    float cs[4096];
+    tl_op_rope_freqs(hp->rope_dim, hp->rope_base, freq);
+    for (int32_t i = 0; i < rows->n; i++) {
+        tl_op_rope_angles(hp->rope_dim, rows->pos[i], freq, div, cs);
+        tl_op_rope_rotate(q + (size_t)i * qd, hp->n_head, hp->head_dim, hp->rope_dim,
+                          hp->rope_mode, cs);
+        tl_op_rope_rotate(k + (size_t)i * kvd, hp->n_head_kv, hp->head_dim, hp->rope_dim,
+                          hp->rope_mode, cs);
+    }
+}
+
 typedef struct recompute_job {
     tl_llama *m;
     tl_llama_scratch *s;
@@ -515,13 +535,11 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
     add_bias_rows(s->q, &L->bq, n, qd);
     add_bias_rows(s->k, &L->bk, n, kvd);
     add_bias_rows(s->v, &L->bv, n, kvd);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         if (rows->pos[i] >= s->max_ctx)
             return tl_error_set(TL_ERR_CONTEXT, "position %d is past the context of %d",
                                 (int)rows->pos[i], (int)s->max_ctx);
-        rope(m, s->q + i * qd, hp->n_head, rows->pos[i]);
-        rope(m, s->k + i * kvd, hp->n_head_kv, rows->pos[i]);
-    }
+    rope_rows(m, rows, s->q, s->k);
     for (int32_t i = 0, e; i < rows->n; i = e) { /* append each sequence's run of rows */
         e = tl_llama_rows_run_end(rows, i);
         tl_status st = tl_kv_append(kv, rows->seq[i], kl, s->k + (size_t)i * kvd,

@@ -304,18 +304,29 @@ void tl_op_layernorm(const float *x, const float *g, const float *b, size_t n, s
     }
 }
 
-void tl_op_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, float base,
-                int mode, const float *freq_divisors) {
-    const int half = rope_dim / 2;
-    for (int i = 0; i < half; i++) {
-        double theta = (double)pos * pow((double)base, -2.0 * i / rope_dim);
+void tl_op_rope_freqs(int rope_dim, float base, double *freq) {
+    for (int i = 0; i < rope_dim / 2; i++) freq[i] = pow((double)base, -2.0 * i / rope_dim);
+}
+
+void tl_op_rope_angles(int rope_dim, int32_t pos, const double *freq,
+                       const float *freq_divisors, float *cs) {
+    for (int i = 0; i < rope_dim / 2; i++) {
+        double theta = (double)pos * freq[i];
         if (freq_divisors) theta /= freq_divisors[i];
-        float c = (float)cos(theta), s = (float)sin(theta);
-        for (int h = 0; h < n_heads; h++) {
-            float *p = x + (size_t)h * head_dim;
+        cs[2 * i] = (float)cos(theta);
+        cs[2 * i + 1] = (float)sin(theta);
+    }
+}
+
+void tl_op_rope_rotate(float *x, int n_heads, int head_dim, int rope_dim, int mode,
+                       const float *cs) {
+    const int half = rope_dim / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *p = x + (size_t)h * head_dim;
+        for (int i = 0; i < half; i++) {
             const int i0 = mode != TL_ROPE_PAIRS ? i : 2 * i;
             const int i1 = mode != TL_ROPE_PAIRS ? i + half : 2 * i + 1;
-            float a = p[i0], b = p[i1];
+            const float c = cs[2 * i], s = cs[2 * i + 1], a = p[i0], b = p[i1];
             p[i0] = a * c - b * s;
             p[i1] = a * s + b * c;
         }
@@ -331,6 +342,15 @@ void tl_op_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, 
             p[2 * i + 1] = tmp[i + half];
         }
     }
+}
+
+void tl_op_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, float base,
+                int mode, const float *freq_divisors) {
+    double freq[2048]; /* rope_dim <= head_dim <= 4096 (the loader's bound) */
+    float cs[4096];
+    tl_op_rope_freqs(rope_dim, base, freq);
+    tl_op_rope_angles(rope_dim, pos, freq, freq_divisors, cs);
+    tl_op_rope_rotate(x, n_heads, head_dim, rope_dim, mode, cs);
 }
 
 void tl_op_swiglu(const tl_llama *m, float *gate, const float *up, size_t n) {

@@ -77,6 +77,15 @@ enum {
  * rope_dim/2, paired as `mode` (TL_ROPE_*) says. */
 void tl_op_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, float base,
                 int mode, const float *freq_divisors);
+/* The same in three steps, for rows that share their angles (a row's q and k heads) and
+ * rows that share the frequencies (every row of a layer): freq[i] = base^(-2i/rope_dim),
+ * i < rope_dim/2; cs[2i], cs[2i+1] = cos, sin of pos * freq[i] / freq_divisors[i]; x
+ * rotated by cs. tl_op_rope gives bit for bit what the three give. */
+void tl_op_rope_freqs(int rope_dim, float base, double *freq);
+void tl_op_rope_angles(int rope_dim, int32_t pos, const double *freq,
+                       const float *freq_divisors, float *cs);
+void tl_op_rope_rotate(float *x, int n_heads, int head_dim, int rope_dim, int mode,
+                       const float *cs);
 
 /* gate[i] = silu(gate[i]) * up[i] for n elements. */
 void tl_op_swiglu(const tl_llama *m, float *gate, const float *up, size_t n);

@@ -17,8 +17,10 @@
  *                    (W - attn_cache_bytes) / (attn_mem_bytes - attn_cache_bytes) clamped
  *                    to [0, 1], W = the KV bytes the whole pass reads
  *   elementwise    = rows * (4 * n_embd + 3 * n_ff) * e            norms, rope, swiglu, adds
+ *   kv store       = rows * 2 * kv_dim * s[bits]     appending the rows' K and V, storing
+ *                    full pages in the format (the profile's figure into fresh memory)
  *   layer compute  = sum over micro-batches k of [ sum of its 7 matmuls at n = rows_k
- *                    + attention of its rows + elementwise + fixed ]
+ *                    + attention of its rows + elementwise + kv store + fixed ]
  *   output compute = matmul(output, logit rows) + logit rows * n_vocab * e (sampling)
  *   repack         = per pass, streamed bytes of weights kept in panels / repack_bps(type)
  *                    (residency.c repacks a unit on arrival), added to compute
@@ -135,6 +137,12 @@ static int32_t kv_read_depth(const tl_model *m) {
 static double kv_bits_decode_s(const tl_hw_profile *prof, int32_t bits) {
     for (int i = 0; i < TL_PROF_N_KVBITS; i++)
         if (tl_prof_kvbits[i] == bits) return prof->attn_decode_s[i];
+    return 0;
+}
+
+static double kv_bits_store_s(const tl_hw_profile *prof, int32_t bits) {
+    for (int i = 0; i < TL_PROF_N_KVBITS; i++)
+        if (tl_prof_kvbits[i] == bits) return prof->kv_store_s[i];
     return 0;
 }
 
@@ -458,7 +466,8 @@ static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int
                               ? mem_s_per_byte * mb_kv_bytes(m, kv_bits, ctx, stored, b) : 0;
     const double at = ctx * attn_per_pos + stored * decode_per_pos + kv_mem;
     if (attn) *attn = at;
-    return mm + at + rows * (4 * d + 3 * f) * prof->elementwise_s + prof->layer_fixed_s;
+    return mm + at + rows * (4 * d + 3 * f) * prof->elementwise_s +
+           rows * 2 * kvd * kv_bits_store_s(prof, kv_bits) + prof->layer_fixed_s;
 }
 
 /* tl_cost_pass_compute, with the attention blocks of a single micro-batch given (blocks >

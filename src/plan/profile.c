@@ -31,7 +31,7 @@ const int32_t tl_prof_depths[TL_PROF_N_DEPTH] = {1, 4, 16};
 const int32_t tl_prof_rows[TL_PROF_N_ROWS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
 const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS] = {32, 16, 8, 4};
 
-#define PROFILE_VERSION 12 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
+#define PROFILE_VERSION 13 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
                             * huge-page memory, as the weights (2 read them on 4 KiB pages,
                             * which understates the rates); 4: attn_block_s_per_mac; 5: the
                             * Q8_0/Q4_0 GEMM on int8 dot products (4 timed the f32 one); 6:
@@ -47,7 +47,7 @@ const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS] = {32, 16, 8, 4};
                             * row layout, which the engine does not run where it keeps
                             * panels), with the disk read as the residency reads it
                             * (10: a chunk at a time, KV-sized urgent reads between); 12:
-                            * io_slowdown_attn */
+                            * io_slowdown_attn; 13: kv_store_s */
 #define PROFILE_MAX_BYTES ((size_t)1 << 20)
 /* The longest grid axis (types or rows): an axis is copied whole into a buffer this long. */
 #define AXIS_MAX ((int)TL_PROF_N_TYPE > (int)TL_PROF_N_ROWS ? (int)TL_PROF_N_TYPE : (int)TL_PROF_N_ROWS)
@@ -179,6 +179,7 @@ static const pfield fields[] = {
     {"attn_mem_bytes", F_NUM, R_POS, OFF(attn_mem_bytes), 1, 0, NULL},
     {"attn_mem_s_per_byte", F_NUM, R_NONNEG, OFF(attn_mem_s_per_byte), 1, 0, NULL},
     {"elementwise_s", F_NUM, R_POS, OFF(elementwise_s), 1, 0, NULL},
+    {"kv_store_s", F_VEC, R_POS, OFF(kv_store_s), TL_PROF_N_KVBITS, 0, NULL},
     {"layer_fixed_s", F_NUM, R_NONNEG, OFF(layer_fixed_s), 1, 0, NULL},
     {"io_compute_slowdown", F_NUM, R_POS, OFF(io_compute_slowdown), 1, 0, NULL},
     {"io_slowdown_matvec", F_NUM, R_POS, OFF(io_slowdown_matvec), 1, 0, NULL},
@@ -569,6 +570,7 @@ void tl_profile_scale_compute(tl_hw_profile *p, double time_ratio) {
                                               * products over resident weights, bound by
                                               * the same memory */
     for (int k = 0; k < TL_PROF_N_KVBITS; k++) p->attn_decode_s[k] *= time_ratio;
+    for (int k = 0; k < TL_PROF_N_KVBITS; k++) p->kv_store_s[k] *= time_ratio;
     p->elementwise_s *= time_ratio;
     p->layer_fixed_s *= time_ratio;
 }

@@ -92,6 +92,10 @@ typedef struct tl_hw_profile {
     /* element-wise work of a layer (rmsnorm, rope, swiglu, residual adds), seconds per
      * element of one row (the cost model counts 4*n_embd + 3*n_ff elements per row) */
     double elementwise_s;
+    /* storing KV: seconds per value stored (2 * kv_dim per row per layer) in each
+     * format, appended to open pages and each full page stored, into memory never
+     * touched before (tl_prof_kvbits) */
+    double kv_store_s[TL_PROF_N_KVBITS];
     /* fixed cost of one forward pass per layer (thread-pool dispatches, bookkeeping) */
     double layer_fixed_s;
     /* compute time while the disk streams at full speed / compute time alone (>= 1):

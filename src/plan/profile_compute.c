@@ -16,9 +16,11 @@
  * model with a kv head per TL_PROF_GQA_GROUP query heads (grouped-query attention shares
  * a kv head's reads across its group). A deep model of the same layers, decoded far
  * enough that its KV outgrows the caches, gives the extra cost per KV byte read there.
- * Stored KV formats are costed by timing their row decoding directly. Each synthetic
+ * Stored KV formats are costed by timing their row decoding directly, and storing rows
+ * in each format by appending them to a fresh cache. Each synthetic
  * model's file is unlinked as soon as it is open, so it cannot outlive the process.
  */
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -379,6 +381,49 @@ static tl_status measure_kv_decode(tl_hw_profile *p) {
     return TL_OK;
 }
 
+/* Storing KV rows (tl_kv_append into a sequence's open f32 pages, then the commit that
+ * stores each full page in the format, as a prefill chunk does at every layer): seconds
+ * per stored value (a row stores 2 * kv_dim per layer), timed on a fresh in-memory cache
+ * whose frames were never touched, as a run's are: first touches of new memory are
+ * much of the cost, and malloc_trim between repetitions returns the last one's pages. */
+static tl_status measure_kv_store(tl_hw_profile *p) {
+    enum { LAYERS = 4, TOKENS = 2048, CHUNK = 64, HD = 128, KVD = 1024 };
+    float *k = malloc((size_t)CHUNK * KVD * sizeof *k);
+    float *v = malloc((size_t)CHUNK * KVD * sizeof *v);
+    tl_budget *budget = NULL;
+    tl_status st = k && v ? tl_budget_open(0, &budget)
+                          : tl_error_set(TL_ERR_NOMEM, "kv store profile: out of memory");
+    uint64_t seed = 9;
+    for (size_t i = 0; st == TL_OK && i < (size_t)CHUNK * KVD; i++)
+        k[i] = tl_rand_sym(&seed), v[i] = tl_rand_sym(&seed);
+    for (int b = 0; b < TL_PROF_N_KVBITS && st == TL_OK; b++) {
+        tl_kv_params kp = {.n_layer = LAYERS, .kv_dim = KVD, .head_dim = HD, .page_tokens = 16,
+                           .bits = tl_prof_kvbits[b], .kv_mem_pct = 100, .max_seqs = 1,
+                           .max_tokens = TOKENS, .max_block = CHUNK};
+        double t[3];
+        for (int rep = 0; rep < 3 && st == TL_OK; rep++) {
+            tl_kv *kv = NULL;
+            int32_t seq = 0;
+            malloc_trim(0);
+            st = tl_kv_open(&kp, budget, NULL, &kv);
+            if (st == TL_OK) st = tl_kv_seq_open(kv, &seq);
+            const double t0 = tl_now();
+            for (int32_t pos = 0; st == TL_OK && pos < TOKENS; pos += CHUNK) {
+                for (int32_t l = 0; st == TL_OK && l < LAYERS; l++)
+                    st = tl_kv_append(kv, seq, l, k, v, CHUNK);
+                if (st == TL_OK) st = tl_kv_seq_commit(kv, seq, CHUNK);
+            }
+            t[rep] = tl_now() - t0;
+            if (kv) tl_kv_close(kv);
+        }
+        if (st == TL_OK)
+            p->kv_store_s[b] = tl_median(t, 3) / ((double)TOKENS * LAYERS * 2 * KVD);
+    }
+    if (budget) tl_budget_close(budget);
+    free(k), free(v);
+    return st ? tl_error_wrap(st, "kv store profile") : TL_OK;
+}
+
 /* Blocked attention: the same model prefills n_pos positions in prompt chunks of
  * TL_ATTN_BLOCK_MAX_ROWS rows (one attention block each); a chunk starting at position p
  * costs a constant (its matrix products and element-wise work) plus L * n_head * head_dim
@@ -602,6 +647,7 @@ tl_status tl__profile_measure_attention(int32_t threads, const char *dir, tl_hw_
     attention_rates(&gq, p, gb, g_block, progress, user, &p->attn_gqa_s_per_mac,
                     &p->attn_gqa_block_s_per_mac);
     st = measure_kv_decode(p);
+    if (st == TL_OK) st = measure_kv_store(p);
     if (st != TL_OK) return st;
     /* the small model's KV per token at its mean position: what the figures above
      * were measured with, in the caches */
@@ -622,7 +668,8 @@ tl_status tl__profile_measure_attention(int32_t threads, const char *dir, tl_hw_
      * embedding row (n_embd) and the logits' norm and output (n_embd + n_vocab) */
     double tok_elem = p->elementwise_s * (2.0 * sp.n_embd + sp.n_vocab);
     double fixed = (a - mm_s - tok_elem) / L -
-                   p->elementwise_s * (4.0 * sp.n_embd + 3.0 * sp.n_ff);
+                   p->elementwise_s * (4.0 * sp.n_embd + 3.0 * sp.n_ff) -
+                   2.0 * kvd * p->kv_store_s[0]; /* the token's f32 K and V stored */
     p->layer_fixed_s = fixed > 0 ? fixed : 0;
     return TL_OK;
 }

@@ -85,6 +85,10 @@ static void print_summary(const tl_hw_profile *p) {
         printf("%s%d-bit %.3f ns", k > 1 ? ", " : "", (int)tl_prof_kvbits[k],
                p->attn_decode_s[k] * 1e9);
     printf(" per element\n");
+    printf("  KV store:    ");
+    for (int k = 0; k < TL_PROF_N_KVBITS; k++)
+        printf("%s%d-bit %.3f ns", k ? ", " : "", (int)tl_prof_kvbits[k], p->kv_store_s[k] * 1e9);
+    printf(" per value (fresh memory)\n");
     printf("element-wise:  %.3f ns per element\n", p->elementwise_s * 1e9);
     printf("compute while the disk streams: %.2fx slower (%.2fx for 1-4 rows, %.2fx for "
            "attention)\n", p->io_compute_slowdown, p->io_slowdown_matvec, p->io_slowdown_attn);
