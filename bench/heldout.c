@@ -93,7 +93,8 @@ static config draw_config(draw *d, int i) {
     return c;
 }
 
-typedef struct result { double err, err_no_ring; int single, ok; } result;
+/* err_no[0]: without the ring delay, err_no[1]: without the rate spread */
+typedef struct result { double err, err_no[2]; int single, ok; } result;
 
 /* A model file just written has dirty pages in the page cache, and the engine's direct
  * reads of them wait for their write-back: its first reads (the calibration's) would
@@ -106,13 +107,13 @@ static void settle(const char *path) {
     close(fd);
 }
 
-/* no_ring: the errors of the predictions without the calibrated ring delay */
-static void summary(const char *label, const result *r, int n, int single, int no_ring) {
+/* without: 0 the errors of the predictions; 1 + k their errors without term k (err_no) */
+static void summary(const char *label, const result *r, int n, int single, int without) {
     double abs_err[256], sum = 0;
     int k = 0;
     for (int i = 0; i < n; i++)
         if (r[i].ok && (single < 0 || r[i].single == single)) {
-            const double e = no_ring ? r[i].err_no_ring : r[i].err;
+            const double e = without ? r[i].err_no[without - 1] : r[i].err;
             abs_err[k++] = fabs(e);
             sum += e;
         }
@@ -139,8 +140,8 @@ static double rate_gbs(double bytes, double seconds) {
 static double whole_error(const outcome *o) {
     return (o->measured_s - o->plan.cost.total_s) / o->measured_s;
 }
-static double whole_error_no_ring(const outcome *o) {
-    return (o->measured_s - o->total_no_ring_s) / o->measured_s;
+static double whole_error_without(const outcome *o, double predicted_s) {
+    return (o->measured_s - predicted_s) / o->measured_s;
 }
 
 /* A configuration whose first run measured under REPEAT_UNDER_S is in the range where this
@@ -269,7 +270,10 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
         const tl_cost *pc = &o.plan.cost;
         const tl_policy *pol = &o.plan.policy;
         const int kv_disk = pol->single ? pol->kv_window_pages > 0 : pol->kv_mem_pct < 100;
-        res[i] = (result){whole_error(&o), whole_error_no_ring(&o), c.single, 1};
+        res[i] = (result){whole_error(&o),
+                          {whole_error_without(&o, o.total_no_ring_s),
+                           whole_error_without(&o, o.total_no_spread_s)},
+                          c.single, 1};
         printf("     policy ");
         print_policy(pol);
         printf(" | weights %s, KV %s\n", o.plan.streamed_bytes > 0 ? "streamed" : "resident",
@@ -288,7 +292,10 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
                pc->total_s, o.measured_s, 100 * res[i].err);
         if (o.total_no_ring_s != pc->total_s)
             printf(" (without the ring delay: predicted %.2f s, error %+.1f%%)",
-                   o.total_no_ring_s, 100 * res[i].err_no_ring);
+                   o.total_no_ring_s, 100 * res[i].err_no[0]);
+        if (o.total_no_spread_s != pc->total_s)
+            printf(" (at the median disk rate alone: predicted %.2f s, error %+.1f%%)",
+                   o.total_no_spread_s, 100 * res[i].err_no[1]);
         printf("\n");
         if (!c.single)
             printf("     bytes   weights predicted %.0f MiB measured %.0f, KV read predicted %.0f "
@@ -329,6 +336,11 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
     summary("run", res, n, 1, 1);
     summary("batch", res, n, 0, 1);
     summary("all", res, n, -1, 1);
+    printf("the same runs, predicted at the disk calibration's median rate alone (the rate "
+           "spread's ablation):\n");
+    summary("run", res, n, 1, 2);
+    summary("batch", res, n, 0, 2);
+    summary("all", res, n, -1, 2);
     if (decide_cap_s > 0) {
         int decided = 0, within = 0, naive = 0;
         double gain = 0;

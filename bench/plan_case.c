@@ -90,7 +90,17 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
     }
     o.disk_bps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
     o.prof = cal;
-    o.total_no_ring_s = o.plan.cost.total_s;
+    o.total_no_ring_s = o.total_no_spread_s = o.plan.cost.total_s;
+    if (!st && cal.n_disk_spread > 1) {
+        tl_hw_profile off = cal;
+        off.n_disk_spread = 0;
+        tl_plan_result with, without;
+        if (tl_plan_evaluate(m, &cal, &rq.w, &o.plan.policy, &with) == TL_OK &&
+            tl_plan_evaluate(m, &off, &rq.w, &o.plan.policy, &without) == TL_OK)
+            o.total_no_spread_s =
+                o.plan.cost.total_s - with.cost.total_s + without.cost.total_s;
+        tl_error_clear();
+    }
     if (!st && cal.ring_unit_delay_s > 0) { /* the same policy priced with and without */
         tl_hw_profile off = cal;
         off.ring_unit_delay_s = 0;

@@ -38,6 +38,9 @@ typedef struct outcome {
     /* the plan's whole prediction with the calibration's ring delay left out (the term's
      * ablation; = plan.cost.total_s when none was measured) */
     double total_no_ring_s;
+    /* the same with the disk calibration's rate spread left out (priced at the median
+     * rate alone; = plan.cost.total_s when there was no spread) */
+    double total_no_spread_s;
     char error[1024];       /* why it did not run (planning or placement refused it), or "" */
 } outcome;
 

@@ -189,6 +189,46 @@ static void hand_slowdown(const char *path) {
     tl_model_close(m);
 }
 
+/* The disk calibration's spread: the wall times are the mean of the times at each sample's
+ * rate (the stream's figures, chunks of the engine's size and up, scaled), the terms those
+ * at the median; with a pass IO-bound, a rate half the median costs more than a rate twice
+ * it saves. */
+static void disk_spread(const char *path) {
+    tl_model *m = open_model(path, 64u << 20);
+    if (!m) return;
+    tl_hw_profile prof;
+    tl_test_round_profile(&prof);
+    tl_workload w = {8, 4, 1};
+    tl_policy pol = {.single = 1, .gbs = 1, .num_gb = 1, .prefill_rows = 4, .w_mem_pct = 0,
+                     .kv_mem_pct = 100, .kv_bits = 32, .page_tokens = 16, .prefetch = 1,
+                     .overlap = 1, .n_ctx = 16};
+    tl_plan_result r0, r, rk;
+    CHECK(tl_plan_evaluate(m, &prof, &w, &pol, &r0) == TL_OK);
+    const double spread[3] = {0.5, 1.0, 2.0};
+    tl_hw_profile sp = prof;
+    for (int k = 0; k < 3; k++) sp.disk_spread[k] = spread[k];
+    sp.n_disk_spread = 3;
+    CHECK(tl_plan_evaluate(m, &sp, &w, &pol, &r) == TL_OK);
+    double pre = 0, dec = 0;
+    for (int k = 0; k < 3; k++) {
+        tl_hw_profile at = prof;
+        for (int c = 0; c < TL_PROF_N_CHUNK; c++)
+            for (int d = 0; d < TL_PROF_N_DEPTH; d++)
+                if (tl_prof_chunks[c] >= m->lm.params.io_chunk_bytes)
+                    at.disk_read_bps[c][d] *= spread[k];
+        CHECK(tl_plan_evaluate(m, &at, &w, &pol, &rk) == TL_OK);
+        pre += rk.cost.prefill_s / 3;
+        dec += rk.cost.decode_s / 3;
+    }
+    CHECK_MSG(close_to(r.cost.prefill_s, pre, 1e-12) && close_to(r.cost.decode_s, dec, 1e-12),
+              "spread: prefill %.9g vs %.9g, decode %.9g vs %.9g", r.cost.prefill_s, pre,
+              r.cost.decode_s, dec);
+    CHECK(close_to(r.cost.total_s, pre + dec, 1e-12));
+    CHECK(r.cost.decode_s > r0.cost.decode_s * 1.05);
+    CHECK(r.cost.decode.weight_read_s == r0.cost.decode.weight_read_s);
+    tl_model_close(m);
+}
+
 /* Storing KV: every row of every layer stores 2 * kv_dim values (hand_single's model: 2
  * layers, kv_dim 32) at the profile's figure for the format, and nothing else moves. */
 static void hand_kv_store(const char *path) {
@@ -1056,6 +1096,7 @@ int main(void) {
     hand_batch_spill(p1);
     hand_slowdown(p1);
     hand_kv_store(p1);
+    disk_spread(p1);
     products_rounds();
     hand_attn_block(p1);
     char pg2[256];

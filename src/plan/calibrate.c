@@ -2,6 +2,7 @@
 #include "plan/calibrate.h"
 
 #include <math.h>
+#include <string.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -101,6 +102,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     *measured_bps = 0;
     *ratio = 1;
     prof->ring_unit_delay_s = 0; /* tl_plan_calibrate_ring's, for these rates */
+    prof->n_disk_spread = 0;
     if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating the disk: nothing placed");
     tl_status est = calibrate_embedding(m, prof);
     if (est) return est;
@@ -110,7 +112,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
      * run of many passes sees. At least 3, so that one pass cannot decide: of 2 passes the
      * median is their mean, and a single fast pass pulls it, and every prediction, too
      * short. The cap keeps this a fixed cost however much streams. */
-    double rate[5];
+    double rate[TL_PROF_N_SPREAD];
     int n = 0, cursor = 0;
     uint64_t total = 0;
     /* a pass that fits in a sample is timed as decode takes it: whole passes through the
@@ -148,7 +150,11 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
         rate[n++] = (double)bytes / seconds;
         total += bytes;
     }
-    *measured_bps = tl_median(rate, (size_t)n);
+    double sorted[TL_PROF_N_SPREAD];
+    memcpy(sorted, rate, (size_t)n * sizeof *rate);
+    *measured_bps = tl_median(sorted, (size_t)n);
+    for (int i = 0; i < n; i++) prof->disk_spread[i] = rate[i] / *measured_bps;
+    prof->n_disk_spread = n;
     *ratio = *measured_bps / tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes,
                                                  m->lm.params.io_queue_depth);
     /* only what was measured: requests of the engine's chunk size and larger (KV pages

@@ -1013,8 +1013,8 @@ tl_status tl_cost_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
     return TL_OK;
 }
 
-tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
-                          const tl_policy *pol, const tl_weight_plan *plan, tl_cost *out) {
+static tl_status predict_at(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
+                            const tl_policy *pol, const tl_weight_plan *plan, tl_cost *out) {
     memset(out, 0, sizeof *out);
     predict_acc pa;
     memset(&pa, 0, sizeof pa);
@@ -1036,6 +1036,33 @@ tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl
     out->bottleneck = largest(dec.passes > 0 ? &dec.t : &pre.t);
     out->decode_kv_pages_needed = pa.kv_needed;
     out->decode_kv_pages_read = pa.kv_read_pages;
+    return TL_OK;
+}
+
+tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
+                          const tl_policy *pol, const tl_weight_plan *plan, tl_cost *out) {
+    tl_status st = predict_at(m, prof, w, pol, plan, out);
+    if (st || prof->n_disk_spread < 2) return st;
+    /* the wall times: their mean over the disk calibration's sample rates (the stream's
+     * figures, chunks of the engine's size and up, as the calibration scaled them); the
+     * terms stay those at the median rate */
+    double pre = 0, dec = 0;
+    tl_hw_profile at = *prof;
+    at.n_disk_spread = 0;
+    for (int32_t k = 0; k < prof->n_disk_spread; k++) {
+        for (int c = 0; c < TL_PROF_N_CHUNK; c++)
+            for (int d = 0; d < TL_PROF_N_DEPTH; d++)
+                if (tl_prof_chunks[c] >= m->lm.params.io_chunk_bytes)
+                    at.disk_read_bps[c][d] = prof->disk_read_bps[c][d] * prof->disk_spread[k];
+        tl_cost c;
+        if ((st = predict_at(m, &at, w, pol, plan, &c))) return st;
+        pre += c.prefill_s;
+        dec += c.decode_s;
+    }
+    out->prefill_s = pre / prof->n_disk_spread;
+    out->decode_s = dec / prof->n_disk_spread;
+    out->total_s = out->prefill_s + out->decode_s;
+    out->tokens_per_s = out->total_s > 0 ? (double)w->num_seqs * w->gen_len / out->total_s : 0;
     return TL_OK;
 }
 

@@ -28,6 +28,7 @@ enum {
     TL_PROF_GQA_GROUP = 4 /* query heads per kv head of the grouped attention figures */
 };
 
+#define TL_PROF_N_SPREAD 5 /* the disk calibration's samples at most */
 #define TL_PROF_URGENT_BYTES ((uint64_t)32 << 10) /* the urgent read's size (a KV page) */
 extern const uint64_t tl_prof_chunks[TL_PROF_N_CHUNK];
 extern const int32_t tl_prof_depths[TL_PROF_N_DEPTH];
@@ -116,6 +117,12 @@ typedef struct tl_hw_profile {
      * unit's read takes beyond the ring's overlap when the cores compute while it is in
      * flight (the IO thread waiting for a core to retire and issue reads) */
     double ring_unit_delay_s;
+    /* not saved, none in a loaded profile: set by the disk calibration, the rate of each
+     * of its samples over their median (the stream's figures were scaled to the median):
+     * the cost model prices a run as the mean of its times at these rates, since a pass
+     * slower than the median costs more than a faster one saves */
+    double disk_spread[TL_PROF_N_SPREAD];
+    int32_t n_disk_spread;
 } tl_hw_profile;
 
 /* The machine key of this machine for `n_threads` compute threads. */
