@@ -11,7 +11,10 @@
  * smaller than a chunk), and with the reference kernels within float rounding of it.
  * No row may be left uncomputed: Y starts as NaN everywhere.
  * Budget blocks of 4 MiB or more (huge-page advice, as the weights get): the alignment
- * asked for, the whole block writable, the accounting back to 0 on free, the limit. */
+ * asked for, the whole block writable, the accounting back to 0 on free, the limit.
+ * RoPE: tl_op_rope and its three steps (one row's angles shared by its q and k heads) bit
+ * for bit as the rotation written out longhand, every pairing mode, with and without
+ * frequency divisors. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -166,7 +169,60 @@ static void test_mib_up(void) {
     CHECK(tl_mib_up(UINT64_MAX) > 1.7e13);
 }
 
+/* The rotation longhand: pair i of every head turned by pos * base^(-2i/rope_dim) / div[i]. */
+static void rope_longhand(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos,
+                          float base, int mode, const float *div) {
+    const int half = rope_dim / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *p = x + (size_t)h * head_dim, t[256];
+        for (int i = 0; i < half; i++) {
+            double theta = (double)pos * pow((double)base, -2.0 * i / rope_dim);
+            if (div) theta /= div[i];
+            const float c = (float)cos(theta), s = (float)sin(theta);
+            const int i0 = mode != TL_ROPE_PAIRS ? i : 2 * i;
+            const int i1 = mode != TL_ROPE_PAIRS ? i + half : 2 * i + 1;
+            const float a = p[i0], b = p[i1];
+            p[i0] = a * c - b * s;
+            p[i1] = a * s + b * c;
+        }
+        if (mode != TL_ROPE_HALF_AS_PAIRS) continue;
+        memcpy(t, p, (size_t)rope_dim * sizeof *p);
+        for (int i = 0; i < half; i++) p[2 * i] = t[i], p[2 * i + 1] = t[i + half];
+    }
+}
+
+static void test_rope(void) {
+    enum { HD = 64, RD = 48, NQ = 4, NK = 2 };
+    float q0[NQ * HD], k0[NK * HD], q1[NQ * HD], k1[NK * HD], q2[NQ * HD], k2[NK * HD];
+    float div[RD / 2], cs[RD];
+    double freq[RD / 2];
+    uint64_t seed = 3;
+    for (int i = 0; i < RD / 2; i++) div[i] = 2.5f + 1.5f * tl_rand_sym(&seed);
+    const int32_t positions[] = {0, 1, 17, 4095, 131071};
+    int bad = 0;
+    for (int mode = 0; mode < 3; mode++)
+        for (int d = 0; d < 2; d++)
+            for (size_t pi = 0; pi < sizeof positions / sizeof *positions; pi++) {
+                const int32_t pos = positions[pi];
+                const float *dv = d ? div : NULL;
+                for (int i = 0; i < NQ * HD; i++) q0[i] = q1[i] = q2[i] = tl_rand_sym(&seed);
+                for (int i = 0; i < NK * HD; i++) k0[i] = k1[i] = k2[i] = tl_rand_sym(&seed);
+                rope_longhand(q0, NQ, HD, RD, pos, 10000.0f, mode, dv);
+                rope_longhand(k0, NK, HD, RD, pos, 10000.0f, mode, dv);
+                tl_op_rope(q1, NQ, HD, RD, pos, 10000.0f, mode, dv);
+                tl_op_rope(k1, NK, HD, RD, pos, 10000.0f, mode, dv);
+                tl_op_rope_freqs(RD, 10000.0f, freq);
+                tl_op_rope_angles(RD, pos, freq, dv, cs);
+                tl_op_rope_rotate(q2, NQ, HD, RD, mode, cs);
+                tl_op_rope_rotate(k2, NK, HD, RD, mode, cs);
+                bad += memcmp(q0, q1, sizeof q0) != 0 || memcmp(k0, k1, sizeof k0) != 0 ||
+                       memcmp(q0, q2, sizeof q0) != 0 || memcmp(k0, k2, sizeof k0) != 0;
+            }
+    CHECK_MSG(bad == 0, "rope: %d of 30 cases differ from the longhand rotation", bad);
+}
+
 int main(void) {
+    test_rope();
     test_products();
     test_large_blocks();
     test_mib_up();

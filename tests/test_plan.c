@@ -224,6 +224,7 @@ static void disk_spread(const char *path) {
               "spread: prefill %.9g vs %.9g, decode %.9g vs %.9g", r.cost.prefill_s, pre,
               r.cost.decode_s, dec);
     CHECK(close_to(r.cost.total_s, pre + dec, 1e-12));
+    CHECK(close_to(r.cost.tokens_per_s, 4.0 / (pre + dec), 1e-12));
     CHECK(r.cost.decode_s > r0.cost.decode_s * 1.05);
     CHECK(r.cost.decode.weight_read_s == r0.cost.decode.weight_read_s);
     tl_model_close(m);

@@ -11,6 +11,7 @@ p = {"tierllm_profile_version": 13, "machine": "test", "disk_dir": "/tmp", "n_th
      "matmul_macs": [[1e9 * min(r, 16) for r in rows]] * 13,
      "matmul_call_s": [[1e-5] * 10] * 13, "repack_bps": [0, 0, 0, 3e10, 3e10] + [0] * 8,
      "attn_s_per_mac": 1e-9, "attn_block_s_per_mac": 5e-10, "attn_gqa_s_per_mac": 8e-10, "attn_gqa_block_s_per_mac": 4e-10, "attn_cache_bytes": 8e6, "attn_mem_bytes": 2.5e8, "attn_mem_s_per_byte": 2e-11, "kv_bits": [32, 16, 8, 4], "attn_decode_s": [0, 1e-9, 1e-9, 1e-9],
-     "elementwise_s": 1e-9, "kv_store_s": [1e-9] * 4, "layer_fixed_s": 1e-5, "io_compute_slowdown": 1.1,
+     "elementwise_s": 1e-9, "kv_store_s": [1e-9] * 4,
+     "layer_fixed_s": 1e-5, "io_compute_slowdown": 1.1,
      "io_slowdown_matvec": 1.2, "io_slowdown_attn": 1.05}
 json.dump(p, open(sys.argv[1], "w"))

@@ -2,10 +2,10 @@
 #include "plan/calibrate.h"
 
 #include <math.h>
-#include <string.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include "exec/model_handle.h"
 #include "plan/cost.h"
 #include "plan/search.h"
@@ -127,7 +127,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     if (!m->lm.flash && wp->overlap && per_pass > 0 && per_pass <= CALIBRATE_PASS_BYTES) {
         const int n_passes = (int)((CALIBRATE_SAMPLE_BYTES + per_pass - 1) / per_pass);
         double spent = 0; /* 3 samples, 5 while they stay short (a slow build: fewer) */
-        while (n < 3 || (n < 5 && spent < CALIBRATE_SAMPLES_S)) {
+        while (n < 3 || (n < TL_PROF_N_SPREAD && spent < CALIBRATE_SAMPLES_S)) {
             double seconds = 0;
             uint64_t bytes = 0;
             const double t0 = tl_now();
@@ -139,21 +139,26 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
             spent += tl_now() - t0;
         }
     }
-    while (n == 0 || (total > 0 && n < 5 && (n < 3 || total < ((uint64_t)512 << 20)))) {
+    while (n == 0 ||
+           (total > 0 && n < TL_PROF_N_SPREAD && (n < 3 || total < ((uint64_t)512 << 20)))) {
         double seconds = 0;
         uint64_t bytes = 0;
         tl_status st = tl_residency_measure_io(m->res, CALIBRATE_PASS_BYTES, &cursor, &seconds,
                                                  &bytes);
         if (st) return tl_error_wrap(st, "calibrating the disk on the model file");
-        if (bytes < ((uint64_t)8 << 20) || seconds <= 0)
-            return n ? TL_OK : calibrate_flash(m, prof, measured_bps, ratio);
+        if ((bytes < ((uint64_t)8 << 20) || seconds <= 0) && !n)
+            return calibrate_flash(m, prof, measured_bps, ratio);
+        if (bytes < ((uint64_t)8 << 20) || seconds <= 0) break; /* the samples taken stand */
         rate[n++] = (double)bytes / seconds;
         total += bytes;
     }
     double sorted[TL_PROF_N_SPREAD];
     memcpy(sorted, rate, (size_t)n * sizeof *rate);
     *measured_bps = tl_median(sorted, (size_t)n);
-    for (int i = 0; i < n; i++) prof->disk_spread[i] = rate[i] / *measured_bps;
+    /* each sample's rate over the median, within [1/2, 2]: a sample further off is a stall
+     * or a pass out of a cache, not a rate the run's many passes keep */
+    for (int i = 0; i < n; i++)
+        prof->disk_spread[i] = fmin(2, fmax(0.5, rate[i] / *measured_bps));
     prof->n_disk_spread = n;
     *ratio = *measured_bps / tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes,
                                                  m->lm.params.io_queue_depth);
@@ -240,9 +245,9 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
 /* Resident matrices timed per calibration: enough to stream from DRAM, not from cache. */
 #define COMPUTE_MIN_BYTES ((uint64_t)128 << 20)
 #define COMPUTE_MAX_BYTES ((uint64_t)384 << 20)
-/* Less than COMPUTE_MIN_BYTES resident: the whole model's products are timed in pass
- * order (small_model_products) when at most this many bytes stream per pass (each is read
- * three times) */
+/* Less than COMPUTE_MIN_BYTES resident: the model's products are timed in pass order
+ * (small_model_products), all of them when at most this many bytes stream per pass, else
+ * the units of the pass's first this many bytes (each unit is read three times) */
 #define SMALL_MODEL_STREAM_BYTES ((uint64_t)64 << 20)
 #define SMALL_MODEL_PASSES 3
 
@@ -323,15 +328,16 @@ static void barrier_task(void *arg, int task, int thread) {
     while (atomic_load(&b->arrived) < b->n) sched_yield();
 }
 
-/* A small model's decode products in pass order (units 0..n_layer: each layer's products,
- * then the output's), each streamed unit first read into the ring on its own (borrowed, not
+/* A model's decode products in pass order (units 0..n_layer: each layer's products, then
+ * the output's), each streamed unit first read into the ring on its own (borrowed, not
  * timed), as a pass meets them: where the model's weights fit in the caches they are
- * multiplied from there, which the profile's figures, timed beyond the caches, do not know.
- * *measured: the products' time in one pass (each its fastest of SMALL_MODEL_PASSES);
- * *predicted: the profile's price of one pass. A flash or neuron layout, or no room in the
- * budget for the buffers: nothing measured (0). */
-static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, double *measured,
-                                      double *predicted) {
+ * multiplied from there, which the profile's figures, timed beyond the caches, do not know,
+ * and a unit just read is multiplied as the run multiplies it. The units up to the one
+ * that brings their weights to `cap` bytes. *measured: those products' time in one pass
+ * (each its fastest of SMALL_MODEL_PASSES); *predicted: the profile's price of them. A
+ * flash or neuron layout, or no room in the budget for the buffers: nothing measured (0). */
+static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, uint64_t cap,
+                                      double *measured, double *predicted) {
     *measured = *predicted = 0;
     const int32_t L = m->lm.hp.n_layer;
     if (m->lm.flash || m->lm.stage_first != 0 || m->lm.stage_end != L) return TL_OK;
@@ -366,8 +372,9 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, do
     for (size_t c = 0; c < max_cols; c++) X[c] = 1.0f;
     tl_status st = TL_OK;
     int32_t n_products = 0;
-    for (int pass = 0; pass < SMALL_MODEL_PASSES && !st; pass++)
-        for (int32_t u = 0, k = 0; u <= L && !st; u++, n_products = k) {
+    for (int pass = 0; pass < SMALL_MODEL_PASSES && !st; pass++) {
+        uint64_t bytes = 0;
+        for (int32_t u = 0, k = 0; u <= L && !st && bytes < cap; u++, n_products = k) {
             tl_weight *ws[TL_WEIGHT_UNIT_MAX];
             int n = 0;
             if (u < L) {
@@ -387,9 +394,11 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, do
                 const double dt = tl_now() - t0;
                 if (!pass) price += tl_cost_matmul(prof, ws[i], 1);
                 if (!pass || dt < best[k]) best[k] = dt;
+                bytes += ws[i]->file_bytes;
             }
             tl_residency_unborrow(m->res, u);
         }
+    }
     tl__calibrate_free(m, X, Y, scratch);
     if (st) {
         free(best);
@@ -433,9 +442,10 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
     }
     if (bytes < COMPUTE_MIN_BYTES) { /* too little resident to stream from DRAM */
         free(use);
-        if (tl_residency_plan(m->res)->streamed_bytes > SMALL_MODEL_STREAM_BYTES) return TL_OK;
+        const uint64_t cap = tl_residency_plan(m->res)->streamed_bytes > SMALL_MODEL_STREAM_BYTES
+                                 ? SMALL_MODEL_STREAM_BYTES : UINT64_MAX;
         double measured, predicted;
-        tl_status st = small_model_products(m, prof, &measured, &predicted);
+        tl_status st = small_model_products(m, prof, cap, &measured, &predicted);
         if (st || !(measured > 0) || !(predicted > 0)) return st;
         *ratio = measured / predicted;
         scale_matvec(prof, *ratio);

@@ -37,7 +37,9 @@
  * fetch) for about half a second, and the whole grid is scaled so that its figure at
  * their mean request is the rate measured. A token embedding left on
  * disk has its row reads timed too (prof->embd_row_s, the median of 32; 0 when it is in
- * memory). */
+ * memory). The stream's samples' rates over their median, each within [1/2, 2], go to
+ * prof->disk_spread (none for a flash file's sites): tl_cost_predict's wall times are
+ * their mean over those rates. */
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio);
 
@@ -86,12 +88,13 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
  * priced as it prices them) are timed, median of 3 passes, against the profile's
  * prediction for them, and *ratio = measured / predicted scales the profile's rates for
  * products of up to 4 rows (memory-bound; larger products re-read their weights from cache
- * and keep their figures). With less resident, a model that streams at most 64 MiB per
- * pass (and has neither flash nor neuron layout) is timed whole instead: every unit's
- * 1-row products in pass order, a streamed unit first borrowed into the ring
- * (tl_residency_borrow), each product's fastest of 3 passes: a small model's weights are
- * multiplied from the caches, which the profile's figures do not know; otherwise *ratio
- * stays 1. Call with no unit acquired; an IO error reading a unit is the residency's, as
+ * and keep their figures). With less resident, a model with neither flash nor neuron
+ * layout is timed in pass order instead: the units' 1-row products, a streamed unit first
+ * borrowed into the ring (tl_residency_borrow), each product's fastest of 3 passes - every
+ * unit when at most 64 MiB stream per pass (a small model's weights are multiplied from
+ * the caches, which the profile's figures do not know), else the first units up to 64 MiB
+ * (a unit just read is multiplied as the run multiplies it; the profile's figures come from
+ * one moment of a machine whose memory-bound rates wander). Call with no unit acquired; an IO error reading a unit is the residency's, as
  * in tl_plan_calibrate_disk. Its buffers come from the budget (none free: skipped). */
 tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ratio);
 

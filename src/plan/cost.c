@@ -21,6 +21,8 @@
  *                    full pages in the format (the profile's figure into fresh memory)
  *   layer compute  = sum over micro-batches k of [ sum of its 7 matmuls at n = rows_k
  *                    + attention of its rows + elementwise + kv store + fixed ]
+ *   wall (predict) = with weights streamed and the disk calibration's spread s_1..s_n,
+ *                    the mean over k of the wall time with the stream's rates times s_k
  *   output compute = matmul(output, logit rows) + logit rows * n_vocab * e (sampling)
  *   repack         = per pass, streamed bytes of weights kept in panels / repack_bps(type)
  *                    (residency.c repacks a unit on arrival), added to compute
@@ -1042,7 +1044,7 @@ static tl_status predict_at(const tl_model *m, const tl_hw_profile *prof, const 
 tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
                           const tl_policy *pol, const tl_weight_plan *plan, tl_cost *out) {
     tl_status st = predict_at(m, prof, w, pol, plan, out);
-    if (st || prof->n_disk_spread < 2) return st;
+    if (st || prof->n_disk_spread < 2 || plan->streamed_bytes == 0) return st;
     /* the wall times: their mean over the disk calibration's sample rates (the stream's
      * figures, chunks of the engine's size and up, as the calibration scaled them); the
      * terms stay those at the median rate */

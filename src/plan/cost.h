@@ -114,7 +114,11 @@ tl_status tl_cost_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
 double tl_cost_flash_need_share(const tl_model *m, int32_t l, int site, double rows);
 
 /* Predicts the workload under the policy with weight plan `plan`. TL_ERR_INVALID for
- * an inconsistent workload/policy (message names it). */
+ * an inconsistent workload/policy (message names it). With a disk calibration's spread
+ * (prof->n_disk_spread > 1) and weights streamed, the wall times (prefill_s, decode_s,
+ * total_s, tokens_per_s) are the mean of the predictions with the stream's figures at
+ * each sample's rate, the terms those at the median; tl_cost_walk (the search's LP) and
+ * tl_cost_serve_step price at the median. */
 tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
                           const tl_policy *pol, const tl_weight_plan *plan, tl_cost *out);
 

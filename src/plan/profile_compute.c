@@ -20,10 +20,12 @@
  * in each format by appending them to a fresh cache. Each synthetic
  * model's file is unlinked as soon as it is open, so it cannot outlive the process.
  */
-#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#ifdef __GLIBC__ /* (defined by the headers above) */
+#include <malloc.h>
+#endif
 #include <string.h>
 #include <unistd.h>
 #include "plan/profile_measure.h"
@@ -384,15 +386,15 @@ static tl_status measure_kv_decode(tl_hw_profile *p) {
 /* Storing KV rows (tl_kv_append into a sequence's open f32 pages, then the commit that
  * stores each full page in the format, as a prefill chunk does at every layer): seconds
  * per stored value (a row stores 2 * kv_dim per layer), timed on a fresh in-memory cache
- * whose frames were never touched, as a run's are: first touches of new memory are
- * much of the cost, and malloc_trim between repetitions returns the last one's pages. */
+ * whose frames were never touched, as a run's are (a first touch of a page is part of the
+ * cost), malloc_trim between repetitions returning the last one's pages. */
 static tl_status measure_kv_store(tl_hw_profile *p) {
     enum { LAYERS = 4, TOKENS = 2048, CHUNK = 64, HD = 128, KVD = 1024 };
     float *k = malloc((size_t)CHUNK * KVD * sizeof *k);
     float *v = malloc((size_t)CHUNK * KVD * sizeof *v);
     tl_budget *budget = NULL;
     tl_status st = k && v ? tl_budget_open(0, &budget)
-                          : tl_error_set(TL_ERR_NOMEM, "kv store profile: out of memory");
+                          : tl_error_set(TL_ERR_NOMEM, "out of memory");
     uint64_t seed = 9;
     for (size_t i = 0; st == TL_OK && i < (size_t)CHUNK * KVD; i++)
         k[i] = tl_rand_sym(&seed), v[i] = tl_rand_sym(&seed);
@@ -404,7 +406,9 @@ static tl_status measure_kv_store(tl_hw_profile *p) {
         for (int rep = 0; rep < 3 && st == TL_OK; rep++) {
             tl_kv *kv = NULL;
             int32_t seq = 0;
+#ifdef __GLIBC__
             malloc_trim(0);
+#endif
             st = tl_kv_open(&kp, budget, NULL, &kv);
             if (st == TL_OK) st = tl_kv_seq_open(kv, &seq);
             const double t0 = tl_now();
