@@ -94,8 +94,9 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
  * unit when at most 64 MiB stream per pass (a small model's weights are multiplied from
  * the caches, which the profile's figures do not know), else the first units up to 64 MiB
  * (a unit just read is multiplied as the run multiplies it; the profile's figures come from
- * one moment of a machine whose memory-bound rates wander). Call with no unit acquired; an IO error reading a unit is the residency's, as
- * in tl_plan_calibrate_disk. Its buffers come from the budget (none free: skipped). */
+ * one moment of a machine whose memory-bound rates wander). Call with no unit acquired;
+ * an IO error reading a unit is the residency's, as in tl_plan_calibrate_disk. Its
+ * buffers come from the budget (none free: skipped). */
 tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ratio);
 
 /* Products of many rows are compute-bound, and their rate depends on the matrices' shapes,
