@@ -306,7 +306,7 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
                    o.kv_bytes_read / 1048576.0, o.pre_stall_s, o.pre_kv_wait_s, o.dec_stall_s,
                    o.dec_kv_wait_s);
         printf("     calibration (measured / profiled): disk %.2f, compute %.2f, products of "
-               "many rows %.2f, page rate beside the stream %.2f; decode priced at weights "
+               "many rows %.2f, KV page rate %.2f; decode priced at weights "
                "%.2f GB/s, KV pages %.2f GB/s; ring delay %.0f us per streamed read\n",
                o.cal_disk, o.cal_compute, o.cal_products, o.cal_mix,
                rate_gbs(pc->decode.weight_bytes, pc->decode.weight_read_s),

@@ -77,7 +77,7 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
         double delay;
         if ((st = tl_plan_calibrate_ring(m, &cal, &delay))) break;
         double mix;
-        if ((st = tl_plan_calibrate_kv(m, &cal, &o.plan, &mix))) break;
+        if ((st = tl_plan_calibrate_kv(m, &cal, &o.plan, NULL, &mix))) break;
         o.cal_mix = mix;
         tl_plan_result again;
         st = c->automatic ? tl_plan_search_ranked(m, prof, &rq, &again, &o.ranked)

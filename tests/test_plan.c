@@ -844,6 +844,53 @@ static void kv_mix_calibration(const char *path) {
     tl_model_close(m);
 }
 
+/* KV pages read alone from a spill file (tl_plan_calibrate_kv): for a policy that spills
+ * and reads pages, with nothing streamed (no mix), every cell below the engine's chunk is
+ * scaled by one factor, the page's rate moves by *page_scale, the stream's cells stay; a
+ * directory that cannot hold the file leaves the profile as it was, and so does a policy
+ * that keeps its KV in memory. */
+static void kv_spill_calibration(const char *path) {
+    tl_model *m = open_model(path, 64u << 20);
+    if (!m) return;
+    CHECK(tl_engine_place(m, 4u << 20) == TL_OK);
+    tl_hw_profile prof, round;
+    tl_test_round_profile(&round);
+    tl_plan_result plan;
+    memset(&plan, 0, sizeof plan);
+    plan.policy.gbs = plan.policy.num_gb = 1;
+    plan.policy.kv_mem_pct = 50;
+    plan.policy.kv_bits = 16;
+    plan.policy.page_tokens = 16;
+    plan.cost.decode.kv_read_bytes = 1e6;
+    const uint64_t page = (uint64_t)tl_cost_kv_page_bytes(m, 16, 16);
+    const int32_t depth = tl_aio_class_depth(m->lm.params.io_queue_depth, TL_AIO_SOON);
+    const double before = tl_profile_read_bps(&round, page, depth);
+    double scale = 0;
+    prof = round;
+    CHECK_MSG(tl_plan_calibrate_kv(m, &prof, &plan, NULL, &scale) == TL_OK, "%s",
+              tl_last_error());
+    CHECK_MSG(scale > 0, "spill reads not timed (scale %g)", scale);
+    CHECK(close_to(tl_profile_read_bps(&prof, page, depth), before * scale, 1e-9));
+    int off = 0;
+    const double f = prof.disk_read_bps[0][0] / round.disk_read_bps[0][0];
+    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
+        for (int d = 0; d < TL_PROF_N_DEPTH; d++) {
+            const double g = prof.disk_read_bps[c][d] / round.disk_read_bps[c][d];
+            const int big = tl_prof_chunks[c] >= m->lm.params.io_chunk_bytes;
+            off += big ? g != 1 : !close_to(g, f, 1e-9);
+        }
+    CHECK_MSG(off == 0, "%d cells off the one factor", off);
+    prof = round;
+    CHECK(tl_plan_calibrate_kv(m, &prof, &plan, "/nonexistent/dir", &scale) == TL_OK);
+    const size_t grid = sizeof prof.disk_read_bps;
+    CHECK(scale == 0 && !memcmp(prof.disk_read_bps, round.disk_read_bps, grid));
+    plan.policy.kv_mem_pct = 100;
+    CHECK(tl_plan_calibrate_kv(m, &prof, &plan, NULL, &scale) == TL_OK);
+    CHECK(scale == 0 && !memcmp(prof.disk_read_bps, round.disk_read_bps, grid));
+    tl_engine_unplace(m);
+    tl_model_close(m);
+}
+
 /* The calibration's rounds (calibrate.h): the lowest measured ratio of each row count is
  * kept; two rounds that agree within 5% end it, else a third does; an unmeasured ratio
  * (0) agrees only with another. */
@@ -1129,6 +1176,7 @@ int main(void) {
     tiers_search(p4, 24u << 20, 1e8, 1, 1);
     tiers_search(p4, 36u << 20, 1e6, 0, 1); /* input rows kept take room too */
     kv_mix_calibration(p4);
+    kv_spill_calibration(p4);
     products_calibration(p4, 64u << 20, 0, 0);         /* resident */
     products_calibration(p4, 10u << 20, 4u << 20, 1);  /* streamed */
     measure_passes(p4, 10u << 20, 4u << 20);

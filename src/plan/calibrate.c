@@ -223,22 +223,72 @@ tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t pa
     return TL_OK;
 }
 
+/* KV pages as the engine reads its spill file: SPILL_FILE_BYTES written with O_DIRECT to
+ * a scratch file (no name: nothing outlives the process) in dir, then read in `chunk`-byte
+ * requests at random chunk-aligned offsets, `depth` in flight, for up to SPILL_READ_S;
+ * *bps 0 when not measured: no room in the budget for the frames, or a directory that
+ * refuses the file (full, read-only) - the run's own spill file reports its errors. */
+#define SPILL_FILE_BYTES ((uint64_t)32 << 20)
+#define SPILL_READ_S 0.2
+static void time_spill_reads(tl_model *m, const char *dir, uint64_t chunk, int32_t depth,
+                             double *bps) {
+    *bps = 0;
+    uint8_t *buf = NULL, *bufs[64];
+    tl_tier *file = NULL;
+    if (depth < 1 || depth > 64 || chunk > SPILL_FILE_BYTES / 8 ||
+        tl_budget_alloc(m->lm.budget, (size_t)(chunk * (uint64_t)depth), TL_TIER_MAX_ALIGN,
+                        "KV spill read calibration", (void **)&buf)) {
+        tl_error_clear();
+        return;
+    }
+    for (size_t i = 0; i < (size_t)(chunk * (uint64_t)depth); i++) buf[i] = (uint8_t)(i * 131);
+    for (int32_t i = 0; i < depth; i++) bufs[i] = buf + (size_t)i * chunk;
+    const uint64_t file_bytes = SPILL_FILE_BYTES / chunk * chunk;
+    uint64_t cursor = 0, seed = 0x5b111ull;
+    tl_status st = tl_tier_file_open_scratch(dir, TL_TIER_FILE_DIRECT, &file);
+    for (uint64_t off = 0; !st && off < file_bytes; off += chunk)
+        st = tl_tier_write_full(file, off, buf, (size_t)chunk);
+    if (!st)
+        st = tl_tier_time_reads(file, chunk, depth, 16 * file_bytes, file_bytes, 1, &cursor,
+                                &seed, bufs, SPILL_READ_S, bps);
+    if (st) *bps = 0;
+    tl_error_clear();
+    if (file) tl_tier_close(file);
+    tl_budget_free(m->lm.budget, buf);
+}
+
 tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_result *plan,
-                               double *mix_scale) {
-    *mix_scale = 0;
+                               const char *spill_dir, double *page_scale) {
+    *page_scale = 0;
     const tl_policy *pol = &plan->policy;
     const tl_cost_terms *dec = &plan->cost.decode;
-    if (!tl_plan_spills_kv(pol) || plan->streamed_bytes == 0 || !(dec->weight_bytes > 0) ||
-        !(dec->kv_read_bytes > 0))
-        return TL_OK;
+    if (!tl_plan_spills_kv(pol) || !(dec->kv_read_bytes > 0)) return TL_OK;
     const uint64_t page = (uint64_t)tl_cost_kv_page_bytes(m, pol->kv_bits, pol->page_tokens);
     const int32_t depth = tl_aio_class_depth(m->lm.params.io_queue_depth, TL_AIO_SOON);
     const double before = tl_profile_read_bps(prof, page, depth);
+    if (!(before > 0)) return TL_OK;
+    /* alone: the small-read figures (below the engine's chunk, as the disk calibration
+     * leaves them) scaled to the spill reads' rate now, either way */
+    const uint64_t chunk = (page + TL_TIER_MAX_ALIGN - 1) / TL_TIER_MAX_ALIGN *
+                           TL_TIER_MAX_ALIGN;
+    const char *tmp = getenv("TMPDIR");
+    const char *dir = spill_dir && *spill_dir ? spill_dir : tmp && *tmp ? tmp : "/tmp";
+    double alone = 0;
+    if (chunk < m->lm.params.io_chunk_bytes) time_spill_reads(m, dir, chunk, depth, &alone);
+    const double at_chunk = tl_profile_read_bps(prof, chunk, depth);
+    if (alone > 0 && at_chunk > 0)
+        for (int c = 0; c < TL_PROF_N_CHUNK; c++)
+            if (tl_prof_chunks[c] < m->lm.params.io_chunk_bytes)
+                for (int d = 0; d < TL_PROF_N_DEPTH; d++)
+                    prof->disk_read_bps[c][d] *= alone / at_chunk;
+    /* beside the stream: only ever dearer than alone */
     double kv_bps = 0;
-    tl_status st = tl_plan_calibrate_kv_mix(m, prof, page, dec->kv_read_bytes / dec->weight_bytes,
-                                            &kv_bps);
-    if (!st && kv_bps > 0 && before > 0)
-        *mix_scale = tl_profile_read_bps(prof, page, depth) / before;
+    tl_status st = TL_OK;
+    if (plan->streamed_bytes > 0 && dec->weight_bytes > 0)
+        st = tl_plan_calibrate_kv_mix(m, prof, page, dec->kv_read_bytes / dec->weight_bytes,
+                                      &kv_bps);
+    if (!st && (alone > 0 || kv_bps > 0))
+        *page_scale = tl_profile_read_bps(prof, page, depth) / before;
     return st;
 }
 

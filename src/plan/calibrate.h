@@ -72,14 +72,18 @@ tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, double *delay
 tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t page_bytes,
                                    double kv_per_weight_byte, double *kv_bps);
 
-/* KV pages on disk otherwise keep the profile's figures for reads of their size (timed on
- * a scratch file of the disk directory): scattered reads of the model file, timed for a
- * fraction of a second, are not how the engine reads its spill file and overstate it.
- * For a planned policy that spills KV while weights stream and decode reads pages: the
- * mix at the plan's decode ratio of page bytes to weight bytes (*mix_scale: the factor it
- * applied to the page's read rate, 1 when none; 0 when not measured). */
+/* KV pages on disk, for a planned policy that spills KV and whose decode reads pages:
+ * alone, as the engine reads its spill file - a 32 MiB scratch file written in spill_dir
+ * (NULL or "": $TMPDIR, else /tmp) and read at random page-aligned offsets at the KV
+ * reads' depth for up to 0.2 s (scattered reads of the model file are not how the engine
+ * reads its spill file); the profile's figures for reads below the engine's chunk, timed
+ * on its own scratch file at its own minute, are scaled to that rate, either way (a page
+ * no smaller than the chunk reads as the stream: not timed). Then, while weights stream,
+ * the mix above at the plan's decode ratio of page bytes to weight bytes. *page_scale:
+ * the factor applied to the page's read rate in all (0 when nothing was measured). A
+ * directory that refuses the file, or a budget with no room for the frames: not timed. */
 tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_result *plan,
-                               double *mix_scale);
+                               const char *spill_dir, double *page_scale);
 
 /* The same for compute, whose memory-bound rates drift with the machine's memory
  * bandwidth (on a shared host, within minutes): matrix-vector products over the

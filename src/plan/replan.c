@@ -134,12 +134,13 @@ static int hook(tl_replanner *r, tl_model *m, const tl_batch_stats *s, int32_t p
                       "%.0f%% (with the ring's reads %.0f us later each beside compute)",
                       100 * pratio, 100 * products_effect, 1e6 * delay);
             double mix = 0;
-            if (tl_plan_calibrate_kv(m, &r->prof, &r->current, &mix))
-                tl_error_clear();
+            const char *spill = bp ? bp->spill_dir : NULL;
+            if (tl_plan_calibrate_kv(m, &r->prof, &r->current, spill, &mix)) tl_error_clear();
             if (!(mix > 0)) mix = 1; /* not timed */
             else if (fabs(1 / mix - 1) > r->threshold)
-                logf_(r, "before the first block: KV pages read beside the stream took %.0f%% "
-                      "of the time the profile gives them alone", 100 / mix);
+                logf_(r, "before the first block: KV pages read (alone from a spill file, and "
+                      "beside the stream) took %.0f%% of the time the profile gives them",
+                      100 / mix);
             /* time for time: the profile predicted 1/ratio of what one pass took */
             if (fabs(1 / ratio - 1) > r->threshold || fabs(cratio - 1) > r->threshold ||
                 fabs(products_effect - 1) > r->threshold || fabs(1 / mix - 1) > r->threshold)
