@@ -880,6 +880,9 @@ static void kv_spill_calibration(const char *path) {
             off += big ? g != 1 : !close_to(g, f, 1e-9);
         }
     CHECK_MSG(off == 0, "%d cells off the one factor", off);
+    /* the rate timed now is the round profile's only by chance: the cells moved by it */
+    CHECK_MSG(close_to(f, scale, 1e-9) && scale != 1.0, "factor %.9g, page scale %.9g", f,
+              scale);
     prof = round;
     CHECK(tl_plan_calibrate_kv(m, &prof, &plan, "/nonexistent/dir", &scale) == TL_OK);
     const size_t grid = sizeof prof.disk_read_bps;
