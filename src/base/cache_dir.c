@@ -16,6 +16,12 @@ tl_status tl_cache_dir(char *out, size_t cap) {
     return TL_OK;
 }
 
+const char *tl_scratch_dir(const char *chosen) {
+    if (chosen && *chosen) return chosen;
+    const char *tmp = getenv("TMPDIR");
+    return tmp && *tmp ? tmp : "/tmp";
+}
+
 tl_status tl_make_dirs(const char *dir) {
     char buf[1024];
     size_t n = strlen(dir);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "base/cache_dir.h"
 #include "tierllm.h"
 #include "exec/engine.h"
 #include "exec/residency.h"
@@ -113,10 +114,7 @@ static tl_kv_params kv_params(const batch *b) {
 }
 
 static tl_status check_params(tl_batch_params *p) {
-    if (!p->spill_dir || !*p->spill_dir) {
-        const char *t = getenv("TMPDIR");
-        p->spill_dir = t && *t ? t : "/tmp";
-    }
+    p->spill_dir = tl_scratch_dir(p->spill_dir);
     if (p->gbs < 1 || p->gbs > 4096 || p->num_gb < 1 || p->num_gb > 4096 ||
         (int64_t)p->gbs * p->num_gb > 65536)
         return tl_error_set(TL_ERR_INVALID, "gbs %d x num_gb %d: each must be 1..4096 and the "

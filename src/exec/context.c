@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "tierllm.h"
+#include "base/cache_dir.h"
 #include "base/clock.h"
 #include "base/status.h"
 #include "model/llama.h"
@@ -165,9 +166,8 @@ static tl_status plan_kv(const tl_model *m, const tl_context_params *p, int32_t 
     if (p->kv_sinks < 0 || (p->kv_cache_bytes < 0 && p->kv_cache_bytes != -1))
         return tl_error_set(TL_ERR_INVALID, "KV tiers: %d sink positions, a cache of %lld "
                             "bytes", (int)p->kv_sinks, (long long)p->kv_cache_bytes);
-    const char *t = getenv("TMPDIR");
     tiers_kv(kp, pages_up(window), pages_up(p->kv_sinks), 0, p->kv_select > 0,
-             p->spill_dir && *p->spill_dir ? p->spill_dir : t && *t ? t : "/tmp");
+             tl_scratch_dir(p->spill_dir));
     tl_kv_set_recompute(kp, p->kv_recompute > 0 ? m->lm.hp.n_embd : 0, p->kv_recompute);
     const int64_t disk_max = (int64_t)kp->n_layer * tl_kv_disk_pages(kp, n_ctx);
     const uint64_t slot = tl_kv_slot_bytes(kp) + TL_TIER_MAX_ALIGN; /* and its header */

@@ -12,6 +12,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include "base/cache_dir.h"
 #include "base/clock.h"
 #include "base/status.h"
 #include "exec/engine.h"
@@ -78,8 +79,7 @@ static tl_status resolve(const tl_model *m, const tl_sched_params *in, tl_sched_
 }
 
 const char *tl_sched_spill_dir(const tl_sched_params *p) {
-    const char *tmp = getenv("TMPDIR");
-    return p->spill_dir && *p->spill_dir ? p->spill_dir : tmp && *tmp ? tmp : "/tmp";
+    return tl_scratch_dir(p->spill_dir);
 }
 
 tl_status tl_sched_resolve_params(const tl_model *m, const tl_sched_params *in,

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include "base/cache_dir.h"
 #include "exec/model_handle.h"
 #include "plan/cost.h"
 #include "plan/search.h"
@@ -271,10 +272,9 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
      * leaves them) scaled to the spill reads' rate now, either way */
     const uint64_t chunk = (page + TL_TIER_MAX_ALIGN - 1) / TL_TIER_MAX_ALIGN *
                            TL_TIER_MAX_ALIGN;
-    const char *tmp = getenv("TMPDIR");
-    const char *dir = spill_dir && *spill_dir ? spill_dir : tmp && *tmp ? tmp : "/tmp";
     double alone = 0;
-    if (chunk < m->lm.params.io_chunk_bytes) time_spill_reads(m, dir, chunk, depth, &alone);
+    if (chunk < m->lm.params.io_chunk_bytes)
+        time_spill_reads(m, tl_scratch_dir(spill_dir), chunk, depth, &alone);
     const double at_chunk = tl_profile_read_bps(prof, chunk, depth);
     if (alone > 0 && at_chunk > 0)
         for (int c = 0; c < TL_PROF_N_CHUNK; c++)

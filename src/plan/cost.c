@@ -136,15 +136,11 @@ static int32_t kv_read_depth(const tl_model *m) {
     return tl_aio_class_depth(m->lm.params.io_queue_depth, TL_AIO_SOON);
 }
 
-static double kv_bits_decode_s(const tl_hw_profile *prof, int32_t bits) {
+/* A KV format's per-value figure in one of the profile's tl_prof_kvbits-indexed tables
+ * (0 for a format the profile does not list). */
+static double kv_bits_figure(const double fig[TL_PROF_N_KVBITS], int32_t bits) {
     for (int i = 0; i < TL_PROF_N_KVBITS; i++)
-        if (tl_prof_kvbits[i] == bits) return prof->attn_decode_s[i];
-    return 0;
-}
-
-static double kv_bits_store_s(const tl_hw_profile *prof, int32_t bits) {
-    for (int i = 0; i < TL_PROF_N_KVBITS; i++)
-        if (tl_prof_kvbits[i] == bits) return prof->kv_store_s[i];
+        if (tl_prof_kvbits[i] == bits) return fig[i];
     return 0;
 }
 
@@ -458,7 +454,8 @@ static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int
      * threads, and the profile times the decoding on one */
     const double jobs = (blocks > 0 ? blocks : round(rows / b)) * hp->n_head_kv;
     const double par = fmax(1, fmin(prof->n_threads, jobs));
-    const double decode_per_pos = 2.0 * kvd * kv_bits_decode_s(prof, kv_bits) / b / par;
+    const double decode_per_pos =
+        2.0 * kvd * kv_bits_figure(prof->attn_decode_s, kv_bits) / b / par;
     if (matvec) *matvec = 0;
     if (attn) *attn = 0;
     if (rows <= 0) return 0;
@@ -469,7 +466,7 @@ static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int
     const double at = ctx * attn_per_pos + stored * decode_per_pos + kv_mem;
     if (attn) *attn = at;
     return mm + at + rows * (4 * d + 3 * f) * prof->elementwise_s +
-           rows * 2 * kvd * kv_bits_store_s(prof, kv_bits) + prof->layer_fixed_s;
+           rows * 2 * kvd * kv_bits_figure(prof->kv_store_s, kv_bits) + prof->layer_fixed_s;
 }
 
 /* tl_cost_pass_compute, with the attention blocks of a single micro-batch given (blocks >

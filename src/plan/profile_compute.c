@@ -12,9 +12,9 @@
  * through per-window medians of the per-token times gives the cost per visible position,
  * its intercept (less the matrix products and element-wise work) the fixed cost per
  * layer; the same model prefilled in chunks of one attention block (TL_ATTN_BLOCK_MAX_ROWS
- * rows) gives the per-position cost when a block shares the reads. Both again on the
- * model with a kv head per TL_PROF_GQA_GROUP query heads (grouped-query attention shares
- * a kv head's reads across its group). A deep model of the same layers, decoded far
+ * rows) gives the per-position cost when a block shares the reads. Both again on a
+ * model of the same head size with a kv head per TL_PROF_GQA_GROUP query heads
+ * (grouped-query attention shares a kv head's reads across its group), four kv heads. A deep model of the same layers, decoded far
  * enough that its KV outgrows the caches, gives the extra cost per KV byte read there.
  * Stored KV formats are costed by timing their row decoding directly, and storing rows
  * in each format by appending them to a fresh cache. Each synthetic
@@ -469,13 +469,22 @@ static tl_status attention_block_run(tl_model *m, int32_t n_pos, double *s_block
     return st;
 }
 
-/* The tiny model the attention stage decodes with: multi-head (a kv head per query head);
- * the grouped-query runs use the same model with n_head / TL_PROF_GQA_GROUP kv heads. */
+/* The tiny model the attention stage decodes with: multi-head (a kv head per query head). */
 void tl__profile_attention_model(tl_synth_params *sp) {
     memset(sp, 0, sizeof *sp);
     sp->n_vocab = 512, sp->n_embd = 512, sp->n_ff = 1024, sp->n_layer = 4;
     sp->n_head = 8, sp->n_head_kv = 8, sp->n_ctx = 2048;
     sp->weight_type = TL_TYPE_F32, sp->rope_base = 10000.0f, sp->seed = 1;
+}
+
+/* The grouped-query model: the same head size and layers, TL_PROF_GQA_GROUP query heads per
+ * kv head, and twice the query heads, so a block's attention is four kv heads' jobs
+ * (grouped models are built so; two jobs on two threads time a step's slower one) */
+void tl__profile_attention_gqa_model(tl_synth_params *sp) {
+    tl__profile_attention_model(sp);
+    sp->n_embd *= 2, sp->n_head *= 2;
+    sp->n_head_kv = sp->n_head / TL_PROF_GQA_GROUP;
+    sp->weight_type = TL_TYPE_F16; /* its products stay as short as the multi-head one's */
 }
 
 /* Writes the synthetic model sp to a temporary file in dir and opens it (resident, as
@@ -635,8 +644,7 @@ tl_status tl__profile_measure_attention(int32_t threads, const char *dir, tl_hw_
                                         tl__profile_progress progress, void *user) {
     tl_synth_params sp, gq;
     tl__profile_attention_model(&sp);
-    gq = sp;
-    gq.n_head_kv = sp.n_head / TL_PROF_GQA_GROUP;
+    tl__profile_attention_gqa_model(&gq);
     const double hd = sp.n_embd / sp.n_head, kvd = sp.n_head_kv * hd, L = sp.n_layer;
     double a = 0, b = 0, s_block = 0, mm_s = -1; /* f32 KV; stored formats: kv_decode */
     double gb = 0, g_block = 0;

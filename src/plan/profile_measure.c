@@ -80,6 +80,11 @@ uint64_t tl_profile_measure_bytes(int32_t n_threads) {
     STAGE(tl_synth_file_bytes(&sp) +
           2ull * (uint64_t)sp.n_layer * (TL__PROF_AT_BLOCK_POS + 16) * (uint64_t)sp.n_embd * 4 +
           ((uint64_t)16 << 20));
+    tl__profile_attention_gqa_model(&sp);
+    STAGE(tl_synth_file_bytes(&sp) +
+          2ull * (uint64_t)sp.n_layer * (TL__PROF_AT_BLOCK_POS + 16) *
+              (uint64_t)(sp.n_embd / sp.n_head * sp.n_head_kv) * 4 +
+          ((uint64_t)16 << 20));
     tl__profile_attention_deep_model(&sp);
     STAGE(tl_synth_file_bytes(&sp) +
           2ull * (uint64_t)sp.n_layer * TL__PROF_AT_DEEP_POS * (uint64_t)sp.n_embd * 4 +

@@ -83,8 +83,9 @@ tl_status tl__profile_measure_matmul(tl_pool *pool, tl_hw_profile *p,
                                      tl__profile_progress progress, void *user);
 /* The element-wise stage: p->elementwise_s. */
 tl_status tl__profile_measure_elementwise(tl_hw_profile *p);
-/* The tiny model the attention stage decodes with, and its deep model. */
+/* The tiny model the attention stage decodes with, its grouped-query model, its deep model. */
 void tl__profile_attention_model(tl_synth_params *sp);
+void tl__profile_attention_gqa_model(tl_synth_params *sp);
 void tl__profile_attention_deep_model(tl_synth_params *sp);
 /* The attention stage: p->attn_s_per_mac, p->attn_block_s_per_mac, their grouped-query
  * pair, p->attn_decode_s, the beyond-the-caches figures and p->layer_fixed_s, from
