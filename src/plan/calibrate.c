@@ -21,7 +21,6 @@
 #include "model/ops.h"
 #include "model/placement.h"
 #include "tier/aio.h"
-#include "tier/read_rate.h"
 #include "tier/tier.h"
 
 #define CALIBRATE_PASS_BYTES ((uint64_t)192 << 20)
@@ -165,9 +164,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
                                                  m->lm.params.io_queue_depth);
     /* only what was measured: requests of the engine's chunk size and larger (KV pages
      * are small reads; a cache that speeds up long streams need not speed them up) */
-    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
-        if (tl_prof_chunks[c] >= m->lm.params.io_chunk_bytes)
-            for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof->disk_read_bps[c][d] *= *ratio;
+    tl_profile_scale_reads(prof, m->lm.params.io_chunk_bytes, 1, *ratio);
     return TL_OK;
 }
 
@@ -217,10 +214,7 @@ tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t pa
     /* only ever dearer: the cost model adds page reads to weight reads, and a mix whose
      * pages cost the stream less than pages read alone keeps the figures read alone */
     const double f = *kv_bps / before;
-    if (f < 1)
-        for (int c = 0; c < TL_PROF_N_CHUNK; c++)
-            if (tl_prof_chunks[c] < m->lm.params.io_chunk_bytes)
-                for (int d = 0; d < TL_PROF_N_DEPTH; d++) prof->disk_read_bps[c][d] *= f;
+    if (f < 1) tl_profile_scale_reads(prof, m->lm.params.io_chunk_bytes, 0, f);
     return TL_OK;
 }
 
@@ -234,8 +228,7 @@ tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t pa
 static void time_spill_reads(tl_model *m, const char *dir, uint64_t chunk, int32_t depth,
                              double *bps) {
     *bps = 0;
-    uint8_t *buf = NULL, *bufs[64];
-    tl_tier *file = NULL;
+    uint8_t *buf = NULL;
     if (depth < 1 || depth > 64 || chunk > SPILL_FILE_BYTES / 8 ||
         tl_budget_alloc(m->lm.budget, (size_t)(chunk * (uint64_t)depth), TL_TIER_MAX_ALIGN,
                         "KV spill read calibration", (void **)&buf)) {
@@ -243,18 +236,9 @@ static void time_spill_reads(tl_model *m, const char *dir, uint64_t chunk, int32
         return;
     }
     for (size_t i = 0; i < (size_t)(chunk * (uint64_t)depth); i++) buf[i] = (uint8_t)(i * 131);
-    for (int32_t i = 0; i < depth; i++) bufs[i] = buf + (size_t)i * chunk;
-    const uint64_t file_bytes = SPILL_FILE_BYTES / chunk * chunk;
-    uint64_t cursor = 0, seed = 0x5b111ull;
-    tl_status st = tl_tier_file_open_scratch(dir, TL_TIER_FILE_DIRECT, &file);
-    for (uint64_t off = 0; !st && off < file_bytes; off += chunk)
-        st = tl_tier_write_full(file, off, buf, (size_t)chunk);
-    if (!st)
-        st = tl_tier_time_reads(file, chunk, depth, 16 * file_bytes, file_bytes, 1, &cursor,
-                                &seed, bufs, SPILL_READ_S, bps);
-    if (st) *bps = 0;
+    if (tl_profile_time_dir_reads(dir, SPILL_FILE_BYTES, chunk, depth, buf, SPILL_READ_S, bps))
+        *bps = 0;
     tl_error_clear();
-    if (file) tl_tier_close(file);
     tl_budget_free(m->lm.budget, buf);
 }
 
@@ -277,10 +261,7 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
         time_spill_reads(m, tl_scratch_dir(spill_dir), chunk, depth, &alone);
     const double at_chunk = tl_profile_read_bps(prof, chunk, depth);
     if (alone > 0 && at_chunk > 0)
-        for (int c = 0; c < TL_PROF_N_CHUNK; c++)
-            if (tl_prof_chunks[c] < m->lm.params.io_chunk_bytes)
-                for (int d = 0; d < TL_PROF_N_DEPTH; d++)
-                    prof->disk_read_bps[c][d] *= alone / at_chunk;
+        tl_profile_scale_reads(prof, m->lm.params.io_chunk_bytes, 0, alone / at_chunk);
     /* beside the stream: only ever dearer than alone */
     double kv_bps = 0;
     tl_status st = TL_OK;

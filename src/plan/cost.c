@@ -1046,13 +1046,10 @@ tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl
      * figures, chunks of the engine's size and up, as the calibration scaled them); the
      * terms stay those at the median rate */
     double pre = 0, dec = 0;
-    tl_hw_profile at = *prof;
-    at.n_disk_spread = 0;
     for (int32_t k = 0; k < prof->n_disk_spread; k++) {
-        for (int c = 0; c < TL_PROF_N_CHUNK; c++)
-            for (int d = 0; d < TL_PROF_N_DEPTH; d++)
-                if (tl_prof_chunks[c] >= m->lm.params.io_chunk_bytes)
-                    at.disk_read_bps[c][d] = prof->disk_read_bps[c][d] * prof->disk_spread[k];
+        tl_hw_profile at = *prof;
+        at.n_disk_spread = 0;
+        tl_profile_scale_reads(&at, m->lm.params.io_chunk_bytes, 1, prof->disk_spread[k]);
         tl_cost c;
         if ((st = predict_at(m, &at, w, pol, plan, &c))) return st;
         pre += c.prefill_s;

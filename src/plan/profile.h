@@ -177,10 +177,23 @@ tl_status tl_profile_obtain(const char *path, int32_t n_threads, const char *dis
  * compared with a measurement should use the disk of the same run. */
 tl_status tl_profile_reanchor_disk(tl_hw_profile *p, const char *dir, uint64_t chunk,
                                    int32_t depth, double *bps);
+/* The measuring half of it, for any caller: writes file_bytes (rounded down to chunks) of
+ * buf's first chunk to a scratch file in dir (no name: nothing outlives the call) and
+ * syncs it, then times `chunk`-byte reads at random chunk-aligned offsets, `depth` in
+ * flight, for about `seconds`, into buf: *bps, the rate. buf holds chunk x depth bytes,
+ * aligned to TL_TIER_MAX_ALIGN (O_DIRECT); chunk a multiple of it, depth 1-64 and
+ * file_bytes at least one chunk, else TL_ERR_INVALID. */
+tl_status tl_profile_time_dir_reads(const char *dir, uint64_t file_bytes, uint64_t chunk,
+                                    int32_t depth, uint8_t *buf, double seconds, double *bps);
 
 /* Scales the profile's read grid so that its rate at (chunk, depth) is bps (a rate
  * measured now: tl_profile_reanchor_disk, or tl_kv_time_disk_reads on a spill file). */
 tl_status tl_profile_set_read_bps(tl_hw_profile *p, uint64_t chunk, int32_t depth, double bps);
+
+/* Multiplies the read grid's rates by f: those of requests of at least `chunk` bytes (the
+ * engine's stream, which a calibration on the model file measures) when `streams`, else
+ * those of smaller requests (KV pages, which a calibration of page reads measures). */
+void tl_profile_scale_reads(tl_hw_profile *p, uint64_t chunk, int streams, double f);
 
 /* Lookups used by the cost model (pure functions of the profile):
  * read bandwidth for requests of `chunk` bytes at `depth` in flight (log-linear

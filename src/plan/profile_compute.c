@@ -13,9 +13,10 @@
  * its intercept (less the matrix products and element-wise work) the fixed cost per
  * layer; the same model prefilled in chunks of one attention block (TL_ATTN_BLOCK_MAX_ROWS
  * rows) gives the per-position cost when a block shares the reads. Both again on a
- * model of the same head size with a kv head per TL_PROF_GQA_GROUP query heads
- * (grouped-query attention shares a kv head's reads across its group), four kv heads. A deep model of the same layers, decoded far
- * enough that its KV outgrows the caches, gives the extra cost per KV byte read there.
+ * grouped-query model of the same head size, twice the width and query heads, with a kv
+ * head per TL_PROF_GQA_GROUP query heads (a kv head's reads shared across its group). A
+ * deep model of the same layers, decoded far enough that its KV outgrows the caches, gives
+ * the extra cost per KV byte read there.
  * Stored KV formats are costed by timing their row decoding directly, and storing rows
  * in each format by appending them to a fresh cache. Each synthetic
  * model's file is unlinked as soon as it is open, so it cannot outlive the process.
@@ -478,8 +479,9 @@ void tl__profile_attention_model(tl_synth_params *sp) {
 }
 
 /* The grouped-query model: the same head size and layers, TL_PROF_GQA_GROUP query heads per
- * kv head, and twice the query heads, so a block's attention is four kv heads' jobs
- * (grouped models are built so; two jobs on two threads time a step's slower one) */
+ * kv head, and twice the query heads, so a block's attention is n_head / TL_PROF_GQA_GROUP
+ * kv heads' jobs, four, as grouped models have at least (two jobs on two threads would
+ * time each step's slower one) */
 void tl__profile_attention_gqa_model(tl_synth_params *sp) {
     tl__profile_attention_model(sp);
     sp->n_embd *= 2, sp->n_head *= 2;
@@ -661,8 +663,8 @@ tl_status tl__profile_measure_attention(int32_t threads, const char *dir, tl_hw_
     st = measure_kv_decode(p);
     if (st == TL_OK) st = measure_kv_store(p);
     if (st != TL_OK) return st;
-    /* the small model's KV per token at its mean position: what the figures above
-     * were measured with, in the caches */
+    /* the multi-head model's KV per token at its mean position: what the figures above
+     * were measured with, in the caches (the grouped model reads half of it) */
     p->attn_cache_bytes = 0.5 * TL__PROF_AT_POS * 2.0 * L * kvd * 4;
     st = attention_deep_run(threads, dir, p->attn_s_per_mac * sp.n_head * hd, progress, user,
                             &p->attn_mem_s_per_byte, &p->attn_mem_bytes);

@@ -175,6 +175,31 @@ tl_status tl__profile_measure_disk(const char *dir, tl_hw_profile *p,
     return TL_OK;
 }
 
+tl_status tl_profile_time_dir_reads(const char *dir, uint64_t file_bytes, uint64_t chunk,
+                                    int32_t depth, uint8_t *buf, double seconds, double *bps) {
+    *bps = 0;
+    if (chunk == 0 || chunk % TL_TIER_MAX_ALIGN || depth < 1 || depth > 64 ||
+        file_bytes < chunk)
+        return tl_error_set(TL_ERR_INVALID, "timing reads: %llu-byte chunks at depth %d over "
+                            "%llu bytes", (unsigned long long)chunk, (int)depth,
+                            (unsigned long long)file_bytes);
+    file_bytes = file_bytes / chunk * chunk;
+    tl_tier *file = NULL;
+    tl_status st = tl_tier_file_open_scratch(dir, TL_TIER_FILE_DIRECT, &file);
+    for (uint64_t off = 0; st == TL_OK && off < file_bytes; off += chunk)
+        st = tl_tier_write_full(file, off, buf, (size_t)chunk);
+    if (st == TL_OK && fdatasync(file->fd) != 0)
+        st = tl_error_set(TL_ERR_IO, "fdatasync %s: %s", file->name, strerror(errno));
+    uint64_t cursor = 0, seed = 43;
+    uint8_t *bufs[64];
+    for (int32_t i = 0; i < depth; i++) bufs[i] = buf + (size_t)i * chunk;
+    if (st == TL_OK) /* at random chunk-aligned offsets, as KV pages lie in a spill file */
+        st = tl_tier_time_reads(file, chunk, depth, 16 * file_bytes, file_bytes, 1, &cursor,
+                                &seed, bufs, seconds, bps);
+    if (file) tl_tier_close(file);
+    return st;
+}
+
 #define REANCHOR_FILE_BYTES ((uint64_t)256 << 20)
 
 tl_status tl_profile_reanchor_disk(tl_hw_profile *p, const char *dir, uint64_t chunk,
@@ -192,21 +217,9 @@ tl_status tl_profile_reanchor_disk(tl_hw_profile *p, const char *dir, uint64_t c
         uint64_t r = tl_splitmix64(&seed);
         memcpy(buf + i, &r, 8);
     }
-    const uint64_t file_bytes = REANCHOR_FILE_BYTES / chunk * chunk;
-    tl_tier *file = NULL;
-    tl_status st = tl_tier_file_open_scratch(dir, TL_TIER_FILE_DIRECT, &file);
-    for (uint64_t off = 0; st == TL_OK && off < file_bytes; off += chunk)
-        st = tl_tier_write_full(file, off, buf, (size_t)chunk);
-    if (st == TL_OK && fdatasync(file->fd) != 0)
-        st = tl_error_set(TL_ERR_IO, "fdatasync %s: %s", file->name, strerror(errno));
     double now = 0;
-    uint64_t cursor = 0;
-    uint8_t *bufs[64];
-    for (int32_t i = 0; i < depth; i++) bufs[i] = buf + (size_t)i * chunk;
-    if (st == TL_OK) /* at random chunk-aligned offsets, as KV pages lie in a spill file */
-        st = tl_tier_time_reads(file, chunk, depth, 16 * file_bytes, file_bytes, 1, &cursor,
-                                &seed, bufs, DISK_SETTING_S, &now);
-    if (file) tl_tier_close(file);
+    tl_status st = tl_profile_time_dir_reads(dir, REANCHOR_FILE_BYTES, chunk, depth, buf,
+                                             DISK_SETTING_S, &now);
     free(buf);
     if (st != TL_OK) return tl_error_wrap(st, "disk re-measure in %s", dir);
     st = tl_profile_set_read_bps(p, chunk, depth, now);
@@ -223,4 +236,10 @@ tl_status tl_profile_set_read_bps(tl_hw_profile *p, uint64_t chunk, int32_t dept
     for (int c = 0; c < TL_PROF_N_CHUNK; c++)
         for (int d = 0; d < TL_PROF_N_DEPTH; d++) p->disk_read_bps[c][d] *= f;
     return TL_OK;
+}
+
+void tl_profile_scale_reads(tl_hw_profile *p, uint64_t chunk, int streams, double f) {
+    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
+        if ((tl_prof_chunks[c] >= chunk) == (streams != 0))
+            for (int d = 0; d < TL_PROF_N_DEPTH; d++) p->disk_read_bps[c][d] *= f;
 }
