@@ -860,6 +860,42 @@ static void test_elementwise(void) {
 /* One Q8_0 row against rounded activations: the AVX2 kernel gives the reference's bits,
  * which agree with the Q8_0 product's row to f32 rounding, for every row of x; the
  * extremes of the quants (-128 included) and zero blocks too. */
+/* rmsnorm: fast against reference over widths with and without a tail of < 8, rows of
+ * very different magnitudes, in place too; the two sum the squares in a different order,
+ * so their scales may differ by a float's last place, never more. */
+static void test_rmsnorm(void) {
+    static const size_t ds[] = {1, 7, 8, 9, 64, 1000, 1024, 4099};
+    enum { ROWS = 5, MAXD = 4099 };
+    static float x[ROWS * MAXD], g[MAXD], o1[ROWS * MAXD + 1], o2[ROWS * MAXD + 1];
+    for (size_t t = 0; t < sizeof ds / sizeof ds[0]; t++) {
+        const size_t d = ds[t];
+        for (size_t r = 0; r < ROWS; r++)
+            fill(x + r * d, d, r == 0 ? 1e-3f : r == 1 ? 50.0f : 1.0f);
+        fill(g, d, 2.0f);
+        o1[ROWS * d] = o2[ROWS * d] = 7.0f;
+        tl_rmsnorm_ref(x, g, ROWS, d, 1e-5f, o1);
+        tl_rmsnorm_fast(x, g, ROWS, d, 1e-5f, o2);
+        int bad = 0;
+        for (size_t i = 0; i < ROWS * d; i++)
+            if (fabsf(o1[i] - o2[i]) > 3e-7f * fabsf(o1[i]) + 1e-30f) bad++;
+        CHECK_MSG(bad == 0 && o2[ROWS * d] == 7.0f, "rmsnorm d=%zu: %d wrong", d, bad);
+        /* against the formula in double, row 1 (large values) */
+        double ss = 0;
+        for (size_t i = 0; i < d; i++) ss += (double)x[d + i] * x[d + i];
+        const double sc = 1.0 / sqrt(ss / (double)d + 1e-5);
+        bad = 0;
+        for (size_t i = 0; i < d; i++) {
+            const double want = x[d + i] * sc * g[i];
+            if (fabs(o2[d + i] - want) > 1e-6 * fabs(want) + 1e-30) bad++;
+        }
+        CHECK_MSG(bad == 0, "rmsnorm d=%zu: %d off the formula", d, bad);
+        /* in place: out = x */
+        memcpy(o1, x, ROWS * d * sizeof(float));
+        tl_rmsnorm_fast(o1, g, ROWS, d, 1e-5f, o1);
+        CHECK_MSG(memcmp(o1, o2, ROWS * d * sizeof(float)) == 0, "rmsnorm d=%zu in place", d);
+    }
+}
+
 static void test_row_dot(void) {
     const size_t k = 512, nb = k / TL_QK, n = 3;
     float w[512], X[3 * 512], y_ref[3], y_fast[3], y_mm[3];
@@ -897,6 +933,7 @@ int main(void) {
     test_vector();
     test_attention();
     test_elementwise();
+    test_rmsnorm();
     test_f16_rows();
     test_f16_store_rows();
     test_matmul();

@@ -281,6 +281,11 @@ void tl_attn_values_fast(float *out, size_t group, size_t hd, const float *w, si
  * exp is within a few ulp of expf. */
 void tl_swiglu_ref(float *gate, const float *up, size_t n);
 void tl_swiglu_fast(float *gate, const float *up, size_t n);
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * g[i] for each of n rows of d (out may be x), the
+ * sum of squares in double. The fast one sums in another order (double lanes), so its
+ * scale may round to a neighbouring float where the reference's sum sits at a boundary. */
+void tl_rmsnorm_ref(const float *x, const float *g, size_t n, size_t d, float eps, float *out);
+void tl_rmsnorm_fast(const float *x, const float *g, size_t n, size_t d, float eps, float *out);
 /* x[i] = e^(x[i] - max x) / sum_j e^(x[j] - max x), n >= 1 (attention's softmax). */
 void tl_softmax_ref(float *x, size_t n);
 void tl_softmax_fast(float *x, size_t n);

@@ -25,6 +25,17 @@ void tl_swiglu_ref(float *gate, const float *up, size_t n) {
     }
 }
 
+void tl_rmsnorm_ref(const float *x, const float *g, size_t n, size_t d, float eps, float *out) {
+    for (size_t r = 0; r < n; r++) {
+        const float *xr = x + r * d;
+        float *o = out + r * d;
+        double ss = 0;
+        for (size_t i = 0; i < d; i++) ss += (double)xr[i] * xr[i];
+        const float scale = (float)(1.0 / sqrt(ss / (double)d + eps));
+        for (size_t i = 0; i < d; i++) o[i] = xr[i] * scale * g[i];
+    }
+}
+
 void tl_softmax_ref(float *x, size_t n) {
     float mx = -INFINITY, sum = 0;
     for (size_t t = 0; t < n; t++) mx = x[t] > mx ? x[t] : mx;

@@ -8,6 +8,8 @@
  *    transposing reduction (hadd tree) turns them into 8 scores in one register;
  *  - values: each head's output slice (up to 64 floats) stays in 8 registers while
  *    every position's weighted V row is added, so out is loaded and stored once;
+ *  - rmsnorm: the sum of squares in four double lanes twice over, the scaling eight
+ *    floats at a time;
  *  - softmax and SwiGLU: exp through a vectorized exp (Cephes-style: 2^n * p(r), |r| <= ln2/2,
  *    degree-6 polynomial; ~2 ulp against expf), eight lanes at a time instead of a scalar
  *    expf per value;
@@ -118,6 +120,33 @@ void tl_swiglu_fast(float *gate, const float *up, size_t n) {
         _mm256_storeu_ps(gate + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
     }
     if (i < n) tl_swiglu_ref(gate + i, up + i, n - i);
+}
+
+void tl_rmsnorm_fast(const float *x, const float *g, size_t n, size_t d, float eps, float *out) {
+    for (size_t r = 0; r < n; r++) {
+        const float *xr = x + r * d;
+        float *o = out + r * d;
+        /* squares of floats are exact in double, so only the order of the sum differs */
+        __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+        size_t i = 0;
+        for (; i + 8 <= d; i += 8) {
+            const __m256 v = _mm256_loadu_ps(xr + i);
+            const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+            const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+            s0 = _mm256_fmadd_pd(lo, lo, s0);
+            s1 = _mm256_fmadd_pd(hi, hi, s1);
+        }
+        double lanes[4];
+        _mm256_storeu_pd(lanes, _mm256_add_pd(s0, s1));
+        double ss = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+        for (size_t k = i; k < d; k++) ss += (double)xr[k] * xr[k];
+        const float scale = (float)(1.0 / sqrt(ss / (double)d + eps));
+        const __m256 vs = _mm256_set1_ps(scale);
+        for (i = 0; i + 8 <= d; i += 8)
+            _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xr + i), vs),
+                                                  _mm256_loadu_ps(g + i)));
+        for (; i < d; i++) o[i] = xr[i] * scale * g[i];
+    }
 }
 
 void tl_softmax_fast(float *x, size_t n) {

@@ -487,7 +487,7 @@ static void norm(const tl_llama *m, const float *x, const tl_weight *w, const tl
     const size_t d = (size_t)m->hp.n_embd;
     if (m->hp.layer_norm) tl_op_layernorm(x, w->data, b->name ? b->data : NULL, n, d, m->hp.rms_eps, out);
     else {
-        tl_op_rmsnorm(x, w->data, n, d, m->hp.rms_eps, out);
+        tl_op_rmsnorm(m, x, w->data, n, d, m->hp.rms_eps, out);
         add_bias_rows(out, b, n, d);
     }
 }

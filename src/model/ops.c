@@ -279,15 +279,10 @@ void tl_op_matmul(tl_llama *m, const tl_weight *w, const float *X, size_t n, flo
     tl_op_matmul_multi(m, &w, 1, X, n, &Y, scratch, scratch_floats);
 }
 
-void tl_op_rmsnorm(const float *x, const float *g, size_t n, size_t d, float eps, float *out) {
-    for (size_t r = 0; r < n; r++) {
-        const float *xr = x + r * d;
-        float *o = out + r * d;
-        double ss = 0;
-        for (size_t i = 0; i < d; i++) ss += (double)xr[i] * xr[i];
-        float scale = (float)(1.0 / sqrt(ss / (double)d + eps));
-        for (size_t i = 0; i < d; i++) o[i] = xr[i] * scale * g[i];
-    }
+void tl_op_rmsnorm(const tl_llama *m, const float *x, const float *g, size_t n, size_t d,
+                   float eps, float *out) {
+    if (m->use_reference) tl_rmsnorm_ref(x, g, n, d, eps, out);
+    else tl_rmsnorm_fast(x, g, n, d, eps, out);
 }
 
 void tl_op_layernorm(const float *x, const float *g, const float *b, size_t n, size_t d,

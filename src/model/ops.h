@@ -53,8 +53,10 @@ struct tl_llama_scratch;
 tl_status tl_op_neuron_ffn(tl_llama *m, struct tl_llama_scratch *s, int32_t l, const float *xn,
                            size_t n, int one_sequence, float *y);
 
-/* out[i] = x[i] / sqrt(mean(x^2) + eps) * g[i] for each of n rows of d. */
-void tl_op_rmsnorm(const float *x, const float *g, size_t n, size_t d, float eps, float *out);
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * g[i] for each of n rows of d (kernels.h's
+ * tl_rmsnorm_ref with m->use_reference, else the fast one). */
+void tl_op_rmsnorm(const tl_llama *m, const float *x, const float *g, size_t n, size_t d,
+                   float eps, float *out);
 
 /* out[i] = (x[i] - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * g[i] + b[i] for each
  * of n rows of d (b may be NULL: no bias). */
