@@ -281,7 +281,9 @@ static void test_hostile(void) {
     expect_bad_value(text, "types", "[0, 1, 30, 8]", "short grid");
     expect_bad_value(text, "n_threads", "2.5", "fractional");
     expect_bad_value(text, "n_threads", "0", "zero threads");
-    expect_bad_value(text, "tierllm_profile_version", "15", "future version");
+    expect_bad_value(text, "tierllm_profile_version", "16", "future version");
+    expect_bad_value(text, "tierllm_profile_version", "14",
+                     "old version (element-wise on the scalar rmsnorm)");
     expect_bad_value(text, "tierllm_profile_version", "13",
                      "old version (grouped figures on two kv heads)");
     expect_bad_value(text, "tierllm_profile_version", "12", "old version (no kv_store_s)");

@@ -3,7 +3,7 @@
 `tierllm profile` writes, for CLI tests that plan without measuring (plan_cli, serve_cli)."""
 import json, sys
 rows = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
-p = {"tierllm_profile_version": 14, "machine": "test", "disk_dir": "/tmp", "n_threads": 2,
+p = {"tierllm_profile_version": 15, "machine": "test", "disk_dir": "/tmp", "n_threads": 2,
      "measured_unix": 0, "profile_seconds": 1, "mem_read_bps": 2e10, "fma_flops": 1e11,
      "chunks": [65536, 262144, 1048576, 4194304], "depths": [1, 4, 16],
      "disk_read_bps": [[5e8, 8e8, 1e9]] * 4, "disk_write_bps": 5e8, "disk_urgent_read_s": 2e-3, "disk_urgent_page_s": 1e-4,
