@@ -133,17 +133,19 @@ static int hook(tl_replanner *r, tl_model *m, const tl_batch_stats *s, int32_t p
                       "further off) %.0f%% of the profile's time, the plan's prediction "
                       "%.0f%% (with the ring's reads %.0f us later each beside compute)",
                       100 * pratio, 100 * products_effect, 1e6 * delay);
-            double mix = 0;
+            double page_scale = 0;
             const char *spill = bp ? bp->spill_dir : NULL;
-            if (tl_plan_calibrate_kv(m, &r->prof, &r->current, spill, &mix)) tl_error_clear();
-            if (!(mix > 0)) mix = 1; /* not timed */
-            else if (fabs(1 / mix - 1) > r->threshold)
+            if (tl_plan_calibrate_kv(m, &r->prof, &r->current, spill, &page_scale))
+                tl_error_clear();
+            if (!(page_scale > 0)) page_scale = 1; /* not timed */
+            else if (fabs(1 / page_scale - 1) > r->threshold)
                 logf_(r, "before the first block: KV pages read (alone from a spill file, and "
                       "beside the stream) took %.0f%% of the time the profile gives them",
-                      100 / mix);
+                      100 / page_scale);
             /* time for time: the profile predicted 1/ratio of what one pass took */
             if (fabs(1 / ratio - 1) > r->threshold || fabs(cratio - 1) > r->threshold ||
-                fabs(products_effect - 1) > r->threshold || fabs(1 / mix - 1) > r->threshold)
+                fabs(products_effect - 1) > r->threshold ||
+                fabs(1 / page_scale - 1) > r->threshold)
                 sw = search_again(r, m, prompts_left, bp, "before the first block", 1 / ratio,
                                   cratio);
             else if (tl_plan_evaluate(m, &r->prof, &r->rq.w, &r->current.policy, &now) ==

@@ -238,12 +238,12 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
     if (!st) st = tl_plan_calibrate_products(m, prof, &pratio);
     double delay = 0;
     if (!st) st = tl_plan_calibrate_ring(m, prof, &delay);
-    double mix = 0;
-    if (!st) st = tl_plan_calibrate_kv(m, prof, chosen, cp->spill_dir, &mix);
-    if (!(mix > 0)) mix = 1; /* not timed */
+    double page_scale = 0;
+    if (!st) st = tl_plan_calibrate_kv(m, prof, chosen, cp->spill_dir, &page_scale);
+    if (!(page_scale > 0)) page_scale = 1; /* not timed */
     if (st) return st;
     if (ratio > 0.8 && ratio < 1.25 && cratio > 0.8 && cratio < 1.25 && pratio > 0.8 &&
-        pratio < 1.25 && mix > 0.8 && mix < 1.25) {
+        pratio < 1.25 && page_scale > 0.8 && page_scale < 1.25) {
         /* the policy stays; its prediction is the calibrated profile's, as printed beside
          * the run's measurement */
         tl_plan_result again;
@@ -270,9 +270,9 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
     if (pratio <= 0.8 || pratio >= 1.25)
         fprintf(stderr, "policy auto: products of 16 and 128 rows take (the further off) "
                 "%.0f%% of the profile's time\n", pratio * 100);
-    if (mix <= 0.8 || mix >= 1.25)
+    if (page_scale <= 0.8 || page_scale >= 1.25)
         fprintf(stderr, "policy auto: KV pages read (alone from a spill file, and beside the "
-                "stream) take %.0f%% of the time the profile gives them\n", 100 / mix);
+                "stream) take %.0f%% of the time the profile gives them\n", 100 / page_scale);
     *chosen = next;
     if (!change) return TL_OK;
     tl_context_close(*c);
