@@ -174,14 +174,14 @@ static void hand_slowdown(const char *path) {
     const int32_t rows[3] = {1, 4, 64};
     const double none[3] = {0, 0, 0};
     double s = 0;
-    double t = tl_cost_pass_compute(m, &prof, 32, rows, none, none, 3, 1, 0, 1, &s);
+    double t = tl_cost_pass_compute(m, &prof, 32, rows, none, none, 3, 1, 1, 0, 1, &s);
     const double tv = 5 * mm_row; /* the 1- and 4-row products */
     double expect = (tv * 1.6 + (t - tv) * 1.1) / t;
     CHECK_MSG(close_to(s, expect, 1e-12), "slowdown %.12g vs %.12g", s, expect);
     CHECK(t > tv + 64 * mm_row * (1 - 1e-12));
     const double ctx[3] = {0, 0, 3000}; /* the 64 rows see 3000 positions in all */
     double sa = 0;
-    double ta = tl_cost_pass_compute(m, &prof, 32, rows, ctx, none, 3, 1, 0, 1, &sa);
+    double ta = tl_cost_pass_compute(m, &prof, 32, rows, ctx, none, 3, 1, 1, 0, 1, &sa);
     const double at = 3000 * 2 * 8 * 16 * 2e-9;
     CHECK_MSG(close_to(ta - t, at, 1e-9), "attention %.12g vs %.12g", ta - t, at);
     expect = (tv * 1.6 + at * 1.3 + (ta - tv - at) * 1.1) / ta;
@@ -243,8 +243,9 @@ static void hand_kv_store(const char *path) {
     const double none[3] = {0, 0, 0};
     for (int k = 0; k < TL_PROF_N_KVBITS; k++) {
         const int32_t bits = tl_prof_kvbits[k];
-        const double t0 = tl_cost_pass_compute(m, &base, bits, rows, none, none, 3, 1, 0, 1, NULL);
-        const double t1 = tl_cost_pass_compute(m, &kv, bits, rows, none, none, 3, 1, 0, 1, NULL);
+        const double t0 =
+            tl_cost_pass_compute(m, &base, bits, rows, none, none, 3, 1, 1, 0, 1, NULL);
+        const double t1 = tl_cost_pass_compute(m, &kv, bits, rows, none, none, 3, 1, 1, 0, 1, NULL);
         const double expect = 69.0 * 2 * 2 * 32 * (k + 1) * 1e-9;
         CHECK_MSG(close_to(t1 - t0, expect, 1e-9), "kv store at %d bits: %.12g vs %.12g",
                   (int)bits, t1 - t0, expect);
@@ -266,9 +267,9 @@ static void hand_attn_block(const char *path) {
     const double B = TL_ATTN_BLOCK_MAX_ROWS, shared = 1.5e-9 * B / (B - 1), own = 2e-9 - shared;
     const int32_t rows[1] = {16};
     const double ctx[1] = {1000}, stored[1] = {0};
-    double t1 = tl_cost_pass_compute(m, &one, 32, rows, ctx, stored, 1, B, 0, 1, NULL);
-    double tb = tl_cost_pass_compute(m, &blk, 32, rows, ctx, stored, 1, B, 0, 1, NULL);
-    double tr = tl_cost_pass_compute(m, &blk, 32, rows, ctx, stored, 1, 1, 0, 1, NULL);
+    double t1 = tl_cost_pass_compute(m, &one, 32, rows, ctx, stored, 1, B, 1, 0, 1, NULL);
+    double tb = tl_cost_pass_compute(m, &blk, 32, rows, ctx, stored, 1, B, 1, 0, 1, NULL);
+    double tr = tl_cost_pass_compute(m, &blk, 32, rows, ctx, stored, 1, 1, 1, 0, 1, NULL);
     CHECK_MSG(close_to(t1 - tb, 1000 * 2 * 128 * 1.5e-9, 1e-9), "full block saves %.9g", t1 - tb);
     CHECK_MSG(close_to(tr, t1, 1e-12), "rows one at a time cost the single-row rate");
     tl_workload w = {8, 4, 1};
@@ -305,10 +306,10 @@ static void hand_attn_group(const char *g4, const char *g2) {
         const int32_t rows[1] = {16};
         const double ctx[1] = {1000}, stored[1] = {0};
         const double macs = 1000 * 2 * 128; /* positions x layers x n_head * head_dim */
-        double t1 = tl_cost_pass_compute(m, &mha, 32, rows, ctx, stored, 1, B, 0, 1, NULL);
-        double tg = tl_cost_pass_compute(m, &gqa, 32, rows, ctx, stored, 1, B, 0, 1, NULL);
-        double t1r = tl_cost_pass_compute(m, &mha, 32, rows, ctx, stored, 1, 1, 0, 1, NULL);
-        double tgr = tl_cost_pass_compute(m, &gqa, 32, rows, ctx, stored, 1, 1, 0, 1, NULL);
+        double t1 = tl_cost_pass_compute(m, &mha, 32, rows, ctx, stored, 1, B, 1, 0, 1, NULL);
+        double tg = tl_cost_pass_compute(m, &gqa, 32, rows, ctx, stored, 1, B, 1, 0, 1, NULL);
+        double t1r = tl_cost_pass_compute(m, &mha, 32, rows, ctx, stored, 1, 1, 1, 0, 1, NULL);
+        double tgr = tl_cost_pass_compute(m, &gqa, 32, rows, ctx, stored, 1, 1, 1, 0, 1, NULL);
         CHECK_MSG(close_to(t1 - tg, macs * (c1 - c4_blk) * x[k], 1e-9),
                   "group %d, blocks of %g: saves %.9g vs %.9g", k ? 2 : 4, B, t1 - tg,
                   macs * (c1 - c4_blk) * x[k]);
@@ -335,21 +336,34 @@ static void hand_kv_mem(const char *path) {
     const double c1[2] = {500, 500}, s0[2] = {0, 0}, c16[1] = {16 * 1000.0};
     /* decode, two micro-batches of one row seeing 500 positions: W = 2 x 2 x 500 x 256 */
     double w = 2 * 2 * 500 * 256.0, share = (w - 128000) / (1024000 - 128000);
-    double t0 = tl_cost_pass_compute(m, &base, 32, one, c1, s0, 2, 1, 0, 1, NULL);
-    double t1 = tl_cost_pass_compute(m, &mem, 32, one, c1, s0, 2, 1, 0, 1, NULL);
+    double t0 = tl_cost_pass_compute(m, &base, 32, one, c1, s0, 2, 1, 1, 0, 1, NULL);
+    double t1 = tl_cost_pass_compute(m, &mem, 32, one, c1, s0, 2, 1, 1, 0, 1, NULL);
     CHECK_MSG(close_to(t1 - t0, share * 1e-9 * w, 1e-9), "decode: %.9g vs %.9g", t1 - t0,
               share * 1e-9 * w);
     /* a block of 16 rows reads each position once: W = 2 x 1000 x 256 */
-    t0 = tl_cost_pass_compute(m, &base, 32, blk, c16, s0, 1, 16, 0, 1, NULL);
-    t1 = tl_cost_pass_compute(m, &mem, 32, blk, c16, s0, 1, 16, 0, 1, NULL);
+    t0 = tl_cost_pass_compute(m, &base, 32, blk, c16, s0, 1, 16, 1, 0, 1, NULL);
+    t1 = tl_cost_pass_compute(m, &mem, 32, blk, c16, s0, 1, 16, 1, 0, 1, NULL);
     w = 2 * 1000 * 256.0, share = (w - 128000) / (1024000 - 128000);
     CHECK_MSG(close_to(t1 - t0, share * 1e-9 * w, 1e-9), "block: %.9g vs %.9g", t1 - t0,
               share * 1e-9 * w);
+    /* one sequence's 64 rows in 4 blocks of 16, each row seeing 1000 positions: the pass
+     * reads its KV once (W = 2 x 1000 x 256), the first block from memory, the other three
+     * from the caches but for the share of the sequence's KV at a layer (1000 x 256 bytes)
+     * that misses them */
+    const int32_t seq[1] = {64};
+    const double c64[1] = {64 * 1000.0};
+    t0 = tl_cost_pass_compute(m, &base, 32, seq, c64, s0, 1, 16, 4, 0, 1, NULL);
+    t1 = tl_cost_pass_compute(m, &mem, 32, seq, c64, s0, 1, 16, 4, 0, 1, NULL);
+    w = 2 * 1000 * 256.0, share = (w - 128000) / (1024000 - 128000);
+    const double miss = (1000 * 256.0 - 128000) / (1024000 - 128000);
+    const double read = 2 * 4 * 1000 * 256.0 * (0.25 + 0.75 * miss); /* layers x blocks */
+    CHECK_MSG(close_to(t1 - t0, share * 1e-9 * read, 1e-9), "4 blocks: %.9g vs %.9g",
+              t1 - t0, share * 1e-9 * read);
     /* 8-bit pages, 2 x 8000 positions: beyond attn_mem_bytes. Groups never straddle a
      * head, so a head of 16 is one group: 16 codes and 8 bytes of min and scale */
     const double c2k[2] = {8000, 8000};
-    t0 = tl_cost_pass_compute(m, &base, 8, one, c2k, c2k, 2, 1, 0, 1, NULL);
-    t1 = tl_cost_pass_compute(m, &mem, 8, one, c2k, c2k, 2, 1, 0, 1, NULL);
+    t0 = tl_cost_pass_compute(m, &base, 8, one, c2k, c2k, 2, 1, 1, 0, 1, NULL);
+    t1 = tl_cost_pass_compute(m, &mem, 8, one, c2k, c2k, 2, 1, 1, 0, 1, NULL);
     w = 2 * 2 * 8000 * 2 * 32 * (1 + 8.0 / 16);
     CHECK(w > 1024000);
     CHECK_MSG(close_to(t1 - t0, 1e-9 * w, 1e-9), "8-bit: %.9g vs %.9g", t1 - t0, 1e-9 * w);
@@ -1062,9 +1076,9 @@ static void embedding_calibration(const char *path, uint64_t budget, uint64_t st
     const int32_t rows[1] = {10};
     const double none[1] = {0};
     tl_test_round_profile(&prof);
-    const double grid = tl_cost_pass_compute(m, &prof, 32, rows, none, none, 1, 1, 0, 0, NULL);
+    const double grid = tl_cost_pass_compute(m, &prof, 32, rows, none, none, 1, 1, 1, 0, 0, NULL);
     prof.embd_row_s = 1e-3;
-    const double cal = tl_cost_pass_compute(m, &prof, 32, rows, none, none, 1, 1, 0, 0, NULL);
+    const double cal = tl_cost_pass_compute(m, &prof, 32, rows, none, none, 1, 1, 1, 0, 0, NULL);
     CHECK_MSG(close_to(cal - grid, 10 * (1e-3 - 65536 / 1e9), 1e-9), "rows priced %.9g",
               cal - grid);
     tl_model_close(m);

@@ -14,8 +14,11 @@
  *                    columns, once a block; jobs = blocks * n_head_kv share the threads);
  *                    kv_bytes = the KV bytes the row reads at the layer (as stored), m(W)
  *                    = the profile's extra seconds per KV byte beyond the caches, times
- *                    (W - attn_cache_bytes) / (attn_mem_bytes - attn_cache_bytes) clamped
- *                    to [0, 1], W = the KV bytes the whole pass reads
+ *                    miss(W) = (W - attn_cache_bytes) / (attn_mem_bytes - attn_cache_bytes)
+ *                    clamped to [0, 1], W = the KV bytes the whole pass reads, a
+ *                    sequence's KV counted once a step; when a sequence's rows form B
+ *                    blocks in the step, they read its KV one after another: kv_bytes
+ *                    times (1 / B + (1 - 1 / B) miss(the sequence's KV at the layer))
  *   elementwise    = rows * (4 * n_embd + 3 * n_ff) * e            norms, rope, swiglu, adds
  *   kv store       = rows * 2 * kv_dim * s[bits]     appending the rows' K and V, storing
  *                    full pages in the format (the profile's figure into fresh memory)
@@ -414,21 +417,30 @@ static double mb_kv_bytes(const tl_model *m, int32_t kv_bits, double ctx, double
     return (2 * kvd * open * 4 + stored * stored_pos) / (block > 1 ? block : 1);
 }
 
+/* The share of KV reads that miss the caches when W bytes of KV are read before any of
+ * them again: none up to the profile's attn_cache_bytes (its in-cache figures were timed
+ * with that much), all from attn_mem_bytes (where its extra per byte was timed), linear
+ * between. */
+static double kv_miss_share(const tl_hw_profile *prof, double w) {
+    const double lo = prof->attn_cache_bytes, hi = prof->attn_mem_bytes;
+    if (!(hi > lo)) return 0;
+    return w <= lo ? 0 : w >= hi ? 1 : (w - lo) / (hi - lo);
+}
+
 /* Seconds per KV byte the attention of a pass pays beyond the profile's in-cache rates:
- * the pass reads W bytes of KV (every layer of the stage, every micro-batch) before it
- * reads any of them again, so the caches hold less of it the larger W is; the profile's
- * extra (attn_mem_s_per_byte at attn_mem_bytes) is scaled linearly in W from none at
- * attn_cache_bytes, flat beyond attn_mem_bytes. */
+ * the pass reads W bytes of KV (every layer of the stage, every micro-batch, each
+ * sequence's KV once a step however many blocks its rows form) before it reads any of
+ * them again, so the caches hold less of it the larger W is; the profile's extra
+ * (attn_mem_s_per_byte) times kv_miss_share(W). */
 static double pass_kv_mem_s_per_byte(const tl_model *m, const tl_hw_profile *prof,
                                      int32_t kv_bits, const double *ctx, const double *stored,
-                                     int32_t n_mb, double block) {
-    const double lo = prof->attn_cache_bytes, hi = prof->attn_mem_bytes;
-    if (!(prof->attn_mem_s_per_byte > 0) || !(hi > lo)) return 0;
+                                     int32_t n_mb, double block, double seq_blocks) {
+    if (!(prof->attn_mem_s_per_byte > 0)) return 0;
     double w = 0;
-    for (int32_t k = 0; k < n_mb; k++) w += mb_kv_bytes(m, kv_bits, ctx[k], stored[k], block);
+    for (int32_t k = 0; k < n_mb; k++)
+        w += mb_kv_bytes(m, kv_bits, ctx[k], stored[k], block * fmax(1, seq_blocks));
     w *= m->lm.stage_end - m->lm.stage_first;
-    const double share = w <= lo ? 0 : w >= hi ? 1 : (w - lo) / (hi - lo);
-    return share * prof->attn_mem_s_per_byte;
+    return kv_miss_share(prof, w) * prof->attn_mem_s_per_byte;
 }
 
 /* One micro-batch of `rows` rows at layer l, attention taking them in blocks of `block`
@@ -436,13 +448,17 @@ static double pass_kv_mem_s_per_byte(const tl_model *m, const tl_hw_profile *pro
  * `stored` in stored pages (decoded once per block), element-wise work and the per-layer
  * fixed cost; `blocks`: its attention blocks (<= 0: rows / block, rounded; a step that
  * mixes generating rows and a prompt chunk gives its own, as its mean block undercounts
- * them). *matvec: the matmuls' part when the
+ * them); `seq_blocks`: the blocks one sequence's rows form in the step (their mean), which
+ * read the same KV one after another: the first from where the pass left it (memory, at
+ * mem_s_per_byte), the others from the caches unless the sequence's KV at the layer is
+ * too large for them to keep it (kv_miss_share of it). *matvec: the matmuls' part when the
  * products have <= 4 rows, *attn: the attention's part (each slows down differently while
  * the disk streams). */
 static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int32_t l,
                                int32_t kv_bits, int32_t rows, double block, double blocks,
-                               double ctx, double stored, double mem_s_per_byte,
-                               double *matvec, double *attn, mm_memo *mo) {
+                               double seq_blocks, double ctx, double stored,
+                               double mem_s_per_byte, double *matvec, double *attn,
+                               mm_memo *mo) {
     const tl_llama_hparams *hp = &m->lm.hp;
     const double d = hp->n_embd, f = hp->n_ff, hd = hp->head_dim;
     const double kvd = (double)hp->n_head_kv * hd;
@@ -461,8 +477,14 @@ static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int
     if (rows <= 0) return 0;
     const double mm = layer_matmul_s(m, prof, l, rows, mo);
     if (matvec && rows <= 4) *matvec = mm;
-    const double kv_mem = mem_s_per_byte > 0
-                              ? mem_s_per_byte * mb_kv_bytes(m, kv_bits, ctx, stored, b) : 0;
+    double kv_mem = 0;
+    if (mem_s_per_byte > 0) {
+        const double B = fmax(1, seq_blocks);
+        /* one row's KV at the layer: what the sequence's blocks share */
+        const double seq_kv = mb_kv_bytes(m, kv_bits, ctx / rows, stored / rows, 1);
+        const double again = B > 1 ? (1 - 1 / B) * kv_miss_share(prof, seq_kv) : 0;
+        kv_mem = mem_s_per_byte * mb_kv_bytes(m, kv_bits, ctx, stored, b) * (1 / B + again);
+    }
     const double at = ctx * attn_per_pos + stored * decode_per_pos + kv_mem;
     if (attn) *attn = at;
     return mm + at + rows * (4 * d + 3 * f) * prof->elementwise_s +
@@ -470,11 +492,12 @@ static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int
 }
 
 /* tl_cost_pass_compute, with the attention blocks of a single micro-batch given (blocks >
- * 0) or derived from its rows (0). */
+ * 0) or derived from its rows (0), and the blocks each sequence's rows form (seq_blocks,
+ * mb_layer_compute). */
 static double pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
                            const int32_t *rows, const double *ctx_sum, const double *stored_sum,
-                           int32_t n_mb, double attn_block, double blocks, int32_t logit_rows,
-                           int embd_resident, double *slowdown) {
+                           int32_t n_mb, double attn_block, double blocks, double seq_blocks,
+                           int32_t logit_rows, int embd_resident, double *slowdown) {
     const tl_llama_hparams *hp = &m->lm.hp;
     const double d = hp->n_embd;
     double t = 0, all_rows = 0, t_matvec = 0, t_attn = 0;
@@ -484,15 +507,15 @@ static double pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t
     double layer_t = 0, layer_mv = 0, layer_at = 0;
     const int32_t first = m->lm.stage_first; /* a pipeline stage computes its layers only */
     const double mem = pass_kv_mem_s_per_byte(m, prof, kv_bits, ctx_sum, stored_sum, n_mb,
-                                              attn_block);
+                                              attn_block, seq_blocks);
     for (int32_t l = first; l < m->lm.stage_end; l++) {
         if (l == first || !same_shapes(m, l, l - 1)) {
             layer_t = layer_mv = layer_at = 0;
             for (int32_t k = 0; k < n_mb; k++) {
                 double mv, at;
                 layer_t += mb_layer_compute(m, prof, l, kv_bits, rows[k], attn_block,
-                                            n_mb == 1 ? blocks : 0, ctx_sum[k], stored_sum[k],
-                                            mem, &mv, &at, &mo);
+                                            n_mb == 1 ? blocks : 0, seq_blocks, ctx_sum[k],
+                                            stored_sum[k], mem, &mv, &at, &mo);
                 layer_mv += mv;
                 layer_at += at;
             }
@@ -527,9 +550,10 @@ static double pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t
 double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
                             const int32_t *rows, const double *ctx_sum,
                             const double *stored_sum, int32_t n_mb, double attn_block,
-                            int32_t logit_rows, int embd_resident, double *slowdown) {
+                            double seq_blocks, int32_t logit_rows, int embd_resident,
+                            double *slowdown) {
     return pass_compute(m, prof, kv_bits, rows, ctx_sum, stored_sum, n_mb, attn_block, 0,
-                        logit_rows, embd_resident, slowdown);
+                        seq_blocks, logit_rows, embd_resident, slowdown);
 }
 
 double tl_cost_kv_page_bytes(const tl_model *m, int32_t kv_bits, int32_t page_tokens) {
@@ -705,24 +729,25 @@ static void add_pass(acc *a, const tl_cost_pass *p, int overlap) {
 /* The pass's KV wait (formula at the top): pages[k] disk pages of micro-batch k per
  * layer; the first of them arrives after first_s, each further one page_s later. */
 static double pass_kv_wait(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
-                           const int32_t *rows, double block, const double *ctx,
-                           const double *stored, const double *pages, int32_t n_mb,
-                           double first_s, double page_s) {
+                           const int32_t *rows, double block, double seq_blocks,
+                           const double *ctx, const double *stored, const double *pages,
+                           int32_t n_mb, double first_s, double page_s) {
     double wait = 0, prev = -1;
     int any = 0;
     mm_memo mo;
     memo_init(&mo);
     for (int32_t k = 0; k < n_mb; k++) any |= pages[k] > 0;
     if (!any) return 0;
-    const double mem = pass_kv_mem_s_per_byte(m, prof, kv_bits, ctx, stored, n_mb, block);
+    const double mem = pass_kv_mem_s_per_byte(m, prof, kv_bits, ctx, stored, n_mb, block,
+                                              seq_blocks);
     for (int32_t l = m->lm.stage_first; l < m->lm.stage_end; l++)
         for (int32_t k = 0; k < n_mb; k++) {
             if (rows[k] <= 0) continue;
             double read = pages[k] > 0 ? first_s + (pages[k] - 1) * page_s : 0;
             if (prev >= 0 && read > prev) wait += read - prev;
             else if (prev < 0) wait += read; /* the pass's first read: nothing to hide it */
-            prev = mb_layer_compute(m, prof, l, kv_bits, rows[k], block, 0, ctx[k], stored[k], mem,
-                                    NULL, NULL, &mo);
+            prev = mb_layer_compute(m, prof, l, kv_bits, rows[k], block, 0, seq_blocks, ctx[k],
+                                    stored[k], mem, NULL, NULL, &mo);
         }
     return wait;
 }
@@ -844,9 +869,9 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         int32_t logit_rows = last ? n_seqs : 0;
         double slow = 1;
         /* a sequence's len rows in blocks of at most block_cap: their mean size */
-        const double block = (double)len / ceil((double)len / block_cap);
+        const double seq_blocks = ceil((double)len / block_cap), block = len / seq_blocks;
         double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, stored, n_mb, block,
-                                        logit_rows, plan->embd_resident, &slow);
+                                        seq_blocks, logit_rows, plan->embd_resident, &slow);
         c += layers_repack + (last ? out_repack : 0);
         /* pages read as input rows are recomputed once before attention */
         c += read_pages * rc_share * rc_page_s;
@@ -858,8 +883,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         }
         tl_cost_pass p = {1, block_index, fed / chunk, c, layers_bytes + (last ? out_bytes : 0),
                           kv_read, kv_write, wbps, kbps, wr_bps, 1, slow,
-                          pass_kv_wait(m, prof, pol->kv_bits, rows, block, ctx, stored, pages,
-                                       n_mb, first_s, page_s), read_pages, read_pages,
+                          pass_kv_wait(m, prof, pol->kv_bits, rows, block, seq_blocks, ctx, stored,
+                                       pages, n_mb, first_s, page_s), read_pages, read_pages,
                           layers_repack + (last ? out_repack : 0), flash_b, flash_s, flash_w,
                           ring ? ring_time(ring_c, ring_r, ring_rep, U, plan->n_slots, c,
                                            last ? tl_cost_matmul(prof, out_w, logit_rows) +
@@ -902,7 +927,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
             kv_read = read_pages * rslot;
         }
         double slow = 1;
-        double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, stored, n_mb, 1,
+        double c = tl_cost_pass_compute(m, prof, pol->kv_bits, rows, ctx, stored, n_mb, 1, 1,
                                         n_seqs, plan->embd_resident, &slow) +
                    layers_repack + out_repack;
         /* pages read as input rows are recomputed (cached ones hold K and V: written) */
@@ -915,7 +940,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         }
         tl_cost_pass p = {0, block_index, j - 1, c, layers_bytes + out_bytes, kv_read, kv_write,
                           wbps, kbps, wr_bps, 1, slow,
-                          pass_kv_wait(m, prof, pol->kv_bits, rows, 1, ctx, stored, pages,
+                          pass_kv_wait(m, prof, pol->kv_bits, rows, 1, 1, ctx, stored, pages,
                                        n_mb, first_s, page_s), need_all, read_pages,
                           layers_repack + out_repack, flash_b, flash_s, flash_w,
                           ring ? ring_time(ring_c, ring_r, ring_rep, U, plan->n_slots, c,
@@ -1097,9 +1122,13 @@ double tl_cost_serve_step(const tl_model *m, const tl_hw_profile *prof,
     const int32_t logit_rows = g + (c > 0);
     double slow = 1;
     /* each generating row is a block of its own; the prompt chunk's rows fill its blocks */
-    const double blocks = g + (c > 0 ? ceil((double)c / cap) : 0);
+    const double cblocks = c > 0 ? ceil((double)c / cap) : 0, blocks = g + cblocks;
+    /* the blocks sharing a sequence's KV: one for a generating row, the chunk's for the
+     * prompt, weighted by the positions each reads (the KV term is linear in 1 / blocks) */
+    const double c_ctx = ctx[0] - g * gctx;
+    const double seq_blocks = c > 0 ? ctx[0] / (g * gctx + c_ctx / cblocks) : 1;
     const double compute = pass_compute(m, prof, s->kv_bits, rows, ctx, stored, 1, block, blocks,
-                                        logit_rows, plan->embd_resident, &slow) +
+                                        seq_blocks, logit_rows, plan->embd_resident, &slow) +
                            layers_repack + out_repack;
     const double wbps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
     double kv_read = 0, kv_write = 0, kbps = 1;

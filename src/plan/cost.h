@@ -127,12 +127,15 @@ tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl
  * n_mb), the rows of micro-batch k attending to `ctx_sum[k]` visible positions in all
  * (`stored_sum[k]` of them in stored pages that must be decoded), attention taking a
  * sequence's rows in blocks of `attn_block` rows on average (1 in decode; llama.h),
+ * `seq_blocks` such blocks per sequence in the pass (1 in decode; they read the sequence's
+ * KV one after another, the caches serving all but the first when it fits them),
  * `logit_rows` rows needing logits; without any IO. *slowdown (may be NULL) gets the
  * factor this compute slows by while the disk streams (the profile's three, time-weighted). */
 double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
                             const int32_t *rows, const double *ctx_sum,
                             const double *stored_sum, int32_t n_mb, double attn_block,
-                            int32_t logit_rows, int embd_resident, double *slowdown);
+                            double seq_blocks, int32_t logit_rows, int embd_resident,
+                            double *slowdown);
 /* The residency ring in steady state: seconds of one decode pass whose unit u (layers
  * 0..U-1, the output U; U < TL_COST_RING_MAX_UNITS, else 0) computes c[u] seconds and, when
  * r[u] > 0, is streamed and read in r[u] seconds, through n_slots buffers (cost.c says
