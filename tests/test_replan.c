@@ -162,6 +162,19 @@ static void replanner(const char *path, const collect *ref, int before_first) {
     if (!before_first)
         CHECK_MSG(rp.checks >= 1 && rp.n_log >= 1 && !strncmp(rp.log[0], "after block", 11),
                   "first re-plan: %s", rp.n_log ? rp.log[0] : "none");
+    /* a re-plan before the first block prices the run that follows: the kept policy's or
+     * the new one's (the CLI's --stats compares the run with it) */
+    const char *first_replan = NULL;
+    for (int i = 0; i < rp.n_log && !first_replan; i++)
+        if (!strncmp(rp.log[i], "before the first block: disk", 28)) first_replan = rp.log[i];
+    if (before_first && first_replan) {
+        CHECK(rp.has_calibrated);
+        if (strstr(first_replan, "new policy"))
+            CHECK_MSG(rp.first_switch && rp.calibrated.total_s == rp.first.cost.total_s &&
+                          rp.first.policy.gbs > 0,
+                      "first switch %d, calibrated %.6g s, new policy's %.6g s",
+                      (int)rp.first_switch, rp.calibrated.total_s, rp.first.cost.total_s);
+    }
     CHECK_MSG(rp.replans >= 1, "replans %d", (int)rp.replans);
     CHECK(rp.n_log >= 1);
     /* the corrected profile's disk is faster than the wrong one: from a finished block's

@@ -84,10 +84,9 @@ static int search_again(tl_replanner *r, tl_model *m, int32_t prompts_left,
           (int)next.policy.gbs, (int)next.policy.num_gb, (int)next.policy.prefill_rows,
           (int)next.policy.kv_bits, (int)next.policy.kv_mem_pct,
           (int)next.policy.prefetch, next.cost.tokens_per_s);
-    if (!change) {
-        if (r->checks == 0) r->calibrated = next.cost, r->has_calibrated = 1;
-        return 0;
-    }
+    if (r->checks == 0) r->calibrated = next.cost, r->has_calibrated = 1;
+    if (!change) return 0;
+    if (r->checks == 0) r->first_switch = 1, r->first = next;
     r->switches++;
     r->current = next;
     tl_plan_apply(&next.policy, m, bp);

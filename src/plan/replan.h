@@ -34,10 +34,12 @@ typedef struct tl_replanner {
     int32_t started;             /* the pre-run calibration has been done */
     int32_t no_calibration;      /* 1: none before the first block (blocks' figures only) */
     double disk_ratio;           /* model file streaming / profile, measured before block 1 */
-    /* the whole run's prediction with the profile calibrated before block 1, when the
-     * policy stayed then (has_calibrated); a switch then puts it in current */
+    /* the whole run's prediction with the profile calibrated before block 1
+     * (has_calibrated): the first policy's, or the new one's when that calibration
+     * changed the policy (first_switch), which is then the one the run started with */
     tl_cost calibrated;
-    int32_t has_calibrated;
+    int32_t has_calibrated, first_switch;
+    tl_plan_result first; /* the policy the run started with, when first_switch */
     int32_t checks, replans, switches;
     double last_io_ratio, last_compute_ratio; /* measured / predicted, last block */
     double hook_s;               /* wall seconds in the hook: calibration, checks, searches */

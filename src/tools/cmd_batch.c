@@ -286,13 +286,12 @@ static tl_status weights_from_copy(tl_model *m, int mode, const tl_plan_result *
 
 static void print_plan_stats(const tl_plan_request *rq, const tl_plan_result *chosen,
                              const tl_replanner *rp, const tl_batch_stats *bs) {
-    /* the policy that ran: re-planned before the first block, the new one covers the
-     * whole run; else the first policy's prediction is what the run is compared with, as
-     * priced on the calibration before the first block when there was one */
-    const int whole = rp && rp->switches > 0 && rp->checks == 0;
-    const tl_cost *c = whole ? &rp->current.cost
-                             : rp && rp->has_calibrated ? &rp->calibrated : &chosen->cost;
-    if (whole) cli_print_policy(stderr, "[plan] policy that ran", &rp->current);
+    /* the run is compared with the prediction for the policy it started with, priced on
+     * the calibration before the first block when there was one (re-planned then: the new
+     * policy; later switches are in the log below) */
+    const tl_cost *c = rp && rp->has_calibrated ? &rp->calibrated : &chosen->cost;
+    if (rp && rp->first_switch)
+        cli_print_policy(stderr, "[plan] policy that ran first", &rp->first);
     cli_measured pre = cli_measured_none(), dec = cli_measured_none(), all = cli_measured_none();
     pre.wall_s = bs->prefill_s;
     pre.passes = (double)bs->prefill_passes;
