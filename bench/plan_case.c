@@ -75,7 +75,9 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
         if ((st = tl_plan_calibrate_products(m, &cal, &ratio))) break;
         o.cal_products = ratio;
         double delay;
-        if ((st = tl_plan_calibrate_ring(m, &cal, &delay))) break;
+        if ((st = tl_plan_calibrate_ring(m, &cal, o.plan.policy.kv_bits,
+                                         c->prompt + 0.5 * c->gen, &delay)))
+            break;
         double mix;
         if ((st = tl_plan_calibrate_kv(m, &cal, &o.plan, NULL, &mix))) break;
         o.cal_mix = mix;

@@ -48,14 +48,18 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
  * 192 MiB a pass, go through the ring with overlap, up to seven pairs (at least three,
  * no further one past half a second) of ring samples of at least 32 MiB, alone and with each
  * streamed unit held while the pool multiplies one row of a resident matrix for about the
- * profile's price of that unit's decode products. *delay_s and prof->ring_unit_delay_s get
+ * time the cost model gives that unit's compute in a decode pass (its share of the layers'
+ * products, attention over decode_ctx positions of kv_bits KV, element-wise work and fixed
+ * costs; the output's product), so the cores are as busy as decode keeps them while the
+ * reads run. *delay_s and prof->ring_unit_delay_s get
  * the median over the pairs of the delay per streamed read that makes the ring model take
  * the held sample's time (tl_cost_ring_fit_delay; a pair's figure swings with the disk's
  * drift between its two samples, hence several; one whose holds hid the reads is dropped);
  * the cost model adds it to every streamed unit's read. tl_plan_calibrate_disk sets it to
  * 0 first. 0 when not measured (nothing resident to multiply, no room in the budget
  * for the vectors, another kind of plan). An IO error is the residency's. */
-tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, double *delay_s);
+tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, int32_t kv_bits,
+                                 double decode_ctx, double *delay_s);
 
 /* KV pages read while weights stream share the IO queue with the stream, and on a virtual
  * disk the mix can be slower than the two rates apart: for a policy that does both, passes

@@ -7,8 +7,10 @@
  * a unit's chunks and issues the next ones waits for a core, so each read is late by some
  * time the rate alone does not show. This measures it as decode meets it: pairs of ring
  * samples, one alone and one with every streamed unit held while the pool multiplies one
- * row (a resident matrix of the model, standing for the unit's own products, whose weights
- * a hold cannot use), each unit about as long as the profile prices its decode products.
+ * row (a resident matrix of the model, standing for the unit's own work, whose weights a
+ * hold cannot use), each unit about as long as the cost model prices its compute in a
+ * decode pass: all of it, not only its products, as the cores' busy share is what delays
+ * the reads.
  * The pair's alone sample gives each unit's read time; the delay per streamed read that
  * makes the ring model (with the holds as measured) take the held sample's time is the
  * pair's figure (tl_cost_ring_fit_delay); the median of the pairs is kept. Alone and held
@@ -73,13 +75,25 @@ static const tl_weight *hold_matrix(const tl_model *m, const tl_hw_profile *prof
     return under ? under : cheapest;
 }
 
-/* The profile's price of unit u's decode products, as a pass prices them */
-static double unit_products_s(const tl_model *m, const tl_hw_profile *prof, int32_t u) {
-    if (u < m->lm.hp.n_layer) return tl_cost_layer_products_s(m, prof, u, 1);
-    return tl_cost_matmul(prof, m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output, 1);
+/* Unit u's compute in a decode pass of one row seeing `ctx` positions of kv_bits KV, as
+ * the ring model takes it (cost.c, ring_time): the pass's layer compute spread evenly over
+ * the layers (products, attention, element-wise work, fixed costs), the output's product
+ * and the logits' element-wise work for the output unit. */
+static double unit_decode_s(const tl_model *m, const tl_hw_profile *prof, int32_t u,
+                            int32_t kv_bits, double ctx) {
+    const tl_llama_hparams *hp = &m->lm.hp;
+    const tl_weight *out = m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output;
+    if (u == hp->n_layer)
+        return tl_cost_matmul(prof, out, 1) + (hp->n_embd + (double)hp->n_vocab) *
+                                                  prof->elementwise_s;
+    const int32_t rows[1] = {1};
+    const double c[1] = {ctx > 1 ? ctx : 1}, stored[1] = {kv_bits < 32 ? c[0] : 0};
+    return tl_cost_pass_compute(m, prof, kv_bits, rows, c, stored, 1, 1, 1, 0, 1, NULL) /
+           hp->n_layer;
 }
 
-tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, double *delay_s) {
+tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, int32_t kv_bits,
+                                 double decode_ctx, double *delay_s) {
     *delay_s = 0;
     prof->ring_unit_delay_s = 0;
     if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating the ring: nothing placed");
@@ -94,7 +108,7 @@ tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, double *delay
     double *target = arr, *held = arr + U + 1, *c = arr + 2 * (U + 1), *r = arr + 3 * (U + 1);
     double fit_s = 0; /* the shortest streamed unit's target */
     for (int32_t u = 0; u <= U; u++) {
-        target[u] = unit_products_s(m, prof, u);
+        target[u] = unit_decode_s(m, prof, u, kv_bits, decode_ctx);
         if (tl_weight_plan_unit_bytes(&m->lm, wp, u) > 0 && (fit_s == 0 || target[u] < fit_s))
             fit_s = target[u];
     }

@@ -237,7 +237,9 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
     if (!st) st = tl_plan_calibrate_compute(m, prof, &cratio);
     if (!st) st = tl_plan_calibrate_products(m, prof, &pratio);
     double delay = 0;
-    if (!st) st = tl_plan_calibrate_ring(m, prof, &delay);
+    if (!st)
+        st = tl_plan_calibrate_ring(m, prof, chosen->policy.kv_bits,
+                                    rq->w.prompt_len + 0.5 * rq->w.gen_len, &delay);
     double page_scale = 0;
     if (!st) st = tl_plan_calibrate_kv(m, prof, chosen, cp->spill_dir, &page_scale);
     if (!(page_scale > 0)) page_scale = 1; /* not timed */
