@@ -167,9 +167,11 @@ static void replanner(const char *path, const collect *ref, int before_first) {
     const char *first_replan = NULL;
     for (int i = 0; i < rp.n_log && !first_replan; i++)
         if (!strncmp(rp.log[i], "before the first block: disk", 28)) first_replan = rp.log[i];
-    if (before_first && first_replan) {
+    if (before_first) { /* the profile's disk of 1 MB/s is far off: it always re-plans */
+        CHECK_MSG(first_replan != NULL, "no re-plan before the first block");
         CHECK(rp.has_calibrated);
-        if (strstr(first_replan, "new policy"))
+        CHECK(rp.first_switch == (first_replan && strstr(first_replan, "new policy") != NULL));
+        if (first_replan && strstr(first_replan, "new policy"))
             CHECK_MSG(rp.first_switch && rp.calibrated.total_s == rp.first.cost.total_s &&
                           rp.first.policy.gbs > 0,
                       "first switch %d, calibrated %.6g s, new policy's %.6g s",

@@ -20,6 +20,7 @@
  */
 #include "plan/calibrate.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "base/clock.h"
@@ -75,21 +76,20 @@ static const tl_weight *hold_matrix(const tl_model *m, const tl_hw_profile *prof
     return under ? under : cheapest;
 }
 
-/* Unit u's compute in a decode pass of one row seeing `ctx` positions of kv_bits KV, as
- * the ring model takes it (cost.c, ring_time): the pass's layer compute spread evenly over
- * the layers (products, attention, element-wise work, fixed costs), the output's product
- * and the logits' element-wise work for the output unit. */
+/* Unit u's compute in a decode pass of one row seeing `ctx` positions of kv_bits KV (all
+ * of them stored, a little dearer than the open page's f32), as the ring model takes it
+ * (cost.c, ring_time): the output unit its product, each layer an even share of the rest
+ * of the pass (products, attention, element-wise work, fixed costs, the logits'). */
 static double unit_decode_s(const tl_model *m, const tl_hw_profile *prof, int32_t u,
                             int32_t kv_bits, double ctx) {
-    const tl_llama_hparams *hp = &m->lm.hp;
     const tl_weight *out = m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output;
-    if (u == hp->n_layer)
-        return tl_cost_matmul(prof, out, 1) + (hp->n_embd + (double)hp->n_vocab) *
-                                                  prof->elementwise_s;
+    const double out_s = tl_cost_matmul(prof, out, 1);
+    if (u == m->lm.hp.n_layer) return out_s;
     const int32_t rows[1] = {1};
     const double c[1] = {ctx > 1 ? ctx : 1}, stored[1] = {kv_bits < 32 ? c[0] : 0};
-    return tl_cost_pass_compute(m, prof, kv_bits, rows, c, stored, 1, 1, 1, 0, 1, NULL) /
-           hp->n_layer;
+    const double pass = tl_cost_pass_compute(m, prof, kv_bits, rows, c, stored, 1, 1, 1, 1, 1,
+                                             NULL);
+    return fmax(0, pass - out_s) / m->lm.hp.n_layer;
 }
 
 tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, int32_t kv_bits,

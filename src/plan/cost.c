@@ -17,8 +17,9 @@
  *                    miss(W) = (W - attn_cache_bytes) / (attn_mem_bytes - attn_cache_bytes)
  *                    clamped to [0, 1], W = the KV bytes the whole pass reads, a
  *                    sequence's KV counted once a step; when a sequence's rows form B
- *                    blocks in the step, they read its KV one after another: kv_bytes
- *                    times (1 / B + (1 - 1 / B) miss(the sequence's KV at the layer))
+ *                    blocks in the step, they read its KV one after another: the
+ *                    extra is kv_bytes (m(W) / B + (1 - 1 / B) m(max) miss(a row's KV at
+ *                    the layer)), m(max) the profile's full extra
  *   elementwise    = rows * (4 * n_embd + 3 * n_ff) * e            norms, rope, swiglu, adds
  *   kv store       = rows * 2 * kv_dim * s[bits]     appending the rows' K and V, storing
  *                    full pages in the format (the profile's figure into fresh memory)
@@ -400,11 +401,6 @@ static double layer_matmul_s(const tl_model *m, const tl_hw_profile *prof, int32
     return mm;
 }
 
-double tl_cost_layer_products_s(const tl_model *m, const tl_hw_profile *prof, int32_t l,
-                                int32_t rows) {
-    return layer_matmul_s(m, prof, l, rows, NULL);
-}
-
 /* KV bytes one layer's attention reads for a micro-batch whose rows see ctx positions, of
  * which `stored` in stored pages (open pages are f32), taking rows in blocks of `block`
  * (a block reads each position once). */
@@ -443,15 +439,28 @@ static double pass_kv_mem_s_per_byte(const tl_model *m, const tl_hw_profile *pro
     return kv_miss_share(prof, w) * prof->attn_mem_s_per_byte;
 }
 
+/* Seconds a micro-batch's attention at one layer pays for KV beyond the caches (the rows
+ * as mb_layer_compute takes them): each sequence's first block reads the KV from where
+ * the pass left it, at the pass's mem_s_per_byte; its other seq_blocks - 1 blocks read it
+ * again from the caches, but for the share of it that misses them, at the profile's full
+ * extra: kv_miss_share of one row's KV at the layer (a row at the chunk's mean position). */
+static double kv_mem_s(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
+                       int32_t rows, double block, double seq_blocks, double ctx,
+                       double stored, double mem_s_per_byte) {
+    if (!(prof->attn_mem_s_per_byte > 0) || rows <= 0) return 0;
+    const double B = fmax(1, seq_blocks), bytes = mb_kv_bytes(m, kv_bits, ctx, stored, block);
+    const double row_kv = mb_kv_bytes(m, kv_bits, ctx / rows, stored / rows, 1);
+    const double again = (1 - 1 / B) * kv_miss_share(prof, row_kv) * prof->attn_mem_s_per_byte;
+    return bytes * (mem_s_per_byte / B + again);
+}
+
 /* One micro-batch of `rows` rows at layer l, attention taking them in blocks of `block`
  * rows (1 in decode): its 7 matmuls, attention over ctx visible positions of which
  * `stored` in stored pages (decoded once per block), element-wise work and the per-layer
  * fixed cost; `blocks`: its attention blocks (<= 0: rows / block, rounded; a step that
  * mixes generating rows and a prompt chunk gives its own, as its mean block undercounts
  * them); `seq_blocks`: the blocks one sequence's rows form in the step (their mean), which
- * read the same KV one after another: the first from where the pass left it (memory, at
- * mem_s_per_byte), the others from the caches unless the sequence's KV at the layer is
- * too large for them to keep it (kv_miss_share of it). *matvec: the matmuls' part when the
+ * read the same KV one after another (kv_mem_s). *matvec: the matmuls' part when the
  * products have <= 4 rows, *attn: the attention's part (each slows down differently while
  * the disk streams). */
 static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int32_t l,
@@ -477,14 +486,8 @@ static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int
     if (rows <= 0) return 0;
     const double mm = layer_matmul_s(m, prof, l, rows, mo);
     if (matvec && rows <= 4) *matvec = mm;
-    double kv_mem = 0;
-    if (mem_s_per_byte > 0) {
-        const double B = fmax(1, seq_blocks);
-        /* one row's KV at the layer: what the sequence's blocks share */
-        const double seq_kv = mb_kv_bytes(m, kv_bits, ctx / rows, stored / rows, 1);
-        const double again = B > 1 ? (1 - 1 / B) * kv_miss_share(prof, seq_kv) : 0;
-        kv_mem = mem_s_per_byte * mb_kv_bytes(m, kv_bits, ctx, stored, b) * (1 / B + again);
-    }
+    const double kv_mem = kv_mem_s(m, prof, kv_bits, rows, b, seq_blocks, ctx, stored,
+                                   mem_s_per_byte);
     const double at = ctx * attn_per_pos + stored * decode_per_pos + kv_mem;
     if (attn) *attn = at;
     return mm + at + rows * (4 * d + 3 * f) * prof->elementwise_s +
@@ -1123,10 +1126,9 @@ double tl_cost_serve_step(const tl_model *m, const tl_hw_profile *prof,
     double slow = 1;
     /* each generating row is a block of its own; the prompt chunk's rows fill its blocks */
     const double cblocks = c > 0 ? ceil((double)c / cap) : 0, blocks = g + cblocks;
-    /* the blocks sharing a sequence's KV: one for a generating row, the chunk's for the
-     * prompt, weighted by the positions each reads (the KV term is linear in 1 / blocks) */
-    const double c_ctx = ctx[0] - g * gctx;
-    const double seq_blocks = c > 0 ? ctx[0] / (g * gctx + c_ctx / cblocks) : 1;
+    /* a prompt chunk alone: its blocks share the sequence's KV; beside generating rows the
+     * step's mean block already spreads the chunk's reads, so none is counted shared */
+    const double seq_blocks = g == 0 && c > 0 ? cblocks : 1;
     const double compute = pass_compute(m, prof, s->kv_bits, rows, ctx, stored, 1, block, blocks,
                                         seq_blocks, logit_rows, plan->embd_resident, &slow) +
                            layers_repack + out_repack;

@@ -157,10 +157,6 @@ double tl_cost_ring_run_s(const double *c, const double *r, int32_t U, int n_slo
  * read's delay (compute hides most reads, so noise would fit as any d). */
 double tl_cost_ring_fit_delay(const double *c, const double *r, int32_t U, int n_slots,
                               int n_passes, double measured_s);
-/* Seconds of layer l's products of `rows` rows, as a pass prices them (its matrices, a
- * flash layout's needed runs, a FFN by neuron's predictor and predicted neurons). */
-double tl_cost_layer_products_s(const tl_model *m, const tl_hw_profile *prof, int32_t l,
-                                int32_t rows);
 /* Seconds of one matrix product of `n` rows with weight w. */
 double tl_cost_matmul(const tl_hw_profile *prof, const tl_weight *w, double n);
 

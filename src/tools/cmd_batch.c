@@ -291,7 +291,8 @@ static void print_plan_stats(const tl_plan_request *rq, const tl_plan_result *ch
      * policy; later switches are in the log below) */
     const tl_cost *c = rp && rp->has_calibrated ? &rp->calibrated : &chosen->cost;
     if (rp && rp->first_switch)
-        cli_print_policy(stderr, "[plan] policy that ran first", &rp->first);
+        cli_print_policy(stderr, rp->switches > 1 ? "[plan] policy that ran first"
+                                                  : "[plan] policy that ran", &rp->first);
     cli_measured pre = cli_measured_none(), dec = cli_measured_none(), all = cli_measured_none();
     pre.wall_s = bs->prefill_s;
     pre.passes = (double)bs->prefill_passes;
