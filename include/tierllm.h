@@ -328,6 +328,7 @@ typedef struct tl_batch_stats {
     double prefill_s, decode_s, elapsed_s;
     double prefill_stall_s, decode_stall_s; /* of which waiting for weights or KV */
     double prefill_kv_wait_s, decode_kv_wait_s; /* of the stalls, waiting for KV pages */
+    double prefill_io_busy_s, decode_io_busy_s; /* seconds with a read in flight */
     uint64_t prefill_passes, decode_passes; /* forward passes (each reads the streamed
                                                weights once) */
     uint64_t ssd_bytes_written;  /* KV pages written to the spill file */

@@ -20,10 +20,12 @@
 #include "tierllm.h"
 #include "exec/engine.h"
 #include "exec/residency.h"
+#include "model/placement.h"
 #include "format/tensor_type.h"
 #include "plan/calibrate.h"
 #include "plan/search.h"
 #include "plan/replan.h"
+#include "base/status.h"
 #include "testutil.h"
 
 static int32_t g_synth_ctx = 512;
@@ -1073,14 +1075,54 @@ static void embedding_calibration(const char *path, uint64_t budget, uint64_t st
         return;
     }
     CHECK_MSG(prof.embd_row_s > 0 && prof.embd_row_s < 1, "embd_row_s %g", prof.embd_row_s);
-    const int32_t rows[1] = {10};
+    CHECK_MSG(prof.embd_group_s > 0 && prof.embd_group_s < 1, "embd_group_s %g",
+              prof.embd_group_s);
+    /* rows in groups of K: a group of j rows between one row's read (j = 1) and a full
+     * group's (j = K), linearly; priced per row, 10 rows would differ by 10 x 1e-3 */
+    const int32_t K = tl_weight_embd_read_rows(&m->lm), n_rows[2] = {10, 37};
+    CHECK_MSG(K >= 2 && K < 10, "a group of %d rows (the hand figures want 2..9)", (int)K);
+    double want[2];
+    for (int i = 0; i < 2; i++) {
+        const int32_t full = n_rows[i] / K, rest = n_rows[i] % K;
+        const double part = rest > 0 ? (double)(rest - 1) / (K - 1) : -1;
+        want[i] = (full * 6e-3 + (part >= 0 ? 2e-3 + 4e-3 * part : 0)) -
+                  (full * 4e-3 + (part >= 0 ? 1e-3 + 3e-3 * part : 0));
+    }
     const double none[1] = {0};
-    tl_test_round_profile(&prof);
-    const double grid = tl_cost_pass_compute(m, &prof, 32, rows, none, none, 1, 1, 1, 0, 0, NULL);
-    prof.embd_row_s = 1e-3;
-    const double cal = tl_cost_pass_compute(m, &prof, 32, rows, none, none, 1, 1, 1, 0, 0, NULL);
-    CHECK_MSG(close_to(cal - grid, 10 * (1e-3 - 65536 / 1e9), 1e-9), "rows priced %.9g",
-              cal - grid);
+    for (int i = 0; i < 2; i++) {
+        tl_test_round_profile(&prof);
+        prof.embd_row_s = 1e-3, prof.embd_group_s = 4e-3;
+        const double a = tl_cost_pass_compute(m, &prof, 32, &n_rows[i], none, none, 1, 1, 1, 0,
+                                              0, NULL);
+        prof.embd_row_s = 2e-3, prof.embd_group_s = 6e-3;
+        const double b = tl_cost_pass_compute(m, &prof, 32, &n_rows[i], none, none, 1, 1, 1, 0,
+                                              0, NULL);
+        CHECK_MSG(close_to(b - a, want[i], 1e-9), "%d rows priced %.9g, want %.9g",
+                  (int)n_rows[i], b - a, want[i]);
+    }
+    /* the grouped reads give the rows a resident embedding gives, bit for bit, across
+     * groups; an id outside the vocabulary is refused */
+    tl_model *whole = open_model(path, 64u << 20);
+    if (whole && tl_engine_place(whole, 0) == TL_OK && whole->lm.tok_embd.data) {
+        const size_t d = (size_t)m->lm.hp.n_embd;
+        int32_t ids[37];
+        for (int i = 0; i < 37; i++) ids[i] = (i * 97 + 5) % m->lm.hp.n_vocab;
+        float *x = calloc(2 * 37 * d, sizeof *x);
+        CHECK(x != NULL);
+        if (x) {
+            CHECK_MSG(tl_residency_embeddings(m->res, ids, 37, x) == TL_OK, "%s",
+                      tl_last_error());
+            CHECK(tl_residency_embeddings(whole->res, ids, 37, x + 37 * d) == TL_OK);
+            CHECK(memcmp(x, x + 37 * d, 37 * d * sizeof *x) == 0);
+            ids[20] = m->lm.hp.n_vocab;
+            CHECK(tl_residency_embeddings(m->res, ids, 37, x) == TL_ERR_INVALID);
+            tl_error_clear();
+        }
+        free(x);
+    } else {
+        CHECK_MSG(0, "the unbudgeted model should hold its embedding in memory");
+    }
+    if (whole) tl_model_close(whole);
     tl_model_close(m);
 }
 

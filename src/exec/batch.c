@@ -23,6 +23,7 @@
 #include "base/clock.h"
 #include "base/status.h"
 #include "text/sampler.h"
+#include "tier/aio.h"
 #include "tier/tier.h"
 
 typedef struct seq_state {
@@ -419,17 +420,30 @@ static tl_status sample_range(batch *b, int32_t k0, int32_t n_mb, int prefill) {
     return st;
 }
 
+/* Seconds the IO queue had a read in flight so far (0 without a queue). */
+static double io_busy_now(const batch *b) {
+    if (!b->m->lm.aio) return 0;
+    tl_aio_stats as;
+    tl_aio_get_stats(b->m->lm.aio, &as);
+    return as.read_busy_s;
+}
+
+/* Adds a stretch of wall time that began at t0 (and io0, io_busy_now's then) to its phase. */
+static void phase_add(batch *b, int prefill, double t0, double io0) {
+    const double dt = tl_now() - t0, io = io_busy_now(b) - io0;
+    if (prefill) b->st.prefill_s += dt, b->st.prefill_io_busy_s += io;
+    else b->st.decode_s += dt, b->st.decode_io_busy_s += io;
+}
+
 /* One step over every non-empty micro-batch, then sampling. */
 static tl_status step(batch *b, int32_t n_seqs_block, int prefill, int32_t chunk, int *any) {
     const int32_t n_mb = build_range(b, 0, b->bp.num_gb, n_seqs_block, prefill, chunk);
     *any = n_mb > 0;
     if (n_mb == 0) return TL_OK;
-    double t0 = tl_now();
+    const double t0 = tl_now(), io0 = io_busy_now(b);
     tl_status st = run_local(b, 0, n_mb, prefill);
     if (!st) st = sample_range(b, 0, n_mb, prefill);
-    double dt = tl_now() - t0;
-    if (prefill) b->st.prefill_s += dt;
-    else b->st.decode_s += dt;
+    phase_add(b, prefill, t0, io0);
     return st;
 }
 
@@ -457,22 +471,20 @@ static tl_status wave_launch(batch *b, wave *w, int32_t n_seqs_block, int32_t ch
         else w->done = 1;
     }
     if (w->done) return TL_OK;
-    const double t0 = tl_now();
+    const double t0 = tl_now(), io0 = io_busy_now(b);
     tl_status st = run_local(b, w->k0, w->n_mb, w->prefill);
     if (!st) st = tl_pipe_forward(b->m->pipe, b->mb + w->k0, w->n_mb);
-    if (w->prefill) b->st.prefill_s += tl_now() - t0;
-    else b->st.decode_s += tl_now() - t0;
+    phase_add(b, w->prefill, t0, io0);
     return st;
 }
 
 /* Collects the logits of wave w's step in flight and samples. */
 static tl_status wave_complete(batch *b, wave *w) {
     if (!w->n_mb) return TL_OK;
-    const double t0 = tl_now();
+    const double t0 = tl_now(), io0 = io_busy_now(b);
     tl_status st = tl_pipe_collect(b->m->pipe, b->mb + w->k0, w->n_mb);
     if (!st) st = sample_range(b, w->k0, w->n_mb, w->prefill);
-    if (w->prefill) b->st.prefill_s += tl_now() - t0;
-    else b->st.decode_s += tl_now() - t0;
+    phase_add(b, w->prefill, t0, io0);
     w->n_mb = 0;
     return st;
 }

@@ -65,17 +65,9 @@ void tl_engine_unplace(tl_model *m) {
     m->res = NULL;
 }
 
-/* x[i] = the embedding of tokens[i], from the resident matrix or one small read each. */
+/* x[i] = the embedding of tokens[i], from the resident matrix or small reads. */
 static tl_status embed(tl_model *m, const int32_t *tokens, int32_t n, float *x) {
-    const size_t d = (size_t)m->lm.hp.n_embd;
-    for (int32_t i = 0; i < n; i++) {
-        if (tokens[i] < 0 || tokens[i] >= m->lm.hp.n_vocab)
-            return tl_error_set(TL_ERR_INVALID, "token id %d is outside the vocabulary (0..%d)",
-                                (int)tokens[i], (int)m->lm.hp.n_vocab - 1);
-        tl_status st = tl_residency_embedding(m->res, tokens[i], x + (size_t)i * d);
-        if (st) return st;
-    }
-    return TL_OK;
+    return tl_residency_embeddings(m->res, tokens, n, x);
 }
 
 tl_status tl_engine_step(tl_model *m, tl_llama_scratch *s, tl_kv *kv, tl_microbatch *mb,

@@ -694,30 +694,70 @@ void tl_residency_unborrow(tl_residency *r, int u) {
     r->slots[0].unit = -1;
 }
 
-tl_status tl_residency_embedding(tl_residency *r, int32_t id, float *dst) {
+/* Rows ids[0..n) (n <= tl_weight_embd_read_rows) of an embedding on disk: every row's read is
+ * submitted, then all are waited for (each one, also after a failure: the buffer is
+ * reused), then converted. */
+static tl_status read_rows(tl_residency *r, const int32_t *ids, int32_t n, float *dst) {
     tl_llama *m = r->m;
     const tl_weight *w = &m->tok_embd;
     const size_t rb = tl_type_row_bytes(w->type, w->cols);
-    if (w->data && w->panels) {
-        tl_panels_dequant_row(w->type, w->data, w->cols, (size_t)id, dst);
-        return TL_OK;
+    const uint64_t slot = tl_weight_row_slot_bytes(m);
+    uint64_t tags[TL_EMBD_READ_ROWS];
+    int32_t issued = 0;
+    tl_status st = TL_OK;
+    const double t0 = tl_now();
+    for (; issued < n; issued++) {
+        const uint64_t off = w->file_offset + (uint64_t)ids[issued] * rb;
+        const uint64_t a0 = align_down(off), a1 = align_up(off + rb);
+        tags[issued] = ++r->next_tag;
+        st = tl_aio_read_urgent(m->aio, m->tier, a0, r->row_buf + (size_t)issued * slot,
+                                (size_t)(a1 - a0), tags[issued]);
+        if (st) break;
+        r->bytes_disk += a1 - a0;
     }
+    for (int32_t i = 0; i < issued; i++) {
+        const tl_status wst = tl_aio_wait(m->aio, tags[i]);
+        if (wst && !st) st = wst;
+    }
+    r->stall_s += tl_now() - t0;
+    if (st) return fail(r, tl_error_wrap(st, "reading the embedding of token %d", (int)ids[0]));
+    for (int32_t i = 0; i < n; i++) {
+        const uint64_t off = w->file_offset + (uint64_t)ids[i] * rb;
+        tl_dequant_row(w->type, r->row_buf + (size_t)i * slot + (off - align_down(off)),
+                       dst + (size_t)i * w->cols, w->cols);
+    }
+    return TL_OK;
+}
+
+tl_status tl_residency_embeddings(tl_residency *r, const int32_t *ids, int32_t n, float *dst) {
+    tl_llama *m = r->m;
+    const tl_weight *w = &m->tok_embd;
+    const size_t rb = tl_type_row_bytes(w->type, w->cols);
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->hp.n_vocab)
+            return tl_error_set(TL_ERR_INVALID, "token id %d is outside the vocabulary (0..%d)",
+                                (int)ids[i], (int)m->hp.n_vocab - 1);
     if (w->data) {
-        tl_dequant_row(w->type, (const uint8_t *)w->data + (size_t)id * rb, dst, w->cols);
+        for (int32_t i = 0; i < n; i++) {
+            float *row = dst + (size_t)i * w->cols;
+            if (w->panels) tl_panels_dequant_row(w->type, w->data, w->cols, (size_t)ids[i], row);
+            else tl_dequant_row(w->type, (const uint8_t *)w->data + (size_t)ids[i] * rb, row,
+                                w->cols);
+        }
         return TL_OK;
     }
     if (r->error) return sticky(r);
-    uint64_t off = w->file_offset + (uint64_t)id * rb;
-    uint64_t a0 = align_down(off), a1 = align_up(off + rb);
-    uint64_t tag = ++r->next_tag;
-    double t0 = tl_now();
-    tl_status st = tl_aio_read_urgent(m->aio, m->tier, a0, r->row_buf, (size_t)(a1 - a0), tag);
-    if (!st) st = tl_aio_wait(m->aio, tag);
-    r->stall_s += tl_now() - t0;
-    if (st) return fail(r, tl_error_wrap(st, "reading the embedding of token %d", (int)id));
-    r->bytes_disk += a1 - a0;
-    tl_dequant_row(w->type, r->row_buf + (off - a0), dst, w->cols);
+    const int32_t K = tl_weight_embd_read_rows(m);
+    for (int32_t i = 0; i < n; i += K) {
+        const int32_t k = n - i < K ? n - i : K;
+        const tl_status st = read_rows(r, ids + i, k, dst + (size_t)i * w->cols);
+        if (st) return st;
+    }
     return TL_OK;
+}
+
+tl_status tl_residency_embedding(tl_residency *r, int32_t id, float *dst) {
+    return tl_residency_embeddings(r, &id, 1, dst);
 }
 
 /* Small reads mixed into a measured stream (tl_residency_measure_io_mixed): the ones
@@ -863,21 +903,25 @@ tl_status tl_residency_measure_flash(tl_residency *r, tl_flash_share_fn share, v
     return st;
 }
 
-tl_status tl_residency_measure_embedding(tl_residency *r, int n, float *dst, double *median_s) {
+tl_status tl_residency_measure_embedding(tl_residency *r, int n, int rows, float *dst,
+                                         double *median_s) {
     *median_s = 0;
     const tl_weight *w = &r->m->tok_embd;
-    if (w->data || !w->name || n < 1) return TL_OK;
+    if (w->data || !w->name || n < 1 || rows < 1) return TL_OK;
     enum { MAX_SAMPLES = 64 };
     double t[MAX_SAMPLES];
+    int32_t ids[TL_EMBD_READ_ROWS];
     if (n > MAX_SAMPLES) n = MAX_SAMPLES;
+    if (rows > tl_weight_embd_read_rows(r->m)) rows = tl_weight_embd_read_rows(r->m);
     const double stall = r->stall_s;
     const uint64_t disk = r->bytes_disk;
     tl_status st = TL_OK;
     for (int i = 0; i < n && !st; i++) {
         /* ids spread over the vocabulary (a large prime stride), rarely adjacent */
-        const int32_t id = (int32_t)(((uint64_t)i * 7919 + 17) % (uint64_t)w->rows);
+        for (int j = 0; j < rows; j++)
+            ids[j] = (int32_t)(((uint64_t)(i * rows + j) * 7919 + 17) % (uint64_t)w->rows);
         const double t0 = tl_now();
-        st = tl_residency_embedding(r, id, dst);
+        st = tl_residency_embeddings(r, ids, rows, dst);
         t[i] = tl_now() - t0;
     }
     r->stall_s = stall, r->bytes_disk = disk;

@@ -32,7 +32,12 @@ void tl_residency_release(tl_residency *r, int unit);
  * them and leaves the ring empty. Nothing to do for a fully resident unit. */
 tl_status tl_residency_borrow(tl_residency *r, int u);
 void tl_residency_unborrow(tl_residency *r, int u);
-/* Writes token `id`'s embedding row as f32 (from memory or one small read). */
+/* Writes the embedding rows of ids[0..n) as f32 into dst [n][n_embd]: copies from
+ * memory, or, for an embedding left on disk, one small urgent read per row, up to
+ * tl_weight_embd_read_rows of them submitted together, then waited for (model/placement.h).
+ * An id outside the vocabulary is an error (nothing read). */
+tl_status tl_residency_embeddings(tl_residency *r, const int32_t *ids, int32_t n, float *dst);
+/* The same for one row. */
 tl_status tl_residency_embedding(tl_residency *r, int32_t id, float *dst);
 
 /* Reads every streamed unit once through the same ring and queue, with nothing else
@@ -73,11 +78,13 @@ tl_status tl_residency_measure_flash(tl_residency *r, tl_flash_share_fn share, v
                                      double max_s, int32_t *chan, double *seconds,
                                      uint64_t *bytes, uint64_t *reads);
 
-/* Reads n rows of a token embedding that is not resident, as tl_residency_embedding
- * reads them (one urgent read each, waited for at once), at ids spread over the
- * vocabulary, into dst (n_embd floats); *median_s: the median read. The run's counters
- * are left as they were. An embedding in memory measures nothing (*median_s 0). */
-tl_status tl_residency_measure_embedding(tl_residency *r, int n, float *dst, double *median_s);
+/* Reads n groups of `rows` rows (1 .. tl_weight_embd_read_rows) of a token embedding that is not
+ * resident, as tl_residency_embeddings reads them (one urgent read each, a group in flight
+ * together), at ids spread over the vocabulary, into dst ([rows][n_embd] floats);
+ * *median_s: the median group's seconds. The run's counters are left as they were. An
+ * embedding in memory measures nothing (*median_s 0). */
+tl_status tl_residency_measure_embedding(tl_residency *r, int n, int rows, float *dst,
+                                         double *median_s);
 
 /* Runs n_passes forward passes' streaming as decode takes it: each pass begun (logits
  * needed), every unit acquired and released in order, so the ring reads ahead as in a run

@@ -110,8 +110,18 @@ static void converted_bytes(const tl_llama *m, uint64_t *held, uint64_t *temp) {
         }
 }
 
+uint64_t tl_weight_row_slot_bytes(const tl_llama *m) {
+    /* a row widened to the alignment at both ends spans at most one block more than it */
+    return align_up(tl_type_row_bytes(m->tok_embd.type, m->tok_embd.cols)) + ALIGN;
+}
+
+int32_t tl_weight_embd_read_rows(const tl_llama *m) {
+    const uint64_t k = m->tok_embd.file_bytes / (16 * tl_weight_row_slot_bytes(m));
+    return k < 1 ? 1 : k > TL_EMBD_READ_ROWS ? TL_EMBD_READ_ROWS : (int32_t)k;
+}
+
 uint64_t tl_weight_row_buf_bytes(const tl_llama *m) {
-    return align_up(tl_type_row_bytes(m->tok_embd.type, m->tok_embd.cols) + 2 * ALIGN);
+    return (uint64_t)tl_weight_embd_read_rows(m) * tl_weight_row_slot_bytes(m);
 }
 
 int tl_weight_wants_panels(const tl_llama *m, const tl_weight *w) {

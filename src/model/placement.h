@@ -87,7 +87,16 @@ int tl_llama_layer_matrices(const tl_llama_layer *L, int part, tl_weight **ws);
 /* The weights of unit u that the plan streams. Returns the count. */
 int tl_weight_plan_unit_weights(const tl_llama *m, const tl_weight_plan *p, int u,
                                 tl_weight **ws);
-/* Bytes of the buffer one token-embedding row is read into (widened reads). */
+/* A token embedding left on disk is read up to TL_EMBD_READ_ROWS rows at a time, each row
+ * its own urgent read and all of them in flight together (exec/residency.h): a step's rows
+ * then wait for the IO queue once a group rather than once a row. tl_weight_embd_read_rows:
+ * the group for this model, fewer rows where the buffer would pass 1/16 of the embedding's
+ * bytes (a small embedding is better kept in memory than a large buffer for it), at least
+ * one. tl_weight_row_slot_bytes: one row's slot in the buffer (a row widened to the
+ * alignment at both ends); tl_weight_row_buf_bytes: the buffer. */
+#define TL_EMBD_READ_ROWS 16
+int32_t tl_weight_embd_read_rows(const tl_llama *m);
+uint64_t tl_weight_row_slot_bytes(const tl_llama *m);
 uint64_t tl_weight_row_buf_bytes(const tl_llama *m);
 
 /* 1 when w is repacked into 32-row panels (kernels.h) once its bytes are in memory,

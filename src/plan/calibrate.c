@@ -74,26 +74,32 @@ static tl_status calibrate_flash(tl_model *m, tl_hw_profile *prof, double *measu
     return tl_profile_set_read_bps(prof, bytes / reads, depth, bps);
 }
 
-/* A token embedding left on disk is read a row at a time (an urgent read, waited for at
- * once) as each pass begins: the latency of a small read, which the disk grid's cells,
- * scaled for streams or for KV pages beside them, do not give. EMBD_SAMPLES rows are
- * timed; no room in the budget for one row: not measured. */
+/* A token embedding left on disk is read in groups of rows (urgent reads in flight
+ * together, waited for at once) as each pass begins: the latency of small reads, which
+ * the disk grid's cells, scaled for streams or for KV pages beside them, do not give.
+ * EMBD_SAMPLES groups of one row and as many of a full group's rows
+ * (tl_weight_embd_read_rows) are timed; no room
+ * in the budget for a group: not measured. */
 #define EMBD_SAMPLES 32
 static tl_status calibrate_embedding(tl_model *m, tl_hw_profile *prof) {
-    prof->embd_row_s = 0;
+    prof->embd_row_s = prof->embd_group_s = 0;
     const tl_weight *w = &m->lm.tok_embd;
     if (w->data || !w->name) return TL_OK;
-    float *row;
-    if (tl_budget_alloc(m->lm.budget, (size_t)w->cols * sizeof(float), 64, "embedding row",
-                        (void **)&row)) {
+    const int32_t K = tl_weight_embd_read_rows(&m->lm);
+    float *rows;
+    if (tl_budget_alloc(m->lm.budget, (size_t)K * w->cols * sizeof(float), 64,
+                        "embedding rows", (void **)&rows)) {
         tl_error_clear(); /* no room: not measured, not an error */
         return TL_OK;
     }
-    double s = 0;
-    tl_status st = tl_residency_measure_embedding(m->res, EMBD_SAMPLES, row, &s);
-    tl_budget_free(m->lm.budget, row);
+    double one = 0, group = 0;
+    tl_status st = tl_residency_measure_embedding(m->res, EMBD_SAMPLES, 1, rows, &one);
+    if (!st)
+        st = tl_residency_measure_embedding(m->res, EMBD_SAMPLES, K, rows, &group);
+    tl_budget_free(m->lm.budget, rows);
     if (st) return tl_error_wrap(st, "calibrating the embedding's reads");
-    prof->embd_row_s = s;
+    prof->embd_row_s = one;
+    prof->embd_group_s = group;
     return TL_OK;
 }
 

@@ -497,6 +497,21 @@ static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int
 /* tl_cost_pass_compute, with the attention blocks of a single micro-batch given (blocks >
  * 0) or derived from its rows (0), and the blocks each sequence's rows form (seq_blocks,
  * mb_layer_compute). */
+/* Seconds to read n embedding rows from disk as the engine does (exec/residency.h): groups
+ * of up to K rows (tl_weight_embd_read_rows) in flight together, one after another. A
+ * group of j rows is priced between the calibrated one row's (embd_row_s) and K rows'
+ * (embd_group_s) reads, linearly in j; uncalibrated, as 64 KiB reads at depth 1 and at
+ * depth K. */
+static double embd_read_s(const tl_hw_profile *prof, int32_t K, int32_t n) {
+    if (n <= 0) return 0;
+    double one = prof->embd_row_s, group = prof->embd_group_s;
+    if (!(one > 0)) one = 65536.0 / tl_profile_read_bps(prof, 65536, 1);
+    if (!(group > 0)) group = K * 65536.0 / tl_profile_read_bps(prof, 65536, K);
+    if (group < one || K < 2) group = one;
+    const int32_t full = n / K, rest = n % K;
+    return full * group + (rest > 0 ? one + (group - one) * (rest - 1) / (K - 1) : 0);
+}
+
 static double pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
                            const int32_t *rows, const double *ctx_sum, const double *stored_sum,
                            int32_t n_mb, double attn_block, double blocks, double seq_blocks,
@@ -528,13 +543,13 @@ static double pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t
         t_attn += layer_at;
     }
     for (int32_t k = 0; k < n_mb; k++) all_rows += rows[k] > 0 ? rows[k] : 0;
-    /* embedding: a copy per row when resident, else one small synchronous read per row,
-     * as calibrated (embd_row_s) or a 64 KiB read at depth 1 (the first stage's work); the
-     * logits (the last stage's) */
+    /* embedding (the first stage's work): a copy per row when resident, else each
+     * micro-batch's rows read in groups (embd_read_s); the logits (the last stage's) */
     if (first > 0) {
     } else if (embd_resident) t += all_rows * d * prof->elementwise_s;
-    else if (prof->embd_row_s > 0) t += all_rows * prof->embd_row_s; /* calibrated */
-    else t += all_rows * 65536.0 / tl_profile_read_bps(prof, 65536, 1);
+    else
+        for (int32_t k = 0; k < n_mb; k++)
+            t += embd_read_s(prof, tl_weight_embd_read_rows(&m->lm), rows[k]);
     if (logit_rows > 0 && m->lm.stage_end == hp->n_layer) {
         const tl_weight *out = m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output;
         t += tl_cost_matmul(prof, out, logit_rows);

@@ -555,7 +555,8 @@ void tl_profile_scale_disk(tl_hw_profile *p, double time_ratio) {
     if (!(time_ratio > 0)) return;
     for (int c = 0; c < TL_PROF_N_CHUNK; c++)
         for (int d = 0; d < TL_PROF_N_DEPTH; d++) p->disk_read_bps[c][d] /= time_ratio;
-    p->embd_row_s *= time_ratio; /* a calibrated read like the others */
+    p->embd_row_s *= time_ratio; /* calibrated reads like the others */
+    p->embd_group_s *= time_ratio;
 }
 
 void tl_profile_scale_compute(tl_hw_profile *p, double time_ratio) {

@@ -110,8 +110,9 @@ typedef struct tl_hw_profile {
     double io_slowdown_attn;
     /* not saved, 0 in a loaded profile: set by the disk calibration (plan/calibrate.h)
      * when the token embedding is read a row at a time from the model file, the median
-     * seconds of one row's read; 0 prices it from the disk grid */
-    double embd_row_s;
+     * seconds of one row's read, and of a full group of rows read together
+     * (tl_weight_embd_read_rows, model/placement.h); 0 prices them from the disk grid */
+    double embd_row_s, embd_group_s;
     /* not saved, 0 in a loaded profile: set by the disk calibration (plan/calibrate.h)
      * for a model whose streamed units pass through the ring: the seconds each streamed
      * unit's read takes beyond the ring's overlap when the cores compute while it is in

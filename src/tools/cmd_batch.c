@@ -302,6 +302,9 @@ static void print_plan_stats(const tl_plan_request *rq, const tl_plan_result *ch
     dec.passes = (double)bs->decode_passes;
     dec.compute_s = bs->decode_s - bs->decode_stall_s;
     dec.kv_wait_s = bs->decode_kv_wait_s;
+    pre.io_busy_s = bs->prefill_io_busy_s;
+    dec.io_busy_s = bs->decode_io_busy_s;
+    all.io_busy_s = pre.io_busy_s + dec.io_busy_s;
     all.wall_s = pre.wall_s + dec.wall_s;
     all.passes = pre.passes + dec.passes;
     all.compute_s = pre.compute_s + dec.compute_s;
