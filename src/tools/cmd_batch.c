@@ -329,8 +329,13 @@ static void print_plan_stats(const tl_plan_request *rq, const tl_plan_result *ch
     cli_print_terms(stderr, "decode", &c->decode, c->decode_s, c->decode_passes, &dec);
     cli_print_terms(stderr, "whole run", &sum, c->total_s, c->prefill_passes + c->decode_passes,
                     &all);
-    fprintf(stderr, "[plan] throughput: predicted %.2f tok/s, measured %.2f tok/s\n",
-            c->tokens_per_s, bs->elapsed_s > 0 ? bs->generated_tokens / bs->elapsed_s : 0.0);
+    /* like for like: the prediction covers prefill and decode, not the calibration, loading
+     * or input and output (the [fixed] line has those) */
+    const double phases_s = bs->prefill_s + bs->decode_s;
+    fprintf(stderr, "[plan] throughput: predicted %.2f tok/s, measured %.2f tok/s over prefill "
+            "and decode (%.2f over the whole run)\n", c->tokens_per_s,
+            phases_s > 0 ? bs->generated_tokens / phases_s : 0.0,
+            bs->elapsed_s > 0 ? bs->generated_tokens / bs->elapsed_s : 0.0);
     if (bs->weight_panel_bytes || bs->weight_bytes_repacked)
         fprintf(stderr, "[plan] weights in int8 panels: %.1f MiB resident (repacked once at "
                 "placement or from the converted copy), %.1f MiB repacked on arrival over the "
