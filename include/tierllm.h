@@ -328,7 +328,6 @@ typedef struct tl_batch_stats {
     double prefill_s, decode_s, elapsed_s;
     double prefill_stall_s, decode_stall_s; /* of which waiting for weights or KV */
     double prefill_kv_wait_s, decode_kv_wait_s; /* of the stalls, waiting for KV pages */
-    double prefill_io_busy_s, decode_io_busy_s; /* seconds with a read in flight */
     uint64_t prefill_passes, decode_passes; /* forward passes (each reads the streamed
                                                weights once) */
     uint64_t ssd_bytes_written;  /* KV pages written to the spill file */
@@ -343,6 +342,8 @@ typedef struct tl_batch_stats {
     uint64_t kv_pages_read;      /* disk KV pages read back (the cache's misses) */
     uint64_t kv_cache_hits;      /* disk KV pages attention found in memory instead */
     uint64_t kv_predicted_reads; /* disk KV pages the cache model predicts were read */
+    /* of prefill_s and decode_s: seconds this process's IO queue had a read in flight */
+    double prefill_io_busy_s, decode_io_busy_s;
 } tl_batch_stats;
 
 /* Called once per prompt, in input order, when its block is complete. Return nonzero to

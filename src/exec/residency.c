@@ -696,15 +696,16 @@ void tl_residency_unborrow(tl_residency *r, int u) {
 
 /* Rows ids[0..n) (n <= tl_weight_embd_read_rows) of an embedding on disk: every row's read is
  * submitted, then all are waited for (each one, also after a failure: the buffer is
- * reused), then converted. */
-static tl_status read_rows(tl_residency *r, const int32_t *ids, int32_t n, float *dst) {
+ * reused), then converted. A failure names the first row that failed, with its message. */
+static tl_status read_embd_rows(tl_residency *r, const int32_t *ids, int32_t n, float *dst) {
     tl_llama *m = r->m;
     const tl_weight *w = &m->tok_embd;
     const size_t rb = tl_type_row_bytes(w->type, w->cols);
     const uint64_t slot = tl_weight_row_slot_bytes(m);
     uint64_t tags[TL_EMBD_READ_ROWS];
-    int32_t issued = 0;
+    int32_t issued = 0, bad = -1;
     tl_status st = TL_OK;
+    char msg[512] = "";
     const double t0 = tl_now();
     for (; issued < n; issued++) {
         const uint64_t off = w->file_offset + (uint64_t)ids[issued] * rb;
@@ -712,15 +713,25 @@ static tl_status read_rows(tl_residency *r, const int32_t *ids, int32_t n, float
         tags[issued] = ++r->next_tag;
         st = tl_aio_read_urgent(m->aio, m->tier, a0, r->row_buf + (size_t)issued * slot,
                                 (size_t)(a1 - a0), tags[issued]);
-        if (st) break;
+        if (st) {
+            bad = issued;
+            snprintf(msg, sizeof msg, "%s", tl_last_error());
+            break;
+        }
         r->bytes_disk += a1 - a0;
     }
     for (int32_t i = 0; i < issued; i++) {
         const tl_status wst = tl_aio_wait(m->aio, tags[i]);
-        if (wst && !st) st = wst;
+        if (wst && !st) {
+            st = wst, bad = i;
+            snprintf(msg, sizeof msg, "%s", tl_last_error());
+        }
     }
     r->stall_s += tl_now() - t0;
-    if (st) return fail(r, tl_error_wrap(st, "reading the embedding of token %d", (int)ids[0]));
+    if (st) {
+        tl_error_set(st, "%s", msg);
+        return fail(r, tl_error_wrap(st, "reading the embedding of token %d", (int)ids[bad]));
+    }
     for (int32_t i = 0; i < n; i++) {
         const uint64_t off = w->file_offset + (uint64_t)ids[i] * rb;
         tl_dequant_row(w->type, r->row_buf + (size_t)i * slot + (off - align_down(off)),
@@ -750,14 +761,10 @@ tl_status tl_residency_embeddings(tl_residency *r, const int32_t *ids, int32_t n
     const int32_t K = tl_weight_embd_read_rows(m);
     for (int32_t i = 0; i < n; i += K) {
         const int32_t k = n - i < K ? n - i : K;
-        const tl_status st = read_rows(r, ids + i, k, dst + (size_t)i * w->cols);
+        const tl_status st = read_embd_rows(r, ids + i, k, dst + (size_t)i * w->cols);
         if (st) return st;
     }
     return TL_OK;
-}
-
-tl_status tl_residency_embedding(tl_residency *r, int32_t id, float *dst) {
-    return tl_residency_embeddings(r, &id, 1, dst);
 }
 
 /* Small reads mixed into a measured stream (tl_residency_measure_io_mixed): the ones
@@ -903,8 +910,8 @@ tl_status tl_residency_measure_flash(tl_residency *r, tl_flash_share_fn share, v
     return st;
 }
 
-tl_status tl_residency_measure_embedding(tl_residency *r, int n, int rows, float *dst,
-                                         double *median_s) {
+tl_status tl_residency_measure_embedding(tl_residency *r, int n, int rows, int first,
+                                         float *dst, double *median_s) {
     *median_s = 0;
     const tl_weight *w = &r->m->tok_embd;
     if (w->data || !w->name || n < 1 || rows < 1) return TL_OK;
@@ -919,7 +926,8 @@ tl_status tl_residency_measure_embedding(tl_residency *r, int n, int rows, float
     for (int i = 0; i < n && !st; i++) {
         /* ids spread over the vocabulary (a large prime stride), rarely adjacent */
         for (int j = 0; j < rows; j++)
-            ids[j] = (int32_t)(((uint64_t)(i * rows + j) * 7919 + 17) % (uint64_t)w->rows);
+            ids[j] = (int32_t)(((uint64_t)(first + i * rows + j) * 7919 + 17) %
+                               (uint64_t)w->rows);
         const double t0 = tl_now();
         st = tl_residency_embeddings(r, ids, rows, dst);
         t[i] = tl_now() - t0;

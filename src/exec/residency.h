@@ -2,8 +2,8 @@
  * the ring of `prefetch + 1` slot buffers through which every other unit streams from
  * the model file while the forward pass computes.
  *
- * Token-embedding rows of a non-resident embedding are read on demand (one small read
- * per token).
+ * Token-embedding rows of a non-resident embedding are read on demand: one small read
+ * per token, a group of them in flight together.
  */
 #ifndef TL_EXEC_RESIDENCY_H
 #define TL_EXEC_RESIDENCY_H
@@ -37,8 +37,6 @@ void tl_residency_unborrow(tl_residency *r, int u);
  * tl_weight_embd_read_rows of them submitted together, then waited for (model/placement.h).
  * An id outside the vocabulary is an error (nothing read). */
 tl_status tl_residency_embeddings(tl_residency *r, const int32_t *ids, int32_t n, float *dst);
-/* The same for one row. */
-tl_status tl_residency_embedding(tl_residency *r, int32_t id, float *dst);
 
 /* Reads every streamed unit once through the same ring and queue, with nothing else
  * running: the pure IO time of one forward pass (the bound benchmarks compare with).
@@ -78,13 +76,15 @@ tl_status tl_residency_measure_flash(tl_residency *r, tl_flash_share_fn share, v
                                      double max_s, int32_t *chan, double *seconds,
                                      uint64_t *bytes, uint64_t *reads);
 
-/* Reads n groups of `rows` rows (1 .. tl_weight_embd_read_rows) of a token embedding that is not
- * resident, as tl_residency_embeddings reads them (one urgent read each, a group in flight
- * together), at ids spread over the vocabulary, into dst ([rows][n_embd] floats);
- * *median_s: the median group's seconds. The run's counters are left as they were. An
- * embedding in memory measures nothing (*median_s 0). */
-tl_status tl_residency_measure_embedding(tl_residency *r, int n, int rows, float *dst,
-                                         double *median_s);
+/* Reads n groups of `rows` rows (1 .. tl_weight_embd_read_rows) of a token embedding
+ * that is not resident, as tl_residency_embeddings reads them (one urgent read each, a
+ * group in flight together), the k-th row read at id (first + k) * 7919 + 17 modulo the
+ * vocabulary (spread over it; a caller timing twice starts the second after the first's
+ * rows), into dst ([rows][n_embd] floats); *median_s: the median group's seconds. The
+ * run's counters are left as they were. An embedding in memory measures nothing
+ * (*median_s 0). */
+tl_status tl_residency_measure_embedding(tl_residency *r, int n, int rows, int first,
+                                         float *dst, double *median_s);
 
 /* Runs n_passes forward passes' streaming as decode takes it: each pass begun (logits
  * needed), every unit acquired and released in order, so the ring reads ahead as in a run

@@ -77,29 +77,35 @@ static tl_status calibrate_flash(tl_model *m, tl_hw_profile *prof, double *measu
 /* A token embedding left on disk is read in groups of rows (urgent reads in flight
  * together, waited for at once) as each pass begins: the latency of small reads, which
  * the disk grid's cells, scaled for streams or for KV pages beside them, do not give.
- * EMBD_SAMPLES groups of one row and as many of a full group's rows
- * (tl_weight_embd_read_rows) are timed; no room
- * in the budget for a group: not measured. */
+ * EMBD_SAMPLES single rows are timed, then as many full groups (tl_weight_embd_read_rows)
+ * at other rows; a group of one row is the single row's figure, and with room in the
+ * budget for one row but not a group, only the single row is timed (no room at all:
+ * nothing measured). */
 #define EMBD_SAMPLES 32
 static tl_status calibrate_embedding(tl_model *m, tl_hw_profile *prof) {
     prof->embd_row_s = prof->embd_group_s = 0;
     const tl_weight *w = &m->lm.tok_embd;
     if (w->data || !w->name) return TL_OK;
-    const int32_t K = tl_weight_embd_read_rows(&m->lm);
-    float *rows;
+    int32_t K = tl_weight_embd_read_rows(&m->lm);
+    float *rows = NULL;
     if (tl_budget_alloc(m->lm.budget, (size_t)K * w->cols * sizeof(float), 64,
                         "embedding rows", (void **)&rows)) {
-        tl_error_clear(); /* no room: not measured, not an error */
-        return TL_OK;
+        tl_error_clear(); /* no room for a group: one row, else not measured */
+        K = 1;
+        if (tl_budget_alloc(m->lm.budget, (size_t)w->cols * sizeof(float), 64,
+                            "embedding row", (void **)&rows)) {
+            tl_error_clear();
+            return TL_OK;
+        }
     }
     double one = 0, group = 0;
-    tl_status st = tl_residency_measure_embedding(m->res, EMBD_SAMPLES, 1, rows, &one);
-    if (!st)
-        st = tl_residency_measure_embedding(m->res, EMBD_SAMPLES, K, rows, &group);
+    tl_status st = tl_residency_measure_embedding(m->res, EMBD_SAMPLES, 1, 0, rows, &one);
+    if (!st && K > 1)
+        st = tl_residency_measure_embedding(m->res, EMBD_SAMPLES, K, EMBD_SAMPLES, rows, &group);
     tl_budget_free(m->lm.budget, rows);
     if (st) return tl_error_wrap(st, "calibrating the embedding's reads");
     prof->embd_row_s = one;
-    prof->embd_group_s = group;
+    prof->embd_group_s = tl_weight_embd_read_rows(&m->lm) == 1 ? one : group; /* 0: untimed */
     return TL_OK;
 }
 

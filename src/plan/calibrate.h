@@ -35,11 +35,11 @@
  * sites are read at their turn: then the streamed sites' runs are read as a decode step
  * reads them (each channel at the share the cost model prices, through the engine's own
  * fetch) for about half a second, and the whole grid is scaled so that its figure at
- * their mean request is the rate measured. A token embedding left on
- * disk has its row reads timed too (prof->embd_row_s, the median of 32; 0 when it is in
- * memory). The stream's samples' rates over their median, each within [1/2, 2], go to
- * prof->disk_spread (none for a flash file's sites): tl_cost_predict's wall times are
- * their mean over those rates. */
+ * their mean request is the rate measured. A token embedding left on disk has its row
+ * reads timed too: 32 single rows and 32 full groups read together (prof->embd_row_s,
+ * prof->embd_group_s, medians; 0 when it is in memory). The stream's samples' rates over
+ * their median, each within [1/2, 2], go to prof->disk_spread (none for a flash file's
+ * sites): tl_cost_predict's wall times are their mean over those rates. */
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio);
 

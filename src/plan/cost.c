@@ -494,15 +494,8 @@ static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int
            rows * 2 * kvd * kv_bits_figure(prof->kv_store_s, kv_bits) + prof->layer_fixed_s;
 }
 
-/* tl_cost_pass_compute, with the attention blocks of a single micro-batch given (blocks >
- * 0) or derived from its rows (0), and the blocks each sequence's rows form (seq_blocks,
- * mb_layer_compute). */
-/* Seconds to read n embedding rows from disk as the engine does (exec/residency.h): groups
- * of up to K rows (tl_weight_embd_read_rows) in flight together, one after another. A
- * group of j rows is priced between the calibrated one row's (embd_row_s) and K rows'
- * (embd_group_s) reads, linearly in j; uncalibrated, as 64 KiB reads at depth 1 and at
- * depth K. */
-static double embd_read_s(const tl_hw_profile *prof, int32_t K, int32_t n) {
+/* cost.h; a full group is never priced below one row */
+double tl_cost_embd_read_s(const tl_hw_profile *prof, int32_t K, int32_t n) {
     if (n <= 0) return 0;
     double one = prof->embd_row_s, group = prof->embd_group_s;
     if (!(one > 0)) one = 65536.0 / tl_profile_read_bps(prof, 65536, 1);
@@ -512,6 +505,9 @@ static double embd_read_s(const tl_hw_profile *prof, int32_t K, int32_t n) {
     return full * group + (rest > 0 ? one + (group - one) * (rest - 1) / (K - 1) : 0);
 }
 
+/* tl_cost_pass_compute, with the attention blocks of a single micro-batch given (blocks >
+ * 0) or derived from its rows (0), and the blocks each sequence's rows form (seq_blocks,
+ * mb_layer_compute). */
 static double pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
                            const int32_t *rows, const double *ctx_sum, const double *stored_sum,
                            int32_t n_mb, double attn_block, double blocks, double seq_blocks,
@@ -544,12 +540,14 @@ static double pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t
     }
     for (int32_t k = 0; k < n_mb; k++) all_rows += rows[k] > 0 ? rows[k] : 0;
     /* embedding (the first stage's work): a copy per row when resident, else each
-     * micro-batch's rows read in groups (embd_read_s); the logits (the last stage's) */
+     * micro-batch's rows read in groups (tl_cost_embd_read_s); the logits (the last
+     * stage's) */
     if (first > 0) {
     } else if (embd_resident) t += all_rows * d * prof->elementwise_s;
-    else
-        for (int32_t k = 0; k < n_mb; k++)
-            t += embd_read_s(prof, tl_weight_embd_read_rows(&m->lm), rows[k]);
+    else {
+        const int32_t group = tl_weight_embd_read_rows(&m->lm);
+        for (int32_t k = 0; k < n_mb; k++) t += tl_cost_embd_read_s(prof, group, rows[k]);
+    }
     if (logit_rows > 0 && m->lm.stage_end == hp->n_layer) {
         const tl_weight *out = m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output;
         t += tl_cost_matmul(prof, out, logit_rows);
@@ -824,8 +822,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         if (ring_r[u] > 0 && prof->ring_unit_delay_s > 0) ring_r[u] += prof->ring_unit_delay_s;
         ring_rep[u] = unit_repack_s(m, prof, plan, u);
     }
-    /* a token embedding on disk: each pass's first row read waits for the chunks in
-     * flight, at most the IO queue's (chunk x depth) */
+    /* a token embedding on disk: each pass's first group of row reads waits for the
+     * chunks in flight, at most the IO queue's (chunk x depth) */
     const double embd_wait = !plan->embd_resident && m->lm.tok_embd.name
                                  ? (double)m->lm.params.io_chunk_bytes *
                                        (double)m->lm.params.io_queue_depth / wbps

@@ -122,6 +122,13 @@ double tl_cost_flash_need_share(const tl_model *m, int32_t l, int site, double r
 tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
                           const tl_policy *pol, const tl_weight_plan *plan, tl_cost *out);
 
+/* Seconds to read n embedding rows from disk as the engine does (exec/residency.h): groups
+ * of up to K rows (tl_weight_embd_read_rows) in flight together, one after another. A
+ * group of j rows is priced between the calibrated one row's (embd_row_s) and K rows'
+ * (embd_group_s) reads, linearly in j; uncalibrated, as 64 KiB reads at depth 1 and at
+ * depth K (tl_profile_read_bps). */
+double tl_cost_embd_read_s(const tl_hw_profile *prof, int32_t K, int32_t n);
+
 /* Building blocks (also used by the LP in search.c and checked in tests):
  * seconds of one forward pass's compute over micro-batches of `rows[k]` rows (k <
  * n_mb), the rows of micro-batch k attending to `ctx_sum[k]` visible positions in all

@@ -109,8 +109,8 @@ typedef struct tl_hw_profile {
     double io_slowdown_matvec;
     double io_slowdown_attn;
     /* not saved, 0 in a loaded profile: set by the disk calibration (plan/calibrate.h)
-     * when the token embedding is read a row at a time from the model file, the median
-     * seconds of one row's read, and of a full group of rows read together
+     * when the token embedding is read from the model file (small reads, one per row),
+     * the median seconds of one row's read, and of a full group of rows read together
      * (tl_weight_embd_read_rows, model/placement.h); 0 prices them from the disk grid */
     double embd_row_s, embd_group_s;
     /* not saved, 0 in a loaded profile: set by the disk calibration (plan/calibrate.h)
