@@ -14,8 +14,9 @@
  * as the engine's do. The rate of the first gives each unit's read time; the cost model's
  * ring from empty (tl_cost_ring_run_s) with those reads and the time each unit was actually
  * held predicts the second. Printed per hold, the medians over the pairs: measured /
- * predicted, and the measured excess per streamed unit held (seconds the model misses each
- * time a unit's compute occupies the cores).
+ * predicted, the measured excess per streamed unit held (seconds the model misses each
+ * time a unit's compute occupies the cores), and the IO queue's busy seconds (a read in
+ * flight) in the held sample over the alone one's (reads slower beside compute).
  */
 #include <math.h>
 #include <stdio.h>
@@ -35,6 +36,7 @@
 #include "plan/profile.h"
 #include "plan/replan.h"
 #include "plan/search.h"
+#include "tier/aio.h"
 
 #define MAX_HOLDS 16
 #define MAX_UNITS 4096
@@ -187,14 +189,19 @@ int main(int argc, char **argv) {
         st = tl_error_set(TL_ERR_NOMEM, "out of memory");
     for (int h = 0; h < n_holds && !st; h++) {
         hc.hold_s = holds_us[h] * 1e-6;
-        double ratio[MAX_PAIRS], excess[MAX_PAIRS], alone_bps[MAX_PAIRS];
+        double ratio[MAX_PAIRS], excess[MAX_PAIRS], alone_bps[MAX_PAIRS], busy[MAX_PAIRS];
         int k = 0; /* pairs measured */
         for (; k < pairs && !st; k++) {
             double s0 = 0, s1 = 0;
             uint64_t b0 = 0, b1 = 0;
+            tl_aio_stats a0, a1, a2;
+            tl_aio_get_stats(m->lm.aio, &a0);
             st = tl_residency_measure_passes(m->res, n_passes, NULL, NULL, &s0, &b0);
+            tl_aio_get_stats(m->lm.aio, &a1);
             memset(hc.held, 0, sizeof hc.held);
             if (!st) st = tl_residency_measure_passes(m->res, n_passes, hold, &hc, &s1, &b1);
+            tl_aio_get_stats(m->lm.aio, &a2);
+            busy[k] = (a2.read_busy_s - a1.read_busy_s) / (a1.read_busy_s - a0.read_busy_s);
             if (!st && (!(s0 > 0) || !b0 || !(s1 > 0)))
                 st = tl_error_set(TL_ERR_IO, "a sample read nothing or took no time");
             if (st) break;
@@ -216,9 +223,10 @@ int main(int argc, char **argv) {
         if (st) break;
         const double alone = tl_median(alone_bps, (size_t)k);
         printf("hold %6.0f us: alone %.2f GB/s | held measured / model %.3f | excess per held "
-               "unit %+.0f us (model's unit read %.0f us)\n", holds_us[h], alone / 1e9,
-               tl_median(ratio, (size_t)k), tl_median(excess, (size_t)k) * 1e6,
-               (double)wp->streamed_bytes / streamed / alone * 1e6);
+               "unit %+.0f us (model's unit read %.0f us) | IO busy held / alone %.2f\n",
+               holds_us[h], alone / 1e9, tl_median(ratio, (size_t)k),
+               tl_median(excess, (size_t)k) * 1e6,
+               (double)wp->streamed_bytes / streamed / alone * 1e6, tl_median(busy, (size_t)k));
         fflush(stdout);
     }
     free(c), free(r), free(hc.X), free(hc.Y), free(hc.scratch);
