@@ -76,7 +76,7 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
         o.cal_products = ratio;
         double delay;
         if ((st = tl_plan_calibrate_ring(m, &cal, o.plan.policy.kv_bits,
-                                         c->prompt + 0.5 * c->gen, &delay)))
+                                         tl_plan_decode_ctx(c->prompt, c->gen), &delay)))
             break;
         double mix;
         if ((st = tl_plan_calibrate_kv(m, &cal, &o.plan, NULL, &mix))) break;

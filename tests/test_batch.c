@@ -121,6 +121,12 @@ static void check_shapes(const char *path, int stream, const char *what) {
                                    &bs);
             if (stream) {
                 CHECK_MSG(st || bs.weight_bytes_read > 0, "%s: nothing streamed", what);
+                /* the weights' reads kept the IO queue busy inside the phases, never longer */
+                CHECK_MSG(st || (bs.prefill_io_busy_s + bs.decode_io_busy_s > 0 &&
+                                 bs.prefill_io_busy_s <= bs.prefill_s + 1e-6 &&
+                                 bs.decode_io_busy_s <= bs.decode_s + 1e-6),
+                          "%s: IO busy %.6f / %.6f s in phases of %.6f / %.6f s", what,
+                          bs.prefill_io_busy_s, bs.decode_io_busy_s, bs.prefill_s, bs.decode_s);
                 tl_model_close(m);
                 m = NULL;
             }

@@ -61,6 +61,11 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
  * kind of plan). An IO error is the residency's. */
 tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, int32_t kv_bits,
                                  double decode_ctx, double *delay_s);
+/* The positions a decode step of a workload sees on average (its decode_ctx): the prompt
+ * and half the generated tokens. */
+static inline double tl_plan_decode_ctx(int32_t prompt_len, int32_t gen_len) {
+    return prompt_len + 0.5 * gen_len;
+}
 
 /* KV pages read while weights stream share the IO queue with the stream, and on a virtual
  * disk the mix can be slower than the two rates apart: for a policy that does both, passes

@@ -236,8 +236,8 @@ tl_status tl_serve_plan_calibrated(tl_model *m, tl_hw_profile *prof,
     double products = 1; /* prefill chunks and batched decode steps */
     if (tl_plan_calibrate_products(m, prof, &products)) tl_error_clear(), products = 1;
     double delay = 0; /* the ring's reads beside compute */
-    if (tl_plan_calibrate_ring(m, prof, out->sched.kv_bits,
-                               out->prompt_len + 0.5 * out->gen_len, &delay))
+    const double dctx = tl_plan_decode_ctx(out->prompt_len, out->gen_len);
+    if (tl_plan_calibrate_ring(m, prof, out->sched.kv_bits, dctx, &delay))
         tl_error_clear(), delay = 0;
     /* each corrected the profile's figures already: plan on them; the placement stays
      * when the plan keeps the scheduler's shape (the same state bytes, so the same weight

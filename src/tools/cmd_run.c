@@ -239,7 +239,8 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
     double delay = 0;
     if (!st)
         st = tl_plan_calibrate_ring(m, prof, chosen->policy.kv_bits,
-                                    rq->w.prompt_len + 0.5 * rq->w.gen_len, &delay);
+                                    tl_plan_decode_ctx(rq->w.prompt_len, rq->w.gen_len),
+                                    &delay);
     double page_scale = 0;
     if (!st) st = tl_plan_calibrate_kv(m, prof, chosen, cp->spill_dir, &page_scale);
     if (!(page_scale > 0)) page_scale = 1; /* not timed */
