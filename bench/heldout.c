@@ -149,6 +149,29 @@ static double whole_error_without(const outcome *o, double predicted_s) {
  * included) and run until REPEATS runs are in, and the run of the median whole error
  * stands in *o; when a repeat failed and an even number ran, the one of the two middle
  * runs further from its prediction (the score never flatters). */
+/* The repeats' spread within each configuration, pooled over the draw: squared deviations
+ * from the configuration's mean of each repeat's whole error, log measured time and log
+ * prediction, and their degrees of freedom. The measured time's spread is the machine's
+ * (no model removes it); the prediction's is the calibration's, taken minutes apart. */
+static struct { double err, meas, pred; int dof, configs; } g_spread;
+
+static void add_spread(const outcome *runs, int n) {
+    if (n < 2) return;
+    double me = 0, mm = 0, mp = 0;
+    for (int i = 0; i < n; i++) {
+        me += whole_error(&runs[i]) / n;
+        mm += log(runs[i].measured_s) / n;
+        mp += log(runs[i].plan.cost.total_s) / n;
+    }
+    for (int i = 0; i < n; i++) {
+        g_spread.err += pow(whole_error(&runs[i]) - me, 2);
+        g_spread.meas += pow(log(runs[i].measured_s) - mm, 2);
+        g_spread.pred += pow(log(runs[i].plan.cost.total_s) - mp, 2);
+    }
+    g_spread.dof += n - 1;
+    g_spread.configs++;
+}
+
 static void repeat_median(const bench_case *bc, const tl_hw_profile *prof, outcome *o) {
     outcome *runs = malloc(REPEATS * sizeof *runs);
     if (!runs) return;
@@ -173,6 +196,15 @@ static void repeat_median(const bench_case *bc, const tl_hw_profile *prof, outco
         printf(" %+.1f%% (%.2f/%.2f)", 100 * whole_error(&runs[i]), runs[i].plan.cost.total_s,
                runs[i].measured_s);
     printf("; the median's details follow\n");
+    add_spread(runs, n);
+    for (int i = 0; i < n; i++) /* what each repeat's calibration measured */
+        printf("       repeat %d: disk x%.2f compute x%.2f products x%.2f, ring delay %.0f us;"
+               " decode predicted %.2f s measured %.2f s\n", i + 1, runs[i].cal_disk,
+               runs[i].cal_compute, runs[i].cal_products, runs[i].prof.ring_unit_delay_s * 1e6,
+               runs[i].plan.cost.decode_s, runs[i].dec_s);
+    for (int i = 0; i < n && bc->single; i++)
+        printf("       repeat %d: stalls prefill %.2f s, decode %.2f s; decode IO busy %.2f s\n",
+               i + 1, runs[i].pre_stall_s, runs[i].dec_stall_s, runs[i].dec_kv_wait_s);
     int pick = order[n / 2];
     if (n % 2 == 0 && fabs(whole_error(&runs[order[n / 2 - 1]])) > fabs(whole_error(&runs[pick])))
         pick = order[n / 2 - 1];
@@ -341,6 +373,12 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
     summary("run", res, n, 1, 2);
     summary("batch", res, n, 0, 2);
     summary("all", res, n, -1, 2);
+    if (g_spread.dof > 0)
+        printf("repeat spread (%d configurations run 3 times, pooled sd within each): whole "
+               "error %.1f%%, measured time %.1f%% (the machine's), prediction %.1f%% (the "
+               "calibration's, minutes apart)\n", g_spread.configs,
+               100 * sqrt(g_spread.err / g_spread.dof), 100 * sqrt(g_spread.meas / g_spread.dof),
+               100 * sqrt(g_spread.pred / g_spread.dof));
     if (decide_cap_s > 0) {
         int decided = 0, within = 0, naive = 0;
         double gain = 0;

@@ -31,6 +31,19 @@ tl_plan_request bench_request(const bench_case *c) {
 }
 
 /* Plans (or evaluates the given knobs), then runs the workload under that policy. */
+/* The run's statistics when its first piece of text arrives: what the prompt took. */
+typedef struct first_piece {
+    tl_context *ctx;
+    int seen;
+    tl_run_stats at;
+} first_piece;
+static int at_first_piece(void *user, int32_t token, const char *text, size_t len) {
+    (void)token, (void)text, (void)len;
+    first_piece *fp = user;
+    if (!fp->seen && !tl_context_get_stats(fp->ctx, &fp->at)) fp->seen = 1;
+    return 0;
+}
+
 outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
                         int calibrate) {
     outcome o;
@@ -140,7 +153,14 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
         tl_generate_stats gs;
         st = tl_context_open(m, &cp, &ctx);
         if (!st) {
-            st = tl_generate(ctx, prompt, &gp, NULL, NULL, &gs);
+            first_piece fp = {ctx, 0, {0}};
+            st = tl_generate(ctx, prompt, &gp, at_first_piece, &fp, &gs);
+            tl_run_stats all;
+            if (!st && fp.seen && !tl_context_get_stats(ctx, &all)) {
+                o.pre_stall_s = fp.at.stall_s;
+                o.dec_stall_s = all.stall_s - fp.at.stall_s;
+                o.dec_kv_wait_s = all.io_busy_s - fp.at.io_busy_s; /* run: decode IO busy */
+            }
             tl_context_close(ctx);
         }
         free(prompt);
