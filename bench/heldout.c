@@ -144,11 +144,6 @@ static double whole_error_without(const outcome *o, double predicted_s) {
     return (o->measured_s - predicted_s) / o->measured_s;
 }
 
-/* A configuration whose first run measured under REPEAT_UNDER_S is in the range where this
- * VM's run-to-run spread is of the size of the error scored: it is planned (calibration
- * included) and run until REPEATS runs are in, and the run of the median whole error
- * stands in *o; when a repeat failed and an even number ran, the one of the two middle
- * runs further from its prediction (the score never flatters). */
 /* The repeats' spread within each configuration, pooled over the draw: squared deviations
  * from the configuration's mean of each repeat's whole error, log measured time and log
  * prediction, and their degrees of freedom. The measured time's spread is the machine's
@@ -172,6 +167,11 @@ static void add_spread(const outcome *runs, int n) {
     g_spread.configs++;
 }
 
+/* A configuration whose first run measured under REPEAT_UNDER_S is in the range where this
+ * VM's run-to-run spread is of the size of the error scored: it is planned (calibration
+ * included) and run until REPEATS runs are in, and the run of the median whole error
+ * stands in *o; when a repeat failed and an even number ran, the one of the two middle
+ * runs further from its prediction (the score never flatters). */
 static void repeat_median(const bench_case *bc, const tl_hw_profile *prof, outcome *o) {
     outcome *runs = malloc(REPEATS * sizeof *runs);
     if (!runs) return;
@@ -202,9 +202,11 @@ static void repeat_median(const bench_case *bc, const tl_hw_profile *prof, outco
                " decode predicted %.2f s measured %.2f s\n", i + 1, runs[i].cal_disk,
                runs[i].cal_compute, runs[i].cal_products, runs[i].prof.ring_unit_delay_s * 1e6,
                runs[i].plan.cost.decode_s, runs[i].dec_s);
-    for (int i = 0; i < n && bc->single; i++)
-        printf("       repeat %d: stalls prefill %.2f s, decode %.2f s; decode IO busy %.2f s\n",
-               i + 1, runs[i].pre_stall_s, runs[i].dec_stall_s, runs[i].dec_kv_wait_s);
+    for (int i = 0; i < n && bc->single; i++) {
+        if (!(runs[i].dec_read_busy_s >= 0)) continue; /* the prompt's end was not seen */
+        printf("       repeat %d: stalls prefill %.2f s, decode %.2f s; decode read busy %.2f s\n",
+               i + 1, runs[i].pre_stall_s, runs[i].dec_stall_s, runs[i].dec_read_busy_s);
+    }
     int pick = order[n / 2];
     if (n % 2 == 0 && fabs(whole_error(&runs[order[n / 2 - 1]])) > fabs(whole_error(&runs[pick])))
         pick = order[n / 2 - 1];
@@ -374,9 +376,10 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
     summary("batch", res, n, 0, 2);
     summary("all", res, n, -1, 2);
     if (g_spread.dof > 0)
-        printf("repeat spread (%d configurations run 3 times, pooled sd within each): whole "
-               "error %.1f%%, measured time %.1f%% (the machine's), prediction %.1f%% (the "
-               "calibration's, minutes apart)\n", g_spread.configs,
+        printf("repeat spread (%d configurations run up to %d times, pooled sd within "
+               "each): whole error %.1f%%, measured time %.1f%% (the machine's), prediction "
+               "%.1f%% (the "
+               "calibration's, minutes apart)\n", g_spread.configs, REPEATS,
                100 * sqrt(g_spread.err / g_spread.dof), 100 * sqrt(g_spread.meas / g_spread.dof),
                100 * sqrt(g_spread.pred / g_spread.dof));
     if (decide_cap_s > 0) {

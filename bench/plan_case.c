@@ -30,8 +30,8 @@ tl_plan_request bench_request(const bench_case *c) {
     return rq;
 }
 
-/* Plans (or evaluates the given knobs), then runs the workload under that policy. */
-/* The run's statistics when its first piece of text arrives: what the prompt took. */
+/* The run's statistics when its first piece of text arrives: what the prompt took (a first
+ * token that completes no UTF-8 text yet moves that point on to the one that does). */
 typedef struct first_piece {
     tl_context *ctx;
     int seen;
@@ -44,10 +44,12 @@ static int at_first_piece(void *user, int32_t token, const char *text, size_t le
     return 0;
 }
 
+/* Plans (or evaluates the given knobs), then runs the workload under that policy. */
 outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
                         int calibrate) {
     outcome o;
     memset(&o, 0, sizeof o);
+    o.dec_read_busy_s = -1;
     tl_model_params mp = tl_model_default_params();
     mp.mem_budget = c->budget_mib << 20;
     mp.n_threads = prof_in->n_threads;
@@ -159,7 +161,7 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
             if (!st && fp.seen && !tl_context_get_stats(ctx, &all)) {
                 o.pre_stall_s = fp.at.stall_s;
                 o.dec_stall_s = all.stall_s - fp.at.stall_s;
-                o.dec_kv_wait_s = all.io_busy_s - fp.at.io_busy_s; /* run: decode IO busy */
+                o.dec_read_busy_s = all.io_busy_s - fp.at.io_busy_s;
             }
             tl_context_close(ctx);
         }

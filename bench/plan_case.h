@@ -27,6 +27,8 @@ typedef struct outcome {
     double measured_s, measured_tps, disk_bps;
     double pre_s, dec_s, pre_stall_s, dec_stall_s; /* measured, by phase */
     double pre_kv_wait_s, dec_kv_wait_s;             /* of the stalls, waiting for KV */
+    /* run only: seconds of decode with a read in flight (-1: not measured; batch: -1) */
+    double dec_read_busy_s;
     double kv_bytes_read, weight_bytes_read;         /* measured, batch only */
     int ok;
     int ran;                /* the workload started (planning and placement succeeded) */

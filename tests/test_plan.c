@@ -1161,16 +1161,6 @@ static void ring_pass(void) {
      * read runs during the previous pass's output, each later read waits for the unit
      * before it to be used: 3 + 1 + (1 + 1) + (1 + 1) + 1 = 9 s, against 7 s of compute */
     CHECK(fabs(tl_cost_ring_pass_s(c, r, 4, 1, 0) - 9) < 1e-9);
-    /* a unit's KV pages on the same disk go ahead of the weight reads queued: 1 s of
-     * weights and 0.5 s of KV per pass behind 1 s of compute, with room to read ahead,
-     * take 1.5 s; with one buffer the read waits for the compute anyway, and the KV read
-     * during the compute is hidden: 2 s, as without it */
-    {
-        const double c1[2] = {1, 0}, r1[2] = {1, 0}, kv1[2] = {0.5, 0};
-        CHECK(fabs(tl_cost_ring_pass_kv_s(c1, r1, NULL, 1, 2, 0) - 1) < 1e-9);
-        CHECK(fabs(tl_cost_ring_pass_kv_s(c1, r1, kv1, 1, 2, 0) - 1.5) < 1e-9);
-        CHECK(fabs(tl_cost_ring_pass_kv_s(c1, r1, kv1, 1, 1, 0) - 2) < 1e-9);
-    }
     /* four buffers: all three read during layer 0: compute-bound */
     CHECK(fabs(tl_cost_ring_pass_s(c, r, 4, 4, 0) - 7) < 1e-9);
     /* only the output streams (5 s): read from the pass's start, never ahead of it:

@@ -106,9 +106,7 @@
  *                    buffers let its weight reads run ahead of the compute (each streamed
  *                    unit read in its bytes / read_bps(io_chunk, io_depth), the disk one
  *                    read at a time; the layers share the compute less the output's
- *                    product and each streamed unit's repacking, which it keeps, and the
- *                    pass's KV reads and writes, which at each layer's start go ahead of
- *                    the weight reads still queued)
+ *                    product and each streamed unit's repacking, which it keeps)
  *                  = compute + KV wait + weight + KV reads + KV writes   without overlap
  * One pass of the engine reads every streamed layer once (and the output when any row
  * needs logits), whatever the number of micro-batches: the block schedule's reuse.
@@ -250,8 +248,8 @@ static double ring_layer_bytes(const tl_model *m, const tl_weight_plan *plan) {
  * the steady state), or (total) all of them (tl_cost_ring_run_s). start_wait > 0: each pass
  * begins with an urgent read (a token embedding's row on disk), which waits for the reads
  * the disk has in flight, at most start_wait seconds of them (the IO queue's depth). */
-static double ring_sim(const double *c, const double *r, const double *kv, int32_t U,
-                       int n_slots, int passes, int total, double start_wait) {
+static double ring_sim(const double *c, const double *r, int32_t U, int n_slots, int passes,
+                       int total, double start_wait) {
     int32_t seq[TL_COST_RING_MAX_UNITS], n_seq = 0;  /* streamed units of one pass, in order */
     if (U < 0 || U >= TL_COST_RING_MAX_UNITS) return 0;
     for (int32_t u = 0; u <= U; u++)
@@ -281,13 +279,6 @@ static double ring_sim(const double *c, const double *r, const double *kv, int32
              * start_wait of them */
             if (u == 0 && start_wait > 0 && disk > now) now += fmin(disk - now, start_wait);
             if (r[u] > 0 && done[used % RING_MAX_SLOTS] > now) now = done[used % RING_MAX_SLOTS];
-            if (kv && kv[u] > 0) {
-                /* the unit's KV pages, urgent, go ahead of the weight reads still queued:
-                 * each of those is done kv[u] later, and the disk is busy that long */
-                for (int i = used; i < issued; i++)
-                    if (done[i % RING_MAX_SLOTS] > now) done[i % RING_MAX_SLOTS] += kv[u];
-                disk = (disk > now ? disk : now) + kv[u];
-            }
             now += c[u];
             if (r[u] > 0) used++; /* its buffer is free once it has computed */
         }
@@ -297,24 +288,19 @@ static double ring_sim(const double *c, const double *r, const double *kv, int32
 
 double tl_cost_ring_pass_s(const double *c, const double *r, int32_t U, int n_slots,
                            double start_wait) {
-    return ring_sim(c, r, NULL, U, n_slots, 3, 0, start_wait);
-}
-
-double tl_cost_ring_pass_kv_s(const double *c, const double *r, const double *kv, int32_t U,
-                              int n_slots, double start_wait) {
-    return ring_sim(c, r, kv, U, n_slots, 3, 0, start_wait);
+    return ring_sim(c, r, U, n_slots, 3, 0, start_wait);
 }
 
 double tl_cost_ring_run_s(const double *c, const double *r, int32_t U, int n_slots,
                           int n_passes, double start_wait) {
-    return ring_sim(c, r, NULL, U, n_slots, n_passes, 1, start_wait);
+    return ring_sim(c, r, U, n_slots, n_passes, 1, start_wait);
 }
 
 /* The ring from empty with every streamed read d longer */
 static double ring_delayed(const double *c, const double *r, double *rd, int32_t U,
                            int n_slots, int n_passes, double d) {
     for (int32_t u = 0; u <= U; u++) rd[u] = r[u] > 0 ? r[u] + d : 0;
-    return ring_sim(c, rd, NULL, U, n_slots, n_passes, 1, 0);
+    return ring_sim(c, rd, U, n_slots, n_passes, 1, 0);
 }
 
 double tl_cost_ring_fit_delay(const double *c, const double *r, int32_t U, int n_slots,
@@ -327,7 +313,7 @@ double tl_cost_ring_fit_delay(const double *c, const double *r, int32_t U, int n
     if (!streamed) return 0;
     mean_r /= streamed;
     const double reads = (double)streamed * n_passes; /* streamed reads in the sample */
-    const double at0 = ring_sim(c, r, NULL, U, n_slots, n_passes, 1, 0);
+    const double at0 = ring_sim(c, r, U, n_slots, n_passes, 1, 0);
     if (!(at0 > 0)) return 0;
     double d = 0;
     if (at0 < measured_s) {
@@ -352,10 +338,9 @@ double tl_cost_ring_fit_delay(const double *c, const double *r, int32_t U, int n
  * (< 0: the pass needs no logits, so the output is neither computed nor read) and each
  * unit u its repacking on arrival rep[u] (streamed units; out_s includes the output's),
  * the rest shared equally by the layers; r holds every unit's read time and is left as it
- * was; the pass's KV reads and writes on disk, kv_s seconds, are shared equally by the
- * layers (tl_cost_ring_pass_kv_s). */
+ * was. */
 static double ring_time(double *c, double *r, const double *rep, int32_t U, int n_slots,
-                        double compute, double out_s, double start_wait, double kv_s) {
+                        double compute, double out_s, double start_wait) {
     if (U < 1) return 0;
     const double r_out = r[U];
     double rest = compute - (out_s > 0 ? out_s : 0);
@@ -363,9 +348,7 @@ static double ring_time(double *c, double *r, const double *rep, int32_t U, int 
     for (int32_t u = 0; u < U; u++) c[u] = (rest > 0 ? rest / U : 0) + rep[u];
     c[U] = out_s > 0 ? out_s : 0;
     if (out_s < 0) r[U] = 0;
-    double kv[TL_COST_RING_MAX_UNITS];
-    for (int32_t u = 0; u <= U; u++) kv[u] = u < U && kv_s > 0 ? kv_s / U : 0;
-    const double t = tl_cost_ring_pass_kv_s(c, r, kv_s > 0 ? kv : NULL, U, n_slots, start_wait);
+    const double t = tl_cost_ring_pass_s(c, r, U, n_slots, start_wait);
     r[U] = r_out;
     return t;
 }
@@ -922,7 +905,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                           ring ? ring_time(ring_c, ring_r, ring_rep, U, plan->n_slots, c,
                                            last ? tl_cost_matmul(prof, out_w, logit_rows) +
                                                       out_repack : -1,
-                                           embd_wait, kv_read / kbps + kv_write / wr_bps)
+                                           embd_wait)
                                : 0};
         fn(user, &p);
     }
@@ -978,7 +961,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                           layers_repack + out_repack, flash_b, flash_s, flash_w,
                           ring ? ring_time(ring_c, ring_r, ring_rep, U, plan->n_slots, c,
                                            tl_cost_matmul(prof, out_w, n_seqs) + out_repack,
-                                           embd_wait, kv_read / kbps + kv_write / wr_bps)
+                                           embd_wait)
                                : 0};
         fn(user, &p);
     }

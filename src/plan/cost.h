@@ -152,11 +152,6 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
 #define TL_COST_RING_MAX_UNITS 1025
 double tl_cost_ring_pass_s(const double *c, const double *r, int32_t U, int n_slots,
                            double start_wait);
-/* The same with unit u's KV pages on the same disk (kv[u] seconds of reads and writes;
- * kv may be NULL): urgent, at the unit's start they go ahead of the weight reads still
- * queued, which are each done kv[u] later. */
-double tl_cost_ring_pass_kv_s(const double *c, const double *r, const double *kv, int32_t U,
-                              int n_slots, double start_wait);
 /* The same ring from empty: seconds of n_passes passes in all (the first one's reads
  * hidden by nothing), as tl_residency_measure_passes times them; 0 as above. */
 double tl_cost_ring_run_s(const double *c, const double *r, int32_t U, int n_slots,
