@@ -13,7 +13,10 @@
  * it (placement, calibration, re-plan) and run; the prediction and the measurement of each
  * phase are printed with the prediction's terms, then per regime the median and worst
  * |error| and the mean signed error (positive: slower than predicted) of the whole run; a
- * run under 30 s is planned and run three times and scored by the median of its errors.
+ * run under 30 s is planned and run three times and scored by the median of its errors
+ * (each repeat's calibration and prediction printed, and at the end the repeats' pooled
+ * spread within a configuration: of the whole error, of the measured time - the machine's,
+ * which no model removes - and of the prediction - the calibration's).
  * Models are synthesized into --dir once per shape (random weights: speed does not depend
  * on the values), written out to the disk before they are planned, and removed after
  * their configuration unless --keep. --list prints the draw and runs nothing.
