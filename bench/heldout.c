@@ -381,8 +381,7 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
     if (g_spread.dof > 0)
         printf("repeat spread (%d configurations run up to %d times, pooled sd within "
                "each): whole error %.1f%%, measured time %.1f%% (the machine's), prediction "
-               "%.1f%% (the "
-               "calibration's, minutes apart)\n", g_spread.configs, REPEATS,
+               "%.1f%% (the calibration's, minutes apart)\n", g_spread.configs, REPEATS,
                100 * sqrt(g_spread.err / g_spread.dof), 100 * sqrt(g_spread.meas / g_spread.dof),
                100 * sqrt(g_spread.pred / g_spread.dof));
     if (decide_cap_s > 0) {
