@@ -934,6 +934,29 @@ static void products_rounds(void) {
     CHECK(!tl_plan_products_round(half, 1, h) && h[0] == 0.9 && h[1] == 1.0);
 }
 
+/* The ring calibration on a streamed plan (calibrate_ring.c): it holds each unit with a
+ * resident matrix's products, or with the pool spinning where none is resident; either
+ * way it ends cleanly with a finite delay (0 or more) that the profile keeps, its holds
+ * as long as the unit's compute and repacking, and every streamed unit unbound after. */
+static void ring_calibration(const char *path, uint64_t budget, uint64_t state) {
+    tl_model *m = open_model(path, budget);
+    if (!m) return;
+    CHECK(tl_engine_place(m, state) == TL_OK);
+    const tl_weight_plan *wp = tl_residency_plan(m->res);
+    CHECK(wp->overlap && wp->streamed_bytes > 0);
+    tl_hw_profile prof;
+    tl_test_round_profile(&prof);
+    double delay = -1;
+    CHECK_MSG(tl_plan_calibrate_ring(m, &prof, 32, 64, &delay) == TL_OK, "%s",
+              tl_last_error());
+    CHECK_MSG(delay >= 0 && isfinite(delay) && delay == prof.ring_unit_delay_s,
+              "delay %g, profile's %g", delay, prof.ring_unit_delay_s);
+    for (int32_t l = 0; l < m->lm.hp.n_layer; l++)
+        if (tl_weight_plan_unit_bytes(&m->lm, wp, l) > 0) CHECK(!m->lm.layers[l].wq.data);
+    tl_engine_unplace(m);
+    tl_model_close(m);
+}
+
 /* ---- 5. products of many rows timed at calibration ----
  * Figures above 4 rows set absurdly slow for the layer's type come back at the machine's
  * rate: the ratio at 16 rows up to 16, the one at 128 from 128, between them in log(rows);
@@ -1266,6 +1289,7 @@ int main(void) {
     kv_spill_calibration(p4);
     products_calibration(p4, 64u << 20, 0, 0);         /* resident */
     products_calibration(p4, 10u << 20, 4u << 20, 1);  /* streamed */
+    ring_calibration(p4, 10u << 20, 4u << 20);
     measure_passes(p4, 10u << 20, 4u << 20);
     embedding_calibration(p4, 10u << 20, 4u << 20, 1);
     embedding_first(p4, 8u << 20, 20u << 20, 4u << 20);

@@ -17,6 +17,10 @@
  * alternate so the disk's drift reaches both. A pair whose holds hid most reads cannot tell
  * a delay from the disk's noise and is dropped; so the holds multiply a matrix whose one
  * row costs no more than the shortest unit's target, so that each ends near it.
+ * A plan that keeps no such matrix resident (a tight budget streams every product) holds
+ * its units with the pool's threads computing on registers alone, in runs as long as the
+ * unit's products: what delays the reads is the cores being taken, which that reproduces
+ * without memory the budget does not have.
  */
 #include "plan/calibrate.h"
 
@@ -37,7 +41,9 @@
 #define RING_MIN_PAIRS 3
 #define RING_SAMPLES_S 0.5 /* past this, no further pair once RING_MIN_PAIRS are in */
 #define RING_SAMPLE_BYTES ((uint64_t)32 << 20) /* whole passes per sample: this many bytes */
-#define RING_MAX_PASS_BYTES ((uint64_t)192 << 20)
+#define RING_MAX_PASS_BYTES ((uint64_t)1024 << 20)
+/* runs of a hold without a matrix: about a layer's products and its attention */
+#define SPIN_RUNS_PER_HOLD 8
 
 typedef struct hold_ctx {
     tl_model *m;
@@ -48,13 +54,34 @@ typedef struct hold_ctx {
     double *held;         /* seconds each unit was held, in the last pass */
 } hold_ctx;
 
+/* A pool task of a hold without a matrix: arithmetic on registers until the run's end. */
+static void spin_task(void *arg, int task, int thread) {
+    (void)task, (void)thread;
+    const double until = *(const double *)arg;
+    volatile double sink = 0;
+    double x = 1;
+    while (tl_now() < until) {
+        for (int i = 0; i < 256; i++) x = x * 0.999999 + 1e-6;
+        sink += x;
+    }
+}
+
 /* tl_residency_hold_fn: one-row products until the unit's target has passed (at least
- * one), on the pool as decode runs them */
+ * one), on the pool as decode runs them; without a matrix (h->w NULL), the pool's threads
+ * spinning in SPIN_RUNS_PER_HOLD runs over the target */
 static void hold(void *user, int unit) {
     hold_ctx *h = user;
     const double t0 = tl_now(), until = t0 + h->target[unit];
-    do tl_op_matmul(&h->m->lm, h->w, h->X, 1, h->Y, h->scratch, h->sf);
-    while (tl_now() < until);
+    tl_pool *pool = h->m->lm.pool;
+    const double run_s = h->target[unit] / SPIN_RUNS_PER_HOLD;
+    do {
+        if (h->w) {
+            tl_op_matmul(&h->m->lm, h->w, h->X, 1, h->Y, h->scratch, h->sf);
+        } else {
+            const double end = fmin(until, tl_now() + run_s);
+            tl_pool_run(pool, tl_pool_threads(pool), spin_task, (void *)&end);
+        }
+    } while (tl_now() < until);
     h->held[unit] = tl_now() - t0;
 }
 
@@ -108,18 +135,19 @@ tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, int32_t kv_bi
     double *target = arr, *held = arr + U + 1, *c = arr + 2 * (U + 1), *r = arr + 3 * (U + 1);
     double fit_s = 0; /* the shortest streamed unit's target */
     for (int32_t u = 0; u <= U; u++) {
-        target[u] = unit_decode_s(m, prof, u, kv_bits, decode_ctx);
+        /* and its repacking on arrival, which the ring model adds to it (ring_time) and a
+         * measuring pass skips */
+        target[u] = unit_decode_s(m, prof, u, kv_bits, decode_ctx) +
+                    tl_cost_unit_repack_s(m, prof, wp, u);
         if (tl_weight_plan_unit_bytes(&m->lm, wp, u) > 0 && (fit_s == 0 || target[u] < fit_s))
             fit_s = target[u];
     }
     const tl_weight *w = hold_matrix(m, prof, fit_s);
     hold_ctx h = {.m = m, .w = w, .target = target, .held = held};
-    if (!w || !tl__calibrate_buffers(m, 1, w->rows, w->cols, "ring calibration", &h.X, &h.Y,
-                                     &h.scratch, &h.sf)) {
-        free(arr);
-        return TL_OK; /* nothing resident to compute with, or no room: not measured */
-    }
-    for (size_t i = 0; i < w->cols; i++) h.X[i] = (float)(i % 7) - 3;
+    if (w && !tl__calibrate_buffers(m, 1, w->rows, w->cols, "ring calibration", &h.X, &h.Y,
+                                    &h.scratch, &h.sf))
+        h.w = NULL; /* no room for its buffers: the pool spins instead */
+    for (size_t i = 0; h.w && i < w->cols; i++) h.X[i] = (float)(i % 7) - 3;
     const int n_passes = (int)((RING_SAMPLE_BYTES + wp->streamed_bytes - 1) / wp->streamed_bytes);
     double fit[RING_PAIRS];
     int n = 0;
@@ -141,7 +169,7 @@ tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, int32_t kv_bi
         const double d = tl_cost_ring_fit_delay(c, r, U, (int)wp->n_slots, n_passes, s1);
         if (d >= 0) fit[n++] = d; /* < 0: the holds hid the reads, the pair cannot tell */
     }
-    tl__calibrate_free(m, h.X, h.Y, h.scratch);
+    if (h.w) tl__calibrate_free(m, h.X, h.Y, h.scratch);
     free(arr);
     if (st) return tl_error_wrap(st, "calibrating the ring on the model file");
     if (n == 0) return TL_OK;

@@ -775,10 +775,9 @@ static double recompute_page_s(const tl_model *m, const tl_hw_profile *prof, int
     return tl_cost_matmul(prof, &l0->wk, pt) + tl_cost_matmul(prof, &l0->wv, pt);
 }
 
-/* Seconds of repacking unit u's streamed weights into panels on arrival (residency.c),
- * paid in every pass that reads the unit. */
-static double unit_repack_s(const tl_model *m, const tl_hw_profile *prof,
-                            const tl_weight_plan *plan, int32_t u) {
+/* cost.h */
+double tl_cost_unit_repack_s(const tl_model *m, const tl_hw_profile *prof,
+                             const tl_weight_plan *plan, int32_t u) {
     tl_weight *ws[TL_WEIGHT_UNIT_MAX];
     const int n = tl_weight_plan_unit_weights(&m->lm, plan, u, ws);
     double s = 0;
@@ -807,8 +806,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
     if (n_mb > 4096) n_mb = 4096;
     const double layers_bytes = ring_layer_bytes(m, plan);
     const double out_bytes = tl_weight_plan_unit_bytes(&m->lm, plan, U);
-    double layers_repack = 0, out_repack = unit_repack_s(m, prof, plan, U);
-    for (int32_t l = 0; l < U; l++) layers_repack += unit_repack_s(m, prof, plan, l);
+    double layers_repack = 0, out_repack = tl_cost_unit_repack_s(m, prof, plan, U);
+    for (int32_t l = 0; l < U; l++) layers_repack += tl_cost_unit_repack_s(m, prof, plan, l);
     const double wbps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
     /* the ring's overlap (tl_cost_ring_pass_s): each unit's read time, when the whole model is
      * this process's and its streamed units go through the ring */
@@ -820,7 +819,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         ring_r[u] = tl_weight_plan_unit_bytes(&m->lm, plan, u) / wbps;
         /* a streamed unit's read waits longer while the cores compute (calibrated) */
         if (ring_r[u] > 0 && prof->ring_unit_delay_s > 0) ring_r[u] += prof->ring_unit_delay_s;
-        ring_rep[u] = unit_repack_s(m, prof, plan, u);
+        ring_rep[u] = tl_cost_unit_repack_s(m, prof, plan, u);
     }
     /* a token embedding on disk: each pass's first group of row reads waits for the
      * chunks in flight, at most the IO queue's (chunk x depth) */
@@ -1125,9 +1124,9 @@ double tl_cost_serve_step(const tl_model *m, const tl_hw_profile *prof,
     /* a pipeline stage's absent layers count 0 */
     const double layers_bytes = ring_layer_bytes(m, plan);
     double layers_repack = 0;
-    for (int32_t l = 0; l < U; l++) layers_repack += unit_repack_s(m, prof, plan, l);
+    for (int32_t l = 0; l < U; l++) layers_repack += tl_cost_unit_repack_s(m, prof, plan, l);
     const double out_bytes = tl_weight_plan_unit_bytes(&m->lm, plan, U);
-    const double out_repack = unit_repack_s(m, prof, plan, U);
+    const double out_repack = tl_cost_unit_repack_s(m, prof, plan, U);
     const double gctx = s->gen_ctx > 1 ? s->gen_ctx : 1, at = s->prompt_at > 0 ? s->prompt_at : 0;
     const int32_t rows[1] = {g + c};
     const double ctx[1] = {g * gctx + c * at + (double)c * (c + 1) / 2};

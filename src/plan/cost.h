@@ -122,6 +122,11 @@ double tl_cost_flash_need_share(const tl_model *m, int32_t l, int site, double r
 tl_status tl_cost_predict(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
                           const tl_policy *pol, const tl_weight_plan *plan, tl_cost *out);
 
+/* Seconds of repacking unit u's streamed weights into panels on arrival (residency.c),
+ * paid in every pass that reads the unit (0 for a resident unit). */
+double tl_cost_unit_repack_s(const tl_model *m, const tl_hw_profile *prof,
+                             const tl_weight_plan *plan, int32_t u);
+
 /* Seconds to read n embedding rows from disk as the engine does (exec/residency.h): groups
  * of up to K rows (tl_weight_embd_read_rows) in flight together, one after another. A
  * group of j rows is priced between the calibrated one row's (embd_row_s) and K rows'
