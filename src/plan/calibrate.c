@@ -115,6 +115,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     *ratio = 1;
     prof->ring_unit_delay_s = 0; /* tl_plan_calibrate_ring's, for these rates */
     prof->n_disk_spread = 0;
+    prof->io_rate_scale = 0;
     if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating the disk: nothing placed");
     tl_status est = calibrate_embedding(m, prof);
     if (est) return est;
@@ -177,6 +178,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     /* only what was measured: requests of the engine's chunk size and larger (KV pages
      * are small reads; a cache that speeds up long streams need not speed them up) */
     tl_profile_scale_reads(prof, m->lm.params.io_chunk_bytes, 1, *ratio);
+    prof->io_rate_scale = *ratio;
     return TL_OK;
 }
 
@@ -528,163 +530,5 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
     if (predicted <= 0 || measured <= 0) return TL_OK;
     *ratio = measured / predicted;
     scale_matvec(prof, *ratio);
-    return TL_OK;
-}
-
-/* The row counts the products are timed at: a decode micro-batch's and a prefill
- * chunk's; the grid's points between take the ratio interpolated in log(rows). */
-static const int32_t product_rows[2] = {16, 128};
-
-/* Seconds of one pass of a layer's products of n rows over X: the median of the samples,
- * each enough passes to last PRODUCTS_SAMPLE_S (a small layer's pass is too short to time
- * alone against the clock and the pool's wake-ups); 5 samples, 3 when one pass takes over
- * PRODUCTS_LONG_S (a large layer: the calibration stays a few tenths of a second). The
- * passes take the n_l layers w[0..n_l) in turn (n_w products each), as a forward pass
- * does: one small layer timed over and over runs from cache, which the run's layers,
- * each used once per pass, do not. */
-#define PRODUCTS_SAMPLE_S 0.004
-#define PRODUCTS_LONG_S 0.05
-#define PRODUCTS_MAX_LAYERS 32
-#define PRODUCTS_CYCLE_BYTES ((uint64_t)64 << 20) /* layers cycled: until this many bytes */
-
-static double layer_products_s(tl_model *m, const tl_weight *const (*w)[7], int n_l, int n_w,
-                               const float *X, size_t n, float *Y, float *scratch, size_t sf) {
-    double t[5];
-    int reps = 1, samples = 5, at = 0;
-    for (int r = -1; r < samples; r++) { /* -1: one pass warms the caches, sizes a sample */
-        const double t0 = tl_now();
-        for (int k = 0; k < reps; k++, at = (at + 1) % n_l)
-            for (int i = 0; i < n_w; i++) tl_op_matmul(&m->lm, w[at][i], X, n, Y, scratch, sf);
-        const double dt = tl_now() - t0;
-        if (r < 0) {
-            reps = dt > 0 && dt < PRODUCTS_SAMPLE_S ? (int)ceil(PRODUCTS_SAMPLE_S / dt) : 1;
-            if (dt > PRODUCTS_LONG_S) samples = 3;
-            continue;
-        }
-        t[r] = dt / reps;
-    }
-    return tl_median(t, (size_t)samples);
-}
-
-/* 1 when two rounds' ratios at both row counts are within TL_PLAN_PRODUCTS_AGREE of each
- * other (a ratio not measured, 0, agrees only with another 0: another round would not
- * measure it either). */
-static int agree(const double *a, const double *b) {
-    for (int k = 0; k < 2; k++)
-        if (fabs(a[k] - b[k]) > TL_PLAN_PRODUCTS_AGREE * fmin(a[k], b[k]) ||
-            (a[k] > 0) != (b[k] > 0))
-            return 0;
-    return 1;
-}
-
-int tl_plan_products_round(const double (*round_r)[2], int q, double *r) {
-    for (int k = 0; k < 2; k++)
-        if (round_r[q][k] > 0 && (!(r[k] > 0) || round_r[q][k] < r[k])) r[k] = round_r[q][k];
-    return q + 1 >= TL_PLAN_PRODUCTS_ROUNDS || (q == 1 && agree(round_r[0], round_r[1]));
-}
-
-/* The products of layer l in the order `all` lists them (names present), if every one is
- * resident and shaped, typed and laid out as ref's; else 0. */
-static int resident_like(const tl_model *m, int32_t l, const tl_weight *const *ref, int n_w,
-                         const tl_weight **out) {
-    const tl_llama_layer *ly = &m->lm.layers[l];
-    const tl_weight *all[7] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up,
-                               &ly->w_down};
-    int k = 0;
-    for (int i = 0; i < 7; i++) {
-        if (!all[i]->name) continue;
-        if (k == n_w || !all[i]->data || all[i]->type != ref[k]->type ||
-            all[i]->rows != ref[k]->rows || all[i]->cols != ref[k]->cols ||
-            all[i]->panels != ref[k]->panels)
-            return 0;
-        out[k++] = all[i];
-    }
-    return k == n_w;
-}
-
-tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *ratio) {
-    *ratio = 1;
-    if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating products: nothing placed");
-    const int unit = m->lm.stage_first;
-    const tl_llama_layer *ly = &m->lm.layers[unit];
-    const tl_weight *all[7] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up,
-                               &ly->w_down};
-    const tl_weight *w[7];
-    int n_w = 0, types[7];
-    size_t max_rows = 0, max_cols = 0;
-    /* a layer as the cost model prices it: its seven products (a flash or neuron layout
-     * prices its own and keeps the profile's figures) */
-    if (m->lm.flash || ly->neurons.name) return TL_OK;
-    for (int i = 0; i < 7; i++) {
-        if (!all[i]->name) continue;
-        const int ty = tl_type_index((uint32_t)all[i]->type); /* the profile's type axis */
-        if (ty < 0 || ty >= TL_PROF_N_TYPE) return TL_OK;
-        types[n_w] = ty;
-        w[n_w++] = all[i];
-        if (all[i]->rows > max_rows) max_rows = all[i]->rows;
-        if (all[i]->cols > max_cols) max_cols = all[i]->cols;
-    }
-    if (n_w == 0) return TL_OK;
-    const size_t N = (size_t)product_rows[1];
-    float *X, *Y, *scratch;
-    size_t sf;
-    if (!tl__calibrate_buffers(m, N, max_rows, max_cols, "products calibration", &X, &Y,
-                               &scratch, &sf))
-        return TL_OK; /* the budget is spoken for: nothing measured */
-    for (size_t i = 0; i < N * max_cols; i++) X[i] = (float)(i % 17) / 17.0f - 0.5f;
-    /* the layer's weights: resident, or its unit read into the ring on its own; then the
-     * resident layers shaped as it, in turn */
-    tl_status st = tl_residency_borrow(m->res, unit);
-    const tl_weight *cycle[PRODUCTS_MAX_LAYERS][7];
-    int n_l = 1;
-    uint64_t layer_bytes = 0;
-    for (int i = 0; i < n_w; i++) {
-        cycle[0][i] = w[i];
-        layer_bytes += w[i]->file_bytes;
-    }
-    for (int32_t l = unit + 1; !st && l < m->lm.stage_end && n_l < PRODUCTS_MAX_LAYERS &&
-                               layer_bytes * (uint64_t)n_l < PRODUCTS_CYCLE_BYTES; l++)
-        if (resident_like(m, l, w, n_w, cycle[n_l])) n_l++;
-    /* rounds of both row counts, the lower ratio of each kept: the shape's rate is what
-     * is measured, and a round that meets a slow spell of the machine (another process,
-     * the host taking the core) is not it; a third round only when the first two
-     * disagree */
-    double r[2] = {0, 0}, round_r[TL_PLAN_PRODUCTS_ROUNDS][2], predicted[2] = {0, 0};
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < n_w; i++)
-            predicted[k] += tl_cost_matmul(prof, w[i], (double)product_rows[k]);
-    for (int q = 0; q < TL_PLAN_PRODUCTS_ROUNDS && !st; q++) {
-        for (int k = 0; k < 2; k++) {
-            const size_t n = (size_t)product_rows[k];
-            const double measured = layer_products_s(m, (const tl_weight *const (*)[7])cycle,
-                                                     n_l, n_w, X, n, Y, scratch, sf);
-            round_r[q][k] = predicted[k] > 0 && measured > 0 ? measured / predicted[k] : 0;
-        }
-        if (tl_plan_products_round((const double (*)[2])round_r, q, r)) break;
-    }
-    if (!st) tl_residency_unborrow(m->res, unit);
-    tl__calibrate_free(m, X, Y, scratch);
-    if (st) return tl_error_wrap(st, "calibrating products: reading a layer");
-    if (!(r[0] > 0) || !(r[1] > 0)) return TL_OK;
-    /* the one further from the profile: what a caller's threshold should see */
-    *ratio = fabs(log(r[0])) > fabs(log(r[1])) ? r[0] : r[1];
-    /* rows above the matrix-vector kernel's (tl_plan_calibrate_compute has those), for
-     * every type of the layer (a mix's types share the layer's ratio): the measured ratio
-     * at or beyond the timed counts, interpolated in log(rows) between */
-    const double l0 = log((double)product_rows[0]), l1 = log((double)product_rows[1]);
-    int done[TL_PROF_N_TYPE] = {0};
-    for (int i = 0; i < n_w; i++) {
-        const int ty = types[i];
-        if (done[ty]) continue;
-        done[ty] = 1;
-        for (int k = 0; k < TL_PROF_N_ROWS; k++) {
-            if (tl_prof_rows[k] <= 4) continue;
-            const double lr = log((double)tl_prof_rows[k]);
-            const double a = lr <= l0 ? 0 : lr >= l1 ? 1 : (lr - l0) / (l1 - l0);
-            const double f = r[0] * (1 - a) + r[1] * a;
-            prof->matmul_macs[ty][k] /= f;
-            prof->matmul_call_s[ty][k] *= f;
-        }
-    }
     return TL_OK;
 }

@@ -39,7 +39,9 @@
  * reads timed too: 32 single rows and 32 full groups read together (prof->embd_row_s,
  * prof->embd_group_s, medians; 0 when it is in memory). The stream's samples' rates over
  * their median, each within [1/2, 2], go to prof->disk_spread (none for a flash file's
- * sites): tl_cost_predict's wall times are their mean over those rates. */
+ * sites): tl_cost_predict's wall times are their mean over those rates. The stream's
+ * ratio goes to prof->io_rate_scale (0 for a flash file's sites): the cost model scales
+ * the compute's slowdowns beside the stream by it. */
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio);
 
@@ -116,30 +118,37 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
 tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ratio);
 
 /* Products of many rows are compute-bound, and their rate depends on the matrices' shapes,
- * which the profile times at one size: the first layer's seven products are timed at 16
- * and 128 rows (the median of 5 samples each, 3 for a layer whose pass is long; two rounds
- * of both, a third when those two differ by more than 5%, and the lowest ratio of each row
- * count kept: a round that meets a slow spell of the machine measures the spell, not the
- * shape) against the profile's prediction for them, and the profile's figures above 4 rows
- * of every type the layer holds are scaled: by the ratio at 16 rows up to 16, at 128 from
- * 128, interpolated in log(rows) between. *ratio: measured / predicted at whichever of the
- * two is further from 1 (1: nothing measured). The layer's weights are the resident ones
- * or its unit read on its own (tl_residency_borrow: one unit of IO, nothing read ahead,
- * the run's counters untouched); the passes then go round the resident layers shaped as it
- * (up to 64 MiB of them), as a forward pass takes its layers, so a small layer is not
- * timed from a cache the run does not give it. Inputs and outputs of 128 rows come from
- * the budget (no room: nothing measured). It costs two or three dozen passes of products.
- * A flash or neuron layout keeps the profile's figures. Call with no unit acquired. */
+ * which the profile times at one size (calibrate_products.c): the first layer's forward
+ * (products, attention, norms, RoPE, the KV append, the pool's hand-overs) is timed over
+ * n rows of a fresh sequence at each of the profile's row counts n from 16 to 512
+ * (TL_PLAN_PRODUCTS_POINTS of them; the median of 5 samples each, 3 for a layer whose
+ * forward is long; two rounds of all, a third when those two differ by more than 5%, and
+ * the lowest ratio of each row count kept: a round that meets a slow spell of the machine
+ * measures the spell, not the shape), and the profile's figures above 4 rows of every type
+ * the layer holds are scaled, each row count by its own ratio (8 rows by the one at 16):
+ * (measured - the cost model's price of the layer's rest) / its price of the products,
+ * the products taking at least a quarter of the time measured. *ratio: that ratio at
+ * whichever count is furthest from 1 (1: nothing measured). The layer's weights are the
+ * resident ones or its unit read on its own (tl_residency_borrow: one unit of IO, nothing
+ * read ahead, the run's counters untouched); the forwards then go round the resident
+ * layers shaped as it (up to 64 MiB of them), as a pass takes its layers, so a small layer
+ * is not timed from a cache the run does not give it. Their scratch, rows and KV cache
+ * (one sequence, f32, in memory) come from the budget, for the most rows it has room for
+ * (counts above them take the highest timed count's ratio; no room for 16: nothing
+ * measured). It costs a few dozen forwards of one layer. A flash or neuron layout keeps
+ * the profile's figures. Call with no unit acquired. */
 tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *ratio);
 
-/* Its rounds: round_r[q] holds round q's ratios at 16 and 128 rows (0: not measured).
- * Folds them into r[2] (the lowest measured ratio of each row count so far; start at
- * {0, 0}) and returns 1 when no further round is wanted: after the second when the two
- * agree within TL_PLAN_PRODUCTS_AGREE (relative) at both counts, else after the
- * TL_PLAN_PRODUCTS_ROUNDS-th. */
+/* Its rounds: round_r[q] holds round q's ratios at the TL_PLAN_PRODUCTS_POINTS row
+ * counts (0: not measured). Folds them into r[] (the lowest measured ratio of each row
+ * count so far; start at zeros) and returns 1 when no further round is wanted: after the
+ * second when the two agree within TL_PLAN_PRODUCTS_AGREE (relative) at every count, else
+ * after the TL_PLAN_PRODUCTS_ROUNDS-th. */
+#define TL_PLAN_PRODUCTS_POINTS 6
 #define TL_PLAN_PRODUCTS_ROUNDS 3
 #define TL_PLAN_PRODUCTS_AGREE 0.05
-int tl_plan_products_round(const double (*round_r)[2], int q, double *r);
+int tl_plan_products_round(const double (*round_r)[TL_PLAN_PRODUCTS_POINTS], int q,
+                           double *r);
 
 /* Internal to the calibrations (calibrate*.c): X [n][cols], Y [n][rows] and every pool
  * thread's scratch for products of n rows, zeroed, from the budget; *sf: each thread's

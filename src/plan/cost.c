@@ -101,7 +101,10 @@
  *                    compute that runs while the disk streams is s times slower
  *                    (s = the profile's slowdowns, io_slowdown_matvec for products of
  *                    <= 4 rows, io_slowdown_attn for attention and io_compute_slowdown
- *                    for the rest, weighted by time)
+ *                    for the rest, weighted by time, each s' - 1 = (s - 1) k, k = the
+ *                    calibrated stream's rate over the profile's figure: the IO takes its
+ *                    cycles per byte read, and the profile measured s beside its own
+ *                    file's slower stream)
  *                    and ring = tl_cost_ring_pass_s: the pass as the residency ring's
  *                    buffers let its weight reads run ahead of the compute (each streamed
  *                    unit read in its bytes / read_bps(io_chunk, io_depth), the disk one
@@ -494,6 +497,22 @@ static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int
            rows * 2 * kvd * kv_bits_figure(prof->kv_store_s, kv_bits) + prof->layer_fixed_s;
 }
 
+/* cost.h */
+double tl_cost_prefill_layer_s(const tl_model *m, const tl_hw_profile *prof, int32_t l,
+                               int32_t kv_bits, int32_t rows, int32_t n_ctx,
+                               double *products) {
+    if (products) *products = 0;
+    if (rows <= 0) return 0;
+    const double cap = tl_llama_attn_block_rows(&m->lm.hp, n_ctx);
+    const double seq_blocks = ceil(rows / cap), block = rows / seq_blocks;
+    const double ctx[1] = {(double)rows * (rows + 1) / 2}, stored[1] = {0};
+    const double mem = pass_kv_mem_s_per_byte(m, prof, kv_bits, ctx, stored, 1, block,
+                                              seq_blocks);
+    if (products) *products = layer_matmul_s(m, prof, l, rows, NULL);
+    return mb_layer_compute(m, prof, l, kv_bits, rows, block, 0, seq_blocks, ctx[0],
+                            stored[0], mem, NULL, NULL, NULL);
+}
+
 /* cost.h; a full group is never priced below one row */
 double tl_cost_embd_read_s(const tl_hw_profile *prof, int32_t K, int32_t n) {
     if (n <= 0) return 0;
@@ -550,7 +569,9 @@ static double pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t
     }
     if (logit_rows > 0 && m->lm.stage_end == hp->n_layer) {
         const tl_weight *out = m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output;
-        t += tl_cost_matmul(prof, out, logit_rows);
+        const double out_mm = tl_cost_matmul(prof, out, logit_rows);
+        t += out_mm;
+        if (logit_rows <= 4) t_matvec += out_mm; /* slows down as the layers' products do */
         t += logit_rows * (d + (double)hp->n_vocab) * prof->elementwise_s;
     }
     if (slowdown) { /* the time-weighted slowdown while the disk streams */
@@ -559,6 +580,11 @@ static double pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t
         double sa = prof->io_slowdown_attn > 1 ? prof->io_slowdown_attn : 1;
         *slowdown = t > 0 ? (t_matvec * sv + t_attn * sa + (t - t_matvec - t_attn) * sm) / t
                           : sm;
+        /* the profile's slowdowns were measured beside its own file's stream; the IO
+         * takes its cycles per byte, so a calibrated stream k times as fast takes k
+         * times as many from each second of compute it overlaps */
+        const double k = prof->io_rate_scale > 0 ? prof->io_rate_scale : 1;
+        *slowdown = 1 + (*slowdown - 1) * k;
     }
     return t;
 }

@@ -124,6 +124,13 @@ typedef struct tl_hw_profile {
      * slower than the median costs more than a faster one saves */
     double disk_spread[TL_PROF_N_SPREAD];
     int32_t n_disk_spread;
+    /* not saved, 0 in a loaded profile (taken as 1): set by the disk calibration, the
+     * model file's stream rate over the profile's figure at the engine's chunk and depth.
+     * What the IO takes from compute is taken per byte read (the IO thread, the
+     * interrupts, the host's copy into memory), so the slowdowns above, measured while
+     * the profile's own file streamed, grow by this factor beside a stream this much
+     * faster (tl_cost_pass_compute) */
+    double io_rate_scale;
 } tl_hw_profile;
 
 /* The machine key of this machine for `n_threads` compute threads. */
