@@ -10,6 +10,8 @@
  * streamed units, up to 192 MiB of them, read once through the residency ring and IO
  * queue, tl_residency_measure_io; each pass continues where the one before stopped, not
  * at the first units again, which a host cache would serve warm; the median pass counts;
+ * before them the streamed units, up to 1 GiB a pass, are read once untimed, so that the
+ * samples read what was read one pass before, as the engine's second and later passes do;
  * a model that streams up to 192 MiB per pass, with overlap, is timed instead as decode
  * reads it: samples of whole passes through the ring, at least 32 MiB each,
  * tl_residency_measure_passes; a pass below one queue's worth (chunk x depth) too, many to a
