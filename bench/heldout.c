@@ -201,7 +201,7 @@ static void repeat_median(const bench_case *bc, const tl_hw_profile *prof, outco
     printf("; the median's details follow\n");
     add_spread(runs, n);
     for (int i = 0; i < n; i++) /* what each repeat's calibration measured */
-        printf("       repeat %d: disk x%.2f compute x%.2f products x%.2f, ring delay %.0f us;"
+        printf("       repeat %d: disk x%.2f compute x%.2f layers x%.2f, ring delay %.0f us;"
                " decode predicted %.2f s measured %.2f s\n", i + 1, runs[i].cal_disk,
                runs[i].cal_compute, runs[i].cal_products, runs[i].prof.ring_unit_delay_s * 1e6,
                runs[i].plan.cost.decode_s, runs[i].dec_s);
@@ -342,7 +342,7 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
                    (pc->prefill.kv_read_bytes + pc->decode.kv_read_bytes) / 1048576.0,
                    o.kv_bytes_read / 1048576.0, o.pre_stall_s, o.pre_kv_wait_s, o.dec_stall_s,
                    o.dec_kv_wait_s);
-        printf("     calibration (measured / profiled): disk %.2f, compute %.2f, products of "
+        printf("     calibration (measured / profiled): disk %.2f, compute %.2f, layers of "
                "many rows %.2f, KV page rate %.2f; decode priced at weights "
                "%.2f GB/s, KV pages %.2f GB/s; ring delay %.0f us per streamed read\n",
                o.cal_disk, o.cal_compute, o.cal_products, o.cal_mix,

@@ -73,7 +73,7 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
     tl_status st = c->automatic ? tl_plan_search_ranked(m, prof, &rq, &o.plan, &o.ranked)
                                 : tl_plan_evaluate(m, prof, &rq.w, &fixed, &o.plan);
     /* place, then time the engine's own streaming, its matrix-vector products over the
-     * resident weights and the first layer's products of many rows, and the KV pages'
+     * resident weights and the first layer's forward over many rows, and the KV pages'
      * cost beside the stream (plan/calibrate.h): the disk and the cores as they are now, in
      * the same run; auto re-plans on them as the CLI does, a fixed policy is predicted
      * again with them */

@@ -142,6 +142,12 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     if (!m->lm.flash && wp->overlap && per_pass > 0 && per_pass <= CALIBRATE_PASS_BYTES) {
         const int n_passes = (int)((CALIBRATE_SAMPLE_BYTES + per_pass - 1) / per_pass);
         double spent = 0; /* 3 samples, 5 while they stay short (a slow build: fewer) */
+        /* one pass untimed first: the samples read what was read a pass before, as the
+         * run's later passes do (below) */
+        double warm_s = 0;
+        uint64_t warm_b = 0;
+        tl_status wst = tl_residency_measure_passes(m->res, 1, NULL, NULL, &warm_s, &warm_b);
+        if (wst) return tl_error_wrap(wst, "calibrating the disk on the model file");
         while (n < 3 || (n < TL_PROF_N_SPREAD && spent < CALIBRATE_SAMPLES_S)) {
             double seconds = 0;
             uint64_t bytes = 0;
@@ -166,8 +172,10 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
         while (warmed < per_pass) {
             double seconds = 0;
             uint64_t bytes = 0;
-            tl_status st = tl_residency_measure_io(m->res, CALIBRATE_PASS_BYTES, &warm_cursor,
-                                                   &seconds, &bytes);
+            const uint64_t left = per_pass - warmed; /* up to the pass's end, not on */
+            tl_status st = tl_residency_measure_io(
+                m->res, left < CALIBRATE_PASS_BYTES ? left : CALIBRATE_PASS_BYTES,
+                &warm_cursor, &seconds, &bytes);
             if (st) return tl_error_wrap(st, "calibrating the disk on the model file");
             if (bytes < ((uint64_t)8 << 20)) break; /* too little streams to sample */
             warmed += bytes;

@@ -43,17 +43,18 @@
  * their median, each within [1/2, 2], go to prof->disk_spread (none for a flash file's
  * sites): tl_cost_predict's wall times are their mean over those rates. The stream's
  * ratio goes to prof->io_rate_scale (0 for a flash file's sites): the cost model scales
- * the compute's slowdowns beside the stream by it. */
+ * the compute's slowdown beside the stream by it (io_compute_slowdown's excess). */
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio);
 
 /* The ring's reads while the cores compute (calibrate_ring.c; after tl_plan_calibrate_disk,
  * _compute and _products, whose figures it uses): for a model whose streamed units, up to
- * 1 GiB a pass, go through the ring with overlap, up to seven pairs (at least three, no
+ * 512 MiB a pass, go through the ring with overlap, up to seven pairs (at least three, no
  * further one past half a second) of ring samples of at least 32 MiB (whole passes),
  * alone and with each streamed unit held while the pool multiplies one row of a resident
- * matrix (none resident, or no room for its vectors: while the pool's threads spin on
- * registers, in runs as long as the unit's products) for about the time the cost model
+ * matrix (none resident that a hold can end near its target with, or no room for its
+ * vectors: while the pool's threads spin on registers, in eight runs a hold) for about
+ * the time the cost model
  * gives that unit's compute in a decode pass of one row (its share of the layers'
  * products, attention over decode_ctx positions of kv_bits KV, element-wise work and
  * fixed costs; the output's product; and its repacking on arrival, which a measuring pass
@@ -64,7 +65,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
  * (tl_cost_ring_fit_delay; a pair's figure swings with the disk's drift between its two
  * samples, hence several; one whose holds hid the reads is dropped); the cost model adds it
  * to every streamed unit's read. tl_plan_calibrate_disk sets it to 0 first. 0 when not
- * measured (another kind of plan, or over 1 GiB a pass). An IO error is the residency's. */
+ * measured (another kind of plan, or over 512 MiB a pass). An IO error is the residency's. */
 tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, int32_t kv_bits,
                                  double decode_ctx, double *delay_s);
 /* The positions a decode step of a workload sees on average (its decode_ctx): the prompt
@@ -119,26 +120,28 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
  * buffers come from the budget (none free: skipped). */
 tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ratio);
 
-/* Products of many rows are compute-bound, and their rate depends on the matrices' shapes,
- * which the profile times at one size (calibrate_products.c): the first layer's forward
- * (products, attention, norms, RoPE, the KV append, the pool's hand-overs) is timed over
- * n rows of a fresh sequence at each of the profile's row counts n from 16 to 512
- * (TL_PLAN_PRODUCTS_POINTS of them; the median of 5 samples each, 3 for a layer whose
- * forward is long; two rounds of all, a third when those two differ by more than 5%, and
- * the lowest ratio of each row count kept: a round that meets a slow spell of the machine
- * measures the spell, not the shape), and the profile's figures above 4 rows of every type
- * the layer holds are scaled, each row count by its own ratio (8 rows by the one at 16):
- * (measured - the cost model's price of the layer's rest) / its price of the products,
- * the products taking at least a quarter of the time measured. *ratio: that ratio at
- * whichever count is furthest from 1 (1: nothing measured). The layer's weights are the
- * resident ones or its unit read on its own (tl_residency_borrow: one unit of IO, nothing
- * read ahead, the run's counters untouched); the forwards then go round the resident
- * layers shaped as it (up to 64 MiB of them), as a pass takes its layers, so a small layer
- * is not timed from a cache the run does not give it. Their scratch, rows and KV cache
- * (one sequence, f32, in memory) come from the budget, for the most rows it has room for
- * (counts above them take the highest timed count's ratio; no room for 16: nothing
- * measured). It costs a few dozen forwards of one layer. A flash or neuron layout keeps
- * the profile's figures. Call with no unit acquired. */
+/* A layer's forward over many rows against the cost model's price of it (its products,
+ * whose rate depends on the matrices' shapes, which the profile times at one size, and its
+ * norms, RoPE, KV append and hand-overs, which the profile times on their own;
+ * calibrate_products.c): the first layer's forward is timed over n rows of a fresh
+ * sequence at each of the profile's row counts n from 16 to 512 (TL_PLAN_PRODUCTS_POINTS
+ * of them; the median of 5 samples each, 3 for a layer whose forward is long; two rounds
+ * of all, a third when those two differ by more than 5%, and the lowest ratio of each row
+ * count kept: a round that meets a slow spell of the machine measures the spell, not the
+ * shape), and prof->layer_row_scale at each grid count over 4 rows gets (measured - the
+ * priced attention) / the priced rest at the highest count timed at or below it (8 rows
+ * the one at 16), the rest taking at least half the time measured; the cost model prices
+ * a layer's work beside attention times it. *ratio: that ratio at whichever count is
+ * furthest from 1 (1: nothing measured). The layer's weights are the resident ones or its
+ * unit read on its own (tl_residency_borrow: one unit of IO, nothing read ahead, the run's
+ * counters untouched); the forwards then go round the resident layers shaped as it (up to
+ * 64 MiB of them), as a pass takes its layers, so a small layer is not timed from a cache
+ * the run does not give it. Their scratch, rows and KV cache (one sequence, f32, in
+ *  * memory) come from the budget, for the most rows it has room for; counts whose forwards
+ * would take over 0.4 s a round (twice the count before) are not timed either (the counts
+ * above the timed ones take the highest's ratio; no room for 16: nothing measured). It costs a few
+ * dozen forwards of one layer. A flash or neuron layout keeps the profile's figures. Call
+ * with no unit acquired. */
 tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *ratio);
 
 /* Its rounds: round_r[q] holds round q's ratios at the TL_PLAN_PRODUCTS_POINTS row

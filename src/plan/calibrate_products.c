@@ -1,20 +1,20 @@
-/* calibrate_products.c - products of many rows as a prefill layer runs them
+/* calibrate_products.c - a layer's forward over many rows against its price
  * (tl_plan_calibrate_products, calibrate.h).
  *
- * The profile times each type's products on one shape, and how far a model's shapes run
- * from it changes with the rows, and not monotonically. Timing the seven products alone
- * does not settle it either: inside a layer's forward they run beside the attention, the
- * norms, RoPE, the KV append and the pool's hand-overs, which the cost model prices from
- * figures timed on their own, and a layer's whole time is what a prefill pays. So the
+ * The profile times each type's products on one shape, and the rest of a layer (norms,
+ * RoPE, the KV append, the pool's hand-overs) on their own; how far a model's layer runs
+ * from the sum changes with its shapes and with the rows, and not monotonically. So the
  * first layer's real forward is timed, over rows of one fresh sequence at positions
- * 0 .. n - 1, at each of the profile's row counts from 16 to 512, and what it takes beyond
- * the cost model's price of the rest of the layer is put on its products: the grid's
- * figure at n rows is scaled by (measured - priced rest) / priced products. Prefill and
- * many-row decode steps price their layers from those figures, so they come out at the
- * layer's measured time at the counts timed.
+ * 0 .. n - 1, at each of the profile's row counts n from 16 to 512, and the cost model's
+ * price of everything in it but attention (which the profile times over contexts of its
+ * own, and grows with the positions, not the rows) is scaled to match:
+ * g(n) = (measured - priced attention) / priced rest, in prof->layer_row_scale. Prefill and
+ * many-row decode steps price their layers with it, so they come out at the layer's
+ * measured time at the counts timed.
  * The forwards run in a KV cache of their own (one sequence, f32, in memory) and with the
- * engine's scratch for that many rows, all from the budget: where it has no room for 512
- * rows the most it has room for are timed, and nothing where it has none for 16.
+ * engine's scratch for that many rows, all from the budget: where it has no room for the
+ * most rows, or the forwards would take too long, fewer counts are timed, and nothing
+ * where there is no room for 16.
  */
 #include "plan/calibrate.h"
 
@@ -38,18 +38,25 @@ static const int32_t product_rows[TL_PLAN_PRODUCTS_POINTS] = {16, 32, 64, 128, 2
 
 /* Each sample lasts at least PRODUCTS_SAMPLE_S (a small layer's forward is too short to
  * time alone against the clock and the pool's wake-ups); 5 samples, 3 when one forward
- * takes over PRODUCTS_LONG_S (a large layer: the calibration stays near a second). The
+ * takes over PRODUCTS_LONG_S (a large layer). The
  * forwards take the resident layers shaped as the first in turn, up to
  * PRODUCTS_CYCLE_BYTES of them, as a pass does: one small layer timed over and over runs
  * from cache, which the run's layers, each used once per pass, do not. */
 #define PRODUCTS_SAMPLE_S 0.004
 #define PRODUCTS_LONG_S 0.05
+/* A count whose forwards would take over PRODUCTS_COUNT_MAX_S in a round (a large
+ * model's many-row layer: twice the count before it, with 6 forwards a sample set) is not
+ * timed: the calibration stays near a second, and the counts above the timed ones take
+ * the highest's ratio. Rounds after the first only when the first took under
+ * PRODUCTS_ROUND_MAX_S. */
+#define PRODUCTS_COUNT_MAX_S 0.4
+#define PRODUCTS_ROUND_MAX_S 0.5
 #define PRODUCTS_MAX_LAYERS 32
 #define PRODUCTS_CYCLE_BYTES ((uint64_t)64 << 20)
 #define PRODUCTS_PAGE_TOKENS 16 /* the contexts' KV page */
-/* The products are given at least this share of the layer's measured time: where the
- * rest is priced at nearly all of it (or more) the difference says nothing about them. */
-#define PRODUCTS_MIN_SHARE 0.25
+/* The work beside attention is given at least this share of the layer's measured time:
+ * where attention is priced at nearly all of it (or more) the difference says nothing. */
+#define PRODUCTS_MIN_SHARE 0.5
 
 /* The forwards' state: the engine's scratch and a KV cache for N rows, the input rows
  * (x0, kept) and those a forward works on in place (x). */
@@ -101,6 +108,12 @@ static int fwd_open(tl_model *m, int32_t N, fwd *f) {
     ok = ok && !tl_budget_alloc(m->lm.budget, xb, 64, "products calibration", (void **)&f->x0);
     ok = ok && !tl_budget_alloc(m->lm.budget, xb, 64, "products calibration", (void **)&f->x);
     ok = ok && !tl_kv_open(&kp, m->lm.budget, m->lm.aio, &f->kv);
+    /* the frames come as the forward appends, one layer's at a time (each forward's
+     * sequence is closed after it): room for them now, or a forward would fail */
+    tl_kv_params one = kp;
+    one.n_layer = 1;
+    ok = ok && tl_budget_used(m->lm.budget) + tl_kv_budget_bytes(&one, 1) <=
+                   tl_budget_limit(m->lm.budget);
     if (!ok) {
         fwd_close(f);
         tl_error_clear();
@@ -199,6 +212,8 @@ static int resident_like(const tl_model *m, int32_t l, const tl_weight *const *r
 tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *ratio) {
     *ratio = 1;
     if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating products: nothing placed");
+    /* priced as the profile has it; an earlier calibration's factors go */
+    for (int k = 0; k < TL_PROF_N_ROWS; k++) prof->layer_row_scale[k] = 0;
     const int32_t unit = m->lm.stage_first;
     const tl_llama_layer *ly = &m->lm.layers[unit];
     const tl_weight *w[7];
@@ -229,26 +244,32 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
     for (int32_t l = unit + 1; !st && l < m->lm.stage_end && n_l < PRODUCTS_MAX_LAYERS &&
                                layer_bytes * (uint64_t)n_l < PRODUCTS_CYCLE_BYTES; l++)
         if (resident_like(m, l, w, n_w)) layers[n_l++] = l;
-    /* the cost model's layer at each count: its products, and the rest */
+    /* the cost model's layer at each count (unscaled): its attention, and the rest */
     enum { K = TL_PLAN_PRODUCTS_POINTS };
-    double r[K] = {0}, round_r[TL_PLAN_PRODUCTS_ROUNDS][K], mm[K] = {0}, rest[K] = {0};
+    double r[K] = {0}, round_r[TL_PLAN_PRODUCTS_ROUNDS][K], at[K] = {0}, rest[K] = {0};
     for (int k = 0; k < n_pts; k++)
-        rest[k] = tl_cost_prefill_layer_s(m, prof, unit, 32, product_rows[k], f.N, &mm[k]) -
-                  mm[k];
+        rest[k] = tl_cost_prefill_layer_s(m, prof, unit, 32, product_rows[k], f.N, &at[k]) -
+                  at[k];
     /* rounds of every count, the lower ratio of each kept: the shape's rate is what is
      * measured, and a round that meets a slow spell of the machine (another process, the
      * host taking the core) is not it; a third round only when the first two disagree */
+    /* the forwards' own sparsity counts are not the run's (tl_model_sparsity_stats) */
+    const double zeroed = m->lm.sparse.zeroed, seen = m->lm.sparse.seen;
+    const double t_start = tl_now();
     for (int q = 0; q < TL_PLAN_PRODUCTS_ROUNDS && !st; q++) {
+        if (q == 1 && tl_now() - t_start > PRODUCTS_ROUND_MAX_S) break;
         for (int k = 0; k < K && !st; k++) {
             round_r[q][k] = 0;
             double measured = 0;
-            if (k >= n_pts || !(mm[k] > 0)) continue;
+            if (k >= n_pts || !(rest[k] > 0)) continue;
             st = layer_forward_s(&f, layers, n_l, product_rows[k], &measured);
             if (!st && measured > 0)
-                round_r[q][k] = fmax(measured - rest[k], PRODUCTS_MIN_SHARE * measured) / mm[k];
+                round_r[q][k] = fmax(measured - at[k], PRODUCTS_MIN_SHARE * measured) / rest[k];
+            if (q == 0 && 2 * 6 * measured > PRODUCTS_COUNT_MAX_S) n_pts = k + 1;
         }
         if (!st && tl_plan_products_round((const double (*)[K])round_r, q, r)) break;
     }
+    m->lm.sparse.zeroed = zeroed, m->lm.sparse.seen = seen;
     if (!borrowed) tl_residency_unborrow(m->res, unit);
     fwd_close(&f);
     if (st) return tl_error_wrap(st, "calibrating products");
@@ -258,21 +279,13 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
     *ratio = r[0];
     for (int k = 1; k < n_pts; k++)
         if (fabs(log(r[k])) > fabs(log(*ratio))) *ratio = r[k];
-    /* rows above the matrix-vector kernel's (tl_plan_calibrate_compute has those), for
-     * every type of the layer (a mix's types share the layer's ratio): each grid count
-     * its own ratio, 8 rows the ratio at 16, counts above the timed ones the highest's */
-    int done[TL_PROF_N_TYPE] = {0};
-    for (int i = 0; i < n_w; i++) {
-        const int ty = types[i];
-        if (done[ty]) continue;
-        done[ty] = 1;
-        for (int k = 0; k < TL_PROF_N_ROWS; k++) {
-            if (tl_prof_rows[k] <= 4) continue;
-            int p = 0;
-            while (p + 1 < n_pts && product_rows[p + 1] <= tl_prof_rows[k]) p++;
-            prof->matmul_macs[ty][k] /= r[p];
-            prof->matmul_call_s[ty][k] *= r[p];
-        }
+    /* each grid count over 4 rows: the ratio of the highest count timed at or below it
+     * (8 rows the one at 16) */
+    for (int k = 0; k < TL_PROF_N_ROWS; k++) {
+        if (tl_prof_rows[k] <= 4) continue;
+        int p = 0;
+        while (p + 1 < n_pts && product_rows[p + 1] <= tl_prof_rows[k]) p++;
+        prof->layer_row_scale[k] = r[p];
     }
     return TL_OK;
 }

@@ -18,9 +18,9 @@
  * a delay from the disk's noise and is dropped; so the holds multiply a matrix whose one
  * row costs no more than the shortest unit's target, so that each ends near it.
  * A plan that keeps no such matrix resident (a tight budget streams every product) holds
- * its units with the pool's threads computing on registers alone, in runs as long as the
- * unit's products: what delays the reads is the cores being taken, which that reproduces
- * without memory the budget does not have.
+ * its units with the pool's threads computing on registers alone, in SPIN_RUNS_PER_HOLD
+ * runs a hold (about a layer's products and its attention): what delays the reads is the
+ * cores being taken, which that reproduces without memory the budget does not have.
  */
 #include "plan/calibrate.h"
 
@@ -41,7 +41,7 @@
 #define RING_MIN_PAIRS 3
 #define RING_SAMPLES_S 0.5 /* past this, no further pair once RING_MIN_PAIRS are in */
 #define RING_SAMPLE_BYTES ((uint64_t)32 << 20) /* whole passes per sample: this many bytes */
-#define RING_MAX_PASS_BYTES ((uint64_t)1024 << 20)
+#define RING_MAX_PASS_BYTES ((uint64_t)512 << 20)
 /* runs of a hold without a matrix: about a layer's products and its attention */
 #define SPIN_RUNS_PER_HOLD 8
 
@@ -87,20 +87,19 @@ static void hold(void *user, int unit) {
 
 /* The resident matrix the holds multiply (the row kernels' kind: not the embedding, which
  * is looked up, nor a flash or converted one): the dearest whose one-row product the
- * profile prices at most `fit` seconds, so a hold can end near its target; else the
- * cheapest. NULL if none. */
+ * profile prices at most `fit` seconds, so a hold can end near its target. NULL if none
+ * (the holds spin). */
 static const tl_weight *hold_matrix(const tl_model *m, const tl_hw_profile *prof, double fit) {
-    const tl_weight *under = NULL, *cheapest = NULL;
-    double under_s = 0, cheapest_s = 0;
+    const tl_weight *under = NULL;
+    double under_s = 0;
     for (size_t i = 0; i < m->lm.n_all; i++) {
         const tl_weight *w = m->lm.all[i];
         if (!w->data || w->convert || w->runs || w->rows <= 1 || w == &m->lm.tok_embd)
             continue;
         const double s = tl_cost_matmul(prof, w, 1);
         if (s <= fit && (!under || s > under_s)) under = w, under_s = s;
-        if (!cheapest || s < cheapest_s) cheapest = w, cheapest_s = s;
     }
-    return under ? under : cheapest;
+    return under;
 }
 
 /* Unit u's compute in a decode pass of one row seeing `ctx` positions of kv_bits KV (all

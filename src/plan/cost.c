@@ -23,8 +23,9 @@
  *   elementwise    = rows * (4 * n_embd + 3 * n_ff) * e            norms, rope, swiglu, adds
  *   kv store       = rows * 2 * kv_dim * s[bits]     appending the rows' K and V, storing
  *                    full pages in the format (the profile's figure into fresh memory)
- *   layer compute  = sum over micro-batches k of [ sum of its 7 matmuls at n = rows_k
- *                    + attention of its rows + elementwise + kv store + fixed ]
+ *   layer compute  = sum over micro-batches k of [ g(rows_k) (sum of its 7 matmuls at
+ *                    n = rows_k + elementwise + kv store + fixed) + attention of its rows ]
+ *                    g = the calibrated layer_row_scale (1 up to 4 rows or unmeasured)
  *   wall (predict) = with weights streamed and the disk calibration's spread s_1..s_n,
  *                    the mean over k of the wall time with the stream's rates times s_k
  *   output compute = matmul(output, logit rows) + logit rows * n_vocab * e (sampling)
@@ -101,10 +102,10 @@
  *                    compute that runs while the disk streams is s times slower
  *                    (s = the profile's slowdowns, io_slowdown_matvec for products of
  *                    <= 4 rows, io_slowdown_attn for attention and io_compute_slowdown
- *                    for the rest, weighted by time, each s' - 1 = (s - 1) k, k = the
- *                    calibrated stream's rate over the profile's figure: the IO takes its
- *                    cycles per byte read, and the profile measured s beside its own
- *                    file's slower stream)
+ *                    for the rest, weighted by time; the last as 1 + (s - 1) k, k = the
+ *                    calibrated stream's rate over the profile's figure within [1/4, 4]:
+ *                    the IO takes its cycles per byte read, and the profile measured s
+ *                    beside its own file's stream)
  *                    and ring = tl_cost_ring_pass_s: the pass as the residency ring's
  *                    buffers let its weight reads run ahead of the compute (each streamed
  *                    unit read in its bytes / read_bps(io_chunk, io_depth), the disk one
@@ -457,6 +458,16 @@ static double kv_mem_s(const tl_model *m, const tl_hw_profile *prof, int32_t kv_
     return bytes * (mem_s_per_byte / B + again);
 }
 
+/* The calibrated factor of a layer's work beside attention for a micro-batch of `rows`
+ * rows (profile.h: layer_row_scale): the grid's point at or below rows; 1 for up to 4 rows
+ * or where nothing was measured. */
+static double layer_row_scale(const tl_hw_profile *prof, int32_t rows) {
+    if (rows <= 4) return 1;
+    int k = 0;
+    while (k + 1 < TL_PROF_N_ROWS && tl_prof_rows[k + 1] <= rows) k++;
+    return prof->layer_row_scale[k] > 0 ? prof->layer_row_scale[k] : 1;
+}
+
 /* One micro-batch of `rows` rows at layer l, attention taking them in blocks of `block`
  * rows (1 in decode): its 7 matmuls, attention over ctx visible positions of which
  * `stored` in stored pages (decoded once per block), element-wise work and the per-layer
@@ -493,24 +504,24 @@ static double mb_layer_compute(const tl_model *m, const tl_hw_profile *prof, int
                                    mem_s_per_byte);
     const double at = ctx * attn_per_pos + stored * decode_per_pos + kv_mem;
     if (attn) *attn = at;
-    return mm + at + rows * (4 * d + 3 * f) * prof->elementwise_s +
-           rows * 2 * kvd * kv_bits_figure(prof->kv_store_s, kv_bits) + prof->layer_fixed_s;
+    const double rest = mm + rows * (4 * d + 3 * f) * prof->elementwise_s +
+                        rows * 2 * kvd * kv_bits_figure(prof->kv_store_s, kv_bits) +
+                        prof->layer_fixed_s;
+    return rest * layer_row_scale(prof, rows) + at;
 }
 
 /* cost.h */
 double tl_cost_prefill_layer_s(const tl_model *m, const tl_hw_profile *prof, int32_t l,
-                               int32_t kv_bits, int32_t rows, int32_t n_ctx,
-                               double *products) {
-    if (products) *products = 0;
+                               int32_t kv_bits, int32_t rows, int32_t n_ctx, double *attn) {
+    if (attn) *attn = 0;
     if (rows <= 0) return 0;
     const double cap = tl_llama_attn_block_rows(&m->lm.hp, n_ctx);
     const double seq_blocks = ceil(rows / cap), block = rows / seq_blocks;
     const double ctx[1] = {(double)rows * (rows + 1) / 2}, stored[1] = {0};
     const double mem = pass_kv_mem_s_per_byte(m, prof, kv_bits, ctx, stored, 1, block,
                                               seq_blocks);
-    if (products) *products = layer_matmul_s(m, prof, l, rows, NULL);
     return mb_layer_compute(m, prof, l, kv_bits, rows, block, 0, seq_blocks, ctx[0],
-                            stored[0], mem, NULL, NULL, NULL);
+                            stored[0], mem, NULL, attn, NULL);
 }
 
 /* cost.h; a full group is never priced below one row */
@@ -578,13 +589,16 @@ static double pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t
         double sm = prof->io_compute_slowdown > 1 ? prof->io_compute_slowdown : 1;
         double sv = prof->io_slowdown_matvec > 1 ? prof->io_slowdown_matvec : 1;
         double sa = prof->io_slowdown_attn > 1 ? prof->io_slowdown_attn : 1;
-        *slowdown = t > 0 ? (t_matvec * sv + t_attn * sa + (t - t_matvec - t_attn) * sm) / t
-                          : sm;
         /* the profile's slowdowns were measured beside its own file's stream; the IO
          * takes its cycles per byte, so a calibrated stream k times as fast takes k
-         * times as many from each second of compute it overlaps */
-        const double k = prof->io_rate_scale > 0 ? prof->io_rate_scale : 1;
-        *slowdown = 1 + (*slowdown - 1) * k;
+         * times as many from each second of the products' and element-wise compute it
+         * overlaps (within [1/4, 4]). The memory-bound kinds (matrix-vector products,
+         * attention over KV beyond the caches) keep the profile's figures: the
+         * compute-bound work is the one whose slowdown was seen to follow the bytes. */
+        const double k = prof->io_rate_scale > 0 ? fmin(4, fmax(0.25, prof->io_rate_scale)) : 1;
+        sm = 1 + (sm - 1) * k;
+        *slowdown = t > 0 ? (t_matvec * sv + t_attn * sa + (t - t_matvec - t_attn) * sm) / t
+                          : sm;
     }
     return t;
 }

@@ -137,11 +137,10 @@ double tl_cost_embd_read_s(const tl_hw_profile *prof, int32_t K, int32_t n);
 /* Seconds of one prefill micro-batch at layer l: `rows` rows of one sequence at positions
  * 0 .. rows - 1 (each sees its own and the earlier ones, nothing stored yet), attention
  * in the blocks the engine takes for a context of n_ctx positions; as the pass's compute
- * prices it (tl_cost_pass_compute's layer term). *products (may be NULL) gets its seven
- * products' part. */
+ * prices it (tl_cost_pass_compute's layer term). *attn (may be NULL) gets its attention's
+ * part. */
 double tl_cost_prefill_layer_s(const tl_model *m, const tl_hw_profile *prof, int32_t l,
-                               int32_t kv_bits, int32_t rows, int32_t n_ctx,
-                               double *products);
+                               int32_t kv_bits, int32_t rows, int32_t n_ctx, double *attn);
 
 /* Building blocks (also used by the LP in search.c and checked in tests):
  * seconds of one forward pass's compute over micro-batches of `rows[k]` rows (k <

@@ -127,10 +127,16 @@ typedef struct tl_hw_profile {
     /* not saved, 0 in a loaded profile (taken as 1): set by the disk calibration, the
      * model file's stream rate over the profile's figure at the engine's chunk and depth.
      * What the IO takes from compute is taken per byte read (the IO thread, the
-     * interrupts, the host's copy into memory), so the slowdowns above, measured while
-     * the profile's own file streamed, grow by this factor beside a stream this much
-     * faster (tl_cost_pass_compute) */
+     * interrupts, the host's copy into memory), so io_compute_slowdown's excess over 1,
+     * measured while the profile's own file streamed, grows by this factor (within
+     * [1/4, 4]) beside a stream this much faster (tl_cost_pass_compute) */
     double io_rate_scale;
+    /* not saved, 0 in a loaded profile (taken as 1): set by tl_plan_calibrate_products,
+     * a layer's forward over tl_prof_rows[k] rows measured against the cost model's price
+     * of it, attention aside: the products, element-wise work, KV store and fixed cost of
+     * a micro-batch of that many rows (over 4) are priced times this factor, a count
+     * between the grid's points taking the lower point's */
+    double layer_row_scale[TL_PROF_N_ROWS];
 } tl_hw_profile;
 
 /* The machine key of this machine for `n_threads` compute threads. */

@@ -130,8 +130,8 @@ static int hook(tl_replanner *r, tl_model *m, const tl_batch_stats *s, int32_t p
                 products_effect = now.cost.total_s / was.cost.total_s;
             tl_error_clear();
             if (fabs(products_effect - 1) > r->threshold)
-                logf_(r, "before the first block: products of 16 to 512 rows took (the "
-                      "furthest off) %.0f%% of the profile's time, the plan's prediction "
+                logf_(r, "before the first block: a layer over 16 to 512 rows took (the "
+                      "furthest off) %.0f%% of its price beside attention, the plan's prediction "
                       "%.0f%% (with the ring's reads %.0f us later each beside compute)",
                       100 * pratio, 100 * products_effect, 1e6 * delay);
             double page_scale = 0;

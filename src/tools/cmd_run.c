@@ -271,8 +271,8 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
         fprintf(stderr, "policy auto: matrix-vector products take %.0f%% of the profile's time; "
                 "re-planned: %s\n", cratio * 100, change ? "new policy" : "policy kept");
     if (pratio <= 0.8 || pratio >= 1.25)
-        fprintf(stderr, "policy auto: products of 16 to 512 rows take (the furthest off) "
-                "%.0f%% of the profile's time\n", pratio * 100);
+        fprintf(stderr, "policy auto: a layer over 16 to 512 rows takes (the furthest off) "
+                "%.0f%% of its price beside attention\n", pratio * 100);
     if (page_scale <= 0.8 || page_scale >= 1.25)
         fprintf(stderr, "policy auto: KV pages read (alone from a spill file, and beside the "
                 "stream) take %.0f%% of the time the profile gives them\n", 100 / page_scale);
