@@ -96,8 +96,10 @@ static config draw_config(draw *d, int i) {
     return c;
 }
 
-/* err_no[0]: without the ring delay, err_no[1]: without the rate spread */
-typedef struct result { double err, err_no[2]; int single, ok; } result;
+/* err_no[0]: without the ring delay, err_no[1]: without the rate spread, err_no[2]:
+ * without the layer row scales, err_no[3]: without the stream-rate scaling of the
+ * compute's slowdown */
+typedef struct result { double err, err_no[4]; int single, ok; } result;
 
 /* A model file just written has dirty pages in the page cache, and the engine's direct
  * reads of them wait for their write-back: its first reads (the calibration's) would
@@ -309,7 +311,9 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
         const int kv_disk = pol->single ? pol->kv_window_pages > 0 : pol->kv_mem_pct < 100;
         res[i] = (result){whole_error(&o),
                           {whole_error_without(&o, o.total_no_ring_s),
-                           whole_error_without(&o, o.total_no_spread_s)},
+                           whole_error_without(&o, o.total_no_spread_s),
+                           whole_error_without(&o, o.total_no_layer_s),
+                           whole_error_without(&o, o.total_no_rate_s)},
                           c.single, 1};
         printf("     policy ");
         print_policy(pol);
@@ -333,6 +337,12 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
         if (o.total_no_spread_s != pc->total_s)
             printf(" (at the median disk rate alone: predicted %.2f s, error %+.1f%%)",
                    o.total_no_spread_s, 100 * res[i].err_no[1]);
+        if (o.total_no_layer_s != pc->total_s)
+            printf(" (without the layer row scales: predicted %.2f s, error %+.1f%%)",
+                   o.total_no_layer_s, 100 * res[i].err_no[2]);
+        if (o.total_no_rate_s != pc->total_s)
+            printf(" (without the stream-rate slowdown: predicted %.2f s, error %+.1f%%)",
+                   o.total_no_rate_s, 100 * res[i].err_no[3]);
         printf("\n");
         if (!c.single)
             printf("     bytes   weights predicted %.0f MiB measured %.0f, KV read predicted %.0f "
@@ -378,6 +388,16 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
     summary("run", res, n, 1, 2);
     summary("batch", res, n, 0, 2);
     summary("all", res, n, -1, 2);
+    printf("the same runs, predicted without the layer calibration's row scales (the "
+           "term's ablation):\n");
+    summary("run", res, n, 1, 3);
+    summary("batch", res, n, 0, 3);
+    summary("all", res, n, -1, 3);
+    printf("the same runs, predicted without the stream-rate scaling of the compute's "
+           "slowdown (the term's ablation):\n");
+    summary("run", res, n, 1, 4);
+    summary("batch", res, n, 0, 4);
+    summary("all", res, n, -1, 4);
     if (g_spread.dof > 0)
         printf("repeat spread (%d configurations run up to %d times, pooled sd within "
                "each): whole error %.1f%%, measured time %.1f%% (the machine's), prediction "
