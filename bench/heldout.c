@@ -379,25 +379,18 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
     summary("run", res, n, 1, 0);
     summary("batch", res, n, 0, 0);
     summary("all", res, n, -1, 0);
-    printf("the same runs, predicted without the calibrated ring delay (the term's ablation):\n");
-    summary("run", res, n, 1, 1);
-    summary("batch", res, n, 0, 1);
-    summary("all", res, n, -1, 1);
-    printf("the same runs, predicted at the disk calibration's median rate alone (the rate "
-           "spread's ablation):\n");
-    summary("run", res, n, 1, 2);
-    summary("batch", res, n, 0, 2);
-    summary("all", res, n, -1, 2);
-    printf("the same runs, predicted without the layer calibration's row scales (the "
-           "term's ablation):\n");
-    summary("run", res, n, 1, 3);
-    summary("batch", res, n, 0, 3);
-    summary("all", res, n, -1, 3);
-    printf("the same runs, predicted without the stream-rate scaling of the compute's "
-           "slowdown (the term's ablation):\n");
-    summary("run", res, n, 1, 4);
-    summary("batch", res, n, 0, 4);
-    summary("all", res, n, -1, 4);
+    /* one line of titles per term left out, in err_no's order */
+    static const char *const ablation[4] = {
+        "without the calibrated ring delay (the term's ablation)",
+        "at the disk calibration's median rate alone (the rate spread's ablation)",
+        "without the layer calibration's row scales (the term's ablation)",
+        "without the stream-rate scaling of the compute's slowdown (the term's ablation)"};
+    for (int k = 0; k < 4; k++) {
+        printf("the same runs, predicted %s:\n", ablation[k]);
+        summary("run", res, n, 1, k + 1);
+        summary("batch", res, n, 0, k + 1);
+        summary("all", res, n, -1, k + 1);
+    }
     if (g_spread.dof > 0)
         printf("repeat spread (%d configurations run up to %d times, pooled sd within "
                "each): whole error %.1f%%, measured time %.1f%% (the machine's), prediction "

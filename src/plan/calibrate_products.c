@@ -217,14 +217,13 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
     const int32_t unit = m->lm.stage_first;
     const tl_llama_layer *ly = &m->lm.layers[unit];
     const tl_weight *w[7];
-    int types[7];
     /* a layer as the cost model prices it: its seven products (a flash or neuron layout
      * prices its own and keeps the profile's figures) */
     if (m->lm.flash || ly->neurons.name) return TL_OK;
     const int n_w = layer_products(m, unit, w);
-    for (int i = 0; i < n_w; i++) {
-        types[i] = tl_type_index((uint32_t)w[i]->type); /* the profile's type axis */
-        if (types[i] < 0 || types[i] >= TL_PROF_N_TYPE) return TL_OK;
+    for (int i = 0; i < n_w; i++) { /* a type off the profile's axis: nothing to price */
+        const int ty = tl_type_index((uint32_t)w[i]->type);
+        if (ty < 0 || ty >= TL_PROF_N_TYPE) return TL_OK;
     }
     if (n_w == 0) return TL_OK;
     /* state for the most rows the budget has room for; counts above them not timed */
