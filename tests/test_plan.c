@@ -488,9 +488,10 @@ static void hand_batch_spill(const char *path) {
     CHECK(close_to(r.cost.decode.weight_bytes, 29.0 * (double)r.streamed_bytes, 1e-12));
     CHECK(r.cost.decode.kv_wait_s >= 0 && r.cost.decode.kv_wait_s < 1e-3);
     /* KV wait: page reads slow enough that compute waits for them. Micro-batch k's pages
-     * are read while k-1 computes (k = 0: the last of the layer before; the pass's first
-     * read has nothing to hide it): wait = read + 3 max(0, read - c) per decode pass
-     * (2 layers x 2 micro-batches), read = u + (pages - 1) * v */
+     * are asked for before the wait for k-1 and its compute (k = 0: the last of the layer
+     * before; the pass's first read has nothing to hide it): per decode pass (2 layers x 2
+     * micro-batches) w_0 = read, w_i = max(0, read - c - w_(i-1)), read = u + (pages - 1) v
+     * (nothing streams here: no drain of weight chunks ahead of the pages) */
     {
         tl_hw_profile ps = prof;
         for (int c = 0; c < TL_PROF_N_CHUNK; c++) ps.disk_read_bps[c][0] = 1e6; /* depth 1 */
@@ -507,9 +508,11 @@ static void hand_batch_spill(const char *path) {
             int before = 40 + j - 1;
             double pages = 2 * floor(floor(before / 16.0) * 0.5);
             double c = 2 * mm_row + 2 * (before + 1) * attn_pos + 2 * elem_row + 1e-5;
-            double read = pages > 0 ? u + (pages - 1) * v : 0;
-            wait += read + 3 * fmax(0, read - c);
+            double read = pages > 0 ? u + (pages - 1) * v : 0, w_prev = read;
+            wait += read;
+            for (int i = 1; i < 4; i++) wait += w_prev = fmax(0, read - c - w_prev);
         }
+        CHECK(rs.streamed_bytes == 0);
         CHECK(wait > 0.01);
         CHECK_MSG(close_to(rs.cost.decode.kv_wait_s, wait, 1e-9), "KV wait %.9g vs %.9g",
                   rs.cost.decode.kv_wait_s, wait);
@@ -522,6 +525,51 @@ static void hand_batch_spill(const char *path) {
         tl_policy q = pol;
         q.kv_mem_pct = 100;
         CHECK(tl_plan_evaluate(m, &ps, &w, &q, &rs) == TL_OK && rs.cost.decode.kv_wait_s == 0);
+        /* every weight streamed, at 1e6 B/s (so the stream reads through every pass): each
+         * batch first waits for the weight chunks in flight, d = half of min(io queue,
+         * prefetch x the mean streamed layer) at the weights' rate, and the page time v is
+         * at least the page's bytes at the KV rate; a pass's KV reads take at least the
+         * batches' device time, sum of u + (pages - 1) v (u is made long enough for it) */
+        tl_hw_profile pw = prof;
+        tl_test_profile_set_disk(&pw, 1e6);
+        pw.disk_urgent_read_s = 2e-2;
+        pw.disk_urgent_page_s = 7e-4;
+        q = pol;
+        q.w_mem_pct = 0;
+        CHECK(tl_plan_evaluate(m, &pw, &w, &q, &rs) == TL_OK && rs.streamed_bytes > 0);
+        tl_weight_plan plan;
+        CHECK(tl_engine_plan_weights(m, tl_plan_state_bytes(m, &q), q.prefetch, q.overlap,
+                                     q.w_mem_pct, &plan) == TL_OK);
+        double layers_bytes = 0;
+        int units = 0;
+        for (int32_t l = 0; l < m->lm.hp.n_layer; l++) {
+            const double b = (double)tl_weight_plan_unit_bytes(&m->lm, &plan, l);
+            layers_bytes += b;
+            units += b > 0;
+        }
+        const double ahead = layers_bytes / units * (plan.n_slots > 1 ? plan.n_slots - 1 : 1);
+        const double queue = (double)m->lm.params.io_chunk_bytes * m->lm.params.io_queue_depth;
+        const double d = 0.5 * (ahead < queue ? ahead : queue) / 1e6, vs = slot / 1e6;
+        tl_weight_plan_free(&plan);
+        /* every decode pass computes for less than its weights take to read */
+        CHECK_MSG(layers_bytes / 1e6 > 2 * rs.cost.decode.compute_s / 29, "%g vs %g",
+                  layers_bytes / 1e6, rs.cost.decode.compute_s / 29);
+        double swait = 0, batches = 0;
+        for (int j = 1; j < 30; j++) {
+            int before = 40 + j - 1;
+            double pages = 2 * floor(floor(before / 16.0) * 0.5);
+            double c = 2 * mm_row + 2 * (before + 1) * attn_pos + 2 * elem_row + 1e-5;
+            double batch = pages > 0 ? 2e-2 + (pages - 1) * fmax(7e-4, vs) : 0;
+            double read = pages > 0 ? d + batch : 0, w_prev = read;
+            swait += read;
+            for (int i = 1; i < 4; i++) swait += w_prev = fmax(0, read - c - w_prev);
+            batches += 4 * batch;
+        }
+        CHECK(d > 0.01 && batches > rs.cost.decode.kv_read_bytes / 1e6);
+        CHECK_MSG(close_to(rs.cost.decode.kv_wait_s, swait, 1e-9), "streamed KV wait %.9g vs "
+                  "%.9g", rs.cost.decode.kv_wait_s, swait);
+        CHECK_MSG(close_to(rs.cost.decode.kv_read_s, batches, 1e-9), "streamed KV reads %.9g "
+                  "vs %.9g", rs.cost.decode.kv_read_s, batches);
     }
     tl_model_close(m);
 }

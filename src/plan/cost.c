@@ -64,6 +64,9 @@
  *                    depth = the IO queue's for the KV cache's urgent class (weights and KV
  *                    pages share the queue; tl_aio_class_depth); read bytes =
  *                    slot_bytes, or the input rows' slot at a layer that recomputes;
+ *                    while weights stream, at least the batches' device time, sum of
+ *                    u + (pages(k) - 1) * v below (no weight chunk starts while an urgent
+ *                    read is out, tier/aio.c, so a batch has the device to itself);
  *                    under page selection the pages seen are those the selection uses,
  *                    times kv_select_reads (the hit-rate model's forecast of the reads,
  *                    unused staged pages and demand reads, per page used)
@@ -71,16 +74,25 @@
  *                    rows, added to compute
  *   KV writes      = pages filled and homed on disk * (slot_bytes [+ input rows' slot])
  *                    / write_bps
- *   KV wait        = per layer, sum over micro-batches k of max(0, read(k) - c(k-1)):
- *                    the engine reads micro-batch k's disk pages while k-1 computes
- *                    (engine.c; k = 0 while the last one of the layer before does, and
- *                    the pass's first read while nothing computes), as urgent reads
- *                    (tier/aio.c): ahead of the queued weight chunks, but behind those
- *                    the device is already serving, so
- *                    read(k) = u + (pages(k) - 1) * v, the pages submitted together;
- *                    u, v = the profile's disk_urgent_read_s and disk_urgent_page_s
- *                    (measured so: behind the stream, every core computing) when weights
- *                    stream in the pass, else slot_bytes / read_bps(slot_bytes, 1 and depth);
+ *   KV wait        = per layer, sum over micro-batches k of
+ *                    w(k) = max(0, read(k) - c(k-1) - w(k-1)): the engine asks for
+ *                    micro-batch k's disk pages before it waits for k-1's and computes k-1
+ *                    (engine.c; k = 0: the last one of the layer before; the pass's first
+ *                    read has nothing to hide it), as urgent reads (tier/aio.c): ahead of
+ *                    the queued weight chunks, but behind those the device is already
+ *                    serving, so
+ *                    read(k) = d + u + (pages(k) - 1) * v, the pages submitted together;
+ *                    u = the profile's disk_urgent_read_s and v = the larger of its
+ *                    disk_urgent_page_s and slot_bytes / read_bps(slot_bytes, depth) when
+ *                    weights stream in the pass (u, v measured so: behind the stream,
+ *                    every core computing; the profile's pages are smaller than some
+ *                    models'), else slot_bytes / read_bps(slot_bytes, 1 and depth);
+ *                    d = the weight chunks in flight ahead of the batch: half of
+ *                    min(io_chunk x io_depth, prefetch x the mean streamed unit) (a chunk
+ *                    asked for at a random moment of its read has half of it left), read
+ *                    at the weights' rate, times the share of the pass the stream reads
+ *                    (min(1, weight reads / compute)); not in u, the lower quartile of
+ *                    the profile's urgent batches;
  *                    c(k) = micro-batch k's compute at one layer. Small micro-batches with
  *                    their KV on disk wait most: the compute of the micro-batch before
  *                    is too short to hide their page reads.
@@ -783,15 +795,19 @@ static void add_pass(acc *a, const tl_cost_pass *p, int overlap) {
 }
 
 /* The pass's KV wait (formula at the top): pages[k] disk pages of micro-batch k per
- * layer; the first of them arrives after first_s, each further one page_s later. */
+ * layer; the first of them arrives drain_s + first_s after they are asked for, each
+ * further one page_s later. *batch_s: the device time of those batches (without the
+ * drain, which is the weight chunks' own reading). */
 static double pass_kv_wait(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
                            const int32_t *rows, double block, double seq_blocks,
                            const double *ctx, const double *stored, const double *pages,
-                           int32_t n_mb, double first_s, double page_s) {
-    double wait = 0, prev = -1;
+                           int32_t n_mb, double first_s, double page_s, double drain_s,
+                           double *batch_s) {
+    double wait = 0, prev_c = -1, prev_w = 0;
     int any = 0;
     mm_memo mo;
     memo_init(&mo);
+    *batch_s = 0;
     for (int32_t k = 0; k < n_mb; k++) any |= pages[k] > 0;
     if (!any) return 0;
     const double mem = pass_kv_mem_s_per_byte(m, prof, kv_bits, ctx, stored, n_mb, block,
@@ -799,13 +815,34 @@ static double pass_kv_wait(const tl_model *m, const tl_hw_profile *prof, int32_t
     for (int32_t l = m->lm.stage_first; l < m->lm.stage_end; l++)
         for (int32_t k = 0; k < n_mb; k++) {
             if (rows[k] <= 0) continue;
-            double read = pages[k] > 0 ? first_s + (pages[k] - 1) * page_s : 0;
-            if (prev >= 0 && read > prev) wait += read - prev;
-            else if (prev < 0) wait += read; /* the pass's first read: nothing to hide it */
-            prev = mb_layer_compute(m, prof, l, kv_bits, rows[k], block, 0, seq_blocks, ctx[k],
-                                    stored[k], mem, NULL, NULL, &mo);
+            const double batch = pages[k] > 0 ? first_s + (pages[k] - 1) * page_s : 0;
+            const double read = batch > 0 ? drain_s + batch : 0;
+            *batch_s += batch;
+            /* asked for before the wait for the micro-batch before and its compute */
+            double w = prev_c < 0 ? read : read - prev_c - prev_w;
+            if (w < 0) w = 0;
+            wait += w;
+            prev_w = w;
+            prev_c = mb_layer_compute(m, prof, l, kv_bits, rows[k], block, 0, seq_blocks,
+                                      ctx[k], stored[k], mem, NULL, NULL, &mo);
         }
     return wait;
+}
+
+/* The drain a pass's KV batch waits for while weights stream (formula at the top): half
+ * the weight bytes in flight (the IO queue's chunks, at most the units the ring reads
+ * ahead), for the share of the pass the stream is reading. */
+static double stream_drain_s(double in_flight_bytes, double weight_read_s, double compute_s,
+                             double wbps) {
+    if (!(weight_read_s > 0) || !(wbps > 0)) return 0;
+    const double busy = compute_s > weight_read_s ? weight_read_s / compute_s : 1;
+    return busy * 0.5 * in_flight_bytes / wbps;
+}
+
+/* The bandwidth a pass's KV reads are priced at: bytes / kbps, or, while weights stream,
+ * the batches' device time when longer (ordinary chunks wait while urgent reads run). */
+static double pass_kv_bps(double bytes, double kbps, double batch_s) {
+    return bytes > 0 && batch_s > bytes / kbps ? bytes / batch_s : kbps;
 }
 
 /* Seconds to recompute one page's K and V from its input rows (kv_cache.h): the two
@@ -881,7 +918,19 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
     const double first_s = streams ? prof->disk_urgent_read_s
                                    : slot / tl_profile_read_bps(prof, (uint64_t)slot, 1);
     /* a page's transfer time scales with the bytes a read takes (input rows: fewer) */
-    const double page_s = (streams ? prof->disk_urgent_page_s : slot / kbps) * rslot / slot;
+    const double page_s =
+        (streams ? fmax(prof->disk_urgent_page_s, slot / kbps) : slot / kbps) * rslot / slot;
+    const double weights_read_s = layers_bytes / wbps;
+    int32_t streamed_units = 0;
+    for (int32_t u = 0; u < U; u++)
+        streamed_units += tl_weight_plan_unit_bytes(&m->lm, plan, u) > 0;
+    const double queue_bytes = (double)m->lm.params.io_chunk_bytes *
+                               (double)m->lm.params.io_queue_depth;
+    const double ahead_bytes =
+        streamed_units > 0
+            ? layers_bytes / streamed_units * (plan->n_slots > 1 ? plan->n_slots - 1 : 1)
+            : 0;
+    const double in_flight = ahead_bytes < queue_bytes ? ahead_bytes : queue_bytes;
     const double wr_bps = prof->disk_write_bps;
     const int spill = pol->kv_window_pages > 0 || (!pol->single && pol->kv_mem_pct < 100);
     /* prefill: chunks of `chunk` prompt tokens per sequence and step */
@@ -936,10 +985,14 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
             flash_reads(m, prof, plan, rows[k], &b, &t, &wt);
             flash_b += b, flash_s += t, flash_w += wt;
         }
+        double batch_s;
+        const double kv_wait = pass_kv_wait(
+            m, prof, pol->kv_bits, rows, block, seq_blocks, ctx, stored, pages, n_mb, first_s,
+            page_s, stream_drain_s(in_flight, weights_read_s, c, wbps), &batch_s);
         tl_cost_pass p = {1, block_index, fed / chunk, c, layers_bytes + (last ? out_bytes : 0),
-                          kv_read, kv_write, wbps, kbps, wr_bps, 1, slow,
-                          pass_kv_wait(m, prof, pol->kv_bits, rows, block, seq_blocks, ctx, stored,
-                                       pages, n_mb, first_s, page_s), read_pages, read_pages,
+                          kv_read, kv_write, wbps,
+                          pass_kv_bps(kv_read, kbps, streams ? batch_s : 0), wr_bps, 1, slow,
+                          kv_wait, read_pages, read_pages,
                           layers_repack + (last ? out_repack : 0), flash_b, flash_s, flash_w,
                           ring ? ring_time(ring_c, ring_r, ring_rep, U, plan->n_slots, c,
                                            last ? tl_cost_matmul(prof, out_w, logit_rows) +
@@ -993,11 +1046,14 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
             flash_reads(m, prof, plan, rows[k], &b, &t, &wt);
             flash_b += b, flash_s += t, flash_w += wt;
         }
+        double batch_s;
+        const double kv_wait = pass_kv_wait(
+            m, prof, pol->kv_bits, rows, 1, 1, ctx, stored, pages, n_mb, first_s, page_s,
+            stream_drain_s(in_flight, weights_read_s, c, wbps), &batch_s);
         tl_cost_pass p = {0, block_index, j - 1, c, layers_bytes + out_bytes, kv_read, kv_write,
-                          wbps, kbps, wr_bps, 1, slow,
-                          pass_kv_wait(m, prof, pol->kv_bits, rows, 1, 1, ctx, stored, pages,
-                                       n_mb, first_s, page_s), need_all, read_pages,
-                          layers_repack + out_repack, flash_b, flash_s, flash_w,
+                          wbps, pass_kv_bps(kv_read, kbps, streams ? batch_s : 0), wr_bps, 1,
+                          slow, kv_wait, need_all, read_pages, layers_repack + out_repack,
+                          flash_b, flash_s, flash_w,
                           ring ? ring_time(ring_c, ring_r, ring_rep, U, plan->n_slots, c,
                                            tl_cost_matmul(prof, out_w, n_seqs) + out_repack,
                                            embd_wait)
