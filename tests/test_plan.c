@@ -404,6 +404,27 @@ static void spread_placement(const char *path) {
               checked, partial);
 }
 
+/* One pass's KV wait by the rules of cost.c's formula, for n micro-batches of `pages`
+ * disk pages each, computing c each: a batch is asked for when the one before starts its
+ * wait; it takes d + u + (pages - 1) v when no batch before it is still being read, else
+ * its pages follow that batch's (v each), and never sooner than u + (pages - 1) v. */
+static double hand_kv_wait(int n, double pages, double c, double d, double u, double v) {
+    double t = 0, asked = 0, prev = 0, wait = 0;
+    for (int i = 0; i < n; i++) {
+        double done = asked;
+        if (pages > 0) {
+            const double batch = u + (pages - 1) * v;
+            done = asked >= prev ? asked + d + batch : fmax(asked + batch, prev + pages * v);
+            prev = done;
+        }
+        asked = t;
+        const double w = done > t ? done - t : 0;
+        wait += w;
+        t += w + c;
+    }
+    return wait;
+}
+
 static void hand_batch_spill(const char *path) {
     tl_model *m = open_model(path, 256u << 20);
     if (!m) return;
@@ -487,11 +508,9 @@ static void hand_batch_spill(const char *path) {
     /* one block: the streamed layers are read once per pass, not once per micro-batch */
     CHECK(close_to(r.cost.decode.weight_bytes, 29.0 * (double)r.streamed_bytes, 1e-12));
     CHECK(r.cost.decode.kv_wait_s >= 0 && r.cost.decode.kv_wait_s < 1e-3);
-    /* KV wait: page reads slow enough that compute waits for them. Micro-batch k's pages
-     * are asked for before the wait for k-1 and its compute (k = 0: the last of the layer
-     * before; the pass's first read has nothing to hide it): per decode pass (2 layers x 2
-     * micro-batches) w_0 = read, w_i = max(0, read - c - w_(i-1)), read = u + (pages - 1) v
-     * (nothing streams here: no drain of weight chunks ahead of the pages) */
+    /* KV wait: page reads slow enough that compute waits for them, per decode pass (2
+     * layers x 2 micro-batches) by hand_kv_wait's rules (nothing streams here: no drain of
+     * weight chunks ahead of the pages) */
     {
         tl_hw_profile ps = prof;
         for (int c = 0; c < TL_PROF_N_CHUNK; c++) ps.disk_read_bps[c][0] = 1e6; /* depth 1 */
@@ -508,9 +527,7 @@ static void hand_batch_spill(const char *path) {
             int before = 40 + j - 1;
             double pages = 2 * floor(floor(before / 16.0) * 0.5);
             double c = 2 * mm_row + 2 * (before + 1) * attn_pos + 2 * elem_row + 1e-5;
-            double read = pages > 0 ? u + (pages - 1) * v : 0, w_prev = read;
-            wait += read;
-            for (int i = 1; i < 4; i++) wait += w_prev = fmax(0, read - c - w_prev);
+            wait += hand_kv_wait(4, pages, c, 0, u, v);
         }
         CHECK(rs.streamed_bytes == 0);
         CHECK(wait > 0.01);
@@ -559,10 +576,8 @@ static void hand_batch_spill(const char *path) {
             int before = 40 + j - 1;
             double pages = 2 * floor(floor(before / 16.0) * 0.5);
             double c = 2 * mm_row + 2 * (before + 1) * attn_pos + 2 * elem_row + 1e-5;
-            double batch = pages > 0 ? 2e-2 + (pages - 1) * fmax(7e-4, vs) : 0;
-            double read = pages > 0 ? d + batch : 0, w_prev = read;
-            swait += read;
-            for (int i = 1; i < 4; i++) swait += w_prev = fmax(0, read - c - w_prev);
+            const double batch = pages > 0 ? 2e-2 + (pages - 1) * fmax(7e-4, vs) : 0;
+            swait += hand_kv_wait(4, pages, c, d, 2e-2, fmax(7e-4, vs));
             batches += 4 * batch;
         }
         CHECK(d > 0.01 && batches > rs.cost.decode.kv_read_bytes / 1e6);

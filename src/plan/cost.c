@@ -74,20 +74,23 @@
  *                    rows, added to compute
  *   KV writes      = pages filled and homed on disk * (slot_bytes [+ input rows' slot])
  *                    / write_bps
- *   KV wait        = per layer, sum over micro-batches k of
- *                    w(k) = max(0, read(k) - c(k-1) - w(k-1)): the engine asks for
- *                    micro-batch k's disk pages before it waits for k-1's and computes k-1
- *                    (engine.c; k = 0: the last one of the layer before; the pass's first
- *                    read has nothing to hide it), as urgent reads (tier/aio.c): ahead of
- *                    the queued weight chunks, but behind those the device is already
- *                    serving, so
+ *   KV wait        = the pass's micro-batches in the engine's order (layer by layer),
+ *                    each waiting w(k) = max(0, done(k) - t(k)) at t(k), then computing
+ *                    c(k): the engine asks for micro-batch k's disk pages at t(k-1),
+ *                    before it waits for k-1's (engine.c; the pass's first read has
+ *                    nothing to hide it), as urgent reads (tier/aio.c): ahead of the
+ *                    queued weight chunks, but behind those the device is already
+ *                    serving, and behind the urgent reads asked for before them, so
+ *                    done(k) = t(k-1) + read(k) when the batch before is done by then,
+ *                    else max(t(k-1) + read(k) - d, done(k-1) + pages(k) * v);
  *                    read(k) = d + u + (pages(k) - 1) * v, the pages submitted together;
  *                    u = the profile's disk_urgent_read_s and v = the larger of its
  *                    disk_urgent_page_s and slot_bytes / read_bps(slot_bytes, depth) when
  *                    weights stream in the pass (u, v measured so: behind the stream,
  *                    every core computing; the profile's pages are smaller than some
  *                    models'), else slot_bytes / read_bps(slot_bytes, 1 and depth);
- *                    d = the weight chunks in flight ahead of the batch: half of
+ *                    d = the weight chunks in flight ahead of a batch that finds no
+ *                    urgent read out (the stream refilled the queue after them): half of
  *                    min(io_chunk x io_depth, prefetch x the mean streamed unit) (a chunk
  *                    asked for at a random moment of its read has half of it left), read
  *                    at the weights' rate, times the share of the pass the stream reads
@@ -795,15 +798,16 @@ static void add_pass(acc *a, const tl_cost_pass *p, int overlap) {
 }
 
 /* The pass's KV wait (formula at the top): pages[k] disk pages of micro-batch k per
- * layer; the first of them arrives drain_s + first_s after they are asked for, each
- * further one page_s later. *batch_s: the device time of those batches (without the
+ * layer, in the engine's order, each batch asked for before the wait for the one before
+ * (its drain_s + first_s + (pages - 1) page_s, or its pages after the batch before when
+ * that is still being read). *batch_s: the device time of the batches (without the
  * drain, which is the weight chunks' own reading). */
 static double pass_kv_wait(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
                            const int32_t *rows, double block, double seq_blocks,
                            const double *ctx, const double *stored, const double *pages,
                            int32_t n_mb, double first_s, double page_s, double drain_s,
                            double *batch_s) {
-    double wait = 0, prev_c = -1, prev_w = 0;
+    double wait = 0, t = 0, asked = 0, prev_done = 0;
     int any = 0;
     mm_memo mo;
     memo_init(&mo);
@@ -815,15 +819,18 @@ static double pass_kv_wait(const tl_model *m, const tl_hw_profile *prof, int32_t
     for (int32_t l = m->lm.stage_first; l < m->lm.stage_end; l++)
         for (int32_t k = 0; k < n_mb; k++) {
             if (rows[k] <= 0) continue;
-            const double batch = pages[k] > 0 ? first_s + (pages[k] - 1) * page_s : 0;
-            const double read = batch > 0 ? drain_s + batch : 0;
-            *batch_s += batch;
-            /* asked for before the wait for the micro-batch before and its compute */
-            double w = prev_c < 0 ? read : read - prev_c - prev_w;
-            if (w < 0) w = 0;
+            double done = asked;
+            if (pages[k] > 0) {
+                const double batch = first_s + (pages[k] - 1) * page_s;
+                *batch_s += batch;
+                done = asked >= prev_done ? asked + drain_s + batch
+                                          : fmax(asked + batch, prev_done + pages[k] * page_s);
+                prev_done = done;
+            }
+            asked = t; /* the next batch: asked for before this one is waited for */
+            const double w = done > t ? done - t : 0;
             wait += w;
-            prev_w = w;
-            prev_c = mb_layer_compute(m, prof, l, kv_bits, rows[k], block, 0, seq_blocks,
+            t += w + mb_layer_compute(m, prof, l, kv_bits, rows[k], block, 0, seq_blocks,
                                       ctx[k], stored[k], mem, NULL, NULL, &mo);
         }
     return wait;
