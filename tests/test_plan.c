@@ -555,19 +555,22 @@ static void hand_batch_spill(const char *path) {
         q.w_mem_pct = 0;
         CHECK(tl_plan_evaluate(m, &pw, &w, &q, &rs) == TL_OK && rs.streamed_bytes > 0);
         tl_weight_plan plan;
-        CHECK(tl_engine_plan_weights(m, tl_plan_state_bytes(m, &q), q.prefetch, q.overlap,
-                                     q.w_mem_pct, &plan) == TL_OK);
-        double layers_bytes = 0;
+        double layers_bytes = 0, ahead = 0;
         int units = 0;
-        for (int32_t l = 0; l < m->lm.hp.n_layer; l++) {
-            const double b = (double)tl_weight_plan_unit_bytes(&m->lm, &plan, l);
-            layers_bytes += b;
-            units += b > 0;
+        if (tl_engine_plan_weights(m, tl_plan_state_bytes(m, &q), q.prefetch, q.overlap,
+                                   q.w_mem_pct, &plan) == TL_OK) {
+            for (int32_t l = 0; l < m->lm.hp.n_layer; l++) {
+                const double b = (double)tl_weight_plan_unit_bytes(&m->lm, &plan, l);
+                layers_bytes += b;
+                units += b > 0;
+            }
+            if (units > 0)
+                ahead = layers_bytes / units * (plan.n_slots > 1 ? plan.n_slots - 1 : 1);
+            tl_weight_plan_free(&plan);
         }
-        const double ahead = layers_bytes / units * (plan.n_slots > 1 ? plan.n_slots - 1 : 1);
+        CHECK(units > 0);
         const double queue = (double)m->lm.params.io_chunk_bytes * m->lm.params.io_queue_depth;
         const double d = 0.5 * (ahead < queue ? ahead : queue) / 1e6, vs = slot / 1e6;
-        tl_weight_plan_free(&plan);
         /* every decode pass computes for less than its weights take to read */
         CHECK_MSG(layers_bytes / 1e6 > 2 * rs.cost.decode.compute_s / 29, "%g vs %g",
                   layers_bytes / 1e6, rs.cost.decode.compute_s / 29);
