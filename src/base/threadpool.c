@@ -5,9 +5,14 @@
  * word, which fails for a thread holding a stale generation, so a worker that wakes late
  * can never run a task of the wrong run. The caller claims tasks too and returns when
  * `done` reaches n_tasks: it never waits for a worker that has not joined (on a busy
- * machine the caller simply does the work itself). Workers spin briefly on `generation`
- * before sleeping on a condition variable, because a decode step issues hundreds of
- * short runs and a futex wake-up per run would cost more than the work. With yield on,
+ * machine the caller simply does the work itself). Workers poll `generation` for
+ * WORKER_POLL_S before sleeping on a condition variable: a decode step issues hundreds of
+ * short runs and a futex wake-up per run would cost more than the work, and its gaps
+ * (a wait for a streamed layer or a batch of KV pages) last milliseconds. A worker that
+ * sleeps through such a gap gives its core back; on a virtual machine its vCPU may then
+ * run slowly for milliseconds after it wakes (the host gave the core away), and every
+ * run it joins meanwhile waits for its share. The poll is timed, not counted: a pause
+ * instruction's cost differs tenfold between CPUs. With yield on,
  * each thread that woke for a run calls sched_yield() once after it (tl_pool_set_yield).
  */
 #include <pthread.h>
@@ -17,9 +22,15 @@
 #include <stdlib.h>
 #include <unistd.h>
 #include "base/threadpool.h"
+#include "base/clock.h"
 #include "base/status.h"
 
+/* the caller's polls for the workers' last tasks before it yields its core between them */
 #define SPIN_ITERS 20000
+/* seconds a worker polls for the next run before it sleeps */
+#define WORKER_POLL_S 2e-3
+/* polls between two looks at the clock */
+#define POLLS_PER_CLOCK 64
 #define MAX_TASKS ((1u << 20) - 1)
 
 typedef struct worker { tl_pool *pool; int index; pthread_t thread; } worker;
@@ -71,10 +82,11 @@ static void *worker_main(void *arg) {
                           skip runs issued before it got here */
     for (;;) {
         unsigned gen;
-        int spins = 0;
+        int polls = 0;
+        const double since = tl_now();
         while ((gen = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen &&
                !atomic_load(&p->stop)) {
-            if (++spins < SPIN_ITERS) {
+            if (++polls % POLLS_PER_CLOCK || tl_now() - since < WORKER_POLL_S) {
                 cpu_relax();
                 continue;
             }
