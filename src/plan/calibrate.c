@@ -265,8 +265,11 @@ tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t pa
  * a scratch file (no name: nothing outlives the process) in dir, then read in `chunk`-byte
  * requests at random chunk-aligned offsets, `depth` in flight, for up to SPILL_READ_S;
  * *bps 0 when not measured: no room in the budget for the frames, or a directory that
- * refuses the file (full, read-only) - the run's own spill file reports its errors. */
-#define SPILL_FILE_BYTES ((uint64_t)32 << 20)
+ * refuses the file (full, read-only) - the run's own spill file reports its errors.
+ * The file is as large as the profile's, whose figures the rate scales: a file of a few
+ * tens of MiB just written reads faster on a virtual disk (the host's cache) than the
+ * profile's file or a run's spill file of GiBs, and the scale would carry that to the run. */
+#define SPILL_FILE_BYTES TL_PROF_DISK_FILE_BYTES
 #define SPILL_READ_S 0.2
 static void time_spill_reads(tl_model *m, const char *dir, uint64_t chunk, int32_t depth,
                              double *bps) {

@@ -90,8 +90,8 @@ tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t pa
                                    double kv_per_weight_byte, double *kv_bps);
 
 /* KV pages on disk, for a planned policy that spills KV and whose decode reads pages:
- * alone, as the engine reads its spill file - a 32 MiB scratch file written in spill_dir
- * (NULL or "": $TMPDIR, else /tmp) and read at random page-aligned offsets at the KV
+ * alone, as the engine reads its spill file - a scratch file as large as the profile's
+ * (256 MiB) written in spill_dir (NULL or "": $TMPDIR, else /tmp) and read at random page-aligned offsets at the KV
  * reads' depth for up to 0.2 s (scattered reads of the model file are not how the engine
  * reads its spill file); the profile's figures for reads below the engine's chunk, timed
  * on its own scratch file at its own minute, are scaled to that rate, either way (a page

@@ -30,6 +30,7 @@ enum {
 
 #define TL_PROF_N_SPREAD 5 /* the disk calibration's samples at most */
 #define TL_PROF_URGENT_BYTES ((uint64_t)32 << 10) /* the urgent read's size (a KV page) */
+#define TL_PROF_DISK_FILE_BYTES ((uint64_t)256 << 20) /* the profile's scratch file */
 extern const uint64_t tl_prof_chunks[TL_PROF_N_CHUNK];
 extern const int32_t tl_prof_depths[TL_PROF_N_DEPTH];
 extern const int32_t tl_prof_rows[TL_PROF_N_ROWS];
@@ -192,8 +193,8 @@ tl_status tl_profile_obtain(const char *path, int32_t n_threads, const char *dis
 tl_status tl_profile_reanchor_disk(tl_hw_profile *p, const char *dir, uint64_t chunk,
                                    int32_t depth, double *bps);
 /* The measuring half of it, for any caller: writes file_bytes (rounded down to chunks) of
- * buf's first chunk to a scratch file in dir (no name: nothing outlives the call) and
- * syncs it, then times `chunk`-byte reads at random chunk-aligned offsets, `depth` in
+ * buf, chunk x depth bytes a write, to a scratch file in dir (no name: nothing outlives the
+ * call) and syncs it, then times `chunk`-byte reads at random chunk-aligned offsets, `depth` in
  * flight, for about `seconds`, into buf: *bps, the rate. buf holds chunk x depth bytes,
  * aligned to TL_TIER_MAX_ALIGN (O_DIRECT); chunk a multiple of it, depth 1-64 and
  * file_bytes at least one chunk, else TL_ERR_INVALID. */

@@ -22,7 +22,7 @@
 #include "tier/read_rate.h"
 #include "tier/tier.h"
 
-#define DISK_FILE_BYTES ((uint64_t)256 << 20)
+#define DISK_FILE_BYTES TL_PROF_DISK_FILE_BYTES
 #define DISK_WRITE_REQ ((size_t)4 << 20)
 #define DISK_SMALL_READ ((uint64_t)64 << 20) /* bytes read per setting, chunks < 1 MiB */
 #define DISK_SETTING_S 1.0                   /* time cap per read setting */
@@ -186,8 +186,12 @@ tl_status tl_profile_time_dir_reads(const char *dir, uint64_t file_bytes, uint64
     file_bytes = file_bytes / chunk * chunk;
     tl_tier *file = NULL;
     tl_status st = tl_tier_file_open_scratch(dir, TL_TIER_FILE_DIRECT, &file);
-    for (uint64_t off = 0; st == TL_OK && off < file_bytes; off += chunk)
-        st = tl_tier_write_full(file, off, buf, (size_t)chunk);
+    /* written a whole buffer (depth chunks) at a time: small chunks written one by one
+     * would take longer than the reads they set up */
+    const uint64_t step = chunk * (uint64_t)depth;
+    for (uint64_t off = 0; st == TL_OK && off < file_bytes; off += step)
+        st = tl_tier_write_full(file, off, buf,
+                                (size_t)(file_bytes - off < step ? file_bytes - off : step));
     if (st == TL_OK && fdatasync(file->fd) != 0)
         st = tl_error_set(TL_ERR_IO, "fdatasync %s: %s", file->name, strerror(errno));
     uint64_t cursor = 0, seed = 43;
