@@ -10,7 +10,7 @@
  * short runs and a futex wake-up per run would cost more than the work, and its gaps
  * (a wait for a streamed layer or a batch of KV pages) last milliseconds. A worker that
  * sleeps through such a gap gives its core back; on a virtual machine its vCPU may then
- * run slowly for milliseconds after it wakes (the host gave the core away), and every
+ * run slowly for milliseconds after it wakes (the host may have given its core away), and every
  * run it joins meanwhile waits for its share. The poll is timed, not counted: a pause
  * instruction's cost differs tenfold between CPUs. With yield on,
  * each thread that woke for a run calls sched_yield() once after it (tl_pool_set_yield).

@@ -217,7 +217,7 @@ tl_status tl_profile_reanchor_disk(tl_hw_profile *p, const char *dir, uint64_t c
     uint8_t *buf = aligned_alloc(TL_TIER_MAX_ALIGN, (size_t)chunk * (size_t)depth);
     if (!buf) return tl_error_set(TL_ERR_NOMEM, "disk re-measure: out of memory");
     uint64_t seed = 43;
-    for (size_t i = 0; i + 8 <= (size_t)chunk; i += 8) {
+    for (size_t i = 0; i + 8 <= (size_t)chunk * (size_t)depth; i += 8) { /* all of it: written */
         uint64_t r = tl_splitmix64(&seed);
         memcpy(buf + i, &r, 8);
     }
