@@ -91,10 +91,11 @@ tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t pa
 
 /* KV pages on disk, for a planned policy that spills KV and whose decode reads pages:
  * alone, as the engine reads its spill file - a scratch file as large as the profile's
- * (256 MiB) written in spill_dir (NULL or "": $TMPDIR, else /tmp) and read at random page-aligned offsets at the KV
- * reads' depth for up to 0.2 s (scattered reads of the model file are not how the engine
- * reads its spill file); the profile's figures for reads below the engine's chunk, timed
- * on its own scratch file at its own minute, are scaled to that rate, either way (a page
+ * (256 MiB) written in spill_dir (NULL or "": $TMPDIR, else /tmp) and read at random
+ * page-aligned offsets at the KV reads' depth for up to 0.2 s (scattered reads of the
+ * model file are not how the engine reads its spill file); the profile's figures for
+ * reads below the engine's chunk, timed on its own scratch file at its own minute, are
+ * scaled to that rate, either way (a page
  * no smaller than the chunk reads as the stream: not timed). Then, while weights stream,
  * the mix above at the plan's decode ratio of page bytes to weight bytes. *page_scale:
  * the factor applied to the page's read rate in all (0 when nothing was measured). A
