@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "base/cache_dir.h"
 #include "base/rng.h"
 #include "tierllm.h"
 #include "exec/engine.h"
@@ -929,8 +930,8 @@ static void kv_mix_calibration(const char *path) {
 /* KV pages read alone from a spill file (tl_plan_calibrate_kv): for a policy that spills
  * and reads pages, with nothing streamed (no mix), every cell below the engine's chunk is
  * scaled by one factor, the page's rate moves by *page_scale, the stream's cells stay; a
- * directory that cannot hold the file leaves the profile as it was, and so does a policy
- * that keeps its KV in memory. */
+ * directory that cannot hold the file leaves the profile as it was, and so do a spill
+ * directory on the profile's own filesystem and a policy that keeps its KV in memory. */
 static void kv_spill_calibration(const char *path) {
     tl_model *m = open_model(path, 64u << 20);
     if (!m) return;
@@ -968,6 +969,10 @@ static void kv_spill_calibration(const char *path) {
     prof = round;
     CHECK(tl_plan_calibrate_kv(m, &prof, &plan, "/nonexistent/dir", &scale) == TL_OK);
     const size_t grid = sizeof prof.disk_read_bps;
+    CHECK(scale == 0 && !memcmp(prof.disk_read_bps, round.disk_read_bps, grid));
+    prof = round; /* the profile measured the spill directory's filesystem: not timed */
+    snprintf(prof.disk_dir, sizeof prof.disk_dir, "%s", tl_scratch_dir(NULL));
+    CHECK(tl_plan_calibrate_kv(m, &prof, &plan, NULL, &scale) == TL_OK);
     CHECK(scale == 0 && !memcmp(prof.disk_read_bps, round.disk_read_bps, grid));
     plan.policy.kv_mem_pct = 100;
     CHECK(tl_plan_calibrate_kv(m, &prof, &plan, NULL, &scale) == TL_OK);

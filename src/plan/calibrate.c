@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "base/cache_dir.h"
 #include "exec/model_handle.h"
 #include "plan/cost.h"
@@ -288,6 +289,13 @@ static void time_spill_reads(tl_model *m, const char *dir, uint64_t chunk, int32
     tl_budget_free(m->lm.budget, buf);
 }
 
+/* Whether two paths lie on one filesystem (both exist, same device). */
+static int same_filesystem(const char *a, const char *b) {
+    struct stat sa, sb;
+    return a && b && a[0] && b[0] && stat(a, &sa) == 0 && stat(b, &sb) == 0 &&
+           sa.st_dev == sb.st_dev;
+}
+
 tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_result *plan,
                                const char *spill_dir, double *page_scale) {
     *page_scale = 0;
@@ -298,13 +306,17 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
     const int32_t depth = tl_aio_class_depth(m->lm.params.io_queue_depth, TL_AIO_SOON);
     const double before = tl_profile_read_bps(prof, page, depth);
     if (!(before > 0)) return TL_OK;
-    /* alone: the small-read figures (below the engine's chunk, as the disk calibration
-     * leaves them) scaled to the spill reads' rate now, either way */
+    /* alone, on a filesystem the profile did not measure: the small-read figures (below
+     * the engine's chunk, as the disk calibration leaves them) scaled to the spill reads'
+     * rate now, either way. On the profile's own filesystem its figures stand: a fifth of
+     * a second of random reads of a file just written swings either way, from one call to
+     * the next, far more than the run's page reads do. */
     const uint64_t chunk = (page + TL_TIER_MAX_ALIGN - 1) / TL_TIER_MAX_ALIGN *
                            TL_TIER_MAX_ALIGN;
+    const char *dir = tl_scratch_dir(spill_dir);
     double alone = 0;
-    if (chunk < m->lm.params.io_chunk_bytes)
-        time_spill_reads(m, tl_scratch_dir(spill_dir), chunk, depth, &alone);
+    if (chunk < m->lm.params.io_chunk_bytes && !same_filesystem(dir, prof->disk_dir))
+        time_spill_reads(m, dir, chunk, depth, &alone);
     const double at_chunk = tl_profile_read_bps(prof, chunk, depth);
     if (alone > 0 && at_chunk > 0)
         tl_profile_scale_reads(prof, m->lm.params.io_chunk_bytes, 0, alone / at_chunk);

@@ -89,13 +89,13 @@ static inline double tl_plan_decode_ctx(int32_t prompt_len, int32_t gen_len) {
 tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t page_bytes,
                                    double kv_per_weight_byte, double *kv_bps);
 
-/* KV pages on disk, for a planned policy that spills KV and whose decode reads pages:
- * alone, as the engine reads its spill file - a scratch file as large as the profile's
- * (256 MiB) written in spill_dir (NULL or "": $TMPDIR, else /tmp) and read at random
- * page-aligned offsets at the KV reads' depth for up to 0.2 s (scattered reads of the
- * model file are not how the engine reads its spill file); the profile's figures for
- * reads below the engine's chunk, timed on its own scratch file at its own minute, are
- * scaled to that rate, either way (a page
+/* KV pages on disk, for a planned policy that spills KV and whose decode reads pages.
+ * Alone, when spill_dir (NULL or "": $TMPDIR, else /tmp) lies on another filesystem than
+ * the profile's disk_dir (on the same one, the profile's figures stand): a scratch file
+ * as large as the profile's (256 MiB) is written in spill_dir and read at random
+ * page-aligned offsets at the KV reads' depth for up to 0.2 s, as the engine reads its
+ * spill file (scattered reads of the model file are not how it reads it); the profile's
+ * figures for reads below the engine's chunk are scaled to that rate, either way (a page
  * no smaller than the chunk reads as the stream: not timed). Then, while weights stream,
  * the mix above at the plan's decode ratio of page bytes to weight bytes. *page_scale:
  * the factor applied to the page's read rate in all (0 when nothing was measured). A
