@@ -101,7 +101,7 @@ static void replan_experiment(const tl_hw_profile *prof_in) {
     if (tl_model_open(path, &mp, &m)) return;
     tl_plan_request rq;
     memset(&rq, 0, sizeof rq);
-    rq.w = (tl_workload){c.prompt, c.gen, c.seqs};
+    rq.w = (tl_workload){.prompt_len = c.prompt, .gen_len = c.gen, .num_seqs = c.seqs};
     rq.overlap = 1;
     tl_plan_result pr;
     tl_batch_params bp = tl_batch_default_params();

@@ -24,7 +24,7 @@ tl_plan_request bench_request(const bench_case *c) {
     tl_plan_request rq;
     memset(&rq, 0, sizeof rq);
     rq.single = c->single;
-    rq.w = (tl_workload){c->prompt, c->gen, c->seqs};
+    rq.w = (tl_workload){.prompt_len = c->prompt, .gen_len = c->gen, .num_seqs = c->seqs};
     rq.n_ctx = c->prompt + c->gen;
     rq.overlap = 1;
     return rq;

@@ -128,7 +128,7 @@ int main(int argc, char **argv) {
     tl_plan_request rq;
     memset(&rq, 0, sizeof rq);
     rq.single = 1;
-    rq.w = (tl_workload){32, 32, 1};
+    rq.w = (tl_workload){.prompt_len = 32, .gen_len = 32, .num_seqs = 1};
     rq.n_ctx = 64;
     rq.overlap = 1;
     tl_plan_result plan;

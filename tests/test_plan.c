@@ -77,7 +77,7 @@ static void hand_single(const char *path) {
     if (!m) return;
     tl_hw_profile prof;
     tl_test_round_profile(&prof);
-    tl_workload w = {8, 4, 1};
+    tl_workload w = {.prompt_len = 8, .gen_len = 4, .num_seqs = 1};
     tl_policy pol = {.single = 1, .gbs = 1, .num_gb = 1, .prefill_rows = 4, .w_mem_pct = 0,
                      .kv_mem_pct = 100, .kv_bits = 32, .page_tokens = 16, .prefetch = 1, .overlap = 1, .n_ctx = 16};
     tl_plan_result r;
@@ -201,7 +201,7 @@ static void disk_spread(const char *path) {
     if (!m) return;
     tl_hw_profile prof;
     tl_test_round_profile(&prof);
-    tl_workload w = {8, 4, 1};
+    tl_workload w = {.prompt_len = 8, .gen_len = 4, .num_seqs = 1};
     tl_policy pol = {.single = 1, .gbs = 1, .num_gb = 1, .prefill_rows = 4, .w_mem_pct = 0,
                      .kv_mem_pct = 100, .kv_bits = 32, .page_tokens = 16, .prefetch = 1,
                      .overlap = 1, .n_ctx = 16};
@@ -275,7 +275,7 @@ static void hand_attn_block(const char *path) {
     double tr = tl_cost_pass_compute(m, &blk, 32, rows, ctx, stored, 1, 1, 1, 0, 1, NULL);
     CHECK_MSG(close_to(t1 - tb, 1000 * 2 * 128 * 1.5e-9, 1e-9), "full block saves %.9g", t1 - tb);
     CHECK_MSG(close_to(tr, t1, 1e-12), "rows one at a time cost the single-row rate");
-    tl_workload w = {8, 4, 1};
+    tl_workload w = {.prompt_len = 8, .gen_len = 4, .num_seqs = 1};
     tl_policy pol = {.single = 1, .gbs = 1, .num_gb = 1, .prefill_rows = 4, .w_mem_pct = 0,
                      .kv_mem_pct = 100, .kv_bits = 32, .page_tokens = 16, .prefetch = 1, .overlap = 1, .n_ctx = 16};
     tl_plan_result r1, rb;
@@ -426,6 +426,53 @@ static double hand_kv_wait(int n, double pages, double c, double d, double u, do
     return wait;
 }
 
+/* Prompts of different lengths (tl_workload_set_prompts): their quantiles and mean; a
+ * workload whose quantiles are all one length predicts exactly what the plain one does;
+ * with lengths 8, 40, 40 and 72 a block takes the steps its longest needs, each feeding
+ * only the prompts not yet fed, which read the disk pages they see. */
+static void varied_prompts(const char *path) {
+    int32_t few[4] = {72, 8, 40, 40};
+    tl_workload w = {.gen_len = 30, .num_seqs = 4};
+    tl_workload_set_prompts(&w, few, 4);
+    CHECK(w.prompt_len == 40 && tl_workload_prompt_max(&w) == 72);
+    CHECK(w.prompt_q[0] == 8 && w.prompt_q[1] == 40 && w.prompt_q[2] == 40 &&
+          w.prompt_q[3] == 72 && w.prompt_q[4] == 0);
+    int32_t many[40];
+    for (int i = 0; i < 40; i++) many[i] = 40 - i;
+    tl_workload w40 = {.gen_len = 1, .num_seqs = 40};
+    tl_workload_set_prompts(&w40, many, 40);
+    /* quantile i: the prompt at rank (i + 0.5) * 40 / 16 of the sorted 1..40 */
+    CHECK(w40.prompt_len == 21 && w40.prompt_q[0] == 2 && w40.prompt_q[15] == 39);
+    tl_model *m = open_model(path, 256u << 20);
+    if (!m) return;
+    tl_hw_profile prof;
+    tl_test_round_profile(&prof);
+    /* as hand_batch_spill: gbs 2 x num_gb 2, prefill chunks of 32 tokens, KV half on disk
+     * in 4096-byte slots, 2 layers */
+    tl_policy pol = {.single = 0, .gbs = 2, .num_gb = 2, .prefill_rows = 64, .w_mem_pct = 100,
+                     .kv_mem_pct = 50, .kv_bits = 32, .page_tokens = 16, .prefetch = 1,
+                     .overlap = 1, .n_ctx = 104};
+    tl_workload plain = {.prompt_len = 40, .gen_len = 30, .num_seqs = 4}, same = plain;
+    for (int i = 0; i < 4; i++) same.prompt_q[i] = 40;
+    tl_plan_result rp, rs, rv;
+    CHECK(tl_plan_evaluate(m, &prof, &plain, &pol, &rp) == TL_OK);
+    CHECK(tl_plan_evaluate(m, &prof, &same, &pol, &rs) == TL_OK);
+    CHECK(tl_plan_evaluate(m, &prof, &w, &pol, &rv) == TL_OK);
+    CHECK(rs.cost.total_s == rp.cost.total_s && rs.cost.prefill_s == rp.cost.prefill_s &&
+          rs.cost.prefill.kv_read_bytes == rp.cost.prefill.kv_read_bytes);
+    CHECK_MSG(rp.cost.prefill_passes == 2 && rv.cost.prefill_passes == 3, "%g, %g passes",
+              rp.cost.prefill_passes, rv.cost.prefill_passes);
+    /* disk pages among n full pages: floor(n / 2). Fed 32: the prompts of 40, 40 and 72
+     * see 2 full pages, 1 on disk; fed 64: the 72 sees 4, 2 on disk (the plain workload: 4
+     * prompts x 1 page at fed 32) */
+    const double slot = 4096, L = 2;
+    CHECK_MSG(close_to(rv.cost.prefill.kv_read_bytes, (3 + 2) * L * slot, 1e-12), "%g",
+              rv.cost.prefill.kv_read_bytes);
+    CHECK(close_to(rp.cost.prefill.kv_read_bytes, 4 * L * slot, 1e-12));
+    CHECK(rv.cost.prefill_s > rp.cost.prefill_s);
+    tl_model_close(m);
+}
+
 static void hand_batch_spill(const char *path) {
     tl_model *m = open_model(path, 256u << 20);
     if (!m) return;
@@ -433,7 +480,7 @@ static void hand_batch_spill(const char *path) {
     tl_test_round_profile(&prof);
     /* 4 sequences of 40 + 20, gbs 2 x num_gb 2, KV f32 half on disk, 16-token pages
      * (16 tokens x 32 values x 4 bytes x K,V = 4096 bytes: one 4096-byte unit) */
-    tl_workload w = {40, 30, 4};
+    tl_workload w = {.prompt_len = 40, .gen_len = 30, .num_seqs = 4};
     tl_policy pol = {.single = 0, .gbs = 2, .num_gb = 2, .prefill_rows = 64, .w_mem_pct = 100,
                      .kv_mem_pct = 50, .kv_bits = 32, .page_tokens = 16, .prefetch = 1, .overlap = 1, .n_ctx = 80};
     tl_plan_result r;
@@ -830,7 +877,7 @@ static void tiers_search(const char *path, uint64_t budget, double disk_bps, int
     memset(&rq, 0, sizeof rq);
     rq.single = 1;
     rq.overlap = 1;
-    rq.w = (tl_workload){2000, 40, 1};
+    rq.w = (tl_workload){.prompt_len = 2000, .gen_len = 40, .num_seqs = 1};
     rq.n_ctx = 2048;
     tl_plan_result r;
     const tl_status found = tl_plan_search(m, &prof, &rq, &r);
@@ -1386,6 +1433,7 @@ int main(void) {
     hand_single(p1);
     prefill_layer_and_rate_scale(p1);
     hand_batch_spill(p1);
+    varied_prompts(p1);
     hand_slowdown(p1);
     hand_kv_store(p1);
     disk_spread(p1);
@@ -1402,7 +1450,7 @@ int main(void) {
     if (!synth("lp", 300, 256, 512, 4, 8, 8, 0, p2, sizeof p2)) return 1;
     tl_policy pol = {.single = 0, .gbs = 4, .num_gb = 4, .prefill_rows = 512, .w_mem_pct = 100,
                      .kv_mem_pct = 100, .kv_bits = 32, .page_tokens = 16, .prefetch = 1, .overlap = 1, .n_ctx = 300};
-    tl_workload w = {200, 64, 16};
+    tl_workload w = {.prompt_len = 200, .gen_len = 64, .num_seqs = 16};
     lp_vs_grid(p2, 48u << 20, w, pol); /* KV and weights compete for memory */
     g_slowdown = 1.3; /* compute slows while the disk streams: the LP's extra row */
     lp_vs_grid(p2, 48u << 20, w, pol);
@@ -1412,7 +1460,7 @@ int main(void) {
     lp_vs_grid(p2, 40u << 20, w, pol);
     tl_policy single = {.single = 1, .gbs = 1, .num_gb = 1, .prefill_rows = 64, .w_mem_pct = 100,
                         .kv_mem_pct = 100, .kv_bits = 32, .page_tokens = 16, .prefetch = 2, .overlap = 1, .n_ctx = 300};
-    tl_workload w1 = {100, 50, 1};
+    tl_workload w1 = {.prompt_len = 100, .gen_len = 50, .num_seqs = 1};
     lp_vs_grid(p2, 14u << 20, w1, single);
     char p4[256];
     g_synth_ctx = 2048;

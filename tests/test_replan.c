@@ -128,7 +128,7 @@ static void replanner(const char *path, const collect *ref, int before_first) {
     prof.io_slowdown_matvec = 1;
     tl_plan_request rq;
     memset(&rq, 0, sizeof rq);
-    rq.w = (tl_workload){8, N_GEN, N_PROMPTS};
+    rq.w = (tl_workload){.prompt_len = 8, .gen_len = N_GEN, .num_seqs = N_PROMPTS};
     rq.n_ctx = 64;
     rq.overlap = 1;
     rq.kv_bits = 32;

@@ -129,11 +129,15 @@
  *                  = compute + KV wait + weight + KV reads + KV writes   without overlap
  * One pass of the engine reads every streamed layer once (and the output when any row
  * needs logits), whatever the number of micro-batches: the block schedule's reuse.
+ * Prefill feeds each sequence `chunk` prompt tokens a step; a block of prompts that differ
+ * in length (tl_workload's quantiles) takes the steps its longest needs, a step's rows
+ * being those of the prompts not yet fed.
  * A pass is the unit of overlap: the residency ring reads ahead across layers and into
  * the next pass, so the pass, not the single layer, is where smax() applies; per-layer
  * terms are reported as the pass's terms divided by n_layer.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "plan/cost.h"
 #include "exec/model_handle.h"
@@ -873,6 +877,54 @@ double tl_cost_unit_repack_s(const tl_model *m, const tl_hw_profile *prof,
     return s;
 }
 
+static int by_length(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* cost.h */
+void tl_workload_set_prompts(tl_workload *w, int32_t *lens, int32_t n) {
+    memset(w->prompt_q, 0, sizeof w->prompt_q);
+    if (n < 1) return;
+    qsort(lens, (size_t)n, sizeof *lens, by_length);
+    double sum = 0;
+    for (int32_t i = 0; i < n; i++) sum += lens[i];
+    w->prompt_len = sum / n >= 1 ? (int32_t)(sum / n + 0.5) : 1;
+    const int32_t nq = n < TL_WORKLOAD_QUANTILES ? n : TL_WORKLOAD_QUANTILES;
+    /* quantile i: the prompt at the middle of the i-th of nq equal shares of the ranks */
+    for (int32_t i = 0; i < nq; i++) {
+        const int32_t v = lens[(int32_t)(((double)i + 0.5) * n / nq)];
+        w->prompt_q[i] = v > 0 ? v : 1;
+    }
+}
+
+int32_t tl_workload_prompt_max(const tl_workload *w) {
+    int32_t mx = 0;
+    for (int i = 0; i < TL_WORKLOAD_QUANTILES; i++)
+        if (w->prompt_q[i] > mx) mx = w->prompt_q[i];
+    return mx > 0 ? mx : w->prompt_len;
+}
+
+/* A block of n_seqs sequences' prompt lengths, shortest first, each standing for n_seqs /
+ * count of its sequences: the workload's quantiles, re-ranked to n_seqs points when the
+ * block has fewer sequences than quantiles (the middle of each of n_seqs equal shares of
+ * the ranks); the mean alone when the workload gives none. Returns the count. */
+static int32_t block_prompts(const tl_workload *w, int32_t n_seqs, double *len) {
+    int32_t nq = 0;
+    while (nq < TL_WORKLOAD_QUANTILES && w->prompt_q[nq] > 0) nq++;
+    if (nq == 0 || n_seqs < 1) {
+        len[0] = w->prompt_len;
+        return 1;
+    }
+    if (n_seqs >= nq) {
+        for (int32_t i = 0; i < nq; i++) len[i] = w->prompt_q[i];
+        return nq;
+    }
+    for (int32_t i = 0; i < n_seqs; i++)
+        len[i] = w->prompt_q[(int32_t)(((double)i + 0.5) * nq / n_seqs)];
+    return n_seqs;
+}
+
 /* One block of n_seqs sequences through the engine's schedule (batch.c; context.c is the
  * case gbs = num_gb = 1): emits each pass. */
 static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
@@ -946,30 +998,44 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
     if (chunk < 1) chunk = 1;
     /* the engine sizes attention's blocks for its context (n_ctx per sequence) */
     const double block_cap = tl_llama_attn_block_rows(&m->lm.hp, pol->n_ctx > 0 ? pol->n_ctx : P + w->gen_len);
-    for (int32_t fed = 0; fed < P; fed += chunk) {
-        int32_t len = P - fed < chunk ? P - fed : chunk, last = fed + len == P;
-        double kv_read = 0, kv_write = 0, disk_all = 0;
+    /* the block's prompts (their lengths differ: a step feeds those not yet fed, and the
+     * block takes as many steps as its longest needs) */
+    double plen[TL_WORKLOAD_QUANTILES];
+    const int32_t n_plen = block_prompts(w, n_seqs, plen);
+    const double p_longest = plen[n_plen - 1];
+    for (int32_t fed = 0; fed < p_longest; fed += chunk) {
+        double kv_read = 0, kv_write = 0, disk_all = 0, logits = 0, fed_rows = 0, fed_seqs = 0;
         for (int32_t k = 0; k < n_mb; k++) {
             int32_t s_here = n_seqs - k * pol->gbs < pol->gbs ? n_seqs - k * pol->gbs : pol->gbs;
-            rows[k] = s_here * len;
-            /* rows at positions fed..fed+len-1 see pos+1 positions each */
-            ctx[k] = s_here * ((double)len * fed + (double)len * (len + 1) / 2);
-            /* pages fill during the step but are stored at its commit: the rows decode
-             * only the full pages committed before it */
-            stored[k] = s_here * (double)len * floor((double)fed / pt) * pt;
-            if (spill) { /* the chunk's first row sees the most (a window hides the rest) */
-                const double full = floor((double)fed / pt);
-                pages[k] = s_here * (disk_pages(pol, full) -
-                                     disk_pages_outside_window(pol, fed, full, pt, swa));
-            } else {
-                pages[k] = 0;
+            const double share = (double)s_here / n_plen; /* sequences per prompt length */
+            double r = 0;
+            ctx[k] = stored[k] = pages[k] = 0;
+            for (int32_t i = 0; i < n_plen; i++) {
+                if (plen[i] <= fed) continue;
+                const double len = plen[i] - fed < chunk ? plen[i] - fed : chunk;
+                r += share * len;
+                fed_seqs += share;
+                if (fed + len >= plen[i]) logits += share; /* its prompt's last step */
+                /* rows at positions fed..fed+len-1 see pos+1 positions each */
+                ctx[k] += share * (len * fed + len * (len + 1) / 2);
+                /* pages fill during the step but are stored at its commit: the rows decode
+                 * only the full pages committed before it */
+                stored[k] += share * len * floor((double)fed / pt) * pt;
+                if (spill) { /* the chunk's first row sees the most (a window hides the rest) */
+                    const double full = floor((double)fed / pt);
+                    pages[k] += share * (disk_pages(pol, full) -
+                                         disk_pages_outside_window(pol, fed, full, pt, swa));
+                    kv_write += share * L *
+                                (disk_pages(pol, floor((fed + len) / pt)) - disk_pages(pol, full)) *
+                                wslot;
+                }
             }
-            if (spill) {
-                disk_all += L * pages[k];
-                kv_write += s_here * L * (disk_pages(pol, floor((double)(fed + len) / pt)) -
-                                          disk_pages(pol, floor((double)fed / pt))) * wslot;
-            }
+            rows[k] = r > 0 ? (int32_t)fmax(1, round(r)) : 0;
+            fed_rows += r;
+            disk_all += L * pages[k];
         }
+        const int last = logits > 0; /* some prompt ends: the output projection runs */
+        const double len = fed_seqs > 0 ? fed_rows / fed_seqs : 1; /* a sequence's rows */
         double read_pages = 0;
         if (disk_all > 0) { /* prefill rows attend to every page: the cache serves its set */
             const double keep = 1 - cache_hits(pol, disk_all, disk_all) / disk_all;
@@ -977,7 +1043,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
             read_pages = disk_all * keep;
             kv_read = read_pages * rslot;
         }
-        int32_t logit_rows = last ? n_seqs : 0;
+        int32_t logit_rows = last ? (int32_t)fmax(1, round(logits)) : 0;
         double slow = 1;
         /* a sequence's len rows in blocks of at most block_cap: their mean size */
         const double seq_blocks = ceil((double)len / block_cap), block = len / seq_blocks;

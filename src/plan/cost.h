@@ -22,9 +22,24 @@
 #include "kv/kv_cache.h"
 #include "model/llama.h"
 
+/* Prompt lengths of a batch whose prompts differ, by quantile (tl_workload). */
+#define TL_WORKLOAD_QUANTILES 16
+
+/* prompt_len: the mean prompt. prompt_q, when prompt_q[0] > 0: the prompts' lengths at
+ * evenly spaced ranks, shortest to longest, each standing for an equal share of them (with
+ * fewer prompts than TL_WORKLOAD_QUANTILES, the first num_seqs entries, one prompt each):
+ * a block's prefill takes as many steps as its longest prompt needs, and a step's rows are
+ * those of the prompts not yet fed; all 0: every prompt is prompt_len long. */
 typedef struct tl_workload {
     int32_t prompt_len, gen_len, num_seqs;
+    int32_t prompt_q[TL_WORKLOAD_QUANTILES];
 } tl_workload;
+
+/* Fills w->prompt_q from n prompt lengths (sorted in place); prompt_len becomes their
+ * mean (at least 1). */
+void tl_workload_set_prompts(tl_workload *w, int32_t *lens, int32_t n);
+/* The longest prompt: prompt_q's last, else prompt_len. */
+int32_t tl_workload_prompt_max(const tl_workload *w);
 
 /* The engine's knobs. single = 1: one sequence through tl_context (tierllm run); gbs
  * and num_gb are then 1 and prefill_rows is the context's n_batch. */

@@ -55,7 +55,7 @@ tl_policy tl_plan_default_policy(const tl_model *m, const tl_plan_request *rq) {
     p.page_tokens = rq->page_tokens ? rq->page_tokens : 16;
     p.prefetch = m->lm.params.prefetch;
     p.overlap = rq->overlap;
-    p.n_ctx = rq->n_ctx ? rq->n_ctx : rq->w.prompt_len + rq->w.gen_len;
+    p.n_ctx = rq->n_ctx ? rq->n_ctx : tl_workload_prompt_max(&rq->w) + rq->w.gen_len;
     return p;
 }
 
@@ -67,10 +67,10 @@ tl_status tl_plan_evaluate(const tl_model *m, const tl_hw_profile *prof, const t
         tl_batch_params bp = batch_params_of(&pol);
         pol.page_tokens = tl_batch_page_tokens(m, &bp);
     }
-    if (pol.n_ctx < w->prompt_len + w->gen_len)
+    if (pol.n_ctx < tl_workload_prompt_max(w) + w->gen_len)
         return tl_error_set(TL_ERR_CONTEXT, "a context of %d tokens cannot hold a %d-token "
                             "prompt and %d generated tokens", (int)pol.n_ctx,
-                            (int)w->prompt_len, (int)w->gen_len);
+                            (int)tl_workload_prompt_max(w), (int)w->gen_len);
     tl_status cst = tl_llama_check_context(&m->lm, pol.n_ctx);
     if (cst) return cst;
     const tl_llama_hparams *hp = &m->lm.hp;
@@ -398,7 +398,7 @@ static void try_tiers(const tl_model *m, const tl_hw_profile *prof, const tl_wor
     const int32_t nb[5] = {16, 32, 64, 128, 256};
     for (int32_t pf = 1; pf <= (base->overlap ? 2 : 1); pf++)
         for (int i = 0; i < 5; i++) {
-            if (i > 0 && nb[i - 1] >= w->prompt_len) break;
+            if (i > 0 && nb[i - 1] >= tl_workload_prompt_max(w)) break;
             pol.prefetch = base->overlap ? pf : 0;
             pol.prefill_rows = nb[i] < pol.n_ctx ? nb[i] : pol.n_ctx;
             pol.kv_cache_pages = 0;
@@ -468,10 +468,10 @@ tl_status tl_plan_search_ranked(const tl_model *m, const tl_hw_profile *prof,
                             "%d sequences (one in the latency regime) are not a workload",
                             (int)w->prompt_len, (int)w->gen_len, (int)w->num_seqs);
     tl_policy base = tl_plan_default_policy(m, rq);
-    if (base.n_ctx < w->prompt_len + w->gen_len)
+    if (base.n_ctx < tl_workload_prompt_max(w) + w->gen_len)
         return tl_error_set(TL_ERR_CONTEXT, "a context of %d tokens cannot hold a %d-token "
                             "prompt and %d generated tokens", (int)base.n_ctx,
-                            (int)w->prompt_len, (int)w->gen_len);
+                            (int)tl_workload_prompt_max(w), (int)w->gen_len);
     tl_status cst = tl_llama_check_context(&m->lm, base.n_ctx);
     if (cst) return cst;
     int32_t bits[4], n_bits = 0;
@@ -489,7 +489,8 @@ tl_status tl_plan_search_ranked(const tl_model *m, const tl_hw_profile *prof,
         const int32_t nb[6] = {16, 32, 64, 128, 256, 512};
         for (int32_t pf = 1; pf <= 4; pf++)
             for (int i = 0; i < 6; i++) {
-                if (i > 0 && nb[i - 1] >= w->prompt_len) break; /* larger changes nothing */
+                /* larger changes nothing */
+                if (i > 0 && nb[i - 1] >= tl_workload_prompt_max(w)) break;
                 tl_policy pol = base;
                 pol.prefetch = rq->overlap ? pf : 0;
                 pol.prefill_rows = nb[i] < base.n_ctx ? nb[i] : base.n_ctx;

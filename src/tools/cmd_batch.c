@@ -205,22 +205,28 @@ static int on_progress(void *user, const tl_batch_stats *s) {
  * count, and the context they need. */
 static tl_status batch_workload(tl_model *m, const run_list *ps, const tl_generate_params *gp,
                                 const tl_batch_params *bp, int ctx_given, tl_plan_request *rq) {
-    double prompt_sum = 0, gen_sum = 0;
+    double gen_sum = 0;
     int32_t prompt_max = 1, gen_max = 1;
     memset(rq, 0, sizeof *rq);
     if (ps->n < 1) return TL_OK; /* num_seqs 0: nothing to predict */
+    int32_t *lens = malloc((size_t)ps->n * sizeof *lens);
+    if (!lens) return tl_error_set(TL_ERR_NOMEM, "no memory for %d prompt lengths", (int)ps->n);
     for (int32_t i = 0; i < ps->n; i++) {
         size_t n = 0;
         tl_status st = tl_tokenize(m, ps->prompt[i], strlen(ps->prompt[i]), gp->add_bos, NULL, 0, &n);
-        if (st && st != TL_ERR_INVALID) return st;
-        prompt_sum += (double)n;
+        if (st && st != TL_ERR_INVALID) {
+            free(lens);
+            return st;
+        }
+        lens[i] = n < INT32_MAX ? (int32_t)n : INT32_MAX;
         gen_sum += ps->n_predict[i];
         if ((int32_t)n > prompt_max) prompt_max = (int32_t)n;
         if (ps->n_predict[i] > gen_max) gen_max = ps->n_predict[i];
     }
-    rq->w.prompt_len = (int32_t)(prompt_sum / ps->n + 0.5);
+    /* the mean and the quantiles: a block's prefill follows its longest prompt */
+    tl_workload_set_prompts(&rq->w, lens, ps->n);
+    free(lens);
     rq->w.gen_len = (int32_t)(gen_sum / ps->n + 0.5);
-    if (rq->w.prompt_len < 1) rq->w.prompt_len = 1;
     if (rq->w.gen_len < 1) rq->w.gen_len = 1;
     rq->w.num_seqs = ps->n;
     rq->n_ctx = ctx_given ? bp->n_ctx : prompt_max + gen_max;
