@@ -38,7 +38,8 @@ typedef struct tl_workload {
 /* Fills w->prompt_q from n prompt lengths (sorted in place); prompt_len becomes their
  * mean (at least 1). */
 void tl_workload_set_prompts(tl_workload *w, int32_t *lens, int32_t n);
-/* The longest prompt: prompt_q's last, else prompt_len. */
+/* The longest prompt the workload prices: the largest of prompt_q (the middle of the
+ * longest share of the prompts, not necessarily the longest one), else prompt_len. */
 int32_t tl_workload_prompt_max(const tl_workload *w);
 
 /* The engine's knobs. single = 1: one sequence through tl_context (tierllm run); gbs
