@@ -767,45 +767,8 @@ tl_status tl_residency_embeddings(tl_residency *r, const int32_t *ids, int32_t n
     return TL_OK;
 }
 
-/* Small reads mixed into a measured stream (tl_residency_measure_io_mixed): the ones
- * owed so far are submitted after each unit, urgent, at most n_frames in flight, oldest
- * waited first. */
-typedef struct mix_state {
-    tl_io_mix *mix;
-    double owed;
-    uint64_t tags[64], seed;
-    int head, n;
-} mix_state;
-
-static tl_status mix_wait_oldest(tl_residency *r, mix_state *ms) {
-    tl_status st = tl_aio_wait(r->m->aio, ms->tags[ms->head]);
-    ms->head = (ms->head + 1) % ms->mix->n_frames;
-    ms->n--;
-    if (!st) ms->mix->read += ms->mix->small_bytes;
-    return st;
-}
-
-static tl_status mix_submit(tl_residency *r, mix_state *ms, uint64_t unit_bytes) {
-    tl_io_mix *x = ms->mix;
-    const uint64_t slots = x->tier->size / x->small_bytes;
-    ms->owed += (double)unit_bytes * x->per_byte;
-    tl_status st = TL_OK;
-    while (!st && ms->owed >= (double)x->small_bytes && slots > 0) {
-        if (ms->n == x->n_frames && (st = mix_wait_oldest(r, ms))) break;
-        const int at = (ms->head + ms->n) % x->n_frames;
-        ms->tags[at] = ++r->next_tag;
-        const uint64_t off = tl_splitmix64(&ms->seed) % slots * x->small_bytes;
-        if ((st = tl_aio_read_urgent(r->m->aio, x->tier, off, x->frames[at],
-                                     (size_t)x->small_bytes, ms->tags[at])))
-            break;
-        ms->n++;
-        ms->owed -= (double)x->small_bytes;
-    }
-    return st;
-}
-
-static tl_status measure(tl_residency *r, uint64_t max_bytes, int *cursor, tl_io_mix *mix,
-                         double *seconds, uint64_t *bytes) {
+static tl_status measure(tl_residency *r, uint64_t max_bytes, int *cursor, double *seconds,
+                         uint64_t *bytes) {
     *seconds = 0;
     *bytes = 0;
     if (r->error) return sticky(r);
@@ -814,11 +777,9 @@ static tl_status measure(tl_residency *r, uint64_t max_bytes, int *cursor, tl_io
     tl_status st = TL_OK;
     int unit_of[65], oldest = 0, in_flight = 0; /* slots used round robin, FIFO order */
     uint64_t submitted = 0;
-    mix_state ms = {mix, 0, {0}, 0, 0, 0};
     double t0 = tl_now();
     const int n_units = r->m->hp.n_layer + 1;
     const int first = cursor && *cursor > 0 ? *cursor % n_units : 0;
-    ms.seed = 0x6b76ull + (uint64_t)first * 0x9e3779b97f4a7c15ull; /* other pages each pass */
     int k = 0;
     for (; k < n_units && n_slots > 0 && !st; k++) {
         const int u = (first + k) % n_units;
@@ -837,17 +798,12 @@ static tl_status measure(tl_residency *r, uint64_t max_bytes, int *cursor, tl_io
             r->slots[i].n_tags = r->units[u].n_e;
             unit_of[i] = u;
             in_flight++;
-            if (mix) st = mix_submit(r, &ms, r->units[u].bytes);
         }
     }
     for (; in_flight > 0; in_flight--, oldest = (oldest + 1) % n_slots) {
         tl_status w = wait_tags(r, r->slots[oldest].tags, r->slots[oldest].n_tags);
         if (!st) st = w;
         *bytes += r->units[unit_of[oldest]].bytes;
-    }
-    while (ms.n > 0) {
-        tl_status w = mix_wait_oldest(r, &ms);
-        if (!st) st = w;
     }
     *seconds = tl_now() - t0;
     if (cursor) *cursor = (first + k) % n_units;
@@ -857,20 +813,7 @@ static tl_status measure(tl_residency *r, uint64_t max_bytes, int *cursor, tl_io
 
 tl_status tl_residency_measure_io(tl_residency *r, uint64_t max_bytes, int *cursor,
                                   double *seconds, uint64_t *bytes) {
-    return measure(r, max_bytes, cursor, NULL, seconds, bytes);
-}
-
-tl_status tl_residency_measure_io_mixed(tl_residency *r, uint64_t max_bytes, int *cursor,
-                                        tl_io_mix *mix, double *seconds, uint64_t *bytes) {
-    mix->read = 0;
-    *seconds = 0;
-    *bytes = 0;
-    if (mix->n_frames < 1 || mix->n_frames > 64 || mix->small_bytes == 0 ||
-        mix->small_bytes % ALIGN || !(mix->per_byte >= 0) || !isfinite(mix->per_byte))
-        return tl_error_set(TL_ERR_INVALID, "mixed IO measurement: %d frames of %llu bytes, "
-                            "%g small bytes per byte", mix->n_frames,
-                            (unsigned long long)mix->small_bytes, mix->per_byte);
-    return measure(r, max_bytes, cursor, mix, seconds, bytes);
+    return measure(r, max_bytes, cursor, seconds, bytes);
 }
 
 tl_status tl_residency_measure_flash(tl_residency *r, tl_flash_share_fn share, void *user,

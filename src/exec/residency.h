@@ -48,21 +48,6 @@ tl_status tl_residency_embeddings(tl_residency *r, const int32_t *ids, int32_t n
 tl_status tl_residency_measure_io(tl_residency *r, uint64_t max_bytes, int *cursor,
                                   double *seconds, uint64_t *bytes);
 
-/* The same with small reads mixed in, as a KV cache's page reads share the queue with the
- * stream: after each unit is submitted, the small reads it owes (per_byte small bytes per
- * streamed byte) go out urgent (TL_AIO_SOON, as the KV prefetch's) at random
- * small_bytes-aligned offsets of `tier`, at most n_frames in flight; *seconds counts until
- * every read is done. */
-typedef struct tl_io_mix {
-    tl_tier *tier;
-    uint64_t small_bytes;    /* a multiple of TL_TIER_MAX_ALIGN */
-    double per_byte;
-    uint8_t *const *frames;  /* n_frames (1..64) buffers of small_bytes */
-    int n_frames;
-    uint64_t read;           /* out: small bytes read */
-} tl_io_mix;
-tl_status tl_residency_measure_io_mixed(tl_residency *r, uint64_t max_bytes, int *cursor,
-                                        tl_io_mix *mix, double *seconds, uint64_t *bytes);
 
 /* Flash layout: reads the needed runs of streamed site tensors as a pass would, each
  * channel of layer l's site s needed with probability share(user, l, s) (drawn from a fixed

@@ -212,56 +212,6 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     return TL_OK;
 }
 
-tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t page_bytes,
-                                   double kv_per_weight_byte, double *kv_bps) {
-    *kv_bps = 0;
-    tl_tier *t = m->lm.tier;
-    const uint64_t chunk = (page_bytes + TL_TIER_MAX_ALIGN - 1) / TL_TIER_MAX_ALIGN *
-                           TL_TIER_MAX_ALIGN;
-    if (!m->res || !(kv_per_weight_byte > 0) || chunk == 0 || t->size < 64 * chunk)
-        return TL_OK;
-    const int32_t depth = tl_aio_class_depth(m->lm.params.io_queue_depth, TL_AIO_SOON);
-    int n_frames = depth < 64 ? depth : 64;
-    uint8_t *buf = NULL, *frames[64];
-    while (n_frames >= 4 && tl_budget_alloc(m->lm.budget, (size_t)(chunk * (uint64_t)n_frames),
-                                            TL_TIER_MAX_ALIGN, "KV mix calibration",
-                                            (void **)&buf))
-        n_frames /= 2;
-    tl_error_clear();
-    if (!buf) return TL_OK; /* the budget is spoken for: not measured */
-    for (int i = 0; i < n_frames; i++) frames[i] = buf + (size_t)i * chunk;
-    /* pairs, the stream alone then with the pages, each pass on from where the last one
-     * stopped (a region just read would come back warm): the mixed pass's extra seconds
-     * over the alone pass's per-byte time are what the pages cost the stream; the stream's
-     * share of a pass shrinks with the ratio so that a pass reads a bounded amount */
-    const uint64_t pass = (uint64_t)((double)CALIBRATE_PASS_BYTES / (1 + kv_per_weight_byte));
-    double s_per_byte[3];
-    int n = 0, cursor = 0;
-    tl_status st = TL_OK;
-    for (int p = 0; p < 3 && !st; p++) {
-        double alone_s = 0, mixed_s = 0;
-        uint64_t alone_b = 0, mixed_b = 0;
-        st = tl_residency_measure_io(m->res, pass, &cursor, &alone_s, &alone_b);
-        if (st || alone_b < ((uint64_t)8 << 20) || alone_s <= 0) break;
-        tl_io_mix mix = {t, chunk, kv_per_weight_byte, frames, n_frames, 0};
-        st = tl_residency_measure_io_mixed(m->res, pass, &cursor, &mix, &mixed_s, &mixed_b);
-        if (st || mix.read == 0) break;
-        const double extra = mixed_s - (double)mixed_b * alone_s / (double)alone_b;
-        s_per_byte[n++] = extra > 0 ? extra / (double)mix.read : 0;
-    }
-    tl_budget_free(m->lm.budget, buf);
-    if (st) return tl_error_wrap(st, "timing KV-sized reads beside the stream");
-    const double before = tl_profile_read_bps(prof, chunk, depth);
-    if (n == 0 || !(before > 0)) return TL_OK;
-    const double spb = tl_median(s_per_byte, (size_t)n);
-    *kv_bps = spb > 0 ? 1 / spb : HUGE_VAL;
-    /* only ever dearer: the cost model adds page reads to weight reads, and a mix whose
-     * pages cost the stream less than pages read alone keeps the figures read alone */
-    const double f = *kv_bps / before;
-    if (f < 1) tl_profile_scale_reads(prof, m->lm.params.io_chunk_bytes, 0, f);
-    return TL_OK;
-}
-
 /* KV pages as the engine reads its spill file: SPILL_FILE_BYTES written with O_DIRECT to
  * a scratch file (no name: nothing outlives the process) in dir, then read in `chunk`-byte
  * requests at random chunk-aligned offsets, `depth` in flight, for up to SPILL_READ_S;
@@ -318,17 +268,11 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
     if (chunk < m->lm.params.io_chunk_bytes && !same_filesystem(dir, prof->disk_dir))
         time_spill_reads(m, dir, chunk, depth, &alone);
     const double at_chunk = tl_profile_read_bps(prof, chunk, depth);
-    if (alone > 0 && at_chunk > 0)
+    if (alone > 0 && at_chunk > 0) {
         tl_profile_scale_reads(prof, m->lm.params.io_chunk_bytes, 0, alone / at_chunk);
-    /* beside the stream: only ever dearer than alone */
-    double kv_bps = 0;
-    tl_status st = TL_OK;
-    if (plan->streamed_bytes > 0 && dec->weight_bytes > 0)
-        st = tl_plan_calibrate_kv_mix(m, prof, page, dec->kv_read_bytes / dec->weight_bytes,
-                                      &kv_bps);
-    if (!st && (alone > 0 || kv_bps > 0))
         *page_scale = tl_profile_read_bps(prof, page, depth) / before;
-    return st;
+    }
+    return TL_OK;
 }
 
 /* Resident matrices timed per calibration: enough to stream from DRAM, not from cache. */

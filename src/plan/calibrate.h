@@ -74,21 +74,6 @@ static inline double tl_plan_decode_ctx(int32_t prompt_len, int32_t gen_len) {
     return prompt_len + 0.5 * gen_len;
 }
 
-/* KV pages read while weights stream share the IO queue with the stream, and on a virtual
- * disk the mix can be slower than the two rates apart: for a policy that does both, passes
- * of the engine's own streaming (as tl_plan_calibrate_disk's, each on from where the last
- * stopped) are timed alone and then with reads of page_bytes mixed in, urgent as the KV
- * prefetch's, at kv_per_weight_byte page bytes per streamed byte (the policy's decode
- * ratio), at random offsets of the model file; three pairs, the median of the mixed pass's
- * extra seconds per page byte is what a page byte costs the stream, *kv_bps its inverse.
- * When that is dearer than the profile's figure for pages of page_bytes, the cells below
- * the engine's chunk are scaled down to it (exact for pages no larger than the largest of
- * those chunks; the cost model adds these KV reads to the weight reads); never up.
- * Each pass streams at most 192 MiB / (1 + ratio). Frames from the budget (no room: not
- * measured, *kv_bps 0). An IO error is the residency's, as in tl_plan_calibrate_disk. */
-tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t page_bytes,
-                                   double kv_per_weight_byte, double *kv_bps);
-
 /* KV pages on disk, for a planned policy that spills KV and whose decode reads pages.
  * Alone, when spill_dir (NULL or "": $TMPDIR, else /tmp) lies on another filesystem than
  * the profile's disk_dir (on the same one, the profile's figures stand): a scratch file
@@ -96,10 +81,13 @@ tl_status tl_plan_calibrate_kv_mix(tl_model *m, tl_hw_profile *prof, uint64_t pa
  * page-aligned offsets at the KV reads' depth for up to 0.2 s, as the engine reads its
  * spill file (scattered reads of the model file are not how it reads it); the profile's
  * figures for reads below the engine's chunk are scaled to that rate, either way (a page
- * no smaller than the chunk reads as the stream: not timed). Then, while weights stream,
- * the mix above at the plan's decode ratio of page bytes to weight bytes. *page_scale:
- * the factor applied to the page's read rate in all (0 when nothing was measured). A
- * directory that refuses the file, or a budget with no room for the frames: not timed. */
+ * no smaller than the chunk reads as the stream: not timed). *page_scale: the factor
+ * applied to the page's read rate (0 when nothing was measured). A directory that
+ * refuses the file, or a budget with no room for the frames: not timed.
+ * Pages read while weights stream are not timed beside the stream: the cost model's KV
+ * wait already prices each page batch queued behind the weight chunks in flight and the
+ * batches before it (cost.c), and scaling the page rate by what pages mixed into a
+ * stream cost it counted that queueing twice. */
 tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_result *plan,
                                const char *spill_dir, double *page_scale);
 

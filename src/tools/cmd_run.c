@@ -274,8 +274,8 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
         fprintf(stderr, "policy auto: a layer over 16 to 512 rows takes (the furthest off) "
                 "%.0f%% of its price beside attention\n", pratio * 100);
     if (page_scale <= 0.8 || page_scale >= 1.25)
-        fprintf(stderr, "policy auto: KV pages read (alone from a spill file, and beside the "
-                "stream) take %.0f%% of the time the profile gives them\n", 100 / page_scale);
+        fprintf(stderr, "policy auto: KV pages read from a spill file take %.0f%% of the "
+                "time the profile gives them\n", 100 / page_scale);
     *chosen = next;
     if (!change) return TL_OK;
     tl_context_close(*c);
