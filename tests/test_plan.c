@@ -946,6 +946,8 @@ static void tiers_search(const char *path, uint64_t budget, double disk_bps, int
     tl_model_close(m);
 }
 
+/* ---- 4. KV pages at calibration ---- */
+
 /* A planned policy that keeps kv_mem_pct of its 16-bit KV in memory, the rest on disk,
  * and whose decode reads a MB of pages a step: what tl_plan_calibrate_kv looks at. */
 static tl_plan_result spilling_plan(int32_t kv_mem_pct) {

@@ -18,7 +18,6 @@
  * multiply what has arrived meanwhile. A fetch may begin only when the buffer is idle,
  * and its runs stay valid until the next one begins.
  */
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +25,6 @@
 #include "exec/residency.h"
 #include "base/budget.h"
 #include "base/clock.h"
-#include "base/rng.h"
 #include "base/stats.h"
 #include "base/status.h"
 #include "base/threadpool.h"

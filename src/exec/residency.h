@@ -48,7 +48,6 @@ tl_status tl_residency_embeddings(tl_residency *r, const int32_t *ids, int32_t n
 tl_status tl_residency_measure_io(tl_residency *r, uint64_t max_bytes, int *cursor,
                                   double *seconds, uint64_t *bytes);
 
-
 /* Flash layout: reads the needed runs of streamed site tensors as a pass would, each
  * channel of layer l's site s needed with probability share(user, l, s) (drawn from a fixed
  * seed into chan, which holds the widest site's channels), through fetch_runs and
