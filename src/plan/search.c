@@ -59,6 +59,15 @@ tl_policy tl_plan_default_policy(const tl_model *m, const tl_plan_request *rq) {
     return p;
 }
 
+/* A context of n_ctx tokens per sequence holds the workload's longest prompt priced and
+ * its generation, or a clear error. */
+static tl_status context_holds(const tl_workload *w, int32_t n_ctx) {
+    const int32_t longest = tl_workload_prompt_max(w);
+    if (n_ctx >= longest + w->gen_len) return TL_OK;
+    return tl_error_set(TL_ERR_CONTEXT, "a context of %d tokens cannot hold a %d-token prompt "
+                        "and %d generated tokens", (int)n_ctx, (int)longest, (int)w->gen_len);
+}
+
 tl_status tl_plan_evaluate(const tl_model *m, const tl_hw_profile *prof, const tl_workload *w,
                            const tl_policy *pol_in, tl_plan_result *out) {
     memset(out, 0, sizeof *out);
@@ -67,10 +76,8 @@ tl_status tl_plan_evaluate(const tl_model *m, const tl_hw_profile *prof, const t
         tl_batch_params bp = batch_params_of(&pol);
         pol.page_tokens = tl_batch_page_tokens(m, &bp);
     }
-    if (pol.n_ctx < tl_workload_prompt_max(w) + w->gen_len)
-        return tl_error_set(TL_ERR_CONTEXT, "a context of %d tokens cannot hold a %d-token "
-                            "prompt and %d generated tokens", (int)pol.n_ctx,
-                            (int)tl_workload_prompt_max(w), (int)w->gen_len);
+    tl_status hst = context_holds(w, pol.n_ctx);
+    if (hst) return hst;
     tl_status cst = tl_llama_check_context(&m->lm, pol.n_ctx);
     if (cst) return cst;
     const tl_llama_hparams *hp = &m->lm.hp;
@@ -395,10 +402,10 @@ static void try_tiers(const tl_model *m, const tl_hw_profile *prof, const tl_wor
                                                      pol.kv_sink_pages);
     const double slot = ceil(tl_cost_kv_page_bytes(m, pol.kv_bits, pt) / TL_TIER_MAX_ALIGN) *
                             TL_TIER_MAX_ALIGN + TL_TIER_MAX_ALIGN;
-    const int32_t nb[5] = {16, 32, 64, 128, 256};
+    const int32_t nb[5] = {16, 32, 64, 128, 256}, longest = tl_workload_prompt_max(w);
     for (int32_t pf = 1; pf <= (base->overlap ? 2 : 1); pf++)
         for (int i = 0; i < 5; i++) {
-            if (i > 0 && nb[i - 1] >= tl_workload_prompt_max(w)) break;
+            if (i > 0 && nb[i - 1] >= longest) break;
             pol.prefetch = base->overlap ? pf : 0;
             pol.prefill_rows = nb[i] < pol.n_ctx ? nb[i] : pol.n_ctx;
             pol.kv_cache_pages = 0;
@@ -468,10 +475,8 @@ tl_status tl_plan_search_ranked(const tl_model *m, const tl_hw_profile *prof,
                             "%d sequences (one in the latency regime) are not a workload",
                             (int)w->prompt_len, (int)w->gen_len, (int)w->num_seqs);
     tl_policy base = tl_plan_default_policy(m, rq);
-    if (base.n_ctx < tl_workload_prompt_max(w) + w->gen_len)
-        return tl_error_set(TL_ERR_CONTEXT, "a context of %d tokens cannot hold a %d-token "
-                            "prompt and %d generated tokens", (int)base.n_ctx,
-                            (int)tl_workload_prompt_max(w), (int)w->gen_len);
+    tl_status hst = context_holds(w, base.n_ctx);
+    if (hst) return hst;
     tl_status cst = tl_llama_check_context(&m->lm, base.n_ctx);
     if (cst) return cst;
     int32_t bits[4], n_bits = 0;
@@ -486,11 +491,10 @@ tl_status tl_plan_search_ranked(const tl_model *m, const tl_hw_profile *prof,
     ranking rk;
     rk.n = 0;
     if (rq->single) {
-        const int32_t nb[6] = {16, 32, 64, 128, 256, 512};
+        const int32_t nb[6] = {16, 32, 64, 128, 256, 512}, longest = tl_workload_prompt_max(w);
         for (int32_t pf = 1; pf <= 4; pf++)
             for (int i = 0; i < 6; i++) {
-                /* larger changes nothing */
-                if (i > 0 && nb[i - 1] >= tl_workload_prompt_max(w)) break;
+                if (i > 0 && nb[i - 1] >= longest) break; /* larger changes nothing */
                 tl_policy pol = base;
                 pol.prefetch = rq->overlap ? pf : 0;
                 pol.prefill_rows = nb[i] < base.n_ctx ? nb[i] : base.n_ctx;

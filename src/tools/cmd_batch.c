@@ -220,7 +220,7 @@ static tl_status batch_workload(tl_model *m, const run_list *ps, const tl_genera
         }
         lens[i] = n < INT32_MAX ? (int32_t)n : INT32_MAX;
         gen_sum += ps->n_predict[i];
-        if ((int32_t)n > prompt_max) prompt_max = (int32_t)n;
+        if (lens[i] > prompt_max) prompt_max = lens[i];
         if (ps->n_predict[i] > gen_max) gen_max = ps->n_predict[i];
     }
     /* the mean and the quantiles: a block's prefill follows its longest prompt */
