@@ -133,6 +133,11 @@ static void summary(const char *label, const result *r, int n, int single, int w
 }
 
 /* bytes / seconds in GB/s; 0 when nothing was read */
+/* The attention calibration's factor (1: not measured). */
+static double attn_scale(const tl_hw_profile *p) {
+    return p->attn_block_scale > 0 ? p->attn_block_scale : 1;
+}
+
 static double rate_gbs(double bytes, double seconds) {
     return seconds > 0 ? bytes / seconds / 1e9 : 0;
 }
@@ -203,9 +208,10 @@ static void repeat_median(const bench_case *bc, const tl_hw_profile *prof, outco
     printf("; the median's details follow\n");
     add_spread(runs, n);
     for (int i = 0; i < n; i++) /* what each repeat's calibration measured */
-        printf("       repeat %d: disk x%.2f compute x%.2f layers x%.2f, ring delay %.0f us;"
-               " decode predicted %.2f s measured %.2f s\n", i + 1, runs[i].cal_disk,
-               runs[i].cal_compute, runs[i].cal_products, runs[i].prof.ring_unit_delay_s * 1e6,
+        printf("       repeat %d: disk x%.2f compute x%.2f layers x%.2f attention x%.2f, ring "
+               "delay %.0f us; decode predicted %.2f s measured %.2f s\n", i + 1,
+               runs[i].cal_disk, runs[i].cal_compute, runs[i].cal_products,
+               attn_scale(&runs[i].prof), runs[i].prof.ring_unit_delay_s * 1e6,
                runs[i].plan.cost.decode_s, runs[i].dec_s);
     for (int i = 0; i < n && bc->single; i++) {
         if (!(runs[i].dec_read_busy_s >= 0)) continue; /* the prompt's end was not seen */
@@ -353,9 +359,9 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
                    o.kv_bytes_read / 1048576.0, o.pre_stall_s, o.pre_kv_wait_s, o.dec_stall_s,
                    o.dec_kv_wait_s);
         printf("     calibration (measured / profiled): disk %.2f, compute %.2f, layers of "
-               "many rows %.2f, KV page rate %.2f; decode priced at weights "
+               "many rows %.2f, attention %.2f, KV page rate %.2f; decode priced at weights "
                "%.2f GB/s, KV pages %.2f GB/s; ring delay %.0f us per streamed read\n",
-               o.cal_disk, o.cal_compute, o.cal_products, o.cal_mix,
+               o.cal_disk, o.cal_compute, o.cal_products, attn_scale(&o.prof), o.cal_mix,
                rate_gbs(pc->decode.weight_bytes, pc->decode.weight_read_s),
                rate_gbs(pc->decode.kv_read_bytes, pc->decode.kv_read_s),
                o.prof.ring_unit_delay_s * 1e6);

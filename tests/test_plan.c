@@ -1171,6 +1171,7 @@ static void products_calibration(const char *path, uint64_t budget, uint64_t sta
     CHECK(rs1.passes == rs0.passes && rs1.bytes_read_disk == rs0.bytes_read_disk);
     CHECK(streams == !wq->data); /* a streamed unit is unbound again */
     CHECK_MSG(ratio > 0 && ratio < 1e-3, "layers at %g of a 1 kMAC/s price", ratio);
+    if (!streams) CHECK(prof.attn_block_scale > 0); /* attention timed first (room) */
     double f16 = 0, lowest = 1;
     const double *f = prof.layer_row_scale;
     for (int r = 0; r < TL_PROF_N_ROWS; r++) {
@@ -1197,6 +1198,44 @@ static void products_calibration(const char *path, uint64_t budget, uint64_t sta
         for (int d = 0; d < TL_PROF_N_DEPTH; d++)
             CHECK(prof.disk_read_bps[c][d] == before.disk_read_bps[c][d]);
     tl_engine_unplace(m);
+    tl_model_close(m);
+}
+
+/* ---- the model's own attention timed at calibration ----
+ * The factor is the measured attention over its price: a profile whose block figure is
+ * three times the rate just measured gets about a third (the machine's wander allowed
+ * for); one absurdly slow is held at the bound; an earlier factor is replaced; with no
+ * room in the budget nothing is measured (factor 1, none set). */
+static void attention_calibration(const char *path) {
+    tl_model *m = open_model(path, 64u << 20);
+    if (!m) return;
+    tl_hw_profile prof;
+    tl_test_round_profile(&prof);
+    prof.attn_s_per_mac = 1e-6; /* a single row's: above every block figure below */
+    prof.attn_block_s_per_mac = 1e-10;
+    prof.attn_block_scale = 7; /* an earlier calibration's: replaced */
+    double k1 = 0;
+    CHECK_MSG(tl_plan_calibrate_attention(m, &prof, &k1) == TL_OK, "%s", tl_last_error());
+    CHECK_MSG(k1 > 0.25 && k1 < 4 && k1 == prof.attn_block_scale, "factor %g (set %g)", k1,
+              prof.attn_block_scale);
+    double per_mac = 0;
+    const double priced = tl_cost_attention_s(m, &prof, TL_PLAN_ATTN_ROWS, 1024, 1088, 1,
+                                              &per_mac);
+    CHECK(priced > 0 && per_mac > 0 && per_mac <= priced);
+    prof.attn_block_s_per_mac = 3 * 1e-10 * k1; /* three times the rate measured */
+    double k3 = 0;
+    CHECK(tl_plan_calibrate_attention(m, &prof, &k3) == TL_OK);
+    CHECK_MSG(k3 > 0.2 && k3 < 0.55, "three times dear: factor %g", k3);
+    prof.attn_block_s_per_mac = 1e-7;
+    CHECK(tl_plan_calibrate_attention(m, &prof, &k3) == TL_OK);
+    CHECK_MSG(k3 == 0.25 && prof.attn_block_scale == 0.25, "absurdly dear: factor %g", k3);
+    void *all = NULL; /* the budget's room taken */
+    const size_t room = tl_budget_limit(m->lm.budget) - tl_budget_used(m->lm.budget) - 4096;
+    CHECK(tl_budget_alloc(m->lm.budget, room, 64, "test", &all) == TL_OK);
+    CHECK(tl_plan_calibrate_attention(m, &prof, &k3) == TL_OK);
+    CHECK_MSG(k3 == 1 && prof.attn_block_scale == 0, "no room: factor %g, set %g", k3,
+              prof.attn_block_scale);
+    tl_budget_free(m->lm.budget, all);
     tl_model_close(m);
 }
 
@@ -1475,6 +1514,7 @@ int main(void) {
     tiers_search(p4, 36u << 20, 1e6, 0, 1); /* input rows kept take room too */
     kv_spill_calibration(p4);
     kv_beside_stream(p4);
+    attention_calibration(p4);
     products_calibration(p4, 64u << 20, 0, 0);         /* resident */
     products_calibration(p4, 10u << 20, 4u << 20, 1);  /* streamed */
     ring_calibration(p4, 10u << 20, 4u << 20);

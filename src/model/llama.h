@@ -255,6 +255,13 @@ static inline int32_t tl_llama_rows_run_end(const tl_llama_rows *rows, int32_t i
  * layer to the KV cache (the caller commits after the last layer). */
 tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv *kv, int32_t layer,
                          const tl_llama_rows *rows, float *x);
+/* The layer's attention stage alone: each row of s->q ([n][n_head * head_dim], RoPE
+ * applied) attends over its sequence's KV at the stage's layer kl, every position up to
+ * its own already appended (tl_kv_append) and viewable (tl_kv_wait), into s->att_out, in
+ * blocks of s->attn_rows rows of one sequence on the pool. tl_llama_layer_forward calls
+ * it; the planner's calibration times it alone (plan/calibrate.h). */
+tl_status tl_llama_attend(tl_llama *m, tl_llama_scratch *s, struct tl_kv *kv, int32_t kl,
+                          const tl_llama_rows *rows);
 /* TL_ERR_CONTEXT when a context of n_ctx positions is longer than the model can hold
  * (learned positions: n_ctx_train; RoPE models have no such limit). */
 tl_status tl_llama_check_context(const tl_llama *m, int32_t n_ctx);

@@ -449,6 +449,24 @@ static void attn_task(void *arg, int task, int thread) {
     }
 }
 
+/* llama.h */
+tl_status tl_llama_attend(tl_llama *m, tl_llama_scratch *s, struct tl_kv *kv, int32_t kl,
+                          const tl_llama_rows *rows) {
+    int32_t n_blocks = 0; /* each sequence's rows in blocks of at most attn_rows */
+    for (int32_t i = 0, e; i < rows->n; i = e) {
+        e = tl_llama_rows_run_end(rows, i);
+        for (int32_t b = i; b < e; b += s->attn_rows) s->attn_block[n_blocks++] = b;
+    }
+    s->attn_block[n_blocks] = rows->n;
+    attn_job j = {m, s, kv, kl, rows, s->q, s->att_out, TL_OK};
+    tl_pool_run(m->pool, (int)(n_blocks * m->hp.n_head_kv), attn_task, &j);
+    const tl_status st = (tl_status)atomic_load_explicit(&j.status, memory_order_relaxed);
+    if (st)
+        return tl_error_set(st, "attention at layer %d could not read a KV page",
+                            (int)(kl + m->stage_first));
+    return TL_OK;
+}
+
 /* Chooses the pages row r (the only row of seq in this step) attends to at KV layer l (the
  * stage's index), makes them viewable, and records the choice for the next prefetch there. */
 static tl_status select_pages(tl_llama *m, tl_llama_scratch *s, struct tl_kv *kv, int32_t l,
@@ -558,18 +576,7 @@ tl_status tl_llama_layer_forward(tl_llama *m, tl_llama_scratch *s, struct tl_kv 
         }
     }
     if (tl_kv_recomputes(kv, kl)) recompute_pages(m, s, kv, l, kl, rows);
-    int32_t n_blocks = 0; /* each sequence's rows in blocks of at most attn_rows */
-    for (int32_t i = 0, e; i < rows->n; i = e) {
-        e = tl_llama_rows_run_end(rows, i);
-        for (int32_t b = i; b < e; b += s->attn_rows) s->attn_block[n_blocks++] = b;
-    }
-    s->attn_block[n_blocks] = rows->n;
-    attn_job j = {m, s, kv, kl, rows, s->q, s->att_out, TL_OK};
-    tl_pool_run(m->pool, (int)(n_blocks * hp->n_head_kv), attn_task, &j);
-    const tl_status attn_st = (tl_status)atomic_load_explicit(&j.status, memory_order_relaxed);
-    if (attn_st)
-        return tl_error_set(attn_st, "attention at layer %d could not read a KV page",
-                            (int)l);
+    if ((pst = tl_llama_attend(m, s, kv, kl, rows))) return pst;
     tl_sparsity_apply(&m->sparse, l, TL_SITE_ATTN_OUT, s->att_out, n, qd);
     const tl_weight *wo = &L->wo;
     if ((pst = site_products(m, s, l, TL_SITE_ATTN_OUT, &wo, 1, s->att_out, n, &s->xn)))

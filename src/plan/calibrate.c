@@ -18,6 +18,7 @@
 #include "exec/residency.h"
 #include "format/tensor_type.h"
 #include "kernels/kernels.h"
+#include "kv/kv_cache.h"
 #include "model/flash_layout.h"
 #include "model/ops.h"
 #include "model/placement.h"
@@ -349,6 +350,22 @@ int tl__calibrate_buffers(tl_model *m, size_t n, size_t rows, size_t cols, const
 void tl__calibrate_free(tl_model *m, float *X, float *Y, float *scratch) {
     tl_budget_free(m->lm.budget, X), tl_budget_free(m->lm.budget, Y);
     tl_budget_free(m->lm.budget, scratch);
+}
+
+void tl__calibrate_kv_params(const tl_model *m, int32_t layers, int32_t max_tokens,
+                             int32_t max_block, int32_t page_tokens, tl_kv_params *kp) {
+    const tl_llama_hparams *hp = &m->lm.hp;
+    memset(kp, 0, sizeof *kp);
+    kp->n_layer = layers;
+    kp->kv_dim = hp->n_head_kv * hp->head_dim;
+    kp->head_dim = hp->head_dim;
+    kp->page_tokens = page_tokens;
+    kp->bits = 32;
+    kp->kv_mem_pct = 100;
+    kp->max_seqs = 1;
+    kp->max_tokens = max_tokens;
+    kp->max_block = max_block;
+    kp->attn_window = hp->n_swa;
 }
 
 /* Every pool thread in a task at once: the pool awake, as a run's products find it. */

@@ -126,12 +126,31 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
  * counters untouched); the forwards then go round the resident layers shaped as it (up to
  * 64 MiB of them), as a pass takes its layers, so a small layer is not timed from a cache
  * the run does not give it. Their scratch, rows and KV cache (one sequence, f32, in
- *  * memory) come from the budget, for the most rows it has room for; counts whose forwards
+ * memory) come from the budget, for the most rows it has room for; counts whose forwards
  * would take over 0.4 s a round (twice the count before) are not timed either (the counts
- * above the timed ones take the highest's ratio; no room for 16: nothing measured). It costs a few
- * dozen forwards of one layer. A flash or neuron layout keeps the profile's figures. Call
- * with no unit acquired. */
+ * above the timed ones take the highest's ratio; no room for 16: nothing measured). It
+ * costs a few dozen forwards of one layer. A flash or neuron layout keeps the profile's
+ * figures. It calls tl_plan_calibrate_attention first (for every layout), so the
+ * attention it subtracts is priced as measured. Call with no unit acquired. */
 tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *ratio);
+
+/* The model's own attention against its price (calibrate_attention.c): the engine's
+ * attention stage (tl_llama_attend) alone, for a prompt chunk of TL_PLAN_ATTN_ROWS rows at
+ * the end of a context of TL_PLAN_ATTN_POS positions (fewer where the model's window or
+ * the budget's room ends, not under TL_PLAN_ATTN_MIN_POS: then nothing is measured) over a
+ * KV cache of one layer shaped as the model's (f32, in memory, made-up keys and values;
+ * copies of it taken in turn, as a pass reads its layers', up to 32 MiB of them);
+ * the median of 5 samples. prof->attn_block_scale gets (measured - the priced reads beyond
+ * the caches) / the priced per-MAC part (tl_cost_attention_s), within [1/4, 4], and
+ * *ratio that factor (1: nothing measured). The profile times attention on two small
+ * models of head size 64 only; how fast a model's attention runs per MAC changes with its
+ * head size, kv heads and grouping, and with the machine's spell. tl_plan_calibrate_products
+ * calls it first, so that a layer's price beside attention is fitted with attention
+ * priced as measured. Its state comes from the budget (no room: nothing measured). */
+#define TL_PLAN_ATTN_ROWS 64
+#define TL_PLAN_ATTN_POS 2048
+#define TL_PLAN_ATTN_MIN_POS 256
+tl_status tl_plan_calibrate_attention(tl_model *m, tl_hw_profile *prof, double *ratio);
 
 /* Its rounds: round_r[q] holds round q's ratios at the TL_PLAN_PRODUCTS_POINTS row
  * counts (0: not measured). Folds them into r[] (the lowest measured ratio of each row
@@ -151,5 +170,11 @@ int tl_plan_products_round(const double (*round_r)[TL_PLAN_PRODUCTS_POINTS], int
 int tl__calibrate_buffers(tl_model *m, size_t n, size_t rows, size_t cols, const char *what,
                           float **X, float **Y, float **scratch, size_t *sf);
 void tl__calibrate_free(tl_model *m, float *X, float *Y, float *scratch);
+/* The KV cache a calibration times the model's layers with: `layers` layers shaped as the
+ * model's, one sequence of up to max_tokens positions appended up to max_block at a time,
+ * f32, in memory, in pages of page_tokens, the model's attention window. */
+struct tl_kv_params;
+void tl__calibrate_kv_params(const tl_model *m, int32_t layers, int32_t max_tokens,
+                             int32_t max_block, int32_t page_tokens, struct tl_kv_params *kp);
 
 #endif

@@ -88,17 +88,7 @@ static int fwd_open(tl_model *m, int32_t N, fwd *f) {
     f->N = N;
     const tl_llama_hparams *hp = &m->lm.hp;
     tl_kv_params kp;
-    memset(&kp, 0, sizeof kp);
-    kp.n_layer = tl_llama_stage_layers(&m->lm);
-    kp.kv_dim = hp->n_head_kv * hp->head_dim;
-    kp.head_dim = hp->head_dim;
-    kp.page_tokens = PRODUCTS_PAGE_TOKENS;
-    kp.bits = 32;
-    kp.kv_mem_pct = 100;
-    kp.max_seqs = 1;
-    kp.max_tokens = N;
-    kp.max_block = N;
-    kp.attn_window = hp->n_swa;
+    tl__calibrate_kv_params(m, tl_llama_stage_layers(&m->lm), N, N, PRODUCTS_PAGE_TOKENS, &kp);
     const size_t xb = (size_t)N * (size_t)hp->n_embd * sizeof(float);
     f->seq = malloc((size_t)N * sizeof *f->seq);
     f->pos = malloc((size_t)N * sizeof *f->pos);
@@ -214,6 +204,10 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
     if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating products: nothing placed");
     /* priced as the profile has it; an earlier calibration's factors go */
     for (int k = 0; k < TL_PROF_N_ROWS; k++) prof->layer_row_scale[k] = 0;
+    /* attention first: the rest is what the forwards take beyond its price */
+    double attn_ratio;
+    tl_status ast = tl_plan_calibrate_attention(m, prof, &attn_ratio);
+    if (ast) return ast;
     const int32_t unit = m->lm.stage_first;
     const tl_llama_layer *ly = &m->lm.layers[unit];
     const tl_weight *w[7];

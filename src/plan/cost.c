@@ -9,9 +9,12 @@
  *                    before the step (open pages are f32), blk = rows per attention block
  *                    (1 in decode); a from the profile's multi-head and grouped-query
  *                    figures, per block (own + shared / blk) and linear in 1 / g for g
- *                    query heads per kv head; b[bits]: decoding a stored element, timed
- *                    on one thread (each kv head's job decodes its K columns, then its V
- *                    columns, once a block; jobs = blocks * n_head_kv share the threads);
+ *                    query heads per kv head, the block figures times the calibrated
+ *                    attn_block_scale (the model's own attention timed over a long
+ *                    context, tl_plan_calibrate_attention); b[bits]: decoding a stored
+ *                    element, timed on one thread (each kv head's job decodes its K
+ *                    columns, then its V columns, once a block; jobs = blocks *
+ *                    n_head_kv share the threads);
  *                    kv_bytes = the KV bytes the row reads at the layer (as stored), m(W)
  *                    = the profile's extra seconds per KV byte beyond the caches, times
  *                    miss(W) = (W - attn_cache_bytes) / (attn_mem_bytes - attn_cache_bytes)
@@ -188,9 +191,11 @@ static double attn_block_line(double s1, double sb, double block) {
  * (QK and AV: 4 FLOPs per MAC of the profile's count). A profile without the grouped
  * figures prices every grouping as multi-head. */
 static double attn_s_per_mac(const tl_hw_profile *prof, double block, double group) {
-    const double c1 = attn_block_line(prof->attn_s_per_mac, prof->attn_block_s_per_mac, block);
+    const double k = prof->attn_block_scale > 0 ? prof->attn_block_scale : 1;
+    const double c1 = attn_block_line(prof->attn_s_per_mac, k * prof->attn_block_s_per_mac,
+                                      block);
     if (group <= 1 || prof->attn_gqa_s_per_mac <= 0) return c1;
-    double cg = attn_block_line(prof->attn_gqa_s_per_mac, prof->attn_gqa_block_s_per_mac,
+    double cg = attn_block_line(prof->attn_gqa_s_per_mac, k * prof->attn_gqa_block_s_per_mac,
                                 block);
     if (cg > c1) cg = c1; /* sharing a kv head never costs more (noise in the profile) */
     const double G = TL_PROF_GQA_GROUP, x = (1 - 1 / group) / (1 - 1 / G);
@@ -541,6 +546,25 @@ double tl_cost_prefill_layer_s(const tl_model *m, const tl_hw_profile *prof, int
                                               seq_blocks);
     return mb_layer_compute(m, prof, l, kv_bits, rows, block, 0, seq_blocks, ctx[0],
                             stored[0], mem, NULL, attn, NULL);
+}
+
+/* cost.h: the rows as mb_layer_compute takes them, in a pass `layers` layers deep */
+double tl_cost_attention_s(const tl_model *m, const tl_hw_profile *prof, int32_t rows,
+                           int32_t pos0, int32_t n_ctx, int32_t layers, double *per_mac) {
+    const tl_llama_hparams *hp = &m->lm.hp;
+    if (per_mac) *per_mac = 0;
+    if (rows <= 0) return 0;
+    const double cap = tl_llama_attn_block_rows(hp, n_ctx);
+    const double seq_blocks = ceil(rows / cap), block = rows / seq_blocks;
+    const double ctx = (double)rows * pos0 + (double)rows * (rows + 1) / 2;
+    const double w = mb_kv_bytes(m, 32, ctx, 0, block * seq_blocks) * (layers > 1 ? layers : 1);
+    const double mem = prof->attn_mem_s_per_byte > 0
+                           ? kv_miss_share(prof, w) * prof->attn_mem_s_per_byte : 0;
+    const double pm =
+        ctx * hp->n_head * hp->head_dim *
+        attn_s_per_mac(prof, block, (double)hp->n_head / hp->n_head_kv);
+    if (per_mac) *per_mac = pm;
+    return pm + kv_mem_s(m, prof, 32, rows, block, seq_blocks, ctx, 0, mem);
 }
 
 /* cost.h; a full group is never priced below one row */

@@ -150,6 +150,15 @@ double tl_cost_unit_repack_s(const tl_model *m, const tl_hw_profile *prof,
  * depth K (tl_profile_read_bps). */
 double tl_cost_embd_read_s(const tl_hw_profile *prof, int32_t K, int32_t n);
 
+/* Seconds of attention at one layer for `rows` rows of one sequence at positions pos0 ..
+ * pos0 + rows - 1 (each sees every position up to its own, all in open f32 pages), in
+ * the blocks the engine takes for a context of n_ctx positions, in a pass over `layers`
+ * layers shaped as this one (their KV read between two steps of this one); as the pass's
+ * compute prices it. *per_mac (may be NULL) gets the part priced per MAC, the rest is the
+ * KV read beyond the caches. */
+double tl_cost_attention_s(const tl_model *m, const tl_hw_profile *prof, int32_t rows,
+                           int32_t pos0, int32_t n_ctx, int32_t layers, double *per_mac);
+
 /* Seconds of one prefill micro-batch at layer l: `rows` rows of one sequence at positions
  * 0 .. rows - 1 (each sees its own and the earlier ones, nothing stored yet), attention
  * in the blocks the engine takes for a context of n_ctx positions; as the pass's compute
