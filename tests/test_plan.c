@@ -1204,8 +1204,9 @@ static void products_calibration(const char *path, uint64_t budget, uint64_t sta
 /* ---- the model's own attention timed at calibration ----
  * The factor is the measured attention over its price: a profile whose block figure is
  * three times the rate just measured gets about a third (the machine's wander allowed
- * for); one absurdly slow is held at the bound; an earlier factor is replaced; with no
- * room in the budget nothing is measured (factor 1, none set). */
+ * for); one absurdly slow is held at the bound; an earlier factor is replaced; with little
+ * room it is measured on fewer copies of the KV, with none nothing is (factor 1, none
+ * set). */
 static void attention_calibration(const char *path) {
     tl_model *m = open_model(path, 64u << 20);
     if (!m) return;
@@ -1235,6 +1236,17 @@ static void attention_calibration(const char *path) {
     prof.attn_block_s_per_mac = 1e-7;
     CHECK(tl_plan_calibrate_attention(m, &prof, &k3) == TL_OK);
     CHECK_MSG(k3 == 0.25 && prof.attn_block_scale == 0.25, "absurdly dear: factor %g", k3);
+    /* room for one copy of the layer's KV at the full context (4 MiB), not for 32 MiB of
+     * copies at any context: measured with fewer copies */
+    void *most = NULL;
+    const size_t free8 = tl_budget_limit(m->lm.budget) - tl_budget_used(m->lm.budget) -
+                         (8u << 20);
+    CHECK(tl_budget_alloc(m->lm.budget, free8, 64, "test", &most) == TL_OK);
+    prof.attn_block_s_per_mac = base;
+    CHECK(tl_plan_calibrate_attention(m, &prof, &k3) == TL_OK);
+    CHECK_MSG(prof.attn_block_scale > 0 && k3 == prof.attn_block_scale,
+              "8 MiB of room: factor %g, set %g", k3, prof.attn_block_scale);
+    tl_budget_free(m->lm.budget, most);
     void *all = NULL; /* the budget's room taken */
     const size_t room = tl_budget_limit(m->lm.budget) - tl_budget_used(m->lm.budget) - 4096;
     CHECK(tl_budget_alloc(m->lm.budget, room, 64, "test", &all) == TL_OK);

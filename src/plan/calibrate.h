@@ -139,7 +139,8 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
  * the end of a context of TL_PLAN_ATTN_POS positions (fewer where the model's window or
  * the budget's room ends, not under TL_PLAN_ATTN_MIN_POS: then nothing is measured) over a
  * KV cache of one layer shaped as the model's (f32, in memory, made-up keys and values;
- * copies of it taken in turn, as a pass reads its layers', up to 32 MiB of them);
+ * copies of it taken in turn, as a pass reads its layers', up to 32 MiB of them, fewer
+ * where the budget has no room before fewer positions);
  * the median of 5 samples. prof->attn_block_scale gets (measured - the priced reads beyond
  * the caches) / the priced per-MAC part (tl_cost_attention_s), within [1/4, 4], and
  * *ratio that factor (1: nothing measured). The profile times attention on two small

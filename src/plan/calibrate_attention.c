@@ -36,8 +36,9 @@
 #define ATTN_MAX_SCALE 4.0
 #define ATTN_PAGE_TOKENS 16 /* the contexts' KV page */
 /* The chunks take copies of the layer's KV in turn, enough of them to fill ATTN_CYCLE_BYTES
- * (at most ATTN_MAX_COPIES): a run's layer reads its KV after the other layers' KV and
- * weights went through the caches, not from where the chunk before left it. */
+ * (at most ATTN_MAX_COPIES; fewer where the budget has no room for them, before a shorter
+ * context is tried): a run's layer reads its KV after the other layers' KV and weights
+ * went through the caches, not from where the chunk before left it. */
 #define ATTN_CYCLE_BYTES ((uint64_t)32 << 20)
 #define ATTN_MAX_COPIES 16
 
@@ -59,17 +60,23 @@ static void state_close(attn_state *a) {
     memset(a, 0, sizeof *a);
 }
 
-/* Opens the state for a context of P positions and appends them; 0 (nothing held, no
- * error left) when the budget has no room or an append fails. */
-static int state_open(tl_model *m, int32_t P, attn_state *a) {
+/* The copies of a layer's KV at a context of P positions that fill ATTN_CYCLE_BYTES. */
+static int32_t wanted_copies(const tl_model *m, int32_t P) {
+    const tl_llama_hparams *hp = &m->lm.hp;
+    const uint64_t layer_bytes = 2 * (uint64_t)P * (uint64_t)(hp->n_head_kv * hp->head_dim) * 4;
+    const uint64_t c = (ATTN_CYCLE_BYTES + layer_bytes - 1) / layer_bytes;
+    return c > ATTN_MAX_COPIES ? ATTN_MAX_COPIES : (int32_t)c;
+}
+
+/* Opens the state for a context of P positions in `copies` copies and appends them; 0
+ * (nothing held, no error left) when the budget has no room or an append fails. */
+static int state_open(tl_model *m, int32_t P, int32_t copies, attn_state *a) {
     const int32_t R = TL_PLAN_ATTN_ROWS;
     const tl_llama_hparams *hp = &m->lm.hp;
     memset(a, 0, sizeof *a);
     a->m = m;
     a->P = P;
-    const uint64_t layer_bytes = 2 * (uint64_t)P * (uint64_t)(hp->n_head_kv * hp->head_dim) * 4;
-    a->copies = (int32_t)((ATTN_CYCLE_BYTES + layer_bytes - 1) / layer_bytes);
-    if (a->copies > ATTN_MAX_COPIES) a->copies = ATTN_MAX_COPIES;
+    a->copies = copies;
     tl_kv_params kp;
     tl__calibrate_kv_params(m, a->copies, P, R, ATTN_PAGE_TOKENS, &kp);
     int ok = !tl_llama_scratch_init(&m->lm, R, P, ATTN_PAGE_TOKENS, &a->s);
@@ -137,8 +144,13 @@ tl_status tl_plan_calibrate_attention(tl_model *m, tl_hw_profile *prof, double *
     if (hp->n_swa > 0 && hp->n_swa < P) P = hp->n_swa; /* a row sees no more than that */
     if (hp->pos_learned && hp->n_ctx_train > 0 && hp->n_ctx_train < P) P = hp->n_ctx_train;
     attn_state a;
-    while (P >= TL_PLAN_ATTN_MIN_POS && !state_open(m, P, &a)) P /= 2;
-    if (P < TL_PLAN_ATTN_MIN_POS) return TL_OK; /* no room: nothing measured */
+    int opened = 0;
+    while (!opened && P >= TL_PLAN_ATTN_MIN_POS) { /* fewer copies first, then positions */
+        for (int32_t c = wanted_copies(m, P); c >= 1 && !opened; c /= 2)
+            opened = state_open(m, P, c, &a);
+        if (!opened) P /= 2;
+    }
+    if (!opened) return TL_OK; /* no room: nothing measured */
     double measured = 0;
     tl_status st = attention_s(&a, &measured);
     const int32_t copies = a.copies;
