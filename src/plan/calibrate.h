@@ -140,14 +140,14 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
  * the budget's room ends, not under TL_PLAN_ATTN_MIN_POS: then nothing is measured) over a
  * KV cache of one layer shaped as the model's (f32, in memory, made-up keys and values;
  * copies of it taken in turn, as a pass reads its layers', up to 32 MiB of them, fewer
- * where the budget has no room before fewer positions);
- * the median of 5 samples. prof->attn_block_scale gets (measured - the priced reads beyond
- * the caches) / the priced per-MAC part (tl_cost_attention_s), within [1/4, 4], and
- * *ratio that factor (1: nothing measured). The profile times attention on two small
- * models of head size 64 only; how fast a model's attention runs per MAC changes with its
- * head size, kv heads and grouping, and with the machine's spell. tl_plan_calibrate_products
- * calls it first, so that a layer's price beside attention is fitted with attention
- * priced as measured. Its state comes from the budget (no room: nothing measured). */
+ * where the budget has no room before fewer positions); the median of 5 samples.
+ * prof->attn_block_scale gets (measured - the priced reads beyond the caches) / the
+ * priced per-MAC part (tl_cost_attention_s), within [1/4, 4], and *ratio that factor (1:
+ * nothing measured). The profile times attention on two small models of head size 64
+ * only; how fast a model's attention runs per MAC changes with its head size, kv heads
+ * and grouping, and with the machine's spell. tl_plan_calibrate_products calls it first,
+ * so that a layer's price beside attention is fitted with attention priced as measured.
+ * Its state comes from the budget (no room: nothing measured). */
 #define TL_PLAN_ATTN_ROWS 64
 #define TL_PLAN_ATTN_POS 2048
 #define TL_PLAN_ATTN_MIN_POS 256
