@@ -132,12 +132,12 @@ static void summary(const char *label, const result *r, int n, int single, int w
            100 * abs_err[k - 1], 100 * sum / k);
 }
 
-/* bytes / seconds in GB/s; 0 when nothing was read */
 /* The attention calibration's factor (1: not measured). */
 static double attn_scale(const tl_hw_profile *p) {
     return p->attn_block_scale > 0 ? p->attn_block_scale : 1;
 }
 
+/* bytes / seconds in GB/s; 0 when nothing was read */
 static double rate_gbs(double bytes, double seconds) {
     return seconds > 0 ? bytes / seconds / 1e9 : 0;
 }
