@@ -46,7 +46,7 @@
  * positions and one sequence's KV cache of `copies` layers, each filled to P positions. */
 typedef struct attn_state {
     tl_model *m;
-    int32_t P, copies;
+    int32_t copies;
     tl_llama_scratch s;
     int scratch_ok;
     tl_kv *kv;
@@ -75,7 +75,6 @@ static int state_open(tl_model *m, int32_t P, int32_t copies, attn_state *a) {
     const tl_llama_hparams *hp = &m->lm.hp;
     memset(a, 0, sizeof *a);
     a->m = m;
-    a->P = P;
     a->copies = copies;
     tl_kv_params kp;
     tl__calibrate_kv_params(m, a->copies, P, R, ATTN_PAGE_TOKENS, &kp);
@@ -114,13 +113,11 @@ static int state_open(tl_model *m, int32_t P, int32_t copies, attn_state *a) {
 static tl_status attention_s(attn_state *a, double *seconds) {
     const tl_llama_rows rows = {TL_PLAN_ATTN_ROWS, a->seq_ids, a->seq_pos};
     tl_status st = TL_OK;
-    int32_t l = 0;
-    for (l = 0; l < a->copies && !st; l++) { /* in memory: viewable until released */
-        st = tl_kv_prefetch(a->kv, &a->seq, 1, l);
-        if (!st) st = tl_kv_wait(a->kv, &a->seq, 1, l);
+    for (int32_t c = 0; c < a->copies && !st; c++) { /* in memory: viewable until released */
+        st = tl_kv_prefetch(a->kv, &a->seq, 1, c);
+        if (!st) st = tl_kv_wait(a->kv, &a->seq, 1, c);
     }
-    const int32_t held = st ? l - 1 : l;
-    l = 0;
+    int32_t l = 0;
     double t[ATTN_SAMPLES];
     int reps = 1;
     for (int r = -1; r < ATTN_SAMPLES && !st; r++) { /* -1: warms the caches, sizes a sample */
@@ -131,7 +128,7 @@ static tl_status attention_s(attn_state *a, double *seconds) {
         if (r < 0) reps = dt > 0 && dt < ATTN_SAMPLE_S ? (int)ceil(ATTN_SAMPLE_S / dt) : 1;
         else t[r] = dt;
     }
-    for (int32_t k = 0; k < held; k++) tl_kv_release(a->kv, &a->seq, 1, k);
+    for (int32_t c = 0; c < a->copies; c++) tl_kv_release(a->kv, &a->seq, 1, c);
     if (!st) *seconds = tl_median(t, ATTN_SAMPLES);
     return st;
 }
