@@ -1286,6 +1286,45 @@ static void measure_passes(const char *path, uint64_t budget, uint64_t state) {
     tl_model_close(m);
 }
 
+/* The sweep over the memory the weights hold (tl_residency_sweep), where some layers'
+ * products are resident and some stream. */
+static void sweep_held(const char *path, uint64_t budget, uint64_t state) {
+    tl_model *m = open_model(path, budget);
+    if (!m) return;
+    CHECK(tl_engine_place(m, state) == TL_OK);
+    const tl_weight_plan *wp = tl_residency_plan(m->res);
+    /* once over all of it at most, on from its cursor, wrapping */
+    uint64_t at = 0;
+    const uint64_t held = tl_residency_sweep(m->res, -1, UINT64_MAX, &at);
+    const uint64_t ring = (uint64_t)wp->n_slots * wp->slot_bytes;
+    CHECK_MSG(held > ring && at == 0, "swept %llu bytes (the ring %llu), cursor %llu",
+              (unsigned long long)held, (unsigned long long)ring, (unsigned long long)at);
+    const uint64_t third = held / 3 + 1;
+    CHECK(tl_residency_sweep(m->res, -1, third, &at) == third && at == third);
+    CHECK(tl_residency_sweep(m->res, -1, third, &at) == third && at == 2 * third);
+    CHECK(tl_residency_sweep(m->res, -1, third, &at) == third && at == 3 * third - held);
+    /* a layer's own buffers are left out: a streamed one's ring buffer, once borrowed, and
+     * the resident buffers a resident one's products lie in */
+    int32_t streamed = -1, resident = -1; /* all products streamed; one resident at least */
+    for (int32_t l = 0; l < m->lm.hp.n_layer; l++) {
+        const tl_llama_layer *ly = &m->lm.layers[l];
+        const int any = ly->wq.data || ly->wo.data || ly->w_up.data || ly->w_down.data;
+        if (tl_weight_plan_unit_bytes(&m->lm, wp, l) > 0 && !any) streamed = l;
+        if (any) resident = l;
+    }
+    CHECK(streamed >= 0 && resident >= 0);
+    CHECK(tl_residency_borrow(m->res, streamed) == TL_OK);
+    at = 0;
+    CHECK(tl_residency_sweep(m->res, streamed, UINT64_MAX, &at) == held - wp->slot_bytes);
+    CHECK(tl_residency_sweep(m->res, -1, UINT64_MAX, &at) == held);
+    tl_residency_unborrow(m->res, streamed);
+    CHECK(tl_residency_sweep(m->res, streamed, UINT64_MAX, &at) == held);
+    const uint64_t no_own = tl_residency_sweep(m->res, resident, UINT64_MAX, &at);
+    CHECK_MSG(no_own < held && no_own > ring, "resident layer %d: %llu of %llu bytes swept",
+              (int)resident, (unsigned long long)no_own, (unsigned long long)held);
+    tl_model_close(m);
+}
+
 /* An embedding smaller than one IO queue is placed before any layer (placement.c): at
  * every budget from lo to hi (256 KiB steps) where some layer parts are resident and some
  * stream, it is resident (smaller than a part here), also where the parts placed first
@@ -1537,6 +1576,7 @@ int main(void) {
     products_calibration(p4, 10u << 20, 4u << 20, 1);  /* streamed */
     ring_calibration(p4, 10u << 20, 4u << 20);
     measure_passes(p4, 10u << 20, 4u << 20);
+    sweep_held(p4, 16u << 20, 4u << 20);
     embedding_calibration(p4, 10u << 20, 4u << 20, 1);
     embedding_first(p4, 8u << 20, 20u << 20, 4u << 20);
     embedding_calibration(p4, 64u << 20, 0, 0);

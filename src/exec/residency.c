@@ -53,6 +53,7 @@ struct tl_residency {
     int n_units;            /* n_layer + 1 */
     tl_weight_layout *units;          /* streamed parts of each unit (n_t == 0: fully resident) */
     void **resident;        /* budget buffers of resident weights */
+    size_t *resident_bytes; /* and their sizes */
     size_t n_resident, cap_resident;
     slot *slots;
     int *queue;             /* issued, not yet acquired: slot indices in issue order */
@@ -103,14 +104,18 @@ static tl_status sticky(tl_residency *r) {
     return r->error ? tl_error_set(r->error, "%s", r->error_msg) : TL_OK;
 }
 
-static tl_status keep(tl_residency *r, void *buf) {
+static tl_status keep(tl_residency *r, void *buf, size_t bytes) {
     if (r->n_resident == r->cap_resident) {
         size_t cap = r->cap_resident ? 2 * r->cap_resident : 64;
         void **b = realloc(r->resident, cap * sizeof *b);
         if (!b) return tl_error_set(TL_ERR_NOMEM, "out of memory");
         r->resident = b;
+        size_t *n = realloc(r->resident_bytes, cap * sizeof *n);
+        if (!n) return tl_error_set(TL_ERR_NOMEM, "out of memory");
+        r->resident_bytes = n;
         r->cap_resident = cap;
     }
+    r->resident_bytes[r->n_resident] = bytes;
     r->resident[r->n_resident++] = buf;
     return TL_OK;
 }
@@ -231,7 +236,7 @@ static tl_status start_part(tl_residency *r, tl_weight *const *ws, int n, part_l
     tl_weight_layout_build(&p->L, ws, n);
     tl_status st = tl_budget_alloc(r->m->budget, p->L.bytes, ALIGN, ws[0]->name, (void **)&p->buf);
     if (st) return st;
-    if ((st = keep(r, p->buf))) {
+    if ((st = keep(r, p->buf, p->L.bytes))) {
         tl_budget_free(r->m->budget, p->buf);
         return st;
     }
@@ -441,7 +446,7 @@ static tl_status load_converted(tl_residency *r, tl_weight *w) {
     if (!st) {
         tl_dequant_row(w->file_type, raw + L.t[0].buf_off, dst, n);
         w->data = dst;
-        st = keep(r, dst);
+        st = keep(r, dst, n * sizeof(float));
         if (st) tl_budget_free(r->m->budget, dst);
     }
     tl_budget_free(r->m->budget, raw);
@@ -556,6 +561,7 @@ void tl_residency_close(tl_residency *r) {
     tl_budget_free(r->m->budget, r->row_buf);
     tl_budget_free(r->m->budget, r->repack_tmp);
     free(r->resident);
+    free(r->resident_bytes);
     free(r->slots);
     free(r->queue);
     free(r->seq);
@@ -690,6 +696,63 @@ void tl_residency_unborrow(tl_residency *r, int u) {
     for (int i = 0; i < L->n_t; i++) L->t[i].w->data = NULL;
     r->slots[0].state = SLOT_EMPTY;
     r->slots[0].unit = -1;
+}
+
+/* The memory the weights hold as one sequence of buffers: the ring's, then the resident
+ * ones (tl_residency_sweep). */
+static size_t held_count(const tl_residency *r) {
+    return (size_t)r->plan.n_slots + r->n_resident;
+}
+static const uint8_t *held_buf(const tl_residency *r, size_t i) {
+    const size_t ring = (size_t)r->plan.n_slots;
+    return i < ring ? r->slots[i].buf : r->resident[i - ring];
+}
+static uint64_t held_bytes(const tl_residency *r, size_t i) {
+    const size_t ring = (size_t)r->plan.n_slots;
+    return i < ring ? r->plan.slot_bytes : r->resident_bytes[i - ring];
+}
+/* 1 when buffer i holds a product of layer `layer` (the ring's bound to it, or a resident
+ * buffer one of its matrices points into). */
+static int held_by_layer(const tl_residency *r, size_t i, int32_t layer) {
+    if (layer < 0 || layer >= r->m->hp.n_layer) return 0;
+    if (i < (size_t)r->plan.n_slots)
+        return r->slots[i].state == SLOT_IN_USE && r->slots[i].unit == layer;
+    const tl_llama_layer *ly = &r->m->layers[layer];
+    const tl_weight *ws[7] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up,
+                              &ly->w_down};
+    const uint8_t *b = held_buf(r, i);
+    for (int k = 0; k < 7; k++) {
+        const uint8_t *d = ws[k]->data;
+        if (d && d >= b && d < b + held_bytes(r, i)) return 1;
+    }
+    return 0;
+}
+
+uint64_t tl_residency_sweep(const tl_residency *r, int32_t layer, uint64_t max_bytes,
+                            uint64_t *cursor) {
+    const size_t n = held_count(r);
+    uint64_t held = 0; /* the buffers' bytes, but for the layer's own */
+    for (size_t i = 0; i < n; i++) held += held_by_layer(r, i, layer) ? 0 : held_bytes(r, i);
+    if (held == 0) return 0;
+    const uint64_t want = max_bytes < held ? max_bytes : held, at = *cursor % held;
+    size_t i = 0;
+    uint64_t from = at, done = 0;
+    for (;; i++) { /* the buffer the cursor lies in */
+        const uint64_t b = held_by_layer(r, i, layer) ? 0 : held_bytes(r, i);
+        if (from < b) break;
+        from -= b;
+    }
+    while (done < want) {
+        const uint64_t b = held_by_layer(r, i, layer) ? 0 : held_bytes(r, i);
+        const uint64_t take = b - from < want - done ? b - from : want - done;
+        const volatile uint8_t *p = held_buf(r, i) + from; /* volatile: each read is made */
+        for (uint64_t k = 0; k < take; k += 64) (void)p[k];
+        done += take;
+        from += take;
+        if (from == b) i = (i + 1) % n, from = 0;
+    }
+    *cursor = (at + done) % held;
+    return done;
 }
 
 /* Rows ids[0..n) (n <= tl_weight_embd_read_rows) of an embedding on disk: every row's read is

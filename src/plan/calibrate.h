@@ -124,13 +124,15 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
  * furthest from 1 (1: nothing measured). The layer's weights are the resident ones or its
  * unit read on its own (tl_residency_borrow: one unit of IO, nothing read ahead, the run's
  * counters untouched); the forwards then go round the resident layers shaped as it (up to
- * 64 MiB of them), as a pass takes its layers, so a small layer is not timed from a cache
- * the run does not give it. Their scratch, rows and KV cache (one sequence, f32, in
- * memory) come from the budget, for the most rows it has room for; counts whose forwards
- * would take over 0.4 s a round (twice the count before) are not timed either (the counts
- * above the timed ones take the highest's ratio; no room for 16: nothing measured). It
- * costs a few dozen forwards of one layer. A flash or neuron layout keeps the profile's
- * figures. It calls tl_plan_calibrate_attention first (for every layout), so the
+ * 64 MiB of them), as a pass takes its layers, and where those are fewer (a streamed layer
+ * is alone) each forward comes after a sweep over the other memory the weights hold
+ * (tl_residency_sweep), so that 64 MiB pass through the caches between two uses of one
+ * layer's weights: a layer is not timed from a cache the run does not give it. Their
+ * scratch, rows and KV cache (one sequence, f32, in memory) come from the budget, for the
+ * most rows it has room for; counts whose forwards would take over 0.4 s a round (twice
+ * the count before) are not timed either (the counts above the timed ones take the
+ * highest's ratio; no room for 16: nothing measured). It costs a few dozen forwards of
+ * one layer. A flash or neuron layout keeps the profile's figures. It calls tl_plan_calibrate_attention first (for every layout), so the
  * attention it subtracts is priced as measured. Call with no unit acquired. */
 tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *ratio);
 

@@ -38,10 +38,12 @@ static const int32_t product_rows[TL_PLAN_PRODUCTS_POINTS] = {16, 32, 64, 128, 2
 
 /* Each sample lasts at least PRODUCTS_SAMPLE_S (a small layer's forward is too short to
  * time alone against the clock and the pool's wake-ups); 5 samples, 3 when one forward
- * takes over PRODUCTS_LONG_S (a large layer). The
- * forwards take the resident layers shaped as the first in turn, up to
- * PRODUCTS_CYCLE_BYTES of them, as a pass does: one small layer timed over and over runs
- * from cache, which the run's layers, each used once per pass, do not. */
+ * takes over PRODUCTS_LONG_S (a large layer). The forwards take the resident layers
+ * shaped as the first in turn, up to PRODUCTS_CYCLE_BYTES of them, and where they are
+ * fewer (a streamed first layer is alone), a sweep over the memory the weights hold
+ * (tl_residency_sweep) comes before each forward, so that PRODUCTS_CYCLE_BYTES of other
+ * memory pass through the caches between two uses of one layer's weights, as a pass's
+ * other layers do in the run: one layer timed over and over runs from the caches. */
 #define PRODUCTS_SAMPLE_S 0.004
 #define PRODUCTS_LONG_S 0.05
 /* A count whose forwards would take over PRODUCTS_COUNT_MAX_S in a round (a large
@@ -63,6 +65,7 @@ static const int32_t product_rows[TL_PLAN_PRODUCTS_POINTS] = {16, 32, 64, 128, 2
 typedef struct fwd {
     tl_model *m;
     int32_t N;
+    uint64_t sweep_bytes, sweep_at; /* swept before each forward; where the sweep is */
     tl_llama_scratch s;
     int scratch_ok;
     tl_kv *kv;
@@ -124,6 +127,7 @@ static tl_status forward_once(fwd *f, int32_t l, int32_t n, double *dt) {
     if (st) return st;
     for (int32_t i = 0; i < n; i++) f->seq[i] = seq, f->pos[i] = i;
     const tl_llama_rows rows = {n, f->seq, f->pos};
+    tl_residency_sweep(m->res, l, f->sweep_bytes, &f->sweep_at);
     const double t0 = tl_now();
     st = tl_kv_prefetch(f->kv, &seq, 1, kl);
     if (!st) st = tl_kv_wait(f->kv, &seq, 1, kl);
@@ -237,6 +241,9 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
     for (int32_t l = unit + 1; !st && l < m->lm.stage_end && n_l < PRODUCTS_MAX_LAYERS &&
                                layer_bytes * (uint64_t)n_l < PRODUCTS_CYCLE_BYTES; l++)
         if (resident_like(m, l, w, n_w)) layers[n_l++] = l;
+    /* between two uses of a layer: the n_l - 1 others, and n_l sweeps */
+    const uint64_t others = layer_bytes * (uint64_t)(n_l - 1);
+    f.sweep_bytes = others < PRODUCTS_CYCLE_BYTES ? (PRODUCTS_CYCLE_BYTES - others) / n_l : 0;
     /* the cost model's layer at each count (unscaled): its attention, and the rest */
     enum { K = TL_PLAN_PRODUCTS_POINTS };
     double r[K] = {0}, round_r[TL_PLAN_PRODUCTS_ROUNDS][K], at[K] = {0}, rest[K] = {0};
