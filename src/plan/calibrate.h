@@ -132,8 +132,9 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
  * most rows it has room for; counts whose forwards would take over 0.4 s a round (twice
  * the count before) are not timed either (the counts above the timed ones take the
  * highest's ratio; no room for 16: nothing measured). It costs a few dozen forwards of
- * one layer. A flash or neuron layout keeps the profile's figures. It calls tl_plan_calibrate_attention first (for every layout), so the
- * attention it subtracts is priced as measured. Call with no unit acquired. */
+ * one layer. A flash or neuron layout keeps the profile's figures. It calls
+ * tl_plan_calibrate_attention first (for every layout), so the attention it subtracts is
+ * priced as measured. Call with no unit acquired. */
 tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *ratio);
 
 /* The model's own attention against its price (calibrate_attention.c): the engine's
