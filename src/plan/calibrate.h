@@ -47,25 +47,25 @@
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio);
 
-/* The ring's reads while the cores compute (calibrate_ring.c; after tl_plan_calibrate_disk,
- * _compute and _products, whose figures it uses): for a model whose streamed units, up to
- * 512 MiB a pass, go through the ring with overlap, up to seven pairs (at least three, no
- * further one past half a second) of ring samples of at least 32 MiB (whole passes),
- * alone and with each streamed unit held while the pool multiplies one row of a resident
- * matrix (none resident that a hold can end near its target with, or no room for its
- * vectors: while the pool's threads spin on registers, in eight runs a hold) for about
- * the time the cost model
- * gives that unit's compute in a decode pass of one row (its share of the layers'
- * products, attention over decode_ctx positions of kv_bits KV, element-wise work and
- * fixed costs; the output's product; and its repacking on arrival, which a measuring pass
- * skips), so the cores are as busy as a one-row decode keeps them while the reads run
- * (decode steps of many rows keep them busier than the holds do). *delay_s and
- * prof->ring_unit_delay_s get the median over the pairs of the delay per streamed read
- * that makes the ring model take the held sample's time
- * (tl_cost_ring_fit_delay; a pair's figure swings with the disk's drift between its two
- * samples, hence several; one whose holds hid the reads is dropped); the cost model adds it
- * to every streamed unit's read. tl_plan_calibrate_disk sets it to 0 first. 0 when not
- * measured (another kind of plan, or over 512 MiB a pass). An IO error is the residency's. */
+/* The ring's reads while the cores compute (calibrate_ring.c; after
+ * tl_plan_calibrate_disk, _compute and _products, whose figures it uses): for a model
+ * whose streamed units, up to 512 MiB a pass, go through the ring with overlap, up to
+ * seven held ring samples of at least 32 MiB (whole passes; at least three, no further
+ * one past half a second), each between two alone ones, with each streamed unit held
+ * while the pool multiplies one row of a resident matrix (none resident that a hold can
+ * end near its target with, or no room for its vectors: while the pool's threads spin on
+ * registers, in eight runs a hold) for about the time the cost model gives that unit's
+ * compute in a decode pass of one row (its share of the layers' products, attention over
+ * decode_ctx positions of kv_bits KV, element-wise work and fixed costs; the output's
+ * product; and its repacking on arrival, which a measuring pass skips), so the cores are
+ * as busy as a one-row decode keeps them while the reads run (decode steps of many rows
+ * keep them busier than the holds do). *delay_s and prof->ring_unit_delay_s get the
+ * median over the held samples of the delay per streamed read that makes the ring model
+ * take the held sample's time at the rate of the alone samples on either side
+ * (tl_cost_ring_fit_delay; one sample's figure swings with the disk's noise, hence several;
+ * one whose holds hid the reads is dropped); the cost model adds it to every streamed
+ * unit's read. tl_plan_calibrate_disk sets it to 0 first. 0 when not measured (another
+ * kind of plan, or over 512 MiB a pass). An IO error is the residency's. */
 tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, int32_t kv_bits,
                                  double decode_ctx, double *delay_s);
 /* The positions a decode step of a workload sees on average (its decode_ctx): the prompt

@@ -11,12 +11,15 @@
  * hold cannot use), each unit about as long as the cost model prices its compute in a
  * decode pass: all of it, not only its products, as the cores' busy share is what delays
  * the reads.
- * The pair's alone sample gives each unit's read time; the delay per streamed read that
- * makes the ring model (with the holds as measured) take the held sample's time is the
- * pair's figure (tl_cost_ring_fit_delay); the median of the pairs is kept. Alone and held
- * alternate so the disk's drift reaches both. A pair whose holds hid most reads cannot tell
- * a delay from the disk's noise and is dropped; so the holds multiply a matrix whose one
- * row costs no more than the shortest unit's target, so that each ends near it.
+ * The alone samples on either side of a held one (alone and held alternate, from alone to
+ * alone) give each unit's read time, at their rate together: a disk drifting over the
+ * samples moves both sides alike, where an alone sample on one side only takes the drift
+ * for a delay (or hides one). The delay per streamed read that makes the ring model (with
+ * the holds as measured) take the held sample's time is the pair's figure
+ * (tl_cost_ring_fit_delay); the median of the pairs is kept. A pair whose holds hid most
+ * reads cannot tell a delay from the disk's noise and is dropped; so the holds multiply a
+ * matrix whose one row costs no more than the shortest unit's target, so that each ends
+ * near it.
  * A plan that keeps no such matrix resident (a tight budget streams every product) holds
  * its units with the pool's threads computing on registers alone, in SPIN_RUNS_PER_HOLD
  * runs a hold (about a layer's products and its attention): what delays the reads is the
@@ -149,15 +152,21 @@ tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, int32_t kv_bi
     int n = 0;
     tl_status st = TL_OK;
     const double t0 = tl_now();
+    double s0 = 0; /* the alone sample before the held one */
+    uint64_t b0 = 0;
+    st = tl_residency_measure_passes(m->res, n_passes, NULL, NULL, &s0, &b0);
     for (int k = 0; k < RING_PAIRS && !st; k++) {
         if (k >= RING_MIN_PAIRS && tl_now() - t0 > RING_SAMPLES_S) break;
-        double s0 = 0, s1 = 0;
-        uint64_t b0 = 0, b1 = 0;
+        double s1 = 0, s2 = 0;
+        uint64_t b1 = 0, b2 = 0;
         memset(held, 0, ((size_t)U + 1) * sizeof *held);
-        st = tl_residency_measure_passes(m->res, n_passes, NULL, NULL, &s0, &b0);
-        if (!st) st = tl_residency_measure_passes(m->res, n_passes, hold, &h, &s1, &b1);
-        if (st || !(s0 > 0) || b0 == 0 || !(s1 > 0)) continue;
-        const double bps = (double)b0 / s0;
+        st = tl_residency_measure_passes(m->res, n_passes, hold, &h, &s1, &b1);
+        if (!st) st = tl_residency_measure_passes(m->res, n_passes, NULL, NULL, &s2, &b2);
+        const double alone_s = s0 + s2;
+        const uint64_t alone_b = b0 + b2;
+        s0 = s2, b0 = b2;
+        if (st || !(alone_s > 0) || alone_b == 0 || !(s1 > 0)) continue;
+        const double bps = (double)alone_b / alone_s; /* the two around it */
         for (int32_t u = 0; u <= U; u++) {
             r[u] = (double)tl_weight_plan_unit_bytes(&m->lm, wp, u) / bps;
             c[u] = held[u]; /* the last pass's hold of each unit stands for all */
