@@ -88,10 +88,13 @@
  *                    else max(t(k-1) + read(k) - d, done(k-1) + pages(k) * v);
  *                    read(k) = d + u + (pages(k) - 1) * v, the pages submitted together;
  *                    u = the profile's disk_urgent_read_s and v = the larger of its
- *                    disk_urgent_page_s and slot_bytes / read_bps(slot_bytes, depth) when
- *                    weights stream in the pass (u, v measured so: behind the stream,
- *                    every core computing; the profile's pages are smaller than some
- *                    models'), else slot_bytes / read_bps(slot_bytes, 1 and depth);
+ *                    disk_urgent_page_s (for a page of TL_PROF_URGENT_BYTES; a smaller
+ *                    page's in proportion: a further page of a batch adds its transfer,
+ *                    its latency hidden behind the batch's first) and slot_bytes /
+ *                    read_bps(slot_bytes, depth) when weights stream in the pass (u, v
+ *                    measured so: behind the stream, every core computing; the profile's
+ *                    pages are smaller than some models'), else slot_bytes /
+ *                    read_bps(slot_bytes, 1 and depth);
  *                    d = the weight chunks in flight ahead of a batch that finds no
  *                    urgent read out (the stream refilled the queue after them): half of
  *                    min(io_chunk x io_depth, prefetch x the mean streamed unit) (a chunk
@@ -1001,8 +1004,10 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
     const double first_s = streams ? prof->disk_urgent_read_s
                                    : slot / tl_profile_read_bps(prof, (uint64_t)slot, 1);
     /* a page's transfer time scales with the bytes a read takes (input rows: fewer) */
+    const double urgent_page_s =
+        prof->disk_urgent_page_s * fmin(1, slot / (double)TL_PROF_URGENT_BYTES);
     const double page_s =
-        (streams ? fmax(prof->disk_urgent_page_s, slot / kbps) : slot / kbps) * rslot / slot;
+        (streams ? fmax(urgent_page_s, slot / kbps) : slot / kbps) * rslot / slot;
     const double weights_read_s = layers_bytes / wbps;
     int32_t streamed_units = 0;
     for (int32_t u = 0; u < U; u++)
