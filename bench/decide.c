@@ -7,7 +7,10 @@
  * ones (random discrete knobs, placed as the search places them). Duplicates run once.
  * Each runs as a fixed policy on the planned configuration's profile (no calibration of
  * its own), in three interleaved rounds, so a disk that drifts over minutes moves every
- * candidate alike; the medians are compared. A candidate predicted over twice as slow as
+ * candidate alike; the medians are compared. Seven rounds where the chosen policy is
+ * predicted under SHORT_S: runs that short swing by more than the 5% the decision is
+ * judged by from one run to the next, and the median of three would call ties misses (or
+ * hits) by chance. A candidate predicted over twice as slow as
  * the chosen one runs in the first round only: its one run settles whether it is fastest,
  * and three would make one configuration take many minutes.
  */
@@ -22,6 +25,8 @@
 #include "base/stats.h"
 
 #define N_ROUNDS 3
+#define SHORT_ROUNDS 7
+#define SHORT_S 1.0
 #define MAX_CANDS 8
 #define ONCE_ABOVE 2.0 /* predicted this many times the chosen one's: one round */
 
@@ -29,7 +34,7 @@ typedef struct candidate {
     const char *why;
     tl_policy pol;
     double predicted_s;
-    double runs[N_ROUNDS];
+    double runs[SHORT_ROUNDS];
     int n_runs, failed;
 } candidate;
 
@@ -93,7 +98,7 @@ static int random_policy(const tl_model *m, const tl_hw_profile *prof, const tl_
 }
 
 static double median_of(const candidate *cd) {
-    double v[N_ROUNDS];
+    double v[SHORT_ROUNDS];
     for (int i = 0; i < cd->n_runs; i++) v[i] = cd->runs[i];
     return cd->n_runs ? tl_median(v, (size_t)cd->n_runs) : HUGE_VAL;
 }
@@ -154,7 +159,8 @@ decision decide_case(const bench_case *c, const outcome *planned, uint64_t seed)
     tl_model_close(m);
 
     const double chosen_pred = cs[0].predicted_s;
-    for (int round = 0; round < N_ROUNDS; round++)
+    const int rounds = chosen_pred < SHORT_S ? SHORT_ROUNDS : N_ROUNDS;
+    for (int round = 0; round < rounds; round++)
         for (int i = 0; i < n; i++) {
             candidate *cd = &cs[i];
             if (cd->failed || (round > 0 && cd->predicted_s > ONCE_ABOVE * chosen_pred)) continue;

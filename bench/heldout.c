@@ -12,18 +12,20 @@
  * all, down to 4). Each is planned with --policy auto as the CLI plans
  * it (placement, calibration, re-plan) and run; the prediction and the measurement of each
  * phase are printed with the prediction's terms, then per regime the median and worst
- * |error| and the mean signed error (positive: slower than predicted) of the whole run; a
- * run under 30 s is planned and run three times and scored by the median of its errors
- * (each repeat's calibration and prediction printed, and at the end the repeats' pooled
- * spread within a configuration: of the whole error, of the measured time - the machine's,
- * which no model removes - and of the prediction - the calibration's).
+ * |error| and the mean signed error (positive: slower than predicted) of the whole run;
+ * a run under 30 s is planned and run three times (five under 2 s) and scored by the
+ * median of its errors (each repeat's calibration and prediction printed, and at the end
+ * the repeats' pooled spread within a configuration: of the whole error, of the measured
+ * time - the machine's, which no model removes - and of the prediction - the
+ * calibration's).
  * Models are synthesized into --dir once per shape (random weights: speed does not depend
  * on the values), written out to the disk before they are planned, and removed after
  * their configuration unless --keep. --list prints the draw and runs nothing.
  * With --decide CAP, each configuration whose planned run took at most CAP seconds then
  * runs the decision half (decide.c): the chosen policy against the next two predicted, two
- * naive and two random ones, interleaved, medians of 3; the summary counts the
- * configurations whose choice measured within 5% of the fastest candidate.
+ * naive and two random ones, interleaved, medians of 3 (of 7 where the chosen one is
+ * predicted under 1 s); the summary counts the configurations whose choice measured within
+ * 5% of the fastest candidate.
  */
 #include "heldout.h"
 
@@ -146,6 +148,9 @@ static double rate_gbs(double bytes, double seconds) {
 
 #define REPEAT_UNDER_S 30.0 /* a shorter run is planned and run REPEATS times */
 #define REPEATS 3
+/* a run shorter still swings more from one run to the next: REPEATS_SHORT of them */
+#define SHORT_UNDER_S 2.0
+#define REPEATS_SHORT 5
 
 static double whole_error(const outcome *o) {
     return (o->measured_s - o->plan.cost.total_s) / o->measured_s;
@@ -177,21 +182,23 @@ static void add_spread(const outcome *runs, int n) {
     g_spread.configs++;
 }
 
-/* A configuration whose first run measured under REPEAT_UNDER_S is in the range where this
- * VM's run-to-run spread is of the size of the error scored: it is planned (calibration
- * included) and run until REPEATS runs are in, and the run of the median whole error
- * stands in *o; when a repeat failed and an even number ran, the one of the two middle
- * runs further from its prediction (the score never flatters). */
+/* A configuration whose first run measured under REPEAT_UNDER_S is in the range where
+ * this VM's run-to-run spread is of the size of the error scored: it is planned
+ * (calibration included) and run until REPEATS runs are in (REPEATS_SHORT under
+ * SHORT_UNDER_S), and the run of the median whole error stands in *o; when a repeat
+ * failed and an even number ran, the one of the two middle runs further from its
+ * prediction (the score never flatters). */
 static void repeat_median(const bench_case *bc, const tl_hw_profile *prof, outcome *o) {
-    outcome *runs = malloc(REPEATS * sizeof *runs);
+    const int repeats = o->measured_s < SHORT_UNDER_S ? REPEATS_SHORT : REPEATS;
+    outcome *runs = malloc(REPEATS_SHORT * sizeof *runs);
     if (!runs) return;
     runs[0] = *o;
     int n = 1;
-    for (int r = 1; r < REPEATS; r++) {
+    for (int r = 1; r < repeats; r++) {
         runs[n] = run_case(bc, prof, 0, 1);
         if (runs[n].ok) n++;
     }
-    int order[REPEATS];
+    int order[REPEATS_SHORT];
     for (int i = 0; i < n; i++) order[i] = i;
     for (int i = 1; i < n; i++) /* insertion sort by whole error */
         for (int j = i; j > 0 && whole_error(&runs[order[j]]) < whole_error(&runs[order[j - 1]]);
@@ -400,7 +407,7 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
     if (g_spread.dof > 0)
         printf("repeat spread (%d configurations run up to %d times, pooled sd within "
                "each): whole error %.1f%%, measured time %.1f%% (the machine's), prediction "
-               "%.1f%% (the calibration's, minutes apart)\n", g_spread.configs, REPEATS,
+               "%.1f%% (the calibration's, minutes apart)\n", g_spread.configs, REPEATS_SHORT,
                100 * sqrt(g_spread.err / g_spread.dof), 100 * sqrt(g_spread.meas / g_spread.dof),
                100 * sqrt(g_spread.pred / g_spread.dof));
     if (decide_cap_s > 0) {
