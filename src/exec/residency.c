@@ -711,9 +711,11 @@ static uint64_t held_bytes(const tl_residency *r, size_t i) {
     const size_t ring = (size_t)r->plan.n_slots;
     return i < ring ? r->plan.slot_bytes : r->resident_bytes[i - ring];
 }
-/* 1 when buffer i holds a product of layer `layer` (the ring's bound to it, or a resident
- * buffer one of its matrices points into). */
-static int held_by_layer(const tl_residency *r, size_t i, int32_t layer) {
+/* 1 when the sweep leaves buffer i out: a ring buffer reads are landing in, or one that
+ * holds a product of layer `layer` (the ring's bound to it, or a resident buffer one of its
+ * matrices points into). */
+static int left_out(const tl_residency *r, size_t i, int32_t layer) {
+    if (i < (size_t)r->plan.n_slots && r->slots[i].state == SLOT_LOADING) return 1;
     if (layer < 0 || layer >= r->m->hp.n_layer) return 0;
     if (i < (size_t)r->plan.n_slots)
         return r->slots[i].state == SLOT_IN_USE && r->slots[i].unit == layer;
@@ -732,18 +734,18 @@ uint64_t tl_residency_sweep(const tl_residency *r, int32_t layer, uint64_t max_b
                             uint64_t *cursor) {
     const size_t n = held_count(r);
     uint64_t held = 0; /* the buffers' bytes, but for the layer's own */
-    for (size_t i = 0; i < n; i++) held += held_by_layer(r, i, layer) ? 0 : held_bytes(r, i);
+    for (size_t i = 0; i < n; i++) held += left_out(r, i, layer) ? 0 : held_bytes(r, i);
     if (held == 0) return 0;
     const uint64_t want = max_bytes < held ? max_bytes : held, at = *cursor % held;
     size_t i = 0;
     uint64_t from = at, done = 0;
     for (;; i++) { /* the buffer the cursor lies in */
-        const uint64_t b = held_by_layer(r, i, layer) ? 0 : held_bytes(r, i);
+        const uint64_t b = left_out(r, i, layer) ? 0 : held_bytes(r, i);
         if (from < b) break;
         from -= b;
     }
     while (done < want) {
-        const uint64_t b = held_by_layer(r, i, layer) ? 0 : held_bytes(r, i);
+        const uint64_t b = left_out(r, i, layer) ? 0 : held_bytes(r, i);
         const uint64_t take = b - from < want - done ? b - from : want - done;
         const volatile uint8_t *p = held_buf(r, i) + from; /* volatile: each read is made */
         for (uint64_t k = 0; k < take; k += 64) (void)p[k];

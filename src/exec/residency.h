@@ -33,13 +33,13 @@ void tl_residency_release(tl_residency *r, int unit);
 tl_status tl_residency_borrow(tl_residency *r, int u);
 void tl_residency_unborrow(tl_residency *r, int u);
 /* Reads through the memory the weights hold (the ring's buffers, then the resident
- * weights' buffers, but for those holding layer `layer`'s products: as one sequence from
- * *cursor on, wrapping; *cursor moves past what was read), one byte a cache line, up to
- * max_bytes and at most once over it all; returns the bytes read. A caller timing a
- * layer's work over and over sweeps before each time, so that each starts as the layer's
- * first use in a pass does: after the rest of what the pass touches went through the
- * caches (as much as the model holds: a small model's pass stays in them, and so does
- * the sweep). */
+ * weights' buffers, but for those holding layer `layer`'s products and ring buffers
+ * reads are landing in: as one sequence from *cursor on, wrapping; *cursor moves past
+ * what was read), one byte a cache line, up to max_bytes and at most once over it all;
+ * returns the bytes read. A caller timing a layer's work over and over sweeps before
+ * each time, so that each starts as the layer's first use in a pass does: after the rest
+ * of what the pass touches went through the caches (as much as the model holds: a small
+ * model's pass stays in them, and so does the sweep). */
 uint64_t tl_residency_sweep(const tl_residency *r, int32_t layer, uint64_t max_bytes,
                             uint64_t *cursor);
 /* Writes the embedding rows of ids[0..n) as f32 into dst [n][n_embd]: copies from
