@@ -719,13 +719,14 @@ static int left_out(const tl_residency *r, size_t i, int32_t layer) {
     if (layer < 0 || layer >= r->m->hp.n_layer) return 0;
     if (i < (size_t)r->plan.n_slots)
         return r->slots[i].state == SLOT_IN_USE && r->slots[i].unit == layer;
-    const tl_llama_layer *ly = &r->m->layers[layer];
-    const tl_weight *ws[7] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up,
-                              &ly->w_down};
     const uint8_t *b = held_buf(r, i);
-    for (int k = 0; k < 7; k++) {
-        const uint8_t *d = ws[k]->data;
-        if (d && d >= b && d < b + held_bytes(r, i)) return 1;
+    for (int part = 0; part < 2; part++) {
+        tl_weight *ws[TL_WEIGHT_UNIT_MAX];
+        const int n = tl_llama_layer_matrices(&r->m->layers[layer], part, ws);
+        for (int k = 0; k < n; k++) {
+            const uint8_t *d = ws[k]->data;
+            if (d && d >= b && d < b + held_bytes(r, i)) return 1;
+        }
     }
     return 0;
 }
