@@ -638,6 +638,16 @@ static void test_panels(void) {
             for (size_t part = 2; part-- > 0;) tl_panels_pack_share(type, Q, rows, k, part, 2, tmp);
             CHECK_MSG(memcmp(Q, P, bytes) == 0, "%s k=%zu: packing in shares differs",
                       tl_type_name(type), k);
+            float *looked = malloc(k * sizeof(float)); /* one row from panels: an embedding */
+            int rows_off = 0;
+            for (size_t j = 0; j < rows; j++) {
+                tl_dequant_row(type, W + j * rb, row, k);
+                tl_panels_dequant_row(type, P, k, j, looked);
+                rows_off += memcmp(row, looked, k * sizeof(float)) != 0;
+            }
+            CHECK_MSG(rows_off == 0, "%s k=%zu: %d rows looked up in panels differ from the file's",
+                      tl_type_name(type), k, rows_off);
+            free(looked);
             for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
                 const size_t n = ns[ni], ldx = k + 3, ldy = rows + 5;
                 float *X = malloc(n * ldx * sizeof(float)), *yr = malloc(n * ldy * sizeof(float));

@@ -395,6 +395,25 @@ static void panel_copy(const char *path, uint64_t budget, const char *dir, int t
     free(model), free(again), free(copy);
 }
 
+/* Looked up a row at a time, a token embedding keeps the file's rows (panels would spread a
+ * row's quants over the cache lines of its 32-row panel) unless it is also the classifier,
+ * computed with in panels where this CPU wants them. */
+static void embedding_layout(const char *path, int tied) {
+    tl_model_params mp = tl_model_default_params();
+    tl_model *m;
+    tl_context *c = NULL;
+    CHECK(tl_model_open(path, &mp, &m) == TL_OK);
+    tl_context_params cp = tl_context_default_params();
+    cp.n_ctx = 96;
+    CHECK(tl_context_open(m, &cp, &c) == TL_OK); /* places the weights */
+    const int wanted = tl_panels_wanted(m->lm.tok_embd.type, (size_t)m->lm.tok_embd.rows);
+    CHECK_MSG(m->lm.tok_embd.data && m->lm.tok_embd.panels == (tied && wanted),
+              "the token embedding is in panels: %d (tied %d, panels wanted %d)",
+              m->lm.tok_embd.panels, tied, wanted);
+    tl_context_close(c);
+    tl_model_close(m);
+}
+
 int main(void) {
     const char *stories = tl_test_model("stories260K.gguf");
     /* stories260K needs ~2.9 MiB of KV + activations at n_ctx 96 .. weights 1.1 MiB */
@@ -433,6 +452,10 @@ int main(void) {
     CHECK(tl_synth_write(&tp, tied_path) == TL_OK);
     uint64_t tied_budget = minimum_budget(tied_path, &dflt) + (64 << 10);
     panel_copy(tied_path, tied_budget, dir, 1);
+    embedding_layout(tied_path, 1);
+    tp.tied_output = 0; /* the same shapes, a classifier of its own */
+    CHECK(tl_synth_write(&tp, tied_path) == TL_OK);
+    embedding_layout(tied_path, 0);
     unlink(tied_path);
 
     /* a budget below the minimum is refused up front, with the minimum in the message */

@@ -90,7 +90,9 @@ void tl_panels_pack_share(tl_type type, void *W, size_t rows, size_t k, size_t p
                    (p1 - p0) * TL_PANEL_ROWS, k, tmp);
 }
 
-/* The file's bytes of blocks [b0, b0 + kb) of row j (kb <= REF_BLOCKS) into out. */
+/* The file's bytes of blocks [b0, b0 + kb) of row j (kb <= REF_BLOCKS) into out. A row's
+ * quants lie in runs of 4 bytes (quant_at), so each run is moved whole: a token
+ * embedding kept in panels is looked up a row at a time through here. */
 static void row_blocks(tl_type type, const uint8_t *W, size_t k, size_t j, size_t b0,
                        size_t kb, uint8_t *out) {
     const size_t row_bytes = tl_type_row_bytes(type, k), bb = tl_type_block_bytes(type);
@@ -98,8 +100,11 @@ static void row_blocks(tl_type type, const uint8_t *W, size_t k, size_t j, size_
     const size_t r = j % TL_PANEL_ROWS;
     for (size_t b = 0; b < kb; b++) {
         memcpy(out + b * bb, panel + scale_at(type, b0 + b, r), 2);
-        for (size_t q = 0; q < quant_bytes(type); q++)
-            out[b * bb + 2 + q] = stored(type, panel[quant_at(type, b0 + b, r, q)]);
+        for (size_t q = 0; q < quant_bytes(type); q += 4) { /* both types: 4 | quant bytes */
+            uint8_t run[4];
+            memcpy(run, panel + quant_at(type, b0 + b, r, q), 4);
+            for (int i = 0; i < 4; i++) out[b * bb + 2 + q + i] = stored(type, run[i]);
+        }
     }
 }
 

@@ -125,6 +125,9 @@ uint64_t tl_weight_row_buf_bytes(const tl_llama *m) {
 }
 
 int tl_weight_wants_panels(const tl_llama *m, const tl_weight *w) {
+    /* a token embedding that is no classifier is only looked up, a row at a time: in
+     * panels a row's quants are 4 bytes in each of a panel's cache line pairs */
+    if (w == &m->tok_embd && !m->tied_output) return 0;
     return !m->use_reference && !w->convert && !w->runs && tl_panels_wanted(w->type, w->rows);
 }
 

@@ -101,7 +101,8 @@ uint64_t tl_weight_row_buf_bytes(const tl_llama *m);
 
 /* 1 when w is repacked into 32-row panels (kernels.h) once its bytes are in memory,
  * resident or streamed: where this CPU's kernels want them, on the fast path. Every such
- * tensor is always in panels when computed with, so results do not depend on placement. */
+ * tensor is always in panels when computed with, so results do not depend on placement.
+ * A token embedding is, only when it is also the classifier (tied). */
 int tl_weight_wants_panels(const tl_llama *m, const tl_weight *w);
 /* 1 when w's bytes arrive in the file's layout and are repacked in memory: it wants
  * panels and is not read from a converted copy that stores it repacked (m->panel_tier
