@@ -970,9 +970,18 @@ static tl_plan_result spilling_plan(int32_t kv_mem_pct) {
     return plan;
 }
 
-/* KV pages read beside streamed weights, on the profile's own filesystem: nothing is
- * timed and the profile stands (the cost model's KV wait prices the pages' queueing
- * behind the stream; a probe that also scaled the page rate counted it twice). */
+/* The fewest positions a 16-bit page holds (a power of two) for it to take at least
+ * `bytes`: a page the profile's grid of reads covers from tl_prof_chunks[0] on. */
+static int32_t page_tokens_of(const tl_model *m, double bytes) {
+    int32_t pt = 1;
+    while (tl_cost_kv_page_bytes(m, 16, pt) < bytes) pt *= 2;
+    return pt;
+}
+
+/* KV pages read beside streamed weights, on the profile's own filesystem, of a size its
+ * grid covers: nothing is timed and the profile stands (the cost model's KV wait prices
+ * the pages' queueing behind the stream; a probe that also scaled the page rate counted
+ * it twice). */
 static void kv_beside_stream(const char *path) {
     tl_model *m = open_model(path, 10u << 20);
     if (!m) return;
@@ -982,6 +991,7 @@ static void kv_beside_stream(const char *path) {
     tl_test_round_profile(&round);
     snprintf(round.disk_dir, sizeof round.disk_dir, "%s", tl_scratch_dir(NULL));
     tl_plan_result plan = spilling_plan(0);
+    plan.policy.page_tokens = page_tokens_of(m, (double)tl_prof_chunks[0]);
     plan.streamed_bytes = tl_residency_plan(m->res)->streamed_bytes;
     plan.cost.decode.weight_bytes = 2e6;
     double scale = -1;
@@ -999,7 +1009,9 @@ static void kv_beside_stream(const char *path) {
  * and reads pages, with nothing streamed (no mix), every cell below the engine's chunk is
  * scaled by one factor, the page's rate moves by *page_scale, the stream's cells stay; a
  * directory that cannot hold the file leaves the profile as it was, and so do a spill
- * directory on the profile's own filesystem and a policy that keeps its KV in memory. */
+ * directory on the profile's own filesystem when the page is no smaller than the
+ * profile's smallest read, and a policy that keeps its KV in memory; a smaller page is
+ * timed on the profile's own filesystem too (the profile has no figure for it). */
 static void kv_spill_calibration(const char *path) {
     tl_model *m = open_model(path, 64u << 20);
     if (!m) return;
@@ -1032,11 +1044,22 @@ static void kv_spill_calibration(const char *path) {
     CHECK(tl_plan_calibrate_kv(m, &prof, &plan, "/nonexistent/dir", &scale) == TL_OK);
     const size_t grid = sizeof prof.disk_read_bps;
     CHECK(scale == 0 && !memcmp(prof.disk_read_bps, round.disk_read_bps, grid));
-    prof = round; /* the profile measured the spill directory's filesystem: not timed */
+    /* the profile measured the spill directory's filesystem: a page below its grid is
+     * timed, one in it is not */
+    CHECK_MSG(page < tl_prof_chunks[0], "a %llu-byte page", (unsigned long long)page);
+    prof = round;
     snprintf(prof.disk_dir, sizeof prof.disk_dir, "%s", tl_scratch_dir(NULL));
+    CHECK(tl_plan_calibrate_kv(m, &prof, &plan, NULL, &scale) == TL_OK);
+    CHECK_MSG(scale > 0 && memcmp(prof.disk_read_bps, round.disk_read_bps, grid),
+              "a page below the grid not timed (scale %g)", scale);
+    prof = round;
+    snprintf(prof.disk_dir, sizeof prof.disk_dir, "%s", tl_scratch_dir(NULL));
+    plan.policy.page_tokens = page_tokens_of(m, (double)tl_prof_chunks[0]);
     CHECK(tl_plan_calibrate_kv(m, &prof, &plan, NULL, &scale) == TL_OK);
     CHECK(scale == 0 && !memcmp(prof.disk_read_bps, round.disk_read_bps, grid));
     plan.policy.kv_mem_pct = 100;
+    plan.policy.page_tokens = 16;
+    prof = round;
     CHECK(tl_plan_calibrate_kv(m, &prof, &plan, NULL, &scale) == TL_OK);
     CHECK(scale == 0 && !memcmp(prof.disk_read_bps, round.disk_read_bps, grid));
     tl_engine_unplace(m);

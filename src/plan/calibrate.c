@@ -257,16 +257,19 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
     const int32_t depth = tl_aio_class_depth(m->lm.params.io_queue_depth, TL_AIO_SOON);
     const double before = tl_profile_read_bps(prof, page, depth);
     if (!(before > 0)) return TL_OK;
-    /* alone, on a filesystem the profile did not measure: the small-read figures (below
-     * the engine's chunk, as the disk calibration leaves them) scaled to the spill reads'
-     * rate now, either way. On the profile's own filesystem its figures stand: a fifth of
-     * a second of random reads of a file just written swings either way, from one call to
-     * the next, far more than the run's page reads do. */
+    /* alone, on a filesystem the profile did not measure, or at a page size below its
+     * grid (which gives such a page its smallest read's rate, where a read that small is
+     * bound by its requests' latency): the small-read figures (below the engine's chunk,
+     * as the disk calibration leaves them) scaled to the spill reads' rate now, either
+     * way. Otherwise the profile's figures stand: a fifth of a second of random reads of a
+     * file just written swings either way, from one call to the next, more than the run's
+     * page reads do, which matters less than a figure the profile does not have. */
     const uint64_t chunk = (page + TL_TIER_MAX_ALIGN - 1) / TL_TIER_MAX_ALIGN *
                            TL_TIER_MAX_ALIGN;
     const char *dir = tl_scratch_dir(spill_dir);
     double alone = 0;
-    if (chunk < m->lm.params.io_chunk_bytes && !same_filesystem(dir, prof->disk_dir))
+    if (chunk < m->lm.params.io_chunk_bytes &&
+        (chunk < tl_prof_chunks[0] || !same_filesystem(dir, prof->disk_dir)))
         time_spill_reads(m, dir, chunk, depth, &alone);
     const double at_chunk = tl_profile_read_bps(prof, chunk, depth);
     if (alone > 0 && at_chunk > 0) {

@@ -76,7 +76,10 @@ static inline double tl_plan_decode_ctx(int32_t prompt_len, int32_t gen_len) {
 
 /* KV pages on disk, for a planned policy that spills KV and whose decode reads pages.
  * Alone, when spill_dir (NULL or "": $TMPDIR, else /tmp) lies on another filesystem than
- * the profile's disk_dir (on the same one, the profile's figures stand): a scratch file
+ * the profile's disk_dir, or when a page is smaller than the profile's smallest read
+ * (tl_prof_chunks[0], whose rate the profile gives every smaller read: a random read of a
+ * few KiB costs about its request's latency, and runs slower; otherwise the profile's
+ * figures stand): a scratch file
  * as large as the profile's (256 MiB) is written in spill_dir and read at random
  * page-aligned offsets at the KV reads' depth for up to 0.2 s, as the engine reads its
  * spill file (scattered reads of the model file are not how it reads it); the profile's
