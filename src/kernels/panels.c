@@ -91,8 +91,8 @@ void tl_panels_pack_share(tl_type type, void *W, size_t rows, size_t k, size_t p
 }
 
 /* The file's bytes of blocks [b0, b0 + kb) of row j (kb <= REF_BLOCKS) into out. A row's
- * quants lie in runs of 4 bytes (quant_at), so each run is moved whole: a token
- * embedding kept in panels is looked up a row at a time through here. */
+ * quants lie in runs of 4 bytes (quant_at), so each run is moved whole: a tied token
+ * embedding (kept in panels for the output product) is looked up a row at a time here. */
 static void row_blocks(tl_type type, const uint8_t *W, size_t k, size_t j, size_t b0,
                        size_t kb, uint8_t *out) {
     const size_t row_bytes = tl_type_row_bytes(type, k), bb = tl_type_block_bytes(type);

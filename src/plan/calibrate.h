@@ -79,12 +79,12 @@ static inline double tl_plan_decode_ctx(int32_t prompt_len, int32_t gen_len) {
  * the profile's disk_dir, or when a page is smaller than the profile's smallest read
  * (tl_prof_chunks[0], whose rate the profile gives every smaller read: a random read of a
  * few KiB costs about its request's latency, and runs slower; otherwise the profile's
- * figures stand): a scratch file
- * as large as the profile's (256 MiB) is written in spill_dir and read at random
- * page-aligned offsets at the KV reads' depth for up to 0.2 s, as the engine reads its
- * spill file (scattered reads of the model file are not how it reads it); the profile's
- * figures for reads below the engine's chunk are scaled to that rate, either way (a page
- * no smaller than the chunk reads as the stream: not timed). *page_scale: the factor
+ * figures stand): a scratch file as large as the profile's (256 MiB) is written in
+ * spill_dir and read at random page-aligned offsets at the KV reads' depth for up to
+ * 0.2 s, as the engine reads its spill file (scattered reads of the model file are not
+ * how it reads it); the profile's figures for reads below the engine's chunk are scaled
+ * to that rate, either way (a page no smaller than the chunk reads as the stream: not
+ * timed). *page_scale: the factor
  * applied to the page's read rate (0 when nothing was measured). A directory that
  * refuses the file, or a budget with no room for the frames: not timed.
  * Pages read while weights stream are not timed beside the stream: the cost model's KV
