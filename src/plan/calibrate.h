@@ -84,9 +84,9 @@ static inline double tl_plan_decode_ctx(int32_t prompt_len, int32_t gen_len) {
  * 0.2 s, as the engine reads its spill file (scattered reads of the model file are not
  * how it reads it); the profile's figures for reads below the engine's chunk are scaled
  * to that rate, either way (a page no smaller than the chunk reads as the stream: not
- * timed). *page_scale: the factor
- * applied to the page's read rate (0 when nothing was measured). A directory that
- * refuses the file, or a budget with no room for the frames: not timed.
+ * timed). *page_scale: the factor applied to the page's read rate (0 when nothing was
+ * measured). A directory that refuses the file, or a budget with no room for the frames:
+ * not timed.
  * Pages read while weights stream are not timed beside the stream: the cost model's KV
  * wait already prices each page batch queued behind the weight chunks in flight and the
  * batches before it (cost.c), and scaling the page rate by what pages mixed into a
