@@ -405,25 +405,53 @@ static void spread_placement(const char *path) {
               checked, partial);
 }
 
-/* One pass's KV wait by the rules of cost.c's formula, for n micro-batches of `pages`
- * disk pages each, computing c each: a batch is asked for when the one before starts its
- * wait; it takes d + u + (pages - 1) v when no batch before it is still being read, else
- * its pages follow that batch's (v each), and never sooner than u + (pages - 1) v. */
-static double hand_kv_wait(int n, double pages, double c, double d, double u, double v) {
-    double t = 0, asked = 0, prev = 0, wait = 0;
-    for (int i = 0; i < n; i++) {
-        double done = asked;
-        if (pages > 0) {
-            const double batch = u + (pages - 1) * v;
-            done = asked >= prev ? asked + d + batch : fmax(asked + batch, prev + pages * v);
-            prev = done;
+/* One pass's KV wait by the rules of cost.c's formula, for `layers` layers of `mbs`
+ * micro-batches of `pages` disk pages each, computing c each: a batch is asked for when
+ * the one before starts its wait; it takes drain + u + (pages - 1) v when no batch before
+ * it is still being read, else its pages follow that batch's (v each), and never sooner
+ * than u + (pages - 1) v. The drain is d, or, where the ring runs ahead of the compute
+ * (every layer streamed), what is left of the unit_s of chunks it put in flight as the
+ * batch's layer began, when that is more. */
+static double hand_kv_wait_ring(int layers, int mbs, double pages, double c, double d,
+                                double u, double v, double unit_s) {
+    double t = 0, asked = 0, asked_layer = 0, prev = 0, wait = 0;
+    for (int l = 0; l < layers; l++) {
+        const double layer_t = t;
+        for (int k = 0; k < mbs; k++) {
+            double done = asked;
+            if (pages > 0) {
+                const double batch = u + (pages - 1) * v;
+                const double drain = fmax(d, unit_s - (asked - asked_layer));
+                done = asked >= prev ? asked + drain + batch
+                                     : fmax(asked + batch, prev + pages * v);
+                prev = done;
+            }
+            asked = t;
+            asked_layer = layer_t;
+            const double w = done > t ? done - t : 0;
+            wait += w;
+            t += w + c;
         }
-        asked = t;
-        const double w = done > t ? done - t : 0;
-        wait += w;
-        t += w + c;
     }
     return wait;
+}
+
+/* The same for n micro-batches in one run, the drain d for every batch. */
+static double hand_kv_wait(int n, double pages, double c, double d, double u, double v) {
+    return hand_kv_wait_ring(1, n, pages, c, d, u, v, 0);
+}
+
+/* The decode passes of a walk (tl_cost_walk): each one's compute and KV wait. */
+typedef struct pass_list {
+    int n_decode;
+    double decode_compute[64], decode_kv_wait[64];
+} pass_list;
+
+static void collect_pass(void *user, const tl_cost_pass *p) {
+    pass_list *pl = user;
+    if (p->prefill || pl->n_decode >= 64) return;
+    pl->decode_compute[pl->n_decode] = p->compute_s;
+    pl->decode_kv_wait[pl->n_decode++] = p->kv_wait_s;
 }
 
 /* Prompts of different lengths (tl_workload_set_prompts): their quantiles and mean; a
@@ -645,6 +673,45 @@ static void hand_batch_spill(const char *path) {
             CHECK_MSG(close_to(rs.cost.decode.kv_read_s, batches, 1e-9), "streamed KV reads "
                       "%.9g vs %.9g", rs.cost.decode.kv_read_s, batches);
         }
+        /* a disk fast enough that the ring runs ahead of every pass's compute: as each
+         * layer begins the ring puts a unit in flight (unit_s of reading), and a batch
+         * asked for then waits for what is left of it (hand_kv_wait_ring) where that is
+         * more than the random moment's drain (d scaled by the share of the pass the
+         * stream reads: weight reads / the pass's compute, from the walk) */
+        const double fast = 1.5e9;
+        tl_test_profile_set_disk(&pw, fast);
+        pw.disk_urgent_read_s = 4e-4;
+        pw.disk_urgent_page_s = 1e-3;
+        CHECK(tl_plan_evaluate(m, &pw, &w, &q, &rs) == TL_OK && rs.streamed_bytes > 0);
+        const double unit = layers_bytes / units, wr = layers_bytes / fast;
+        const double unit_s = (unit < queue ? unit : queue) / fast, dmax = d * 1e6 / fast;
+        const double vf = fmax(1e-3 * slot / TL_PROF_URGENT_BYTES, slot / fast);
+        pass_list passes = {0};
+        if (tl_engine_plan_weights(m, tl_plan_state_bytes(m, &q), q.prefetch, q.overlap,
+                                   q.w_mem_pct, &plan) == TL_OK) {
+            CHECK(tl_cost_walk(m, &pw, &w, &q, &plan, collect_pass, &passes) == TL_OK);
+            tl_weight_plan_free(&plan);
+        }
+        CHECK_MSG(passes.n_decode == 29, "%d decode passes", passes.n_decode);
+        double ring_wait = 0, old_rule = 0;
+        for (int j = 1; j < 30 && j <= passes.n_decode; j++) {
+            const double cp = passes.decode_compute[j - 1];
+            CHECK_MSG(wr < 0.5 * cp, "weights %g s, pass compute %g s", wr, cp);
+            const double dj = (wr < cp ? wr / cp : 1) * dmax;
+            int before = 40 + j - 1;
+            double pages = 2 * floor(floor(before / 16.0) * 0.5);
+            double c = 2 * mm_row + 2 * (before + 1) * attn_pos + 2 * elem_row + 1e-5;
+            const double want = hand_kv_wait_ring(2, 2, pages, c, dj, 4e-4, vf, unit_s);
+            CHECK_MSG(close_to(passes.decode_kv_wait[j - 1], want, 1e-9),
+                      "step %d: ring-ahead KV wait %.9g vs %.9g", j,
+                      passes.decode_kv_wait[j - 1], want);
+            ring_wait += want;
+            old_rule += hand_kv_wait(4, pages, c, dj, 4e-4, vf);
+        }
+        CHECK_MSG(old_rule < 0.85 * ring_wait &&
+                      close_to(rs.cost.decode.kv_wait_s, ring_wait, 1e-9),
+                  "random-moment drain alone %g s, with the ring's unit %g s, predicted %g s",
+                  old_rule, ring_wait, rs.cost.decode.kv_wait_s);
     }
     tl_model_close(m);
 }

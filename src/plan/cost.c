@@ -101,7 +101,14 @@
  *                    asked for at a random moment of its read has half of it left), read
  *                    at the weights' rate, times the share of the pass the stream reads
  *                    (min(1, weight reads / compute)); not in u, the lower quartile of
- *                    the profile's urgent batches;
+ *                    the profile's urgent batches; where the ring runs ahead of the
+ *                    compute (weight reads < compute, prefetch > 0), at least what is
+ *                    left at t(k-1) of min(io_chunk x io_depth, the mean streamed unit)
+ *                    at the weights' rate: a streamed layer's buffer frees as the layer
+ *                    before it is released, so as each layer begins the ring puts one
+ *                    unit's chunks in flight, and the batch asked for just then (the
+ *                    layer's second micro-batch, or the next layer's first when there is
+ *                    one) finds all of them ahead of it;
  *                    c(k) = micro-batch k's compute at one layer. Small micro-batches with
  *                    their KV on disk wait most: the compute of the micro-batch before
  *                    is too short to hide their page reads.
@@ -830,15 +837,18 @@ static void add_pass(acc *a, const tl_cost_pass *p, int overlap) {
 
 /* The pass's KV wait (formula at the top): pages[k] disk pages of micro-batch k per
  * layer, in the engine's order, each batch asked for before the wait for the one before
- * (its drain_s + first_s + (pages - 1) page_s, or its pages after the batch before when
- * that is still being read). *batch_s: the device time of the batches (without the
+ * (its drain + first_s + (pages - 1) page_s, or its pages after the batch before when
+ * that is still being read); the drain is drain_s, or, where the ring runs ahead of the
+ * compute (unit_s > 0), at least what is left of the unit_s of chunks the ring put in
+ * flight as the layer began. *batch_s: the device time of the batches (without the
  * drain, which is the weight chunks' own reading). */
 static double pass_kv_wait(const tl_model *m, const tl_hw_profile *prof, int32_t kv_bits,
                            const int32_t *rows, double block, double seq_blocks,
                            const double *ctx, const double *stored, const double *pages,
                            int32_t n_mb, double first_s, double page_s, double drain_s,
-                           double *batch_s) {
+                           const tl_weight_plan *plan, double unit_s, double *batch_s) {
     double wait = 0, t = 0, asked = 0, prev_done = 0;
+    double layer_t = 0, asked_layer_t = 0; /* when the layer of `asked` began */
     int any = 0;
     mm_memo mo;
     memo_init(&mo);
@@ -847,23 +857,30 @@ static double pass_kv_wait(const tl_model *m, const tl_hw_profile *prof, int32_t
     if (!any) return 0;
     const double mem = pass_kv_mem_s_per_byte(m, prof, kv_bits, ctx, stored, n_mb, block,
                                               seq_blocks);
-    for (int32_t l = m->lm.stage_first; l < m->lm.stage_end; l++)
+    const int32_t first = m->lm.stage_first, last = m->lm.stage_end - 1;
+    for (int32_t l = first; l <= last; l++) {
+        /* a streamed layer before released its buffer: the ring's next unit goes in flight */
+        const int32_t before = l > first ? l - 1 : last;
+        if (unit_s > 0 && tl_weight_plan_unit_bytes(&m->lm, plan, before) > 0) layer_t = t;
         for (int32_t k = 0; k < n_mb; k++) {
             if (rows[k] <= 0) continue;
             double done = asked;
             if (pages[k] > 0) {
                 const double batch = first_s + (pages[k] - 1) * page_s;
+                const double drain = fmax(drain_s, unit_s - (asked - asked_layer_t));
                 *batch_s += batch;
-                done = asked >= prev_done ? asked + drain_s + batch
+                done = asked >= prev_done ? asked + drain + batch
                                           : fmax(asked + batch, prev_done + pages[k] * page_s);
                 prev_done = done;
             }
             asked = t; /* the next batch: asked for before this one is waited for */
+            asked_layer_t = layer_t;
             const double w = done > t ? done - t : 0;
             wait += w;
             t += w + mb_layer_compute(m, prof, l, kv_bits, rows[k], block, 0, seq_blocks,
                                       ctx[k], stored[k], mem, NULL, NULL, &mo);
         }
+    }
     return wait;
 }
 
@@ -875,6 +892,17 @@ static double stream_drain_s(double in_flight_bytes, double weight_read_s, doubl
     if (!(weight_read_s > 0) || !(wbps > 0)) return 0;
     const double busy = compute_s > weight_read_s ? weight_read_s / compute_s : 1;
     return busy * 0.5 * in_flight_bytes / wbps;
+}
+
+/* The chunks of one streamed unit the ring puts in flight as a layer begins, in seconds of
+ * reading, where the ring runs ahead of the compute (its weight reads take less than the
+ * pass's compute, so every buffer is full and a unit is asked for only as a layer's
+ * buffer frees): a KV batch asked for soon after waits for what is left of them. Where
+ * the stream cannot keep up, stream_drain_s's random moment holds instead: 0. */
+static double ring_unit_drain_s(double unit_bytes, double queue_bytes, double weight_read_s,
+                                double compute_s, double wbps) {
+    if (!(unit_bytes > 0) || !(wbps > 0) || !(weight_read_s < compute_s)) return 0;
+    return fmin(unit_bytes, queue_bytes) / wbps;
 }
 
 /* The bandwidth a pass's KV reads are priced at: bytes / kbps, or, while weights stream,
@@ -1014,10 +1042,11 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         streamed_units += tl_weight_plan_unit_bytes(&m->lm, plan, u) > 0;
     const double queue_bytes = (double)m->lm.params.io_chunk_bytes *
                                (double)m->lm.params.io_queue_depth;
-    const double ahead_bytes =
-        streamed_units > 0
-            ? layers_bytes / streamed_units * (plan->n_slots > 1 ? plan->n_slots - 1 : 1)
-            : 0;
+    const double unit_bytes = streamed_units > 0 ? layers_bytes / streamed_units : 0;
+    const double ahead_bytes = unit_bytes * (plan->n_slots > 1 ? plan->n_slots - 1 : 1);
+    /* a ring that reads ahead: a unit goes in flight as a layer's buffer frees */
+    const double ring_unit_bytes =
+        plan->overlap && plan->n_slots > 1 && !m->lm.flash ? unit_bytes : 0;
     const double in_flight = ahead_bytes < queue_bytes ? ahead_bytes : queue_bytes;
     const double wr_bps = prof->disk_write_bps;
     const int spill = pol->kv_window_pages > 0 || (!pol->single && pol->kv_mem_pct < 100);
@@ -1090,7 +1119,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         double batch_s;
         const double kv_wait = pass_kv_wait(
             m, prof, pol->kv_bits, rows, block, seq_blocks, ctx, stored, pages, n_mb, first_s,
-            page_s, stream_drain_s(in_flight, weights_read_s, c, wbps), &batch_s);
+            page_s, stream_drain_s(in_flight, weights_read_s, c, wbps), plan,
+            ring_unit_drain_s(ring_unit_bytes, queue_bytes, weights_read_s, c, wbps), &batch_s);
         tl_cost_pass p = {1, block_index, fed / chunk, c, layers_bytes + (last ? out_bytes : 0),
                           kv_read, kv_write, wbps,
                           pass_kv_bps(kv_read, kbps, streams ? batch_s : 0), wr_bps, 1, slow,
@@ -1151,7 +1181,8 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
         double batch_s;
         const double kv_wait = pass_kv_wait(
             m, prof, pol->kv_bits, rows, 1, 1, ctx, stored, pages, n_mb, first_s, page_s,
-            stream_drain_s(in_flight, weights_read_s, c, wbps), &batch_s);
+            stream_drain_s(in_flight, weights_read_s, c, wbps), plan,
+            ring_unit_drain_s(ring_unit_bytes, queue_bytes, weights_read_s, c, wbps), &batch_s);
         tl_cost_pass p = {0, block_index, j - 1, c, layers_bytes + out_bytes, kv_read, kv_write,
                           wbps, pass_kv_bps(kv_read, kbps, streams ? batch_s : 0), wr_bps, 1,
                           slow, kv_wait, need_all, read_pages, layers_repack + out_repack,
