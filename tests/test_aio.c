@@ -366,7 +366,7 @@ static void gated_close(tl_tier *t) {
     tl_tier_close(((gated *)t)->inner);
     free(t);
 }
-static const tl_tier_ops gated_ops = {gated_read, gated_write, gated_close};
+static const tl_tier_ops gated_ops = {gated_read, gated_write, gated_close, NULL};
 
 /* A gated copy of the test pattern (tk_fill, seed 1) of `size` bytes, its gate shut. */
 static tl_tier *gated_mem(uint64_t size) {

@@ -167,6 +167,35 @@ static void test_file_rules(void) {
         read_whole(spill, buf, 16384);
         CHECK(tk_mismatch(buf + 8192, 8192, 8192, 7) < 0);
     }
+    /* reserving: the file grows to the size asked (its blocks allocated where the
+     * filesystem can), keeps what was written and reads zeros beyond it; a smaller size
+     * changes nothing; a read-only file refuses, a memory tier has nothing to do */
+    CHECK(tl_tier_file_open(spill, TL_TIER_FILE_WRITE | TL_TIER_FILE_DIRECT, &t) == TL_OK);
+    if (t) {
+        CHECK(t->size == 16384);
+        CHECK(tl_tier_reserve(t, 65536) == TL_OK && t->size == 65536);
+        CHECK(tl_tier_reserve(t, 4096) == TL_OK && t->size == 65536);
+        tk_fill(buf, 0, 4096, 9);
+        CHECK(tl_tier_write_full(t, 61440, buf, 4096) == TL_OK);
+        tl_tier_close(t);
+        struct stat sb;
+        CHECK(stat(spill, &sb) == 0 && sb.st_size == 65536);
+        uint8_t *whole = tk_alloc(65536);
+        read_whole(spill, whole, 65536);
+        CHECK(tk_mismatch(whole + 8192, 8192, 8192, 7) < 0);
+        CHECK(tk_mismatch(whole + 61440, 0, 4096, 9) < 0);
+        int zeros = 1;
+        for (size_t i = 16384; i < 61440; i++) zeros &= whole[i] == 0;
+        CHECK(zeros);
+        free(whole);
+    }
+    CHECK(tl_tier_file_open(path, 0, &t) == TL_OK);
+    if (t) {
+        tl_error_clear();
+        CHECK(tl_tier_reserve(t, 65536) == TL_ERR_INVALID && has("read-only"));
+        tl_tier_close(t);
+    }
+    CHECK(stat(path, &after) == 0 && after.st_size == 16384);
 
     /* a real full disk: /dev/full answers ENOSPC */
     if (tl_tier_file_open("/dev/full", TL_TIER_FILE_WRITE, &t) == TL_OK) {
@@ -181,6 +210,7 @@ static void test_file_rules(void) {
     /* memory tier: fixed size */
     CHECK(tl_tier_mem_open(8192, &t) == TL_OK);
     CHECK(tl_tier_mem_data(t) != NULL && t->align == 1 && t->fd == -1 && t->writable);
+    CHECK(tl_tier_reserve(t, 65536) == TL_OK && t->size == 8192);
     CHECK(tl_tier_file_is_direct(t) == 0);
     CHECK(tl_tier_write_full(t, 4096, buf, 8192) == TL_ERR_NOSPACE);
     CHECK(tl_tier_write_full(t, 8192, buf, 1) == TL_ERR_NOSPACE);

@@ -41,6 +41,10 @@
 enum { PG_EMPTY, PG_OPEN, PG_MEM, PG_DISK };
 enum { SLOT_ALIGN = TL_TIER_MAX_ALIGN, FRAME_ALIGN = 64 };
 #define KV_TAG ((uint64_t)0x4B << 56) /* then 16 bits of instance, 40 of counter */
+/* The spill file is made ready this far ahead of its last slot (tl_tier_reserve): a page
+ * written past the file's end would be an extending write, which the filesystem runs one
+ * at a time, each waiting for the device. */
+#define SPILL_RESERVE_BYTES ((uint64_t)64 << 20)
 
 typedef struct kv_page {
     uint8_t *frame, *stage;
@@ -79,6 +83,7 @@ struct tl_kv {
     float *heat;     /* key_bounds: [seq][layer][page], the page-need estimate (below) */
     size_t ring_cap, ring_head, ring_n;
     uint64_t next_slot, tag_base, next_tag, frames, frames_peak;
+    uint64_t reserved;    /* spill file bytes made ready for writes (tl_tier_reserve) */
     uint64_t *free_slots; /* slots of cleared disk pages, reused before next_slot grows */
     size_t n_free, free_cap;
     uint8_t **spare;      /* slot frames not in use, kept for reuse (see slot_free) */
@@ -518,6 +523,14 @@ static tl_status write_out(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, i
     uint64_t tag = new_tag(kv);
     const int reuse = kv->n_free > 0;
     const uint64_t slot = reuse ? kv->free_slots[kv->n_free - 1] : kv->next_slot;
+    const uint64_t end = (slot + 1) * kv->frame_slot;
+    if (end > kv->reserved) { /* no room: the write extends the file, and reports a full disk */
+        kv->reserved = end + SPILL_RESERVE_BYTES;
+        if (tl_tier_reserve(kv->tier, kv->reserved) != TL_OK) {
+            tl_error_clear();
+            kv->reserved = UINT64_MAX;
+        }
+    }
     st = tl_aio_write(kv->aio, kv->tier, slot * kv->frame_slot, buf, kv->frame_slot, tag);
     if (st != TL_OK) {
         slot_free(kv, &buf);

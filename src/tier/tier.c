@@ -42,3 +42,10 @@ tl_status tl_tier_write_full(tl_tier *t, uint64_t offset, const void *src, size_
 void tl_tier_close(tl_tier *t) {
     if (t) t->ops->close(t);
 }
+
+tl_status tl_tier_reserve(tl_tier *t, uint64_t size) {
+    if (!t || !t->ops->reserve || size <= t->size) return TL_OK;
+    if (!t->writable)
+        return tl_error_set(TL_ERR_INVALID, "%s: tier is read-only, reserve refused", t->name);
+    return t->ops->reserve(t, size);
+}

@@ -31,6 +31,8 @@ typedef struct tl_tier_ops {
     tl_status (*write_at)(tl_tier *t, uint64_t offset, const void *src, size_t len,
                           size_t *done);
     void (*close)(tl_tier *t);
+    /* optional (NULL: nothing to do): tl_tier_reserve */
+    tl_status (*reserve)(tl_tier *t, uint64_t size);
 } tl_tier_ops;
 
 struct tl_tier {
@@ -47,6 +49,13 @@ struct tl_tier {
 tl_status tl_tier_read_full(tl_tier *t, uint64_t offset, void *dst, size_t len);
 tl_status tl_tier_write_full(tl_tier *t, uint64_t offset, const void *src, size_t len);
 void tl_tier_close(tl_tier *t);
+/* Makes the first `size` bytes of a writable tier ready for writes that do not grow it: a
+ * file's blocks are allocated now (fallocate) and its size set, so that each later write
+ * there is an overwrite, which a filesystem need not serialize the way it does writes
+ * that extend a file. Nothing to do for a tier without the notion, a filesystem without
+ * fallocate, or a size the tier has already. TL_ERR_NOSPACE when the device has no room;
+ * what was written is kept either way. */
+tl_status tl_tier_reserve(tl_tier *t, uint64_t size);
 
 /* A memory tier of `size` bytes (zeroed), writable, align 1. */
 tl_status tl_tier_mem_open(uint64_t size, tl_tier **out);

@@ -62,7 +62,7 @@ static void concat_close(tl_tier *t) {
     free(c);
 }
 
-static const tl_tier_ops concat_ops = {concat_read_at, concat_write_at, concat_close};
+static const tl_tier_ops concat_ops = {concat_read_at, concat_write_at, concat_close, NULL};
 
 tl_status tl_tier_concat_open(tl_tier **parts, const uint64_t *at, size_t n, const char *name,
                               tl_tier **out) {

@@ -76,7 +76,7 @@ static void fault_close(tl_tier *t) {
     free(f);
 }
 
-static const tl_tier_ops fault_ops = {fault_read_at, fault_write_at, fault_close};
+static const tl_tier_ops fault_ops = {fault_read_at, fault_write_at, fault_close, NULL};
 
 tl_status tl_tier_fault_open(tl_tier *inner, const tl_fault_spec *spec, tl_tier **out) {
     *out = NULL;

@@ -81,6 +81,23 @@ static tl_status file_write_at(tl_tier *t, uint64_t offset, const void *src, siz
     }
 }
 
+static tl_status file_reserve(tl_tier *t, uint64_t size) {
+    if (size > (uint64_t)INT64_MAX)
+        return tl_error_set(TL_ERR_INVALID, "%s: reserve of %" PRIu64 " bytes out of range",
+                            t->name, size);
+    while (fallocate(t->fd, 0, 0, (off_t)size) != 0) {
+        if (errno == EINTR) continue;
+        if (errno == EOPNOTSUPP || errno == ENOSYS) return TL_OK; /* writes extend it */
+        if (errno == ENOSPC || errno == EDQUOT)
+            return tl_error_set(TL_ERR_NOSPACE, "disk full: reserving %" PRIu64
+                                " bytes of %s: %s", size, t->name, strerror(errno));
+        return tl_error_set(TL_ERR_IO, "reserving %" PRIu64 " bytes of %s: %s", size,
+                            t->name, strerror(errno));
+    }
+    t->size = size;
+    return TL_OK;
+}
+
 static void file_close(tl_tier *t) {
     file_tier *f = (file_tier *)t;
     if (t->fd >= 0) close(t->fd);
@@ -88,7 +105,7 @@ static void file_close(tl_tier *t) {
     free(f);
 }
 
-static const tl_tier_ops file_ops = {file_read_at, file_write_at, file_close};
+static const tl_tier_ops file_ops = {file_read_at, file_write_at, file_close, file_reserve};
 
 static int open_retry(const char *path, int oflags) {
     int fd;

@@ -48,7 +48,7 @@ static void mem_close(tl_tier *t) {
     free(m);
 }
 
-static const tl_tier_ops mem_ops = {mem_read_at, mem_write_at, mem_close};
+static const tl_tier_ops mem_ops = {mem_read_at, mem_write_at, mem_close, NULL};
 
 tl_status tl_tier_mem_open(uint64_t size, tl_tier **out) {
     *out = NULL;
