@@ -4,6 +4,8 @@
  * end-of-file, misalignment, concurrent callers. Then the file tier's read-only and
  * creation rules, real ENOSPC (/dev/full), and the fault shim's EIO/ENOSPC/sticky/
  * writes-only/latency/short-transfer behaviour. */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include "base/clock.h"
@@ -171,9 +173,18 @@ static void test_file_rules(void) {
      * filesystem can), keeps what was written and reads zeros beyond it; a smaller size
      * changes nothing; a read-only file refuses, a memory tier has nothing to do */
     CHECK(tl_tier_file_open(spill, TL_TIER_FILE_WRITE | TL_TIER_FILE_DIRECT, &t) == TL_OK);
+    if (t && fallocate(t->fd, FALLOC_FL_KEEP_SIZE, 0, 4096) != 0 && errno == EOPNOTSUPP) {
+        /* a filesystem without fallocate: reserving does nothing */
+        fprintf(stderr, "note: %s has no fallocate, reserving tested as nothing to do\n", tk_dir);
+        CHECK(tl_tier_reserve(t, 65536) == TL_OK && t->size == 16384);
+        tl_tier_close(t);
+        t = NULL;
+    }
     if (t) {
         CHECK(t->size == 16384);
         CHECK(tl_tier_reserve(t, 65536) == TL_OK && t->size == 65536);
+        struct stat rs;
+        CHECK(fstat(t->fd, &rs) == 0 && rs.st_size == 65536 && rs.st_blocks * 512 >= 65536);
         CHECK(tl_tier_reserve(t, 4096) == TL_OK && t->size == 65536);
         tk_fill(buf, 0, 4096, 9);
         CHECK(tl_tier_write_full(t, 61440, buf, 4096) == TL_OK);
