@@ -443,7 +443,13 @@ static void test_slow_disk(void) {
         gen_rows(ident, l, 0, 17, 20, k, v);
         CHECK(tl_kv_append(kv, s, l, k, v, 17) == TL_OK);
     }
+    tl_kv_stats ks;
+    tl_kv_get_stats(kv, &ks);
+    CHECK(ks.write_wait_s == 0);
     CHECK_MSG(tl_kv_seq_commit(kv, s, 17) == TL_OK, "%s", tl_last_error()); /* 34 writes */
+    /* 30 of them waited for the ring, each write taking 2 ms: the commit's wait counted */
+    tl_kv_get_stats(kv, &ks);
+    CHECK_MSG(ks.write_wait_s >= 0.002, "write ring wait %g s", ks.write_wait_s);
     for (int l = 0; l < 2; l++) verify(&c, &s, &ident, 1, l); /* the last 4 are pinned */
     /* close the sequence with writes in flight, reuse its id with other data */
     for (int l = 0; l < 2; l++) {
@@ -461,7 +467,6 @@ static void test_slow_disk(void) {
     CHECK(tl_kv_seq_commit(kv, s, 3) == TL_OK);
     for (int l = 0; l < 2; l++) verify(&c, &s, &ident, 1, l);
     tl_kv_seq_close(kv, s);
-    tl_kv_stats ks;
     tl_kv_get_stats(kv, &ks);
     CHECK_MSG(ks.pages_written == 2 * (17 + 2 + 3), "%llu", (unsigned long long)ks.pages_written);
     CHECK(tl_budget_peak(b) <= tl_kv_budget_bytes(&p, 1));

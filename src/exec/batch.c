@@ -392,8 +392,9 @@ static tl_status run_local(batch *b, int32_t k0, int32_t n_mb, int prefill) {
     tl_status st = tl_engine_step(b->m, &b->scratch, b->kv, mb, n_mb);
     tl_residency_get_stats(b->m->res, &r1);
     tl_kv_get_stats(b->kv, &k1s);
-    /* stalls: waiting for weights (residency) or for KV pages */
-    const double stall = r1.stall_s - r0.stall_s + (k1s.wait_s - k0s.wait_s);
+    /* stalls: waiting for weights (residency), for KV pages, or for KV writes to finish */
+    const double stall = r1.stall_s - r0.stall_s + (k1s.wait_s - k0s.wait_s) +
+                         (k1s.write_wait_s - k0s.write_wait_s);
     if (prefill) {
         b->st.prefill_stall_s += stall;
         b->st.prefill_kv_wait_s += k1s.wait_s - k0s.wait_s;

@@ -378,9 +378,10 @@ tl_status tl_sched_step(tl_sched *s, tl_sched_event *ev, int32_t cap, int32_t *n
     }
     const double seconds = tl_now() - t0;
     s->st.step_s += seconds;
-    if (s->p.policy.observe) /* waiting on the disk: weights and KV pages */
+    if (s->p.policy.observe) /* waiting on the disk: weights, KV pages and KV writes */
         s->p.policy.observe(s->p.policy.user, gen_rows, prompt_rows, seconds,
-                            (r1.stall_s - r0.stall_s) + (k1.wait_s - k0.wait_s));
+                            (r1.stall_s - r0.stall_s) + (k1.wait_s - k0.wait_s) +
+                                (k1.write_wait_s - k0.write_wait_s));
     return TL_OK;
 }
 

@@ -506,8 +506,13 @@ static tl_status write_out(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, i
                            const uint8_t *src, const float *f32) {
     tl_status st;
     int progress;
-    while (kv->ring_n == kv->ring_cap) /* bound the write buffers in flight */
-        if ((st = ring_pop(kv, 1, &progress)) != TL_OK) return st;
+    if (kv->ring_n == kv->ring_cap) { /* bound the write buffers in flight */
+        const double t0 = tl_now();
+        while (kv->ring_n == kv->ring_cap)
+            if ((st = ring_pop(kv, 1, &progress)) != TL_OK) break;
+        kv->stats.write_wait_s += tl_now() - t0;
+        if (st != TL_OK) return st;
+    }
     uint8_t *buf;
     st = slot_alloc(kv, &buf, "spill write buffer", seq, layer, i);
     if (st != TL_OK) return st;

@@ -114,6 +114,8 @@ typedef struct tl_kv_stats {
     uint64_t spill_slots;    /* page slots the spill file holds: the most disk pages alive
                                 at once (slots of closed sequences are reused) */
     double wait_s;           /* time tl_kv_wait blocked on page reads still in flight */
+    double write_wait_s;     /* time a commit blocked with the write ring full, waiting
+                                for the oldest write in flight (tl_kv_seq_commit) */
 } tl_kv_stats;
 
 /* Bytes of one stored page (K and V) in this format. */
