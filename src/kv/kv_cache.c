@@ -529,11 +529,11 @@ static tl_status write_out(tl_kv *kv, kv_page *pg, int32_t seq, int32_t layer, i
     const int reuse = kv->n_free > 0;
     const uint64_t slot = reuse ? kv->free_slots[kv->n_free - 1] : kv->next_slot;
     const uint64_t end = (slot + 1) * kv->frame_slot;
-    if (end > kv->reserved) { /* no room: the write extends the file, and reports a full disk */
+    if (end > kv->reserved) { /* past the space made ready: make the next 64 MiB ready */
         kv->reserved = end + SPILL_RESERVE_BYTES;
         if (tl_tier_reserve(kv->tier, kv->reserved) != TL_OK) {
-            tl_error_clear();
-            kv->reserved = UINT64_MAX;
+            tl_error_clear(); /* no room for it: no more tries; the writes extend the file */
+            kv->reserved = UINT64_MAX; /* and report a full disk themselves */
         }
     }
     st = tl_aio_write(kv->aio, kv->tier, slot * kv->frame_slot, buf, kv->frame_slot, tag);
