@@ -2,8 +2,8 @@
  * over every kind in tier_kinds.h (memory, buffered file, O_DIRECT file, fault-wrapped
  * with and without short transfers): full reads, aligned round trips, partial reads,
  * end-of-file, misalignment, concurrent callers. Then the file tier's read-only and
- * creation rules, real ENOSPC (/dev/full), and the fault shim's EIO/ENOSPC/sticky/
- * writes-only/latency/short-transfer behaviour. */
+ * creation rules, reserving (tl_tier_reserve), real ENOSPC (/dev/full), and the fault
+ * shim's EIO/ENOSPC/sticky/writes-only/latency/short-transfer behaviour. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
