@@ -9,6 +9,9 @@
  * disk (writes in flight when read back, a full write ring), sticky ENOSPC and EIO from the
  * fault shim, budget exhaustion, bad calls, and quant_row by hand-computed bytes. */
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <float.h>
 #include <math.h>
 #include "base/rng.h"
@@ -43,6 +46,27 @@ static void gen_rows(int ident, int layer, int pos0, int n, int D, float *k, flo
 /* Spill files alive: this process's open files in tk_dir. They have no name (the spill
  * file cannot outlive the process), so the directory itself must stay empty: a name in it
  * counts as a failure (-100). */
+/* Files this process holds open in tk_dir; *st (when not NULL) gets the last one's fstat. */
+static int open_spill_fds(struct stat *st) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    const size_t dl = strlen(tk_dir);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char link[300], target[4096];
+        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+        ssize_t k = readlink(link, target, sizeof target - 1);
+        if (k <= 0) continue;
+        target[k] = 0;
+        if (strncmp(target, tk_dir, dl) != 0 || target[dl] != '/') continue;
+        n++;
+        if (st && fstat(atoi(e->d_name), st) != 0) n = -1000;
+    }
+    closedir(d);
+    return n;
+}
+
 static int count_spill_files(void) {
     DIR *d = opendir(tk_dir);
     int n = 0;
@@ -51,18 +75,19 @@ static int count_spill_files(void) {
     while ((e = readdir(d)) != NULL)
         if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n -= 100;
     closedir(d);
-    if (!(d = opendir("/proc/self/fd"))) return -1;
-    const size_t dl = strlen(tk_dir);
-    while ((e = readdir(d)) != NULL) {
-        char link[300], target[4096];
-        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
-        ssize_t k = readlink(link, target, sizeof target - 1);
-        if (k <= 0) continue;
-        target[k] = 0;
-        if (strncmp(target, tk_dir, dl) == 0 && target[dl] == '/') n++;
-    }
-    closedir(d);
-    return n;
+    const int fds = open_spill_fds(NULL);
+    return fds < 0 ? -1 : n + fds;
+}
+
+/* 1 if the scratch directory's filesystem allocates with fallocate (tl_tier_reserve). */
+static int dir_fallocates(void) {
+    char probe[600];
+    snprintf(probe, sizeof probe, "%s/fallocate-probe", tk_dir);
+    const int fd = open(probe, O_CREAT | O_RDWR, 0600);
+    const int can = fd >= 0 && fallocate(fd, 0, 0, 4096) == 0;
+    if (fd >= 0) close(fd);
+    unlink(probe);
+    return can;
 }
 
 static uint64_t fnv(uint64_t h, const void *p, size_t len) {
@@ -317,6 +342,14 @@ static uint64_t run_case(int bits, place pl, int P) {
     CHECK_MSG(tl_budget_peak(b) <= bound, "%s: budget peak %llu over the bound %llu", c.label,
               (unsigned long long)tl_budget_peak(b), (unsigned long long)bound);
     CHECK(count_spill_files() == spill);
+    if (ks.pages_written > 0) { /* allocated ahead of its writes (tl_tier_reserve) */
+        struct stat st;
+        const long long want = dir_fallocates() ? (64ll << 20) : (long long)slot;
+        CHECK(open_spill_fds(&st) == 1);
+        CHECK_MSG(st.st_size >= want && st.st_blocks * 512 >= want, "%s: spill file %lld "
+                  "bytes, %lld allocated", c.label, (long long)st.st_size,
+                  (long long)st.st_blocks * 512);
+    }
     tl_kv_close(c.kv);
     CHECK_MSG(count_spill_files() == 0, "%s: spill file left behind", c.label);
     CHECK_MSG(tl_budget_used(b) == 0, "%s: %llu budget bytes left", c.label,

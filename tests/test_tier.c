@@ -186,6 +186,9 @@ static void test_file_rules(void) {
         struct stat rs;
         CHECK(fstat(t->fd, &rs) == 0 && rs.st_size == 65536 && rs.st_blocks * 512 >= 65536);
         CHECK(tl_tier_reserve(t, 4096) == TL_OK && t->size == 65536);
+        tl_error_clear();
+        CHECK(tl_tier_reserve(t, UINT64_MAX) == TL_ERR_INVALID && has("out of range"));
+        CHECK(t->size == 65536);
         tk_fill(buf, 0, 4096, 9);
         CHECK(tl_tier_write_full(t, 61440, buf, 4096) == TL_OK);
         tl_tier_close(t);
