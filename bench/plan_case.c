@@ -90,9 +90,8 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
         if ((st = tl_plan_calibrate_products(m, &cal, &ratio))) break;
         o.cal_products = ratio;
         double delay;
-        if ((st = tl_plan_calibrate_ring(m, &cal, o.plan.policy.kv_bits,
-                                         tl_plan_decode_ctx(c->prompt, c->gen), &delay)))
-            break;
+        const tl_plan_decode_shape ds = tl_plan_decode_shape_of(&o.plan.policy, &rq.w);
+        if ((st = tl_plan_calibrate_ring(m, &cal, &ds, &delay))) break;
         double mix;
         if ((st = tl_plan_calibrate_kv(m, &cal, &o.plan, NULL, &mix))) break;
         o.cal_mix = mix;

@@ -1167,6 +1167,50 @@ static void products_rounds(void) {
     CHECK(!tl_plan_products_round(half, 1, h) && h[0] == 0.9 && h[3] == 1.0);
 }
 
+/* The decode pass the ring calibration holds its units for (tl_plan_decode_shape_of): one
+ * row for a single sequence, else the block's sequences in micro-batches of gbs; and each
+ * hold by hand (tl_plan_ring_hold_s): a layer's even share of the pass's compute without
+ * the output's product, the output unit that product over every row, each plus its
+ * repacking; a pass of 2 x 8 rows holds every unit longer than a pass of one row. */
+static void ring_hold_targets(const tl_model *m, const tl_hw_profile *prof,
+                              const tl_weight_plan *wp) {
+    tl_policy pol;
+    memset(&pol, 0, sizeof pol);
+    pol.kv_bits = 16, pol.gbs = 4, pol.num_gb = 3;
+    tl_workload w = {.prompt_len = 60, .gen_len = 8, .num_seqs = 10};
+    tl_plan_decode_shape d = tl_plan_decode_shape_of(&pol, &w);
+    CHECK_MSG(d.kv_bits == 16 && d.n_mb == 3 && d.rows == 4 && d.ctx == 64, "%d %d %g",
+              (int)d.n_mb, (int)d.rows, d.ctx);
+    w.num_seqs = 50; /* a block holds gbs x num_gb of them */
+    d = tl_plan_decode_shape_of(&pol, &w);
+    CHECK(d.n_mb == 3 && d.rows == 4);
+    w.num_seqs = 5;
+    d = tl_plan_decode_shape_of(&pol, &w);
+    CHECK(d.n_mb == 2 && d.rows == 3);
+    pol.single = 1;
+    d = tl_plan_decode_shape_of(&pol, &w);
+    CHECK(d.n_mb == 1 && d.rows == 1);
+    const int32_t L = m->lm.hp.n_layer;
+    const tl_weight *out = m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output;
+    const tl_plan_decode_shape one = {16, 1, 1, 64}, many = {16, 8, 2, 64};
+    const int32_t r1[1] = {1}, r8[2] = {8, 8};
+    const double c1[1] = {64}, c8[2] = {8 * 64, 8 * 64};
+    const double pass1 = tl_cost_pass_compute(m, prof, 16, r1, c1, c1, 1, 1, 1, 1, 1, NULL);
+    const double pass8 = tl_cost_pass_compute(m, prof, 16, r8, c8, c8, 2, 1, 1, 16, 1, NULL);
+    for (int32_t u = 0; u <= L; u++) {
+        const double rep = tl_cost_unit_repack_s(m, prof, wp, u);
+        const double want1 = u == L ? tl_cost_matmul(prof, out, 1) + rep
+                                    : (pass1 - tl_cost_matmul(prof, out, 1)) / L + rep;
+        const double want8 = u == L ? tl_cost_matmul(prof, out, 16) + rep
+                                    : (pass8 - tl_cost_matmul(prof, out, 16)) / L + rep;
+        const double h1 = tl_plan_ring_hold_s(m, prof, wp, u, &one);
+        const double h8 = tl_plan_ring_hold_s(m, prof, wp, u, &many);
+        CHECK_MSG(fabs(h1 - want1) <= 1e-12 + 1e-9 * want1 &&
+                      fabs(h8 - want8) <= 1e-12 + 1e-9 * want8 && h8 > h1 && h1 > 0,
+                  "unit %d: %g (by hand %g), %g (by hand %g)", (int)u, h1, want1, h8, want8);
+    }
+}
+
 /* The ring calibration on a streamed plan (calibrate_ring.c): it holds each unit with a
  * resident matrix's products, or with the pool spinning where none is resident; either
  * way it ends cleanly with a finite delay (0 or more) that the profile keeps, its holds
@@ -1180,12 +1224,14 @@ static void ring_calibration(const char *path, uint64_t budget, uint64_t state) 
     tl_hw_profile prof;
     tl_test_round_profile(&prof);
     double delay = -1;
-    CHECK_MSG(tl_plan_calibrate_ring(m, &prof, 32, 64, &delay) == TL_OK, "%s",
+    const tl_plan_decode_shape ds = {32, 1, 1, 64};
+    CHECK_MSG(tl_plan_calibrate_ring(m, &prof, &ds, &delay) == TL_OK, "%s",
               tl_last_error());
     CHECK_MSG(delay >= 0 && isfinite(delay) && delay == prof.ring_unit_delay_s,
               "delay %g, profile's %g", delay, prof.ring_unit_delay_s);
     for (int32_t l = 0; l < m->lm.hp.n_layer; l++)
         if (tl_weight_plan_unit_bytes(&m->lm, wp, l) > 0) CHECK(!m->lm.layers[l].wq.data);
+    ring_hold_targets(m, &prof, wp);
     tl_engine_unplace(m);
     tl_model_close(m);
 }

@@ -47,6 +47,32 @@
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio);
 
+/* A decode pass as the ring calibration holds its units for: kv_bits KV, ctx positions
+ * seen by each row (tl_plan_decode_ctx), n_mb micro-batches of `rows` sequences each. */
+typedef struct tl_plan_decode_shape {
+    int32_t kv_bits, rows, n_mb;
+    double ctx;
+} tl_plan_decode_shape;
+
+/* The positions a decode step of a workload sees on average (its decode_ctx): the prompt
+ * and half the generated tokens. */
+static inline double tl_plan_decode_ctx(int32_t prompt_len, int32_t gen_len) {
+    return prompt_len + 0.5 * gen_len;
+}
+
+/* The decode pass of a policy on a workload as block_walk (cost.c) prices it: one row for
+ * a single sequence; else the block's sequences (the workload's, up to gbs x num_gb) in
+ * micro-batches of gbs, `rows` their mean rounded up. */
+tl_plan_decode_shape tl_plan_decode_shape_of(const tl_policy *pol, const tl_workload *w);
+
+/* Seconds the ring calibration holds unit u for (below): the unit's compute in a decode
+ * pass of shape d as the ring model takes it (cost.c, ring_time): the output unit
+ * (u == n_layer) its product over every row, each layer an even share of the rest of the
+ * pass (products, attention, element-wise work, fixed costs, the logits'); plus the unit's
+ * repacking on arrival, which the ring model adds and a measuring pass skips. */
+double tl_plan_ring_hold_s(const tl_model *m, const tl_hw_profile *prof,
+                           const tl_weight_plan *wp, int32_t u, const tl_plan_decode_shape *d);
+
 /* The ring's reads while the cores compute (calibrate_ring.c; after
  * tl_plan_calibrate_disk, _compute and _products, whose figures it uses): for a model
  * whose streamed units, up to 512 MiB a pass, go through the ring with overlap, up to
@@ -54,25 +80,18 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
  * one past half a second), each between two alone ones, with each streamed unit held
  * while the pool multiplies one row of a resident matrix (none resident that a hold can
  * end near its target with, or no room for its vectors: while the pool's threads spin on
- * registers, in eight runs a hold) for about the time the cost model gives that unit's
- * compute in a decode pass of one row (its share of the layers' products, attention over
- * decode_ctx positions of kv_bits KV, element-wise work and fixed costs; the output's
- * product; and its repacking on arrival, which a measuring pass skips), so the cores are
- * as busy as a one-row decode keeps them while the reads run (decode steps of many rows
- * keep them busier than the holds do). *delay_s and prof->ring_unit_delay_s get the
+ * registers, in eight runs a hold) for tl_plan_ring_hold_s of the plan's decode pass d,
+ * so the cores are as busy while the reads run as that pass keeps them: a decode step of
+ * many rows keeps them busier than one of one row, and the IO thread that retires the
+ * reads waits for a core the longer. *delay_s and prof->ring_unit_delay_s get the
  * median over the held samples of the delay per streamed read that makes the ring model
  * take the held sample's time at the rate of the alone samples on either side
  * (tl_cost_ring_fit_delay; one sample's figure swings with the disk's noise, hence several;
  * one whose holds hid the reads is dropped); the cost model adds it to every streamed
  * unit's read. tl_plan_calibrate_disk sets it to 0 first. 0 when not measured (another
  * kind of plan, or over 512 MiB a pass). An IO error is the residency's. */
-tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, int32_t kv_bits,
-                                 double decode_ctx, double *delay_s);
-/* The positions a decode step of a workload sees on average (its decode_ctx): the prompt
- * and half the generated tokens. */
-static inline double tl_plan_decode_ctx(int32_t prompt_len, int32_t gen_len) {
-    return prompt_len + 0.5 * gen_len;
-}
+tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof,
+                                 const tl_plan_decode_shape *d, double *delay_s);
 
 /* KV pages on disk, for a planned policy that spills KV and whose decode reads pages.
  * Alone, when spill_dir (NULL or "": $TMPDIR, else /tmp) lies on another filesystem than

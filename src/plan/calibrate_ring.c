@@ -8,9 +8,10 @@
  * time the rate alone does not show. This measures it as decode meets it: pairs of ring
  * samples, one alone and one with every streamed unit held while the pool multiplies one
  * row (a resident matrix of the model, standing for the unit's own work, whose weights a
- * hold cannot use), each unit about as long as the cost model prices its compute in a
- * decode pass: all of it, not only its products, as the cores' busy share is what delays
- * the reads.
+ * hold cannot use), each unit about as long as the cost model prices its compute in the
+ * plan's decode pass (its rows, its micro-batches): all of it, not only its products, as
+ * the cores' busy share is what delays the reads, and a pass of many rows keeps them
+ * busier than one of one row.
  * The alone samples on either side of a held one (alone and held alternate, from alone to
  * alone) give each unit's read time, at their rate together: a disk drifting over the
  * samples moves both sides alike, where an alone sample on one side only takes the drift
@@ -102,24 +103,43 @@ static const tl_weight *hold_matrix(const tl_model *m, const tl_hw_profile *prof
     return under;
 }
 
-/* Unit u's compute in a decode pass of one row seeing `ctx` positions of kv_bits KV (all
- * of them stored, a little dearer than the open page's f32), as the ring model takes it
- * (cost.c, ring_time): the output unit its product, each layer an even share of the rest
- * of the pass (products, attention, element-wise work, fixed costs, the logits'). */
-static double unit_decode_s(const tl_model *m, const tl_hw_profile *prof, int32_t u,
-                            int32_t kv_bits, double ctx) {
-    const tl_weight *out = m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output;
-    const double out_s = tl_cost_matmul(prof, out, 1);
-    if (u == m->lm.hp.n_layer) return out_s;
-    const int32_t rows[1] = {1};
-    const double c[1] = {ctx > 1 ? ctx : 1}, stored[1] = {kv_bits < 32 ? c[0] : 0};
-    const double pass = tl_cost_pass_compute(m, prof, kv_bits, rows, c, stored, 1, 1, 1, 1, 1,
-                                             NULL);
-    return fmax(0, pass - out_s) / m->lm.hp.n_layer;
+tl_plan_decode_shape tl_plan_decode_shape_of(const tl_policy *pol, const tl_workload *w) {
+    tl_plan_decode_shape d = {pol->kv_bits, 1, 1,
+                              tl_plan_decode_ctx(w->prompt_len, w->gen_len)};
+    if (pol->single || pol->gbs < 1) return d;
+    const int64_t cap = (int64_t)pol->gbs * (pol->num_gb > 0 ? pol->num_gb : 1);
+    const int64_t seqs = w->num_seqs < 1 ? 1 : w->num_seqs < cap ? w->num_seqs : cap;
+    d.n_mb = (int32_t)((seqs + pol->gbs - 1) / pol->gbs);
+    d.rows = (int32_t)((seqs + d.n_mb - 1) / d.n_mb);
+    return d;
 }
 
-tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, int32_t kv_bits,
-                                 double decode_ctx, double *delay_s) {
+/* calibrate.h */
+double tl_plan_ring_hold_s(const tl_model *m, const tl_hw_profile *prof,
+                           const tl_weight_plan *wp, int32_t u, const tl_plan_decode_shape *d) {
+    /* at most as many micro-batches as the cost model walks (cost.c, block_walk) */
+    enum { MAX_MB = 4096 };
+    const int32_t n_mb = d->n_mb < 1 ? 1 : d->n_mb > MAX_MB ? MAX_MB : d->n_mb;
+    const int32_t rows = d->rows > 0 ? d->rows : 1;
+    const tl_weight *out = m->lm.tied_output ? &m->lm.tok_embd : &m->lm.output;
+    const double out_s = tl_cost_matmul(prof, out, (double)rows * n_mb);
+    const double repack = tl_cost_unit_repack_s(m, prof, wp, u);
+    if (u == m->lm.hp.n_layer) return out_s + repack;
+    int32_t r[MAX_MB];
+    double c[MAX_MB], stored[MAX_MB];
+    for (int32_t k = 0; k < n_mb; k++) { /* every position stored: a little dearer than
+                                            the open page's f32 */
+        r[k] = rows;
+        c[k] = (double)rows * (d->ctx > 1 ? d->ctx : 1);
+        stored[k] = d->kv_bits < 32 ? c[k] : 0;
+    }
+    const double pass = tl_cost_pass_compute(m, prof, d->kv_bits, r, c, stored, n_mb, 1, 1,
+                                             rows * n_mb, 1, NULL);
+    return fmax(0, pass - out_s) / m->lm.hp.n_layer + repack;
+}
+
+tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof,
+                                 const tl_plan_decode_shape *d, double *delay_s) {
     *delay_s = 0;
     prof->ring_unit_delay_s = 0;
     if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating the ring: nothing placed");
@@ -134,10 +154,7 @@ tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof, int32_t kv_bi
     double *target = arr, *held = arr + U + 1, *c = arr + 2 * (U + 1), *r = arr + 3 * (U + 1);
     double fit_s = 0; /* the shortest streamed unit's target */
     for (int32_t u = 0; u <= U; u++) {
-        /* and its repacking on arrival, which the ring model adds to it (ring_time) and a
-         * measuring pass skips */
-        target[u] = unit_decode_s(m, prof, u, kv_bits, decode_ctx) +
-                    tl_cost_unit_repack_s(m, prof, wp, u);
+        target[u] = tl_plan_ring_hold_s(m, prof, wp, u, d);
         if (tl_weight_plan_unit_bytes(&m->lm, wp, u) > 0 && (fit_s == 0 || target[u] < fit_s))
             fit_s = target[u];
     }

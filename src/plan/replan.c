@@ -122,8 +122,8 @@ static int hook(tl_replanner *r, tl_model *m, const tl_batch_stats *s, int32_t p
                                                 &was) == TL_OK;
             if (tl_plan_calibrate_products(m, &r->prof, &pratio)) pratio = 1, tl_error_clear();
             double delay = 0; /* the ring's reads beside compute: in the plan's price */
-            const double dctx = tl_plan_decode_ctx(r->rq.w.prompt_len, r->rq.w.gen_len);
-            if (tl_plan_calibrate_ring(m, &r->prof, r->current.policy.kv_bits, dctx, &delay))
+            const tl_plan_decode_shape ds = tl_plan_decode_shape_of(&r->current.policy, &r->rq.w);
+            if (tl_plan_calibrate_ring(m, &r->prof, &ds, &delay))
                 tl_error_clear();
             if (priced && was.cost.total_s > 0 &&
                 tl_plan_evaluate(m, &r->prof, &r->rq.w, &r->current.policy, &now) == TL_OK)

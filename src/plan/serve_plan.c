@@ -236,8 +236,11 @@ tl_status tl_serve_plan_calibrated(tl_model *m, tl_hw_profile *prof,
     double products = 1; /* prefill chunks and batched decode steps */
     if (tl_plan_calibrate_products(m, prof, &products)) tl_error_clear(), products = 1;
     double delay = 0; /* the ring's reads beside compute */
-    const double dctx = tl_plan_decode_ctx(out->prompt_len, out->gen_len);
-    if (tl_plan_calibrate_ring(m, prof, out->sched.kv_bits, dctx, &delay))
+    /* a decode step of every sequence the scheduler holds (tl_cost_serve_step's) */
+    const int32_t rows = out->sched.max_seqs > 0 ? out->sched.max_seqs : 1;
+    const tl_plan_decode_shape ds = {out->sched.kv_bits, rows, 1,
+                                     tl_plan_decode_ctx(out->prompt_len, out->gen_len)};
+    if (tl_plan_calibrate_ring(m, prof, &ds, &delay))
         tl_error_clear(), delay = 0;
     /* each corrected the profile's figures already: plan on them; the placement stays
      * when the plan keeps the scheduler's shape (the same state bytes, so the same weight

@@ -237,10 +237,10 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
     if (!st) st = tl_plan_calibrate_compute(m, prof, &cratio);
     if (!st) st = tl_plan_calibrate_products(m, prof, &pratio);
     double delay = 0;
-    if (!st)
-        st = tl_plan_calibrate_ring(m, prof, chosen->policy.kv_bits,
-                                    tl_plan_decode_ctx(rq->w.prompt_len, rq->w.gen_len),
-                                    &delay);
+    if (!st) {
+        const tl_plan_decode_shape ds = tl_plan_decode_shape_of(&chosen->policy, &rq->w);
+        st = tl_plan_calibrate_ring(m, prof, &ds, &delay);
+    }
     double page_scale = 0;
     if (!st) st = tl_plan_calibrate_kv(m, prof, chosen, cp->spill_dir, &page_scale);
     if (!(page_scale > 0)) page_scale = 1; /* not timed */
