@@ -8,9 +8,9 @@
  * Each runs as a fixed policy on the planned configuration's profile (no calibration of
  * its own), in three interleaved rounds, so a disk that drifts over minutes moves every
  * candidate alike; the medians are compared. Seven rounds where the chosen policy is
- * predicted under SHORT_S: runs that short swing by more than the 5% the decision is
- * judged by from one run to the next, and the median of three would call ties misses (or
- * hits) by chance. A candidate predicted over twice as slow as the chosen one runs in the
+ * predicted under SHORT_S: runs of a few seconds swing by about the 5% the decision is
+ * judged by from one run to the next (the held-out's repeat spread of measured times),
+ * and the median of three would call ties misses (or hits) by chance. A candidate predicted over twice as slow as the chosen one runs in the
  * first round only: its one run settles whether it is fastest, and more would make one
  * configuration take many minutes.
  */
@@ -26,7 +26,7 @@
 
 #define N_ROUNDS 3
 #define SHORT_ROUNDS 7
-#define SHORT_S 1.0
+#define SHORT_S 5.0
 #define MAX_CANDS 8
 #define ONCE_ABOVE 2.0 /* predicted this many times the chosen one's: one round */
 
