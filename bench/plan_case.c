@@ -77,14 +77,32 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
      * cost beside the stream (plan/calibrate.h): the disk and the cores as they are now, in
      * the same run; auto re-plans on them as the CLI does, a fixed policy is predicted
      * again with them */
-    for (int round = 0; round < 2 && !st; round++) {
+    int timed = 0; /* the disk timed on a placement that streams */
+    for (int round = 0; round < 3 && !st; round++) {
         tl_plan_apply(&o.plan.policy, m, NULL); /* the model's knobs: prefetch, overlap */
         const uint64_t state = tl_plan_state_bytes(m, &o.plan.policy);
         if ((st = tl_engine_place(m, state))) break;
-        if (round == 1 || !calibrate) break;
+        if (!calibrate || round == 2 || (round == 1 && (timed || o.plan.streamed_bytes == 0)))
+            break;
         double bps, ratio;
         if ((st = tl_plan_calibrate_disk(m, &cal, &bps, &ratio))) break;
         o.cal_disk = ratio;
+        timed = bps > 0;
+        if (round == 1) { /* the first placement streamed nothing to time: this one's
+                             stream, and its reads beside compute, as the CLI does */
+            double delay;
+            const tl_plan_decode_shape ds = tl_plan_decode_shape_of(&o.plan.policy, &rq.w);
+            if ((st = tl_plan_calibrate_ring(m, &cal, &ds, &delay))) break;
+            tl_plan_result again;
+            st = c->automatic ? tl_plan_search_ranked(m, prof, &rq, &again, &o.ranked)
+                              : tl_plan_evaluate(m, prof, &rq.w, &o.plan.policy, &again);
+            if (st) break;
+            const int same = !memcmp(&again.policy, &o.plan.policy, sizeof again.policy);
+            o.plan = again;
+            if (same) break;
+            tl_engine_unplace(m);
+            continue;
+        }
         if ((st = tl_plan_calibrate_compute(m, &cal, &ratio))) break;
         o.cal_compute = ratio;
         if ((st = tl_plan_calibrate_products(m, &cal, &ratio))) break;

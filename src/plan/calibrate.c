@@ -26,9 +26,11 @@
 #include "tier/tier.h"
 
 #define CALIBRATE_PASS_BYTES ((uint64_t)192 << 20)
-/* whole passes timed together: at least this many bytes */
-#define CALIBRATE_SAMPLE_BYTES ((uint64_t)32 << 20)
-#define CALIBRATE_SAMPLES_S 0.25
+/* whole passes timed together: at least this many bytes, and samples taken while they
+ * have taken under CALIBRATE_SAMPLES_S: a run's passes read at the disk's rate over
+ * seconds, which a few samples of a few chunks' time each do not pin down */
+#define CALIBRATE_SAMPLE_BYTES ((uint64_t)128 << 20)
+#define CALIBRATE_SAMPLES_S 1.0
 /* streamed bytes per pass up to which a pass is read once before the samples */
 #define CALIBRATE_WARM_BYTES ((uint64_t)1 << 30)
 

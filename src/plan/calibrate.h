@@ -13,7 +13,8 @@
  * before them the streamed units, up to 1 GiB a pass, are read once untimed, so that the
  * samples read what was read one pass before, as the engine's second and later passes do;
  * a model that streams up to 192 MiB per pass, with overlap, is timed instead as decode
- * reads it: samples of whole passes through the ring, at least 32 MiB each,
+ * reads it: samples of whole passes through the ring, at least 128 MiB each (3, and up
+ * to 5 while they have taken under a second),
  * tl_residency_measure_passes; a pass below one queue's worth (chunk x depth) too, many to a
  * sample, its rate then mostly its few reads' latency, which the large-read figures then
  * give every plan of this model, also one that would stream more at full depth and is so

@@ -228,7 +228,8 @@ static tl_status plan_run(tl_model *m, const char *prompt, const tl_generate_par
 
 /* Once placed: one pass of the engine's own streaming against the profile; more than
  * 20% off, the profile is corrected and the search runs again; a different policy is
- * placed instead (plan/calibrate.h). */
+ * placed instead (plan/calibrate.h), its stream timed when the first placement streamed
+ * nothing to time. */
 static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
                              const tl_plan_request *rq, tl_plan_result *chosen,
                              tl_hw_profile *prof) {
@@ -282,8 +283,21 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
     *c = NULL;
     tl_engine_unplace(m);
     apply_run_policy(m, &next.policy, cp);
-    cli_print_policy(stderr, "policy auto", &next);
-    return tl_context_open(m, cp, c);
+    if ((st = tl_context_open(m, cp, c))) return st;
+    if (bps <= 0 && next.streamed_bytes > 0) {
+        /* the first placement streamed nothing to time: this one's stream and its reads
+         * beside compute, so that the prediction printed is at the disk's rate now */
+        const tl_plan_decode_shape ds = tl_plan_decode_shape_of(&next.policy, &rq->w);
+        double delay = 0;
+        st = tl_plan_calibrate_disk(m, prof, &bps, &ratio);
+        if (!st) st = tl_plan_calibrate_ring(m, prof, &ds, &delay);
+        if (st) return st;
+        tl_plan_result again;
+        if (tl_plan_evaluate(m, prof, &rq->w, &next.policy, &again) == TL_OK) *chosen = again;
+        tl_error_clear();
+    }
+    cli_print_policy(stderr, "policy auto", chosen);
+    return TL_OK;
 }
 
 /* With the KV cache in tiers, the prediction of the policy the context really runs: its
