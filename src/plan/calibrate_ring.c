@@ -103,6 +103,7 @@ static const tl_weight *hold_matrix(const tl_model *m, const tl_hw_profile *prof
     return under;
 }
 
+/* calibrate.h */
 tl_plan_decode_shape tl_plan_decode_shape_of(const tl_policy *pol, const tl_workload *w) {
     tl_plan_decode_shape d = {pol->kv_bits, 1, 1,
                               tl_plan_decode_ctx(w->prompt_len, w->gen_len)};
