@@ -10,9 +10,10 @@
  * candidate alike; the medians are compared. Seven rounds where the chosen policy is
  * predicted under SHORT_S: runs of a few seconds swing by about the 5% the decision is
  * judged by from one run to the next (the held-out's repeat spread of measured times),
- * and the median of three would call ties misses (or hits) by chance. A candidate predicted over twice as slow as the chosen one runs in the
- * first round only: its one run settles whether it is fastest, and more would make one
- * configuration take many minutes.
+ * and the median of three would call ties misses (or hits) by chance. A candidate
+ * predicted over twice as slow as the chosen one runs in the first round only: its one
+ * run settles whether it is fastest, and more would make one configuration take many
+ * minutes.
  */
 #include "decide.h"
 

@@ -88,31 +88,22 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
         if ((st = tl_plan_calibrate_disk(m, &cal, &bps, &ratio))) break;
         o.cal_disk = ratio;
         timed = bps > 0;
-        if (round == 1) { /* the first placement streamed nothing to time: this one's
-                             stream, and its reads beside compute, as the CLI does */
-            double delay;
-            const tl_plan_decode_shape ds = tl_plan_decode_shape_of(&o.plan.policy, &rq.w);
-            if ((st = tl_plan_calibrate_ring(m, &cal, &ds, &delay))) break;
-            tl_plan_result again;
-            st = c->automatic ? tl_plan_search_ranked(m, prof, &rq, &again, &o.ranked)
-                              : tl_plan_evaluate(m, prof, &rq.w, &o.plan.policy, &again);
-            if (st) break;
-            const int same = !memcmp(&again.policy, &o.plan.policy, sizeof again.policy);
-            o.plan = again;
-            if (same) break;
-            tl_engine_unplace(m);
-            continue;
+        /* round 1: the first placement streamed nothing to time; this one's stream and its
+         * reads beside compute, as the CLI does (the rest was calibrated in round 0) */
+        if (round == 0) {
+            if ((st = tl_plan_calibrate_compute(m, &cal, &ratio))) break;
+            o.cal_compute = ratio;
+            if ((st = tl_plan_calibrate_products(m, &cal, &ratio))) break;
+            o.cal_products = ratio;
         }
-        if ((st = tl_plan_calibrate_compute(m, &cal, &ratio))) break;
-        o.cal_compute = ratio;
-        if ((st = tl_plan_calibrate_products(m, &cal, &ratio))) break;
-        o.cal_products = ratio;
         double delay;
         const tl_plan_decode_shape ds = tl_plan_decode_shape_of(&o.plan.policy, &rq.w);
         if ((st = tl_plan_calibrate_ring(m, &cal, &ds, &delay))) break;
-        double mix;
-        if ((st = tl_plan_calibrate_kv(m, &cal, &o.plan, NULL, &mix))) break;
-        o.cal_mix = mix;
+        if (round == 0) {
+            double mix;
+            if ((st = tl_plan_calibrate_kv(m, &cal, &o.plan, NULL, &mix))) break;
+            o.cal_mix = mix;
+        }
         tl_plan_result again;
         st = c->automatic ? tl_plan_search_ranked(m, prof, &rq, &again, &o.ranked)
                           : tl_plan_evaluate(m, prof, &rq.w, &o.plan.policy, &again);

@@ -43,9 +43,6 @@ static void gen_rows(int ident, int layer, int pos0, int n, int D, float *k, flo
         }
 }
 
-/* Spill files alive: this process's open files in tk_dir. They have no name (the spill
- * file cannot outlive the process), so the directory itself must stay empty: a name in it
- * counts as a failure (-100). */
 /* Files this process holds open in tk_dir; *st (when not NULL) gets the last one's fstat. */
 static int open_spill_fds(struct stat *st) {
     DIR *d = opendir("/proc/self/fd");
@@ -67,6 +64,9 @@ static int open_spill_fds(struct stat *st) {
     return n;
 }
 
+/* Spill files alive: this process's open files in tk_dir. They have no name (the spill
+ * file cannot outlive the process), so the directory itself must stay empty: a name in it
+ * counts as a failure (-100). */
 static int count_spill_files(void) {
     DIR *d = opendir(tk_dir);
     int n = 0;
