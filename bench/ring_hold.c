@@ -211,7 +211,7 @@ int main(int argc, char **argv) {
                 r[u] = (double)ub / bps;
                 c[u] = hc.held[u]; /* the last pass's hold of each unit stands for all */
             }
-            const double model = tl_cost_ring_run_s(c, r, NULL, U, wp->n_slots, n_passes, 0);
+            const double model = tl_cost_ring_run_s(c, r, U, wp->n_slots, n_passes, 0);
             if (!(model > 0)) {
                 st = tl_error_set(TL_ERR_INVALID, "the ring model gives no time");
                 break;

@@ -112,15 +112,15 @@ static void hand_single(const char *path) {
     /* the embedding streams: each pass's first row read waits for the reads in flight,
      * at most the IO queue's (1 MiB x 8 at the profile's 1 GB/s) */
     const double embd_wait = 8.0 * 1048576 / 1e9;
-    double pre = fmax(smax(c1, io1), tl_cost_ring_pass_s(u1, r_nolog, NULL, 2, 2, embd_wait)) +
-                 fmax(smax(c2, io2), tl_cost_ring_pass_s(u2, unit_s, NULL, 2, 2, embd_wait));
+    double pre = fmax(smax(c1, io1), tl_cost_ring_pass_s(u1, r_nolog, 2, 2, embd_wait)) +
+                 fmax(smax(c2, io2), tl_cost_ring_pass_s(u2, unit_s, 2, 2, embd_wait));
     /* decode: 3 passes of one row at positions 8, 9, 10 */
     double dec = 0, dec_compute = 0;
     for (int pos = 8; pos <= 10; pos++) {
         double c = 2 * (mm_row + (pos + 1) * attn_pos + elem_row + fixed) + embd_row + out_row;
         const double u[3] = {(c - out_mm) / 2, (c - out_mm) / 2, out_mm};
         dec_compute += c;
-        dec += fmax(smax(c, io2), tl_cost_ring_pass_s(u, unit_s, NULL, 2, 2, embd_wait));
+        dec += fmax(smax(c, io2), tl_cost_ring_pass_s(u, unit_s, 2, 2, embd_wait));
     }
     /* here the ring decides: the output is read only once its pass has begun */
     CHECK(dec > smax(dec_compute / 3, io2) * 3 * 1.01);
@@ -132,22 +132,20 @@ static void hand_single(const char *path) {
     CHECK(r.cost.prefill_passes == 2 && r.cost.decode_passes == 3);
     CHECK(close_to(r.cost.decode_layer.compute_s, dec_compute / 6, 1e-9));
     CHECK(close_to(r.cost.decode.serial_s, dec_compute + 3 * io2, 1e-9));
-    /* a calibrated ring delay holds back every streamed unit in the ring (only there: the
-     * IO term stays the bytes' time); units of a single round of the IO queue's chunks
-     * (1 MiB x 8) wait it out after the disk, which goes on meanwhile */
+    /* a calibrated ring delay lengthens every streamed unit's read in the ring (only
+     * there: the IO term stays the bytes' time) */
     {
-        const double delay = 1e-3;
+        const double delay = 2e-4;
         tl_hw_profile slow = prof;
         slow.ring_unit_delay_s = delay;
         tl_plan_result rd;
         CHECK(tl_plan_evaluate(m, &slow, &w, &pol, &rd) == TL_OK);
-        CHECK(layer_bytes + out_bytes < 8 << 20);
-        const double lat_d[3] = {delay, delay, delay};
+        const double unit_d[3] = {unit_s[0] + delay, unit_s[1] + delay, unit_s[2] + delay};
         double dec_d = 0;
         for (int pos = 8; pos <= 10; pos++) {
             double c = 2 * (mm_row + (pos + 1) * attn_pos + elem_row + fixed) + embd_row + out_row;
             const double u[3] = {(c - out_mm) / 2, (c - out_mm) / 2, out_mm};
-            dec_d += fmax(smax(c, io2), tl_cost_ring_pass_s(u, unit_s, lat_d, 2, 2, embd_wait));
+            dec_d += fmax(smax(c, io2), tl_cost_ring_pass_s(u, unit_d, 2, 2, embd_wait));
         }
         CHECK(dec_d > dec * 1.001);
         CHECK_MSG(close_to(rd.cost.decode_s, dec_d, 1e-9), "decode with the delay %.9g vs %.9g",
@@ -1612,52 +1610,34 @@ static void ring_pass(void) {
     /* layers 1-3 stream (1 s each) after a 3 s resident layer. One buffer: layer 1's
      * read runs during the previous pass's output, each later read waits for the unit
      * before it to be used: 3 + 1 + (1 + 1) + (1 + 1) + 1 = 9 s, against 7 s of compute */
-    CHECK(fabs(tl_cost_ring_pass_s(c, r, NULL, 4, 1, 0) - 9) < 1e-9);
+    CHECK(fabs(tl_cost_ring_pass_s(c, r, 4, 1, 0) - 9) < 1e-9);
     /* four buffers: all three read during layer 0: compute-bound */
-    CHECK(fabs(tl_cost_ring_pass_s(c, r, NULL, 4, 4, 0) - 7) < 1e-9);
+    CHECK(fabs(tl_cost_ring_pass_s(c, r, 4, 4, 0) - 7) < 1e-9);
     /* only the output streams (5 s): read from the pass's start, never ahead of it:
      * max(4 s of layers, 5 s) + its own 1 s */
     double c2[5] = {1, 1, 1, 1, 1}, r2[5] = {0, 0, 0, 0, 5};
-    CHECK(fabs(tl_cost_ring_pass_s(c2, r2, NULL, 4, 2, 0) - 6) < 1e-9);
+    CHECK(fabs(tl_cost_ring_pass_s(c2, r2, 4, 2, 0) - 6) < 1e-9);
     /* every unit streams at the compute's pace with room to read ahead: max() */
     double r3[5] = {1, 1, 1, 1, 1};
-    CHECK(fabs(tl_cost_ring_pass_s(c2, r3, NULL, 4, 3, 0) - 5) < 1e-9);
+    CHECK(fabs(tl_cost_ring_pass_s(c2, r3, 4, 3, 0) - 5) < 1e-9);
     /* the same from an empty ring: the first read is hidden by nothing (1 s), then disk and
      * compute keep pace, one second a unit: 1 + 5, and 1 + 10 for two passes */
-    CHECK(fabs(tl_cost_ring_run_s(c2, r3, NULL, 4, 3, 1, 0) - 6) < 1e-9);
-    CHECK(fabs(tl_cost_ring_run_s(c2, r3, NULL, 4, 3, 2, 0) - 11) < 1e-9);
-    CHECK(tl_cost_ring_run_s(c2, r3, NULL, 4, 3, 0, 0) == 0);
+    CHECK(fabs(tl_cost_ring_run_s(c2, r3, 4, 3, 1, 0) - 6) < 1e-9);
+    CHECK(fabs(tl_cost_ring_run_s(c2, r3, 4, 3, 2, 0) - 11) < 1e-9);
+    CHECK(tl_cost_ring_run_s(c2, r3, 4, 3, 0, 0) == 0);
     /* an urgent read begins each pass: in the steady state the disk is a read (1 s) ahead
      * when the pass begins, so it waits start_wait, or that second when start_wait is
      * longer; from empty, behind all three reads issued at once, up to start_wait */
-    CHECK(fabs(tl_cost_ring_pass_s(c2, r3, NULL, 4, 3, 0.5) - 5.5) < 1e-9);
-    CHECK(fabs(tl_cost_ring_pass_s(c2, r3, NULL, 4, 3, 3) - 6) < 1e-9);
-    CHECK(fabs(tl_cost_ring_run_s(c2, r3, NULL, 4, 3, 1, 3) - 8) < 1e-9);
+    CHECK(fabs(tl_cost_ring_pass_s(c2, r3, 4, 3, 0.5) - 5.5) < 1e-9);
+    CHECK(fabs(tl_cost_ring_pass_s(c2, r3, 4, 3, 3) - 6) < 1e-9);
+    CHECK(fabs(tl_cost_ring_run_s(c2, r3, 4, 3, 1, 3) - 8) < 1e-9);
     /* one buffer: the reads never run ahead of the pass's start, nothing to wait for */
-    CHECK(fabs(tl_cost_ring_pass_s(c, r, NULL, 4, 1, 2) - 9) < 1e-9);
+    CHECK(fabs(tl_cost_ring_pass_s(c, r, 4, 1, 2) - 9) < 1e-9);
     /* nothing streams, or no buffer */
     double r0[5] = {0, 0, 0, 0, 0};
-    CHECK(tl_cost_ring_pass_s(c2, r0, NULL, 4, 2, 0) == 0);
-    CHECK(tl_cost_ring_pass_s(c2, r3, NULL, 4, 0, 0) == 0);
-    CHECK(tl_cost_ring_pass_s(c2, r3, NULL, TL_COST_RING_MAX_UNITS, 2, 0) == 0);
-    /* every read ready half a second after the disk has done it, one pass from empty.
-     * Three buffers: reads 0-2 issued at once (the disk done at 1, 2, 3 s, ready at 1.5,
-     * 2.5, 3.5), read 3 when unit 0 is used (2.5 s; the disk free at 3, ready 4.5), read 4
-     * at 3.5 (ready 5.5): the units run from 1.5 s without a wait, 6.5 s. Two buffers:
-     * read 2 issued at 2.5 (ready 4), read 3 at 3.5 (ready 5), read 4 at 5 (ready 6.5):
-     * units at 1.5, 2.5, 4, 5, 6.5, 7.5 s. The same half second spent on the disk instead
-     * (reads of 1.5 s) takes 8.5 s with either */
-    const double lat[5] = {0.5, 0.5, 0.5, 0.5, 0.5}, r15[5] = {1.5, 1.5, 1.5, 1.5, 1.5};
-    CHECK(fabs(tl_cost_ring_run_s(c2, r3, lat, 4, 3, 1, 0) - 6.5) < 1e-9);
-    CHECK(fabs(tl_cost_ring_run_s(c2, r3, lat, 4, 2, 1, 0) - 7.5) < 1e-9);
-    CHECK(fabs(tl_cost_ring_run_s(c2, r15, NULL, 4, 3, 1, 0) - 8.5) < 1e-9);
-    CHECK(fabs(tl_cost_ring_run_s(c2, r15, NULL, 4, 2, 1, 0) - 8.5) < 1e-9);
-    /* the share of a read's delay that waits after the disk: 1 / its rounds of the queue */
-    CHECK(tl_cost_read_wait_share(1 << 20, 1 << 20, 8) == 1);
-    CHECK(tl_cost_read_wait_share(8 << 20, 1 << 20, 8) == 1);
-    CHECK(tl_cost_read_wait_share((8 << 20) + 1, 1 << 20, 8) == 0.5);
-    CHECK(fabs(tl_cost_read_wait_share(24 << 20, 1 << 20, 8) - 1.0 / 3) < 1e-12);
-    CHECK(tl_cost_read_wait_share(0, 1 << 20, 8) == 1);
+    CHECK(tl_cost_ring_pass_s(c2, r0, 4, 2, 0) == 0);
+    CHECK(tl_cost_ring_pass_s(c2, r3, 4, 0, 0) == 0);
+    CHECK(tl_cost_ring_pass_s(c2, r3, TL_COST_RING_MAX_UNITS, 2, 0) == 0);
 }
 
 /* The delay per streamed read that the ring calibration fits, against a timeline worked
@@ -1666,41 +1646,29 @@ static void ring_pass(void) {
  * so the run is 3 + 1 + (1 + d + 1) + (1 + d + 1) + 1 = 9 + 2d (d < 2). */
 static void ring_delay_fit(void) {
     const double c[5] = {3, 1, 1, 1, 1}, r[5] = {0, 1, 1, 1, 0};
-    CHECK(fabs(tl_cost_ring_run_s(c, r, NULL, 4, 1, 1, 0) - 9) < 1e-9);
-    double d = tl_cost_ring_fit_delay(c, r, NULL, 4, 1, 1, 9.4);
+    CHECK(fabs(tl_cost_ring_run_s(c, r, 4, 1, 1, 0) - 9) < 1e-9);
+    double d = tl_cost_ring_fit_delay(c, r, 4, 1, 1, 9.4);
     CHECK_MSG(fabs(d - 0.2) < 1e-6, "fitted %.9g, want 0.2", d);
-    d = tl_cost_ring_fit_delay(c, r, NULL, 4, 1, 1, 10);
+    d = tl_cost_ring_fit_delay(c, r, 4, 1, 1, 10);
     CHECK_MSG(fabs(d - 0.5) < 1e-6, "fitted %.9g, want 0.5", d);
     /* over two passes (the second one's first read issued ahead, under the first one's
      * output): the time of reads of 1.3 s gives back a delay of 0.3 s */
     const double r2[5] = {0, 1.3, 1.3, 1.3, 0};
-    const double two = tl_cost_ring_run_s(c, r2, NULL, 4, 1, 2, 0);
-    d = tl_cost_ring_fit_delay(c, r, NULL, 4, 1, 2, two);
+    const double two = tl_cost_ring_run_s(c, r2, 4, 1, 2, 0);
+    d = tl_cost_ring_fit_delay(c, r, 4, 1, 2, two);
     CHECK_MSG(fabs(d - 0.3) < 1e-6, "fitted %.9g over two passes, want 0.3", d);
     /* the held sample no slower than the model: no delay; nothing streams: none */
-    CHECK(tl_cost_ring_fit_delay(c, r, NULL, 4, 1, 1, 8.5) == 0);
-    CHECK(tl_cost_ring_fit_delay(c, r, NULL, 4, 1, 1, 9) == 0);
+    CHECK(tl_cost_ring_fit_delay(c, r, 4, 1, 1, 8.5) == 0);
+    CHECK(tl_cost_ring_fit_delay(c, r, 4, 1, 1, 9) == 0);
     const double r0[5] = {0, 0, 0, 0, 0};
-    CHECK(tl_cost_ring_fit_delay(c, r0, NULL, 4, 1, 1, 20) == 0);
+    CHECK(tl_cost_ring_fit_delay(c, r0, 4, 1, 1, 20) == 0);
     /* reads of 0.5 s under units of 3 s with room to read ahead: only the first read waits
      * (0.5 + 15 s from empty), a delay moves the ring by a fifth of the reads' delays, and
      * a held sample's excess there cannot be told from noise: -1 */
     const double c3[5] = {3, 3, 3, 3, 3}, r3[5] = {0.5, 0.5, 0.5, 0.5, 0.5};
-    CHECK(fabs(tl_cost_ring_run_s(c3, r3, NULL, 4, 4, 1, 0) - 15.5) < 1e-9);
-    CHECK(tl_cost_ring_fit_delay(c3, r3, NULL, 4, 4, 1, 16) == -1);
-    CHECK(tl_cost_ring_fit_delay(c3, r3, NULL, 4, 4, 1, 15) == -1);
-    /* a delay after the disk (share 1), ring_pass's last case: two buffers, 7.5 s gives
-     * back the half second; three buffers hide all reads' waits but the first, so 6.5 s
-     * cannot tell */
-    const double c2[5] = {1, 1, 1, 1, 1}, r1[5] = {1, 1, 1, 1, 1}, all[5] = {1, 1, 1, 1, 1};
-    d = tl_cost_ring_fit_delay(c2, r1, all, 4, 2, 1, 7.5);
-    CHECK_MSG(fabs(d - 0.5) < 1e-6, "fitted %.9g after the disk, want 0.5", d);
-    CHECK(tl_cost_ring_fit_delay(c2, r1, all, 4, 3, 1, 6.5) == -1);
-    /* on the disk (share 0) the reads bound the run, 5 (1 + d) + the last unit's 1 s: the
-     * same 7.5 s is 0.3 s a read */
-    const double none[5] = {0, 0, 0, 0, 0};
-    d = tl_cost_ring_fit_delay(c2, r1, none, 4, 2, 1, 7.5);
-    CHECK_MSG(fabs(d - 0.3) < 1e-6, "fitted %.9g on the disk, want 0.3", d);
+    CHECK(fabs(tl_cost_ring_run_s(c3, r3, 4, 4, 1, 0) - 15.5) < 1e-9);
+    CHECK(tl_cost_ring_fit_delay(c3, r3, 4, 4, 1, 16) == -1);
+    CHECK(tl_cost_ring_fit_delay(c3, r3, 4, 4, 1, 15) == -1);
 }
 
 int main(void) {

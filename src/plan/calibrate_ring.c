@@ -150,17 +150,14 @@ tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof,
         wp->streamed_bytes > RING_MAX_PASS_BYTES || U >= TL_COST_RING_MAX_UNITS ||
         m->lm.stage_first != 0 || m->lm.stage_end != U)
         return TL_OK;
-    double *arr = calloc(5 * ((size_t)U + 1), sizeof *arr);
+    double *arr = calloc(4 * ((size_t)U + 1), sizeof *arr);
     if (!arr) return tl_error_set(TL_ERR_NOMEM, "calibrating the ring: out of memory");
     double *target = arr, *held = arr + U + 1, *c = arr + 2 * (U + 1), *r = arr + 3 * (U + 1);
-    double *share = arr + 4 * (U + 1); /* of each read's delay, after the disk (cost.h) */
     double fit_s = 0; /* the shortest streamed unit's target */
     for (int32_t u = 0; u <= U; u++) {
-        const uint64_t ub = tl_weight_plan_unit_bytes(&m->lm, wp, u);
         target[u] = tl_plan_ring_hold_s(m, prof, wp, u, d);
-        share[u] = tl_cost_read_wait_share(ub, m->lm.params.io_chunk_bytes,
-                                           m->lm.params.io_queue_depth);
-        if (ub > 0 && (fit_s == 0 || target[u] < fit_s)) fit_s = target[u];
+        if (tl_weight_plan_unit_bytes(&m->lm, wp, u) > 0 && (fit_s == 0 || target[u] < fit_s))
+            fit_s = target[u];
     }
     const tl_weight *w = hold_matrix(m, prof, fit_s);
     hold_ctx h = {.m = m, .w = w, .target = target, .held = held};
@@ -192,7 +189,7 @@ tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof,
             r[u] = (double)tl_weight_plan_unit_bytes(&m->lm, wp, u) / bps;
             c[u] = held[u]; /* the last pass's hold of each unit stands for all */
         }
-        const double d = tl_cost_ring_fit_delay(c, r, share, U, (int)wp->n_slots, n_passes, s1);
+        const double d = tl_cost_ring_fit_delay(c, r, U, (int)wp->n_slots, n_passes, s1);
         if (d >= 0) fit[n++] = d; /* < 0: the holds hid the reads, the pair cannot tell */
     }
     if (h.w) tl__calibrate_free(m, h.X, h.Y, h.scratch);

@@ -137,10 +137,7 @@
  *                    and ring = tl_cost_ring_pass_s: the pass as the residency ring's
  *                    buffers let its weight reads run ahead of the compute (each streamed
  *                    unit read in its bytes / read_bps(io_chunk, io_depth), the disk one
- *                    read at a time, plus the delay calibrated while the cores compute
- *                    (tl_plan_calibrate_ring): the share of its last round of the IO
- *                    queue's chunks after the disk, the rest on it; the layers share the
- *                    compute less the output's
+ *                    read at a time; the layers share the compute less the output's
  *                    product and each streamed unit's repacking, which it keeps)
  *                  = compute + KV wait + weight + KV reads + KV writes   without overlap
  * One pass of the engine reads every streamed layer once (and the output when any row
@@ -282,18 +279,15 @@ static double ring_layer_bytes(const tl_model *m, const tl_weight_plan *plan) {
  * as a buffer is empty, in the order of the pass's streamed units and, once the pass has
  * begun, of the next pass's streamed layers (not its output: whether that pass needs
  * logits is not known yet); the disk serves one read at a time in issue order; a unit
- * computes once its read is done, lat[u] seconds after the disk finished it (lat may be
- * NULL: none; a wait that holds the unit back but not the disk's next read), and frees its
- * buffer when it has. So a pass whose streamed units bunch together waits for them even
- * while the compute of its resident units could have hidden their reads, had the ring had
- * room to read that far ahead; and a ring of two buffers waits out every read's lat, which
- * a third hides behind the next read.
+ * computes once its read is done and frees its buffer when it has. So a pass whose
+ * streamed units bunch together waits for them even while the compute of its resident
+ * units could have hidden their reads, had the ring had room to read that far ahead.
  * `passes` passes from an empty ring: the last one's seconds (tl_cost_ring_pass_s: of three,
  * the steady state), or (total) all of them (tl_cost_ring_run_s). start_wait > 0: each pass
  * begins with an urgent read (a token embedding's row on disk), which waits for the reads
  * the disk has in flight, at most start_wait seconds of them (the IO queue's depth). */
-static double ring_sim(const double *c, const double *r, const double *lat, int32_t U,
-                       int n_slots, int passes, int total, double start_wait) {
+static double ring_sim(const double *c, const double *r, int32_t U, int n_slots, int passes,
+                       int total, double start_wait) {
     int32_t seq[TL_COST_RING_MAX_UNITS], n_seq = 0;  /* streamed units of one pass, in order */
     if (U < 0 || U >= TL_COST_RING_MAX_UNITS) return 0;
     for (int32_t u = 0; u <= U; u++)
@@ -317,7 +311,7 @@ static double ring_sim(const double *c, const double *r, const double *lat, int3
                     (ip == p + 1 && iu == U))
                     break;
                 disk = (disk > now ? disk : now) + r[iu];
-                done[issued++ % RING_MAX_SLOTS] = disk + (lat ? lat[iu] : 0);
+                done[issued++ % RING_MAX_SLOTS] = disk;
             }
             /* the pass's first urgent read waits for the reads in flight, up to
              * start_wait of them */
@@ -330,45 +324,34 @@ static double ring_sim(const double *c, const double *r, const double *lat, int3
     return total ? now : now - start;
 }
 
-double tl_cost_ring_pass_s(const double *c, const double *r, const double *lat, int32_t U,
-                           int n_slots, double start_wait) {
-    return ring_sim(c, r, lat, U, n_slots, 3, 0, start_wait);
+double tl_cost_ring_pass_s(const double *c, const double *r, int32_t U, int n_slots,
+                           double start_wait) {
+    return ring_sim(c, r, U, n_slots, 3, 0, start_wait);
 }
 
-double tl_cost_ring_run_s(const double *c, const double *r, const double *lat, int32_t U,
-                          int n_slots, int n_passes, double start_wait) {
-    return ring_sim(c, r, lat, U, n_slots, n_passes, 1, start_wait);
+double tl_cost_ring_run_s(const double *c, const double *r, int32_t U, int n_slots,
+                          int n_passes, double start_wait) {
+    return ring_sim(c, r, U, n_slots, n_passes, 1, start_wait);
 }
 
-double tl_cost_read_wait_share(uint64_t unit_bytes, uint64_t chunk_bytes, int depth) {
-    if (unit_bytes == 0 || chunk_bytes == 0 || depth < 1) return 1;
-    const double round = (double)chunk_bytes * depth;
-    return 1 / ceil((double)unit_bytes / round);
+/* The ring from empty with every streamed read d longer */
+static double ring_delayed(const double *c, const double *r, double *rd, int32_t U,
+                           int n_slots, int n_passes, double d) {
+    for (int32_t u = 0; u <= U; u++) rd[u] = r[u] > 0 ? r[u] + d : 0;
+    return ring_sim(c, rd, U, n_slots, n_passes, 1, 0);
 }
 
-/* The ring from empty with every streamed read delayed d: share[u] of it after the disk
- * (lat), the rest on it (r) */
-static double ring_delayed(const double *c, const double *r, const double *share, double *rd,
-                           double *ld, int32_t U, int n_slots, int n_passes, double d) {
-    for (int32_t u = 0; u <= U; u++) {
-        const double s = share ? share[u] : 0;
-        rd[u] = r[u] > 0 ? r[u] + (1 - s) * d : 0;
-        ld[u] = r[u] > 0 ? s * d : 0;
-    }
-    return ring_sim(c, rd, ld, U, n_slots, n_passes, 1, 0);
-}
-
-double tl_cost_ring_fit_delay(const double *c, const double *r, const double *share, int32_t U,
-                              int n_slots, int n_passes, double measured_s) {
+double tl_cost_ring_fit_delay(const double *c, const double *r, int32_t U, int n_slots,
+                              int n_passes, double measured_s) {
     if (U < 0 || U >= TL_COST_RING_MAX_UNITS || !(measured_s > 0) || n_passes < 1) return 0;
-    double rd[TL_COST_RING_MAX_UNITS], ld[TL_COST_RING_MAX_UNITS], mean_r = 0;
+    double rd[TL_COST_RING_MAX_UNITS], mean_r = 0;
     int32_t streamed = 0;
     for (int32_t u = 0; u <= U; u++)
         if (r[u] > 0) streamed++, mean_r += r[u];
     if (!streamed) return 0;
     mean_r /= streamed;
     const double reads = (double)streamed * n_passes; /* streamed reads in the sample */
-    const double at0 = ring_sim(c, r, NULL, U, n_slots, n_passes, 1, 0);
+    const double at0 = ring_sim(c, r, U, n_slots, n_passes, 1, 0);
     if (!(at0 > 0)) return 0;
     double d = 0;
     if (at0 < measured_s) {
@@ -376,28 +359,26 @@ double tl_cost_ring_fit_delay(const double *c, const double *r, const double *sh
         double lo = 0, hi = measured_s / reads;
         for (int it = 0; it < 50; it++) {
             const double mid = 0.5 * (lo + hi);
-            if (ring_delayed(c, r, share, rd, ld, U, n_slots, n_passes, mid) < measured_s)
-                lo = mid;
-            else
-                hi = mid;
+            if (ring_delayed(c, r, rd, U, n_slots, n_passes, mid) < measured_s) lo = mid;
+            else hi = mid;
         }
         d = 0.5 * (lo + hi);
     }
-    /* where compute (or a deeper ring) hides most reads' delay the ring's time hardly moves
-     * with d, and the sample's noise would fit as a large d (or none): it cannot tell */
+    /* where compute hides most reads the ring's time hardly moves with d, and the
+     * sample's noise would fit as a large d (or none): that sample cannot tell */
     const double step = 0.1 * mean_r;
-    const double grow = ring_delayed(c, r, share, rd, ld, U, n_slots, n_passes, d + step) -
-                        ring_delayed(c, r, share, rd, ld, U, n_slots, n_passes, d);
+    const double grow = ring_delayed(c, r, rd, U, n_slots, n_passes, d + step) -
+                        ring_delayed(c, r, rd, U, n_slots, n_passes, d);
     return grow < 0.5 * reads * step ? -1 : d;
 }
 
 /* tl_cost_ring_pass_s for a pass of `compute` seconds whose output unit takes out_s of them
  * (< 0: the pass needs no logits, so the output is neither computed nor read) and each
  * unit u its repacking on arrival rep[u] (streamed units; out_s includes the output's),
- * the rest shared equally by the layers; r holds every unit's read time (lat its wait after
- * the disk) and is left as it was. */
-static double ring_time(double *c, double *r, const double *lat, const double *rep, int32_t U,
-                        int n_slots, double compute, double out_s, double start_wait) {
+ * the rest shared equally by the layers; r holds every unit's read time and is left as it
+ * was. */
+static double ring_time(double *c, double *r, const double *rep, int32_t U, int n_slots,
+                        double compute, double out_s, double start_wait) {
     if (U < 1) return 0;
     const double r_out = r[U];
     double rest = compute - (out_s > 0 ? out_s : 0);
@@ -405,7 +386,7 @@ static double ring_time(double *c, double *r, const double *lat, const double *r
     for (int32_t u = 0; u < U; u++) c[u] = (rest > 0 ? rest / U : 0) + rep[u];
     c[U] = out_s > 0 ? out_s : 0;
     if (out_s < 0) r[U] = 0;
-    const double t = tl_cost_ring_pass_s(c, r, lat, U, n_slots, start_wait);
+    const double t = tl_cost_ring_pass_s(c, r, U, n_slots, start_wait);
     r[U] = r_out;
     return t;
 }
@@ -1022,23 +1003,13 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
     /* the ring's overlap (tl_cost_ring_pass_s): each unit's read time, when the whole model is
      * this process's and its streamed units go through the ring */
     double ring_r[TL_COST_RING_MAX_UNITS], ring_c[TL_COST_RING_MAX_UNITS];
-    double ring_rep[TL_COST_RING_MAX_UNITS], ring_lat[TL_COST_RING_MAX_UNITS];
+    double ring_rep[TL_COST_RING_MAX_UNITS];
     const int ring = plan->overlap && plan->n_slots > 0 && !m->lm.flash &&
                      U < TL_COST_RING_MAX_UNITS && U > 0 && L == U && layers_bytes + out_bytes > 0;
     for (int32_t u = 0; ring && u <= U; u++) {
-        const uint64_t ub = tl_weight_plan_unit_bytes(&m->lm, plan, u);
-        ring_r[u] = (double)ub / wbps;
-        ring_lat[u] = 0;
-        /* a streamed unit's read waits longer while the cores compute (calibrated): the
-         * wait for a core to retire its last chunks holds the unit back, the waits to
-         * refill the queue before them hold the disk too (tl_cost_read_wait_share) */
-        const double d = prof->ring_unit_delay_s;
-        if (ring_r[u] > 0 && d > 0) {
-            const double share = tl_cost_read_wait_share(ub, m->lm.params.io_chunk_bytes,
-                                                         m->lm.params.io_queue_depth);
-            ring_r[u] += (1 - share) * d;
-            ring_lat[u] = share * d;
-        }
+        ring_r[u] = tl_weight_plan_unit_bytes(&m->lm, plan, u) / wbps;
+        /* a streamed unit's read waits longer while the cores compute (calibrated) */
+        if (ring_r[u] > 0 && prof->ring_unit_delay_s > 0) ring_r[u] += prof->ring_unit_delay_s;
         ring_rep[u] = tl_cost_unit_repack_s(m, prof, plan, u);
     }
     /* a token embedding on disk: each pass's first group of row reads waits for the
@@ -1155,7 +1126,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                           pass_kv_bps(kv_read, kbps, streams ? batch_s : 0), wr_bps, 1, slow,
                           kv_wait, read_pages, read_pages,
                           layers_repack + (last ? out_repack : 0), flash_b, flash_s, flash_w,
-                          ring ? ring_time(ring_c, ring_r, ring_lat, ring_rep, U, plan->n_slots, c,
+                          ring ? ring_time(ring_c, ring_r, ring_rep, U, plan->n_slots, c,
                                            last ? tl_cost_matmul(prof, out_w, logit_rows) +
                                                       out_repack : -1,
                                            embd_wait)
@@ -1216,7 +1187,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                           wbps, pass_kv_bps(kv_read, kbps, streams ? batch_s : 0), wr_bps, 1,
                           slow, kv_wait, need_all, read_pages, layers_repack + out_repack,
                           flash_b, flash_s, flash_w,
-                          ring ? ring_time(ring_c, ring_r, ring_lat, ring_rep, U, plan->n_slots, c,
+                          ring ? ring_time(ring_c, ring_r, ring_rep, U, plan->n_slots, c,
                                            tl_cost_matmul(prof, out_w, n_seqs) + out_repack,
                                            embd_wait)
                                : 0};

@@ -183,34 +183,25 @@ double tl_cost_pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_
                             double *slowdown);
 /* The residency ring in steady state: seconds of one decode pass whose unit u (layers
  * 0..U-1, the output U; U < TL_COST_RING_MAX_UNITS, else 0) computes c[u] seconds and, when
- * r[u] > 0, is streamed and read in r[u] seconds of the disk's and ready lat[u] seconds
- * after (lat NULL: at once), through n_slots buffers (cost.c says how reads are issued);
- * 0 when nothing streams. start_wait > 0: the pass begins with an
+ * r[u] > 0, is streamed and read in r[u] seconds, through n_slots buffers (cost.c says
+ * how reads are issued); 0 when nothing streams. start_wait > 0: the pass begins with an
  * urgent read (a token embedding's row on disk) that waits for the reads in flight, at
  * most start_wait seconds of them (the IO queue's chunk x depth at the disk's rate). */
 #define TL_COST_RING_MAX_UNITS 1025
-double tl_cost_ring_pass_s(const double *c, const double *r, const double *lat, int32_t U,
-                           int n_slots, double start_wait);
+double tl_cost_ring_pass_s(const double *c, const double *r, int32_t U, int n_slots,
+                           double start_wait);
 /* The same ring from empty: seconds of n_passes passes in all (the first one's reads
  * hidden by nothing), as tl_residency_measure_passes times them; 0 as above. */
-double tl_cost_ring_run_s(const double *c, const double *r, const double *lat, int32_t U,
-                          int n_slots, int n_passes, double start_wait);
-/* Of the delay a streamed read of unit_bytes meets while the cores compute, the share that
- * holds back only its unit (its last chunks wait for a core to be retired: the disk may
- * go on with the next read), 1 / the rounds of chunk_bytes x depth its chunks take; the
- * rest (the waits to refill the queue between rounds, while the disk idles) holds the
- * disk too. */
-double tl_cost_read_wait_share(uint64_t unit_bytes, uint64_t chunk_bytes, int depth);
+double tl_cost_ring_run_s(const double *c, const double *r, int32_t U, int n_slots,
+                          int n_passes, double start_wait);
 /* The delay d >= 0 per streamed unit (r[u] > 0) such that the ring from empty with every
- * streamed unit's read taking r[u] + (1 - share[u]) d on the disk and share[u] d after it
- * (share NULL: all on the disk) gives `measured_s` (tl_cost_ring_run_s, no start wait):
- * what a calibration's held passes show beyond the ring's own overlap. 0 when the ring at
- * d = 0 already takes measured_s or longer, or when nothing streams; -1 when the sample
- * cannot tell: at that d the ring's time grows by less than half of every streamed read's
- * delay (compute, or reads in flight behind it, hide most of it, so noise would fit as any
- * d). */
-double tl_cost_ring_fit_delay(const double *c, const double *r, const double *share, int32_t U,
-                              int n_slots, int n_passes, double measured_s);
+ * streamed unit's read taking r[u] + d gives `measured_s` (tl_cost_ring_run_s, no start
+ * wait): what a calibration's held passes show beyond the ring's own overlap. 0 when the
+ * ring at d = 0 already takes measured_s or longer, or when nothing streams; -1 when the
+ * sample cannot tell: at that d the ring's time grows by less than half of every streamed
+ * read's delay (compute hides most reads, so noise would fit as any d). */
+double tl_cost_ring_fit_delay(const double *c, const double *r, int32_t U, int n_slots,
+                              int n_passes, double measured_s);
 /* Seconds of one matrix product of `n` rows with weight w. */
 double tl_cost_matmul(const tl_hw_profile *prof, const tl_weight *w, double n);
 
