@@ -50,7 +50,7 @@ bad_profile() {
 }
 bad_profile "old profile" '{"tierllm_profile_version": 1, "machine": "x"}' \
     "field 'tierllm_profile_version': unsupported version"
-bad_profile "incomplete profile" '{"tierllm_profile_version": 15, "machine": "x"}' \
+bad_profile "incomplete profile" '{"tierllm_profile_version": 16, "machine": "x"}' \
     "field 'disk_dir' is missing"
 
 # batch: auto (budget given) with stats; the tokens equal a manual run's

@@ -1529,6 +1529,15 @@ static void embedding_calibration(const char *path, uint64_t budget, uint64_t st
     CHECK_MSG(prof.embd_row_s > 0 && prof.embd_row_s < 1, "embd_row_s %g", prof.embd_row_s);
     CHECK_MSG(prof.embd_group_s > 0 && prof.embd_group_s < 1, "embd_group_s %g",
               prof.embd_group_s);
+    /* the stream's rate over the grid's figure scales the slowdowns, or over the rate the
+     * profile's slowdowns were measured beside, where the profile has it */
+    CHECK_MSG(bps > 0 && prof.io_rate_scale == ratio, "rate scale %g, ratio %g",
+              prof.io_rate_scale, ratio);
+    tl_test_round_profile(&prof);
+    prof.io_stream_bps = 3e8;
+    CHECK(tl_plan_calibrate_disk(m, &prof, &bps, &ratio) == TL_OK);
+    CHECK_MSG(bps > 0 && close_to(prof.io_rate_scale, bps / 3e8, 1e-12), "rate scale %g, %g / 3e8",
+              prof.io_rate_scale, bps);
     /* rows in groups of K: a group of j rows between one row's read (j = 1) and a full
      * group's (j = K), linearly; priced per row, 10 rows would differ by 10 x 1e-3 */
     const int32_t K = tl_weight_embd_read_rows(&m->lm), n_rows[2] = {10, 37};

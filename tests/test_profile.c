@@ -58,6 +58,7 @@ static void fill(tl_hw_profile *p) {
     p->io_compute_slowdown = 1.25 + 1e-12;
     p->io_slowdown_matvec = 1.5 / 7.0 + 1;
     p->io_slowdown_attn = 1.0 / 3.0 + 1;
+    p->io_stream_bps = 2.5e9 / 3.0;
     p->layer_fixed_s = 0; /* may be 0 */
 }
 
@@ -82,7 +83,7 @@ static int same(const tl_hw_profile *a, const tl_hw_profile *b) {
            !memcmp(a->kv_store_s, b->kv_store_s, sizeof a->kv_store_s) &&
            a->io_compute_slowdown == b->io_compute_slowdown &&
            a->io_slowdown_matvec == b->io_slowdown_matvec &&
-           a->io_slowdown_attn == b->io_slowdown_attn;
+           a->io_slowdown_attn == b->io_slowdown_attn && a->io_stream_bps == b->io_stream_bps;
 }
 
 static char *slurp(const char *p, size_t *n) {
@@ -281,7 +282,9 @@ static void test_hostile(void) {
     expect_bad_value(text, "types", "[0, 1, 30, 8]", "short grid");
     expect_bad_value(text, "n_threads", "2.5", "fractional");
     expect_bad_value(text, "n_threads", "0", "zero threads");
-    expect_bad_value(text, "tierllm_profile_version", "16", "future version");
+    expect_bad_value(text, "tierllm_profile_version", "17", "future version");
+    expect_bad_value(text, "tierllm_profile_version", "15",
+                     "old version (no rate of the slowdowns' stream)");
     expect_bad_value(text, "tierllm_profile_version", "14",
                      "old version (element-wise on the scalar rmsnorm)");
     expect_bad_value(text, "tierllm_profile_version", "13",

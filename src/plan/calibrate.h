@@ -43,8 +43,10 @@
  * prof->embd_group_s, medians; 0 when it is in memory). The stream's samples' rates over
  * their median, each within [1/2, 2], go to prof->disk_spread (none for a flash file's
  * sites): tl_cost_predict's wall times are their mean over those rates. The stream's
- * ratio goes to prof->io_rate_scale (0 for a flash file's sites): the cost model scales
- * the compute's slowdown beside the stream by it (io_compute_slowdown's excess). */
+ * rate over the one the profile's slowdowns were measured beside (prof->io_stream_bps;
+ * a profile without it: the profile's figure at the model's chunk and depth) goes to
+ * prof->io_rate_scale (0 for a flash file's sites): the cost model scales the compute's
+ * slowdown beside the stream by it (io_compute_slowdown's excess). */
 tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measured_bps,
                                  double *ratio);
 

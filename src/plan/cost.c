@@ -131,9 +131,9 @@
  *                    (s = the profile's slowdowns, io_slowdown_matvec for products of
  *                    <= 4 rows, io_slowdown_attn for attention and io_compute_slowdown
  *                    for the rest, weighted by time; the last as 1 + (s - 1) k, k = the
- *                    calibrated stream's rate over the profile's figure within [1/4, 4]:
- *                    the IO takes its cycles per byte read, and the profile measured s
- *                    beside its own file's stream)
+ *                    calibrated stream's rate over the rate of the stream the profile
+ *                    measured s beside (io_stream_bps) within [1/4, 4]: the IO takes its
+ *                    cycles per byte read)
  *                    and ring = tl_cost_ring_pass_s: the pass as the residency ring's
  *                    buffers let its weight reads run ahead of the compute (each streamed
  *                    unit read in its bytes / read_bps(io_chunk, io_depth), the disk one
@@ -642,7 +642,8 @@ static double pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t
         double sm = prof->io_compute_slowdown > 1 ? prof->io_compute_slowdown : 1;
         double sv = prof->io_slowdown_matvec > 1 ? prof->io_slowdown_matvec : 1;
         double sa = prof->io_slowdown_attn > 1 ? prof->io_slowdown_attn : 1;
-        /* the profile's slowdowns were measured beside its own file's stream; the IO
+        /* the profile's slowdowns were measured beside its own file's stream (at
+         * io_stream_bps; the calibration's io_rate_scale is relative to it); the IO
          * takes its cycles per byte, so a calibrated stream k times as fast takes k
          * times as many from each second of the products' and element-wise compute it
          * overlaps (within [1/4, 4]). The memory-bound kinds (matrix-vector products,

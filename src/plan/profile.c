@@ -31,7 +31,7 @@ const int32_t tl_prof_depths[TL_PROF_N_DEPTH] = {1, 4, 16};
 const int32_t tl_prof_rows[TL_PROF_N_ROWS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
 const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS] = {32, 16, 8, 4};
 
-#define PROFILE_VERSION 15 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
+#define PROFILE_VERSION 16 /* 2: disk_urgent_read_s, disk_urgent_page_s; 3: matmul rates on
                             * huge-page memory, as the weights (2 read them on 4 KiB pages,
                             * which understates the rates); 4: attn_block_s_per_mac; 5: the
                             * Q8_0/Q4_0 GEMM on int8 dot products (4 timed the f32 one); 6:
@@ -50,7 +50,8 @@ const int32_t tl_prof_kvbits[TL_PROF_N_KVBITS] = {32, 16, 8, 4};
                             * io_slowdown_attn; 13: kv_store_s; 14: the grouped-query
                             * figures on a model of four kv heads (13: two, one job per
                             * thread, which times each step's slower job); 15:
-                            * element-wise work on the vector rmsnorm (14: the scalar) */
+                            * element-wise work on the vector rmsnorm (14: the scalar);
+                            * 16: io_stream_bps */
 #define PROFILE_MAX_BYTES ((size_t)1 << 20)
 /* The longest grid axis (types or rows): an axis is copied whole into a buffer this long. */
 #define AXIS_MAX ((int)TL_PROF_N_TYPE > (int)TL_PROF_N_ROWS ? (int)TL_PROF_N_TYPE : (int)TL_PROF_N_ROWS)
@@ -187,6 +188,7 @@ static const pfield fields[] = {
     {"io_compute_slowdown", F_NUM, R_POS, OFF(io_compute_slowdown), 1, 0, NULL},
     {"io_slowdown_matvec", F_NUM, R_POS, OFF(io_slowdown_matvec), 1, 0, NULL},
     {"io_slowdown_attn", F_NUM, R_POS, OFF(io_slowdown_attn), 1, 0, NULL},
+    {"io_stream_bps", F_NUM, R_NONNEG, OFF(io_stream_bps), 1, 0, NULL},
 };
 #undef OFF
 enum { N_FIELDS = sizeof fields / sizeof fields[0] };

@@ -109,6 +109,9 @@ typedef struct tl_hw_profile {
     double io_compute_slowdown;
     double io_slowdown_matvec;
     double io_slowdown_attn;
+    /* the rate the profile's own file streamed at while those were measured (0: not
+     * known, the disk grid's figure at the engine's chunk and depth stands in) */
+    double io_stream_bps;
     /* not saved, 0 in a loaded profile: set by the disk calibration (plan/calibrate.h)
      * when the token embedding is read from the model file (small reads, one per row),
      * the median seconds of one row's read, and of a full group of rows read together
@@ -126,7 +129,7 @@ typedef struct tl_hw_profile {
     double disk_spread[TL_PROF_N_SPREAD];
     int32_t n_disk_spread;
     /* not saved, 0 in a loaded profile (taken as 1): set by the disk calibration, the
-     * model file's stream rate over the profile's figure at the engine's chunk and depth.
+     * model file's stream rate over io_stream_bps (tl_plan_calibrate_disk).
      * What the IO takes from compute is taken per byte read (the IO thread, the
      * interrupts, the host's copy into memory), so io_compute_slowdown's excess over 1,
      * measured while the profile's own file streamed, grows by this factor (within

@@ -118,7 +118,9 @@ uint64_t tl__profile_reader_bytes(void) {
 
 _Static_assert(DISK_FILE_BYTES >= 2 * TL__PROF_STREAM_UNIT, "the stream wraps within the file");
 
-tl_status tl__profile_disk_stream(tl_tier *t, uint8_t *bufs, atomic_int *stop) {
+tl_status tl__profile_disk_stream(tl_tier *t, uint8_t *bufs, atomic_int *stop,
+                                  uint64_t *bytes) {
+    *bytes = 0;
     tl_aio_params ap = tl_aio_default_params();
     tl_aio *q;
     tl_status st = tl_aio_open(&ap, &q);
@@ -131,9 +133,10 @@ tl_status tl__profile_disk_stream(tl_tier *t, uint8_t *bufs, atomic_int *stop) {
             cursor = (cursor + unit) % span;
             sub += st == TL_OK;
         }
-        if (st == TL_OK) st = tl_aio_wait(q, done++);
+        if (st == TL_OK && (st = tl_aio_wait(q, done)) == TL_OK) done++;
     }
     tl_aio_close(q); /* waits for what is still in flight */
+    *bytes = done * unit;
     return st;
 }
 

@@ -5,9 +5,10 @@
  * measuring thread times Q8_0 matmuls and a block of attention; rounds of "alone", "with
  * the reader" and "with the reader timing urgent reads" alternate so drift cancels. Two
  * results: how much slower the kernels are while the disk streams (io_slowdown_matvec,
- * io_compute_slowdown, io_slowdown_attn, never below 1), and the urgent read times
- * (disk_urgent_read_s / _page_s), which only mean what the cost model assumes when
- * measured behind a weight stream with every core busy.
+ * io_compute_slowdown, io_slowdown_attn, never below 1) with the rate it streamed at
+ * (io_stream_bps: a run's stream at another rate takes another share), and the urgent
+ * read times (disk_urgent_read_s / _page_s), which only mean what the cost model assumes
+ * when measured behind a weight stream with every core busy.
  * The reader shares one atomic stop flag with the measuring thread; its results are read
  * only after pthread_join.
  */
@@ -46,13 +47,22 @@ typedef struct reader {
     tl_status st;
     double lat1[URGENT_SAMPLES], latn[URGENT_SAMPLES];
     int n1, nn;
+    uint64_t stream_bytes; /* what the streaming runs read, and in how long, all together */
+    double stream_s;
 } reader;
 
 static void *reader_main(void *arg) {
     reader *r = arg;
-    r->st = r->urgent ? tl__profile_disk_urgent(r->t, r->buf, &r->stop, r->lat1, &r->n1,
-                                                r->latn, &r->nn, URGENT_SAMPLES)
-                      : tl__profile_disk_stream(r->t, r->buf, &r->stop);
+    if (r->urgent) {
+        r->st = tl__profile_disk_urgent(r->t, r->buf, &r->stop, r->lat1, &r->n1, r->latn,
+                                        &r->nn, URGENT_SAMPLES);
+        return NULL;
+    }
+    uint64_t bytes = 0;
+    const double t0 = tl_now();
+    r->st = tl__profile_disk_stream(r->t, r->buf, &r->stop, &bytes);
+    r->stream_s += tl_now() - t0;
+    r->stream_bytes += bytes;
     return NULL;
 }
 
@@ -248,6 +258,7 @@ tl_status tl__profile_measure_interference(tl_pool *pool, tl_tier *t, tl_hw_prof
     p->io_compute_slowdown = mm_ > 1 ? mm_ : 1;
     const double at = busy[3] / alone[3];
     p->io_slowdown_attn = at > 1 ? at : 1;
+    p->io_stream_bps = rd->stream_s > 0 ? (double)rd->stream_bytes / rd->stream_s : 0;
 done:
     free(aq);
     free(akv);

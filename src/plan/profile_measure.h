@@ -63,8 +63,10 @@ tl_status tl__profile_disk_urgent(tl_tier *t, uint8_t *bufs, atomic_int *stop, d
 uint64_t tl__profile_reader_bytes(void);
 /* Streams t as the residency reads streamed weights: requests of TL__PROF_STREAM_UNIT
  * (a unit the IO queue splits into its chunks), two in flight, each waited for whole,
- * until *stop is set. bufs holds 2 x TL__PROF_STREAM_UNIT. */
-tl_status tl__profile_disk_stream(tl_tier *t, uint8_t *bufs, atomic_int *stop);
+ * until *stop is set. bufs holds 2 x TL__PROF_STREAM_UNIT. *bytes: the bytes of the
+ * requests it waited for. */
+tl_status tl__profile_disk_stream(tl_tier *t, uint8_t *bufs, atomic_int *stop,
+                                  uint64_t *bytes);
 
 /* ---- compute (profile_compute.c) ---- */
 
@@ -97,7 +99,7 @@ tl_status tl__profile_measure_attention(int32_t threads, const char *dir, tl_hw_
 /* ---- compute while the disk streams (profile_interference.c) ---- */
 
 /* The interference stage: p->io_slowdown_matvec, p->io_compute_slowdown,
- * p->io_slowdown_attn and the urgent
+ * p->io_slowdown_attn, the rate its stream read at (p->io_stream_bps) and the urgent
  * read times p->disk_urgent_read_s / _page_s, reading t (the disk stage's file). Reads
  * p->disk_read_bps, so it runs after the disk stage. */
 tl_status tl__profile_measure_interference(tl_pool *pool, tl_tier *t, tl_hw_profile *p,

@@ -91,7 +91,8 @@ static void print_summary(const tl_hw_profile *p) {
     printf(" per value (fresh memory)\n");
     printf("element-wise:  %.3f ns per element\n", p->elementwise_s * 1e9);
     printf("compute while the disk streams: %.2fx slower (%.2fx for 1-4 rows, %.2fx for "
-           "attention)\n", p->io_compute_slowdown, p->io_slowdown_matvec, p->io_slowdown_attn);
+           "attention), the stream at %.2f GB/s\n", p->io_compute_slowdown,
+           p->io_slowdown_matvec, p->io_slowdown_attn, p->io_stream_bps / 1e9);
     printf("layer fixed:   %.1f us per layer per forward pass\n", p->layer_fixed_s * 1e6);
 }
 
