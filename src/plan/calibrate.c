@@ -208,11 +208,11 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     prof->n_disk_spread = n;
     *ratio = *measured_bps / tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes,
                                                  m->lm.params.io_queue_depth);
-    /* only what was measured: requests of the engine's chunk size and larger (KV pages
-     * are small reads; a cache that speeds up long streams need not speed them up) */
     /* the stream beside which the profile timed its slowdowns read at its own rate, not
      * always at the grid's figure (another request size, another minute of the disk) */
     prof->io_rate_scale = prof->io_stream_bps > 0 ? *measured_bps / prof->io_stream_bps : *ratio;
+    /* only what was measured: requests of the engine's chunk size and larger (KV pages
+     * are small reads; a cache that speeds up long streams need not speed them up) */
     tl_profile_scale_reads(prof, m->lm.params.io_chunk_bytes, 1, *ratio);
     return TL_OK;
 }
