@@ -100,9 +100,11 @@ static config draw_config(draw *d, int i) {
 }
 
 /* err_no[0]: without the ring delay, err_no[1]: without the rate spread, err_no[2]:
- * without the layer row scales, err_no[3]: without the stream-rate scaling of the
- * compute's slowdown */
-typedef struct result { double err, err_no[4], first_err; int single, ok; } result;
+ * without the layer row scales, err_no[3]: without the slowdown measured beside the
+ * model file's stream (the profile's scaled by the rate instead), err_no[4]: with the
+ * profile's slowdown as it stands */
+enum { N_TERMS = 5 };
+typedef struct result { double err, err_no[N_TERMS], first_err; int single, ok; } result;
 
 /* A model file just written has dirty pages in the page cache, and the engine's direct
  * reads of them wait for their write-back: its first reads (the calibration's) would
@@ -116,13 +118,13 @@ static void settle(const char *path) {
 }
 
 /* without: 0 the errors of the predictions; 1 + k their errors without term k (err_no);
- * 5 the errors of the first runs alone */
+ * N_TERMS + 1 the errors of the first runs alone */
 static void summary(const char *label, const result *r, int n, int single, int without) {
     double abs_err[256], sum = 0;
     int k = 0;
     for (int i = 0; i < n; i++)
         if (r[i].ok && (single < 0 || r[i].single == single)) {
-            const double e = without == 5 ? r[i].first_err
+            const double e = without == N_TERMS + 1 ? r[i].first_err
                              : without ? r[i].err_no[without - 1] : r[i].err;
             abs_err[k++] = fabs(e);
             sum += e;
@@ -216,9 +218,11 @@ static void repeat_median(const bench_case *bc, const tl_hw_profile *prof, outco
     add_spread(runs, n);
     for (int i = 0; i < n; i++) /* what each repeat's calibration measured */
         printf("       repeat %d: disk x%.2f compute x%.2f layers x%.2f attention x%.2f, ring "
-               "delay %.0f us; decode predicted %.2f s measured %.2f s\n", i + 1,
+               "delay %.0f us, beside the stream x%.3f; decode predicted %.2f s measured "
+               "%.2f s\n", i + 1,
                runs[i].cal_disk, runs[i].cal_compute, runs[i].cal_products,
                attn_scale(&runs[i].prof), runs[i].prof.ring_unit_delay_s * 1e6,
+               runs[i].prof.io_slowdown_stream,
                runs[i].plan.cost.decode_s, runs[i].dec_s);
     for (int i = 0; i < n && bc->single; i++) {
         if (!(runs[i].dec_read_busy_s >= 0)) continue; /* the prompt's end was not seen */
@@ -327,6 +331,7 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
                           {whole_error_without(&o, o.total_no_ring_s),
                            whole_error_without(&o, o.total_no_spread_s),
                            whole_error_without(&o, o.total_no_layer_s),
+                           whole_error_without(&o, o.total_no_stream_s),
                            whole_error_without(&o, o.total_no_rate_s)},
                           first_err, c.single, 1};
         printf("     policy ");
@@ -354,9 +359,12 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
         if (o.total_no_layer_s != pc->total_s)
             printf(" (without the layer row scales: predicted %.2f s, error %+.1f%%)",
                    o.total_no_layer_s, 100 * res[i].err_no[2]);
+        if (o.total_no_stream_s != pc->total_s)
+            printf(" (the stream's slowdown extrapolated by rate: predicted %.2f s, error "
+                   "%+.1f%%)", o.total_no_stream_s, 100 * res[i].err_no[3]);
         if (o.total_no_rate_s != pc->total_s)
-            printf(" (without the stream-rate slowdown: predicted %.2f s, error %+.1f%%)",
-                   o.total_no_rate_s, 100 * res[i].err_no[3]);
+            printf(" (the profile's slowdown: predicted %.2f s, error %+.1f%%)",
+                   o.total_no_rate_s, 100 * res[i].err_no[4]);
         printf("\n");
         if (!c.single)
             printf("     bytes   weights predicted %.0f MiB measured %.0f, KV read predicted %.0f "
@@ -373,6 +381,14 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
                rate_gbs(pc->decode.weight_bytes, pc->decode.weight_read_s),
                rate_gbs(pc->decode.kv_read_bytes, pc->decode.kv_read_s),
                o.prof.ring_unit_delay_s * 1e6);
+        if (o.prof.io_slowdown_stream > 0)
+            printf("     a layer's forward beside the model file's stream (%.2f GB/s): x%.3f; "
+                   "the profile's x%.3f beside its own (%.2f GB/s), by rate x%.3f\n",
+                   o.prof.io_stream_cal_bps / 1e9, o.prof.io_slowdown_stream,
+                   o.prof.io_compute_slowdown, o.prof.io_stream_bps / 1e9,
+                   1 + (o.prof.io_compute_slowdown - 1) *
+                           fmin(4, fmax(0.25, o.prof.io_rate_scale > 0 ? o.prof.io_rate_scale
+                                                                       : 1)));
         if (o.plan.robust_pick)
             printf("     near tie: the fastest prediction (%.2f s) was passed over; worst case "
                    "%.2f s against its %.2f s\n", o.plan.nominal_s, o.plan.robust_worst_s,
@@ -394,21 +410,23 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
     summary("batch", res, n, 0, 0);
     summary("all", res, n, -1, 0);
     /* one line of titles per term left out, in err_no's order */
-    static const char *const ablation[4] = {
+    static const char *const ablation[N_TERMS] = {
         "without the calibrated ring delay (the term's ablation)",
         "at the disk calibration's median rate alone (the rate spread's ablation)",
         "without the layer calibration's row scales (the term's ablation)",
-        "without the stream-rate scaling of the compute's slowdown (the term's ablation)"};
-    for (int k = 0; k < 4; k++) {
+        "with the compute's slowdown beside the model file's stream extrapolated from the "
+        "profile's by the stream's rate, not measured (the term's ablation)",
+        "with the profile's slowdown beside a stream as it stands (neither term)"};
+    for (int k = 0; k < N_TERMS; k++) {
         printf("the same runs, predicted %s:\n", ablation[k]);
         summary("run", res, n, 1, k + 1);
         summary("batch", res, n, 0, k + 1);
         summary("all", res, n, -1, k + 1);
     }
     printf("the same configurations scored on their first plan and run alone:\n");
-    summary("run", res, n, 1, 5);
-    summary("batch", res, n, 0, 5);
-    summary("all", res, n, -1, 5);
+    summary("run", res, n, 1, N_TERMS + 1);
+    summary("batch", res, n, 0, N_TERMS + 1);
+    summary("all", res, n, -1, N_TERMS + 1);
     if (g_spread.dof > 0)
         printf("repeat spread (%d configurations run up to %d times, pooled sd within "
                "each): whole error %.1f%%, measured time %.1f%% (the machine's), prediction "

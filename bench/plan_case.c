@@ -116,18 +116,19 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
     o.disk_bps = tl_profile_read_bps(prof, m->lm.params.io_chunk_bytes, m->lm.params.io_queue_depth);
     o.prof = cal;
     o.total_no_ring_s = o.total_no_spread_s = o.plan.cost.total_s;
-    o.total_no_layer_s = o.total_no_rate_s = o.plan.cost.total_s;
-    for (int term = 0; term < 2 && !st; term++) { /* the same policy, each term left out */
+    o.total_no_layer_s = o.total_no_stream_s = o.total_no_rate_s = o.plan.cost.total_s;
+    double *const term_s[3] = {&o.total_no_layer_s, &o.total_no_stream_s, &o.total_no_rate_s};
+    for (int term = 0; term < 3 && !st; term++) { /* the same policy, each term left out */
         tl_hw_profile off = cal;
         if (term == 0)
             for (int k = 0; k < TL_PROF_N_ROWS; k++) off.layer_row_scale[k] = 0;
         else
-            off.io_rate_scale = 0;
+            off.io_slowdown_stream = 0;
+        if (term == 2) off.io_rate_scale = 0;
         tl_plan_result with, without;
         if (tl_plan_evaluate(m, &cal, &rq.w, &o.plan.policy, &with) == TL_OK &&
             tl_plan_evaluate(m, &off, &rq.w, &o.plan.policy, &without) == TL_OK)
-            *(term ? &o.total_no_rate_s : &o.total_no_layer_s) =
-                o.plan.cost.total_s - with.cost.total_s + without.cost.total_s;
+            *term_s[term] = o.plan.cost.total_s - with.cost.total_s + without.cost.total_s;
         tl_error_clear();
     }
     if (!st && cal.n_disk_spread > 1) {

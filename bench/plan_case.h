@@ -43,10 +43,11 @@ typedef struct outcome {
     /* the same with the disk calibration's rate spread left out (priced at the median
      * rate alone; = plan.cost.total_s when there was no spread) */
     double total_no_spread_s;
-    /* the same with the layer calibration's row scales left out (prof->layer_row_scale),
-     * and with the stream-rate scaling of the compute's slowdown left out
-     * (prof->io_rate_scale) */
-    double total_no_layer_s, total_no_rate_s;
+    /* the same with the layer calibration's row scales left out (prof->layer_row_scale);
+     * with the slowdown measured beside the model file's stream left out, the profile's
+     * scaled by the stream's rate instead (prof->io_slowdown_stream); and with both left
+     * out, the profile's slowdown as it stands (and prof->io_rate_scale) */
+    double total_no_layer_s, total_no_stream_s, total_no_rate_s;
     char error[1024];       /* why it did not run (planning or placement refused it), or "" */
 } outcome;
 

@@ -1275,6 +1275,16 @@ static void prefill_layer_and_rate_scale(const char *path) {
     CHECK_MSG(s1 > 1 && close_to(s3 - 1, 3 * (s1 - 1), 1e-9) &&
                   close_to(s10 - 1, 4 * (s1 - 1), 1e-9),
               "slowdowns %g at 1, %g at 3, %g at 10 (capped at 4)", s1, s3, s10);
+    /* one measured beside the model file's stream replaces the extrapolation, at any
+     * rate; one measured below 1 is none */
+    double sm = 0;
+    prof.io_slowdown_stream = 1.5;
+    tl_cost_pass_compute(m, &prof, 32, rows8, ctx8, none, 1, 8, 1, 0, 1, &sm);
+    CHECK_MSG(close_to(sm - 1, 2.5 * (s1 - 1), 1e-9), "measured 1.5: %g (1.2 gave %g)", sm, s1);
+    prof.io_slowdown_stream = 0.8;
+    tl_cost_pass_compute(m, &prof, 32, rows8, ctx8, none, 1, 8, 1, 0, 1, &sm);
+    CHECK_MSG(sm == 1, "measured 0.8: %g", sm);
+    prof.io_slowdown_stream = 0;
     prof.io_compute_slowdown = 1, prof.io_slowdown_matvec = 1.5, prof.io_rate_scale = 0;
     tl_cost_pass_compute(m, &prof, 32, rows1, ctx1, none, 1, 1, 1, 1, 1, &s1);
     prof.io_rate_scale = 3;
@@ -1307,6 +1317,7 @@ static void products_calibration(const char *path, uint64_t budget, uint64_t sta
     for (int r = 0; r < TL_PROF_N_ROWS; r++)
         if (tl_prof_rows[r] > 4) prof.matmul_macs[ty][r] = 1e3;
     prof.layer_row_scale[TL_PROF_N_ROWS - 1] = 7; /* an earlier calibration's: replaced */
+    prof.io_slowdown_stream = prof.io_stream_cal_bps = 7;
     const tl_hw_profile before = prof;
     tl_residency_stats rs0, rs1;
     tl_residency_get_stats(m->res, &rs0);
@@ -1315,6 +1326,15 @@ static void products_calibration(const char *path, uint64_t budget, uint64_t sta
     tl_residency_get_stats(m->res, &rs1);
     CHECK(rs1.passes == rs0.passes && rs1.bytes_read_disk == rs0.bytes_read_disk);
     CHECK(streams == !wq->data); /* a streamed unit is unbound again */
+    /* a plan that streams has the forward timed beside the model file's stream too (the
+     * reads its own: the run's counters above stay); one that does not, not */
+    if (streams)
+        CHECK_MSG(prof.io_slowdown_stream > 0.5 && prof.io_slowdown_stream < 5 &&
+                      prof.io_stream_cal_bps > 0,
+                  "beside the stream x%g at %g B/s", prof.io_slowdown_stream,
+                  prof.io_stream_cal_bps);
+    else
+        CHECK(prof.io_slowdown_stream == 0 && prof.io_stream_cal_bps == 0);
     CHECK_MSG(ratio > 0 && ratio < 1e-3, "layers at %g of a 1 kMAC/s price", ratio);
     if (!streams) CHECK(prof.attn_block_scale > 0); /* attention timed first (room) */
     double f16 = 0, lowest = 1;
@@ -1727,7 +1747,8 @@ int main(void) {
     kv_beside_stream(p4);
     attention_calibration(p4);
     products_calibration(p4, 64u << 20, 0, 0);         /* resident */
-    products_calibration(p4, 10u << 20, 4u << 20, 1);  /* streamed */
+    /* streamed, with room for the stream calibration's queue (8 MiB) */
+    products_calibration(p4, 28u << 20, 22u << 20, 1);
     ring_calibration(p4, 10u << 20, 4u << 20);
     measure_passes(p4, 10u << 20, 4u << 20);
     sweep_held(p4, 16u << 20, 4u << 20);

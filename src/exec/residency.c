@@ -698,6 +698,15 @@ void tl_residency_unborrow(tl_residency *r, int u) {
     r->slots[0].unit = -1;
 }
 
+uint8_t *tl_residency_spare(tl_residency *r, size_t *bytes) {
+    *bytes = 0;
+    if (r->plan.n_slots < 2) return NULL;
+    drain(r); /* what the ring read ahead lands before the buffer is lent */
+    if (r->slots[1].state != SLOT_EMPTY) return NULL;
+    *bytes = (size_t)r->plan.slot_bytes;
+    return r->slots[1].buf;
+}
+
 /* The memory the weights hold as one sequence of buffers: the ring's, then the resident
  * ones (tl_residency_sweep). */
 static size_t held_count(const tl_residency *r) {

@@ -32,6 +32,12 @@ void tl_residency_release(tl_residency *r, int unit);
  * them and leaves the ring empty. Nothing to do for a fully resident unit. */
 tl_status tl_residency_borrow(tl_residency *r, int u);
 void tl_residency_unborrow(tl_residency *r, int u);
+/* Outside a pass (nothing acquired; at most one unit borrowed, which the ring's first
+ * buffer holds): the ring's second buffer, emptied, as scratch for a caller that times
+ * work beside reads of its own (plan/calibrate.h); *bytes its size. NULL (0) when the
+ * ring has a single buffer. It holds no weights: nothing may be acquired or borrowed
+ * while the caller uses it. */
+uint8_t *tl_residency_spare(tl_residency *r, size_t *bytes);
 /* Reads through the memory the weights hold (the ring's buffers, then the resident
  * weights' buffers, but for those holding layer `layer`'s products and ring buffers
  * reads are landing in: as one sequence from *cursor on, wrapping; *cursor moves past

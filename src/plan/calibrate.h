@@ -157,7 +157,12 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
  * most rows it has room for; counts whose forwards would take over 0.4 s a round (twice
  * the count before) are not timed either (the counts above the timed ones take the
  * highest's ratio; no room for 16: nothing measured). It costs a few dozen forwards of
- * one layer. A flash or neuron layout keeps the profile's figures. It calls
+ * one layer. Where the plan streams weights through the ring, the forward at the most rows
+ * whose forward takes up to 20 ms (16 at least) is then timed beside the model file's
+ * stream too (tl__calibrate_stream_slowdown): prof->io_slowdown_stream, the compute's
+ * slowdown the cost model takes for this model in place of the profile's
+ * (io_stream_cal_bps the rate; both 0 when not measured). A flash or neuron layout keeps
+ * the profile's figures. It calls
  * tl_plan_calibrate_attention first (for every layout), so the attention it subtracts is
  * priced as measured. Call with no unit acquired. */
 tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *ratio);
@@ -199,6 +204,18 @@ int tl_plan_products_round(const double (*round_r)[TL_PLAN_PRODUCTS_POINTS], int
 int tl__calibrate_buffers(tl_model *m, size_t n, size_t rows, size_t cols, const char *what,
                           float **X, float **Y, float **scratch, size_t *sf);
 void tl__calibrate_free(tl_model *m, float *X, float *Y, float *scratch);
+/* The caller's work timed alone and while the plan's streamed units stream from the model
+ * file through a queue of the engine's backend, chunk and depth (calibrate_stream.c):
+ * work(user, &seconds) times the work once; samples alternate alone, held, alone, ...
+ * (STREAM_PAIRS held), and *slowdown is the median over the held ones of held / the mean
+ * of the alone ones on either side; *stream_bps the rate the stream read at while held
+ * samples were timed. Both 0 when nothing was measured: a plan that streams nothing
+ * through the ring, a flash layout, or room for the queue's chunks neither in the ring's
+ * spare buffer (tl_residency_spare) nor in the budget. An IO error reading the file, or
+ * the work's error, is returned. */
+typedef tl_status (*tl__calibrate_work_fn)(void *user, double *seconds);
+tl_status tl__calibrate_stream_slowdown(tl_model *m, tl__calibrate_work_fn work, void *user,
+                                        double *slowdown, double *stream_bps);
 /* The KV cache a calibration times the model's layers with: `layers` layers shaped as the
  * model's, one sequence of up to max_tokens positions appended up to max_block at a time,
  * f32, in memory, in pages of page_tokens, the model's attention window. */

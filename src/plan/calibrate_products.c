@@ -56,6 +56,8 @@ static const int32_t product_rows[TL_PLAN_PRODUCTS_POINTS] = {16, 32, 64, 128, 2
 #define PRODUCTS_MAX_LAYERS 32
 #define PRODUCTS_CYCLE_BYTES ((uint64_t)64 << 20)
 #define PRODUCTS_PAGE_TOKENS 16 /* the contexts' KV page */
+/* The stream calibration's forward: at most this long (11 samples of 4-6 forwards) */
+#define STREAM_FORWARD_MAX_S 0.02
 /* The work beside attention is given at least this share of the layer's measured time:
  * where attention is priced at nearly all of it (or more) the difference says nothing. */
 #define PRODUCTS_MIN_SHARE 0.5
@@ -163,6 +165,20 @@ static tl_status layer_forward_s(fwd *f, const int32_t *layers, int n_l, int32_t
     return TL_OK;
 }
 
+/* The stream calibration's work: one layer's forward over n rows, as layer_forward_s
+ * times it. */
+typedef struct stream_work {
+    fwd *f;
+    const int32_t *layers;
+    int n_l;
+    int32_t n;
+} stream_work;
+
+static tl_status stream_work_s(void *user, double *seconds) {
+    stream_work *w = user;
+    return layer_forward_s(w->f, w->layers, w->n_l, w->n, seconds);
+}
+
 /* 1 when two rounds' ratios at every row count are within TL_PLAN_PRODUCTS_AGREE of each
  * other (a ratio not measured, 0, agrees only with another 0: another round would not
  * measure it either). */
@@ -208,6 +224,7 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
     if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating products: nothing placed");
     /* priced as the profile has it; an earlier calibration's factors go */
     for (int k = 0; k < TL_PROF_N_ROWS; k++) prof->layer_row_scale[k] = 0;
+    prof->io_slowdown_stream = prof->io_stream_cal_bps = 0;
     /* attention first: the rest is what the forwards take beyond its price */
     double attn_ratio;
     tl_status ast = tl_plan_calibrate_attention(m, prof, &attn_ratio);
@@ -247,6 +264,7 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
     /* the cost model's layer at each count (unscaled): its attention, and the rest */
     enum { K = TL_PLAN_PRODUCTS_POINTS };
     double r[K] = {0}, round_r[TL_PLAN_PRODUCTS_ROUNDS][K], at[K] = {0}, rest[K] = {0};
+    double first_s[K] = {0}; /* each count's forward in the first round */
     for (int k = 0; k < n_pts; k++)
         rest[k] = tl_cost_prefill_layer_s(m, prof, unit, 32, product_rows[k], f.N, &at[k]) -
                   at[k];
@@ -265,9 +283,24 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
             st = layer_forward_s(&f, layers, n_l, product_rows[k], &measured);
             if (!st && measured > 0)
                 round_r[q][k] = fmax(measured - at[k], PRODUCTS_MIN_SHARE * measured) / rest[k];
+            if (q == 0) first_s[k] = measured;
             if (q == 0 && 2 * 6 * measured > PRODUCTS_COUNT_MAX_S) n_pts = k + 1;
         }
         if (!st && tl_plan_products_round((const double (*)[K])round_r, q, r)) break;
+    }
+    /* the same forward while the model file streams: the most rows whose forward took
+     * up to STREAM_FORWARD_MAX_S (16 rows at least), the slowdown a prefill's layers meet
+     * beside the weights' reads */
+    if (!st) {
+        int k = 0;
+        while (k + 1 < n_pts && first_s[k + 1] > 0 && first_s[k + 1] <= STREAM_FORWARD_MAX_S)
+            k++;
+        stream_work sw = {&f, layers, n_l, product_rows[k]};
+        double bps = 0, slow = 0;
+        if (first_s[k] > 0)
+            st = tl__calibrate_stream_slowdown(m, stream_work_s, &sw, &slow, &bps);
+        prof->io_slowdown_stream = slow;
+        prof->io_stream_cal_bps = bps;
     }
     m->lm.sparse.zeroed = zeroed, m->lm.sparse.seen = seen;
     if (!borrowed) tl_residency_unborrow(m->res, unit);

@@ -133,7 +133,9 @@
  *                    for the rest, weighted by time; the last as 1 + (s - 1) k, k = the
  *                    calibrated stream's rate over the rate of the stream the profile
  *                    measured s beside (io_stream_bps) within [1/4, 4]: the IO takes its
- *                    cycles per byte read)
+ *                    cycles per byte read; where the calibration timed a layer's
+ *                    forward beside the model file's own stream, io_slowdown_stream
+ *                    instead)
  *                    and ring = tl_cost_ring_pass_s: the pass as the residency ring's
  *                    buffers let its weight reads run ahead of the compute (each streamed
  *                    unit read in its bytes / read_bps(io_chunk, io_depth), the disk one
@@ -651,6 +653,8 @@ static double pass_compute(const tl_model *m, const tl_hw_profile *prof, int32_t
          * compute-bound work is the one whose slowdown was seen to follow the bytes. */
         const double k = prof->io_rate_scale > 0 ? fmin(4, fmax(0.25, prof->io_rate_scale)) : 1;
         sm = 1 + (sm - 1) * k;
+        /* measured beside this model file's own stream: that figure, not the extrapolation */
+        if (prof->io_slowdown_stream > 0) sm = fmax(1, prof->io_slowdown_stream);
         *slowdown = t > 0 ? (t_matvec * sv + t_attn * sa + (t - t_matvec - t_attn) * sm) / t
                           : sm;
     }

@@ -135,6 +135,13 @@ typedef struct tl_hw_profile {
      * measured while the profile's own file streamed, grows by this factor (within
      * [1/4, 4]) beside a stream this much faster (tl_cost_pass_compute) */
     double io_rate_scale;
+    /* not saved, 0 in a loaded profile: set by tl_plan_calibrate_products for a plan that
+     * streams weights through the ring, the first layer's forward over many rows timed
+     * while the model file streams, over the same alone (tl__calibrate_stream_slowdown):
+     * where it is set, it is io_compute_slowdown for this model, and io_rate_scale's
+     * extrapolation is not used */
+    double io_slowdown_stream;
+    double io_stream_cal_bps; /* the rate that stream read at (0: not measured) */
     /* not saved, 0 in a loaded profile (taken as 1): set by tl_plan_calibrate_products,
      * a layer's forward over tl_prof_rows[k] rows measured against the cost model's price
      * of it, attention aside: the products, element-wise work, KV store and fixed cost of
