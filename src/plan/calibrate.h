@@ -209,10 +209,12 @@ void tl__calibrate_free(tl_model *m, float *X, float *Y, float *scratch);
  * work(user, &seconds) times the work once; samples alternate alone, held, alone, ...
  * (STREAM_PAIRS held), and *slowdown is the median over the held ones of held / the mean
  * of the alone ones on either side; *stream_bps the rate the stream read at while held
- * samples were timed. Both 0 when nothing was measured: a plan that streams nothing
- * through the ring, a flash layout, or room for the queue's chunks neither in the ring's
- * spare buffer (tl_residency_spare) nor in the budget. An IO error reading the file, or
- * the work's error, is returned. */
+ * samples were timed. The chunks land in the ring's spare buffer (tl_residency_spare)
+ * or the budget; with room for the queue's depth in neither, the spare buffer's chunks
+ * are the depth (2 of half its size each, where it holds fewer). Both 0 when nothing was
+ * measured: a plan that streams nothing through the ring, a flash layout, or neither
+ * room in the budget nor a spare buffer. An IO error reading the file, or the work's
+ * error, is returned. */
 typedef tl_status (*tl__calibrate_work_fn)(void *user, double *seconds);
 tl_status tl__calibrate_stream_slowdown(tl_model *m, tl__calibrate_work_fn work, void *user,
                                         double *slowdown, double *stream_bps);

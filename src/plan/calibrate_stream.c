@@ -14,9 +14,10 @@
  * ratios is the slowdown. A held sample starts once the stream has read a queue's worth,
  * so the stream's start-up latency is not what is timed.
  * Its chunks land in the ring's spare buffer (tl_residency_spare) or, where that is too
- * small, in memory from the budget.
- * The reader shares one atomic stop flag and one atomic count of chunks read with the
- * timing thread; its status is read only after pthread_join.
+ * small, in memory from the budget; with no room there, as many chunks as the spare
+ * buffer holds are kept in flight instead (2 halves of it, for units under 2 chunks).
+ * The reader shares atomic flags (stop; ended, set as it returns) and an atomic count of
+ * chunks read with the timing thread; its status is read only after pthread_join.
  */
 #include "plan/calibrate.h"
 
@@ -48,8 +49,10 @@ typedef struct reader {
     tl_aio_params ap;
     const extents *e;
     uint8_t *buf; /* ap.queue_depth chunks */
+    uint64_t *lens; /* the bytes of the read in each chunk's buffer */
     atomic_int stop;
-    atomic_ullong chunks; /* chunks read so far */
+    atomic_ullong chunks, done_bytes; /* chunks read so far, and their bytes */
+    atomic_int ended;     /* the reader has returned (stopped, or an error) */
     int at;               /* where the stream goes on: extent, and offset within it */
     uint64_t at_off;
     tl_status st;
@@ -62,7 +65,10 @@ static void *reader_main(void *arg) {
     reader *r = arg;
     tl_aio *q;
     r->st = tl_aio_open(&r->ap, &q);
-    if (r->st) return NULL;
+    if (r->st) {
+        atomic_store(&r->ended, 1);
+        return NULL;
+    }
     const int depth = r->ap.queue_depth;
     const uint64_t chunk = r->ap.chunk_bytes;
     uint64_t sub = 0, done = 0;
@@ -73,16 +79,20 @@ static void *reader_main(void *arg) {
             r->st = tl_aio_read(q, r->t, r->e->off[r->at] + r->at_off,
                                 r->buf + (sub % (uint64_t)depth) * chunk, (size_t)len, sub);
             if (r->st) break;
+            r->lens[sub % (uint64_t)depth] = len;
             sub++;
             r->at_off += len;
             if (r->at_off == r->e->len[r->at]) r->at = (r->at + 1) % r->e->n, r->at_off = 0;
         }
         if (!r->st && !(r->st = tl_aio_wait(q, done))) {
-            done++;
+            atomic_fetch_add_explicit(&r->done_bytes, r->lens[done % (uint64_t)depth],
+                                      memory_order_relaxed);
             atomic_fetch_add_explicit(&r->chunks, 1, memory_order_relaxed);
+            done++;
         }
     }
     tl_aio_close(q); /* waits for what is still in flight */
+    atomic_store(&r->ended, 1);
     return NULL;
 }
 
@@ -91,24 +101,26 @@ static tl_status held_sample(reader *r, tl__calibrate_work_fn work, void *user,
                              double *seconds) {
     atomic_store(&r->stop, 0);
     atomic_store(&r->chunks, 0);
+    atomic_store(&r->done_bytes, 0);
+    atomic_store(&r->ended, 0);
     pthread_t th;
     if (pthread_create(&th, NULL, reader_main, r))
         return tl_error_set(TL_ERR_IO, "calibrating the stream: no reader thread");
     const double t0 = tl_now();
     while (atomic_load(&r->chunks) < (unsigned long long)r->ap.queue_depth &&
-           tl_now() - t0 < STREAM_START_MAX_S)
+           !atomic_load(&r->ended) && tl_now() - t0 < STREAM_START_MAX_S)
         sched_yield();
     tl_status st = TL_OK;
-    const unsigned long long c0 = atomic_load(&r->chunks);
+    const unsigned long long c0 = atomic_load(&r->chunks), b0 = atomic_load(&r->done_bytes);
     const double t1 = tl_now();
     if (c0 >= (unsigned long long)r->ap.queue_depth) st = work(user, seconds);
-    const unsigned long long c1 = atomic_load(&r->chunks);
+    const unsigned long long b1 = atomic_load(&r->done_bytes);
     const double t2 = tl_now();
     atomic_store(&r->stop, 1);
     pthread_join(th, NULL);
     if (r->st) return tl_error_wrap(r->st, "calibrating the stream on the model file");
     if (c0 < (unsigned long long)r->ap.queue_depth) *seconds = 0; /* no stream: not timed */
-    r->bytes += (c1 - c0) * (uint64_t)r->ap.chunk_bytes;
+    r->bytes += b1 - b0;
     r->seconds += t2 - t1;
     return st;
 }
@@ -138,15 +150,30 @@ tl_status tl__calibrate_stream_slowdown(tl_model *m, tl__calibrate_work_fn work,
     r.ap.chunk_bytes = (size_t)m->lm.params.io_chunk_bytes;
     r.ap.n_threads = r.ap.queue_depth;
     /* the queue's chunks: in the ring's spare buffer where it holds them, else from the
-     * budget (neither: not measured) */
+     * budget, else as many as the spare buffer holds (fewer in flight than the engine
+     * keeps, for a model whose units are that small; at least 2, of half the buffer each
+     * where it holds fewer chunks); none: not measured */
     const size_t need = r.ap.chunk_bytes * (size_t)(r.ap.queue_depth > 0 ? r.ap.queue_depth : 0);
     size_t spare_bytes = 0;
     uint8_t *spare = tl_residency_spare(m->res, &spare_bytes);
     r.buf = spare && spare_bytes >= need ? spare : NULL;
-    if (e->n == 0 || need == 0 ||
-        (!r.buf && tl_budget_alloc(m->lm.budget, need, TL_TIER_MAX_ALIGN, "stream calibration",
-                                   (void **)&r.buf))) {
+    if (!r.buf && need > 0 &&
+        tl_budget_alloc(m->lm.budget, need, TL_TIER_MAX_ALIGN, "stream calibration",
+                        (void **)&r.buf)) {
         tl_error_clear();
+        r.buf = NULL;
+        if (spare && spare_bytes >= 2 * (size_t)TL_TIER_MAX_ALIGN) {
+            if (spare_bytes < 2 * r.ap.chunk_bytes) /* a unit under 2 chunks: halves */
+                r.ap.chunk_bytes = spare_bytes / 2 / TL_TIER_MAX_ALIGN * TL_TIER_MAX_ALIGN;
+            const size_t fit = spare_bytes / r.ap.chunk_bytes;
+            if (fit < (size_t)r.ap.queue_depth) r.ap.queue_depth = r.ap.n_threads = (int)fit;
+            r.buf = spare;
+        }
+    }
+    r.lens = malloc((size_t)(r.ap.queue_depth > 0 ? r.ap.queue_depth : 1) * sizeof *r.lens);
+    if (e->n == 0 || need == 0 || !r.buf || !r.lens) {
+        if (r.buf && r.buf != spare) tl_budget_free(m->lm.budget, r.buf);
+        free(r.lens);
         free(ex.off);
         free(ex.len);
         return TL_OK;
@@ -161,6 +188,7 @@ tl_status tl__calibrate_stream_slowdown(tl_model *m, tl__calibrate_work_fn work,
         if (!st && held[k] > 0 && base > 0) ratio[n++] = held[k] / base;
     }
     if (r.buf != spare) tl_budget_free(m->lm.budget, r.buf);
+    free(r.lens);
     free(ex.off);
     free(ex.len);
     if (st) return st;
