@@ -703,8 +703,14 @@ uint8_t *tl_residency_spare(tl_residency *r, size_t *bytes) {
     if (r->plan.n_slots < 2) return NULL;
     drain(r); /* what the ring read ahead lands before the buffer is lent */
     if (r->slots[1].state != SLOT_EMPTY) return NULL;
+    r->slots[1].state = SLOT_LOADING; /* the caller's reads land in it: the sweep leaves it */
     *bytes = (size_t)r->plan.slot_bytes;
     return r->slots[1].buf;
+}
+
+void tl_residency_unspare(tl_residency *r) {
+    if (r->plan.n_slots >= 2 && r->slots[1].state == SLOT_LOADING && r->slots[1].unit < 0)
+        r->slots[1].state = SLOT_EMPTY;
 }
 
 /* The memory the weights hold as one sequence of buffers: the ring's, then the resident

@@ -33,11 +33,13 @@ void tl_residency_release(tl_residency *r, int unit);
 tl_status tl_residency_borrow(tl_residency *r, int u);
 void tl_residency_unborrow(tl_residency *r, int u);
 /* Outside a pass (nothing acquired; at most one unit borrowed, which the ring's first
- * buffer holds): the ring's second buffer, emptied, as scratch for a caller that times
- * work beside reads of its own (plan/calibrate.h); *bytes its size. NULL (0) when the
- * ring has a single buffer. It holds no weights: nothing may be acquired or borrowed
- * while the caller uses it. */
+ * buffer holds): the ring's second buffer, emptied and lent as scratch to a caller that
+ * times work beside reads of its own (plan/calibrate.h) until tl_residency_unspare; *bytes
+ * its size. NULL (0) when the ring has a single buffer. While lent it holds no weights,
+ * tl_residency_sweep leaves it out (the caller's reads land in it), and nothing may be
+ * acquired or borrowed. */
 uint8_t *tl_residency_spare(tl_residency *r, size_t *bytes);
+void tl_residency_unspare(tl_residency *r);
 /* Reads through the memory the weights hold (the ring's buffers, then the resident
  * weights' buffers, but for those holding layer `layer`'s products and ring buffers
  * reads are landing in: as one sequence from *cursor on, wrapping; *cursor moves past

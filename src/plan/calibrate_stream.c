@@ -172,6 +172,7 @@ tl_status tl__calibrate_stream_slowdown(tl_model *m, tl__calibrate_work_fn work,
     }
     r.lens = malloc((size_t)(r.ap.queue_depth > 0 ? r.ap.queue_depth : 1) * sizeof *r.lens);
     if (e->n == 0 || need == 0 || !r.buf || !r.lens) {
+        if (spare) tl_residency_unspare(m->res);
         if (r.buf && r.buf != spare) tl_budget_free(m->lm.budget, r.buf);
         free(r.lens);
         free(ex.off);
@@ -187,6 +188,7 @@ tl_status tl__calibrate_stream_slowdown(tl_model *m, tl__calibrate_work_fn work,
         const double base = 0.5 * (alone[k] + alone[k + 1]);
         if (!st && held[k] > 0 && base > 0) ratio[n++] = held[k] / base;
     }
+    if (spare) tl_residency_unspare(m->res);
     if (r.buf != spare) tl_budget_free(m->lm.budget, r.buf);
     free(r.lens);
     free(ex.off);
