@@ -158,7 +158,7 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
  * the count before) are not timed either (the counts above the timed ones take the
  * highest's ratio; no room for 16: nothing measured). It costs a few dozen forwards of
  * one layer. Where the plan streams weights through the ring, the forward at the most rows
- * whose forward takes up to 20 ms (16 at least) is then timed beside the model file's
+ * whose forward takes up to 60 ms (16 at least) is then timed beside the model file's
  * stream too (tl__calibrate_stream_slowdown): prof->io_slowdown_stream, the compute's
  * slowdown the cost model takes for this model in place of the profile's
  * (io_stream_cal_bps the rate; both 0 when not measured). A flash or neuron layout keeps

@@ -56,8 +56,10 @@ static const int32_t product_rows[TL_PLAN_PRODUCTS_POINTS] = {16, 32, 64, 128, 2
 #define PRODUCTS_MAX_LAYERS 32
 #define PRODUCTS_CYCLE_BYTES ((uint64_t)64 << 20)
 #define PRODUCTS_PAGE_TOKENS 16 /* the contexts' KV page */
-/* The stream calibration's forward: at most this long (11 samples of 4-6 forwards) */
-#define STREAM_FORWARD_MAX_S 0.02
+/* The stream calibration's forward: the most rows timed whose forward takes at most
+ * this long (11 samples of 4-6 forwards). The more rows, the more compute-bound the
+ * products and the more the stream slows them: a prefill's chunks are many rows. */
+#define STREAM_FORWARD_MAX_S 0.06
 /* The work beside attention is given at least this share of the layer's measured time:
  * where attention is priced at nearly all of it (or more) the difference says nothing. */
 #define PRODUCTS_MIN_SHARE 0.5
