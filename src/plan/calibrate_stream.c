@@ -133,17 +133,17 @@ tl_status tl__calibrate_stream_slowdown(tl_model *m, tl__calibrate_work_fn work,
     if (m->lm.flash || !wp->overlap || wp->streamed_bytes == 0) return TL_OK;
     /* every unit's, the output's (n_layer) last, as the residency reads them */
     const size_t cap = ((size_t)m->lm.hp.n_layer + 1) * TL_WEIGHT_UNIT_MAX;
-    extents ex = {malloc(cap * sizeof *ex.off), malloc(cap * sizeof *ex.len), 0}, *e = &ex;
-    for (int u = 0; u <= m->lm.hp.n_layer && e->off && e->len; u++) {
+    extents ex = {malloc(cap * sizeof *ex.off), malloc(cap * sizeof *ex.len), 0};
+    for (int u = 0; u <= m->lm.hp.n_layer && ex.off && ex.len; u++) {
         tl_weight *ws[TL_WEIGHT_UNIT_MAX];
         const int n = tl_weight_plan_unit_weights(&m->lm, wp, u, ws);
         if (!n) continue;
         tl_weight_layout L;
         tl_weight_layout_build(&L, ws, n);
         for (int i = 0; i < L.n_e; i++)
-            e->off[e->n] = L.e[i].file_off, e->len[e->n++] = L.e[i].len;
+            ex.off[ex.n] = L.e[i].file_off, ex.len[ex.n++] = L.e[i].len;
     }
-    reader r = {.t = m->lm.panel_tier ? m->lm.panel_tier : m->lm.tier, .e = e};
+    reader r = {.t = m->lm.panel_tier ? m->lm.panel_tier : m->lm.tier, .e = &ex};
     r.ap = tl_aio_default_params();
     r.ap.backend = (tl_aio_backend)m->lm.params.io_backend;
     r.ap.queue_depth = m->lm.params.io_queue_depth;
@@ -171,7 +171,7 @@ tl_status tl__calibrate_stream_slowdown(tl_model *m, tl__calibrate_work_fn work,
         }
     }
     r.lens = malloc((size_t)(r.ap.queue_depth > 0 ? r.ap.queue_depth : 1) * sizeof *r.lens);
-    if (e->n == 0 || need == 0 || !r.buf || !r.lens) {
+    if (ex.n == 0 || need == 0 || !r.buf || !r.lens) {
         if (spare) tl_residency_unspare(m->res);
         if (r.buf && r.buf != spare) tl_budget_free(m->lm.budget, r.buf);
         free(r.lens);
