@@ -101,7 +101,7 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
         if ((st = tl_plan_calibrate_ring(m, &cal, &ds, &delay))) break;
         if (round == 0) {
             double mix;
-            if ((st = tl_plan_calibrate_kv(m, &cal, &o.plan, NULL, &mix))) break;
+            if ((st = tl_plan_calibrate_kv(m, &cal, &o.plan, &rq.w, NULL, &mix))) break;
             o.cal_mix = mix;
         }
         tl_plan_result again;

@@ -1045,10 +1045,15 @@ static int32_t page_tokens_of(const tl_model *m, double bytes) {
     return pt;
 }
 
-/* KV pages read beside streamed weights, on the profile's own filesystem, of a size its
- * grid covers: nothing is timed and the profile stands (the cost model's KV wait prices
- * the pages' queueing behind the stream; a probe that also scaled the page rate counted
- * it twice). */
+/* The workload the spilling plans serve: one sequence of 1024 prompt positions and 16
+ * generated: with half of its pages on disk, 32 of 16 positions per layer, or a few of
+ * a page the profile's grid covers. */
+static const tl_workload spill_workload = {1024, 16, 1, {0}};
+
+/* KV pages read beside streamed weights: timed alone (the spill file's rate, below the
+ * engine's chunk), while the profile's figures for a page queued behind the stream stay
+ * (the cost model's KV wait prices that queueing; a probe that also scaled the page rate
+ * by it counted it twice). */
 static void kv_beside_stream(const char *path) {
     tl_model *m = open_model(path, 10u << 20);
     if (!m) return;
@@ -1063,71 +1068,71 @@ static void kv_beside_stream(const char *path) {
     plan.cost.decode.weight_bytes = 2e6;
     double scale = -1;
     prof = round;
-    CHECK(tl_plan_calibrate_kv(m, &prof, &plan, NULL, &scale) == TL_OK);
-    CHECK_MSG(scale == 0, "page scale %g", scale);
-    CHECK(!memcmp(prof.disk_read_bps, round.disk_read_bps, sizeof prof.disk_read_bps));
+    CHECK_MSG(tl_plan_calibrate_kv(m, &prof, &plan, &spill_workload, NULL, &scale) == TL_OK,
+              "%s", tl_last_error());
+    CHECK_MSG(scale > 0, "page scale %g", scale);
+    CHECK(memcmp(prof.disk_read_bps, round.disk_read_bps, sizeof prof.disk_read_bps));
     CHECK(prof.disk_urgent_read_s == round.disk_urgent_read_s &&
           prof.disk_urgent_page_s == round.disk_urgent_page_s);
     tl_engine_unplace(m);
     tl_model_close(m);
 }
 
-/* KV pages read alone from a spill file (tl_plan_calibrate_kv): for a policy that spills
- * and reads pages, with nothing streamed (no mix), every cell below the engine's chunk is
- * scaled by one factor, the page's rate moves by *page_scale, the stream's cells stay; a
- * directory that cannot hold the file leaves the profile as it was, and so do a spill
- * directory on the profile's own filesystem when the page is no smaller than the
- * profile's smallest read, and a policy that keeps its KV in memory; a smaller page is
- * timed on the profile's own filesystem too (the profile has no figure for it). */
+/* KV pages read alone from a scratch file laid out as the spill (tl_plan_calibrate_kv):
+ * for a policy that spills and reads pages, every cell below the engine's chunk is scaled
+ * by one factor, the page's rate moves by *page_scale, the stream's cells stay; a page
+ * of the profile's grid is timed as well as one below it (the profile's random reads of
+ * its own file are not the spill's); a directory that cannot hold the file, a policy
+ * that keeps its KV in memory, and no workload leave the profile as it was. */
 static void kv_spill_calibration(const char *path) {
     tl_model *m = open_model(path, 64u << 20);
     if (!m) return;
     CHECK(tl_engine_place(m, 4u << 20) == TL_OK);
     tl_hw_profile prof, round;
     tl_test_round_profile(&round);
+    snprintf(round.disk_dir, sizeof round.disk_dir, "%s", tl_scratch_dir(NULL));
     tl_plan_result plan = spilling_plan(50);
-    const uint64_t page = (uint64_t)tl_cost_kv_page_bytes(m, 16, 16);
-    const int32_t depth = tl_aio_class_depth(m->lm.params.io_queue_depth, TL_AIO_SOON);
-    const double before = tl_profile_read_bps(&round, page, depth);
-    double scale = 0;
-    prof = round;
-    CHECK_MSG(tl_plan_calibrate_kv(m, &prof, &plan, NULL, &scale) == TL_OK, "%s",
-              tl_last_error());
-    CHECK_MSG(scale > 0, "spill reads not timed (scale %g)", scale);
-    CHECK(close_to(tl_profile_read_bps(&prof, page, depth), before * scale, 1e-9));
-    int off = 0;
-    const double f = prof.disk_read_bps[0][0] / round.disk_read_bps[0][0];
-    for (int c = 0; c < TL_PROF_N_CHUNK; c++)
-        for (int d = 0; d < TL_PROF_N_DEPTH; d++) {
-            const double g = prof.disk_read_bps[c][d] / round.disk_read_bps[c][d];
-            const int big = tl_prof_chunks[c] >= m->lm.params.io_chunk_bytes;
-            off += big ? g != 1 : !close_to(g, f, 1e-9);
-        }
-    CHECK_MSG(off == 0, "%d cells off the one factor", off);
-    /* the rate timed now is the round profile's only by chance: the cells moved by it */
-    CHECK_MSG(close_to(f, scale, 1e-9) && scale != 1.0, "factor %.9g, page scale %.9g", f,
-              scale);
-    prof = round;
-    CHECK(tl_plan_calibrate_kv(m, &prof, &plan, "/nonexistent/dir", &scale) == TL_OK);
+    const tl_workload *w = &spill_workload;
     const size_t grid = sizeof prof.disk_read_bps;
+    const int32_t depth = tl_aio_class_depth(m->lm.params.io_queue_depth, TL_AIO_SOON);
+    const int32_t pts[2] = {16, page_tokens_of(m, (double)tl_prof_chunks[0])};
+    CHECK_MSG(tl_cost_kv_page_bytes(m, 16, 16) < tl_prof_chunks[0], "a %g-byte page",
+              tl_cost_kv_page_bytes(m, 16, 16));
+    for (int p = 0; p < 2; p++) {
+        plan.policy.page_tokens = pts[p];
+        const uint64_t page = (uint64_t)tl_cost_kv_page_bytes(m, 16, pts[p]);
+        const double before = tl_profile_read_bps(&round, page, depth);
+        double scale = 0;
+        prof = round;
+        CHECK_MSG(tl_plan_calibrate_kv(m, &prof, &plan, w, NULL, &scale) == TL_OK, "%s",
+                  tl_last_error());
+        CHECK_MSG(scale > 0, "spill reads of %llu-byte pages not timed (scale %g)",
+                  (unsigned long long)page, scale);
+        CHECK(close_to(tl_profile_read_bps(&prof, page, depth), before * scale, 1e-9));
+        int off = 0;
+        const double f = prof.disk_read_bps[0][0] / round.disk_read_bps[0][0];
+        for (int c = 0; c < TL_PROF_N_CHUNK; c++)
+            for (int d = 0; d < TL_PROF_N_DEPTH; d++) {
+                const double g = prof.disk_read_bps[c][d] / round.disk_read_bps[c][d];
+                const int big = tl_prof_chunks[c] >= m->lm.params.io_chunk_bytes;
+                off += big ? g != 1 : !close_to(g, f, 1e-9);
+            }
+        CHECK_MSG(off == 0, "%d cells off the one factor", off);
+        /* the rate timed now is the round profile's only by chance: the cells moved */
+        CHECK_MSG(close_to(f, scale, 1e-9) && scale != 1.0, "factor %.9g, page scale %.9g",
+                  f, scale);
+    }
+    plan.policy.page_tokens = 16;
+    double scale = -1;
+    prof = round;
+    CHECK(tl_plan_calibrate_kv(m, &prof, &plan, w, "/nonexistent/dir", &scale) == TL_OK);
     CHECK(scale == 0 && !memcmp(prof.disk_read_bps, round.disk_read_bps, grid));
-    /* the profile measured the spill directory's filesystem: a page below its grid is
-     * timed, one in it is not */
-    CHECK_MSG(page < tl_prof_chunks[0], "a %llu-byte page", (unsigned long long)page);
-    prof = round;
-    snprintf(prof.disk_dir, sizeof prof.disk_dir, "%s", tl_scratch_dir(NULL));
-    CHECK(tl_plan_calibrate_kv(m, &prof, &plan, NULL, &scale) == TL_OK);
-    CHECK_MSG(scale > 0 && memcmp(prof.disk_read_bps, round.disk_read_bps, grid),
-              "a page below the grid not timed (scale %g)", scale);
-    prof = round;
-    snprintf(prof.disk_dir, sizeof prof.disk_dir, "%s", tl_scratch_dir(NULL));
-    plan.policy.page_tokens = page_tokens_of(m, (double)tl_prof_chunks[0]);
-    CHECK(tl_plan_calibrate_kv(m, &prof, &plan, NULL, &scale) == TL_OK);
+    scale = -1;
+    CHECK(tl_plan_calibrate_kv(m, &prof, &plan, NULL, NULL, &scale) == TL_OK);
     CHECK(scale == 0 && !memcmp(prof.disk_read_bps, round.disk_read_bps, grid));
     plan.policy.kv_mem_pct = 100;
-    plan.policy.page_tokens = 16;
-    prof = round;
-    CHECK(tl_plan_calibrate_kv(m, &prof, &plan, NULL, &scale) == TL_OK);
+    scale = -1;
+    CHECK(tl_plan_calibrate_kv(m, &prof, &plan, w, NULL, &scale) == TL_OK);
     CHECK(scale == 0 && !memcmp(prof.disk_read_bps, round.disk_read_bps, grid));
     tl_engine_unplace(m);
     tl_model_close(m);

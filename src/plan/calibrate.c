@@ -6,7 +6,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include "base/cache_dir.h"
 #include "exec/model_handle.h"
 #include "plan/cost.h"
@@ -214,72 +213,6 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     /* only what was measured: requests of the engine's chunk size and larger (KV pages
      * are small reads; a cache that speeds up long streams need not speed them up) */
     tl_profile_scale_reads(prof, m->lm.params.io_chunk_bytes, 1, *ratio);
-    return TL_OK;
-}
-
-/* KV pages as the engine reads its spill file: SPILL_FILE_BYTES written with O_DIRECT to
- * a scratch file (no name: nothing outlives the process) in dir, then read in `chunk`-byte
- * requests at random chunk-aligned offsets, `depth` in flight, for up to SPILL_READ_S;
- * *bps 0 when not measured: no room in the budget for the frames, or a directory that
- * refuses the file (full, read-only) - the run's own spill file reports its errors.
- * The file is as large as the profile's, whose figures the rate scales: a file of a few
- * tens of MiB just written reads faster on a virtual disk (the host's cache) than the
- * profile's file or a run's spill file of GiBs, and the scale would carry that to the run. */
-#define SPILL_FILE_BYTES TL_PROF_DISK_FILE_BYTES
-#define SPILL_READ_S 0.2
-static void time_spill_reads(tl_model *m, const char *dir, uint64_t chunk, int32_t depth,
-                             double *bps) {
-    *bps = 0;
-    uint8_t *buf = NULL;
-    if (depth < 1 || depth > 64 || chunk > SPILL_FILE_BYTES / 8 ||
-        tl_budget_alloc(m->lm.budget, (size_t)(chunk * (uint64_t)depth), TL_TIER_MAX_ALIGN,
-                        "KV spill read calibration", (void **)&buf)) {
-        tl_error_clear();
-        return;
-    }
-    for (size_t i = 0; i < (size_t)(chunk * (uint64_t)depth); i++) buf[i] = (uint8_t)(i * 131);
-    if (tl_profile_time_dir_reads(dir, SPILL_FILE_BYTES, chunk, depth, buf, SPILL_READ_S, bps))
-        *bps = 0;
-    tl_error_clear();
-    tl_budget_free(m->lm.budget, buf);
-}
-
-/* Whether two paths lie on one filesystem (both exist, same device). */
-static int same_filesystem(const char *a, const char *b) {
-    struct stat sa, sb;
-    return a && b && a[0] && b[0] && stat(a, &sa) == 0 && stat(b, &sb) == 0 &&
-           sa.st_dev == sb.st_dev;
-}
-
-tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_result *plan,
-                               const char *spill_dir, double *page_scale) {
-    *page_scale = 0;
-    const tl_policy *pol = &plan->policy;
-    const tl_cost_terms *dec = &plan->cost.decode;
-    if (!tl_plan_spills_kv(pol) || !(dec->kv_read_bytes > 0)) return TL_OK;
-    const uint64_t page = (uint64_t)tl_cost_kv_page_bytes(m, pol->kv_bits, pol->page_tokens);
-    const int32_t depth = tl_aio_class_depth(m->lm.params.io_queue_depth, TL_AIO_SOON);
-    const double before = tl_profile_read_bps(prof, page, depth);
-    if (!(before > 0)) return TL_OK;
-    /* alone, on a filesystem the profile did not measure, or at a page size below its
-     * grid (which gives such a page its smallest read's rate, where a read that small is
-     * bound by its requests' latency): the small-read figures (below the engine's chunk,
-     * as the disk calibration leaves them) scaled to the spill reads' rate now, either
-     * way. Otherwise the profile's figures stand: a fifth of a second of random reads of a
-     * file just written swings either way, from one call to the next, more than the run's
-     * page reads do, which matters less than a figure the profile does not have. */
-    const uint64_t chunk = (page + TL_TIER_MAX_ALIGN - 1) / TL_TIER_MAX_ALIGN *
-                           TL_TIER_MAX_ALIGN;
-    const char *dir = tl_scratch_dir(spill_dir);
-    double alone = 0;
-    if (chunk < m->lm.params.io_chunk_bytes &&
-        (chunk < tl_prof_chunks[0] || !same_filesystem(dir, prof->disk_dir)))
-        time_spill_reads(m, dir, chunk, depth, &alone);
-    const double at_chunk = tl_profile_read_bps(prof, chunk, depth);
-    if (alone > 0 && at_chunk > 0) {
-        tl_profile_scale_reads(prof, m->lm.params.io_chunk_bytes, 0, alone / at_chunk);
-        *page_scale = tl_profile_read_bps(prof, page, depth) / before;
-    }
     return TL_OK;
 }
 

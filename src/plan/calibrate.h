@@ -96,25 +96,25 @@ double tl_plan_ring_hold_s(const tl_model *m, const tl_hw_profile *prof,
 tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof,
                                  const tl_plan_decode_shape *d, double *delay_s);
 
-/* KV pages on disk, for a planned policy that spills KV and whose decode reads pages.
- * Alone, when spill_dir (NULL or "": $TMPDIR, else /tmp) lies on another filesystem than
- * the profile's disk_dir, or when a page is smaller than the profile's smallest read
- * (tl_prof_chunks[0], whose rate the profile gives every smaller read: a random read of a
- * few KiB costs about its request's latency, and runs slower; otherwise the profile's
- * figures stand): a scratch file as large as the profile's (256 MiB) is written in
- * spill_dir and read at random page-aligned offsets at the KV reads' depth for up to
- * 0.2 s, as the engine reads its spill file (scattered reads of the model file are not
- * how it reads it); the profile's figures for reads below the engine's chunk are scaled
- * to that rate, either way (a page no smaller than the chunk reads as the stream: not
- * timed). *page_scale: the factor applied to the page's read rate (0 when nothing was
- * measured). A directory that refuses the file, or a budget with no room for the frames:
- * not timed.
+/* KV pages on disk, for a planned policy that spills KV and whose decode reads pages
+ * (calibrate_kv.c): a scratch file laid out as the run's spill file will be for workload
+ * w (its sequences, layers and disk pages, stored a prefill chunk's pages at a time; at
+ * most 512 MiB of it) is written in spill_dir (NULL or "": $TMPDIR, else /tmp) and its
+ * pages are read alone, in a decode step's order, at the KV reads' depth: the median of
+ * three samples of about 0.12 s. A virtual disk serves such a file from the host's cache
+ * at a rate the profile's random reads of its own file do not give (which file, how
+ * large, how recently written, in what order). The profile's figures for reads below the
+ * engine's chunk are scaled to that rate (a page no smaller than the chunk reads as the
+ * stream: not timed). *page_scale: the factor applied to the page's read rate (0 when
+ * nothing was measured). A directory that refuses the file or lacks room for it beside
+ * 256 MiB free, or a budget with no room for the frames: not timed.
  * Pages read while weights stream are not timed beside the stream: the cost model's KV
  * wait already prices each page batch queued behind the weight chunks in flight and the
  * batches before it (cost.c), and scaling the page rate by what pages mixed into a
  * stream cost it counted that queueing twice. */
 tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_result *plan,
-                               const char *spill_dir, double *page_scale);
+                               const tl_workload *w, const char *spill_dir,
+                               double *page_scale);
 
 /* The same for compute, whose memory-bound rates drift with the machine's memory
  * bandwidth (on a shared host, within minutes): matrix-vector products over the

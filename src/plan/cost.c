@@ -705,6 +705,10 @@ static double disk_pages(const tl_policy *pol, double full_pages) {
     return floor(full_pages * (100 - pol->kv_mem_pct) / 100.0);
 }
 
+double tl_cost_kv_disk_pages(const tl_policy *pol, double full_pages) {
+    return disk_pages(pol, full_pages);
+}
+
 /* Disk pages a decode row at position `pos` reads at one layer: all of its disk pages, or
  * under page selection those the page budget takes beyond the pages always read (the
  * open page, sinks and window: model/kv_select.c's rule; the others are the disk pages). */

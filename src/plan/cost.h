@@ -229,4 +229,8 @@ double tl_cost_serve_step(const tl_model *m, const tl_hw_profile *prof,
 /* Bytes of one stored KV page (K and V) for this model and policy. */
 double tl_cost_kv_page_bytes(const tl_model *m, int32_t kv_bits, int32_t page_tokens);
 
+/* Pages homed on disk among the first full_pages full pages of one (sequence, layer)
+ * under the policy's KV placement (kv_cache.c's rules). */
+double tl_cost_kv_disk_pages(const tl_policy *pol, double full_pages);
+
 #endif
