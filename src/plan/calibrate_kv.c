@@ -20,7 +20,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <sys/statvfs.h>
-#include <unistd.h>
 #include "base/budget.h"
 #include "base/cache_dir.h"
 #include "base/stats.h"
@@ -120,12 +119,7 @@ static void time_spill_steps(tl_model *m, const char *dir, spill_shape sh, uint6
             for (int64_t j = 0; j < sh.D && k < n; j++) offs[k++] = page_offset(&sh, s, l, j);
     for (size_t i = 0; i < buf_bytes; i++) buf[i] = (uint8_t)(i * 131);
     tl_tier *file = NULL;
-    tl_status st = tl_tier_file_open_scratch(dir, TL_TIER_FILE_DIRECT, &file);
-    for (uint64_t off = 0; !st && off < file_bytes; off += buf_bytes) {
-        const uint64_t left = file_bytes - off;
-        st = tl_tier_write_full(file, off, buf, left < buf_bytes ? (size_t)left : buf_bytes);
-    }
-    if (!st && file->fd >= 0 && fdatasync(file->fd) != 0) st = TL_ERR_IO;
+    tl_status st = tl_profile_write_scratch(dir, file_bytes, buf, buf_bytes, &file);
     uint8_t *bufs[64];
     for (int32_t i = 0; i < depth; i++) bufs[i] = buf + (size_t)i * sh.stride;
     double rate[SPILL_CAL_SAMPLES];

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include "tierllm.h"
 #include "format/tensor_type.h"
+#include "tier/tier.h"
 
 enum {
     TL_PROF_N_CHUNK = 4,  /* disk grid: chunk sizes 64 KiB, 256 KiB, 1 MiB, 4 MiB */
@@ -198,6 +199,12 @@ tl_status tl_profile_obtain(const char *path, int32_t n_threads, const char *dis
                             uint64_t mem_limit,
                             void (*progress)(void *user, const char *line), void *user,
                             tl_hw_profile *out, int *measured);
+
+/* A scratch file (no name: it cannot outlive the process) of `bytes` written with
+ * O_DIRECT in dir from buf, `step` bytes (buf's size) at a time, then synced to the
+ * device; *out the open file, or NULL with the error returned. */
+tl_status tl_profile_write_scratch(const char *dir, uint64_t bytes, const uint8_t *buf,
+                                   uint64_t step, tl_tier **out);
 
 /* The disk of this minute: reads a 256 MiB scratch file in `dir` (written first, with no
  * name, so nothing is left behind) in `chunk`-byte requests at random chunk-aligned

@@ -178,6 +178,23 @@ tl_status tl__profile_measure_disk(const char *dir, tl_hw_profile *p,
     return TL_OK;
 }
 
+tl_status tl_profile_write_scratch(const char *dir, uint64_t bytes, const uint8_t *buf,
+                                   uint64_t step, tl_tier **out) {
+    *out = NULL;
+    tl_tier *file = NULL;
+    tl_status st = tl_tier_file_open_scratch(dir, TL_TIER_FILE_DIRECT, &file);
+    for (uint64_t off = 0; st == TL_OK && off < bytes; off += step)
+        st = tl_tier_write_full(file, off, buf, (size_t)(bytes - off < step ? bytes - off : step));
+    if (st == TL_OK && fdatasync(file->fd) != 0)
+        st = tl_error_set(TL_ERR_IO, "fdatasync %s: %s", file->name, strerror(errno));
+    if (st != TL_OK) {
+        if (file) tl_tier_close(file);
+        return st;
+    }
+    *out = file;
+    return TL_OK;
+}
+
 tl_status tl_profile_time_dir_reads(const char *dir, uint64_t file_bytes, uint64_t chunk,
                                     int32_t depth, uint8_t *buf, double seconds, double *bps) {
     *bps = 0;
@@ -188,15 +205,9 @@ tl_status tl_profile_time_dir_reads(const char *dir, uint64_t file_bytes, uint64
                             (unsigned long long)file_bytes);
     file_bytes = file_bytes / chunk * chunk;
     tl_tier *file = NULL;
-    tl_status st = tl_tier_file_open_scratch(dir, TL_TIER_FILE_DIRECT, &file);
     /* written a whole buffer (depth chunks) at a time: small chunks written one by one
      * would take longer than the reads they set up */
-    const uint64_t step = chunk * (uint64_t)depth;
-    for (uint64_t off = 0; st == TL_OK && off < file_bytes; off += step)
-        st = tl_tier_write_full(file, off, buf,
-                                (size_t)(file_bytes - off < step ? file_bytes - off : step));
-    if (st == TL_OK && fdatasync(file->fd) != 0)
-        st = tl_error_set(TL_ERR_IO, "fdatasync %s: %s", file->name, strerror(errno));
+    tl_status st = tl_profile_write_scratch(dir, file_bytes, buf, chunk * (uint64_t)depth, &file);
     uint64_t cursor = 0, seed = 43;
     uint8_t *bufs[64];
     for (int32_t i = 0; i < depth; i++) bufs[i] = buf + (size_t)i * chunk;
