@@ -102,8 +102,9 @@ static config draw_config(draw *d, int i) {
 /* err_no[0]: without the ring delay, err_no[1]: without the rate spread, err_no[2]:
  * without the layer row scales, err_no[3]: without the slowdown measured beside the
  * model file's stream (the profile's scaled by the rate instead), err_no[4]: with the
- * profile's slowdown as it stands */
-enum { N_TERMS = 5 };
+ * profile's slowdown as it stands, err_no[5]: with the layer row scales from each count's
+ * lowest round, not its median */
+enum { N_TERMS = 6 };
 typedef struct result { double err, err_no[N_TERMS], first_err; int single, ok; } result;
 
 /* A model file just written has dirty pages in the page cache, and the engine's direct
@@ -332,7 +333,8 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
                            whole_error_without(&o, o.total_no_spread_s),
                            whole_error_without(&o, o.total_no_layer_s),
                            whole_error_without(&o, o.total_no_stream_s),
-                           whole_error_without(&o, o.total_no_rate_s)},
+                           whole_error_without(&o, o.total_no_rate_s),
+                           whole_error_without(&o, o.total_lowest_s)},
                           first_err, c.single, 1};
         printf("     policy ");
         print_policy(pol);
@@ -365,6 +367,9 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
         if (o.total_no_rate_s != pc->total_s)
             printf(" (the profile's slowdown: predicted %.2f s, error %+.1f%%)",
                    o.total_no_rate_s, 100 * res[i].err_no[4]);
+        if (o.total_lowest_s != pc->total_s)
+            printf(" (the layers' lowest rounds: predicted %.2f s, error %+.1f%%)",
+                   o.total_lowest_s, 100 * res[i].err_no[5]);
         printf("\n");
         if (!c.single)
             printf("     bytes   weights predicted %.0f MiB measured %.0f, KV read predicted %.0f "
@@ -416,7 +421,9 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
         "without the layer calibration's row scales (the term's ablation)",
         "with the compute's slowdown beside the model file's stream extrapolated from the "
         "profile's by the stream's rate, not measured (the term's ablation)",
-        "with the profile's slowdown beside a stream as it stands (neither term)"};
+        "with the profile's slowdown beside a stream as it stands (neither term)",
+        "with the layer row scales from each row count's lowest round, not its median (the "
+        "rule before)"};
     for (int k = 0; k < N_TERMS; k++) {
         printf("the same runs, predicted %s:\n", ablation[k]);
         summary("run", res, n, 1, k + 1);

@@ -117,11 +117,16 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
     o.prof = cal;
     o.total_no_ring_s = o.total_no_spread_s = o.plan.cost.total_s;
     o.total_no_layer_s = o.total_no_stream_s = o.total_no_rate_s = o.plan.cost.total_s;
-    double *const term_s[3] = {&o.total_no_layer_s, &o.total_no_stream_s, &o.total_no_rate_s};
-    for (int term = 0; term < 3 && !st; term++) { /* the same policy, each term left out */
+    o.total_lowest_s = o.plan.cost.total_s;
+    double *const term_s[4] = {&o.total_no_layer_s, &o.total_no_stream_s, &o.total_no_rate_s,
+                               &o.total_lowest_s};
+    for (int term = 0; term < 4 && !st; term++) { /* the same policy, each term left out */
         tl_hw_profile off = cal;
         if (term == 0)
             for (int k = 0; k < TL_PROF_N_ROWS; k++) off.layer_row_scale[k] = 0;
+        else if (term == 3)
+            for (int k = 0; k < TL_PROF_N_ROWS; k++)
+                off.layer_row_scale[k] = cal.layer_row_scale_lowest[k];
         else
             off.io_slowdown_stream = 0;
         if (term == 2) off.io_rate_scale = 0;

@@ -48,6 +48,9 @@ typedef struct outcome {
      * scaled by the stream's rate instead (prof->io_slowdown_stream); and with both left
      * out, the profile's slowdown as it stands (and prof->io_rate_scale) */
     double total_no_layer_s, total_no_stream_s, total_no_rate_s;
+    /* the same with the layer row scales from each count's lowest round
+     * (prof->layer_row_scale_lowest), not its median */
+    double total_lowest_s;
     char error[1024];       /* why it did not run (planning or placement refused it), or "" */
 } outcome;
 

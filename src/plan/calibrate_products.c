@@ -194,8 +194,13 @@ static int agree(const double *a, const double *b) {
 
 int tl_plan_products_round(const double (*round_r)[TL_PLAN_PRODUCTS_POINTS], int q,
                            double *r) {
-    for (int k = 0; k < TL_PLAN_PRODUCTS_POINTS; k++)
-        if (round_r[q][k] > 0 && (!(r[k] > 0) || round_r[q][k] < r[k])) r[k] = round_r[q][k];
+    for (int k = 0; k < TL_PLAN_PRODUCTS_POINTS; k++) {
+        double v[TL_PLAN_PRODUCTS_ROUNDS];
+        size_t n = 0;
+        for (int i = 0; i <= q && i < TL_PLAN_PRODUCTS_ROUNDS; i++)
+            if (round_r[i][k] > 0) v[n++] = round_r[i][k];
+        r[k] = tl_median(v, n);
+    }
     return q + 1 >= TL_PLAN_PRODUCTS_ROUNDS || (q == 1 && agree(round_r[0], round_r[1]));
 }
 
@@ -225,7 +230,8 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
     *ratio = 1;
     if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating products: nothing placed");
     /* priced as the profile has it; an earlier calibration's factors go */
-    for (int k = 0; k < TL_PROF_N_ROWS; k++) prof->layer_row_scale[k] = 0;
+    for (int k = 0; k < TL_PROF_N_ROWS; k++)
+        prof->layer_row_scale[k] = prof->layer_row_scale_lowest[k] = 0;
     prof->io_slowdown_stream = prof->io_stream_cal_bps = 0;
     /* attention first: the rest is what the forwards take beyond its price */
     double attn_ratio;
@@ -265,17 +271,19 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
     f.sweep_bytes = others < PRODUCTS_CYCLE_BYTES ? (PRODUCTS_CYCLE_BYTES - others) / n_l : 0;
     /* the cost model's layer at each count (unscaled): its attention, and the rest */
     enum { K = TL_PLAN_PRODUCTS_POINTS };
-    double r[K] = {0}, round_r[TL_PLAN_PRODUCTS_ROUNDS][K], at[K] = {0}, rest[K] = {0};
+    double r[K] = {0}, round_r[TL_PLAN_PRODUCTS_ROUNDS][K] = {{0}}, at[K] = {0}, rest[K] = {0};
     double first_s[K] = {0}; /* each count's forward in the first round */
     for (int k = 0; k < n_pts; k++)
         rest[k] = tl_cost_prefill_layer_s(m, prof, unit, 32, product_rows[k], f.N, &at[k]) -
                   at[k];
-    /* rounds of every count, the lower ratio of each kept: the shape's rate is what is
-     * measured, and a round that meets a slow spell of the machine (another process, the
-     * host taking the core) is not it; a third round only when the first two disagree */
+    /* rounds of every count, the median ratio of each kept: the run meets the machine's
+     * slow spells (another process, the host taking the core) as often as the rounds do,
+     * so its layers run at their middle rate, not their best; a third round only when the
+     * first two disagree */
     /* the forwards' own sparsity counts are not the run's (tl_model_sparsity_stats) */
     const double zeroed = m->lm.sparse.zeroed, seen = m->lm.sparse.seen;
     const double t_start = tl_now();
+    int rounds = 0;
     for (int q = 0; q < TL_PLAN_PRODUCTS_ROUNDS && !st; q++) {
         if (q == 1 && tl_now() - t_start > PRODUCTS_ROUND_MAX_S) break;
         for (int k = 0; k < K && !st; k++) {
@@ -288,8 +296,14 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
             if (q == 0) first_s[k] = measured;
             if (q == 0 && 2 * 6 * measured > PRODUCTS_COUNT_MAX_S) n_pts = k + 1;
         }
+        rounds = q + 1;
         if (!st && tl_plan_products_round((const double (*)[K])round_r, q, r)) break;
     }
+    double lowest[K] = {0}; /* each count's lowest round, for comparison (profile.h) */
+    for (int q = 0; q < rounds; q++)
+        for (int k = 0; k < K; k++)
+            if (round_r[q][k] > 0 && (!(lowest[k] > 0) || round_r[q][k] < lowest[k]))
+                lowest[k] = round_r[q][k];
     /* the same forward while the model file streams: the most rows whose forward took
      * up to STREAM_FORWARD_MAX_S (16 rows at least), the slowdown a prefill's layers meet
      * beside the weights' reads */
@@ -321,6 +335,7 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
         int p = 0;
         while (p + 1 < n_pts && product_rows[p + 1] <= tl_prof_rows[k]) p++;
         prof->layer_row_scale[k] = r[p];
+        prof->layer_row_scale_lowest[k] = lowest[p];
     }
     return TL_OK;
 }

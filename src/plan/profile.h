@@ -149,6 +149,9 @@ typedef struct tl_hw_profile {
      * a micro-batch of that many rows (over 4) are priced times this factor, a count
      * between the grid's points taking the lower point's */
     double layer_row_scale[TL_PROF_N_ROWS];
+    /* not saved: the same from each row count's lowest round, not its median (what the
+     * calibration kept before; for the benchmarks' comparison, unused by the cost model) */
+    double layer_row_scale_lowest[TL_PROF_N_ROWS];
     /* not saved, 0 in a loaded profile (taken as 1): set by tl_plan_calibrate_attention,
      * the model's own attention over a long context in blocks, measured against the cost
      * model's price of it: both block figures (attn_block_s_per_mac and its grouped-query
