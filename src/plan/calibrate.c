@@ -246,9 +246,9 @@ static size_t decode_channels(const tl_model *m, const tl_weight *w, int32_t *ch
  * not NULL, gets the cost model's price, the dense product's times the share), the
  * others by the matrix-vector kernel. The products' time, without choosing channels. */
 static double decode_products_pass(tl_model *m, const tl_hw_profile *prof,
-                                   tl_weight *const *use, size_t n, const float *X, float *Y,
-                                   int32_t *chan, float *scratch, size_t sf,
-                                   double *predicted) {
+                                   tl_weight *const *use, size_t n, int32_t rows,
+                                   const float *X, float *Y, int32_t *chan, float *scratch,
+                                   size_t sf, double *predicted) {
     double t = 0;
     for (size_t i = 0; i < n; i++) {
         const tl_weight *w = use[i];
@@ -263,10 +263,10 @@ static double decode_products_pass(tl_model *m, const tl_hw_profile *prof,
             t += tl_now() - t0;
         } else {
             const double t0 = tl_now();
-            tl_op_matmul(&m->lm, w, X, 1, Y, scratch, sf);
+            tl_op_matmul(&m->lm, w, X, rows, Y, scratch, sf);
             t += tl_now() - t0;
         }
-        if (predicted) *predicted += tl_cost_matmul(prof, w, 1) * share;
+        if (predicted) *predicted += tl_cost_matmul(prof, w, rows) * share;
     }
     return t;
 }
@@ -327,7 +327,7 @@ static void barrier_task(void *arg, int task, int thread) {
  * (each its fastest of SMALL_MODEL_PASSES); *predicted: the profile's price of them. A
  * flash or neuron layout, or no room in the budget for the buffers: nothing measured (0). */
 static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, uint64_t cap,
-                                      double *measured, double *predicted) {
+                                      int32_t rows, double *measured, double *predicted) {
     *measured = *predicted = 0;
     const int32_t L = m->lm.hp.n_layer;
     if (m->lm.flash || m->lm.stage_first != 0 || m->lm.stage_end != L) return TL_OK;
@@ -347,8 +347,8 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, ui
     const size_t threads = (size_t)tl_pool_threads(m->lm.pool);
     float *X, *Y, *scratch;
     size_t sf;
-    if (!tl__calibrate_buffers(m, 1, max_rows, max_cols, "compute calibration", &X, &Y,
-                               &scratch, &sf))
+    if (!tl__calibrate_buffers(m, (size_t)rows, max_rows, max_cols, "compute calibration", &X,
+                               &Y, &scratch, &sf))
         return TL_OK;
     /* each product's fastest of the passes: a product that meets a slow spell of the
      * machine (the host taking a core, another thread's burst) is not its rate, and a
@@ -359,7 +359,7 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, ui
         tl__calibrate_free(m, X, Y, scratch);
         return TL_OK; /* nothing measured */
     }
-    for (size_t c = 0; c < max_cols; c++) X[c] = 1.0f;
+    for (size_t c = 0; c < (size_t)rows * max_cols; c++) X[c] = 1.0f;
     tl_status st = TL_OK;
     int32_t n_products = 0;
     for (int pass = 0; pass < SMALL_MODEL_PASSES && !st; pass++) {
@@ -380,9 +380,9 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, ui
             tl_pool_run(m->lm.pool, (int)threads, barrier_task, &b);
             for (int i = 0; i < n; i++, k++) {
                 const double t0 = tl_now();
-                tl_op_matmul(&m->lm, ws[i], X, 1, Y, scratch, sf);
+                tl_op_matmul(&m->lm, ws[i], X, rows, Y, scratch, sf);
                 const double dt = tl_now() - t0;
-                if (!pass) price += tl_cost_matmul(prof, ws[i], 1);
+                if (!pass) price += tl_cost_matmul(prof, ws[i], rows);
                 if (!pass || dt < best[k]) best[k] = dt;
                 bytes += ws[i]->file_bytes;
             }
@@ -403,12 +403,18 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, ui
 }
 
 /* The memory-bound products (up to 4 rows, the matrix-vector kernel on one group) follow
- * ratio; larger ones re-read their weights from cache, so a ratio measured on streamed
- * 1-row products does not carry over, and they keep their figures. */
-static void scale_matvec(tl_hw_profile *prof, double ratio) {
+ * the ratios measured at 1 row (r1) and 4 rows (r4; 2 rows their geometric mean): a
+ * spell of faster or slower memory moves a 1-row product by more than a 4-row one, whose
+ * kernel does four rows' arithmetic on each weight it reads. Larger ones re-read their
+ * weights from cache, so a ratio measured on 1-row products does not carry over, and they
+ * keep their figures. */
+static void scale_matvec(tl_hw_profile *prof, double r1, double r4) {
     for (int ty = 0; ty < TL_PROF_N_TYPE; ty++)
         for (int r = 0; r < TL_PROF_N_ROWS; r++)
             if (tl_prof_rows[r] <= 4) {
+                const double ratio = tl_prof_rows[r] == 1   ? r1
+                                     : tl_prof_rows[r] == 4 ? r4
+                                                            : sqrt(r1 * r4);
                 prof->matmul_macs[ty][r] /= ratio;
                 prof->matmul_call_s[ty][r] *= ratio;
             }
@@ -434,25 +440,31 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
         free(use);
         const uint64_t cap = tl_residency_plan(m->res)->streamed_bytes > SMALL_MODEL_STREAM_BYTES
                                  ? SMALL_MODEL_STREAM_BYTES : UINT64_MAX;
-        double measured, predicted;
-        tl_status st = small_model_products(m, prof, cap, &measured, &predicted);
+        double measured, predicted, m4 = 0, p4 = 0;
+        tl_status st = small_model_products(m, prof, cap, 1, &measured, &predicted);
         if (st || !(measured > 0) || !(predicted > 0)) return st;
+        if ((st = small_model_products(m, prof, cap, 4, &m4, &p4))) return st;
         *ratio = measured / predicted;
-        scale_matvec(prof, *ratio);
+        scale_matvec(prof, *ratio, m4 > 0 && p4 > 0 ? m4 / p4 : *ratio);
         return TL_OK;
     }
     const size_t threads = (size_t)tl_pool_threads(m->lm.pool);
     /* a site tensor's rows are its channels, its columns its outputs: every buffer sized
      * for the wider of the two */
     const size_t wide = max_rows > max_cols ? max_rows : max_cols;
-    size_t sf = tl_matmul_scratch_floats(max_cols, 1);
+    /* 1 row, then ROWS4 rows (not for a flash layout's column products: one row each) */
+    enum { ROWS4 = 4 };
+    int flash = 0;
+    for (size_t i = 0; i < n; i++) flash |= use[i]->runs != 0;
+    size_t sf = tl_matmul_scratch_floats(max_cols, ROWS4);
     if (tl_colmat_scratch_floats(wide, 1) > sf) sf = tl_colmat_scratch_floats(wide, 1);
     sf = (sf + 15) / 16 * 16;
     float *X = NULL, *Y = NULL, *scratch = NULL;
     int32_t *chan = NULL;
+    const size_t xy = ROWS4 * wide * sizeof(float);
     /* from the budget like everything else; if it has no room, nothing is measured */
-    if (tl_budget_calloc(m->lm.budget, wide * sizeof(float), "compute calibration", (void **)&X) ||
-        tl_budget_calloc(m->lm.budget, wide * sizeof(float), "compute calibration", (void **)&Y) ||
+    if (tl_budget_calloc(m->lm.budget, xy, "compute calibration", (void **)&X) ||
+        tl_budget_calloc(m->lm.budget, xy, "compute calibration", (void **)&Y) ||
         tl_budget_calloc(m->lm.budget, threads * sf * sizeof(float), "compute calibration",
                          (void **)&scratch) ||
         tl_budget_alloc(m->lm.budget, wide * sizeof *chan, 64, "compute calibration",
@@ -463,17 +475,20 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
         free(use);
         return TL_OK;
     }
-    for (size_t c = 0; c < wide; c++) X[c] = 1.0f; /* no zero for column products to skip */
-    double predicted = 0, t[3];
+    for (size_t c = 0; c < ROWS4 * wide; c++) X[c] = 1.0f; /* no zero for column products */
+    double predicted = 0, predicted4 = 0, t[3], t4[3];
     for (int r = 0; r < 3; r++)
-        t[r] = decode_products_pass(m, prof, use, n, X, Y, chan, scratch, sf,
+        t[r] = decode_products_pass(m, prof, use, n, 1, X, Y, chan, scratch, sf,
                                     r ? NULL : &predicted);
+    for (int r = 0; r < 3 && !flash; r++)
+        t4[r] = decode_products_pass(m, prof, use, n, ROWS4, X, Y, chan, scratch, sf,
+                                     r ? NULL : &predicted4);
     tl_budget_free(m->lm.budget, X), tl_budget_free(m->lm.budget, Y), tl_budget_free(m->lm.budget, scratch);
     tl_budget_free(m->lm.budget, chan);
     free(use);
-    const double measured = tl_median(t, 3);
+    const double measured = tl_median(t, 3), measured4 = flash ? 0 : tl_median(t4, 3);
     if (predicted <= 0 || measured <= 0) return TL_OK;
     *ratio = measured / predicted;
-    scale_matvec(prof, *ratio);
+    scale_matvec(prof, *ratio, predicted4 > 0 && measured4 > 0 ? measured4 / predicted4 : *ratio);
     return TL_OK;
 }
