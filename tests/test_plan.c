@@ -1376,6 +1376,45 @@ static void products_calibration(const char *path, uint64_t budget, uint64_t sta
     tl_model_close(m);
 }
 
+/* ---- products of up to 4 rows timed at calibration (tl_plan_calibrate_compute) ----
+ * 4-row products priced absurdly slow: the calibration times them on their own and brings
+ * their figure back to the machine's rate, where 1-row products priced as the profile has
+ * them move by their own ratio (*ratio), 2 rows by the two's geometric mean, and products
+ * of more rows keep their figures. */
+static void matvec_calibration(const char *path, uint64_t budget) {
+    tl_model *m = open_model(path, budget);
+    if (!m) return;
+    CHECK(tl_engine_place(m, 0) == TL_OK);
+    const int ty = tl_type_index((uint32_t)m->lm.layers[0].wq.type);
+    CHECK(ty >= 0);
+    if (ty < 0) {
+        tl_model_close(m);
+        return;
+    }
+    tl_hw_profile prof;
+    tl_test_round_profile(&prof);
+    int at1 = -1, at2 = -1, at4 = -1;
+    for (int r = 0; r < TL_PROF_N_ROWS; r++) {
+        at1 = tl_prof_rows[r] == 1 ? r : at1;
+        at2 = tl_prof_rows[r] == 2 ? r : at2;
+        at4 = tl_prof_rows[r] == 4 ? r : at4;
+    }
+    prof.matmul_macs[ty][at4] = 1e3;
+    const tl_hw_profile before = prof;
+    double ratio = 0;
+    CHECK_MSG(tl_plan_calibrate_compute(m, &prof, &ratio) == TL_OK, "%s", tl_last_error());
+    const double *macs = prof.matmul_macs[ty], *was = before.matmul_macs[ty];
+    const double r4 = was[at4] / macs[at4];
+    CHECK_MSG(ratio > 0 && close_to(macs[at1], was[at1] / ratio, 1e-9), "1 row: ratio %g", ratio);
+    CHECK_MSG(r4 < 1e-3 && macs[at4] > 1e6, "4 rows: %g MAC/s (ratio %g)", macs[at4], r4);
+    CHECK_MSG(close_to(macs[at2], was[at2] / sqrt(ratio * r4), 1e-9), "2 rows: %g", macs[at2]);
+    for (int r = 0; r < TL_PROF_N_ROWS; r++)
+        if (tl_prof_rows[r] > 4)
+            CHECK(macs[r] == was[r] && prof.matmul_call_s[ty][r] == before.matmul_call_s[ty][r]);
+    tl_engine_unplace(m);
+    tl_model_close(m);
+}
+
 /* ---- the model's own attention timed at calibration ----
  * The factor is the measured attention over its price: a profile whose block figure is
  * three times the rate just measured gets about a third (the machine's wander allowed
@@ -1756,6 +1795,7 @@ int main(void) {
     kv_spill_calibration(p4);
     kv_beside_stream(p4);
     attention_calibration(p4);
+    matvec_calibration(p4, 64u << 20);
     products_calibration(p4, 64u << 20, 0, 0);         /* resident */
     products_calibration(p4, 10u << 20, 4u << 20, 1);  /* streamed */
     /* streamed, with room in the budget for the stream calibration's queue (8 MiB; the

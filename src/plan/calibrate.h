@@ -122,10 +122,13 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
  * over the channels a decode step needs, drawn at the share the cost model prices, and
  * priced as it prices them) are timed, median of 3 passes, against the profile's
  * prediction for them, and *ratio = measured / predicted scales the profile's rates for
- * products of up to 4 rows (memory-bound; larger products re-read their weights from cache
- * and keep their figures). With less resident, a model with neither flash nor neuron
- * layout is timed in pass order instead: the units' 1-row products, a streamed unit first
- * borrowed into the ring (tl_residency_borrow), each product's fastest of 3 passes - every
+ * 1-row products; the same products of 4 rows are timed too, and their ratio scales the
+ * 4-row rates (2 rows: the two ratios' geometric mean; a flash layout's column products
+ * are timed at 1 row only, whose ratio then serves all three). Larger products re-read
+ * their weights from cache and keep their figures. With less resident, a model with
+ * neither flash nor neuron layout is timed in pass order instead: the units' 1-row (then
+ * 4-row) products, a streamed unit first borrowed into the ring (tl_residency_borrow),
+ * each product's fastest of 3 passes - every
  * unit when at most 64 MiB stream per pass (a small model's weights are multiplied from
  * the caches, which the profile's figures do not know), else the first units up to 64 MiB
  * (a unit just read is multiplied as the run multiplies it; the profile's figures come from
