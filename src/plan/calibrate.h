@@ -144,8 +144,9 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
  * sequence at each of the profile's row counts n from 16 to 512 (TL_PLAN_PRODUCTS_POINTS
  * of them; the median of 5 samples each, 3 for a layer whose forward is long; two rounds
  * of all, a third when those two differ by more than 5%, and the median ratio of each row
- * count kept: a run meets the machine's slow spells as the rounds do), and prof->layer_row_scale at each grid count over 4 rows gets (measured - the
- * priced attention) / the priced rest at the highest count timed at or below it (8 rows
+ * count kept: a run meets the machine's slow spells as the rounds do), and
+ * prof->layer_row_scale at each grid count over 4 rows gets (measured - the priced
+ * attention) / the priced rest at the highest count timed at or below it (8 rows
  * the one at 16), the rest taking at least half the time measured; the cost model prices
  * a layer's work beside attention times it. *ratio: that ratio at whichever count is
  * furthest from 1 (1: nothing measured). The layer's weights are the resident ones or its
@@ -190,8 +191,8 @@ tl_status tl_plan_calibrate_attention(tl_model *m, tl_hw_profile *prof, double *
 
 /* Its rounds: round_r[q] holds round q's ratios at the TL_PLAN_PRODUCTS_POINTS row
  * counts (0: not measured). Sets r[] to the median measured ratio of each row count over
- * rounds 0..q (0 where none was measured) and returns 1 when no further round is wanted: after the
- * second when the two agree within TL_PLAN_PRODUCTS_AGREE (relative) at every count, else
+ * rounds 0..q (0 where none was measured) and returns 1 when no further round is wanted:
+ * after the second when the two agree within TL_PLAN_PRODUCTS_AGREE (relative) at every count, else
  * after the TL_PLAN_PRODUCTS_ROUNDS-th. */
 #define TL_PLAN_PRODUCTS_POINTS 6
 #define TL_PLAN_PRODUCTS_ROUNDS 3
