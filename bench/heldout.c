@@ -103,8 +103,9 @@ static config draw_config(draw *d, int i) {
  * without the layer row scales, err_no[3]: without the slowdown measured beside the
  * model file's stream (the profile's scaled by the rate instead), err_no[4]: with the
  * profile's slowdown as it stands, err_no[5]: with the layer row scales from each count's
- * lowest round, not its median */
-enum { N_TERMS = 6 };
+ * lowest round, not its median, err_no[6]: without the compute's cost per byte read
+ * (io_stream_s_per_byte: the slowdown ratios instead) */
+enum { N_TERMS = 7 };
 typedef struct result { double err, err_no[N_TERMS], first_err; int single, ok; } result;
 
 /* A model file just written has dirty pages in the page cache, and the engine's direct
@@ -219,11 +220,11 @@ static void repeat_median(const bench_case *bc, const tl_hw_profile *prof, outco
     add_spread(runs, n);
     for (int i = 0; i < n; i++) /* what each repeat's calibration measured */
         printf("       repeat %d: disk x%.2f compute x%.2f layers x%.2f attention x%.2f, ring "
-               "delay %.0f us, beside the stream x%.3f; decode predicted %.2f s measured "
-               "%.2f s\n", i + 1,
+               "delay %.0f us, beside the stream x%.3f (%.3f s/GB); decode predicted %.2f s "
+               "measured %.2f s\n", i + 1,
                runs[i].cal_disk, runs[i].cal_compute, runs[i].cal_products,
                attn_scale(&runs[i].prof), runs[i].prof.ring_unit_delay_s * 1e6,
-               runs[i].prof.io_slowdown_stream,
+               runs[i].prof.io_slowdown_stream, runs[i].prof.io_stream_s_per_byte * 1e9,
                runs[i].plan.cost.decode_s, runs[i].dec_s);
     for (int i = 0; i < n && bc->single; i++) {
         if (!(runs[i].dec_read_busy_s >= 0)) continue; /* the prompt's end was not seen */
@@ -334,7 +335,8 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
                            whole_error_without(&o, o.total_no_layer_s),
                            whole_error_without(&o, o.total_no_stream_s),
                            whole_error_without(&o, o.total_no_rate_s),
-                           whole_error_without(&o, o.total_lowest_s)},
+                           whole_error_without(&o, o.total_lowest_s),
+                           whole_error_without(&o, o.total_no_bytecost_s)},
                           first_err, c.single, 1};
         printf("     policy ");
         print_policy(pol);
@@ -370,6 +372,9 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
         if (o.total_lowest_s != pc->total_s)
             printf(" (the layers' lowest rounds: predicted %.2f s, error %+.1f%%)",
                    o.total_lowest_s, 100 * res[i].err_no[5]);
+        if (o.total_no_bytecost_s != pc->total_s)
+            printf(" (without the cost per byte read: predicted %.2f s, error %+.1f%%)",
+                   o.total_no_bytecost_s, 100 * res[i].err_no[6]);
         printf("\n");
         if (!c.single)
             printf("     bytes   weights predicted %.0f MiB measured %.0f, KV read predicted %.0f "
@@ -387,9 +392,11 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
                rate_gbs(pc->decode.kv_read_bytes, pc->decode.kv_read_s),
                o.prof.ring_unit_delay_s * 1e6);
         if (o.prof.io_slowdown_stream > 0)
-            printf("     a layer's forward beside the model file's stream (%.2f GB/s): x%.3f; "
-                   "the profile's x%.3f beside its own (%.2f GB/s), by rate x%.3f\n",
+            printf("     a layer's forward beside the model file's stream (%.2f GB/s): x%.3f, "
+                   "%.3f s lost per GB read; the profile's x%.3f beside its own (%.2f GB/s), "
+                   "by rate x%.3f\n",
                    o.prof.io_stream_cal_bps / 1e9, o.prof.io_slowdown_stream,
+                   o.prof.io_stream_s_per_byte * 1e9,
                    o.prof.io_compute_slowdown, o.prof.io_stream_bps / 1e9,
                    1 + (o.prof.io_compute_slowdown - 1) *
                            fmin(4, fmax(0.25, o.prof.io_rate_scale > 0 ? o.prof.io_rate_scale
@@ -423,7 +430,9 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
         "profile's by the stream's rate, not measured (the term's ablation)",
         "with the profile's slowdown beside a stream as it stands (neither term)",
         "with the layer row scales from each row count's lowest round, not its median (the "
-        "rule before)"};
+        "rule before)",
+        "without the compute's cost per byte read (the slowdown ratios instead; the term's "
+        "ablation)"};
     for (int k = 0; k < N_TERMS; k++) {
         printf("the same runs, predicted %s:\n", ablation[k]);
         summary("run", res, n, 1, k + 1);

@@ -117,18 +117,20 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
     o.prof = cal;
     o.total_no_ring_s = o.total_no_spread_s = o.plan.cost.total_s;
     o.total_no_layer_s = o.total_no_stream_s = o.total_no_rate_s = o.plan.cost.total_s;
-    o.total_lowest_s = o.plan.cost.total_s;
-    double *const term_s[4] = {&o.total_no_layer_s, &o.total_no_stream_s, &o.total_no_rate_s,
-                               &o.total_lowest_s};
-    for (int term = 0; term < 4 && !st; term++) { /* the same policy, each term left out */
+    o.total_lowest_s = o.total_no_bytecost_s = o.plan.cost.total_s;
+    double *const term_s[5] = {&o.total_no_layer_s, &o.total_no_stream_s, &o.total_no_rate_s,
+                               &o.total_lowest_s, &o.total_no_bytecost_s};
+    for (int term = 0; term < 5 && !st; term++) { /* the same policy, each term left out */
         tl_hw_profile off = cal;
         if (term == 0)
             for (int k = 0; k < TL_PROF_N_ROWS; k++) off.layer_row_scale[k] = 0;
         else if (term == 3)
             for (int k = 0; k < TL_PROF_N_ROWS; k++)
                 off.layer_row_scale[k] = cal.layer_row_scale_lowest[k];
+        else if (term == 4)
+            off.io_stream_s_per_byte = 0;
         else
-            off.io_slowdown_stream = 0;
+            off.io_slowdown_stream = off.io_stream_s_per_byte = 0;
         if (term == 2) off.io_rate_scale = 0;
         tl_plan_result with, without;
         if (tl_plan_evaluate(m, &cal, &rq.w, &o.plan.policy, &with) == TL_OK &&

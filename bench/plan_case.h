@@ -51,6 +51,9 @@ typedef struct outcome {
     /* the same with the layer row scales from each count's lowest round
      * (prof->layer_row_scale_lowest), not its median */
     double total_lowest_s;
+    /* the same without the compute's cost per byte read (prof->io_stream_s_per_byte): the
+     * slowdown ratios instead */
+    double total_no_bytecost_s;
     char error[1024];       /* why it did not run (planning or placement refused it), or "" */
 } outcome;
 

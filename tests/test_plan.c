@@ -454,6 +454,24 @@ static void collect_pass(void *user, const tl_cost_pass *p) {
     pl->decode_kv_wait[pl->n_decode++] = p->kv_wait_s;
 }
 
+/* Every pass of a walk that reads or writes (tl_cost_walk), against the cost per byte:
+ * n such passes, `off` of them whose slowdown is not 1 + k B / I by hand. */
+typedef struct io_cost_check {
+    double k;
+    int n, off;
+} io_cost_check;
+
+static void check_io_cost(void *user, const tl_cost_pass *p) {
+    io_cost_check *c = user;
+    const double b = p->weight_bytes + p->kv_read_bytes + p->kv_write_bytes;
+    double s = p->weight_bytes > 0 ? p->weight_bytes / p->weight_bps : 0;
+    s += p->kv_read_bytes > 0 ? p->kv_read_bytes / p->kv_read_bps : 0;
+    s += p->kv_write_bytes > 0 ? p->kv_write_bytes / p->kv_write_bps : 0;
+    if (!(b > 0)) return;
+    c->n++;
+    if (!close_to(p->io_slowdown, 1 + c->k * b / s, 1e-12)) c->off++;
+}
+
 /* Prompts of different lengths (tl_workload_set_prompts): their quantiles and mean; a
  * workload whose quantiles are all one length predicts exactly what the plain one does;
  * with lengths 8, 40, 40 and 72 a block takes the steps its longest needs, each feeding
@@ -712,6 +730,25 @@ static void hand_batch_spill(const char *path) {
                       close_to(rs.cost.decode.kv_wait_s, ring_wait, 1e-9),
                   "random-moment drain alone %g s, with the ring's unit %g s, predicted %g s",
                   old_rule, ring_wait, rs.cost.decode.kv_wait_s);
+        /* the compute's cost per byte read (prof->io_stream_s_per_byte = k): each pass
+         * that reads or writes slows by 1 + k B / I (B its bytes, I their seconds), and the
+         * prediction grows with k */
+        tl_hw_profile pk = pw;
+        pk.io_stream_s_per_byte = 2e-9;
+        io_cost_check ic = {pk.io_stream_s_per_byte, 0, 0};
+        if (tl_engine_plan_weights(m, tl_plan_state_bytes(m, &q), q.prefetch, q.overlap,
+                                   q.w_mem_pct, &plan) == TL_OK) {
+            CHECK(tl_cost_walk(m, &pk, &w, &q, &plan, check_io_cost, &ic) == TL_OK);
+            tl_weight_plan_free(&plan);
+        }
+        CHECK_MSG(ic.n >= 30 && ic.off == 0, "%d of %d passes off 1 + k B / I", ic.off, ic.n);
+        tl_plan_result r0, rk;
+        CHECK(tl_plan_evaluate(m, &pw, &w, &q, &r0) == TL_OK &&
+              tl_plan_evaluate(m, &pk, &w, &q, &rk) == TL_OK);
+        CHECK_MSG(rk.cost.decode.compute_s > r0.cost.decode.compute_s &&
+                      rk.cost.total_s >= r0.cost.total_s,
+                  "decode compute %g s with the cost per byte, %g without",
+                  rk.cost.decode.compute_s, r0.cost.decode.compute_s);
     }
     tl_model_close(m);
 }

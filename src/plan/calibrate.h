@@ -212,7 +212,10 @@ void tl__calibrate_free(tl_model *m, float *X, float *Y, float *scratch);
  * work(user, &seconds) times the work once; samples alternate alone, held, alone, ...
  * (STREAM_PAIRS held), and *slowdown is the median over the held ones of held / the mean
  * of the alone ones on either side; *stream_bps the rate the stream read at while held
- * samples were timed. The chunks land in the ring's spare buffer (tl_residency_spare)
+ * samples were timed; *s_per_byte the median over the held ones of the share of the held
+ * sample's time the stream took (1 - the alone mean / held) times the sample's seconds, per
+ * byte the stream read in it: what each byte read costs the cores, on a machine where the
+ * IO's copies and interrupts take their time (a host's, a guest's). The chunks land in the ring's spare buffer (tl_residency_spare)
  * or the budget; with room for the queue's depth in neither, the spare buffer's chunks
  * are the depth (2 of half its size each, where it holds fewer). Both 0 when nothing was
  * measured: a plan that streams nothing through the ring, a flash layout, or neither
@@ -220,7 +223,8 @@ void tl__calibrate_free(tl_model *m, float *X, float *Y, float *scratch);
  * error, is returned. */
 typedef tl_status (*tl__calibrate_work_fn)(void *user, double *seconds);
 tl_status tl__calibrate_stream_slowdown(tl_model *m, tl__calibrate_work_fn work, void *user,
-                                        double *slowdown, double *stream_bps);
+                                        double *slowdown, double *stream_bps,
+                                        double *s_per_byte);
 /* The KV cache a calibration times the model's layers with: `layers` layers shaped as the
  * model's, one sequence of up to max_tokens positions appended up to max_block at a time,
  * f32, in memory, in pages of page_tokens, the model's attention window. */

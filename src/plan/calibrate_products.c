@@ -232,7 +232,7 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
     /* priced as the profile has it; an earlier calibration's factors go */
     for (int k = 0; k < TL_PROF_N_ROWS; k++)
         prof->layer_row_scale[k] = prof->layer_row_scale_lowest[k] = 0;
-    prof->io_slowdown_stream = prof->io_stream_cal_bps = 0;
+    prof->io_slowdown_stream = prof->io_stream_cal_bps = prof->io_stream_s_per_byte = 0;
     /* attention first: the rest is what the forwards take beyond its price */
     double attn_ratio;
     tl_status ast = tl_plan_calibrate_attention(m, prof, &attn_ratio);
@@ -314,7 +314,8 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
         stream_work sw = {&f, layers, n_l, product_rows[k]};
         double bps = 0, slow = 0;
         if (first_s[k] > 0)
-            st = tl__calibrate_stream_slowdown(m, stream_work_s, &sw, &slow, &bps);
+            st = tl__calibrate_stream_slowdown(m, stream_work_s, &sw, &slow, &bps,
+                                               &prof->io_stream_s_per_byte);
         prof->io_slowdown_stream = slow;
         prof->io_stream_cal_bps = bps;
     }

@@ -21,6 +21,7 @@
  */
 #include "plan/calibrate.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -98,7 +99,7 @@ static void *reader_main(void *arg) {
 
 /* One held sample: the stream started, work timed once a queue's worth has been read. */
 static tl_status held_sample(reader *r, tl__calibrate_work_fn work, void *user,
-                             double *seconds) {
+                             double *seconds, double *bytes, double *wall) {
     atomic_store(&r->stop, 0);
     atomic_store(&r->chunks, 0);
     atomic_store(&r->done_bytes, 0);
@@ -120,15 +121,19 @@ static tl_status held_sample(reader *r, tl__calibrate_work_fn work, void *user,
     pthread_join(th, NULL);
     if (r->st) return tl_error_wrap(r->st, "calibrating the stream on the model file");
     if (c0 < (unsigned long long)r->ap.queue_depth) *seconds = 0; /* no stream: not timed */
+    *bytes = (double)(b1 - b0);
+    *wall = t2 - t1;
     r->bytes += b1 - b0;
     r->seconds += t2 - t1;
     return st;
 }
 
 tl_status tl__calibrate_stream_slowdown(tl_model *m, tl__calibrate_work_fn work, void *user,
-                                        double *slowdown, double *stream_bps) {
+                                        double *slowdown, double *stream_bps,
+                                        double *s_per_byte) {
     *slowdown = 0;
     *stream_bps = 0;
+    *s_per_byte = 0;
     const tl_weight_plan *wp = tl_residency_plan(m->res);
     if (m->lm.flash || !wp->overlap || wp->streamed_bytes == 0) return TL_OK;
     /* every unit's, the output's (n_layer) last, as the residency reads them */
@@ -180,13 +185,19 @@ tl_status tl__calibrate_stream_slowdown(tl_model *m, tl__calibrate_work_fn work,
         return TL_OK;
     }
     double alone[STREAM_PAIRS + 1], held[STREAM_PAIRS], ratio[STREAM_PAIRS];
+    double per_byte[STREAM_PAIRS];
     int n = 0;
     tl_status st = work(user, &alone[0]);
     for (int k = 0; k < STREAM_PAIRS && !st; k++) {
-        st = held_sample(&r, work, user, &held[k]);
+        double bytes = 0, wall = 0;
+        st = held_sample(&r, work, user, &held[k], &bytes, &wall);
         if (!st) st = work(user, &alone[k + 1]);
         const double base = 0.5 * (alone[k] + alone[k + 1]);
-        if (!st && held[k] > 0 && base > 0) ratio[n++] = held[k] / base;
+        if (!st && held[k] > 0 && base > 0 && bytes > 0) {
+            /* the share of the held sample's time the stream took, per byte it read */
+            per_byte[n] = (1 - base / held[k]) * wall / bytes;
+            ratio[n++] = held[k] / base;
+        }
     }
     if (spare) tl_residency_unspare(m->res);
     if (r.buf != spare) tl_budget_free(m->lm.budget, r.buf);
@@ -196,6 +207,7 @@ tl_status tl__calibrate_stream_slowdown(tl_model *m, tl__calibrate_work_fn work,
     if (st) return st;
     if (n == 0) return TL_OK;
     *slowdown = tl_median(ratio, (size_t)n);
+    *s_per_byte = fmax(0, tl_median(per_byte, (size_t)n));
     *stream_bps = r.seconds > 0 ? (double)r.bytes / r.seconds : 0;
     return TL_OK;
 }

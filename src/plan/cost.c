@@ -135,7 +135,10 @@
  *                    measured s beside (io_stream_bps) within [1/4, 4]: the IO takes its
  *                    cycles per byte read; where the calibration timed a layer's
  *                    forward beside the model file's own stream, io_slowdown_stream
- *                    instead)
+ *                    instead; and where it measured what each byte that stream read
+ *                    cost the forward, io_stream_s_per_byte = c, s = 1 + c B / IO for all
+ *                    of the pass's compute, B the pass's bytes read and written: the
+ *                    loss is c B when the compute outlasts the IO (pass_io_cost))
  *                    and ring = tl_cost_ring_pass_s: the pass as the residency ring's
  *                    buffers let its weight reads run ahead of the compute (each streamed
  *                    unit read in its bytes / read_bps(io_chunk, io_depth), the disk one
@@ -814,6 +817,23 @@ static double overlap_s(double compute, double io) {
     return hi * pow(1 + r * r * r * r, 0.25);
 }
 
+/* Bytes over a rate, 0 for none. */
+static double io_s(double bytes, double bps) { return bytes > 0 && bps > 0 ? bytes / bps : 0; }
+
+/* Where the stream calibration measured what each byte the model file's stream reads
+ * costs the compute (prof->io_stream_s_per_byte = k), the pass's slowdown is that cost of
+ * its own reads and writes: 1 + k B / I (B their bytes, I their seconds), so that
+ * add_pass's (slowdown - 1) min(I, compute) is k B when the compute outlasts the IO, and k
+ * times the bytes read while it computes otherwise. */
+static void pass_io_cost(const tl_hw_profile *prof, tl_cost_pass *p) {
+    const double k = prof->io_stream_s_per_byte;
+    const double b = p->weight_bytes + p->kv_read_bytes + p->kv_write_bytes;
+    const double s = io_s(p->weight_bytes, p->weight_bps) +
+                     io_s(p->kv_read_bytes, p->kv_read_bps) +
+                     io_s(p->kv_write_bytes, p->kv_write_bps);
+    if (k > 0 && b > 0 && s > 0) p->io_slowdown = 1 + k * b / s;
+}
+
 static void add_pass(acc *a, const tl_cost_pass *p, int overlap) {
     double compute = p->compute_s;
     const double wbytes = p->weight_bytes;
@@ -1140,6 +1160,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                                                       out_repack : -1,
                                            embd_wait)
                                : 0};
+        pass_io_cost(prof, &p);
         fn(user, &p);
     }
     /* decode: gen_len - 1 steps, step j feeds position P + j - 1 of every sequence */
@@ -1200,6 +1221,7 @@ static void block_walk(const tl_model *m, const tl_hw_profile *prof, const tl_wo
                                            tl_cost_matmul(prof, out_w, n_seqs) + out_repack,
                                            embd_wait)
                                : 0};
+        pass_io_cost(prof, &p);
         fn(user, &p);
     }
 }
@@ -1398,7 +1420,7 @@ double tl_cost_serve_step(const tl_model *m, const tl_hw_profile *prof,
     }
     double flash_b, flash_s, flash_w; /* the step's rows in one product */
     flash_reads(m, prof, plan, g + c, &flash_b, &flash_s, &flash_w);
-    const tl_cost_pass p = {.prefill = c > 0, .compute_s = compute,
+    tl_cost_pass p = {.prefill = c > 0, .compute_s = compute,
                             .flash_bytes = flash_b, .flash_s = flash_s, .flash_wait_s = flash_w,
                             .weight_bytes = layers_bytes + out_bytes, .weight_bps = wbps,
                             .kv_read_bytes = kv_read, .kv_write_bytes = kv_write,
@@ -1406,6 +1428,7 @@ double tl_cost_serve_step(const tl_model *m, const tl_hw_profile *prof,
                                                                    ? prof->disk_write_bps : 1,
                             .count = 1, .io_slowdown = slow,
                             .repack_s = layers_repack + out_repack};
+    pass_io_cost(prof, &p);
     add_pass(&a, &p, plan->overlap);
     if (out) *out = a.t;
     return a.wall;

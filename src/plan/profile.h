@@ -143,6 +143,12 @@ typedef struct tl_hw_profile {
      * extrapolation is not used */
     double io_slowdown_stream;
     double io_stream_cal_bps; /* the rate that stream read at (0: not measured) */
+    /* not saved, 0 in a loaded profile: set with io_slowdown_stream, the seconds of that
+     * forward lost per byte the stream read (tl__calibrate_stream_slowdown). Where it is
+     * set, a pass that reads B bytes in I seconds slows its compute by 1 + it x B / I
+     * (tl_cost_walk): the IO's copies and interrupts take the cores' time per byte, so a
+     * pass's loss follows its own bytes, not the calibration's rate */
+    double io_stream_s_per_byte;
     /* not saved, 0 in a loaded profile (taken as 1): set by tl_plan_calibrate_products,
      * a layer's forward over tl_prof_rows[k] rows measured against the cost model's price
      * of it, attention aside: the products, element-wise work, KV store and fixed cost of
