@@ -215,9 +215,10 @@ void tl__calibrate_free(tl_model *m, float *X, float *Y, float *scratch);
  * samples were timed; *s_per_byte the median over the held ones of the share of the held
  * sample's time the stream took (1 - the alone mean / held) times the sample's seconds, per
  * byte the stream read in it: what each byte read costs the cores, on a machine where the
- * IO's copies and interrupts take their time (a host's, a guest's). The chunks land in the ring's spare buffer (tl_residency_spare)
- * or the budget; with room for the queue's depth in neither, the spare buffer's chunks
- * are the depth (2 of half its size each, where it holds fewer). Both 0 when nothing was
+ * IO's copies and interrupts take their time (a host's, a guest's). The chunks land in
+ * the ring's spare buffer (tl_residency_spare) or the budget; with room for the queue's
+ * depth in neither, the spare buffer's chunks are the depth (2 of half its size each,
+ * where it holds fewer). All 0 when nothing was
  * measured: a plan that streams nothing through the ring, a flash layout, or neither
  * room in the budget nor a spare buffer. An IO error reading the file, or the work's
  * error, is returned. */
