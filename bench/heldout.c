@@ -329,15 +329,18 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
         const tl_cost *pc = &o.plan.cost;
         const tl_policy *pol = &o.plan.policy;
         const int kv_disk = pol->single ? pol->kv_window_pages > 0 : pol->kv_mem_pct < 100;
-        res[i] = (result){whole_error(&o),
-                          {whole_error_without(&o, o.total_no_ring_s),
-                           whole_error_without(&o, o.total_no_spread_s),
-                           whole_error_without(&o, o.total_no_layer_s),
-                           whole_error_without(&o, o.total_no_stream_s),
-                           whole_error_without(&o, o.total_no_rate_s),
-                           whole_error_without(&o, o.total_lowest_s),
-                           whole_error_without(&o, o.total_no_bytecost_s)},
-                          first_err, c.single, 1};
+        /* the whole prediction with each term left out, in err_no's order, and its label */
+        const double without_s[N_TERMS] = {o.total_no_ring_s,   o.total_no_spread_s,
+                                           o.total_no_layer_s,  o.total_no_stream_s,
+                                           o.total_no_rate_s,   o.total_lowest_s,
+                                           o.total_no_bytecost_s};
+        static const char *const without_label[N_TERMS] = {
+            "without the ring delay", "at the median disk rate alone",
+            "without the layer row scales", "the stream's slowdown extrapolated by rate",
+            "the profile's slowdown", "the layers' lowest rounds",
+            "without the cost per byte read"};
+        res[i] = (result){whole_error(&o), {0}, first_err, c.single, 1};
+        for (int k = 0; k < N_TERMS; k++) res[i].err_no[k] = whole_error_without(&o, without_s[k]);
         printf("     policy ");
         print_policy(pol);
         printf(" | weights %s, KV %s\n", o.plan.streamed_bytes > 0 ? "streamed" : "resident",
@@ -354,27 +357,10 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
                o.dec_s > 0 ? 100 * (o.dec_s - pc->decode_s) / o.dec_s : 0.0);
         printf("     whole   predicted %7.2f s measured %7.2f s: error %+5.1f%%",
                pc->total_s, o.measured_s, 100 * res[i].err);
-        if (o.total_no_ring_s != pc->total_s)
-            printf(" (without the ring delay: predicted %.2f s, error %+.1f%%)",
-                   o.total_no_ring_s, 100 * res[i].err_no[0]);
-        if (o.total_no_spread_s != pc->total_s)
-            printf(" (at the median disk rate alone: predicted %.2f s, error %+.1f%%)",
-                   o.total_no_spread_s, 100 * res[i].err_no[1]);
-        if (o.total_no_layer_s != pc->total_s)
-            printf(" (without the layer row scales: predicted %.2f s, error %+.1f%%)",
-                   o.total_no_layer_s, 100 * res[i].err_no[2]);
-        if (o.total_no_stream_s != pc->total_s)
-            printf(" (the stream's slowdown extrapolated by rate: predicted %.2f s, error "
-                   "%+.1f%%)", o.total_no_stream_s, 100 * res[i].err_no[3]);
-        if (o.total_no_rate_s != pc->total_s)
-            printf(" (the profile's slowdown: predicted %.2f s, error %+.1f%%)",
-                   o.total_no_rate_s, 100 * res[i].err_no[4]);
-        if (o.total_lowest_s != pc->total_s)
-            printf(" (the layers' lowest rounds: predicted %.2f s, error %+.1f%%)",
-                   o.total_lowest_s, 100 * res[i].err_no[5]);
-        if (o.total_no_bytecost_s != pc->total_s)
-            printf(" (without the cost per byte read: predicted %.2f s, error %+.1f%%)",
-                   o.total_no_bytecost_s, 100 * res[i].err_no[6]);
+        for (int k = 0; k < N_TERMS; k++)
+            if (without_s[k] != pc->total_s)
+                printf(" (%s: predicted %.2f s, error %+.1f%%)", without_label[k], without_s[k],
+                       100 * res[i].err_no[k]);
         printf("\n");
         if (!c.single)
             printf("     bytes   weights predicted %.0f MiB measured %.0f, KV read predicted %.0f "

@@ -1340,6 +1340,21 @@ static void prefill_layer_and_rate_scale(const char *path) {
     tl_model_close(m);
 }
 
+/* The model at path placed with `state` bytes of state, and its first layer's type on the
+ * profile's axis (*ty); NULL (closed, a check failed) when either fails. */
+static tl_model *placed_typed(const char *path, uint64_t budget, uint64_t state, int *ty) {
+    tl_model *m = open_model(path, budget);
+    if (!m) return NULL;
+    CHECK(tl_engine_place(m, state) == TL_OK);
+    *ty = tl_type_index((uint32_t)m->lm.layers[0].wq.type);
+    CHECK(*ty >= 0);
+    if (*ty < 0) {
+        tl_model_close(m);
+        return NULL;
+    }
+    return m;
+}
+
 /* ---- 5. a layer's forward over many rows timed at calibration ----
  * Products above 4 rows priced absurdly slow for the layer's type: the layer's work beside
  * attention is scaled back to the machine's rate, each count from 16 up by its own ratio,
@@ -1348,17 +1363,11 @@ static void prefill_layer_and_rate_scale(const char *path) {
  * its own and unbound after), and for a quantized type, whose place on the profile's axis
  * is not its tl_type value. */
 static void products_calibration(const char *path, uint64_t budget, uint64_t state, int streams) {
-    tl_model *m = open_model(path, budget);
+    int ty;
+    tl_model *m = placed_typed(path, budget, state, &ty);
     if (!m) return;
-    CHECK(tl_engine_place(m, state) == TL_OK);
     const tl_weight *wq = &m->lm.layers[0].wq;
     CHECK_MSG(streams == !wq->data, "layer 0 %s", wq->data ? "resident" : "streamed");
-    const int ty = tl_type_index((uint32_t)wq->type);
-    CHECK(ty >= 0);
-    if (ty < 0) {
-        tl_model_close(m);
-        return;
-    }
     tl_hw_profile prof;
     tl_test_round_profile(&prof);
     for (int r = 0; r < TL_PROF_N_ROWS; r++)
@@ -1419,15 +1428,9 @@ static void products_calibration(const char *path, uint64_t budget, uint64_t sta
  * them move by their own ratio (*ratio), 2 rows by the two's geometric mean, and products
  * of more rows keep their figures. */
 static void matvec_calibration(const char *path, uint64_t budget) {
-    tl_model *m = open_model(path, budget);
+    int ty;
+    tl_model *m = placed_typed(path, budget, 0, &ty);
     if (!m) return;
-    CHECK(tl_engine_place(m, 0) == TL_OK);
-    const int ty = tl_type_index((uint32_t)m->lm.layers[0].wq.type);
-    CHECK(ty >= 0);
-    if (ty < 0) {
-        tl_model_close(m);
-        return;
-    }
     tl_hw_profile prof;
     tl_test_round_profile(&prof);
     int at1 = -1, at2 = -1, at4 = -1;

@@ -323,12 +323,14 @@ static void barrier_task(void *arg, int task, int thread) {
  * timed), as a pass meets them: where the model's weights fit in the caches they are
  * multiplied from there, which the profile's figures, timed beyond the caches, do not know,
  * and a unit just read is multiplied as the run multiplies it. The units up to the one
- * that brings their weights to `cap` bytes. *measured: those products' time in one pass
- * (each its fastest of SMALL_MODEL_PASSES); *predicted: the profile's price of them. A
- * flash or neuron layout, or no room in the budget for the buffers: nothing measured (0). */
+ * that brings their weights to `cap` bytes, each product at small_model_rows[r] rows while
+ * its unit is borrowed. measured[r]: those products' time in one pass (each its fastest
+ * of SMALL_MODEL_PASSES); predicted[r]: the profile's price of them. A flash or neuron
+ * layout, or no room in the budget for the buffers: nothing measured (0). */
+static const int32_t small_model_rows[2] = {1, 4};
 static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, uint64_t cap,
-                                      int32_t rows, double *measured, double *predicted) {
-    *measured = *predicted = 0;
+                                      double measured[2], double predicted[2]) {
+    measured[0] = measured[1] = predicted[0] = predicted[1] = 0;
     const int32_t L = m->lm.hp.n_layer;
     if (m->lm.flash || m->lm.stage_first != 0 || m->lm.stage_end != L) return TL_OK;
     const tl_weight *out = m->lm.tied_output ? NULL : &m->lm.output;
@@ -347,19 +349,20 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, ui
     const size_t threads = (size_t)tl_pool_threads(m->lm.pool);
     float *X, *Y, *scratch;
     size_t sf;
-    if (!tl__calibrate_buffers(m, (size_t)rows, max_rows, max_cols, "compute calibration", &X,
-                               &Y, &scratch, &sf))
+    if (!tl__calibrate_buffers(m, (size_t)small_model_rows[1], max_rows, max_cols,
+                               "compute calibration", &X, &Y, &scratch, &sf))
         return TL_OK;
     /* each product's fastest of the passes: a product that meets a slow spell of the
      * machine (the host taking a core, another thread's burst) is not its rate, and a
      * small model's whole pass is short enough for a few such spells to be most of it */
-    double *best = malloc(((size_t)L * TL_WEIGHT_UNIT_MAX + 1) * sizeof *best);
-    double price = 0;
+    const size_t slots = (size_t)L * TL_WEIGHT_UNIT_MAX + 1;
+    double *best = malloc(2 * slots * sizeof *best); /* [r * slots + product] */
+    double price[2] = {0, 0};
     if (!best) {
         tl__calibrate_free(m, X, Y, scratch);
         return TL_OK; /* nothing measured */
     }
-    for (size_t c = 0; c < (size_t)rows * max_cols; c++) X[c] = 1.0f;
+    for (size_t c = 0; c < (size_t)small_model_rows[1] * max_cols; c++) X[c] = 1.0f;
     tl_status st = TL_OK;
     int32_t n_products = 0;
     for (int pass = 0; pass < SMALL_MODEL_PASSES && !st; pass++) {
@@ -379,11 +382,14 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, ui
             pool_barrier b = {0, (int)threads};
             tl_pool_run(m->lm.pool, (int)threads, barrier_task, &b);
             for (int i = 0; i < n; i++, k++) {
-                const double t0 = tl_now();
-                tl_op_matmul(&m->lm, ws[i], X, rows, Y, scratch, sf);
-                const double dt = tl_now() - t0;
-                if (!pass) price += tl_cost_matmul(prof, ws[i], rows);
-                if (!pass || dt < best[k]) best[k] = dt;
+                for (int r = 0; r < 2; r++) {
+                    const double t0 = tl_now();
+                    tl_op_matmul(&m->lm, ws[i], X, small_model_rows[r], Y, scratch, sf);
+                    const double dt = tl_now() - t0;
+                    double *b_k = &best[(size_t)r * slots + (size_t)k];
+                    if (!pass) price[r] += tl_cost_matmul(prof, ws[i], small_model_rows[r]);
+                    if (!pass || dt < *b_k) *b_k = dt;
+                }
                 bytes += ws[i]->file_bytes;
             }
             tl_residency_unborrow(m->res, u);
@@ -394,11 +400,13 @@ static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, ui
         free(best);
         return tl_error_wrap(st, "calibrating compute: reading a layer");
     }
-    double sum = 0;
-    for (int32_t k = 0; k < n_products; k++) sum += best[k];
+    for (int r = 0; r < 2; r++) {
+        double sum = 0;
+        for (int32_t k = 0; k < n_products; k++) sum += best[(size_t)r * slots + (size_t)k];
+        measured[r] = sum;
+        predicted[r] = price[r];
+    }
     free(best);
-    *measured = sum;
-    *predicted = price;
     return TL_OK;
 }
 
@@ -440,12 +448,12 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
         free(use);
         const uint64_t cap = tl_residency_plan(m->res)->streamed_bytes > SMALL_MODEL_STREAM_BYTES
                                  ? SMALL_MODEL_STREAM_BYTES : UINT64_MAX;
-        double measured, predicted, m4 = 0, p4 = 0;
-        tl_status st = small_model_products(m, prof, cap, 1, &measured, &predicted);
-        if (st || !(measured > 0) || !(predicted > 0)) return st;
-        if ((st = small_model_products(m, prof, cap, 4, &m4, &p4))) return st;
-        *ratio = measured / predicted;
-        scale_matvec(prof, *ratio, m4 > 0 && p4 > 0 ? m4 / p4 : *ratio);
+        double measured[2], predicted[2];
+        tl_status st = small_model_products(m, prof, cap, measured, predicted);
+        if (st || !(measured[0] > 0) || !(predicted[0] > 0)) return st;
+        *ratio = measured[0] / predicted[0];
+        scale_matvec(prof, *ratio,
+                     measured[1] > 0 && predicted[1] > 0 ? measured[1] / predicted[1] : *ratio);
         return TL_OK;
     }
     const size_t threads = (size_t)tl_pool_threads(m->lm.pool);

@@ -126,10 +126,10 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
  * 4-row rates (2 rows: the two ratios' geometric mean; a flash layout's column products
  * are timed at 1 row only, whose ratio then serves all three). Larger products re-read
  * their weights from cache and keep their figures. With less resident, a model with
- * neither flash nor neuron layout is timed in pass order instead: the units' 1-row (then
- * 4-row) products, a streamed unit first borrowed into the ring (tl_residency_borrow),
- * each product's fastest of 3 passes - every
- * unit when at most 64 MiB stream per pass (a small model's weights are multiplied from
+ * neither flash nor neuron layout is timed in pass order instead: the units' 1-row and
+ * 4-row products, a streamed unit first borrowed into the ring (tl_residency_borrow) once
+ * for both, each product's fastest of 3 passes - every unit when at most 64 MiB stream
+ * per pass (a small model's weights are multiplied from
  * the caches, which the profile's figures do not know), else the first units up to 64 MiB
  * (a unit just read is multiplied as the run multiplies it; the profile's figures come from
  * one moment of a machine whose memory-bound rates wander). Call with no unit acquired;
