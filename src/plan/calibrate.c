@@ -30,6 +30,8 @@
  * seconds, which a few samples of a few chunks' time each do not pin down */
 #define CALIBRATE_SAMPLE_BYTES ((uint64_t)128 << 20)
 #define CALIBRATE_SAMPLES_S 1.0
+/* samples of CALIBRATE_PASS_BYTES of a larger pass: at most this many (each costs that IO) */
+#define CALIBRATE_LARGE_SAMPLES 5
 /* streamed bytes per pass up to which a pass is read once before the samples */
 #define CALIBRATE_WARM_BYTES ((uint64_t)1 << 30)
 
@@ -124,12 +126,12 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     if (!m->res) return tl_error_set(TL_ERR_INVALID, "calibrating the disk: nothing placed");
     tl_status est = calibrate_embedding(m, prof);
     if (est) return est;
-    /* several passes (at least 3 and 512 MiB, at most 5), each over the streamed units
-     * up to CALIBRATE_PASS_BYTES from where the pass before stopped: the disk's rate
-     * wanders from one pass over the same file to the next, and the median pass is what a
-     * run of many passes sees. At least 3, so that one pass cannot decide: of 2 passes the
-     * median is their mean, and a single fast pass pulls it, and every prediction, too
-     * short. The cap keeps this a fixed cost however much streams. */
+    /* several passes (at least 3 and 512 MiB, at most CALIBRATE_LARGE_SAMPLES), each over
+     * the streamed units up to CALIBRATE_PASS_BYTES from where the pass before stopped:
+     * the disk's rate wanders from one pass over the same file to the next, and the median
+     * pass is what a run of many passes sees. At least 3, so that one pass cannot decide:
+     * of 2 passes the median is their mean, and a single fast pass pulls it, and every
+     * prediction, too short. The cap keeps this a fixed cost however much streams. */
     double rate[TL_PROF_N_SPREAD];
     int n = 0, cursor = 0;
     uint64_t total = 0;
@@ -144,7 +146,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
     const uint64_t per_pass = wp->streamed_bytes;
     if (!m->lm.flash && wp->overlap && per_pass > 0 && per_pass <= CALIBRATE_PASS_BYTES) {
         const int n_passes = (int)((CALIBRATE_SAMPLE_BYTES + per_pass - 1) / per_pass);
-        double spent = 0; /* 3 samples, 5 while they stay short (a slow build: fewer) */
+        double spent = 0; /* 3 samples, up to 9 while they stay short (a slow build: fewer) */
         /* one pass untimed first: the samples read what was read a pass before, as the
          * run's later passes do (below) */
         double warm_s = 0;
@@ -185,7 +187,7 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
         }
     }
     while (n == 0 ||
-           (total > 0 && n < TL_PROF_N_SPREAD && (n < 3 || total < ((uint64_t)512 << 20)))) {
+           (total > 0 && n < CALIBRATE_LARGE_SAMPLES && (n < 3 || total < ((uint64_t)512 << 20)))) {
         double seconds = 0;
         uint64_t bytes = 0;
         tl_status st = tl_residency_measure_io(m->res, CALIBRATE_PASS_BYTES, &cursor, &seconds,
@@ -224,6 +226,8 @@ tl_status tl_plan_calibrate_disk(tl_model *m, tl_hw_profile *prof, double *measu
  * the units of the pass's first this many bytes (each unit is read three times) */
 #define SMALL_MODEL_STREAM_BYTES ((uint64_t)64 << 20)
 #define SMALL_MODEL_PASSES 3
+/* passes over the resident matrices, at 1 row and at 4, the median of each kept */
+#define COMPUTE_PASSES 7
 
 /* The share of a flash-layout site tensor's channels a decode step needs, as the cost
  * model prices it (tl_cost_flash_need_share); -1 when w is no site tensor. */
@@ -484,17 +488,18 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
         return TL_OK;
     }
     for (size_t c = 0; c < ROWS4 * wide; c++) X[c] = 1.0f; /* no zero for column products */
-    double predicted = 0, predicted4 = 0, t[3], t4[3];
-    for (int r = 0; r < 3; r++)
+    double predicted = 0, predicted4 = 0, t[COMPUTE_PASSES], t4[COMPUTE_PASSES];
+    for (int r = 0; r < COMPUTE_PASSES; r++)
         t[r] = decode_products_pass(m, prof, use, n, 1, X, Y, chan, scratch, sf,
                                     r ? NULL : &predicted);
-    for (int r = 0; r < 3 && !flash; r++)
+    for (int r = 0; r < COMPUTE_PASSES && !flash; r++)
         t4[r] = decode_products_pass(m, prof, use, n, ROWS4, X, Y, chan, scratch, sf,
                                      r ? NULL : &predicted4);
     tl_budget_free(m->lm.budget, X), tl_budget_free(m->lm.budget, Y), tl_budget_free(m->lm.budget, scratch);
     tl_budget_free(m->lm.budget, chan);
     free(use);
-    const double measured = tl_median(t, 3), measured4 = flash ? 0 : tl_median(t4, 3);
+    const double measured = tl_median(t, COMPUTE_PASSES),
+                 measured4 = flash ? 0 : tl_median(t4, COMPUTE_PASSES);
     if (predicted <= 0 || measured <= 0) return TL_OK;
     *ratio = measured / predicted;
     scale_matvec(prof, *ratio, predicted4 > 0 && measured4 > 0 ? measured4 / predicted4 : *ratio);

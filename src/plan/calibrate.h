@@ -14,14 +14,14 @@
  * samples read what was read one pass before, as the engine's second and later passes do;
  * a model that streams up to 192 MiB per pass, with overlap, is timed instead as decode
  * reads it: samples of whole passes through the ring, at least 128 MiB each (3, and up
- * to 5 while they have taken under a second),
+ * to 9 while they have taken under a second),
  * tl_residency_measure_passes; a pass below one queue's worth (chunk x depth) too, many to a
  * sample, its rate then mostly its few reads' latency, which the large-read figures then
  * give every plan of this model, also one that would stream more at full depth and is so
  * priced slower than it reads), and the profile's read figures
  * for requests of the engine's chunk size and larger are scaled by measured / profiled
  * bandwidth (smaller requests, KV pages, keep theirs; see below). It costs a few hundred
- * MiB of IO (at least 512 MiB of sampled stream, or 3-5 samples of passes) and nothing
+ * MiB of IO (at least 512 MiB of sampled stream, or 3-9 samples of passes) and nothing
  * stays in memory (a policy with KV pages on disk adds tl_plan_calibrate_kv's reads). The
  * caller decides what a large ratio means (re-plan before the first block).
  */
@@ -79,8 +79,8 @@ double tl_plan_ring_hold_s(const tl_model *m, const tl_hw_profile *prof,
 /* The ring's reads while the cores compute (calibrate_ring.c; after
  * tl_plan_calibrate_disk, _compute and _products, whose figures it uses): for a model
  * whose streamed units, up to 512 MiB a pass, go through the ring with overlap, up to
- * seven held ring samples of at least 32 MiB (whole passes; at least three, no further
- * one past half a second), each between two alone ones, with each streamed unit held
+ * eleven held ring samples of at least 32 MiB (whole passes; at least three, no further
+ * one past a second), each between two alone ones, with each streamed unit held
  * while the pool multiplies one row of a resident matrix (none resident that a hold can
  * end near its target with, or no room for its vectors: while the pool's threads spin on
  * registers, in eight runs a hold) for tl_plan_ring_hold_s of the plan's decode pass d,
@@ -120,7 +120,7 @@ tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_r
  * bandwidth (on a shared host, within minutes): matrix-vector products over the
  * resident matrices (128-384 MiB of them; a flash-layout site tensor by column products
  * over the channels a decode step needs, drawn at the share the cost model prices, and
- * priced as it prices them) are timed, median of 3 passes, against the profile's
+ * priced as it prices them) are timed, median of 7 passes, against the profile's
  * prediction for them, and *ratio = measured / predicted scales the profile's rates for
  * 1-row products; the same products of 4 rows are timed too, and their ratio scales the
  * 4-row rates (2 rows: the two ratios' geometric mean; a flash layout's column products
@@ -176,7 +176,7 @@ tl_status tl_plan_calibrate_products(tl_model *m, tl_hw_profile *prof, double *r
  * the budget's room ends, not under TL_PLAN_ATTN_MIN_POS: then nothing is measured) over a
  * KV cache of one layer shaped as the model's (f32, in memory, made-up keys and values;
  * copies of it taken in turn, as a pass reads its layers', up to 32 MiB of them, fewer
- * where the budget has no room before fewer positions); the median of 5 samples.
+ * where the budget has no room before fewer positions); the median of 9 samples.
  * prof->attn_block_scale gets (measured - the priced reads beyond the caches) / the
  * priced per-MAC part (tl_cost_attention_s), within [1/4, 4], and *ratio that factor (1:
  * nothing measured). The profile times attention on two small models of head size 64

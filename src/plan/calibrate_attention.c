@@ -32,7 +32,7 @@
  * alone against the clock and the pool's wake-ups); ATTN_SAMPLES samples, the median
  * kept. A factor outside [1 / ATTN_MAX_SCALE, ATTN_MAX_SCALE] is taken at the bound. */
 #define ATTN_SAMPLE_S 0.004
-#define ATTN_SAMPLES 5
+#define ATTN_SAMPLES 9
 #define ATTN_MAX_SCALE 4.0
 #define ATTN_PAGE_TOKENS 16 /* the contexts' KV page */
 /* The chunks take copies of the layer's KV in turn, enough of them to fill ATTN_CYCLE_BYTES

@@ -41,9 +41,9 @@
 #include "model/placement.h"
 #include "plan/cost.h"
 
-#define RING_PAIRS 7
+#define RING_PAIRS 11
 #define RING_MIN_PAIRS 3
-#define RING_SAMPLES_S 0.5 /* past this, no further pair once RING_MIN_PAIRS are in */
+#define RING_SAMPLES_S 1.0 /* past this, no further pair once RING_MIN_PAIRS are in */
 #define RING_SAMPLE_BYTES ((uint64_t)32 << 20) /* whole passes per sample: this many bytes */
 #define RING_MAX_PASS_BYTES ((uint64_t)512 << 20)
 /* runs of a hold without a matrix: about a layer's products and its attention */

@@ -29,7 +29,7 @@ enum {
     TL_PROF_GQA_GROUP = 4 /* query heads per kv head of the grouped attention figures */
 };
 
-#define TL_PROF_N_SPREAD 5 /* the disk calibration's samples at most */
+#define TL_PROF_N_SPREAD 9 /* the disk calibration's samples at most */
 #define TL_PROF_URGENT_BYTES ((uint64_t)32 << 10) /* the urgent read's size (a KV page) */
 #define TL_PROF_DISK_FILE_BYTES ((uint64_t)256 << 20) /* the profile's scratch file */
 extern const uint64_t tl_prof_chunks[TL_PROF_N_CHUNK];
