@@ -331,7 +331,9 @@ static void barrier_task(void *arg, int task, int thread) {
  * its unit is borrowed. measured[r]: those products' time in one pass (each its fastest
  * of SMALL_MODEL_PASSES); predicted[r]: the profile's price of them. A flash or neuron
  * layout, or no room in the budget for the buffers: nothing measured (0). */
-static const int32_t small_model_rows[2] = {1, 4};
+/* the product rows the compute calibration times: one, and the most the 4-row rates cover */
+enum { COMPUTE_ROWS4 = 4 };
+static const int32_t small_model_rows[2] = {1, COMPUTE_ROWS4};
 static tl_status small_model_products(tl_model *m, const tl_hw_profile *prof, uint64_t cap,
                                       double measured[2], double predicted[2]) {
     measured[0] = measured[1] = predicted[0] = predicted[1] = 0;
@@ -465,7 +467,7 @@ tl_status tl_plan_calibrate_compute(tl_model *m, tl_hw_profile *prof, double *ra
      * for the wider of the two */
     const size_t wide = max_rows > max_cols ? max_rows : max_cols;
     /* 1 row, then ROWS4 rows (not for a flash layout's column products: one row each) */
-    enum { ROWS4 = 4 };
+    enum { ROWS4 = COMPUTE_ROWS4 };
     int flash = 0;
     for (size_t i = 0; i < n; i++) flash |= use[i]->runs != 0;
     size_t sf = tl_matmul_scratch_floats(max_cols, ROWS4);
