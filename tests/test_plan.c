@@ -1088,9 +1088,10 @@ static int32_t page_tokens_of(const tl_model *m, double bytes) {
 static const tl_workload spill_workload = {1024, 16, 1, {0}};
 
 /* KV pages read beside streamed weights: timed alone (the spill file's rate, below the
- * engine's chunk), while the profile's figures for a page queued behind the stream stay
- * (the cost model's KV wait prices that queueing; a probe that also scaled the page rate
- * by it counted it twice). */
+ * engine's chunk) and between the units of passes through the ring; the lower rate is
+ * kept (the page's factor is at most the one its reads alone gave), every cell below the
+ * chunk moves by it, and the profile's figures for a page queued behind the stream stay
+ * (the cost model's KV wait prices that queueing). */
 static void kv_beside_stream(const char *path) {
     tl_model *m = open_model(path, 10u << 20);
     if (!m) return;
@@ -1103,12 +1104,15 @@ static void kv_beside_stream(const char *path) {
     plan.policy.page_tokens = page_tokens_of(m, (double)tl_prof_chunks[0]);
     plan.streamed_bytes = tl_residency_plan(m->res)->streamed_bytes;
     plan.cost.decode.weight_bytes = 2e6;
-    double scale = -1;
+    double scale = -1, alone = -1;
     prof = round;
-    CHECK_MSG(tl_plan_calibrate_kv(m, &prof, &plan, &spill_workload, NULL, &scale) == TL_OK,
+    CHECK_MSG(tl_plan_calibrate_kv(m, &prof, &plan, &spill_workload, NULL, &scale, &alone) ==
+                  TL_OK,
               "%s", tl_last_error());
-    CHECK_MSG(scale > 0, "page scale %g", scale);
+    CHECK_MSG(scale > 0 && alone > 0 && scale <= alone, "page scale %g, alone %g", scale,
+              alone);
     CHECK(memcmp(prof.disk_read_bps, round.disk_read_bps, sizeof prof.disk_read_bps));
+    CHECK(close_to(prof.disk_read_bps[0][0] / round.disk_read_bps[0][0], scale, 1e-9));
     CHECK(prof.disk_urgent_read_s == round.disk_urgent_read_s &&
           prof.disk_urgent_page_s == round.disk_urgent_page_s);
     tl_engine_unplace(m);
@@ -1125,6 +1129,7 @@ static void kv_spill_calibration(const char *path) {
     tl_model *m = open_model(path, 64u << 20);
     if (!m) return;
     CHECK(tl_engine_place(m, 4u << 20) == TL_OK);
+    CHECK_MSG(tl_residency_plan(m->res)->streamed_bytes == 0, "weights stream");
     tl_hw_profile prof, round;
     tl_test_round_profile(&round);
     snprintf(round.disk_dir, sizeof round.disk_dir, "%s", tl_scratch_dir(NULL));
@@ -1139,10 +1144,12 @@ static void kv_spill_calibration(const char *path) {
         plan.policy.page_tokens = pts[p];
         const uint64_t page = (uint64_t)tl_cost_kv_page_bytes(m, 16, pts[p]);
         const double before = tl_profile_read_bps(&round, page, depth);
-        double scale = 0;
+        double scale = 0, alone = -1;
         prof = round;
-        CHECK_MSG(tl_plan_calibrate_kv(m, &prof, &plan, w, NULL, &scale) == TL_OK, "%s",
+        CHECK_MSG(tl_plan_calibrate_kv(m, &prof, &plan, w, NULL, &scale, &alone) == TL_OK, "%s",
                   tl_last_error());
+        /* nothing streams: the reads alone decide */
+        CHECK_MSG(alone == scale, "page scale %g, alone %g", scale, alone);
         CHECK_MSG(scale > 0, "spill reads of %llu-byte pages not timed (scale %g)",
                   (unsigned long long)page, scale);
         CHECK(close_to(tl_profile_read_bps(&prof, page, depth), before * scale, 1e-9));
@@ -1162,14 +1169,14 @@ static void kv_spill_calibration(const char *path) {
     plan.policy.page_tokens = 16;
     double scale = -1;
     prof = round;
-    CHECK(tl_plan_calibrate_kv(m, &prof, &plan, w, "/nonexistent/dir", &scale) == TL_OK);
+    CHECK(tl_plan_calibrate_kv(m, &prof, &plan, w, "/nonexistent/dir", &scale, NULL) == TL_OK);
     CHECK(scale == 0 && !memcmp(prof.disk_read_bps, round.disk_read_bps, grid));
     scale = -1;
-    CHECK(tl_plan_calibrate_kv(m, &prof, &plan, NULL, NULL, &scale) == TL_OK);
+    CHECK(tl_plan_calibrate_kv(m, &prof, &plan, NULL, NULL, &scale, NULL) == TL_OK);
     CHECK(scale == 0 && !memcmp(prof.disk_read_bps, round.disk_read_bps, grid));
     plan.policy.kv_mem_pct = 100;
     scale = -1;
-    CHECK(tl_plan_calibrate_kv(m, &prof, &plan, w, NULL, &scale) == TL_OK);
+    CHECK(tl_plan_calibrate_kv(m, &prof, &plan, w, NULL, &scale, NULL) == TL_OK);
     CHECK(scale == 0 && !memcmp(prof.disk_read_bps, round.disk_read_bps, grid));
     tl_engine_unplace(m);
     tl_model_close(m);
@@ -1178,6 +1185,21 @@ static void kv_spill_calibration(const char *path) {
 /* The calibration's rounds (calibrate.h): the median measured ratio of each row count is
  * kept; two rounds that agree within 5% end it, else a third does; an unmeasured ratio
  * (0) agrees only with another. */
+/* The pages' rate beside the stream (tl_plan_kv_rate_beside): each round's bytes over the
+ * seconds its pass added to the mean of the passes alone on either side, the median
+ * round's; pages that added nothing are free (HUGE_VAL); no rounds: 0. */
+static void kv_rate_beside(void) {
+    const double alone[4] = {0.10, 0.12, 0.10, 0.11}, bytes[3] = {100e6, 100e6, 100e6};
+    const double mixed[3] = {0.31, 0.16, 0.50};
+    /* extras 0.20, 0.05, 0.395 s: 0.5, 2 and 0.253 GB/s */
+    CHECK_MSG(close_to(tl_plan_kv_rate_beside(alone, mixed, bytes, 3), 0.5e9, 1e-9), "%g",
+              tl_plan_kv_rate_beside(alone, mixed, bytes, 3));
+    CHECK(close_to(tl_plan_kv_rate_beside(alone, mixed, bytes, 1), 0.5e9, 1e-9));
+    const double free_[3] = {0.10, 0.31, 0.09};
+    CHECK(tl_plan_kv_rate_beside(alone, free_, bytes, 3) == HUGE_VAL);
+    CHECK(tl_plan_kv_rate_beside(alone, mixed, bytes, 0) == 0);
+}
+
 static void products_rounds(void) {
     enum { K = TL_PLAN_PRODUCTS_POINTS };
     CHECK(K == 6);
@@ -1833,6 +1855,7 @@ int main(void) {
     tiers_search(p4, 24u << 20, 1e8, 1, 1);
     tiers_search(p4, 36u << 20, 1e6, 0, 1); /* input rows kept take room too */
     kv_spill_calibration(p4);
+    kv_rate_beside();
     kv_beside_stream(p4);
     attention_calibration(p4);
     matvec_calibration(p4, 64u << 20);

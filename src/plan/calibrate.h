@@ -108,13 +108,20 @@ tl_status tl_plan_calibrate_ring(tl_model *m, tl_hw_profile *prof,
  * stream: not timed). *page_scale: the factor applied to the page's read rate (0 when
  * nothing was measured). A directory that refuses the file or lacks room for it beside
  * 256 MiB free, or a budget with no room for the frames: not timed.
- * Pages read while weights stream are not timed beside the stream: the cost model's KV
- * wait already prices each page batch queued behind the weight chunks in flight and the
- * batches before it (cost.c), and scaling the page rate by what pages mixed into a
- * stream cost it counted that queueing twice. */
+ * Where the weights stream (at most 256 MiB a pass), the step's pages are also read
+ * between the units of whole passes through the ring (tl_residency_measure_passes), each
+ * such pass against the passes alone on either side, three rounds: the pages' bytes over
+ * the seconds they added to the pass is their rate beside the stream, and the lower of
+ * the two rates is the one kept. A host whose cache serves the model file and a small
+ * spill file each fast alone may hold neither once a step reads both, and the pages (and
+ * the stream) then read at a fraction of their rates alone; the cost model adds the two
+ * reads' seconds, so the pages carry what the mix costs. The rate beside the stream is
+ * never kept above the rate alone: the KV wait (cost.c) prices the pages' queueing behind
+ * the weight chunks, which a pass that reads them at once does not separate from their
+ * reading. *alone_scale (NULL: not wanted): the factor the reads alone gave. */
 tl_status tl_plan_calibrate_kv(tl_model *m, tl_hw_profile *prof, const tl_plan_result *plan,
                                const tl_workload *w, const char *spill_dir,
-                               double *page_scale);
+                               double *page_scale, double *alone_scale);
 
 /* The same for compute, whose memory-bound rates drift with the machine's memory
  * bandwidth (on a shared host, within minutes): matrix-vector products over the
@@ -199,6 +206,14 @@ tl_status tl_plan_calibrate_attention(tl_model *m, tl_hw_profile *prof, double *
 #define TL_PLAN_PRODUCTS_AGREE 0.05
 int tl_plan_products_round(const double (*round_r)[TL_PLAN_PRODUCTS_POINTS], int q,
                            double *r);
+
+/* KV pages' rate beside the stream from tl_plan_calibrate_kv's rounds: round i read
+ * bytes[i] of pages in a pass of mixed_s[i] seconds between passes alone of alone_s[i] and
+ * alone_s[i + 1] (rounds + 1 of them); each round's rate is its bytes over the seconds the
+ * pages added to the mean of its neighbours (HUGE_VAL where they added none), and the
+ * median round's is returned (0 for no rounds). */
+double tl_plan_kv_rate_beside(const double *alone_s, const double *mixed_s,
+                              const double *bytes, int rounds);
 
 /* Internal to the calibrations (calibrate*.c): X [n][cols], Y [n][rows] and every pool
  * thread's scratch for products of n rows, zeroed, from the budget; *sf: each thread's

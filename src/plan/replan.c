@@ -136,7 +136,7 @@ static int hook(tl_replanner *r, tl_model *m, const tl_batch_stats *s, int32_t p
                       100 * pratio, 100 * products_effect, 1e6 * delay);
             double page_scale = 0;
             const char *spill = bp ? bp->spill_dir : NULL;
-            if (tl_plan_calibrate_kv(m, &r->prof, &r->current, &r->rq.w, spill, &page_scale))
+            if (tl_plan_calibrate_kv(m, &r->prof, &r->current, &r->rq.w, spill, &page_scale, NULL))
                 tl_error_clear();
             if (!(page_scale > 0)) page_scale = 1; /* not timed */
             else if (fabs(1 / page_scale - 1) > r->threshold)

@@ -243,7 +243,8 @@ static tl_status recheck_run(tl_model *m, tl_context **c, tl_context_params *cp,
         st = tl_plan_calibrate_ring(m, prof, &ds, &delay);
     }
     double page_scale = 0;
-    if (!st) st = tl_plan_calibrate_kv(m, prof, chosen, &rq->w, cp->spill_dir, &page_scale);
+    if (!st)
+        st = tl_plan_calibrate_kv(m, prof, chosen, &rq->w, cp->spill_dir, &page_scale, NULL);
     if (!(page_scale > 0)) page_scale = 1; /* not timed */
     if (st) return st;
     if (ratio > 0.8 && ratio < 1.25 && cratio > 0.8 && cratio < 1.25 && pratio > 0.8 &&
