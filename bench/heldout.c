@@ -374,7 +374,7 @@ int heldout_run(int n, uint64_t seed, const char *dir, const tl_hw_profile *prof
                "many rows %.2f, attention %.2f, KV page rate %.2f (alone %.2f); decode priced "
                "at weights %.2f GB/s, KV pages %.2f GB/s; ring delay %.0f us per streamed "
                "read\n",
-               o.cal_disk, o.cal_compute, o.cal_products, attn_scale(&o.prof), o.cal_mix,
+               o.cal_disk, o.cal_compute, o.cal_products, attn_scale(&o.prof), o.cal_kv_page,
                o.cal_kv_alone,
                rate_gbs(pc->decode.weight_bytes, pc->decode.weight_read_s),
                rate_gbs(pc->decode.kv_read_bytes, pc->decode.kv_read_s),

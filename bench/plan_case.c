@@ -100,9 +100,9 @@ outcome run_case(const bench_case *c, const tl_hw_profile *prof_in, int replan,
         const tl_plan_decode_shape ds = tl_plan_decode_shape_of(&o.plan.policy, &rq.w);
         if ((st = tl_plan_calibrate_ring(m, &cal, &ds, &delay))) break;
         if (round == 0) {
-            double mix, alone;
-            if ((st = tl_plan_calibrate_kv(m, &cal, &o.plan, &rq.w, NULL, &mix, &alone))) break;
-            o.cal_mix = mix;
+            double page, alone;
+            if ((st = tl_plan_calibrate_kv(m, &cal, &o.plan, &rq.w, NULL, &page, &alone))) break;
+            o.cal_kv_page = page;
             o.cal_kv_alone = alone;
         }
         tl_plan_result again;

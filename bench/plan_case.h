@@ -37,7 +37,7 @@ typedef struct outcome {
     /* the first calibration's ratios (plan/calibrate.h; disk, compute and products 1
      * when not measured, the KV page's 0; cal_kv_alone: the page's factor from its reads
      * alone, before those beside the stream bounded it) */
-    double cal_disk, cal_compute, cal_products, cal_mix, cal_kv_alone;
+    double cal_disk, cal_compute, cal_products, cal_kv_page, cal_kv_alone;
     /* the plan's whole prediction with the calibration's ring delay left out (the term's
      * ablation; = plan.cost.total_s when none was measured) */
     double total_no_ring_s;

@@ -211,7 +211,9 @@ int tl_plan_products_round(const double (*round_r)[TL_PLAN_PRODUCTS_POINTS], int
  * bytes[i] of pages in a pass of mixed_s[i] seconds between passes alone of alone_s[i] and
  * alone_s[i + 1] (rounds + 1 of them); each round's rate is its bytes over the seconds the
  * pages added to the mean of its neighbours (HUGE_VAL where they added none), and the
- * median round's is returned (0 for no rounds). */
+ * median round's is returned (0 for no rounds; rounds past TL_PLAN_KV_ROUNDS_MAX are not
+ * read). */
+#define TL_PLAN_KV_ROUNDS_MAX 16
 double tl_plan_kv_rate_beside(const double *alone_s, const double *mixed_s,
                               const double *bytes, int rounds);
 

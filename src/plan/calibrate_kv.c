@@ -181,9 +181,9 @@ static void time_mixed(tl_model *m, tl_tier *file, const uint64_t *offs, size_t 
 /* calibrate.h */
 double tl_plan_kv_rate_beside(const double *alone_s, const double *mixed_s,
                               const double *bytes, int rounds) {
-    double rate[16];
+    double rate[TL_PLAN_KV_ROUNDS_MAX];
     int n = 0;
-    for (int i = 0; i < rounds && n < 16; i++) {
+    for (int i = 0; i < rounds && n < TL_PLAN_KV_ROUNDS_MAX; i++) {
         const double extra = mixed_s[i] - 0.5 * (alone_s[i] + alone_s[i + 1]);
         rate[n++] = extra > 0 ? bytes[i] / extra : HUGE_VAL;
     }
@@ -193,11 +193,11 @@ double tl_plan_kv_rate_beside(const double *alone_s, const double *mixed_s,
 /* The pages of one step read from a scratch file of the spill's layout in dir, `len`
  * bytes each, `depth` in flight: the median of SPILL_CAL_SAMPLES samples in *bps; 0 when
  * not timed (a budget with no room for the frames, a directory without room or refusing
- * the file, nothing on disk): the run's own spill file reports its errors. */
+ * the file, nothing on disk): the run's own spill file reports its errors. *mixed_bps: the
+ * same pages' rate beside the stream (time_mixed), 0 when not timed. */
 static void time_spill_steps(tl_model *m, const char *dir, spill_shape sh, uint64_t len,
                              int32_t depth, double *bps, double *mixed_bps) {
-    *bps = 0;
-    if (mixed_bps) *mixed_bps = 0;
+    *bps = *mixed_bps = 0;
     if (sh.D < 1 || depth < 1 || depth > 64 || len == 0 || len > sh.stride) return;
     /* a spill past the cap keeps its runs and its layers; fewer pages per (seq, layer) */
     while (sh.S * sh.L * sh.D * (int64_t)sh.stride > (int64_t)SPILL_CAL_MAX_BYTES && sh.D > sh.g)
@@ -236,8 +236,8 @@ static void time_spill_steps(tl_model *m, const char *dir, spill_shape sh, uint6
         if (!st && rate[i] > 0) got++;
     }
     if (!st && got == SPILL_CAL_SAMPLES) *bps = tl_median(rate, SPILL_CAL_SAMPLES);
-    if (!st && *bps > 0 && mixed_bps) time_mixed(m, file, offs, k, (size_t)(sh.S * sh.D), sh.L,
-                                                 len, depth, bufs, mixed_bps);
+    if (!st && *bps > 0)
+        time_mixed(m, file, offs, k, (size_t)(sh.S * sh.D), sh.L, len, depth, bufs, mixed_bps);
     if (file) tl_tier_close(file);
     tl_error_clear();
     tl_budget_free(m->lm.budget, buf);
